@@ -1,0 +1,34 @@
+# The two commands of README.md: `make demo` and `make test`. Both build .venv on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Extras installed into .venv. torch, when an extra needs it, is installed pinned first: an unpinned
+# torch requirement pulls a multi-GB CUDA build.
+EXTRAS ?= test
+TORCH_PIN := torch==2.13.0
+NEEDS_TORCH := $(if $(filter torch all,$(subst $(comma), ,$(EXTRAS))),yes,)
+comma := ,
+ARGS ?=
+
+.PHONY: demo test bench venv clean
+
+venv: $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+
+$(VENV)/.installed-$(subst $(comma),-,$(EXTRAS)): pyproject.toml Makefile
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "babelfeed needs Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@if [ -n "$(NEEDS_TORCH)" ]; then $(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH_PIN)"; fi
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e ".[$(EXTRAS)]"
+	@touch $@
+
+demo: venv
+	$(BIN)/babelfeed demo --workdir build/demo $(ARGS)
+
+test: venv
+	$(BIN)/python -m pytest $(ARGS)
+
+bench: venv
+	$(BIN)/python benchmarks/run_all.py $(ARGS)
+
+clean:
+	rm -rf build .pytest_cache .hypothesis

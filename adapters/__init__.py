@@ -1,0 +1,4 @@
+"""Framework glue (torch, jax, grain), installed as ``loader.adapters``.
+
+Each adapter module imports its framework itself; importing this package imports none of them.
+"""

@@ -1,0 +1,35 @@
+"""babelfeed: a numpy data loader core for many-corpus sequence training.
+
+The core imports numpy (and sentencepiece / ml_collections where needed) only; torch, jax, flax and grain
+live in ``loader.adapters``.
+"""
+
+from .errors import (
+    BadMagicError,
+    FormatError,
+    InconsistentIndexError,
+    SideMismatchError,
+    TruncatedFileError,
+    UnknownDtypeError,
+    UnsupportedDtypeError,
+    UnsupportedVersionError,
+)
+from .storage import IndexedDataset, IndexedDatasetBuilder, convert_index, dataset_exists, dtype_for_vocab
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BadMagicError",
+    "FormatError",
+    "InconsistentIndexError",
+    "IndexedDataset",
+    "IndexedDatasetBuilder",
+    "SideMismatchError",
+    "TruncatedFileError",
+    "UnknownDtypeError",
+    "UnsupportedDtypeError",
+    "UnsupportedVersionError",
+    "convert_index",
+    "dataset_exists",
+    "dtype_for_vocab",
+]

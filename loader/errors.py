@@ -1,0 +1,46 @@
+"""Exceptions raised for bad input.
+
+Every message names the file (and, where there is one, the record) and what is wrong with it, so that a
+user with ten thousand shards can find the broken one from the error alone.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class FormatError(ValueError):
+    """A file that is not what babelfeed expected. ``path`` names the file."""
+
+    def __init__(self, path: str | os.PathLike | None, message: str):
+        self.path = None if path is None else os.fspath(path)
+        self.reason = message
+        super().__init__(f"{self.path}: {message}" if self.path else message)
+
+
+class BadMagicError(FormatError):
+    """The file does not start with a known index magic."""
+
+
+class UnsupportedVersionError(FormatError):
+    """The index header carries a version this reader does not know."""
+
+
+class UnknownDtypeError(FormatError):
+    """The dtype code in the header is not in the table of the detected format."""
+
+
+class TruncatedFileError(FormatError):
+    """A file is shorter than its header or index says it must be."""
+
+
+class InconsistentIndexError(FormatError):
+    """Sizes, pointers or document indices contradict each other (negative, overlapping, out of range)."""
+
+
+class SideMismatchError(FormatError):
+    """The two sides of a translation direction disagree on the number of sentences."""
+
+
+class UnsupportedDtypeError(ValueError):
+    """A builder was asked to write a dtype that the target format cannot encode."""

@@ -1,0 +1,259 @@
+"""Write ``.idx``/``.bin`` token files byte-identical to fairseq's or Megatron-LM's own builders.
+
+Writes are atomic: tokens go to a temporary file beside the target, the index is written to another, both
+are fsynced, any old index is removed, and the two are renamed into place ``.bin`` first and ``.idx`` last.
+A writer killed at any point leaves either the complete new pair or no ``.idx`` at all, so nothing that
+:class:`~loader.IndexedDataset` would open. Temporaries end in ``.partial``.
+"""
+
+from __future__ import annotations
+
+import array
+import os
+import struct
+import tempfile
+
+import numpy as np
+
+from ..errors import UnsupportedDtypeError
+from .dtypes import TABLES, code_for
+from .indexed import MMIDIDX_MAGIC, IndexedDataset, data_path, index_path
+
+FORMATS = ("megatron", "fairseq")
+DEFAULT_DTYPE = {"megatron": np.int32, "fairseq": np.int64}  # each library's own builder default
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+def fsync_dir(path: str) -> None:
+    """Make a rename inside ``path`` durable (best effort where directories cannot be opened)."""
+    try:
+        fd = os.open(path or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class IndexedDatasetBuilder:
+    """Append token sequences, then ``finalize()`` into ``prefix.bin`` / ``prefix.idx``.
+
+    ``format="megatron"`` writes Megatron-LM's layout (document index; ``end_document()`` closes a document),
+    ``format="fairseq"`` writes fairseq's (no document index; every sequence is its own document). For the same
+    sequences the files are byte-identical to what ``megatron.core.datasets.indexed_dataset.IndexedDatasetBuilder``
+    or ``fairseq.data.indexed_dataset.MMapIndexedDatasetBuilder`` write.
+
+    >>> with IndexedDatasetBuilder("/tmp/demo", np.uint16, format="megatron") as b:   # doctest: +SKIP
+    ...     b.add_item([5, 6, 2]); b.add_item([7, 2]); b.end_document()
+    ...     b.finalize()
+
+    Values that do not fit ``dtype`` raise instead of wrapping. A document still open at ``finalize()`` is
+    closed (Megatron's builder would write an index its own reader rejects). Leaving the ``with`` block on an
+    exception, or calling ``abort()``, deletes the temporaries.
+    """
+
+    def __init__(self, prefix, dtype=None, format: str = "megatron", multimodal: bool = False):
+        if format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+        self.format = format
+        self.dtype = np.dtype(DEFAULT_DTYPE[format] if dtype is None else dtype)
+        self.dtype_code = code_for(self.dtype, format)
+        if self.dtype_code is None:
+            known = ", ".join(sorted({d.name for d in TABLES[format].values()}))
+            raise UnsupportedDtypeError(
+                f"the {format} index format has no dtype code for {self.dtype.name} (it can store: {known})"
+                + ("; uint32/uint64 exist only in fairseq's table" if format == "megatron" else "")
+            )
+        if multimodal and format != "megatron":
+            raise ValueError("sequence modes exist only in the megatron format")
+        self.prefix = os.fspath(prefix)
+        self.multimodal = multimodal
+        directory = os.path.dirname(self.prefix) or "."
+        base = os.path.basename(self.prefix)
+        fd, self._tmp_bin = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=".bin.partial")
+        self._data = os.fdopen(fd, "wb")
+        self._tmp_idx: str | None = None
+        self._sizes = array.array("q")
+        self._doc_idx = array.array("q", [0])
+        self._modes = array.array("b")
+        self._finalized = False
+        self._integer = self.dtype.kind in "iu"
+        if self._integer:
+            info = np.iinfo(self.dtype)
+            self._lo, self._hi = int(info.min), int(info.max)
+
+    def __len__(self) -> int:
+        return len(self._sizes)
+
+    # -------------------------------------------------------------------------------------- adding
+    def _convert(self, tokens) -> np.ndarray:
+        arr = np.asarray(tokens)
+        if arr.dtype == self.dtype:
+            return arr.ravel()
+        if self._integer and arr.size:
+            if arr.dtype.kind not in "iub":
+                if arr.dtype.kind != "f" or not np.all(np.floor(arr) == arr):
+                    raise ValueError(f"{self.prefix}: token values must be integers, got {arr.dtype}")
+            lo, hi = arr.min(), arr.max()
+            if lo < self._lo or hi > self._hi:
+                bad = lo if lo < self._lo else hi
+                raise ValueError(
+                    f"{self.prefix}: token value {bad} does not fit {self.dtype.name} "
+                    f"[{self._lo}, {self._hi}] (sequence {len(self._sizes)}); choose a wider dtype"
+                )
+        return arr.astype(self.dtype).ravel()
+
+    def add_item(self, tokens, mode: int = 0) -> None:
+        """Append one sequence (any array-like of token ids; multi-dimensional input is flattened)."""
+        self._check_open()
+        arr = self._convert(tokens)
+        self._data.write(arr.tobytes(order="C"))
+        self._sizes.append(arr.size)
+        if self.multimodal:
+            self._modes.append(mode)
+
+    def add_items(self, tokens, lengths, modes=None) -> None:
+        """Append many sequences at once: ``tokens`` is their concatenation, ``lengths`` their sizes."""
+        self._check_open()
+        lengths = np.asarray(lengths, dtype=np.int64)
+        arr = self._convert(tokens)
+        if lengths.ndim != 1 or (lengths.size and lengths.min() < 0) or int(lengths.sum()) != arr.size:
+            raise ValueError(
+                f"{self.prefix}: lengths must be non-negative and add up to the {arr.size} tokens given "
+                f"(they add up to {int(lengths.sum())})"
+            )
+        self._data.write(arr.tobytes(order="C"))
+        self._sizes.frombytes(lengths.astype("<i8").tobytes())
+        if self.multimodal:
+            m = np.zeros(len(lengths), np.int8) if modes is None else np.asarray(modes, np.int8)
+            self._modes.frombytes(m.tobytes())
+
+    def end_document(self) -> None:
+        """Close the current document (Megatron); a no-op boundary for the fairseq format."""
+        self._check_open()
+        self._doc_idx.append(len(self._sizes))
+
+    def add_index(self, prefix) -> None:
+        """Append every sequence and document of another dataset with the same dtype (a merge)."""
+        self._check_open()
+        other = IndexedDataset(prefix)
+        if other.dtype != self.dtype or other.format == "legacy":
+            raise ValueError(
+                f"cannot merge {other.prefix} ({other.format}, {other.dtype.name}) into a "
+                f"{self.format} {self.dtype.name} builder"
+            )
+        offset = len(self._sizes)
+        self._sizes.frombytes(np.asarray(other.sizes, dtype="<i8").tobytes())
+        if self.multimodal:
+            modes = other.modes if other.modes is not None else np.zeros(len(other), np.int8)
+            self._modes.frombytes(np.asarray(modes, np.int8).tobytes())
+        self._doc_idx.frombytes((np.asarray(other.doc_idx[1:], dtype="<i8") + offset).tobytes())
+        nbytes = other.num_tokens * other.dtype.itemsize
+        other.close()
+        with open(data_path(prefix), "rb") as src:
+            _copy_bytes(src, self._data, nbytes)
+
+    # -------------------------------------------------------------------------------------- finishing
+    def _index_bytes(self) -> bytes:
+        sizes = np.frombuffer(self._sizes, dtype=np.int64) if len(self._sizes) else np.zeros(0, np.int64)
+        if sizes.size and sizes.max() > _INT32_MAX:
+            raise ValueError(f"{self.prefix}: a sequence of {int(sizes.max())} tokens does not fit the int32 size field")
+        pointers = np.zeros(len(sizes), dtype=np.int64)
+        if len(sizes) > 1:
+            np.cumsum(sizes[:-1] * self.dtype.itemsize, out=pointers[1:])
+        parts = [MMIDIDX_MAGIC, struct.pack("<Q", 1), struct.pack("<B", self.dtype_code), struct.pack("<Q", len(sizes))]
+        if self.format == "megatron":
+            doc_idx = np.frombuffer(self._doc_idx, dtype=np.int64)
+            if doc_idx[-1] != len(sizes):
+                doc_idx = np.append(doc_idx, len(sizes))
+            parts.append(struct.pack("<Q", len(doc_idx)))
+        parts += [sizes.astype("<i4").tobytes(), pointers.astype("<i8").tobytes()]
+        if self.format == "megatron":
+            parts.append(doc_idx.astype("<i8").tobytes())
+            if self.multimodal:
+                parts.append(np.frombuffer(self._modes, dtype=np.int8).tobytes())
+        return b"".join(parts)
+
+    def finalize(self, index_file=None) -> None:
+        """Write the index and move both files into place atomically.
+
+        ``index_file`` is accepted for drop-in compatibility with the fairseq/Megatron call
+        ``finalize(idx_path)``; it must name ``prefix + ".idx"``.
+        """
+        self._check_open()
+        if index_file is not None and os.path.abspath(index_file) != os.path.abspath(index_path(self.prefix)):
+            raise ValueError(f"index_file must be {index_path(self.prefix)!r}, got {index_file!r}")
+        payload = self._index_bytes()
+        self._data.flush()
+        os.fsync(self._data.fileno())
+        self._data.close()
+        directory = os.path.dirname(self.prefix) or "."
+        fd, self._tmp_idx = tempfile.mkstemp(
+            dir=directory, prefix=f".{os.path.basename(self.prefix)}.", suffix=".idx.partial"
+        )
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+            f.flush()
+            os.fsync(f.fileno())
+        # Old .idx first, so no moment exists where an old index sits beside the new .bin.
+        try:
+            os.unlink(index_path(self.prefix))
+        except FileNotFoundError:
+            pass
+        os.replace(self._tmp_bin, data_path(self.prefix))
+        os.replace(self._tmp_idx, index_path(self.prefix))
+        fsync_dir(directory)
+        self._finalized = True
+
+    def abort(self) -> None:
+        """Discard everything written so far; the target files are left untouched."""
+        if not self._data.closed:
+            self._data.close()
+        for tmp in (self._tmp_bin, self._tmp_idx):
+            if tmp and os.path.exists(tmp):
+                os.unlink(tmp)
+        self._finalized = True
+
+    def _check_open(self) -> None:
+        if self._finalized:
+            raise RuntimeError(f"{self.prefix}: builder already finalized or aborted")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and not self._finalized:
+            self.abort()
+        elif not self._finalized:
+            self.abort()
+            raise RuntimeError(f"{self.prefix}: builder left without finalize(); nothing was written")
+
+
+def _copy_bytes(src, dst, nbytes: int) -> None:
+    remaining = nbytes
+    while remaining > 0:
+        chunk = src.read(min(remaining, 16 << 20))
+        if not chunk:
+            raise ValueError(f"{src.name}: ended {remaining} bytes early")
+        dst.write(chunk)
+        remaining -= len(chunk)
+
+
+def convert_index(src_prefix, dst_prefix, format: str) -> None:
+    """Rewrite ``src_prefix`` in another index layout (fairseq <-> Megatron), copying the ``.bin``."""
+    src = IndexedDataset(src_prefix)
+    builder = IndexedDatasetBuilder(dst_prefix, src.dtype, format=format)
+    try:
+        builder.add_index(src_prefix)
+        builder.finalize()
+    except BaseException:
+        builder.abort()
+        raise
+    finally:
+        src.close()
+
+
+__all__ = ["IndexedDatasetBuilder", "convert_index", "FORMATS", "fsync_dir"]
