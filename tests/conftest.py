@@ -1,0 +1,26 @@
+import json
+import os
+import pathlib
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+
+
+def shared_dir() -> pathlib.Path:
+    """../shared beside the checkout (CI puts it there); BABELFEED_SHARED overrides."""
+    path = pathlib.Path(os.environ.get("BABELFEED_SHARED", REPO.parent / "shared"))
+    if not (path / "fixtures" / "expected.json").exists():
+        # Fail, never skip: the compatibility claims rest on these files.
+        raise RuntimeError(f"shared fixtures not found at {path}/fixtures; set BABELFEED_SHARED")
+    return path
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> pathlib.Path:
+    return shared_dir() / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def expected(fixtures_dir) -> dict:
+    return json.loads((fixtures_dir / "expected.json").read_text())
