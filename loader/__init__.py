@@ -14,11 +14,17 @@ from .errors import (
     UnsupportedDtypeError,
     UnsupportedVersionError,
 )
+from .corpus import CorpusFile, ShardedCorpus
+from .dictionary import Dictionary, lang_token
 from .storage import IndexedDataset, IndexedDatasetBuilder, convert_index, dataset_exists, dtype_for_vocab
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CorpusFile",
+    "Dictionary",
+    "ShardedCorpus",
+    "lang_token",
     "BadMagicError",
     "FormatError",
     "InconsistentIndexError",
