@@ -115,8 +115,12 @@ class IndexedDatasetBuilder:
         if self.multimodal:
             self._modes.append(mode)
 
-    def add_items(self, tokens, lengths, modes=None) -> None:
-        """Append many sequences at once: ``tokens`` is their concatenation, ``lengths`` their sizes."""
+    def add_items(self, tokens, lengths, modes=None, one_document_each: bool = False) -> None:
+        """Append many sequences at once: ``tokens`` is their concatenation, ``lengths`` their sizes.
+
+        ``one_document_each=True`` closes a document after every sequence (Megatron's NMT preprocessing
+        writes sentences that way).
+        """
         self._check_open()
         lengths = np.asarray(lengths, dtype=np.int64)
         arr = self._convert(tokens)
@@ -126,7 +130,10 @@ class IndexedDatasetBuilder:
                 f"(they add up to {int(lengths.sum())})"
             )
         self._data.write(arr.tobytes(order="C"))
+        first = len(self._sizes)
         self._sizes.frombytes(lengths.astype("<i8").tobytes())
+        if one_document_each:
+            self._doc_idx.frombytes(np.arange(first + 1, len(self._sizes) + 1, dtype="<i8").tobytes())
         if self.multimodal:
             m = np.zeros(len(lengths), np.int8) if modes is None else np.asarray(modes, np.int8)
             self._modes.frombytes(m.tobytes())

@@ -1,0 +1,96 @@
+"""The ``babelfeed`` command: ``binarize``, ``inspect``, ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from .errors import FormatError
+
+
+def _binarize(args) -> int:
+    from .binarize import BinarizeOptions, binarize, format_report
+
+    opts = BinarizeOptions(
+        input_dir=args.input_dir, output_dir=args.output, spm_model=args.spm, train_spm=args.train_spm,
+        dict_path=args.dict, shards=args.shards, workers=args.workers, format=args.format, max_len=args.max_len,
+        empty=args.on_empty, overlong=args.on_overlong, bad_utf8=args.on_bad_utf8, spm_sample=args.spm_sample,
+        seed=args.seed, overwrite=args.overwrite, progress=False if args.no_progress else None,
+        chunk_lines=args.chunk_lines,
+    )
+    report = binarize(opts, log=lambda m: print(m, file=sys.stderr))
+    print(format_report(report))
+    return 0
+
+
+def _inspect(args) -> int:
+    from .stats import corpus_stats, format_stats
+
+    rows = corpus_stats(args.data_bin, verify="full" if args.verify else "quick")
+    print(json.dumps(rows, indent=2) if args.json else format_stats(rows))
+    return 0
+
+
+def _demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(workdir=args.workdir, scale=args.scale, workers=args.workers)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="babelfeed", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("binarize", help="raw text -> SentencePiece -> sharded .idx/.bin data_bin")
+    b.add_argument("input_dir", help="folder of {src}-{tgt}.{lang}, {split}.{src}-{tgt}.{lang} and {split}.{lang} files")
+    b.add_argument("-o", "--output", required=True, help="data_bin folder to write")
+    g = b.add_mutually_exclusive_group(required=True)
+    g.add_argument("--spm", help="an existing SentencePiece model")
+    g.add_argument("--train-spm", type=int, metavar="VOCAB", help="train a SentencePiece model of this vocabulary size")
+    b.add_argument("--dict", help="an existing fairseq dict.txt to map pieces through (default: SentencePiece order)")
+    b.add_argument("--shards", type=int, default=1, help="shards per train direction (default 1)")
+    b.add_argument("--workers", type=int, default=0, help="worker processes (default: every core)")
+    b.add_argument("--format", choices=("fairseq", "megatron"), default="fairseq", help="index layout (default fairseq)")
+    b.add_argument("--max-len", type=int, default=1024, help="longest sentence in tokens, </s> included (default 1024)")
+    b.add_argument("--on-empty", choices=("drop", "keep", "error"), default="drop")
+    b.add_argument("--on-overlong", choices=("drop", "truncate", "keep", "error"), default="drop")
+    b.add_argument("--on-bad-utf8", choices=("drop", "replace", "error"), default="drop")
+    b.add_argument("--spm-sample", type=int, default=1_000_000, help="sentences sampled to train SentencePiece")
+    b.add_argument("--chunk-lines", type=int, default=20000, help="lines per unit of parallel work")
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--overwrite", action="store_true", help="delete datasets in the output that this run would not write")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.set_defaults(func=_binarize)
+
+    i = sub.add_parser("inspect", help="sentences, tokens, shards and length percentiles of a data_bin")
+    i.add_argument("data_bin")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--verify", action="store_true", help="check every pointer of every index (slower)")
+    i.set_defaults(func=_inspect)
+
+    d = sub.add_parser("demo", help="build the embedded demo corpus, binarize it and inspect it")
+    d.add_argument("--workdir", default="build/demo")
+    d.add_argument("--scale", type=float, default=1.0, help="multiply the corpus sizes (default 1.0)")
+    d.add_argument("--workers", type=int, default=0)
+    d.set_defaults(func=_demo)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (FormatError, ValueError, OSError) as e:
+        if os.environ.get("BABELFEED_DEBUG"):
+            raise
+        print(f"babelfeed {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"babelfeed {args.command}: interrupted; finished shards are kept, re-run to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
