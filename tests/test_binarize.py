@@ -1,0 +1,254 @@
+"""babelfeed binarize: output layout and content, drop policies, errors, resume after a kill."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+import loader
+from loader import binarize as bz
+from loader.binarize import BinarizeOptions, binarize
+from loader.rawtext import BinarizeError
+
+WORDS = "the cat sat on a mat and dog ran far away under blue sky with green hat".split()
+
+
+def make_raw(root, n=400, seed=0, bad=True):
+    rng = np.random.default_rng(seed)
+    os.makedirs(root, exist_ok=True)
+    src, tgt = [], []
+    for _ in range(n):
+        words = [WORDS[i] for i in rng.integers(0, len(WORDS), int(rng.integers(1, 12)))]
+        src.append(" ".join(words).encode())
+        tgt.append(" ".join(w.upper() for w in reversed(words)).encode())
+    if bad:
+        src[3] = b""  # empty source
+        tgt[5] = b"caf\xe9"  # not UTF-8
+        src[9] = b" ".join([b"cat"] * 400)  # overlong at max_len 200
+    (root / "en-de.en").write_bytes(b"\n".join(src) + b"\n")
+    (root / "en-de.de").write_bytes(b"\n".join(tgt) + b"\n")
+    (root / "valid.en-de.en").write_bytes(b"the cat\na dog\n")
+    (root / "valid.en-de.de").write_bytes(b"CAT THE\nDOG A\n")
+    (root / "train.fr").write_bytes(b"\n".join(b"le chat " + str(i).encode() for i in range(50)) + b"\n")
+    return src, tgt
+
+
+def opts(raw, out, **kw):
+    base = dict(input_dir=str(raw), output_dir=str(out), train_spm=60, shards=2, workers=1, max_len=200,
+                chunk_lines=64, progress=False)
+    base.update(kw)
+    return BinarizeOptions(**base)
+
+
+def quiet(*_):
+    pass
+
+
+@pytest.fixture
+def raw(tmp_path):
+    make_raw(tmp_path / "raw")
+    return tmp_path / "raw"
+
+
+def read_all(out):
+    """Every output file's bytes, keyed by path relative to the data_bin."""
+    files = {}
+    for d, _, names in os.walk(out):
+        if ".binarize" in d:
+            continue
+        for n in names:
+            if n.endswith((".bin", ".idx", ".txt", ".model")):
+                files[os.path.relpath(os.path.join(d, n), out)] = open(os.path.join(d, n), "rb").read()
+    return files
+
+
+def test_layout_content_and_report(raw, tmp_path):
+    out = tmp_path / "data_bin"
+    report = binarize(opts(raw, out), log=quiet)
+    corpus = loader.ShardedCorpus(out)
+    assert corpus.splits == ["train", "valid"]
+    assert corpus.directions() == ["en-de"] and corpus.monolingual() == ["fr"]
+    assert corpus.shard_ids("train", "en-de") == [0, 1] and corpus.shard_ids("valid", "en-de") == [0]
+    d = loader.Dictionary.load(out / "dict.txt")
+    assert list(d.language_tokens) == ["de", "en", "fr"]  # appended last, sorted
+    assert max(d.language_tokens.values()) == len(d) - 1
+    sp = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
+    # Decoding the kept sentences gives back the input text, in order, pairs aligned.
+    src_lines = (raw / "en-de.en").read_bytes().decode("utf-8", "replace").splitlines()
+    tgt_lines = (raw / "en-de.de").read_bytes().decode("utf-8", "replace").splitlines()
+    dropped = {3, 5, 9}
+    kept = [i for i in range(len(src_lines)) if i not in dropped]
+    got_src, got_tgt = [], []
+    for shard in (0, 1):
+        s, t = corpus.open_pair("train", "en-de", shard)
+        assert s.dtype == np.uint16 and s.format == "fairseq"
+        for side, acc in ((s, got_src), (t, got_tgt)):
+            for toks in side:
+                assert toks[-1] == d.eos() and (toks[:-1] != d.eos()).all()
+                acc.append(sp.decode([sp.piece_to_id(d[int(x)]) for x in toks[:-1]]))
+    assert got_src == [src_lines[i] for i in kept]
+    assert got_tgt == [tgt_lines[i] for i in kept]
+    entry = {e["key"] + "/" + e["split"]: e for e in report["inputs"]}["en-de/train"]
+    assert (entry["lines"], entry["kept"], entry["empty"], entry["bad_utf8"], entry["overlong"]) == (400, 397, 1, 1, 1)
+    assert json.loads((out / "binarize_report.json").read_text()) == report
+    assert "dropped 1 empty, 1 over 200 tokens, 1 undecodable" in bz.format_report(report)
+    assert not os.path.exists(out / ".binarize" / "work")
+
+
+def test_workers_do_not_change_the_bytes(raw, tmp_path):
+    binarize(opts(raw, tmp_path / "one", workers=1), log=quiet)
+    binarize(opts(raw, tmp_path / "two", workers=2, spm_model=str(tmp_path / "one" / "spm.model"), train_spm=None),
+             log=quiet)
+    a, b = read_all(tmp_path / "one"), read_all(tmp_path / "two")
+    assert a.keys() == b.keys() and a == b
+
+
+def test_line_count_mismatch_names_both_files(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "en-de.en").write_text("a\nb\nc\n")
+    (raw / "en-de.de").write_text("a\nb\n")
+    with pytest.raises(BinarizeError) as info:
+        binarize(opts(raw, tmp_path / "out"), log=quiet)
+    msg = str(info.value)
+    assert str(raw / "en-de.en") in msg and "3 lines" in msg and str(raw / "en-de.de") in msg and "has 2" in msg
+    r = subprocess.run([sys.executable, "-m", "loader.cli", "binarize", str(raw), "-o", str(tmp_path / "o"),
+                        "--train-spm", "50"], capture_output=True, text=True)
+    assert r.returncode == 2 and "line counts differ" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "policy,match",
+    [({"empty": "error"}, r"en-de\.en: line 4 is empty"),
+     ({"bad_utf8": "error"}, r"en-de\.de: line 6 is not valid UTF-8"),
+     ({"overlong": "error"}, r"en-de\.en: line 10 has more than 200 tokens")],
+)
+def test_error_policies_name_file_and_line(raw, tmp_path, policy, match):
+    with pytest.raises(BinarizeError, match=match):
+        binarize(opts(raw, tmp_path / "out", **policy), log=quiet)
+
+
+def test_keep_truncate_replace_policies(raw, tmp_path):
+    out = tmp_path / "out"
+    report = binarize(opts(raw, out, empty="keep", overlong="truncate", bad_utf8="replace", shards=1), log=quiet)
+    e = [x for x in report["inputs"] if x["key"] == "en-de" and x["split"] == "train"][0]
+    assert (e["kept"], e["dropped"], e["truncated"], e["replaced_utf8"]) == (400, 0, 1, 1)
+    src, tgt = loader.ShardedCorpus(out).open_pair("train", "en-de", 0)
+    assert src[3].tolist() == [2]  # an empty sentence is just </s>
+    assert len(src[9]) == 200 and src[9][-1] == 2  # truncated to max_len, </s> kept
+    assert int(src.sizes.max()) == 200
+
+
+def test_megatron_format_one_document_per_sentence(raw, tmp_path):
+    out = tmp_path / "out"
+    binarize(opts(raw, out, format="megatron", shards=1), log=quiet)
+    ds = loader.ShardedCorpus(out).open("train", "en-de", "en", 0)
+    assert ds.format == "megatron" and ds.doc_idx.tolist() == list(range(len(ds) + 1))
+
+
+def test_existing_spm_and_dict(raw, tmp_path):
+    binarize(opts(raw, tmp_path / "a"), log=quiet)
+    d = loader.Dictionary.load(tmp_path / "a" / "dict.txt")
+    # A user dictionary in another order (as NLLB's is): pieces map through it by string.
+    custom = loader.Dictionary()
+    syms = [s for s in d.symbols[d.nspecial:] if not s.startswith("__")]
+    for s in reversed(syms):
+        custom.add_symbol(s)
+    custom.save(tmp_path / "custom.txt")
+    binarize(opts(raw, tmp_path / "b", train_spm=None, spm_model=str(tmp_path / "a" / "spm.model"),
+                  dict_path=str(tmp_path / "custom.txt")), log=quiet)
+    db = loader.Dictionary.load(tmp_path / "b" / "dict.txt")
+    a_ds = loader.ShardedCorpus(tmp_path / "a").open("train", "en-de", "en", 0)
+    b_ds = loader.ShardedCorpus(tmp_path / "b").open("train", "en-de", "en", 0)
+    for x, y in zip(a_ds, b_ds):
+        assert [d[int(t)] for t in x] == [db[int(t)] for t in y]
+        assert x.tolist() != y.tolist() or len(x) == 1
+
+
+def test_resume_skips_finished_shards_and_matches_a_clean_run(raw, tmp_path, monkeypatch):
+    clean = tmp_path / "clean"
+    binarize(opts(raw, clean), log=quiet)
+    out = tmp_path / "out"
+    real_finish = bz._finish
+    finished = []
+
+    def crash_after_first(*args, **kw):
+        if finished:
+            raise KeyboardInterrupt  # the kill arrives while the second shard is being written
+        real_finish(*args, **kw)
+        finished.append(1)
+
+    monkeypatch.setattr(bz, "_finish", crash_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        binarize(opts(raw, out, spm_model=str(clean / "spm.model"), train_spm=None), log=quiet)
+    monkeypatch.setattr(bz, "_finish", real_finish)
+    logs = []
+    binarize(opts(raw, out, spm_model=str(clean / "spm.model"), train_spm=None), log=logs.append)
+    assert any("1 of 5 shard(s) already finalized" in m for m in logs), logs
+    assert read_all(out) == read_all(clean)
+    # A third run has nothing to do.
+    logs.clear()
+    report = binarize(opts(raw, out, spm_model=str(clean / "spm.model"), train_spm=None), log=logs.append)
+    assert any("5 of 5 shard(s) already finalized" in m for m in logs), logs
+    assert report["lines_processed_this_run"] == 0
+    assert sum(e["kept"] for e in report["inputs"]) == 397 + 2 + 50
+
+
+def test_changed_input_redoes_its_shards(raw, tmp_path):
+    out = tmp_path / "out"
+    binarize(opts(raw, out), log=quiet)
+    time.sleep(0.01)
+    (raw / "train.fr").write_bytes(b"un\ndeux\n")
+    logs = []
+    binarize(opts(raw, out, spm_model=str(out / "spm.model"), train_spm=None), log=logs.append)
+    assert len(loader.ShardedCorpus(out).open("train", "fr", shard=0)) + len(
+        loader.ShardedCorpus(out).open("train", "fr", shard=1)) == 2
+
+
+def test_stale_outputs_refused_then_overwritten(raw, tmp_path):
+    out = tmp_path / "out"
+    binarize(opts(raw, out, shards=2), log=quiet)
+    with pytest.raises(BinarizeError, match="would not write"):
+        binarize(opts(raw, out, shards=1), log=quiet)
+    binarize(opts(raw, out, shards=1, overwrite=True), log=quiet)
+    assert loader.ShardedCorpus(out).shards == [0]
+
+
+KILL_SCRIPT = """
+import sys
+from loader.binarize import BinarizeOptions, binarize
+binarize(BinarizeOptions(input_dir=sys.argv[1], output_dir=sys.argv[2], spm_model=sys.argv[3], shards=6,
+                         workers=1, max_len=200, chunk_lines=50, progress=False), log=lambda m: None)
+"""
+
+
+def test_sigkill_then_rerun_gives_the_clean_output(tmp_path):
+    raw = tmp_path / "raw"
+    make_raw(raw, n=6000, seed=3)
+    clean = tmp_path / "clean"
+    binarize(opts(raw, clean, shards=6, chunk_lines=50), log=quiet)
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(raw), str(out), str(clean / "spm.model")])
+    deadline = time.time() + 60
+    records = out / ".binarize"
+    while time.time() < deadline and proc.poll() is None:
+        if records.exists() and any(n.endswith(".json") and "shard" in n for n in os.listdir(records)):
+            break
+        time.sleep(0.005)
+    assert proc.poll() is None, "the run finished before it could be killed; give it more work"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done = [n for n in os.listdir(records) if n.endswith(".json") and "shard" in n]
+    assert 1 <= len(done) < 8  # killed with finished and unfinished shards on disk
+    # Whatever the kill interrupted is either complete or invisible.
+    for prefix in (p for p in loader.ShardedCorpus(out, check=False).files):
+        loader.IndexedDataset(prefix.prefix)
+    subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(raw), str(out), str(clean / "spm.model")], check=True)
+    assert read_all(out) == read_all(clean)
+    assert not [n for d, _, ns in os.walk(out) for n in ns if n.endswith(".partial")]

@@ -1,0 +1,80 @@
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import loader
+from loader.demo import DIRECTIONS, build_corpus, run_demo
+from loader.stats import _percentile, corpus_stats
+
+
+def digest(folder):
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(folder)):
+        h.update(name.encode() + open(os.path.join(folder, name), "rb").read())
+    return h.hexdigest()
+
+
+def test_demo_corpus_is_deterministic_and_skewed(tmp_path):
+    a = build_corpus(str(tmp_path / "a"), scale=0.2)
+    build_corpus(str(tmp_path / "b"), scale=0.2)
+    assert digest(tmp_path / "a") == digest(tmp_path / "b")
+    sizes = [a[f"{d}.{d.split('-')[0]}"] for d in DIRECTIONS]
+    assert len(sizes) >= 4 and max(sizes) / min(sizes) >= 100
+    assert build_corpus(str(tmp_path / "a"), scale=0.2) == {}  # up to date: nothing rewritten
+    # Real CLDR text is in there, identical in meaning on both sides (a formatted date).
+    en = (tmp_path / "a" / "eng_Latn-deu_Latn.eng_Latn").read_text(errors="replace").splitlines()
+    de = (tmp_path / "a" / "eng_Latn-deu_Latn.deu_Latn").read_text(errors="replace").splitlines()
+    dates = [(e, g) for e, g in zip(en, de) if e.split(",")[0] in ("Monday", "Tuesday", "Wednesday")]
+    assert dates and all(g.split(",")[0] in ("Montag", "Dienstag", "Mittwoch") for _, g in dates)
+
+
+def test_run_demo_small(tmp_path, capsys):
+    assert run_demo(workdir=str(tmp_path / "demo"), scale=0.05, workers=1) == 0
+    out = capsys.readouterr().out
+    assert "== 3/3 babelfeed inspect" in out and "eng_Latn-swh_Latn" in out
+    # the planted bad lines of the three directions with >= 100 pairs, each reported
+    assert "dropped 6 empty, 3 over 256 tokens, 3 undecodable" in out
+    corpus = loader.ShardedCorpus(tmp_path / "demo" / "data_bin")
+    assert len(corpus.directions("train")) == 4 and corpus.monolingual("train") == ["swh_Latn"]
+
+
+def test_inspect_on_fairseq_fixture(fixtures_dir, expected):
+    rows = corpus_stats(fixtures_dir / "data_bin")
+    by_lang = {r["lang"]: r for r in rows}
+    for lang in ("eng_Latn", "tur_Latn"):
+        sizes = []
+        for shard in ("shard000", "shard001"):
+            sizes += expected["datasets"][f"data_bin/{shard}/train.eng_Latn-tur_Latn.{lang}"]["sequence_lengths"]
+        r = by_lang[lang]
+        assert (r["sentences"], r["tokens"], r["shards"], r["dtype"]) == (len(sizes), sum(sizes), 2, "uint32")
+        srt = sorted(sizes)
+        for q in (50, 90, 99):  # nearest-rank percentiles
+            assert r[f"p{q}"] == srt[int(np.ceil(q / 100 * len(srt))) - 1]
+        assert r["max"] == max(sizes)
+    cli = subprocess.run([sys.executable, "-m", "loader.cli", "inspect", str(fixtures_dir / "data_bin"), "--json"],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(cli.stdout) == rows
+    table = subprocess.run([sys.executable, "-m", "loader.cli", "inspect", str(fixtures_dir / "data_bin")],
+                           capture_output=True, text=True, check=True).stdout
+    assert "eng_Latn-tur_Latn" in table and "p99" in table and "uint32" in table
+
+
+def test_percentile_nearest_rank():
+    hist = np.bincount([1, 2, 3, 4, 100])
+    assert [_percentile(hist, q) for q in (20, 40, 50, 80, 81, 100)] == [1, 2, 3, 4, 100, 100]
+    assert _percentile(np.zeros(3, np.int64), 50) == 0
+
+
+def test_cli_reports_format_errors_without_traceback(tmp_path):
+    (tmp_path / "shard000").mkdir()
+    (tmp_path / "shard000" / "train.en-de.en.idx").write_bytes(b"garbage!!" * 4)
+    (tmp_path / "shard000" / "train.en-de.en.bin").write_bytes(b"")
+    (tmp_path / "shard000" / "train.en-de.de.idx").write_bytes(b"garbage!!" * 4)
+    (tmp_path / "shard000" / "train.en-de.de.bin").write_bytes(b"")
+    r = subprocess.run([sys.executable, "-m", "loader.cli", "inspect", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "train.en-de.en.idx" in r.stderr
