@@ -22,7 +22,7 @@ $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS)): pyproject.toml Makefile
 	@touch $@
 
 demo: venv
-	$(BIN)/babelfeed demo --workdir build/demo $(ARGS)
+	$(BIN)/babelfeed demo --config configs/demo.py $(ARGS)
 
 test: venv
 	$(BIN)/python -m pytest $(ARGS)

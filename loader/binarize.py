@@ -215,7 +215,8 @@ def _encode_chunk(chunk: Chunk, work_dir: str) -> tuple[Chunk, Stats, list[str]]
     encoded = []
     for side, texts in enumerate(sides_text):
         idx = np.flatnonzero(keep)
-        ids = sp.encode([texts[i] for i in idx], out_type=int) if len(idx) else []
+        # One thread per worker: --workers N means N cores (SentencePiece would otherwise use them all).
+        ids = sp.encode([texts[i] for i in idx], out_type=int, num_threads=1) if len(idx) else []
         lengths = np.zeros(n, dtype=np.int64)
         lengths[idx] = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter(chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))

@@ -36,7 +36,7 @@ def _inspect(args) -> int:
 def _demo(args) -> int:
     from .demo import run_demo
 
-    return run_demo(workdir=args.workdir, scale=args.scale, workers=args.workers)
+    return run_demo(args.config, workdir=args.workdir, scale=args.scale, workers=args.workers)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,9 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_inspect)
 
     d = sub.add_parser("demo", help="build the embedded demo corpus, binarize it and inspect it")
-    d.add_argument("--workdir", default="build/demo")
-    d.add_argument("--scale", type=float, default=1.0, help="multiply the corpus sizes (default 1.0)")
-    d.add_argument("--workers", type=int, default=0)
+    d.add_argument("--config", default=None, help="ml-collections config file (default: configs/demo.py)")
+    d.add_argument("--workdir", default=None, help="overrides config.workdir")
+    d.add_argument("--scale", type=float, default=None, help="multiply the corpus sizes (overrides config.corpus.scale)")
+    d.add_argument("--workers", type=int, default=None, help="overrides config.binarize.workers")
     d.set_defaults(func=_demo)
     return p
 

@@ -178,15 +178,26 @@ def build_corpus(raw_dir: str, scale: float = 1.0, seed: int = 1234) -> dict:
     return written
 
 
-def run_demo(workdir: str = "build/demo", scale: float = 1.0, workers: int = 0) -> int:
+DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo.py")
+
+
+def run_demo(config=None, workdir: str | None = None, scale: float | None = None, workers: int | None = None) -> int:
+    """Corpus, SentencePiece, binarize, inspect; settings from ``configs/demo.py`` (or ``config``)."""
     from .binarize import BinarizeOptions, binarize, format_report
+    from .config import load_config
     from .stats import corpus_stats, format_stats
 
+    if config is None or isinstance(config, (str, os.PathLike)):
+        config = load_config(config or DEFAULT_CONFIG)
+    workdir = workdir or config.workdir
+    scale = config.corpus.scale if scale is None else scale
+    b = config.binarize
+    workers = b.workers if workers is None else workers
     raw = os.path.join(workdir, "raw")
     data_bin = os.path.join(workdir, "data_bin")
     print(f"== 1/3 demo corpus -> {raw}")
     t0 = time.perf_counter()
-    written = build_corpus(raw, scale=scale)
+    written = build_corpus(raw, scale=scale, seed=config.seed)
     if written:
         sizes = {d: written[f"{d}.{d.split('-')[0]}"] for d in DIRECTIONS}
         print(f"   wrote {len(written)} files in {time.perf_counter() - t0:.1f} s; train pairs per direction: "
@@ -194,9 +205,11 @@ def run_demo(workdir: str = "build/demo", scale: float = 1.0, workers: int = 0) 
               + f" (largest/smallest = {max(sizes.values()) / min(sizes.values()):.0f}x)")
     else:
         print("   up to date")
-    print(f"== 2/3 babelfeed binarize {raw} -o {data_bin} --train-spm 4000 --shards 2 --max-len 256")
+    print(f"== 2/3 babelfeed binarize {raw} -o {data_bin} --train-spm {b.train_spm} --shards {b.shards} "
+          f"--max-len {b.max_len} --format {b.format}")
     report = binarize(
-        BinarizeOptions(input_dir=raw, output_dir=data_bin, train_spm=4000, shards=2, max_len=256, workers=workers),
+        BinarizeOptions(input_dir=raw, output_dir=data_bin, train_spm=b.train_spm, shards=b.shards,
+                        max_len=b.max_len, format=b.format, workers=workers),
         log=lambda m: print("   " + m),
     )
     print(format_report(report))

@@ -33,7 +33,8 @@ def test_demo_corpus_is_deterministic_and_skewed(tmp_path):
 
 
 def test_run_demo_small(tmp_path, capsys):
-    assert run_demo(workdir=str(tmp_path / "demo"), scale=0.05, workers=1) == 0
+    assert run_demo("configs/demo.py" if os.path.exists("configs/demo.py") else None,
+                    workdir=str(tmp_path / "demo"), scale=0.05, workers=1) == 0
     out = capsys.readouterr().out
     assert "== 3/3 babelfeed inspect" in out and "eng_Latn-swh_Latn" in out
     # the planted bad lines of the three directions with >= 100 pairs, each reported
@@ -78,3 +79,35 @@ def test_cli_reports_format_errors_without_traceback(tmp_path):
     r = subprocess.run([sys.executable, "-m", "loader.cli", "inspect", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "train.en-de.en.idx" in r.stderr
+
+
+def test_read_data_bin_example_decodes_the_demo(tmp_path, capsys):
+    run_demo(None, workdir=str(tmp_path / "demo"), scale=0.05, workers=1)
+    capsys.readouterr()
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "read_data_bin.py")
+    r = subprocess.run([sys.executable, example, str(tmp_path / "demo" / "data_bin"), "-n", "50"],
+                       capture_output=True, text=True, check=True)
+    raw_en = (tmp_path / "demo" / "raw" / "eng_Latn-tur_Latn.eng_Latn").read_text(errors="replace").splitlines()
+    sections = r.stdout.split("\neng_Latn-")
+    tur = next(sec for sec in sections if sec.startswith("tur_Latn:"))
+    shown = [ln.split("] ", 1)[1] for ln in tur.splitlines() if ln.startswith("  [")]
+    # shard 0 holds the first half of the 100 pairs, less the 4 planted bad ones; each decodes to its input line
+    want = [ln for i, ln in enumerate(raw_en[:50]) if i not in (7, 11, 13, 17)]
+    assert len(shown) == len(want) == 46
+    # equal, except where a character the tiny SentencePiece model never saw decodes as <unk> (" ⁇ ")
+    assert all(a == b or "\u2047" in a for a, b in zip(shown, want))
+    assert sum(a == b for a, b in zip(shown, want)) >= 40
+
+
+def test_config_is_locked(tmp_path):
+    from loader.config import load_config
+
+    c = load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo.py"))
+    assert c.binarize.train_spm == 4000
+    import pytest
+
+    with pytest.raises(AttributeError):
+        c.binarize.shard = 3  # misspelt key
+    (tmp_path / "bad.py").write_text("x = 1\n")
+    with pytest.raises(ValueError, match="get_config"):
+        load_config(tmp_path / "bad.py")

@@ -1,0 +1,33 @@
+"""Run every benchmark, print the tables, and keep them in build/bench/results.md (`make bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_binarize  # noqa: E402
+import bench_storage  # noqa: E402
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    a = p.parse_args()
+    os.makedirs("build/bench", exist_ok=True)
+    head = (f"babelfeed benchmarks, {time.strftime('%Y-%m-%d %H:%M')}, {platform.machine()}, "
+            f"{os.cpu_count()} cores, Python {platform.python_version()}")
+    print(head)
+    parts = [head]
+    parts.append(bench_storage.main(["--sentences", "200000", "--reads", "20000"] if a.quick else []))
+    parts.append(bench_binarize.main(["--scale", "0.5"] if a.quick else []))
+    with open("build/bench/results.md", "w") as f:
+        f.write("\n\n".join(parts) + "\n")
+    print("\nwritten to build/bench/results.md")
+
+
+if __name__ == "__main__":
+    main()
