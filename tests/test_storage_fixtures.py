@@ -1,12 +1,16 @@
 """Compatibility with files written by megatron-core's and fairseq's own builders (../shared/fixtures)."""
 
 import hashlib
+import json
 import os
+import pathlib
 
 import numpy as np
 import pytest
 
 import loader
+
+from helpers import write_tntidx
 
 NAMES = [
     "megatron/uint16_docs",
@@ -129,3 +133,24 @@ def test_every_sentence_ends_with_eos(fixtures_dir, expected):
         if "eos" in e:
             ds = loader.IndexedDataset(fixtures_dir / name)
             assert all(int(s[-1]) == e["eos"] for s in ds)
+
+
+LEGACY = pathlib.Path(__file__).parent / "fixtures" / "fairseq_legacy"
+
+
+def test_legacy_fixture_written_by_fairseq(tmp_path):
+    """TNTIDX files from fairseq's own legacy builder: every sequence back, ids minus the stored +1."""
+    e = json.loads((LEGACY / "expected.json").read_text())["lazy_int32"]
+    for ext in ("bin", "idx"):
+        data = (LEGACY / f"lazy_int32.{ext}").read_bytes()
+        assert hashlib.sha256(data).hexdigest() == e["files"][f"lazy_int32.{ext}"]["sha256"]
+    for verify in ("full", "quick"):
+        ds = loader.IndexedDataset(LEGACY / "lazy_int32", verify=verify)
+        assert ds.format == "legacy" and ds.dtype == np.int32 and ds.dtype_code == 4
+        assert ds.sizes.tolist() == e["sequence_lengths"]
+        assert [s.tolist() for s in ds] == e["sequences"]
+        assert ds.get(7, 4, 2).tolist() == e["sequences"][7][4:6]
+    # Our spec-built test writer produces fairseq's bytes, so the legacy error tests exercise real layouts.
+    write_tntidx(tmp_path / "ours", e["sequences"])
+    for ext in ("bin", "idx"):
+        assert (tmp_path / f"ours.{ext}").read_bytes() == (LEGACY / f"lazy_int32.{ext}").read_bytes()
