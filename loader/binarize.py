@@ -26,7 +26,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from itertools import chain
@@ -35,7 +34,8 @@ import numpy as np
 
 from .dictionary import Dictionary
 from .rawtext import BinarizeError, RawInput, count_lines, decode_lines, discover, line_offsets, read_lines
-from .storage.builder import IndexedDatasetBuilder, fsync_dir
+from .fileio import atomic_write, fsync_dir
+from .storage.builder import IndexedDatasetBuilder
 from .storage.dtypes import dtype_for_vocab
 from .storage.indexed import IndexedDataset, dataset_exists
 
@@ -318,7 +318,7 @@ def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, lo
         )
     except RuntimeError as e:
         raise BinarizeError(f"SentencePiece training failed: {e}") from None
-    _atomic_write(model_path, model.getvalue())
+    atomic_write(model_path, model.getvalue())
 
 
 def build_dictionary(sp, dict_path: str | None, langs: list[str]) -> tuple[Dictionary, np.ndarray]:
@@ -341,21 +341,6 @@ def build_dictionary(sp, dict_path: str | None, langs: list[str]) -> tuple[Dicti
 
 
 # ---------------------------------------------------------------------------------------------- driver
-def _atomic_write(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".partial")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -476,9 +461,9 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
             log(f"reusing {model_path} trained by an earlier run with the same settings")
         else:
             train_spm(inputs, opts, model_path, log)
-            _atomic_write(spm_record, spm_key.encode())
+            atomic_write(spm_record, spm_key.encode())
     elif os.path.abspath(opts.spm_model) != os.path.abspath(model_path):
-        _atomic_write(model_path, open(opts.spm_model, "rb").read())
+        atomic_write(model_path, open(opts.spm_model, "rb").read())
     sp = spm.SentencePieceProcessor(model_file=model_path)
     langs = sorted({lg for inp in inputs for lg in inp.langs})
     dictionary, table = build_dictionary(sp, opts.dict_path, langs)
@@ -531,7 +516,7 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
 
     elapsed = time.perf_counter() - t0
     report = _report(totals, inputs, opts, dictionary, dtype, elapsed, workers, total_lines)
-    _atomic_write(os.path.join(out, REPORT), json.dumps(report, indent=2).encode())
+    atomic_write(os.path.join(out, REPORT), json.dumps(report, indent=2).encode())
     return report
 
 
@@ -569,7 +554,7 @@ def _finish(job, fp, parts, stats, out, cfg, totals) -> None:
             b = IndexedDatasetBuilder(job.out_prefix(out, lang), cfg["dtype"], format=cfg["format"])
             b.finalize()
     record = {"fingerprint": fp, "stats": asdict(stats)}
-    _atomic_write(_record_path(out, job), json.dumps(record).encode())
+    atomic_write(_record_path(out, job), json.dumps(record).encode())
     fsync_dir(os.path.join(out, STATE_DIR))
     totals.setdefault((job.split, job.key), Stats()).add(stats)
 

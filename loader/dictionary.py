@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 
 import numpy as np
 
 from .errors import FormatError
+from .fileio import atomic_write
 
 BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"
 _OVERWRITE = "#fairseq:overwrite"
@@ -152,17 +152,5 @@ class Dictionary:
 
     def save(self, path) -> None:
         """Write ``symbols[nspecial:]`` with their counts, atomically (temp file, fsync, rename)."""
-        path = os.fspath(path)
-        directory = os.path.dirname(path) or "."
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".partial")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                for sym, cnt in zip(self.symbols[self.nspecial :], self.count[self.nspecial :]):
-                    f.write(f"{sym} {cnt}\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        lines = (f"{sym} {cnt}\n" for sym, cnt in zip(self.symbols[self.nspecial :], self.count[self.nspecial :]))
+        atomic_write(path, "".join(lines).encode("utf-8"))

@@ -16,26 +16,13 @@ import tempfile
 import numpy as np
 
 from ..errors import UnsupportedDtypeError
+from ..fileio import atomic_write, fsync_dir
 from .dtypes import TABLES, code_for
 from .indexed import MMIDIDX_MAGIC, IndexedDataset, data_path, index_path
 
 FORMATS = ("megatron", "fairseq")
 DEFAULT_DTYPE = {"megatron": np.int32, "fairseq": np.int64}  # each library's own builder default
 _INT32_MAX = np.iinfo(np.int32).max
-
-
-def fsync_dir(path: str) -> None:
-    """Make a rename inside ``path`` durable (best effort where directories cannot be opened)."""
-    try:
-        fd = os.open(path or ".", os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class IndexedDatasetBuilder:
@@ -75,7 +62,6 @@ class IndexedDatasetBuilder:
         base = os.path.basename(self.prefix)
         fd, self._tmp_bin = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=".bin.partial")
         self._data = os.fdopen(fd, "wb")
-        self._tmp_idx: str | None = None
         self._sizes = array.array("q")
         self._doc_idx = array.array("q", [0])
         self._modes = array.array("b")
@@ -197,31 +183,23 @@ class IndexedDatasetBuilder:
         self._data.flush()
         os.fsync(self._data.fileno())
         self._data.close()
-        directory = os.path.dirname(self.prefix) or "."
-        fd, self._tmp_idx = tempfile.mkstemp(
-            dir=directory, prefix=f".{os.path.basename(self.prefix)}.", suffix=".idx.partial"
-        )
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        # Old .idx first, so no moment exists where an old index sits beside the new .bin.
+        # Old .idx first, so no moment exists where an old index sits beside the new .bin; the new index
+        # appears last, so a crash anywhere leaves no .idx rather than a half-written pair.
         try:
             os.unlink(index_path(self.prefix))
         except FileNotFoundError:
             pass
         os.replace(self._tmp_bin, data_path(self.prefix))
-        os.replace(self._tmp_idx, index_path(self.prefix))
-        fsync_dir(directory)
+        atomic_write(index_path(self.prefix), payload)
+        fsync_dir(os.path.dirname(self.prefix) or ".")
         self._finalized = True
 
     def abort(self) -> None:
         """Discard everything written so far; the target files are left untouched."""
         if not self._data.closed:
             self._data.close()
-        for tmp in (self._tmp_bin, self._tmp_idx):
-            if tmp and os.path.exists(tmp):
-                os.unlink(tmp)
+        if os.path.exists(self._tmp_bin):
+            os.unlink(self._tmp_bin)
         self._finalized = True
 
     def _check_open(self) -> None:
@@ -263,4 +241,4 @@ def convert_index(src_prefix, dst_prefix, format: str) -> None:
         src.close()
 
 
-__all__ = ["IndexedDatasetBuilder", "convert_index", "FORMATS", "fsync_dir"]
+__all__ = ["IndexedDatasetBuilder", "convert_index", "FORMATS"]
