@@ -288,11 +288,11 @@ def _sample_for_spm(inputs: list[RawInput], opts: BinarizeOptions) -> list[str]:
             if k <= 0:
                 continue
             chosen = np.sort(rng.choice(n, size=min(int(k), n), replace=False))
-            offsets = line_offsets(path, list(chosen) + [n])
-            for a, b in zip(offsets[:-1], offsets[1:]):
-                line = read_lines(path, a, b)
-                if line:
-                    text = line[0].decode("utf-8", errors="replace").strip()
+            starts = line_offsets(path, chosen.tolist())
+            with open(path, "rb") as f:  # one open per file, one seek per sampled line
+                for a in starts:
+                    f.seek(a)
+                    text = f.readline().decode("utf-8", errors="replace").strip()
                     if text:
                         sample.append(text)
     return sample
@@ -498,7 +498,7 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
             _finish(job, fp, [], Stats(), out, cfg, totals)
     total_lines = sum(job.line_range[1] - job.line_range[0] for job, _ in todo)
     bar = tqdm(total=total_lines, unit="sent", unit_scale=True, desc="binarize", disable=opts.progress is False
-               if opts.progress is not None else None, dynamic_ncols=True)
+               if opts.progress is not None else None)
     args = (sp.serialized_model_proto(), table, cfg)
     try:
         if workers == 1 or len(chunks) <= 1:

@@ -154,3 +154,13 @@ def test_legacy_fixture_written_by_fairseq(tmp_path):
     write_tntidx(tmp_path / "ours", e["sequences"])
     for ext in ("bin", "idx"):
         assert (tmp_path / f"ours.{ext}").read_bytes() == (LEGACY / f"lazy_int32.{ext}").read_bytes()
+
+
+def test_pickles_for_worker_processes(fixtures_dir, expected):
+    import pickle
+
+    name = "megatron/uint16_docs"
+    ds = loader.IndexedDataset(fixtures_dir / name)
+    clone = pickle.loads(pickle.dumps(ds))
+    assert [s.tolist() for s in clone] == expected["datasets"][name]["sequences"]
+    assert clone.doc_idx.tolist() == expected["datasets"][name]["document_indices"]
