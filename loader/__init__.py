@@ -14,13 +14,22 @@ from .errors import (
     UnsupportedDtypeError,
     UnsupportedVersionError,
 )
+from .build import build_train_iterator, build_valid_iterator
+from .config import load_config
 from .corpus import CorpusFile, ShardedCorpus
 from .dictionary import Dictionary, lang_token
+from .mixing import sampling_probabilities
+from .pipeline import BatchIterator
 from .storage import IndexedDataset, IndexedDatasetBuilder, convert_index, dataset_exists, dtype_for_vocab
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchIterator",
+    "build_train_iterator",
+    "build_valid_iterator",
+    "load_config",
+    "sampling_probabilities",
     "CorpusFile",
     "Dictionary",
     "ShardedCorpus",

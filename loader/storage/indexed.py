@@ -237,6 +237,7 @@ class IndexedDataset:
             self._pointers = index.pointers
             self._check_mmidx(index)
         self._doc_idx = None
+        self._tokens = None
 
     def _fail(self, message: str, path: str | None = None):
         raise InconsistentIndexError(path or self.index_file, message)
@@ -392,6 +393,22 @@ class IndexedDataset:
         return self._index.modes
 
     @property
+    def tokens(self) -> np.ndarray:
+        """Every token of the ``.bin`` as one flat read-only array (stored values; see ``token_shift``).
+
+        The vectorised gather reads ``tokens[pointers[i] // itemsize + j]`` for whole batches at once.
+        """
+        if self._tokens is None:
+            count = self._bin_size // self._itemsize
+            self._tokens = np.frombuffer(self._bin, dtype=self.dtype, count=count) if count else np.zeros(0, self.dtype)
+        return self._tokens
+
+    @property
+    def token_shift(self) -> int:
+        """Subtract from stored values to get token ids: 1 for the legacy TNTIDX format, else 0."""
+        return self._index.token_shift
+
+    @property
     def num_tokens(self) -> int:
         n = len(self)
         return (int(self._pointers[-1]) // self._itemsize + int(self.sizes[-1])) if n else 0
@@ -441,7 +458,7 @@ class IndexedDataset:
     # ----------------------------------------------------------------------------------------- lifecycle
     def close(self) -> None:
         """Drop the maps. Views handed out earlier keep their own reference and stay valid."""
-        self._index = self._pointers = self._bin = None
+        self._index = self._pointers = self._bin = self._tokens = None
         self._idx_map = self._bin_map = None
 
     def __enter__(self):

@@ -1,0 +1,52 @@
+"""An NLLB-style multilingual training setup: every direction of a data_bin, temperature 5, shard cycling.
+
+    it = loader.build_train_iterator(loader.load_config("configs/nllb_like.py"), rank=0, world_size=8)
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 1
+
+    c.data = ml_collections.ConfigDict()
+    c.data.path = "build/demo/data_bin"  # a data_bin (shardNNN/{split}.{src}-{tgt}.{lang}.{bin,idx})
+    c.data.train_split = "train"
+    c.data.valid_split = "valid"
+    c.data.directions = "all"  # "all" or a comma-separated list such as "eng_Latn-deu_Latn,eng_Latn-fra_Latn"
+    c.data.monolingual = ""  # monolingual languages to add as (x, x) pairs, comma-separated
+    c.data.shards = "cycle"  # "cycle": epoch e reads shard (e-1) % k of each direction (Open-NLLB); "all"
+    c.data.source_prefix = "__{src}__"  # tokens put before every source (NLLB: the source language token)
+    c.data.target_prefix = "__{tgt}__"  # and before every target
+    c.data.prefix_overrides = ""  # "direction:side=tokens;..." e.g. "eng_Latn-deu_Latn:source=__bt__ __{src}__"
+    c.data.verify = "quick"  # index checks at open: "quick" (O(1)) or "full"
+
+    c.filter = ml_collections.ConfigDict()
+    c.filter.max_source_positions = 1024  # prefixes and </s> included
+    c.filter.max_target_positions = 1024
+    c.filter.on_too_long = "skip"  # train: "skip" (counted, reported) or "raise"
+    c.filter.on_too_long_valid = "raise"  # validation must see every sample
+
+    c.mixing = ml_collections.ConfigDict()
+    c.mixing.method = "temperature"  # "temperature" | "uniform" | "weights"
+    c.mixing.temperature = 5.0  # p_i ~ n_i^(1/T)
+    c.mixing.weights = ""  # method="weights": "eng_Latn-deu_Latn:0.5,eng_Latn-fra_Latn:0.3,..."
+    c.mixing.sampler = "stratified"  # "stratified" | "fairseq" (its exact draw) | "concat" (every sample once)
+    c.mixing.virtual_size = "fairseq"  # "fairseq" (largest corpus keeps its size, cap 1.5x) | "sum" | "<int>"
+    c.mixing.max_scale_up = 1.5
+    c.mixing.probabilities_from = "total"  # sizes over all shards ("total") or the epoch's shard ("shard")
+
+    c.batching = ml_collections.ConfigDict()
+    c.batching.max_tokens = 4096  # B * max(len) of the longer side, per batch
+    c.batching.max_sentences = 0  # 0: no limit
+    c.batching.required_batch_size_multiple = 8
+    c.batching.window = 1_000_000  # samples planned at once (memory bound); 0: the whole epoch
+    c.batching.balance_block = 16  # batches of similar cost shuffled together (rank balance)
+
+    c.collate = ml_collections.ConfigDict()
+    c.collate.left_pad_source = True
+    c.collate.left_pad_target = False
+    c.collate.pad_to_multiple = 1
+    c.collate.dtype = "int64"
+    return c

@@ -1,0 +1,107 @@
+"""Build iterators from an ml-collections config (see configs/nllb_like.py for every key)."""
+
+from __future__ import annotations
+
+from .collate import CollateOptions
+from .corpus import ShardedCorpus
+from .pipeline import BatchIterator, Collater, EpochPlanner, PlanOptions
+from .sources import SourceSet
+
+
+def _list(value: str) -> list[str]:
+    return [v.strip() for v in str(value).split(",") if v.strip()]
+
+
+def _weights(value) -> tuple:
+    if not value:
+        return ()
+    if isinstance(value, str):
+        pairs = []
+        for item in _list(value):
+            key, _, w = item.rpartition(":")
+            if not key:
+                raise ValueError(f"mixing.weights entry {item!r} must be 'direction:weight'")
+            pairs.append((key, float(w)))
+        return tuple(pairs)
+    return tuple((k, float(v)) for k, v in dict(value).items())
+
+
+def _overrides(value: str) -> dict:
+    out: dict = {}
+    for item in [v for v in str(value or "").split(";") if v.strip()]:
+        head, _, tokens = item.partition("=")
+        key, _, side = head.strip().rpartition(":")
+        if side not in ("source", "target") or not key:
+            raise ValueError(f"data.prefix_overrides entry {item!r} must be 'direction:source=tokens' or ':target='")
+        out.setdefault(key, {})[side] = tokens.strip()
+    return out
+
+
+def _virtual(value):
+    value = str(value)
+    if value in ("fairseq", "sum"):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"mixing.virtual_size must be 'fairseq', 'sum' or an integer, got {value!r}") from None
+
+
+def _keys(corpus: ShardedCorpus, split: str, directions: str, monolingual: str) -> list[str]:
+    keys = corpus.directions(split) if str(directions).strip() == "all" else _list(directions)
+    keys += _list(monolingual)
+    if not keys:
+        raise ValueError(f"{corpus.root}: no directions selected for split {split!r}")
+    return keys
+
+
+def _collater(config, sources, dictionary) -> Collater:
+    c = config.collate
+    return Collater(sources, CollateOptions(pad=dictionary.pad(), eos=dictionary.eos(),
+                                            left_pad_source=c.left_pad_source, left_pad_target=c.left_pad_target,
+                                            pad_to_multiple=c.pad_to_multiple, dtype=c.dtype))
+
+
+def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, object]:
+    d = config.data
+    corpus = ShardedCorpus(d.path)
+    dictionary = corpus.dictionary()
+    keys = keys or _keys(corpus, split, d.directions, d.monolingual)
+    sources = SourceSet(corpus, dictionary, split, keys, source_prefix=d.source_prefix,
+                        target_prefix=d.target_prefix, prefix_overrides=_overrides(d.prefix_overrides),
+                        shards=shards, verify=d.verify)
+    return sources, dictionary
+
+
+def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1) -> BatchIterator:
+    """The training iterator of ``config`` for one rank (raises ValueError on invalid settings)."""
+    sources, dictionary = _sources(config, config.data.train_split, config.data.shards)
+    m, b, f = config.mixing, config.batching, config.filter
+    opts = PlanOptions(
+        seed=config.seed, sampler=m.sampler, method=m.method, temperature=m.temperature, weights=_weights(m.weights),
+        virtual_size=_virtual(m.virtual_size), max_scale_up=m.max_scale_up, probabilities_from=m.probabilities_from,
+        max_tokens=b.max_tokens, max_sentences=b.max_sentences, multiple=b.required_batch_size_multiple,
+        window=b.window, max_source_positions=f.max_source_positions, max_target_positions=f.max_target_positions,
+        on_too_long=f.on_too_long, balance_block=b.balance_block)
+    planner = EpochPlanner(sources, opts)
+    return BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, epoch, name="train")
+
+
+def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str | None = None) -> BatchIterator:
+    """Every sample of the validation split once, in a fixed order, nothing dropped; one epoch."""
+    split = split or config.data.valid_split
+    corpus = ShardedCorpus(config.data.path)
+    wanted = _keys(corpus, config.data.train_split, config.data.directions, config.data.monolingual)
+    available = set(corpus.directions(split)) | set(corpus.monolingual(split))
+    keys = [k for k in wanted if k in available]
+    if not keys:
+        raise ValueError(f"{corpus.root}: no {split!r} data for the training directions {wanted}")
+    sources, dictionary = _sources(config, split, "all", keys)
+    b, f = config.batching, config.filter
+    opts = PlanOptions(seed=config.seed, sampler="concat", max_tokens=b.max_tokens, max_sentences=b.max_sentences,
+                       multiple=b.required_batch_size_multiple, window=0, max_source_positions=f.max_source_positions,
+                       max_target_positions=f.max_target_positions, on_too_long=f.on_too_long_valid,
+                       shuffle=False)
+    planner = EpochPlanner(sources, opts)
+    return BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, 1, name=split,
+                         max_epochs=1)

@@ -1,0 +1,124 @@
+"""Gather a planned batch into padded arrays: one vectorised copy per side, no per-sample Python loop.
+
+The output is fairseq's translation batch, so fairseq-style models consume it unchanged::
+
+    {"id": int64[B], "nsentences": B, "ntokens": non-pad target tokens,
+     "net_input": {"src_tokens": [B, S] left-padded, "src_lengths": int64[B],
+                   "prev_output_tokens": [B, T] (target with </s> moved to the front)},
+     "target": [B, T] right-padded,
+     "weight": float32[B] (1 for real rows; 0 for rows that only pad a batch, never counted)}
+
+Rows are sorted by source length, descending (stable), as fairseq's ``collate`` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CollateOptions:
+    pad: int = 1
+    eos: int = 2
+    left_pad_source: bool = True
+    left_pad_target: bool = False
+    pad_to_multiple: int = 1
+    dtype: str = "int64"
+    sort_by_source_length: bool = True
+
+    def __post_init__(self):
+        if self.pad_to_multiple < 1:
+            raise ValueError(f"pad_to_multiple must be >= 1, got {self.pad_to_multiple}")
+
+
+def _width(longest: int, multiple: int, minimum: int = 0) -> int:
+    w = max(int(longest), int(minimum))
+    if multiple > 1 and w % multiple:
+        w += multiple - w % multiple
+    return w
+
+
+def _ragged_arange(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + n)`` for each (s, n), vectorised."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    excl = np.cumsum(lengths) - lengths
+    return np.repeat(starts - excl, lengths) + np.arange(total, dtype=np.int64)
+
+
+def fill_side(out: np.ndarray, lengths: np.ndarray, groups, left_pad: bool) -> None:
+    """Write each row's prefix and tokens into ``out`` (pre-filled with pad).
+
+    ``groups``: iterable of ``(positions, dataset, rows, prefix)``: batch rows ``positions`` take records ``rows`` of
+    ``dataset`` (an IndexedDataset), each preceded by the ``prefix`` token ids.
+    """
+    width = out.shape[1]
+    start = (width - lengths) if left_pad else np.zeros_like(lengths)
+    flat = out.reshape(-1)
+    for positions, ds, rows, prefix in groups:
+        plen = len(prefix)
+        base = positions.astype(np.int64) * width + start[positions]
+        if plen:
+            flat[(base[:, None] + np.arange(plen)).ravel()] = np.tile(prefix, len(positions))
+        sizes = np.asarray(ds.sizes[rows], dtype=np.int64)
+        src_idx = _ragged_arange(np.asarray(ds.pointers[rows], dtype=np.int64) // ds.dtype.itemsize, sizes)
+        values = ds.tokens[src_idx]
+        if ds.token_shift:
+            values = values.astype(np.int64) - ds.token_shift
+        flat[_ragged_arange(base + plen, sizes)] = values
+
+
+def shift_eos_to_front(target: np.ndarray, lengths: np.ndarray, pad: int, eos: int, left_pad: bool) -> np.ndarray:
+    """fairseq's ``prev_output_tokens``: each row ``[eos, t0, ..., t_{n-2}]``, padded like the target."""
+    prev = np.full_like(target, pad)
+    prev[:, 1:] = target[:, :-1]
+    width = target.shape[1]
+    rows = np.arange(len(lengths))
+    if left_pad:
+        prev[rows, width - lengths] = eos
+    else:
+        prev[:, 0] = eos
+        inside = lengths < width
+        prev[rows[inside], lengths[inside]] = pad
+    prev[lengths == 0] = pad
+    return prev
+
+
+def collate_pairs(groups_src, groups_tgt, src_len: np.ndarray, tgt_len: np.ndarray | None, ids: np.ndarray,
+                  opts: CollateOptions, weight: np.ndarray | None = None, pad_to_length: dict | None = None,
+                  extra: dict | None = None) -> dict:
+    """Build the fairseq batch dict. ``groups_*`` as for :func:`fill_side`; lengths include prefixes and ``</s>``.
+
+    ``extra``: more per-row arrays to put in the batch, reordered with the rows.
+    """
+    n = len(src_len)
+    dtype = np.dtype(opts.dtype)
+    src_len = np.asarray(src_len, dtype=np.int64)
+    order = np.argsort(-src_len, kind="stable") if opts.sort_by_source_length else np.arange(n)
+    inverse = np.empty(n, dtype=np.int64)
+    inverse[order] = np.arange(n)
+    ptl = pad_to_length or {}
+    src = np.full((n, _width(src_len.max(initial=0), opts.pad_to_multiple, ptl.get("source", 0))), opts.pad, dtype)
+    fill_side(src, src_len[order], [(inverse[p], ds, r, pre) for p, ds, r, pre in groups_src], opts.left_pad_source)
+    batch = {
+        "id": np.asarray(ids, dtype=np.int64)[order],
+        "nsentences": n,
+        "net_input": {"src_tokens": src, "src_lengths": src_len[order]},
+        "weight": (np.ones(n, np.float32) if weight is None else np.asarray(weight, np.float32))[order],
+    }
+    for key, values in (extra or {}).items():
+        batch[key] = np.asarray(values)[order]
+    if tgt_len is not None:
+        tgt_len = np.asarray(tgt_len, dtype=np.int64)[order]
+        tgt = np.full((n, _width(tgt_len.max(initial=0), opts.pad_to_multiple, ptl.get("target", 0))), opts.pad, dtype)
+        fill_side(tgt, tgt_len, [(inverse[p], ds, r, pre) for p, ds, r, pre in groups_tgt], opts.left_pad_target)
+        batch["target"] = tgt
+        batch["net_input"]["prev_output_tokens"] = shift_eos_to_front(tgt, tgt_len, opts.pad, opts.eos,
+                                                                      opts.left_pad_target)
+        batch["ntokens"] = int(tgt_len[batch["weight"] > 0].sum())
+    else:
+        batch["ntokens"] = int(src_len[order][batch["weight"] > 0].sum())
+    return batch

@@ -1,0 +1,138 @@
+"""How many samples each corpus contributes to an epoch, and which ones.
+
+Probabilities (fairseq ``sampling_method.py`` semantics)::
+
+    temperature T:   p_i = n_i^(1/T) / sum_j n_j^(1/T)      (T = 1: proportional; T -> inf: uniform)
+    uniform:         p_i = 1 / k
+    weights:         p_i = w_i / sum_j w_j
+
+Virtual epoch size (fairseq ``default_virtual_size_func``): with ``j = argmax n``,
+``V = int(min(sum_i p_i / p_j * n_j, max_scale_up * sum_i n_i))``: the largest corpus keeps its size, the others
+scale with their probability, and the total is capped at 1.5x the real data. Per-corpus counts are
+``c_i = floor(V p_i)`` plus the remainder ``V - sum_i c_i``.
+
+Which rows, per corpus, given its count ``c`` and size ``n``:
+
+* ``stratified`` (default): ``c = q n + r`` takes every row ``q`` times and ``r`` distinct rows once more, so
+  every row appears ``floor(c/n)`` or ``ceil(c/n)`` times; a down-sampled corpus (``c < n``) is drawn without
+  replacement. The remainder of the counts goes to the largest fractional parts (no randomness).
+* ``fairseq``: fairseq's exact draw: ``RandomState([sha1(class name) % 2**32, seed, epoch])``, the remainder
+  drawn by ``rng.choice(k, V - sum c, p=p)``, then ``rng.choice(n_i, c_i, replace=c_i > n_i)`` per corpus.
+  Once ``c > n`` the whole draw is with replacement, so an up-sampled epoch misses about a third of the rows
+  (1 - 1/e at c = n): the defect ``stratified`` removes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from .permute import derive_key, permute
+
+SAMPLERS = ("stratified", "fairseq", "concat")
+
+
+def sampling_probabilities(sizes, temperature: float = 1.0) -> np.ndarray:
+    """Per-corpus sampling probabilities ``p_i ~ n_i^(1/T)`` (float64, sums to 1)."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    if sizes.ndim != 1 or sizes.size == 0:
+        raise ValueError(f"sizes must be a non-empty 1-D array, got shape {sizes.shape}")
+    if (sizes < 0).any():
+        raise ValueError(f"sizes must be >= 0, got {sizes.tolist()}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if sizes.sum() == 0:
+        raise ValueError("every corpus is empty")
+    # fairseq normalises first ((n_i / sum n)^(1/T)), which is the same after renormalising; do it in log space
+    # so that a large T or huge sizes cannot underflow.
+    with np.errstate(divide="ignore"):
+        logits = np.log(sizes / sizes.sum()) / temperature
+    logits[sizes == 0] = -np.inf
+    w = np.exp(logits - logits.max())
+    return w / w.sum()
+
+
+def weight_probabilities(weights) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or w.size == 0 or (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
+        raise ValueError(f"weights must be finite, >= 0 and not all 0, got {np.asarray(weights).tolist()}")
+    return w / w.sum()
+
+
+def virtual_size(sizes, probs, max_scale_up: float = 1.5) -> int:
+    """fairseq's ``default_virtual_size_func``: the largest corpus keeps its size, capped at max_scale_up x total."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    probs = np.asarray(probs, dtype=np.float64)
+    j = int(np.argmax(sizes))
+    if probs[j] == 0:
+        raise ValueError("the largest corpus has probability 0; give an explicit virtual size")
+    scaled = float(np.sum(probs / probs[j] * sizes[j]))
+    return int(min(scaled, max_scale_up * float(sizes.sum())))
+
+
+def stratified_counts(probs, total: int) -> np.ndarray:
+    """``floor(total p_i)`` plus the remainder by largest fractional part (ties to the lower index)."""
+    probs = np.asarray(probs, dtype=np.float64)
+    exact = probs * total
+    counts = np.floor(exact).astype(np.int64)
+    rest = int(total - counts.sum())
+    if rest > 0:
+        order = np.lexsort((np.arange(len(probs)), -(exact - counts)))
+        counts[order[:rest]] += 1
+    return counts
+
+
+# ------------------------------------------------------------------------------------------- stratified
+class StratifiedDraw:
+    """The rows one corpus contributes to one epoch, in a pseudorandom order, addressable by position.
+
+    ``rows(positions)`` maps positions ``[0, count)`` of the corpus's epoch sequence to row numbers in
+    ``[0, n)``, without materialising the sequence: a keyed permutation orders the ``count`` draws, the first
+    ``q n`` of them cover every row ``q`` times, and the last ``r`` are the first ``r`` rows of another keyed
+    permutation of ``[0, n)`` (distinct rows: drawn without replacement).
+    """
+
+    def __init__(self, n: int, count: int, key_parts: tuple):
+        if n <= 0 and count > 0:
+            raise ValueError("cannot draw from an empty corpus")
+        self.n, self.count = int(n), int(count)
+        self.q, self.r = divmod(self.count, self.n) if self.n else (0, 0)
+        self.order_key = derive_key(*key_parts, "order")
+        self.extra_key = derive_key(*key_parts, "extra")
+
+    def rows(self, positions) -> np.ndarray:
+        pos = np.asarray(positions, dtype=np.int64)
+        slot = permute(pos, self.count, self.order_key)
+        full = self.q * self.n
+        out = np.empty_like(slot)
+        base = slot < full
+        out[base] = slot[base] % self.n
+        extra = ~base
+        if extra.any():
+            out[extra] = permute(slot[extra] - full, self.n, self.extra_key)
+        return out
+
+
+# ------------------------------------------------------------------------------------------- fairseq
+def fairseq_class_hash(name: str = "SampledMultiDataset") -> int:
+    """``int(hashlib.sha1(name.encode()).hexdigest(), 16) % 2**32``, fairseq's per-class RNG seed component."""
+    return int(hashlib.sha1(name.encode("utf-8")).hexdigest(), 16) % 2**32
+
+
+def fairseq_draw(sizes, probs, virtual: int, epoch: int, seed: int = 2,
+                 class_name: str = "SampledMultiDataset") -> list[np.ndarray]:
+    """fairseq's ``SampledMultiDataset.get_virtual_indices``, bit for bit: the row indices drawn per corpus.
+
+    ``seed`` is 2 in fairseq's multilingual task whatever ``--seed`` says (the data manager never passes it).
+    """
+    rng = np.random.RandomState([fairseq_class_hash(class_name), seed % 2**32, epoch])
+    p = np.asarray(probs, dtype=np.float64)
+    p = p / p.sum()
+    counts = (virtual * p).astype(np.int64)
+    diff = virtual - counts.sum()
+    if diff < 0:
+        raise ValueError(f"virtual size {virtual} is smaller than the floor of its counts")
+    for i in rng.choice(len(p), size=int(diff), p=p):
+        counts[i] += 1
+    return [rng.choice(int(n), int(c), replace=bool(c > n)) for n, c in zip(sizes, counts)]

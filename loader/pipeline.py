@@ -1,0 +1,461 @@
+"""Plan an epoch on integers, then gather each batch once.
+
+    epoch e ──▶ directions (shard (e-1) % k of each) ──▶ counts c_i (temperature, virtual size)
+            ──▶ windows: window w takes a proportional slice of every direction's pseudorandom sequence
+            ──▶ per window: filter too-long, order by (max(src,tgt), src), token-budget batches,
+                shuffle batches in blocks of similar cost
+            ──▶ global batch g of the epoch is served by rank g % world_size
+            ──▶ gather + collate (collate.py)
+
+Every random choice is a pure function of (seed, epoch, window). The iterator state is a handful of
+integers: the epoch and the number of global batches consumed, so a run resumes bit-identically in a fresh
+process, and on a different world size from the same global position.
+
+When an epoch's batch count is not a multiple of the world size, the last step is completed with fully
+masked batches (every ``weight`` 0, ``ntokens`` 0): every rank takes the same number of steps, no rank waits in
+a collective, and no sample is dropped or carried into a different epoch (which would make an epoch's content
+depend on the world size).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .batching import batch_sorted, length_order
+from .collate import CollateOptions, collate_pairs
+from .mixing import (SAMPLERS, StratifiedDraw, fairseq_draw, sampling_probabilities, stratified_counts,
+                     virtual_size, weight_probabilities)
+from .sources import Direction, SourceSet
+
+STATE_VERSION = 1
+METHODS = ("temperature", "uniform", "weights")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    seed: int = 1
+    sampler: str = "stratified"  # stratified | fairseq | concat
+    method: str = "temperature"  # temperature | uniform | weights
+    temperature: float = 1.0
+    weights: tuple = ()  # ((key, weight), ...) for method="weights"
+    virtual_size: str | int = "fairseq"  # "fairseq" | "sum" | an int
+    max_scale_up: float = 1.5
+    probabilities_from: str = "total"  # sizes over all shards ("total", fairseq) or the epoch's shard ("shard")
+    fairseq_sampling_seed: int = 2  # fairseq's multilingual sampler ignores --seed and uses 2
+    max_tokens: int = 4096
+    max_sentences: int = 0  # 0: no limit
+    multiple: int = 8
+    window: int = 1_000_000  # samples planned at once; 0: the whole epoch (a global sort)
+    max_source_positions: int = 1024
+    max_target_positions: int = 1024
+    on_too_long: str = "skip"  # skip (count and report) | raise
+    balance_block: int = 16  # batches of similar cost shuffled as one block
+    shuffle: bool = True  # False: validation order (deterministic, by length)
+
+    def validate(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"mixing.sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"mixing.method must be one of {METHODS}, got {self.method!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"mixing.temperature must be > 0, got {self.temperature}")
+        if self.max_tokens <= 0:
+            raise ValueError(f"batching.max_tokens must be > 0, got {self.max_tokens}")
+        if self.max_sentences < 0 or self.multiple < 1 or self.window < 0 or self.balance_block < 1:
+            raise ValueError("batching.max_sentences >= 0, required_batch_size_multiple >= 1, window >= 0 and "
+                             f"balance_block >= 1 are required, got {self.max_sentences}, {self.multiple}, "
+                             f"{self.window}, {self.balance_block}")
+        longest = max(self.max_source_positions, self.max_target_positions)
+        if longest > self.max_tokens:
+            raise ValueError(f"batching.max_tokens={self.max_tokens} is smaller than the longest allowed sample "
+                             f"({longest} tokens): lower max_source/target_positions or raise max_tokens")
+        if self.on_too_long not in ("skip", "raise"):
+            raise ValueError(f"filter.on_too_long must be 'skip' or 'raise', got {self.on_too_long!r}")
+        if self.probabilities_from not in ("total", "shard"):
+            raise ValueError(f"mixing.probabilities_from must be 'total' or 'shard', got {self.probabilities_from!r}")
+        if not (self.virtual_size in ("fairseq", "sum") or (isinstance(self.virtual_size, int) and self.virtual_size > 0)):
+            raise ValueError(f"mixing.virtual_size must be 'fairseq', 'sum' or a positive int, got {self.virtual_size!r}")
+
+
+@dataclass
+class EpochSetup:
+    epoch: int
+    directions: list[Direction]
+    probs: np.ndarray
+    counts: np.ndarray  # samples per direction this epoch (before filtering)
+    draws: list  # per direction: StratifiedDraw, or an index array (fairseq), or None (concat / in order)
+    num_windows: int
+    window_batches: dict = field(default_factory=dict)  # window -> number of batches, once planned
+    filtered: np.ndarray = None  # too-long samples per direction, over the windows planned so far
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+
+@dataclass
+class Window:
+    epoch: int
+    index: int
+    direction: np.ndarray  # per sample, in plan (length) order
+    rows: np.ndarray
+    src_len: np.ndarray
+    tgt_len: np.ndarray
+    ends: np.ndarray  # batch b = [ends[b-1], ends[b]) of the plan order
+    order: np.ndarray  # served position j -> batch b
+    filtered: np.ndarray  # per direction
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def batch(self, j: int) -> slice:
+        b = int(self.order[j])
+        return slice(int(self.ends[b - 1]) if b else 0, int(self.ends[b]))
+
+
+class EpochPlanner:
+    """The integer plan of every epoch: which samples, in which window, in which batch, in which order."""
+
+    def __init__(self, sources: SourceSet, opts: PlanOptions):
+        opts.validate()
+        self.sources, self.opts = sources, opts
+        self._setup: EpochSetup | None = None
+        self._window_cache: tuple | None = None
+        if opts.method == "weights":
+            given = dict(opts.weights)
+            missing = [k for k in sources.keys if k not in given]
+            extra = [k for k in given if k not in sources.keys]
+            if missing or extra:
+                raise ValueError(f"mixing.weights must name exactly the directions used; missing {missing}, "
+                                 f"unknown {extra}")
+
+    @property
+    def keys(self) -> list[str]:
+        return self.sources.keys
+
+    def probabilities(self, directions: list[Direction]) -> np.ndarray:
+        o = self.opts
+        sizes = [d.total_size if o.probabilities_from == "total" else d.size for d in directions]
+        if o.sampler == "concat":
+            return np.asarray(sizes, np.float64) / max(sum(sizes), 1)
+        if o.method == "uniform":
+            return np.full(len(sizes), 1.0 / len(sizes))
+        if o.method == "weights":
+            w = dict(o.weights)
+            return weight_probabilities([w[d.key] for d in directions])
+        return sampling_probabilities(sizes, o.temperature)
+
+    def setup(self, epoch: int) -> EpochSetup:
+        if self._setup is not None and self._setup.epoch == epoch:
+            return self._setup
+        o = self.opts
+        directions = self.sources.directions(epoch)
+        sizes = np.array([d.size for d in directions], dtype=np.int64)
+        probs = self.probabilities(directions)
+        draws: list = []
+        if o.sampler == "concat":
+            counts = sizes.copy()
+            for d in directions:
+                draws.append(StratifiedDraw(d.size, d.size, (o.seed, "concat", epoch, d.key)) if o.shuffle and d.size
+                             else None)
+        else:
+            total = (int(sizes.sum()) if o.virtual_size == "sum" else virtual_size(sizes, probs, o.max_scale_up)
+                     if o.virtual_size == "fairseq" else int(o.virtual_size))
+            if o.sampler == "fairseq":
+                idx = fairseq_draw(sizes, probs, total, epoch, seed=o.fairseq_sampling_seed)
+                counts = np.array([len(i) for i in idx], dtype=np.int64)
+                draws = list(idx)
+            else:
+                counts = stratified_counts(probs, total)
+                for d, c in zip(directions, counts):
+                    if c and not d.size:
+                        raise ValueError(f"{d.key} has no sentences in epoch {epoch} but is sampled")
+                    draws.append(StratifiedDraw(d.size, int(c), (o.seed, "mix", epoch, d.key)) if c else None)
+        total = int(counts.sum())
+        num_windows = 1 if not o.window or total <= o.window else -(-total // o.window)
+        self._setup = EpochSetup(epoch, directions, probs, counts, draws, max(num_windows, 1),
+                                 filtered=np.zeros(len(directions), dtype=np.int64))
+        self._window_cache = None
+        return self._setup
+
+    # ------------------------------------------------------------------------------------------- windows
+    def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray, np.ndarray]:
+        total = setup.total
+        size = self.opts.window if self.opts.window and setup.num_windows > 1 else total
+        lo_pos, hi_pos = w * size, min((w + 1) * size, total)
+        dirs, rows = [], []
+        for d, (c, draw) in enumerate(zip(setup.counts.tolist(), setup.draws)):
+            if not total or not c:
+                continue
+            lo, hi = c * lo_pos // total, c * hi_pos // total
+            if hi <= lo:
+                continue
+            pos = np.arange(lo, hi, dtype=np.int64)
+            if draw is None:
+                r = pos
+            elif isinstance(draw, StratifiedDraw):
+                r = draw.rows(pos)
+            else:
+                r = np.asarray(draw[lo:hi], dtype=np.int64)
+            dirs.append(np.full(len(r), d, dtype=np.int32))
+            rows.append(r)
+        if not dirs:
+            return np.zeros(0, np.int32), np.zeros(0, np.int64)
+        return np.concatenate(dirs), np.concatenate(rows)
+
+    def window(self, epoch: int, w: int) -> Window:
+        if self._window_cache and self._window_cache[0] == (epoch, w):
+            return self._window_cache[1]
+        o = self.opts
+        setup = self.setup(epoch)
+        if not 0 <= w < setup.num_windows:
+            raise IndexError(f"epoch {epoch} has {setup.num_windows} windows, not {w + 1}")
+        dirs, rows = self._window_slice(setup, w)
+        src_len = np.zeros(len(rows), np.int64)
+        tgt_len = np.zeros(len(rows), np.int64)
+        for d, direction in enumerate(setup.directions):
+            sel = np.flatnonzero(dirs == d)
+            if not len(sel):
+                continue
+            comp_ids, local = direction.locate(rows[sel])
+            for cid in np.unique(comp_ids):
+                m = comp_ids == cid
+                comp = self.sources.components[int(cid)]
+                src_len[sel[m]] = comp.src_lengths(local[m])
+                if comp.tgt is not None:
+                    tgt_len[sel[m]] = comp.tgt_lengths(local[m])
+        too_long = (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)
+        filtered = np.bincount(dirs[too_long], minlength=len(setup.directions)).astype(np.int64)
+        if too_long.any():
+            if o.on_too_long == "raise":
+                i = int(np.flatnonzero(too_long)[0])
+                d = setup.directions[int(dirs[i])]
+                raise ValueError(
+                    f"{d.key} row {int(rows[i])}: {int(src_len[i])} source / {int(tgt_len[i])} target tokens, over "
+                    f"max_source_positions={o.max_source_positions} / max_target_positions={o.max_target_positions} "
+                    f"(filter.on_too_long='raise'; 'skip' drops and counts such samples)")
+            keep = ~too_long
+            dirs, rows, src_len, tgt_len = dirs[keep], rows[keep], src_len[keep], tgt_len[keep]
+        rng = np.random.default_rng([o.seed, epoch, w, 7])
+        if o.shuffle:
+            order = length_order(src_len, tgt_len if self.sources.with_target else None, rng)
+        else:  # validation: by (cost, src), ties in sample order; no randomness
+            cost = np.maximum(src_len, tgt_len)
+            order = np.lexsort((src_len, cost))
+        dirs, rows, src_len, tgt_len = dirs[order], rows[order], src_len[order], tgt_len[order]
+        cost = np.maximum(src_len, tgt_len)
+        ends = batch_sorted(cost, o.max_tokens, o.max_sentences or None, o.multiple)
+        served = self._block_shuffle(len(ends), rng) if o.shuffle else np.arange(len(ends))
+        win = Window(epoch, w, dirs, rows, src_len.astype(np.int32), tgt_len.astype(np.int32), ends, served, filtered)
+        if w not in setup.window_batches:
+            setup.filtered += filtered
+        setup.window_batches[w] = len(win)
+        self._window_cache = ((epoch, w), win)
+        return win
+
+    def _block_shuffle(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """Batches in cost order, cut into blocks of ``balance_block``; blocks and their members shuffled.
+
+        Consecutive global batches then cost about the same, so the batches of one step (one per rank) are
+        balanced for any world size up to the block size, while the global order stays independent of it.
+        """
+        q = self.opts.balance_block
+        blocks = [np.arange(s, min(s + q, n)) for s in range(0, n, q)]
+        out = [rng.permutation(blocks[i]) for i in rng.permutation(len(blocks))]
+        return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+    def window_start(self, epoch: int, w: int) -> int:
+        """Global index of window w's first batch (plans earlier windows' integers if needed)."""
+        setup = self.setup(epoch)
+        start = 0
+        for k in range(w):
+            if k not in setup.window_batches:
+                self.window(epoch, k)
+            start += setup.window_batches[k]
+        return start
+
+    def locate(self, epoch: int, g: int, hint: tuple[int, int] = (0, 0)) -> tuple[int, int] | None:
+        """(window, position in window) of global batch g, or None when the epoch has fewer batches."""
+        setup = self.setup(epoch)
+        w, start = hint
+        if start > g:
+            w, start = 0, 0
+        while w < setup.num_windows:
+            n = setup.window_batches.get(w)
+            if n is None:
+                self.window(epoch, w)
+                n = setup.window_batches[w]
+            if g < start + n:
+                return w, g - start
+            start += n
+            w += 1
+        return None
+
+    def num_batches(self, epoch: int) -> int:
+        """Batches in the epoch (plans every window's integers the first time)."""
+        setup = self.setup(epoch)
+        for w in range(setup.num_windows):
+            if w not in setup.window_batches:
+                self.window(epoch, w)
+        return sum(setup.window_batches[w] for w in range(setup.num_windows))
+
+    def fingerprint(self) -> str:
+        comps = [(c.key, c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist()) for c in self.sources.components]
+        blob = json.dumps({"opts": asdict(self.opts), "split": self.sources.split, "shards": self.sources.shards,
+                           "components": comps}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class Collater:
+    """Planned sample references -> the fairseq batch dict."""
+
+    def __init__(self, sources: SourceSet, opts: CollateOptions):
+        self.sources, self.opts = sources, opts
+        sizes = [len(c) for c in sources.components]
+        self.id_base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+    def __call__(self, directions: list[Direction], dirs: np.ndarray, rows: np.ndarray, src_len, tgt_len,
+                 weight=None) -> dict:
+        comp_ids = np.empty(len(rows), np.int64)
+        local = np.empty(len(rows), np.int64)
+        for d in np.unique(dirs):
+            sel = np.flatnonzero(dirs == d)
+            comp_ids[sel], local[sel] = directions[int(d)].locate(rows[sel])
+        groups_src, groups_tgt = [], []
+        for cid in np.unique(comp_ids):
+            pos = np.flatnonzero(comp_ids == cid)
+            comp = self.sources.components[int(cid)]
+            groups_src.append((pos, comp.src, local[pos], comp.src_prefix))
+            if comp.tgt is not None:
+                groups_tgt.append((pos, comp.tgt, local[pos], comp.tgt_prefix))
+        ids = self.id_base[comp_ids] + local
+        has_tgt = self.sources.with_target
+        return collate_pairs(groups_src, groups_tgt, src_len, tgt_len if has_tgt else None, ids, self.opts,
+                             weight=weight, extra={"direction": np.asarray(dirs, dtype=np.int32)})
+
+
+class BatchIterator:
+    """Batches of the current epoch for one rank, with ``len()``, ``epoch``, ``step`` and exact resume.
+
+    Global batch g of an epoch goes to rank ``g % world_size``; the global order does not depend on the world
+    size. Iterating past the epoch's last step raises StopIteration and moves to the next epoch, so
+    ``for epoch ...: for batch in it: ...`` walks epoch after epoch.
+    """
+
+    def __init__(self, planner: EpochPlanner, collater: Collater, rank: int = 0, world_size: int = 1,
+                 epoch: int = 1, name: str = "train", max_epochs: int | None = None):
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        if epoch < 1:
+            raise ValueError(f"epochs count from 1, got {epoch}")
+        self.planner, self.collater = planner, collater
+        self.rank, self.world_size, self.name = rank, world_size, name
+        self.max_epochs = max_epochs
+        self.epoch = epoch
+        self._base = 0  # global batches consumed before this run's first step of the epoch
+        self.step = 0  # steps taken by every rank since _base
+        self._hint = (0, 0)
+        self.total_steps = 0
+        self.served = {}
+
+    # ----------------------------------------------------------------------------------------- counters
+    @property
+    def consumed(self) -> int:
+        """Global batches of this epoch consumed by all ranks together."""
+        return self._base + self.step * self.world_size
+
+    def __len__(self) -> int:
+        """Steps of the current epoch for this rank, from the epoch's start (plans the whole epoch's integers)."""
+        n = self.planner.num_batches(self.epoch)
+        return -(-self._base // self.world_size) + -(-(n - self._base) // self.world_size) if n > self._base else \
+            -(-self._base // self.world_size)
+
+    @property
+    def iterations_in_epoch(self) -> int:
+        return -(-self._base // self.world_size) + self.step
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        if self.max_epochs is not None and self.epoch > self.max_epochs:
+            raise StopIteration
+        start = self.consumed
+        if self.planner.locate(self.epoch, start, self._hint) is None:
+            self._next_epoch()
+            raise StopIteration
+        g = start + self.rank
+        where = self.planner.locate(self.epoch, g, self._hint)
+        if where is None:  # the epoch's last step: ranks past its end get a fully masked batch
+            batch = self._dummy()
+        else:
+            w, j = where
+            self._hint = (w, self.planner.window_start(self.epoch, w))
+            batch = self._collate(w, j)
+        self.step += 1
+        self.total_steps += 1
+        return batch
+
+    def _collate(self, w: int, j: int, weight=None) -> dict:
+        win = self.planner.window(self.epoch, w)
+        sl = win.batch(j)
+        setup = self.planner.setup(self.epoch)
+        batch = self.collater(setup.directions, win.direction[sl], win.rows[sl], win.src_len[sl], win.tgt_len[sl],
+                              weight=weight)
+        if weight is None:
+            for d, n in zip(*np.unique(win.direction[sl], return_counts=True)):
+                self.served[int(d)] = self.served.get(int(d), 0) + int(n)
+        return batch
+
+    def _dummy(self) -> dict:
+        n = self.planner.num_batches(self.epoch)
+        w, j = self.planner.locate(self.epoch, n - 1)
+        win = self.planner.window(self.epoch, w)
+        sl = win.batch(j)
+        batch = self._collate(w, j, weight=np.zeros(sl.stop - sl.start, np.float32))
+        batch["id"] = np.full_like(batch["id"], -1)
+        batch["nsentences"] = 0
+        return batch
+
+    def _next_epoch(self) -> None:
+        self.epoch += 1
+        self._base = 0
+        self.step = 0
+        self._hint = (0, 0)
+        self.served = {}
+
+    # ----------------------------------------------------------------------------------------- state
+    def get_state(self) -> dict:
+        """A small JSON-serialisable dict; the same on every rank at the same step."""
+        c = self.consumed
+        epoch = self.epoch
+        if self.planner.locate(epoch, c, self._hint) is None and c > 0:
+            epoch, c = epoch + 1, 0  # finished epoch: resume at the start of the next
+        return {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
+                "total_steps": self.total_steps, "fingerprint": self.planner.fingerprint()}
+
+    def set_state(self, state: dict, strict: bool = True) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown iterator state version {state.get('version')!r}")
+        fp = self.planner.fingerprint()
+        if strict and state.get("fingerprint") != fp:
+            raise ValueError(
+                f"iterator state was saved with different data or settings (fingerprint {state.get('fingerprint')} "
+                f"!= {fp}): resuming would not continue the same stream. Pass strict=False to resume anyway.")
+        self.epoch = int(state["epoch"])
+        self._base = int(state["consumed"])
+        self.step = 0
+        self._hint = (0, 0)
+        self.total_steps = int(state.get("total_steps", 0))
+        self.served = {}
+
+    # ----------------------------------------------------------------------------------------- reports
+    def stats(self) -> dict:
+        """Per direction, for the current epoch: probability, planned samples, filtered (too long) so far."""
+        setup = self.planner.setup(self.epoch)
+        return {d.key: {"probability": float(p), "planned": int(c), "filtered": int(f), "served": self.served.get(i, 0)}
+                for i, (d, p, c, f) in enumerate(zip(setup.directions, setup.probs, setup.counts, setup.filtered))}

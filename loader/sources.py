@@ -1,0 +1,141 @@
+"""Corpus components: a direction (or monolingual language) in one shard, with the prefix tokens of each side.
+
+A *component* is what a sample reference points into: ``(component, row)``. Its lengths include the prefix
+tokens (NLLB: ``__src__`` before the source, ``__tgt__`` before the target), as fairseq's PrependTokenDataset
+counts them, so filtering and budgets see the lengths the model sees.
+
+Prefixes are strings of space-separated tokens with placeholders ``{src}``, ``{tgt}`` (and ``{lang}`` for
+monolingual data): the default source prefix ``"__{src}__"`` gives ``__eng_Latn__``; a back-translation
+direction can use ``"__bt__ __{src}__"``. Every token must exist in the dictionary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .corpus import ShardedCorpus
+from .dictionary import Dictionary
+from .storage.indexed import IndexedDataset
+
+
+def resolve_prefix(template: str, dictionary: Dictionary, key: str, **langs) -> np.ndarray:
+    """Token ids of a prefix template such as ``"__bt__ __{src}__"`` (empty template: no prefix)."""
+    try:
+        text = template.format(**langs)
+    except KeyError as e:
+        raise ValueError(f"prefix {template!r} for {key} uses an unknown placeholder {e}") from None
+    ids = []
+    for tok in text.split():
+        if tok not in dictionary:
+            raise ValueError(f"prefix token {tok!r} for {key} is not in the dictionary ({len(dictionary)} symbols)")
+        ids.append(dictionary.index(tok))
+    return np.asarray(ids, dtype=np.int64)
+
+
+@dataclass
+class Component:
+    """One shard of one direction: ``src``/``tgt`` datasets (``tgt`` is ``src`` for monolingual data)."""
+
+    key: str
+    shard: int
+    src: IndexedDataset
+    tgt: IndexedDataset | None
+    src_prefix: np.ndarray
+    tgt_prefix: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def src_lengths(self, rows) -> np.ndarray:
+        return np.asarray(self.src.sizes[rows], dtype=np.int64) + len(self.src_prefix)
+
+    def tgt_lengths(self, rows) -> np.ndarray:
+        return np.asarray(self.tgt.sizes[rows], dtype=np.int64) + len(self.tgt_prefix)
+
+
+@dataclass
+class Direction:
+    """A direction (or monolingual key) for one epoch: the shards it reads, concatenated into one row space."""
+
+    key: str
+    index: int
+    components: list[Component]
+    component_ids: list[int]  # global ids of the components, for the gather
+    total_size: int  # sentences over every shard, for probabilities
+    offsets: np.ndarray = field(init=False)
+
+    def __post_init__(self):
+        self.offsets = np.concatenate([[0], np.cumsum([len(c) for c in self.components])]).astype(np.int64)
+
+    @property
+    def size(self) -> int:
+        return int(self.offsets[-1])
+
+    def locate(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Direction rows -> (global component id, row within that component)."""
+        if len(self.components) == 1:
+            return np.full(len(rows), self.component_ids[0], dtype=np.int64), rows
+        which = np.searchsorted(self.offsets, rows, side="right") - 1
+        return np.asarray(self.component_ids, dtype=np.int64)[which], rows - self.offsets[which]
+
+
+class SourceSet:
+    """Every component of a split, opened lazily, and the per-epoch choice of shards.
+
+    ``shards="cycle"``: epoch e (1-based) reads shard ``(e - 1) % k`` of a direction with k shards (Open-NLLB);
+    ``shards="all"``: every shard every epoch.
+    """
+
+    def __init__(self, corpus: ShardedCorpus, dictionary: Dictionary, split: str, keys: list[str],
+                 source_prefix: str = "__{src}__", target_prefix: str = "__{tgt}__", prefix_overrides=None,
+                 shards: str = "cycle", verify: str = "quick", with_target: bool = True):
+        if shards not in ("cycle", "all"):
+            raise ValueError(f"shards must be 'cycle' or 'all', got {shards!r}")
+        self.corpus, self.dictionary, self.split, self.shards = corpus, dictionary, split, shards
+        self.keys = list(keys)
+        self.with_target = with_target
+        overrides = dict(prefix_overrides or {})
+        unknown = set(overrides) - set(self.keys)
+        if unknown:
+            raise ValueError(f"prefix overrides name directions that are not used: {sorted(unknown)}")
+        self.components: list[Component] = []
+        self._by_key: dict[str, list[int]] = {}
+        self.total_sizes = {}
+        for key in self.keys:
+            ids = corpus.shard_ids(split, key)
+            if not ids:
+                raise ValueError(f"{corpus.root}: no {split} data for {key!r}; available: "
+                                 f"{corpus.directions(split) + corpus.monolingual(split)}")
+            over = overrides.get(key, {})
+            if "-" in key:
+                src_lang, tgt_lang = key.split("-")
+                langs = {"src": src_lang, "tgt": tgt_lang}
+            else:
+                src_lang = tgt_lang = key
+                langs = {"src": key, "tgt": key, "lang": key}
+            sp = resolve_prefix(over.get("source", source_prefix), dictionary, key, **langs)
+            tp = resolve_prefix(over.get("target", target_prefix), dictionary, key, **langs)
+            self._by_key[key] = []
+            for shard in ids:
+                src = corpus.open(split, key, src_lang if "-" in key else None, shard, verify=verify)
+                tgt = None
+                if with_target:
+                    tgt = corpus.open(split, key, tgt_lang, shard, verify=verify) if "-" in key else src
+                self._by_key[key].append(len(self.components))
+                self.components.append(Component(key, shard, src, tgt, sp, tp))
+            self.total_sizes[key] = sum(len(self.components[i]) for i in self._by_key[key])
+
+    def directions(self, epoch: int) -> list[Direction]:
+        out = []
+        for d, key in enumerate(self.keys):
+            ids = self._by_key[key]
+            if self.shards == "cycle":
+                ids = [ids[(epoch - 1) % len(ids)]]
+            out.append(Direction(key, d, [self.components[i] for i in ids], ids, self.total_sizes[key]))
+        return out
+
+    @property
+    def max_shards(self) -> int:
+        return max(len(v) for v in self._by_key.values())
