@@ -90,7 +90,6 @@ class EpochSetup:
     draws: list  # per direction: StratifiedDraw, or an index array (fairseq), or None (concat / in order)
     num_windows: int
     window_batches: dict = field(default_factory=dict)  # window -> number of batches, once planned
-    filtered: np.ndarray = None  # too-long samples per direction, over the windows planned so far
 
     @property
     def total(self) -> int:
@@ -125,6 +124,7 @@ class EpochPlanner:
         self.sources, self.opts = sources, opts
         self._setup: EpochSetup | None = None
         self._window_cache: tuple | None = None
+        self._filtered: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> too-long per direction
         if opts.method == "weights":
             given = dict(opts.weights)
             missing = [k for k in sources.keys if k not in given]
@@ -177,8 +177,7 @@ class EpochPlanner:
                     draws.append(StratifiedDraw(d.size, int(c), (o.seed, "mix", epoch, d.key)) if c else None)
         total = int(counts.sum())
         num_windows = 1 if not o.window or total <= o.window else -(-total // o.window)
-        self._setup = EpochSetup(epoch, directions, probs, counts, draws, max(num_windows, 1),
-                                 filtered=np.zeros(len(directions), dtype=np.int64))
+        self._setup = EpochSetup(epoch, directions, probs, counts, draws, max(num_windows, 1))
         self._window_cache = None
         return self._setup
 
@@ -251,8 +250,7 @@ class EpochPlanner:
         ends = batch_sorted(cost, o.max_tokens, o.max_sentences or None, o.multiple)
         served = self._block_shuffle(len(ends), rng) if o.shuffle else np.arange(len(ends))
         win = Window(epoch, w, dirs, rows, src_len.astype(np.int32), tgt_len.astype(np.int32), ends, served, filtered)
-        if w not in setup.window_batches:
-            setup.filtered += filtered
+        self._filtered.setdefault(epoch, {})[w] = filtered
         setup.window_batches[w] = len(win)
         self._window_cache = ((epoch, w), win)
         return win
@@ -302,6 +300,13 @@ class EpochPlanner:
             if w not in setup.window_batches:
                 self.window(epoch, w)
         return sum(setup.window_batches[w] for w in range(setup.num_windows))
+
+    def filtered(self, epoch: int) -> np.ndarray:
+        """Too-long samples per direction in ``epoch``, over the windows planned so far."""
+        out = np.zeros(len(self.sources.keys), dtype=np.int64)
+        for counts in self._filtered.get(epoch, {}).values():
+            out += counts
+        return out
 
     def fingerprint(self) -> str:
         comps = [(c.key, c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist()) for c in self.sources.components]
@@ -360,7 +365,7 @@ class BatchIterator:
         self.step = 0  # steps taken by every rank since _base
         self._hint = (0, 0)
         self.total_steps = 0
-        self.served = {}
+        self.served: dict[int, dict[int, int]] = {}  # epoch -> direction -> samples served by this rank
 
     # ----------------------------------------------------------------------------------------- counters
     @property
@@ -407,8 +412,9 @@ class BatchIterator:
         batch = self.collater(setup.directions, win.direction[sl], win.rows[sl], win.src_len[sl], win.tgt_len[sl],
                               weight=weight)
         if weight is None:
+            served = self.served.setdefault(self.epoch, {})
             for d, n in zip(*np.unique(win.direction[sl], return_counts=True)):
-                self.served[int(d)] = self.served.get(int(d), 0) + int(n)
+                served[int(d)] = served.get(int(d), 0) + int(n)
         return batch
 
     def _dummy(self) -> dict:
@@ -426,7 +432,6 @@ class BatchIterator:
         self._base = 0
         self.step = 0
         self._hint = (0, 0)
-        self.served = {}
 
     # ----------------------------------------------------------------------------------------- state
     def get_state(self) -> dict:
@@ -451,11 +456,14 @@ class BatchIterator:
         self.step = 0
         self._hint = (0, 0)
         self.total_steps = int(state.get("total_steps", 0))
-        self.served = {}
 
     # ----------------------------------------------------------------------------------------- reports
-    def stats(self) -> dict:
-        """Per direction, for the current epoch: probability, planned samples, filtered (too long) so far."""
-        setup = self.planner.setup(self.epoch)
-        return {d.key: {"probability": float(p), "planned": int(c), "filtered": int(f), "served": self.served.get(i, 0)}
-                for i, (d, p, c, f) in enumerate(zip(setup.directions, setup.probs, setup.counts, setup.filtered))}
+    def stats(self, epoch: int | None = None) -> dict:
+        """Per direction, for ``epoch`` (default: the current one): its probability, the samples planned, those
+        filtered as too long (in the windows planned so far), and those this rank served."""
+        epoch = self.epoch if epoch is None else epoch
+        setup = self.planner.setup(epoch)
+        served = self.served.get(epoch, {})
+        return {d.key: {"probability": float(p), "planned": int(c), "filtered": int(f), "served": served.get(i, 0)}
+                for i, (d, p, c, f) in enumerate(zip(setup.directions, setup.probs, setup.counts,
+                                                     self.planner.filtered(epoch)))}
