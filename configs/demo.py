@@ -1,6 +1,17 @@
 """Settings of `make demo` (`babelfeed demo --config configs/demo.py`)."""
 
+import importlib.util
+import os
+
 import ml_collections
+
+
+def _nllb_like() -> ml_collections.ConfigDict:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nllb_like.py")
+    spec = importlib.util.spec_from_file_location("babelfeed_nllb_like", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config()
 
 
 def get_config() -> ml_collections.ConfigDict:
@@ -17,4 +28,12 @@ def get_config() -> ml_collections.ConfigDict:
     c.binarize.max_len = 256  # tokens per sentence, </s> included
     c.binarize.format = "fairseq"
     c.binarize.workers = 0  # 0: every core
+
+    # The training pipeline streamed over one epoch: configs/nllb_like.py with demo-sized limits.
+    c.train = _nllb_like()
+    c.train.data.path = os.path.join(c.workdir, "data_bin")
+    c.train.batching.max_tokens = 4096
+    c.train.filter.max_source_positions = 128  # the longest demo sentences are filtered out and counted
+    c.train.filter.max_target_positions = 128
+    c.train.filter.on_too_long_valid = "skip"
     return c

@@ -195,7 +195,7 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
     workers = b.workers if workers is None else workers
     raw = os.path.join(workdir, "raw")
     data_bin = os.path.join(workdir, "data_bin")
-    print(f"== 1/3 demo corpus -> {raw}")
+    print(f"== 1/4 demo corpus -> {raw}")
     t0 = time.perf_counter()
     written = build_corpus(raw, scale=scale, seed=config.seed)
     if written:
@@ -205,7 +205,7 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
               + f" (largest/smallest = {max(sizes.values()) / min(sizes.values()):.0f}x)")
     else:
         print("   up to date")
-    print(f"== 2/3 babelfeed binarize {raw} -o {data_bin} --train-spm {b.train_spm} --shards {b.shards} "
+    print(f"== 2/4 babelfeed binarize {raw} -o {data_bin} --train-spm {b.train_spm} --shards {b.shards} "
           f"--max-len {b.max_len} --format {b.format}")
     report = binarize(
         BinarizeOptions(input_dir=raw, output_dir=data_bin, train_spm=b.train_spm, shards=b.shards,
@@ -213,7 +213,41 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
         log=lambda m: print("   " + m),
     )
     print(format_report(report))
-    print(f"== 3/3 babelfeed inspect {data_bin}")
+    print(f"== 3/4 babelfeed inspect {data_bin}")
     print(format_stats(corpus_stats(data_bin)))
+    print(f"== 4/4 one training epoch: temperature {config.train.mixing.temperature}, "
+          f"max_tokens {config.train.batching.max_tokens}, {config.train.mixing.sampler} sampling")
+    config.train.data.path = data_bin
+    print(stream_epoch(config.train))
     sys.stdout.flush()
     return 0
+
+
+def stream_epoch(train_config, epoch_limit: int = 1) -> str:
+    """Stream one epoch and report what came out: shares against the configured probabilities, padding, speed."""
+    from .build import build_train_iterator
+
+    t0 = time.perf_counter()
+    it = build_train_iterator(train_config)
+    first = None
+    batches = sentences = real = padded = 0
+    for batch in it:
+        if first is None:
+            first = time.perf_counter() - t0
+        batches += 1
+        sentences += batch["nsentences"]
+        src, tgt = batch["net_input"]["src_tokens"], batch["target"]
+        real += int(batch["net_input"]["src_lengths"].sum()) + batch["ntokens"]
+        padded += src.size + tgt.size
+    elapsed = time.perf_counter() - t0
+    stats = it.stats(epoch=1)
+    served = sum(v["served"] for v in stats.values())
+    lines = [f"{'direction':<20} {'probability':>11} {'served share':>12} {'served':>8} {'filtered':>8}"]
+    for key, v in stats.items():
+        lines.append(f"{key:<20} {v['probability']:>11.3f} {v['served'] / max(served, 1):>12.3f} "
+                     f"{v['served']:>8,} {v['filtered']:>8,}")
+    lines.append(
+        f"{batches:,} batches, {sentences:,} sentence pairs, padding efficiency {real / max(padded, 1):.1%} "
+        f"(real / padded tokens, both sides); {batches / elapsed:,.0f} batches/s, {real / elapsed / 1e6:,.2f} M real "
+        f"tokens/s; first batch after {first * 1e3:.0f} ms")
+    return "\n".join(lines)

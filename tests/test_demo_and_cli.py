@@ -36,7 +36,8 @@ def test_run_demo_small(tmp_path, capsys):
     assert run_demo("configs/demo.py" if os.path.exists("configs/demo.py") else None,
                     workdir=str(tmp_path / "demo"), scale=0.05, workers=1) == 0
     out = capsys.readouterr().out
-    assert "== 3/3 babelfeed inspect" in out and "eng_Latn-swh_Latn" in out
+    assert "== 3/4 babelfeed inspect" in out and "eng_Latn-swh_Latn" in out
+    assert "padding efficiency" in out and "served share" in out
     # the planted bad lines of the three directions with >= 100 pairs, each reported
     assert "dropped 6 empty, 3 over 256 tokens, 3 undecodable" in out
     corpus = loader.ShardedCorpus(tmp_path / "demo" / "data_bin")
