@@ -21,6 +21,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.target_prefix = "__{tgt}__"  # and before every target
     c.data.prefix_overrides = ""  # "direction:side=tokens;..." e.g. "eng_Latn-deu_Latn:source=__bt__ __{src}__"
     c.data.verify = "quick"  # index checks at open: "quick" (O(1)) or "full"
+    c.data.length_cache_mb = 512  # in-memory copies of sentence lengths for fast planning (0: off)
 
     c.filter = ml_collections.ConfigDict()
     c.filter.max_source_positions = 1024  # prefixes and </s> included

@@ -69,7 +69,7 @@ def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, obj
     keys = keys or _keys(corpus, split, d.directions, d.monolingual)
     sources = SourceSet(corpus, dictionary, split, keys, source_prefix=d.source_prefix,
                         target_prefix=d.target_prefix, prefix_overrides=_overrides(d.prefix_overrides),
-                        shards=shards, verify=d.verify)
+                        shards=shards, verify=d.verify, length_cache_mb=d.length_cache_mb)
     return sources, dictionary
 
 

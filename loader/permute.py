@@ -16,6 +16,8 @@ import numpy as np
 _ROUNDS = 4
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+_C1 = np.uint32(0x85EBCA6B)
+_C2 = np.uint32(0xC2B2AE35)
 
 
 def derive_key(*parts) -> np.ndarray:
@@ -33,13 +35,24 @@ def _mix(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+def _mix32(x: np.ndarray) -> np.ndarray:
+    # murmur3 finaliser: the 32-bit path, half the memory traffic of the 64-bit one
+    x = x ^ (x >> np.uint32(16))
+    x = x * _C1
+    x = x ^ (x >> np.uint32(13))
+    x = x * _C2
+    return x ^ (x >> np.uint32(16))
+
+
 def _feistel(x: np.ndarray, half: int, keys: np.ndarray) -> np.ndarray:
-    mask = np.uint64((1 << half) - 1)
-    sh = np.uint64(half)
+    if x.dtype == np.uint32:
+        mask, sh, mix = np.uint32((1 << half) - 1), np.uint32(half), _mix32
+    else:
+        mask, sh, mix = np.uint64((1 << half) - 1), np.uint64(half), _mix
     left = x >> sh
     right = x & mask
     for k in keys[:_ROUNDS]:
-        left, right = right, left ^ (_mix(right ^ k) & mask)
+        left, right = right, left ^ (mix(right ^ k) & mask)
     return (left << sh) | right
 
 
@@ -54,11 +67,16 @@ def permute(positions, n: int, key) -> np.ndarray:
     bits += bits % 2
     half = bits // 2
     keys = np.asarray(key, dtype=np.uint64)
+    narrow = bits <= 32
+    if narrow:
+        keys = (keys & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+    dtype = np.uint32 if narrow else np.uint64
     with np.errstate(over="ignore"):
-        out = _feistel(pos.astype(np.uint64), half, keys)
-        bad = np.flatnonzero(out >= np.uint64(n))
+        out = _feistel(pos.astype(dtype), half, keys)
+        limit = dtype(n) if n <= np.iinfo(dtype).max else None
+        bad = np.flatnonzero(out >= limit) if limit is not None else np.zeros(0, np.int64)
         while bad.size:  # cycle-walk: re-encrypt until the value falls inside the domain
             walked = _feistel(out[bad], half, keys)
             out[bad] = walked
-            bad = bad[walked >= np.uint64(n)]
+            bad = bad[walked >= limit]
     return out.astype(np.int64)

@@ -182,11 +182,13 @@ class EpochPlanner:
         return self._setup
 
     # ------------------------------------------------------------------------------------------- windows
-    def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray, np.ndarray]:
+    def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray, np.ndarray, list]:
+        """The window's samples as (direction, row) arrays, direction by direction, and each direction's span."""
         total = setup.total
         size = self.opts.window if self.opts.window and setup.num_windows > 1 else total
         lo_pos, hi_pos = w * size, min((w + 1) * size, total)
-        dirs, rows = [], []
+        dirs, rows, spans = [], [], []
+        at = 0
         for d, (c, draw) in enumerate(zip(setup.counts.tolist(), setup.draws)):
             if not total or not c:
                 continue
@@ -202,9 +204,11 @@ class EpochPlanner:
                 r = np.asarray(draw[lo:hi], dtype=np.int64)
             dirs.append(np.full(len(r), d, dtype=np.int32))
             rows.append(r)
+            spans.append((d, at, at + len(r)))
+            at += len(r)
         if not dirs:
-            return np.zeros(0, np.int32), np.zeros(0, np.int64)
-        return np.concatenate(dirs), np.concatenate(rows)
+            return np.zeros(0, np.int32), np.zeros(0, np.int64), []
+        return np.concatenate(dirs), np.concatenate(rows), spans
 
     def window(self, epoch: int, w: int) -> Window:
         if self._window_cache and self._window_cache[0] == (epoch, w):
@@ -213,20 +217,24 @@ class EpochPlanner:
         setup = self.setup(epoch)
         if not 0 <= w < setup.num_windows:
             raise IndexError(f"epoch {epoch} has {setup.num_windows} windows, not {w + 1}")
-        dirs, rows = self._window_slice(setup, w)
+        dirs, rows, spans = self._window_slice(setup, w)
         src_len = np.zeros(len(rows), np.int64)
         tgt_len = np.zeros(len(rows), np.int64)
-        for d, direction in enumerate(setup.directions):
-            sel = np.flatnonzero(dirs == d)
-            if not len(sel):
-                continue
-            comp_ids, local = direction.locate(rows[sel])
-            for cid in np.unique(comp_ids):
-                m = comp_ids == cid
-                comp = self.sources.components[int(cid)]
-                src_len[sel[m]] = comp.src_lengths(local[m])
+        for d, a, b in spans:
+            direction = setup.directions[d]
+            comp_ids, local = direction.locate(rows[a:b])
+            if len(direction.components) == 1:
+                comp = direction.components[0]
+                src_len[a:b] = comp.src_lengths(local)
                 if comp.tgt is not None:
-                    tgt_len[sel[m]] = comp.tgt_lengths(local[m])
+                    tgt_len[a:b] = comp.tgt_lengths(local)
+                continue
+            for cid in np.unique(comp_ids):
+                m = np.flatnonzero(comp_ids == cid) + a
+                comp = self.sources.components[int(cid)]
+                src_len[m] = comp.src_lengths(local[m - a])
+                if comp.tgt is not None:
+                    tgt_len[m] = comp.tgt_lengths(local[m - a])
         too_long = (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)
         filtered = np.bincount(dirs[too_long], minlength=len(setup.directions)).astype(np.int64)
         if too_long.any():

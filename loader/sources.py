@@ -34,6 +34,30 @@ def resolve_prefix(template: str, dictionary: Dictionary, key: str, **langs) -> 
     return np.asarray(ids, dtype=np.int64)
 
 
+class LengthCache:
+    """In-memory copies of sequence lengths (uint16 where they fit), within a byte budget.
+
+    Planning looks lengths up at random rows; a compact in-memory copy does that ~3x faster than the
+    memory-mapped int32 sizes of an index. Copies are made on first use, while the budget lasts; beyond it,
+    lookups read the memmap, so memory stays bounded however large the corpus.
+    """
+
+    def __init__(self, budget_bytes: int):
+        self.budget = int(budget_bytes)
+        self.used = 0
+
+    def copy(self, sizes: np.ndarray) -> np.ndarray | None:
+        if self.used + 2 * len(sizes) > self.budget:
+            return None
+        longest = int(sizes.max()) if len(sizes) else 0
+        dtype = np.uint16 if longest <= np.iinfo(np.uint16).max else np.int32
+        need = np.dtype(dtype).itemsize * len(sizes)
+        if self.used + need > self.budget:
+            return None
+        self.used += need
+        return np.asarray(sizes).astype(dtype)
+
+
 @dataclass
 class Component:
     """One shard of one direction: ``src``/``tgt`` datasets (``tgt`` is ``src`` for monolingual data)."""
@@ -44,15 +68,24 @@ class Component:
     tgt: IndexedDataset | None
     src_prefix: np.ndarray
     tgt_prefix: np.ndarray
+    cache: LengthCache | None = None
+    _lengths: dict = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.src)
 
+    def _sizes(self, side: str) -> np.ndarray:
+        if side not in self._lengths:
+            ds = self.src if side == "src" else self.tgt
+            copied = self.cache.copy(ds.sizes) if self.cache is not None else None
+            self._lengths[side] = ds.sizes if copied is None else copied
+        return self._lengths[side]
+
     def src_lengths(self, rows) -> np.ndarray:
-        return np.asarray(self.src.sizes[rows], dtype=np.int64) + len(self.src_prefix)
+        return self._sizes("src")[rows].astype(np.int64) + len(self.src_prefix)
 
     def tgt_lengths(self, rows) -> np.ndarray:
-        return np.asarray(self.tgt.sizes[rows], dtype=np.int64) + len(self.tgt_prefix)
+        return self._sizes("tgt")[rows].astype(np.int64) + len(self.tgt_prefix)
 
 
 @dataclass
@@ -90,7 +123,8 @@ class SourceSet:
 
     def __init__(self, corpus: ShardedCorpus, dictionary: Dictionary, split: str, keys: list[str],
                  source_prefix: str = "__{src}__", target_prefix: str = "__{tgt}__", prefix_overrides=None,
-                 shards: str = "cycle", verify: str = "quick", with_target: bool = True):
+                 shards: str = "cycle", verify: str = "quick", with_target: bool = True,
+                 length_cache_mb: int = 512):
         if shards not in ("cycle", "all"):
             raise ValueError(f"shards must be 'cycle' or 'all', got {shards!r}")
         self.corpus, self.dictionary, self.split, self.shards = corpus, dictionary, split, shards
@@ -102,6 +136,7 @@ class SourceSet:
             raise ValueError(f"prefix overrides name directions that are not used: {sorted(unknown)}")
         self.components: list[Component] = []
         self._by_key: dict[str, list[int]] = {}
+        cache = LengthCache(length_cache_mb * 2**20) if length_cache_mb > 0 else None
         self.total_sizes = {}
         for key in self.keys:
             ids = corpus.shard_ids(split, key)
@@ -124,7 +159,7 @@ class SourceSet:
                 if with_target:
                     tgt = corpus.open(split, key, tgt_lang, shard, verify=verify) if "-" in key else src
                 self._by_key[key].append(len(self.components))
-                self.components.append(Component(key, shard, src, tgt, sp, tp))
+                self.components.append(Component(key, shard, src, tgt, sp, tp, cache))
             self.total_sizes[key] = sum(len(self.components[i]) for i in self._by_key[key])
 
     def directions(self, epoch: int) -> list[Direction]:

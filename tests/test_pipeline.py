@@ -294,3 +294,18 @@ def test_valid_iterator_every_sample_once_in_fixed_order(data):
     assert list(a) == []  # one pass only
     ranks = [epoch_batches(loader.build_valid_iterator(cfg, rank=r, world_size=2)) for r in range(2)]
     assert Counter(who(i) for bs in ranks for b in bs for i, w in zip(b["id"], b["weight"]) if w) == expected
+
+
+def test_length_cache_budget_changes_nothing_but_speed(data):
+    root, _ = data
+    plans = []
+    for mb in (0, 512):
+        it = loader.build_train_iterator(config_for(root, data__length_cache_mb=mb))
+        plans.append([digest(b) for b in it])
+        cached = [c._lengths.get("src") for c in it.planner.sources.components if c._lengths]
+        assert all((isinstance(x, np.ndarray) and x.dtype == np.uint16) == (mb > 0) for x in cached)
+    assert plans[0] == plans[1]
+    cache = loader.sources.LengthCache(budget_bytes=100)
+    assert cache.copy(np.arange(40, dtype=np.int32)).dtype == np.uint16 and cache.used == 80
+    assert cache.copy(np.arange(40, dtype=np.int32)) is None  # over budget: the caller reads the memmap
+    assert loader.sources.LengthCache(10**6).copy(np.array([70000], np.int32)).dtype == np.int32
