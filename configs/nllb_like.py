@@ -8,7 +8,8 @@ import ml_collections
 
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
-    c.seed = 1
+    c.seed = 1  # every draw, order and shuffle derives from it (fairseq mode: its --seed)
+    c.compat = "none"  # "fairseq": the same batches as fairseq's translation_multi_simple_epoch (see README)
 
     c.data = ml_collections.ConfigDict()
     c.data.path = "build/demo/data_bin"  # a data_bin (shardNNN/{split}.{src}-{tgt}.{lang}.{bin,idx})
@@ -43,7 +44,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.batching.max_sentences = 0  # 0: no limit
     c.batching.required_batch_size_multiple = 8
     c.batching.window = 1_000_000  # samples planned at once (memory bound); 0: the whole epoch
-    c.batching.balance_block = 16  # batches of similar cost shuffled together (rank balance)
+    c.batching.balance_block = 16  # batches of similar cost shuffled together (rank balance; use >= ranks)
+    c.batching.fairseq_drop_last = False  # compat="fairseq": drop a last batch off the multiple (fairseq main)
 
     c.collate = ml_collections.ConfigDict()
     c.collate.left_pad_source = True

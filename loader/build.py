@@ -82,7 +82,8 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
         virtual_size=_virtual(m.virtual_size), max_scale_up=m.max_scale_up, probabilities_from=m.probabilities_from,
         max_tokens=b.max_tokens, max_sentences=b.max_sentences, multiple=b.required_batch_size_multiple,
         window=b.window, max_source_positions=f.max_source_positions, max_target_positions=f.max_target_positions,
-        on_too_long=f.on_too_long, balance_block=b.balance_block)
+        on_too_long=f.on_too_long, balance_block=b.balance_block, compat=config.compat,
+        fairseq_drop_last=b.fairseq_drop_last)
     planner = EpochPlanner(sources, opts)
     return BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, epoch, name="train")
 

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from .batching import batch_sorted, length_order
+from .batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
 from .collate import CollateOptions, collate_pairs
 from .mixing import (SAMPLERS, StratifiedDraw, fairseq_draw, sampling_probabilities, stratified_counts,
                      virtual_size, weight_probabilities)
@@ -55,6 +55,8 @@ class PlanOptions:
     on_too_long: str = "skip"  # skip (count and report) | raise
     balance_block: int = 16  # batches of similar cost shuffled as one block
     shuffle: bool = True  # False: validation order (deterministic, by length)
+    compat: str = "none"  # "fairseq": reproduce fairseq's multilingual epoch batch for batch
+    fairseq_drop_last: bool = False  # fairseq main (after d871f616) drops a last batch that misses the multiple
 
     def validate(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -75,6 +77,10 @@ class PlanOptions:
                              f"({longest} tokens): lower max_source/target_positions or raise max_tokens")
         if self.on_too_long not in ("skip", "raise"):
             raise ValueError(f"filter.on_too_long must be 'skip' or 'raise', got {self.on_too_long!r}")
+        if self.compat not in ("none", "fairseq"):
+            raise ValueError(f"compat must be 'none' or 'fairseq', got {self.compat!r}")
+        if self.compat == "fairseq" and self.sampler not in ("fairseq", "concat"):
+            raise ValueError("compat='fairseq' needs mixing.sampler 'fairseq' (resampling) or 'concat' (no resampling)")
         if self.probabilities_from not in ("total", "shard"):
             raise ValueError(f"mixing.probabilities_from must be 'total' or 'shard', got {self.probabilities_from!r}")
         if not (self.virtual_size in ("fairseq", "sum") or (isinstance(self.virtual_size, int) and self.virtual_size > 0)):
@@ -160,8 +166,8 @@ class EpochPlanner:
         if o.sampler == "concat":
             counts = sizes.copy()
             for d in directions:
-                draws.append(StratifiedDraw(d.size, d.size, (o.seed, "concat", epoch, d.key)) if o.shuffle and d.size
-                             else None)
+                shuffled = o.shuffle and d.size and o.compat != "fairseq"  # fairseq: rows in order, then permuted
+                draws.append(StratifiedDraw(d.size, d.size, (o.seed, "concat", epoch, d.key)) if shuffled else None)
         else:
             total = (int(sizes.sum()) if o.virtual_size == "sum" else virtual_size(sizes, probs, o.max_scale_up)
                      if o.virtual_size == "fairseq" else int(o.virtual_size))
@@ -176,7 +182,7 @@ class EpochPlanner:
                         raise ValueError(f"{d.key} has no sentences in epoch {epoch} but is sampled")
                     draws.append(StratifiedDraw(d.size, int(c), (o.seed, "mix", epoch, d.key)) if c else None)
         total = int(counts.sum())
-        num_windows = 1 if not o.window or total <= o.window else -(-total // o.window)
+        num_windows = 1 if not o.window or total <= o.window or o.compat == "fairseq" else -(-total // o.window)
         self._setup = EpochSetup(epoch, directions, probs, counts, draws, max(num_windows, 1))
         self._window_cache = None
         return self._setup
@@ -235,6 +241,8 @@ class EpochPlanner:
                 src_len[m] = comp.src_lengths(local[m - a])
                 if comp.tgt is not None:
                     tgt_len[m] = comp.tgt_lengths(local[m - a])
+        if o.compat == "fairseq":
+            return self._fairseq_window(setup, epoch, w, dirs, rows, src_len, tgt_len)
         too_long = (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)
         filtered = np.bincount(dirs[too_long], minlength=len(setup.directions)).astype(np.int64)
         if too_long.any():
@@ -258,6 +266,37 @@ class EpochPlanner:
         ends = batch_sorted(cost, o.max_tokens, o.max_sentences or None, o.multiple)
         served = self._block_shuffle(len(ends), rng) if o.shuffle else np.arange(len(ends))
         win = Window(epoch, w, dirs, rows, src_len.astype(np.int32), tgt_len.astype(np.int32), ends, served, filtered)
+        self._filtered.setdefault(epoch, {})[w] = filtered
+        setup.window_batches[w] = len(win)
+        self._window_cache = ((epoch, w), win)
+        return win
+
+    def _fairseq_window(self, setup, epoch, w, dirs, rows, src_len, tgt_len) -> Window:
+        """fairseq's multilingual epoch, as TranslationMultiSimpleEpochTask + EpochBatchIterator build it.
+
+        The virtual dataset is the draw of every direction concatenated in direction order; then
+        ``ordered_indices`` (``np.random.seed(seed)``, a permutation, stable sorts by target and by source
+        length), ``filter_indices_by_size`` (order kept), ``batch_by_size`` on ``max(src, tgt)``, and the
+        epoch iterator's ``np.random.seed(seed + epoch); np.random.shuffle(batches)``; rank r then takes
+        batches r, r + W, ... (``ShardedIterator``), which is global batch g on rank g % W here too.
+        """
+        o = self.opts
+        order = fairseq_ordered_indices(src_len, tgt_len if self.sources.with_target else None, o.seed)
+        too_long = (src_len[order] > o.max_source_positions) | (tgt_len[order] > o.max_target_positions)
+        filtered = np.bincount(dirs[order][too_long], minlength=len(setup.directions)).astype(np.int64)
+        if too_long.any() and o.on_too_long == "raise":
+            i = int(order[np.flatnonzero(too_long)[0]])
+            raise ValueError(f"{setup.directions[int(dirs[i])].key} row {int(rows[i])} is longer than "
+                             f"max_source_positions/max_target_positions (filter.on_too_long='raise')")
+        order = order[~too_long]
+        cost = np.maximum(src_len, tgt_len)
+        batches = fairseq_batch_by_size(order, cost, o.max_tokens, o.max_sentences or None, o.multiple,
+                                        drop_last_partial=o.fairseq_drop_last)
+        ends = np.cumsum([len(b) for b in batches]).astype(np.int64)
+        served = list(range(len(batches)))
+        np.random.RandomState(o.seed + epoch).shuffle(served)
+        win = Window(epoch, w, dirs[order], rows[order], src_len[order].astype(np.int32),
+                     tgt_len[order].astype(np.int32), ends, np.asarray(served, dtype=np.int64), filtered)
         self._filtered.setdefault(epoch, {})[w] = filtered
         setup.window_batches[w] = len(win)
         self._window_cache = ((epoch, w), win)

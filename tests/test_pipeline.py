@@ -309,3 +309,45 @@ def test_length_cache_budget_changes_nothing_but_speed(data):
     assert cache.copy(np.arange(40, dtype=np.int32)).dtype == np.uint16 and cache.used == 80
     assert cache.copy(np.arange(40, dtype=np.int32)) is None  # over budget: the caller reads the memmap
     assert loader.sources.LengthCache(10**6).copy(np.array([70000], np.int32)).dtype == np.int32
+
+
+@pytest.mark.parametrize("sampler", ["fairseq", "concat"])
+def test_fairseq_compat_epoch(data, sampler):
+    """compat='fairseq' composes fairseq's stages exactly as its multilingual task does; each stage is checked
+    against fairseq's own outputs in test_mixing / test_batching, here the composition is rebuilt by hand."""
+    from loader.batching import fairseq_batch_by_size
+    from loader.mixing import fairseq_draw
+
+    root, _ = data
+    seed, epoch, world = 3, 2, 2
+    cfg = config_for(root, compat="fairseq", mixing__sampler=sampler, seed=seed, mixing__temperature=2.0)
+    its = [loader.build_train_iterator(cfg, rank=r, world_size=world, epoch=epoch) for r in range(world)]
+    setup = its[0].planner.setup(epoch)
+    comps = [d.components[0] for d in setup.directions]
+    sizes = [len(c) for c in comps]
+    if sampler == "fairseq":
+        p = loader.sampling_probabilities([d.total_size for d in setup.directions], 2.0)
+        v = loader.mixing.virtual_size(sizes, p)
+        draws = fairseq_draw(sizes, p, v, epoch)  # RandomState([sha1 % 2**32, 2, epoch])
+    else:
+        draws = [np.arange(n) for n in sizes]
+    virt = [(d, int(r)) for d, idx in enumerate(draws) for r in idx]
+    src = np.array([int(comps[d].src_lengths(np.array([r]))[0]) for d, r in virt])
+    tgt = np.array([int(comps[d].tgt_lengths(np.array([r]))[0]) for d, r in virt])
+    np.random.seed(seed)  # TranslationMultiSimpleEpochTask: numpy_seed(seed) around ordered_indices
+    perm = np.random.permutation(len(virt))
+    perm = perm[np.argsort(tgt[perm], kind="mergesort")]
+    perm = perm[np.argsort(src[perm], kind="mergesort")]
+    perm = perm[(src[perm] <= 128) & (tgt[perm] <= 128)]
+    batches = fairseq_batch_by_size(perm, np.maximum(src, tgt), 512, None, 8)
+    np.random.seed(seed + epoch)  # EpochBatchIterator: numpy_seed(seed + epoch), shuffle, then r::W
+    np.random.shuffle(batches)
+    want = [sorted(virt[i] for i in b) for b in batches]
+    got_by_rank = [list(it) for it in its]
+    comp_index = {id(c): d for d, c in enumerate(comps)}
+    who = decode_ids(its[0])
+    got = []
+    for g in range(len(want)):
+        b = got_by_rank[g % world][g // world]
+        got.append(sorted((comp_index[id(next(c for c in comps if c.key == who(i)[0]))], who(i)[2]) for i in b["id"]))
+    assert got == want
