@@ -421,10 +421,11 @@ class BatchIterator:
         return self._base + self.step * self.world_size
 
     def __len__(self) -> int:
-        """Steps of the current epoch for this rank, from the epoch's start (plans the whole epoch's integers)."""
+        """Steps of the current epoch for this rank, counted from the epoch's start (the first call plans the
+        integers of every window of the epoch)."""
         n = self.planner.num_batches(self.epoch)
-        return -(-self._base // self.world_size) + -(-(n - self._base) // self.world_size) if n > self._base else \
-            -(-self._base // self.world_size)
+        before_resume = -(-self._base // self.world_size)
+        return before_resume + -(-max(n - self._base, 0) // self.world_size)
 
     @property
     def iterations_in_epoch(self) -> int:
