@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
 from .collate import CollateOptions
 from .corpus import ShardedCorpus
 from .pipeline import BatchIterator, Collater, EpochPlanner, PlanOptions
+from .shapes import ShapePlan, plan_shapes, shapes_from_widths
 from .sources import SourceSet
 
 
@@ -73,19 +78,75 @@ def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, obj
     return sources, dictionary
 
 
-def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1) -> BatchIterator:
-    """The training iterator of ``config`` for one rank (raises ValueError on invalid settings)."""
-    sources, dictionary = _sources(config, config.data.train_split, config.data.shards)
+def train_plan_options(config) -> PlanOptions:
     m, b, f = config.mixing, config.batching, config.filter
-    opts = PlanOptions(
+    return PlanOptions(
         seed=config.seed, sampler=m.sampler, method=m.method, temperature=m.temperature, weights=_weights(m.weights),
         virtual_size=_virtual(m.virtual_size), max_scale_up=m.max_scale_up, probabilities_from=m.probabilities_from,
         max_tokens=b.max_tokens, max_sentences=b.max_sentences, multiple=b.required_batch_size_multiple,
         window=b.window, max_source_positions=f.max_source_positions, max_target_positions=f.max_target_positions,
         on_too_long=f.on_too_long, balance_block=b.balance_block, compat=config.compat,
         fairseq_drop_last=b.fairseq_drop_last)
+
+
+def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1) -> BatchIterator:
+    """The training iterator of ``config`` for one rank (raises ValueError on invalid settings)."""
+    sources, dictionary = _sources(config, config.data.train_split, config.data.shards)
+    opts = train_plan_options(config)
     planner = EpochPlanner(sources, opts)
+    plan = shape_plan(config, planner)
+    if plan is not None:
+        planner = EpochPlanner(sources, dataclasses.replace(opts, shapes=tuple(plan.shapes)))
     return BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, epoch, name="train")
+
+
+MAX_HISTOGRAM_SAMPLES = 4_000_000
+
+
+def mixture_lengths(planner: EpochPlanner) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(source, target) lengths of every shard of every direction, weighted by how often the mixture draws
+    each direction (count / size in epoch 1). Corpora above 4M sentences are read with a stride."""
+    setup = planner.setup(1)
+    sources = planner.sources
+    total = sum(len(c) for c in sources.components)
+    stride = max(1, -(-total // MAX_HISTOGRAM_SAMPLES))
+    lengths, weights = [], []
+    for direction, count in zip(setup.directions, setup.counts):
+        rate = count / max(direction.size, 1)
+        for comp in (c for c in sources.components if c.key == direction.key):
+            rows = np.arange(0, len(comp), stride)
+            src = comp.src_lengths(rows)
+            tgt = comp.tgt_lengths(rows) if comp.tgt is not None else src
+            lengths.append(np.stack([src, tgt], axis=1))
+            weights.append(np.full(len(rows), rate * stride))
+    return np.concatenate(lengths), np.concatenate(weights), stride > 1
+
+
+def shape_plan(config, planner: EpochPlanner) -> ShapePlan | None:
+    """The static shape plan of ``config.batching`` (explicit ``shapes`` or ``num_shapes`` chosen from the
+    mixture's length histogram), or None for dynamic batches."""
+    b, f = config.batching, config.filter
+    explicit = str(b.shapes).strip()
+    if not explicit and b.num_shapes <= 0:
+        return None
+    lengths, weights, sampled = mixture_lengths(planner)
+    limits = (f.max_source_positions, f.max_target_positions)
+    fits = (lengths[:, 0] <= limits[0]) & (lengths[:, 1] <= limits[1])
+    lengths, weights = lengths[fits], weights[fits]
+    if explicit:
+        widths = [[int(x) for x in item.split("x")] for item in explicit.split(",")]
+        if any(len(w) == 1 for w in widths):
+            widths = [[w[0], w[0]] for w in widths]
+        return shapes_from_widths(widths, lengths, b.max_tokens, b.required_batch_size_multiple,
+                                  b.max_sentences or None)
+    plan = plan_shapes(lengths, b.num_shapes, b.max_tokens, b.required_batch_size_multiple, b.max_sentences or None,
+                       weights=weights)
+    if sampled:  # a strided histogram may miss the longest samples: the last shape takes everything allowed
+        widths = plan.widths.copy()
+        widths[-1] = np.maximum(widths[-1], limits)
+        plan = shapes_from_widths(widths, lengths, b.max_tokens, b.required_batch_size_multiple,
+                                  b.max_sentences or None)
+    return plan
 
 
 def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str | None = None) -> BatchIterator:

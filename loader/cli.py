@@ -33,6 +33,22 @@ def _inspect(args) -> int:
     return 0
 
 
+def _plan(args) -> int:
+    from .config import load_config
+    from .plan_report import plan_report
+
+    config = load_config(args.config)
+    for item in args.set or []:
+        key, _, value = item.partition("=")
+        node = config
+        *path, last = key.split(".")
+        for part in path:
+            node = node[part]
+        node[last] = type(node[last])(value) if not isinstance(node[last], bool) else value.lower() in ("1", "true")
+    print(plan_report(config, args.shapes))
+    return 0
+
+
 def _demo(args) -> int:
     from .demo import run_demo
 
@@ -69,6 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--verify", action="store_true", help="check every pointer of every index (slower)")
     i.set_defaults(func=_inspect)
+
+    pl = sub.add_parser("plan", help="the static batch shapes a config gets, their padding, the alternatives")
+    pl.add_argument("config", help="ml-collections config file, e.g. configs/nllb_like.py")
+    pl.add_argument("--shapes", type=int, default=None, help="number of shapes (default: the config's, else 8)")
+    pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. data.path=...")
+    pl.set_defaults(func=_plan)
 
     d = sub.add_parser("demo", help="build the embedded demo corpus, binarize it and inspect it")
     d.add_argument("--config", default=None, help="ml-collections config file (default: configs/demo.py)")

@@ -55,6 +55,7 @@ class PlanOptions:
     on_too_long: str = "skip"  # skip (count and report) | raise
     balance_block: int = 16  # batches of similar cost shuffled as one block
     shuffle: bool = True  # False: validation order (deterministic, by length)
+    shapes: tuple = ()  # static shapes ((B, L_src, L_tgt), ...) or ((B, L), ...); () = dynamic batches
     compat: str = "none"  # "fairseq": reproduce fairseq's multilingual epoch batch for batch
     fairseq_drop_last: bool = False  # fairseq main (after d871f616) drops a last batch that misses the multiple
 
@@ -79,6 +80,11 @@ class PlanOptions:
             raise ValueError(f"filter.on_too_long must be 'skip' or 'raise', got {self.on_too_long!r}")
         if self.compat not in ("none", "fairseq"):
             raise ValueError(f"compat must be 'none' or 'fairseq', got {self.compat!r}")
+        if self.compat == "fairseq" and self.shapes:
+            raise ValueError("static shapes cannot be combined with compat='fairseq' (fairseq has no such batches)")
+        for shape in self.shapes:
+            if len(shape) < 2 or shape[0] < 1 or shape[0] * max(shape[1:]) > self.max_tokens:
+                raise ValueError(f"shape {tuple(shape)} must be (batch, length...) within max_tokens={self.max_tokens}")
         if self.compat == "fairseq" and self.sampler not in ("fairseq", "concat"):
             raise ValueError("compat='fairseq' needs mixing.sampler 'fairseq' (resampling) or 'concat' (no resampling)")
         if self.probabilities_from not in ("total", "shard"):
@@ -113,6 +119,8 @@ class Window:
     ends: np.ndarray  # batch b = [ends[b-1], ends[b]) of the plan order
     order: np.ndarray  # served position j -> batch b
     filtered: np.ndarray  # per direction
+    shape: np.ndarray | None = None  # static shapes: the shape of each batch
+    masked: np.ndarray | None = None  # static shapes: rows added to fill each batch (weight 0)
 
     def __len__(self) -> int:
         return len(self.order)
@@ -120,6 +128,13 @@ class Window:
     def batch(self, j: int) -> slice:
         b = int(self.order[j])
         return slice(int(self.ends[b - 1]) if b else 0, int(self.ends[b]))
+
+    def batch_shape(self, j: int) -> tuple[int, int]:
+        """(shape index, masked rows) of the j-th served batch; (-1, 0) for dynamic batches."""
+        if self.shape is None:
+            return -1, 0
+        b = int(self.order[j])
+        return int(self.shape[b]), int(self.masked[b])
 
 
 class EpochPlanner:
@@ -131,6 +146,7 @@ class EpochPlanner:
         self._setup: EpochSetup | None = None
         self._window_cache: tuple | None = None
         self._filtered: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> too-long per direction
+        self._masked: dict[int, dict[int, int]] = {}  # epoch -> window -> rows added to fill static shapes
         if opts.method == "weights":
             given = dict(opts.weights)
             missing = [k for k in sources.keys if k not in given]
@@ -262,14 +278,55 @@ class EpochPlanner:
             cost = np.maximum(src_len, tgt_len)
             order = np.lexsort((src_len, cost))
         dirs, rows, src_len, tgt_len = dirs[order], rows[order], src_len[order], tgt_len[order]
-        cost = np.maximum(src_len, tgt_len)
-        ends = batch_sorted(cost, o.max_tokens, o.max_sentences or None, o.multiple)
+        shape = masked = None
+        if o.shapes:
+            dirs, rows, src_len, tgt_len, ends, shape, masked, unfit = self._static_batches(dirs, rows, src_len, tgt_len)
+            filtered = filtered + np.bincount(unfit, minlength=len(setup.directions))
+        else:
+            cost = np.maximum(src_len, tgt_len)
+            ends = batch_sorted(cost, o.max_tokens, o.max_sentences or None, o.multiple)
         served = self._block_shuffle(len(ends), rng) if o.shuffle else np.arange(len(ends))
-        win = Window(epoch, w, dirs, rows, src_len.astype(np.int32), tgt_len.astype(np.int32), ends, served, filtered)
+        win = Window(epoch, w, dirs, rows, src_len.astype(np.int32), tgt_len.astype(np.int32), ends, served, filtered,
+                     shape, masked)
         self._filtered.setdefault(epoch, {})[w] = filtered
+        if masked is not None:
+            self._masked.setdefault(epoch, {})[w] = int(masked.sum())
         setup.window_batches[w] = len(win)
         self._window_cache = ((epoch, w), win)
         return win
+
+    def _static_batches(self, dirs, rows, src_len, tgt_len):
+        """Group the length-ordered samples by the first shape they fit; cut each group into batches of exactly
+        that shape's B rows, the last one completed with masked rows. Samples that fit no shape are returned as
+        ``unfit`` (their directions), counted with the filtered ones."""
+        o = self.opts
+        widths = np.array([s[1:] for s in o.shapes], dtype=np.int64)
+        sizes = np.array([s[0] for s in o.shapes], dtype=np.int64)
+        fits = src_len[:, None] <= widths[None, :, 0]
+        if widths.shape[1] > 1 and self.sources.with_target:
+            fits &= tgt_len[:, None] <= widths[None, :, 1]
+        k = np.where(fits.any(axis=1), fits.argmax(axis=1), -1)
+        unfit = dirs[k < 0]
+        if len(unfit) and o.on_too_long == "raise":
+            i = int(np.flatnonzero(k < 0)[0])
+            raise ValueError(f"a sample of {int(src_len[i])} source / {int(tgt_len[i])} target tokens fits none of "
+                             f"the static shapes {list(o.shapes)}")
+        keep = k >= 0
+        grouped = np.argsort(k[keep], kind="stable")
+        dirs, rows, src_len, tgt_len, k = (x[keep][grouped] for x in (dirs, rows, src_len, tgt_len, k))
+        counts = np.bincount(k, minlength=len(sizes))
+        ends, shape, masked = [], [], []
+        start = 0
+        for s_idx, n in enumerate(counts.tolist()):
+            b = int(sizes[s_idx])
+            for first in range(0, n, b):
+                real = min(b, n - first)
+                ends.append(start + first + real)
+                shape.append(s_idx)
+                masked.append(b - real)
+            start += n
+        return (dirs, rows, src_len, tgt_len, np.asarray(ends, np.int64), np.asarray(shape, np.int64),
+                np.asarray(masked, np.int64), unfit)
 
     def _fairseq_window(self, setup, epoch, w, dirs, rows, src_len, tgt_len) -> Window:
         """fairseq's multilingual epoch, as TranslationMultiSimpleEpochTask + EpochBatchIterator build it.
@@ -348,6 +405,10 @@ class EpochPlanner:
                 self.window(epoch, w)
         return sum(setup.window_batches[w] for w in range(setup.num_windows))
 
+    def masked_rows(self, epoch: int) -> int:
+        """Rows added to fill static-shape batches in ``epoch``, over the windows planned so far."""
+        return int(sum(self._masked.get(epoch, {}).values()))
+
     def filtered(self, epoch: int) -> np.ndarray:
         """Too-long samples per direction in ``epoch``, over the windows planned so far."""
         out = np.zeros(len(self.sources.keys), dtype=np.int64)
@@ -371,7 +432,7 @@ class Collater:
         self.id_base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
     def __call__(self, directions: list[Direction], dirs: np.ndarray, rows: np.ndarray, src_len, tgt_len,
-                 weight=None) -> dict:
+                 weight=None, pad_to_length: dict | None = None) -> dict:
         comp_ids = np.empty(len(rows), np.int64)
         local = np.empty(len(rows), np.int64)
         for d in np.unique(dirs):
@@ -387,7 +448,8 @@ class Collater:
         ids = self.id_base[comp_ids] + local
         has_tgt = self.sources.with_target
         return collate_pairs(groups_src, groups_tgt, src_len, tgt_len if has_tgt else None, ids, self.opts,
-                             weight=weight, extra={"direction": np.asarray(dirs, dtype=np.int32)})
+                             weight=weight, pad_to_length=pad_to_length,
+                             extra={"direction": np.asarray(dirs, dtype=np.int32)})
 
 
 class BatchIterator:
@@ -454,12 +516,25 @@ class BatchIterator:
         return batch
 
     def _collate(self, w: int, j: int, weight=None) -> dict:
+        """The j-th batch of window w; ``weight`` (zeros) marks an epoch-padding batch, which counts as nothing."""
+        real_batch = weight is None
         win = self.planner.window(self.epoch, w)
         sl = win.batch(j)
         setup = self.planner.setup(self.epoch)
-        batch = self.collater(setup.directions, win.direction[sl], win.rows[sl], win.src_len[sl], win.tgt_len[sl],
-                              weight=weight)
-        if weight is None:
+        dirs, rows, src_len, tgt_len = win.direction[sl], win.rows[sl], win.src_len[sl], win.tgt_len[sl]
+        weight = np.ones(len(rows), np.float32) if weight is None else np.asarray(weight, np.float32)
+        shape_idx, masked = win.batch_shape(j)
+        pad_to = None
+        if shape_idx >= 0:
+            shape = self.planner.opts.shapes[shape_idx]
+            pad_to = {"source": shape[1], "target": shape[-1]}
+            if masked:  # masked rows repeat real rows (attention stays well-defined) with weight 0
+                fill = np.arange(masked) % len(rows)
+                dirs, rows, src_len, tgt_len = (np.concatenate([x, x[fill]]) for x in (dirs, rows, src_len, tgt_len))
+                weight = np.concatenate([weight, np.zeros(masked, np.float32)])
+        batch = self.collater(setup.directions, dirs, rows, src_len, tgt_len, weight=weight, pad_to_length=pad_to)
+        batch["nsentences"] = int((batch["weight"] > 0).sum())
+        if real_batch:
             served = self.served.setdefault(self.epoch, {})
             for d, n in zip(*np.unique(win.direction[sl], return_counts=True)):
                 served[int(d)] = served.get(int(d), 0) + int(n)

@@ -1,0 +1,77 @@
+"""``babelfeed plan CONFIG``: the static shapes a config gets, and what they cost against the alternatives."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+
+from .shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
+
+
+def _epoch_summary(planner) -> tuple[Counter, int, float, int]:
+    """Batches per shape, batches, padding efficiency (real / padded tokens, masked rows as padding), masked rows."""
+    shapes = Counter()
+    real = padded = masked = 0
+    setup = planner.setup(1)
+    for w in range(setup.num_windows):
+        win = planner.window(1, w)
+        starts = np.concatenate([[0], win.ends[:-1]])
+        for b, (a, e) in enumerate(zip(starts.tolist(), win.ends.tolist())):
+            src, tgt = win.src_len[a:e], win.tgt_len[a:e]
+            if win.shape is not None:
+                shape = planner.opts.shapes[int(win.shape[b])]
+                rows, ls, lt = shape[0], shape[1], shape[-1]
+                masked += int(win.masked[b])
+            else:
+                rows, ls, lt = e - a, int(src.max()), int(tgt.max())
+                shape = (rows, ls, lt)
+            shapes[tuple(shape)] += 1
+            real += int(src.sum() + tgt.sum())
+            padded += rows * (ls + lt)
+    return shapes, sum(shapes.values()), real / max(padded, 1), masked
+
+
+def plan_report(config, num_shapes: int | None = None) -> str:
+    from .build import _sources, mixture_lengths, shape_plan
+    from .pipeline import EpochPlanner
+
+    if num_shapes is not None:
+        config.batching.num_shapes = num_shapes
+        config.batching.shapes = ""
+    if config.batching.num_shapes <= 0 and not str(config.batching.shapes).strip():
+        config.batching.num_shapes = 8
+    from .build import train_plan_options
+
+    sources, _ = _sources(config, config.data.train_split, config.data.shards)
+    opts = train_plan_options(config)
+    dynamic = EpochPlanner(sources, opts)
+    plan = shape_plan(config, dynamic)
+    static = EpochPlanner(sources, dataclasses.replace(opts, shapes=tuple(plan.shapes)))
+    lines = [f"static shapes for {config.data.path} (max_tokens {config.batching.max_tokens}, "
+             f"multiple {config.batching.required_batch_size_multiple}), from the mixture's length histogram:",
+             plan.describe(), ""]
+    lengths, weights, _ = mixture_lengths(dynamic)
+    cost = lengths.max(axis=1)
+    k = plan.num_shapes
+    reps = np.repeat(cost, np.maximum(np.round(weights / weights.min()).astype(np.int64), 1)) \
+        if len(cost) < 2_000_000 else cost
+    optimal_1d = plan_shapes(reps, k, config.batching.max_tokens, multiple=1).efficiency
+    lines.append(f"{k} length edges on max(src, tgt), every sample padded to its edge (padding efficiency):")
+    lines.append(f"  optimal edges (dynamic programme)        {optimal_1d:.1%}")
+    lines.append(f"  percentile edges (fairseq get_buckets)   {edges_efficiency(reps, percentile_edges(reps, k)):.1%}")
+    lines.append(f"  equal token mass (Lhotse)                {edges_efficiency(reps, equal_mass_edges(reps, k)):.1%}")
+    lines.append(f"  pad to the longest                       {edges_efficiency(reps, [reps.max()]):.1%}")
+    lines.append(f"  this plan, source and target widths per shape: {plan.efficiency:.1%} of both sides' tokens")
+    s_shapes, s_batches, s_eff, masked = _epoch_summary(static)
+    d_shapes, d_batches, d_eff, _ = _epoch_summary(dynamic)
+    lines.append("")
+    lines.append(f"epoch 1 with these shapes: {s_batches:,} batches, padding efficiency {s_eff:.1%} "
+                 f"(masked rows counted as padding: {masked:,})")
+    for shape in plan.shapes:
+        lines.append(f"  {' x '.join(map(str, shape)):<18} {s_shapes.get(tuple(shape), 0) / max(s_batches, 1):>7.1%} "
+                     f"of batches")
+    lines.append(f"epoch 1 with dynamic batches: {d_batches:,} batches in {len(d_shapes):,} distinct shapes "
+                 f"(one XLA compilation each), padding efficiency {d_eff:.1%}")
+    return "\n".join(lines)

@@ -1,0 +1,96 @@
+"""Static batch shapes in the pipeline: every batch takes one of K shapes; masked rows fill, never drop."""
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import loader
+from synthetic import config_for, make_data_bin
+from test_pipeline import decode_ids, digest
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("static")
+    make_data_bin(r)
+    return r
+
+
+def batch_shape(b):
+    return b["net_input"]["src_tokens"].shape + b["target"].shape[1:]
+
+
+@pytest.mark.parametrize("k", [1, 3, 6])
+def test_every_batch_has_a_planned_shape_and_nothing_is_lost(root, k):
+    cfg = config_for(root, batching__num_shapes=k, mixing__sampler="concat", data__shards="all")
+    it = loader.build_train_iterator(cfg)
+    shapes = it.planner.opts.shapes
+    assert 1 <= len(shapes) <= k and all(b * max(ls, lt) <= 512 for b, ls, lt in shapes)
+    who = decode_ids(it)
+    seen, masked = Counter(), 0
+    for batch in it:
+        assert batch_shape(batch) in set(shapes)
+        real = batch["weight"] > 0
+        masked += int((~real).sum())
+        assert batch["nsentences"] == int(real.sum())
+        assert batch["ntokens"] == int((batch["target"][real] != 1).sum())
+        seen.update(who(i) for i in batch["id"][real])
+    assert max(seen.values()) == 1 and sum(seen.values()) == 600 + 500 + 120 + 80 + 12 + 9
+    assert masked == it.planner.masked_rows(1) and masked < len(shapes) * max(s[0] for s in shapes)
+
+
+def test_explicit_shapes_and_resume(root):
+    cfg = config_for(root, batching__shapes="20x20,64x64")
+    it = loader.build_train_iterator(cfg)
+    assert it.planner.opts.shapes == ((24, 20, 20), (8, 64, 64))
+    full = [digest(b) for b in it]
+    it2 = loader.build_train_iterator(cfg)
+    head = [digest(next(it2)) for _ in range(5)]
+    it3 = loader.build_train_iterator(cfg)
+    it3.set_state(json.loads(json.dumps(it2.get_state())))
+    assert head + [digest(b) for b in it3] == full
+
+
+def test_shapes_too_small_are_reported(root):
+    with pytest.raises(ValueError, match="fit none of the shapes"):
+        loader.build_train_iterator(config_for(root, batching__shapes="8x8"))
+
+
+def test_jit_compiles_once_per_shape(root):
+    """A jitted step over a whole epoch traces exactly once per distinct batch shape (<= K)."""
+    import jax  # in the test extras: a missing jax fails here rather than skipping
+    jnp = jax.numpy
+    traces = []
+
+    @jax.jit
+    def step(src, tgt, weight):
+        traces.append(src.shape + tgt.shape)  # runs only while tracing a new shape
+        return jnp.sum(jnp.where(tgt != 1, 1.0, 0.0) * weight[:, None]) + jnp.sum(src * 0)
+
+    k = 4
+    it = loader.build_train_iterator(config_for(root, batching__num_shapes=k))
+    used = set()
+    for _ in range(2):  # two epochs: shard cycling changes the data, never the shapes
+        for batch in it:
+            step(batch["net_input"]["src_tokens"], batch["target"], batch["weight"]).block_until_ready()
+            used.add(batch_shape(batch))
+    assert len(traces) == len(used) <= k
+
+
+def test_plan_command(root):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "loader.cli", "plan", "configs/nllb_like.py", "--shapes", "3",
+                          "--set", f"data.path={root}", "--set", "batching.max_tokens=512",
+                          "--set", "filter.max_source_positions=128", "--set", "filter.max_target_positions=128"],
+                         capture_output=True, text=True, check=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+    text = out.stdout
+    assert "expected padding efficiency" in text and "percentile edges" in text and "equal token mass" in text
+    assert "distinct shapes" in text and "of batches" in text
+    opt = float(text.split("optimal edges (dynamic programme)")[1].split("%")[0])
+    pct = float(text.split("percentile edges (fairseq get_buckets)")[1].split("%")[0])
+    mass = float(text.split("equal token mass (Lhotse)")[1].split("%")[0])
+    assert opt >= pct and opt >= mass
