@@ -20,6 +20,7 @@ from .corpus import CorpusFile, ShardedCorpus
 from .dictionary import Dictionary, lang_token
 from .mixing import sampling_probabilities
 from .pipeline import BatchIterator
+from .shapes import ShapePlan, plan_shapes
 from .storage import IndexedDataset, IndexedDatasetBuilder, convert_index, dataset_exists, dtype_for_vocab
 
 __version__ = "0.1.0"
@@ -30,6 +31,8 @@ __all__ = [
     "build_valid_iterator",
     "load_config",
     "sampling_probabilities",
+    "plan_shapes",
+    "ShapePlan",
     "CorpusFile",
     "Dictionary",
     "ShardedCorpus",
