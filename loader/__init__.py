@@ -14,6 +14,7 @@ from .errors import (
     UnsupportedDtypeError,
     UnsupportedVersionError,
 )
+from .blending import IndexCache, blending_indices, document_splits, parse_data_path, parse_split
 from .build import build_train_iterator, build_valid_iterator
 from .config import load_config
 from .corpus import CorpusFile, ShardedCorpus
@@ -32,6 +33,11 @@ __all__ = [
     "load_config",
     "sampling_probabilities",
     "plan_shapes",
+    "blending_indices",
+    "parse_data_path",
+    "parse_split",
+    "document_splits",
+    "IndexCache",
     "ShapePlan",
     "CorpusFile",
     "Dictionary",

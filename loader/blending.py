@@ -1,0 +1,194 @@
+"""Megatron-style blending, data paths, train/valid/test splits, and a safe cache for computed index arrays.
+
+Blending (Megatron's ``build_blending_indices``) is greedy and has no randomness: sample s goes to the
+dataset furthest behind its target share, ``argmax_i (w_i * max(s, 1) - count_i)`` with ties to the lowest
+index. Example, ``w = [.5, .3, .2]``, 20 samples: ``0 1 2 0 1 0 2 0 1 0 0 1 2 0 1 0 2 0 1 0``. Counts track
+``w * n`` closely: within 1 for two datasets; with more, the largest-deficit greedy can overshoot 1 slightly.
+Megatron aims sample s at ``w * max(s, 1)``, one step behind (Fast-LLM PR #133 calls it "arguably wrong"), which
+measured up to 1.28 from ``w * n``; ``megatron=False`` aims at ``w * (s + 1)``: up to 1.03 (3,000 random blends
+of at most 8 datasets).
+
+Splits (Megatron's ``parse_and_normalize_split``): ``"969,30,1"`` normalises to ``[.969, .030, .001]``;
+split i covers ``[round(lo_i * N), round(hi_i * N))`` of the N documents (contiguous, not random), and a
+zero-width split is None.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+
+import numpy as np
+
+from .fileio import atomic_write
+
+
+def blending_indices(weights, size: int, megatron: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(dataset index int16[size], sample index within that dataset int64[size]), Megatron's greedy blend
+    (``megatron=False``: the same greedy aimed at ``w * (s + 1)``)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or not len(w) or (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
+        raise ValueError(f"weights must be a non-empty list of finite non-negative numbers, got {list(weights)}")
+    if len(w) > np.iinfo(np.int16).max:
+        raise ValueError(f"at most {np.iinfo(np.int16).max} datasets can be blended, got {len(w)}")
+    w = (w / w.sum()).tolist()
+    k = len(w)
+    counts = [0] * k
+    dataset = np.empty(size, dtype=np.int16)
+    sample = np.empty(size, dtype=np.int64)
+    for s in range(size):
+        x = (s if s > 1 else 1.0) if megatron else s + 1.0  # Megatron: max(s, 1), steps 0 and 1 both target 1
+        best, best_err = 0, w[0] * x - counts[0]
+        for i in range(1, k):
+            err = w[i] * x - counts[i]
+            if err > best_err:  # strict: the lowest index wins ties
+                best, best_err = i, err
+        dataset[s] = best
+        sample[s] = counts[best]
+        counts[best] += 1
+    return dataset, sample
+
+
+def parse_data_path(spec) -> list[tuple[float, str]]:
+    """``"0.3 prefixA 0.7 prefixB"`` (or a list of tokens) -> [(0.3, "prefixA"), (0.7, "prefixB")].
+
+    Without weights (``"prefixA prefixB"``) every prefix gets weight 1.0, as Megatron does.
+    """
+    tokens = spec.split() if isinstance(spec, str) else [str(t) for t in spec]
+    if not tokens:
+        raise ValueError("empty data path")
+
+    def number(t):
+        try:
+            return float(t)
+        except ValueError:
+            return None
+
+    if number(tokens[0]) is None:
+        if any(number(t) is not None for t in tokens):
+            raise ValueError(f"data path {spec!r} mixes weighted and unweighted entries")
+        return [(1.0, t) for t in tokens]
+    if len(tokens) % 2:
+        raise ValueError(f"data path {spec!r} must alternate weight and prefix")
+    out = []
+    for weight, prefix in zip(tokens[::2], tokens[1::2]):
+        if number(weight) is None or number(prefix) is not None:
+            raise ValueError(f"data path {spec!r}: expected a weight then a prefix, got {weight!r} {prefix!r}")
+        if float(weight) < 0:
+            raise ValueError(f"data path {spec!r}: negative weight {weight}")
+        out.append((float(weight), prefix))
+    return out
+
+
+def parse_split(split: str) -> list[float]:
+    """``"969,30,1"`` -> [0.969, 0.03, 0.001]: numbers extracted, padded to 3 with zeros, normalised."""
+    values = [float(x) for x in re.findall(r"[.0-9]+", str(split))]
+    if not values or len(values) > 3:
+        raise ValueError(f"split {split!r} must hold one to three numbers, e.g. '969,30,1'")
+    values += [0.0] * (3 - len(values))
+    total = sum(values)
+    if total <= 0:
+        raise ValueError(f"split {split!r} adds up to 0")
+    return [v / total for v in values]
+
+
+def split_ranges(split: str, num_elements: int) -> list[tuple[int, int] | None]:
+    """[(begin, end) or None] for train/valid/test over ``num_elements`` (contiguous, Megatron's rounding)."""
+    shares = parse_split(split)
+    bounds = np.concatenate([[0.0], np.cumsum(shares)])
+    out = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        if hi - lo == 0:
+            out.append(None)
+        else:
+            out.append((int(round(lo * num_elements)), int(round(hi * num_elements))))
+    return out
+
+
+def document_splits(dataset, split: str) -> dict[str, tuple[range, range] | None]:
+    """Split an indexed dataset by documents: {"train"|"valid"|"test": (document range, sequence range)}."""
+    doc_idx = np.asarray(dataset.doc_idx)
+    names = ("train", "valid", "test")
+    out = {}
+    for name, r in zip(names, split_ranges(split, len(doc_idx) - 1)):
+        if r is None:
+            out[name] = None
+        else:
+            out[name] = (range(r[0], r[1]), range(int(doc_idx[r[0]]), int(doc_idx[r[1]])))
+    return out
+
+
+class IndexCache:
+    """Computed index arrays kept as ``.npy`` files, keyed by a hash of everything they depend on.
+
+    ``get(name, description, build)`` returns ``{array name: array}``: loaded (memory-mapped) when a complete,
+    matching entry exists, else built by ``build()`` and saved. The file names carry the hash of the
+    description, so a changed input can never hit a stale entry; the stored description is compared too (not
+    only the file's existence), every array is checked against its recorded dtype and shape, and a corrupt or
+    partial entry is rebuilt. Writes are atomic and the description is written last, so ranks sharing the
+    directory see either a complete entry or none.
+    """
+
+    def __init__(self, directory):
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, exist_ok=True)
+
+    @staticmethod
+    def key(description: dict) -> str:
+        blob = json.dumps(description, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+    def _path(self, key: str, name: str, affix: str) -> str:
+        return os.path.join(self.directory, f"{key}-{name}-{affix}")
+
+    def load(self, name: str, description: dict) -> dict | None:
+        key = self.key(description)
+        try:
+            with open(self._path(key, name, "description.json")) as f:
+                stored = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if stored.get("description") != json.loads(json.dumps(description, sort_keys=True, default=str)):
+            return None
+        arrays = {}
+        for array, meta in stored.get("arrays", {}).items():
+            try:
+                a = np.load(self._path(key, name, f"{array}.npy"), mmap_mode="r", allow_pickle=False)
+            except (OSError, ValueError):
+                return None
+            if str(a.dtype) != meta["dtype"] or list(a.shape) != meta["shape"]:
+                return None
+            arrays[array] = a
+        return arrays
+
+    def save(self, name: str, description: dict, arrays: dict) -> None:
+        key = self.key(description)
+        meta = {}
+        for array, values in arrays.items():
+            values = np.ascontiguousarray(values)
+            path = self._path(key, name, f"{array}.npy")
+            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{os.path.basename(path)}.", suffix=".partial")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    np.save(f, values, allow_pickle=False)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+            meta[array] = {"dtype": str(values.dtype), "shape": list(values.shape)}
+        record = {"description": json.loads(json.dumps(description, sort_keys=True, default=str)), "arrays": meta}
+        atomic_write(self._path(key, name, "description.json"), json.dumps(record, indent=2).encode())
+
+    def get(self, name: str, description: dict, build) -> dict:
+        cached = self.load(name, description)
+        if cached is not None:
+            return cached
+        arrays = build()
+        self.save(name, description, arrays)
+        return self.load(name, description)
