@@ -11,6 +11,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_binarize  # noqa: E402
 import bench_pipeline  # noqa: E402
+import bench_shapes  # noqa: E402
 import bench_storage  # noqa: E402
 
 
@@ -26,6 +27,7 @@ def main() -> None:
     parts.append(bench_storage.main(["--sentences", "200000", "--reads", "20000"] if a.quick else []))
     parts.append(bench_binarize.main(["--scale", "0.5"] if a.quick else []))
     parts.append(bench_pipeline.main(["--sentences", "200000", "--skip-billion"] if a.quick else []))
+    parts.append(bench_shapes.main(["--samples", "100000"] if a.quick else []))
     with open("build/bench/results.md", "w") as f:
         f.write("\n\n".join(parts) + "\n")
     print("\nwritten to build/bench/results.md")

@@ -21,6 +21,7 @@ from .corpus import CorpusFile, ShardedCorpus
 from .dictionary import Dictionary, lang_token
 from .mixing import sampling_probabilities
 from .pipeline import BatchIterator
+from .packing import PackPlan, gpt_sample_index, pack, pack_pairs, pack_sentences
 from .shapes import ShapePlan, plan_shapes
 from .storage import IndexedDataset, IndexedDatasetBuilder, convert_index, dataset_exists, dtype_for_vocab
 
@@ -33,6 +34,11 @@ __all__ = [
     "load_config",
     "sampling_probabilities",
     "plan_shapes",
+    "pack",
+    "pack_pairs",
+    "pack_sentences",
+    "gpt_sample_index",
+    "PackPlan",
     "blending_indices",
     "parse_data_path",
     "parse_split",
