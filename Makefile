@@ -1,4 +1,5 @@
 # The two commands of README.md: `make demo` and `make test`. Both build .venv on first use.
+comma := ,
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -6,8 +7,7 @@ BIN := $(VENV)/bin
 # torch requirement pulls a multi-GB CUDA build.
 EXTRAS ?= test
 TORCH_PIN := torch==2.13.0
-NEEDS_TORCH := $(if $(filter torch all,$(subst $(comma), ,$(EXTRAS))),yes,)
-comma := ,
+NEEDS_TORCH := $(if $(filter torch all test,$(subst $(comma), ,$(EXTRAS))),yes,)
 ARGS ?=
 
 .PHONY: demo test bench venv clean

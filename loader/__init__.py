@@ -15,6 +15,7 @@ from .errors import (
     UnsupportedVersionError,
 )
 from .blending import IndexCache, blending_indices, document_splits, parse_data_path, parse_split
+from .bins import LengthBinSampler
 from .build import build_train_iterator, build_valid_iterator
 from .config import load_config
 from .corpus import CorpusFile, ShardedCorpus
@@ -34,6 +35,7 @@ __all__ = [
     "load_config",
     "sampling_probabilities",
     "plan_shapes",
+    "LengthBinSampler",
     "pack",
     "pack_pairs",
     "pack_sentences",

@@ -1,0 +1,109 @@
+"""Dynamic length bins (seed 004) as a batch sampler for torch's DataLoader and the Hugging Face Trainer.
+
+Samples are split into length bins, each bin has its own batch size, bins are drawn in proportion to their
+size, and every sample of a bin is seen before the bin reshuffles. The bins are a shape plan
+(:mod:`loader.shapes`): seed 004's quarters of the maximum length (``bins="quarters"``: edges L/4, L/2, 3L/4, L),
+or the padding-optimal K edges (``bins=K``); a bin's batch size is the token budget over its edge, so every
+batch of a bin has the same padded size.
+
+An epoch is every sample once. Its batches are interleaved by drawing bins in proportion to the batches they
+have left, so all bins run out together; ``len()`` is exact. Rank r of W takes batches r, r + W, ...; when the
+count is not a multiple of W the list wraps around (the first batches are repeated), as torch's
+DistributedSampler pads, so every rank takes the same number of steps.
+
+    sampler = LengthBinSampler(lengths, max_tokens=8192, bins=8, seed=0)
+    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=pad_collate)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        for batch in loader: ...
+
+With the Hugging Face Trainer, return such a DataLoader from an overridden ``get_train_dataloader``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .shapes import ShapePlan, plan_shapes, shapes_from_widths
+
+
+class LengthBinSampler:
+    """Yields lists of sample indices; every index once per epoch (plus wrap-around padding across ranks)."""
+
+    def __init__(self, lengths, max_tokens: int, bins="quarters", max_length: int | None = None, multiple: int = 1,
+                 max_sentences: int | None = None, seed: int = 0, drop_last: bool = False, rank: int = 0,
+                 world_size: int = 1):
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        if self.lengths.ndim != 1 or not len(self.lengths):
+            raise ValueError("lengths must be a non-empty 1-D array")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got {rank}, {world_size}")
+        longest = int(max_length or self.lengths.max())
+        if self.lengths.max() > longest:
+            raise ValueError(f"a sample of {int(self.lengths.max())} tokens is longer than max_length={longest}")
+        if bins == "quarters":
+            edges = sorted({max(1, -(-longest * q // 4)) for q in (1, 2, 3, 4)})
+            self.plan: ShapePlan = shapes_from_widths(edges, self.lengths, max_tokens, multiple, max_sentences)
+        elif isinstance(bins, int):
+            self.plan = plan_shapes(self.lengths, bins, max_tokens, multiple, max_sentences)
+        else:
+            self.plan = shapes_from_widths(list(bins), self.lengths, max_tokens, multiple, max_sentences)
+        self.bin_of = self.plan.bucket(self.lengths)
+        self.members = [np.flatnonzero(self.bin_of == k) for k in range(self.plan.num_shapes)]
+        self.seed, self.drop_last = seed, drop_last
+        self.rank, self.world_size = rank, world_size
+        self.epoch = 0
+        self._skip = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+        self._skip = 0
+
+    def _global_batches(self) -> list[np.ndarray]:
+        rng = np.random.default_rng([self.seed, self.epoch])
+        per_bin = []
+        for k, idx in enumerate(self.members):
+            b = int(self.plan.batch_sizes[k])
+            shuffled = rng.permutation(idx)
+            cuts = [shuffled[i:i + b] for i in range(0, len(shuffled), b)]
+            if self.drop_last and cuts and len(cuts[-1]) < b:
+                cuts.pop()
+            per_bin.append(cuts)
+        left = np.array([len(c) for c in per_bin], dtype=np.int64)
+        pos = [0] * len(per_bin)
+        out = []
+        while left.sum():
+            k = int(rng.choice(len(left), p=left / left.sum()))  # in proportion to what each bin has left
+            out.append(per_bin[k][pos[k]])
+            pos[k] += 1
+            left[k] -= 1
+        return out
+
+    def _rank_batches(self) -> list[np.ndarray]:
+        batches = self._global_batches()
+        if not batches:
+            return []
+        pad = (-len(batches)) % self.world_size
+        batches = batches + [batches[i % len(batches)] for i in range(pad)]
+        return batches[self.rank::self.world_size]
+
+    def __len__(self) -> int:
+        n = sum(-(-len(m) // int(b)) if not self.drop_last else len(m) // int(b)
+                for m, b in zip(self.members, self.plan.batch_sizes))
+        return -(-n // self.world_size)
+
+    def __iter__(self):
+        for i, batch in enumerate(self._rank_batches()):
+            if i < self._skip:
+                continue
+            self._skip = i + 1
+            yield batch.tolist()
+        self._skip = 0
+
+    def state_dict(self) -> dict:
+        """{"epoch", "batches_done"}: restore with ``load_state_dict`` to continue mid-epoch."""
+        return {"epoch": self.epoch, "batches_done": self._skip}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch = int(state["epoch"])
+        self._skip = int(state["batches_done"])
