@@ -46,6 +46,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.batching.window = 1_000_000  # samples planned at once (memory bound); 0: the whole epoch
     c.batching.num_shapes = 0  # > 0: every batch takes one of this many static shapes (XLA), chosen from the data
     c.batching.shapes = ""  # or explicit widths "32x32,64x64,128x128" (source x target); batch sizes from max_tokens
+    c.batching.pack = ""  # "256x256": pack pairs side by side into rows of this shape (one static shape)
     c.batching.balance_block = 16  # batches of similar cost shuffled together (rank balance; use >= ranks)
     c.batching.fairseq_drop_last = False  # compat="fairseq": drop a last batch off the multiple (fairseq main)
 

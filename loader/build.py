@@ -86,7 +86,18 @@ def train_plan_options(config) -> PlanOptions:
         max_tokens=b.max_tokens, max_sentences=b.max_sentences, multiple=b.required_batch_size_multiple,
         window=b.window, max_source_positions=f.max_source_positions, max_target_positions=f.max_target_positions,
         on_too_long=f.on_too_long, balance_block=b.balance_block, compat=config.compat,
-        fairseq_drop_last=b.fairseq_drop_last)
+        fairseq_drop_last=b.fairseq_drop_last, pack_shape=_pack_shape(b.pack))
+
+
+def _pack_shape(value: str) -> tuple:
+    value = str(value or "").strip()
+    if not value:
+        return ()
+    try:
+        ls, lt = (int(x) for x in value.split("x"))
+    except ValueError:
+        raise ValueError(f"batching.pack must look like '256x256' (source x target), got {value!r}") from None
+    return (ls, lt)
 
 
 def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1) -> BatchIterator:

@@ -122,3 +122,83 @@ def collate_pairs(groups_src, groups_tgt, src_len: np.ndarray, tgt_len: np.ndarr
     else:
         batch["ntokens"] = int(src_len[order][batch["weight"] > 0].sum())
     return batch
+
+
+def fill_at(out: np.ndarray, groups) -> None:
+    """Like :func:`fill_side`, with explicit places: ``groups`` of ``(row, offset, dataset, records, prefix)``
+    arrays write each record (after its prefix) at ``out[row, offset:]``."""
+    width = out.shape[1]
+    flat = out.reshape(-1)
+    for row, offset, ds, recs, prefix in groups:
+        plen = len(prefix)
+        base = row.astype(np.int64) * width + offset
+        if plen:
+            flat[(base[:, None] + np.arange(plen)).ravel()] = np.tile(prefix, len(row))
+        sizes = np.asarray(ds.sizes[recs], dtype=np.int64)
+        values = ds.tokens[_ragged_arange(np.asarray(ds.pointers[recs], dtype=np.int64) // ds.dtype.itemsize, sizes)]
+        if ds.token_shift:
+            values = values.astype(np.int64) - ds.token_shift
+        flat[_ragged_arange(base + plen, sizes)] = values
+
+
+def segments(num_rows: int, width: int, row: np.ndarray, offset: np.ndarray, length: np.ndarray):
+    """(segment_ids, positions, first, piece_segment) for pieces placed at (row, offset) with the given lengths:
+    segment ids 1, 2, ... per row in offset order (0 = padding), positions restarting per piece, a mask of each
+    piece's first token, and each piece's own segment id."""
+    seg = np.zeros((num_rows, width), dtype=np.int32)
+    pos = np.zeros((num_rows, width), dtype=np.int32)
+    first = np.zeros((num_rows, width), dtype=bool)
+    order = np.lexsort((offset, row))
+    r, o, n = row[order], offset[order], length[order]
+    new_row = np.concatenate([[True], r[1:] != r[:-1]]) if len(r) else np.zeros(0, bool)
+    idx = np.arange(len(r))
+    k = idx - np.maximum.accumulate(np.where(new_row, idx, 0)) + 1
+    flat = _ragged_arange(r.astype(np.int64) * width + o, n)
+    seg.reshape(-1)[flat] = np.repeat(k, n).astype(np.int32)
+    pos.reshape(-1)[flat] = _ragged_arange(np.zeros(len(n), np.int64), n).astype(np.int32)
+    first.reshape(-1)[(r.astype(np.int64) * width + o)[n > 0]] = True
+    piece_segment = np.empty(len(order), dtype=np.int32)
+    piece_segment[order] = k
+    return seg, pos, first, piece_segment
+
+
+def collate_packed(groups_src, groups_tgt, placement: dict, shape: tuple[int, int], ids: np.ndarray,
+                   opts: CollateOptions, row_weight: np.ndarray) -> dict:
+    """Packed pairs: every row holds several (source, target) pairs side by side.
+
+    ``placement``: per pair ``row``, ``src_offset``, ``tgt_offset``, ``src_len``, ``tgt_len`` (prefixes and
+    ``</s>`` included). The batch adds ``src_segment_ids``/``src_positions`` and ``tgt_segment_ids``/
+    ``tgt_positions`` so attention (and cross-attention: equal segment ids) stays inside each pair;
+    ``prev_output_tokens`` moves ``</s>`` to the front of every target segment. Rows are right-padded.
+    ``weight`` is per row (0 for rows that only fill the batch); ``target_weight`` per target token.
+    """
+    n_rows = len(row_weight)
+    ls, lt = shape
+    dtype = np.dtype(opts.dtype)
+    src = np.full((n_rows, ls), opts.pad, dtype)
+    tgt = np.full((n_rows, lt), opts.pad, dtype)
+    fill_at(src, groups_src)
+    fill_at(tgt, groups_tgt)
+    p = placement
+    src_seg, src_pos, _, pair_segment = segments(n_rows, ls, p["row"], p["src_offset"], p["src_len"])
+    tgt_seg, tgt_pos, tgt_first, _ = segments(n_rows, lt, p["row"], p["tgt_offset"], p["tgt_len"])
+    prev = np.full_like(tgt, opts.pad)
+    prev[:, 1:] = tgt[:, :-1]
+    prev[tgt_first] = opts.eos
+    prev[tgt_seg == 0] = opts.pad
+    row_weight = np.asarray(row_weight, np.float32)
+    target_weight = (tgt_seg > 0).astype(np.float32) * row_weight[:, None]
+    real_pairs = row_weight[p["row"]] > 0
+    return {
+        "id": np.asarray(ids, dtype=np.int64),
+        "nsentences": int(real_pairs.sum()),
+        "ntokens": int(target_weight.sum()),
+        "net_input": {"src_tokens": src, "src_lengths": (src_seg > 0).sum(axis=1).astype(np.int64),
+                      "src_segment_ids": src_seg, "src_positions": src_pos, "prev_output_tokens": prev,
+                      "tgt_segment_ids": tgt_seg, "tgt_positions": tgt_pos},
+        "target": tgt,
+        "target_weight": target_weight,
+        "weight": row_weight,
+        "row": np.asarray(p["row"], dtype=np.int64),  # per pair: its row
+        "segment": pair_segment,  # per pair: its segment id in that row (the same on both sides)
+    }

@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
-from .collate import CollateOptions, collate_pairs
+from .collate import CollateOptions, collate_packed, collate_pairs
+from .packing import pack_pairs
 from .mixing import (SAMPLERS, StratifiedDraw, fairseq_draw, sampling_probabilities, stratified_counts,
                      virtual_size, weight_probabilities)
 from .sources import Direction, SourceSet
@@ -56,6 +57,7 @@ class PlanOptions:
     balance_block: int = 16  # batches of similar cost shuffled as one block
     shuffle: bool = True  # False: validation order (deterministic, by length)
     shapes: tuple = ()  # static shapes ((B, L_src, L_tgt), ...) or ((B, L), ...); () = dynamic batches
+    pack_shape: tuple = ()  # (L_src, L_tgt): pack pairs side by side into rows of this shape
     compat: str = "none"  # "fairseq": reproduce fairseq's multilingual epoch batch for batch
     fairseq_drop_last: bool = False  # fairseq main (after d871f616) drops a last batch that misses the multiple
 
@@ -80,6 +82,14 @@ class PlanOptions:
             raise ValueError(f"filter.on_too_long must be 'skip' or 'raise', got {self.on_too_long!r}")
         if self.compat not in ("none", "fairseq"):
             raise ValueError(f"compat must be 'none' or 'fairseq', got {self.compat!r}")
+        if self.pack_shape:
+            if len(self.pack_shape) != 2 or min(self.pack_shape) < 1 or max(self.pack_shape) > self.max_tokens:
+                raise ValueError(f"batching.pack must be 'L_srcxL_tgt' within max_tokens, got {self.pack_shape}")
+            if self.shapes or self.compat == "fairseq":
+                raise ValueError("batching.pack cannot be combined with static shapes or compat='fairseq'")
+            if self.max_source_positions > self.pack_shape[0] or self.max_target_positions > self.pack_shape[1]:
+                raise ValueError(f"filter.max_source/target_positions ({self.max_source_positions}, "
+                                 f"{self.max_target_positions}) must fit the packed row {tuple(self.pack_shape)}")
         if self.compat == "fairseq" and self.shapes:
             raise ValueError("static shapes cannot be combined with compat='fairseq' (fairseq has no such batches)")
         for shape in self.shapes:
@@ -121,6 +131,7 @@ class Window:
     filtered: np.ndarray  # per direction
     shape: np.ndarray | None = None  # static shapes: the shape of each batch
     masked: np.ndarray | None = None  # static shapes: rows added to fill each batch (weight 0)
+    packed: dict | None = None  # packing: per sample "row" (in its batch), "src_offset", "tgt_offset"
 
     def __len__(self) -> int:
         return len(self.order)
@@ -278,8 +289,11 @@ class EpochPlanner:
             cost = np.maximum(src_len, tgt_len)
             order = np.lexsort((src_len, cost))
         dirs, rows, src_len, tgt_len = dirs[order], rows[order], src_len[order], tgt_len[order]
-        shape = masked = None
-        if o.shapes:
+        shape = masked = packed = None
+        if o.pack_shape:
+            dirs, rows, src_len, tgt_len, ends, masked, packed = self._packed_batches(dirs, rows, src_len, tgt_len,
+                                                                                       rng)
+        elif o.shapes:
             dirs, rows, src_len, tgt_len, ends, shape, masked, unfit = self._static_batches(dirs, rows, src_len, tgt_len)
             filtered = filtered + np.bincount(unfit, minlength=len(setup.directions))
         else:
@@ -287,13 +301,39 @@ class EpochPlanner:
             ends = batch_sorted(cost, o.max_tokens, o.max_sentences or None, o.multiple)
         served = self._block_shuffle(len(ends), rng) if o.shuffle else np.arange(len(ends))
         win = Window(epoch, w, dirs, rows, src_len.astype(np.int32), tgt_len.astype(np.int32), ends, served, filtered,
-                     shape, masked)
+                     shape, masked, packed)
         self._filtered.setdefault(epoch, {})[w] = filtered
         if masked is not None:
-            self._masked.setdefault(epoch, {})[w] = int(masked.sum())
+            self._masked.setdefault(epoch, {})[w] = int(masked.sum())  # rows (packing: rows of pairs)
         setup.window_batches[w] = len(win)
         self._window_cache = ((epoch, w), win)
         return win
+
+    def rows_per_packed_batch(self) -> int:
+        o = self.opts
+        b = max(1, o.max_tokens // max(o.pack_shape))
+        if o.max_sentences:
+            b = min(b, o.max_sentences)
+        return b - b % o.multiple if b >= o.multiple else b
+
+    def _packed_batches(self, dirs, rows, src_len, tgt_len, rng):
+        """Pack the window's pairs side by side into rows of ``pack_shape`` (first-fit decreasing, ties in random
+        order), then cut the rows into batches of B rows; the last batch's missing rows are counted as masked."""
+        ls, lt = self.opts.pack_shape
+        shuffle = rng.permutation(len(rows)) if self.opts.shuffle else np.arange(len(rows))
+        dirs, rows, src_len, tgt_len = dirs[shuffle], rows[shuffle], src_len[shuffle], tgt_len[shuffle]
+        plan = pack_pairs(src_len, tgt_len, ls, lt)
+        order = np.lexsort((plan.src_offset, plan.row))
+        dirs, rows, src_len, tgt_len = dirs[order], rows[order], src_len[order], tgt_len[order]
+        prow, soff, toff = plan.row[order], plan.src_offset[order], plan.tgt_offset[order]
+        b = self.rows_per_packed_batch()
+        n_batches = -(-plan.num_rows // b)
+        ends = np.searchsorted(prow, (np.arange(n_batches) + 1) * b, side="left").astype(np.int64)
+        masked = np.zeros(n_batches, np.int64)
+        if n_batches:
+            masked[-1] = n_batches * b - plan.num_rows
+        packed = {"row": prow % b, "src_offset": soff, "tgt_offset": toff}
+        return dirs, rows, src_len, tgt_len, ends, masked, packed
 
     def _static_batches(self, dirs, rows, src_len, tgt_len):
         """Group the length-ordered samples by the first shape they fit; cut each group into batches of exactly
@@ -452,6 +492,27 @@ class Collater:
                              extra={"direction": np.asarray(dirs, dtype=np.int32)})
 
 
+    def packed(self, directions: list[Direction], dirs: np.ndarray, rows: np.ndarray, placement: dict,
+               shape: tuple, row_weight: np.ndarray) -> dict:
+        comp_ids = np.empty(len(rows), np.int64)
+        local = np.empty(len(rows), np.int64)
+        for d in np.unique(dirs):
+            sel = np.flatnonzero(dirs == d)
+            comp_ids[sel], local[sel] = directions[int(d)].locate(rows[sel])
+        groups_src, groups_tgt = [], []
+        for cid in np.unique(comp_ids):
+            pos = np.flatnonzero(comp_ids == cid)
+            comp = self.sources.components[int(cid)]
+            groups_src.append((placement["row"][pos], placement["src_offset"][pos], comp.src, local[pos],
+                               comp.src_prefix))
+            groups_tgt.append((placement["row"][pos], placement["tgt_offset"][pos], comp.tgt, local[pos],
+                               comp.tgt_prefix))
+        batch = collate_packed(groups_src, groups_tgt, placement, shape, self.id_base[comp_ids] + local, self.opts,
+                               row_weight)
+        batch["direction"] = np.asarray(dirs, dtype=np.int32)
+        return batch
+
+
 class BatchIterator:
     """Batches of the current epoch for one rank, with ``len()``, ``epoch``, ``step`` and exact resume.
 
@@ -523,6 +584,8 @@ class BatchIterator:
         setup = self.planner.setup(self.epoch)
         dirs, rows, src_len, tgt_len = win.direction[sl], win.rows[sl], win.src_len[sl], win.tgt_len[sl]
         weight = np.ones(len(rows), np.float32) if weight is None else np.asarray(weight, np.float32)
+        if win.packed is not None:
+            return self._collate_packed(win, j, sl, dirs, rows, weight, real_batch)
         shape_idx, masked = win.batch_shape(j)
         pad_to = None
         if shape_idx >= 0:
@@ -534,6 +597,35 @@ class BatchIterator:
                 weight = np.concatenate([weight, np.zeros(masked, np.float32)])
         batch = self.collater(setup.directions, dirs, rows, src_len, tgt_len, weight=weight, pad_to_length=pad_to)
         batch["nsentences"] = int((batch["weight"] > 0).sum())
+        if real_batch:
+            served = self.served.setdefault(self.epoch, {})
+            for d, n in zip(*np.unique(win.direction[sl], return_counts=True)):
+                served[int(d)] = served.get(int(d), 0) + int(n)
+        return batch
+
+    def _collate_packed(self, win: Window, j: int, sl: slice, dirs, rows, weight, real_batch: bool) -> dict:
+        b = int(win.order[j])
+        n_rows = self.planner.rows_per_packed_batch()
+        masked = int(win.masked[b])
+        real_rows = n_rows - masked
+        place = {k: v[sl] for k, v in win.packed.items()}
+        src_len, tgt_len = win.src_len[sl].astype(np.int64), win.tgt_len[sl].astype(np.int64)
+        row_weight = np.concatenate([np.ones(real_rows, np.float32), np.zeros(masked, np.float32)])
+        if weight is not None and not np.any(weight):
+            row_weight[:] = 0  # an epoch-padding batch
+        if masked:  # repeat real rows (attention stays well-defined), weight 0
+            pick = [np.flatnonzero(place["row"] == (i % real_rows)) for i in range(masked)]
+            extra = np.concatenate(pick)
+            new_rows = np.concatenate([np.full(len(p), real_rows + i) for i, p in enumerate(pick)])
+            dirs, rows = np.concatenate([dirs, dirs[extra]]), np.concatenate([rows, rows[extra]])
+            src_len, tgt_len = np.concatenate([src_len, src_len[extra]]), np.concatenate([tgt_len, tgt_len[extra]])
+            place = {"row": np.concatenate([place["row"], new_rows]),
+                     "src_offset": np.concatenate([place["src_offset"], place["src_offset"][extra]]),
+                     "tgt_offset": np.concatenate([place["tgt_offset"], place["tgt_offset"][extra]])}
+        place["src_len"], place["tgt_len"] = src_len, tgt_len
+        setup = self.planner.setup(self.epoch)
+        batch = self.collater.packed(setup.directions, dirs, rows, place, tuple(self.planner.opts.pack_shape),
+                                     row_weight)
         if real_batch:
             served = self.served.setdefault(self.epoch, {})
             for d, n in zip(*np.unique(win.direction[sl], return_counts=True)):
