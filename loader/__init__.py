@@ -20,6 +20,7 @@ from .build import build_train_iterator, build_valid_iterator
 from .config import load_config
 from .corpus import CorpusFile, ShardedCorpus
 from .dictionary import Dictionary, lang_token
+from .lm import LMIterator
 from .mixing import sampling_probabilities
 from .pipeline import BatchIterator
 from .packing import PackPlan, gpt_sample_index, pack, pack_pairs, pack_sentences
@@ -35,6 +36,7 @@ __all__ = [
     "load_config",
     "sampling_probabilities",
     "plan_shapes",
+    "LMIterator",
     "LengthBinSampler",
     "pack",
     "pack_pairs",
