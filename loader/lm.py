@@ -10,7 +10,8 @@
 * ``mode="concat"``: the epoch's sequences are concatenated and cut every ``seq_len`` tokens, each sample
   carrying one extra label token (Megatron's GPT sample index). ``mode="pack"``: whole sequences packed into
   rows of ``seq_len + 1`` tokens by best-fit decreasing, with ``segment_ids``/``positions`` so attention stays
-  inside each document; padding is masked out of the loss.
+  inside each document; padding is masked out of the loss. ``mode="sentences"``: BERT-style, consecutive
+  sentences of one document up to ``seq_len + 1`` tokens per sample (seed 002).
 * Datasets are blended by Megatron's greedy ``blending_indices`` over ``num_samples``; a dataset that runs out
   starts its next epoch (reshuffled) rather than repeating samples in the same order.
 * Index arrays (blend, per-epoch sample indexes) are cached by :class:`~loader.blending.IndexCache` under names
@@ -26,11 +27,11 @@ import os
 import numpy as np
 
 from .blending import IndexCache, blending_indices, document_splits, parse_data_path
-from .packing import gpt_sample_index, pack
+from .packing import gpt_sample_index, pack, pack_sentences
 from .permute import derive_key, permute
 from .storage.indexed import IndexedDataset
 
-MODES = ("concat", "pack")
+MODES = ("concat", "pack", "sentences")
 
 
 class LMSource:
@@ -44,6 +45,7 @@ class LMSource:
         if parts.get(split_name) is None:
             raise ValueError(f"{self.prefix}: split {split!r} leaves no documents for {split_name!r}")
         self.sequences = np.arange(parts[split_name][1].start, parts[split_name][1].stop, dtype=np.int64)
+        self.documents = parts[split_name][0]
         if not len(self.sequences):
             raise ValueError(f"{self.prefix}: the {split_name} split is empty")
         self.seq_len, self.mode, self.seed, self.cache = seq_len, mode, seed, cache
@@ -61,6 +63,9 @@ class LMSource:
         order = self.sequences[permute(np.arange(len(self.sequences)), len(self.sequences),
                                        derive_key(self.seed, "lm-order", self.prefix, epoch))]
         sizes = np.asarray(self.ds.sizes, dtype=np.int64)
+        if self.mode == "sentences":
+            doc_idx = np.asarray(self.ds.doc_idx)[self.documents.start:self.documents.stop + 1]
+            return {"order": order, "sentence_ranges": pack_sentences(sizes, doc_idx, self.seq_len + 1)}
         if self.mode == "concat":
             idx = gpt_sample_index(sizes, order, self.seq_len, add_extra_token=True)
             return {"order": order, "sample_index": idx}
@@ -81,11 +86,14 @@ class LMSource:
         return self._epochs[e]
 
     def samples_per_epoch(self, e: int) -> int:
-        if self.mode == "concat":  # the same tokens every epoch, only reordered
+        if self.mode in ("concat", "sentences"):  # the same samples every epoch, only reordered
             e = 1
         if e not in self._counts:
             arrays = self.epoch(e)
-            self._counts[e] = len(arrays["sample_index"]) - 1 if self.mode == "concat" else int(arrays["num_rows"][0])
+            if self.mode == "sentences":
+                self._counts[e] = len(arrays["sentence_ranges"])
+            else:
+                self._counts[e] = len(arrays["sample_index"]) - 1 if self.mode == "concat" else int(arrays["num_rows"][0])
         return self._counts[e]
 
     def sample(self, e: int, j: int) -> dict:
@@ -109,6 +117,13 @@ class LMSource:
                     break
             return {"tokens": tokens, "mask": np.ones(width, np.float32), "segment_ids": np.ones(width, np.int32),
                     "positions": np.arange(width, dtype=np.int32)}
+        if self.mode == "sentences":
+            a, b = (int(x) for x in arrays["sentence_ranges"][j])
+            text = np.concatenate([self.ds[i] for i in range(a, b)])[:width]
+            tokens[: len(text)] = text
+            real = np.arange(width) < len(text)
+            return {"tokens": tokens, "mask": real.astype(np.float32), "segment_ids": real.astype(np.int32),
+                    "positions": np.where(real, np.arange(width), 0).astype(np.int32)}
         seg = np.zeros(width, np.int32)
         pos = np.zeros(width, np.int32)
         members = arrays["row_order"][arrays["row_start"][j]:arrays["row_start"][j + 1]]

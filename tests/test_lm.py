@@ -99,3 +99,20 @@ def test_cache_is_reused(corpora, tmp_path):
     mtimes = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
     list(LMIterator.build(str(docs["web"][0]), **kw))
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == mtimes  # nothing rebuilt
+
+
+def test_sentence_mode_keeps_documents_whole(corpora):
+    root, docs = corpora
+    prefix, seqs = docs["web"]
+    it = LMIterator.build(str(prefix), seq_len=48, global_batch=2, num_samples=20, split="100,0,0",
+                          mode="sentences", cache_dir=root / "cache")
+    src = it.sources[0]
+    ds = loader.IndexedDataset(prefix)
+    doc_of = np.searchsorted(ds.doc_idx, np.arange(len(ds)), side="right") - 1
+    ranges = src.epoch(1)["sentence_ranges"]
+    assert sorted(i for a, b in ranges for i in range(a, b)) == list(range(len(ds)))  # every sentence once
+    for a, b in ranges:
+        assert len(set(doc_of[a:b].tolist())) == 1  # never across documents
+        assert b - a == 1 or ds.sizes[a:b].sum() <= 49
+    for batch in it:
+        assert batch["tokens"].shape == (2, 48)
