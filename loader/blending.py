@@ -19,11 +19,10 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 
 import numpy as np
 
-from .fileio import atomic_write
+from .fileio import atomic_open, atomic_write
 
 
 def blending_indices(weights, size: int, megatron: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -169,18 +168,8 @@ class IndexCache:
         meta = {}
         for array, values in arrays.items():
             values = np.ascontiguousarray(values)
-            path = self._path(key, name, f"{array}.npy")
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=f".{os.path.basename(path)}.", suffix=".partial")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    np.save(f, values, allow_pickle=False)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, path)
-            except BaseException:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-                raise
+            with atomic_open(self._path(key, name, f"{array}.npy")) as f:
+                np.save(f, values, allow_pickle=False)
             meta[array] = {"dtype": str(values.dtype), "shape": list(values.shape)}
         record = {"description": json.loads(json.dumps(description, sort_keys=True, default=str)), "arrays": meta}
         atomic_write(self._path(key, name, "description.json"), json.dumps(record, indent=2).encode())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 
@@ -20,14 +21,16 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def atomic_write(path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically; the temporary (``.<name>.*.partial``) is removed on failure."""
+@contextlib.contextmanager
+def atomic_open(path):
+    """A binary file to write in place of ``path``: renamed into place (after fsync) when the block ends,
+    removed if it raises. The temporary is ``.<name>.*.partial`` beside the target."""
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".partial")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -35,3 +38,9 @@ def atomic_write(path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def atomic_write(path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_open(path) as f:
+        f.write(data)

@@ -471,13 +471,19 @@ class Collater:
         sizes = [len(c) for c in sources.components]
         self.id_base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
-    def __call__(self, directions: list[Direction], dirs: np.ndarray, rows: np.ndarray, src_len, tgt_len,
-                 weight=None, pad_to_length: dict | None = None) -> dict:
+    @staticmethod
+    def _locate(directions: list[Direction], dirs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(component id, row within the component) of each sample reference (direction, direction row)."""
         comp_ids = np.empty(len(rows), np.int64)
         local = np.empty(len(rows), np.int64)
         for d in np.unique(dirs):
             sel = np.flatnonzero(dirs == d)
             comp_ids[sel], local[sel] = directions[int(d)].locate(rows[sel])
+        return comp_ids, local
+
+    def __call__(self, directions: list[Direction], dirs: np.ndarray, rows: np.ndarray, src_len, tgt_len,
+                 weight=None, pad_to_length: dict | None = None) -> dict:
+        comp_ids, local = self._locate(directions, dirs, rows)
         groups_src, groups_tgt = [], []
         for cid in np.unique(comp_ids):
             pos = np.flatnonzero(comp_ids == cid)
@@ -494,11 +500,7 @@ class Collater:
 
     def packed(self, directions: list[Direction], dirs: np.ndarray, rows: np.ndarray, placement: dict,
                shape: tuple, row_weight: np.ndarray) -> dict:
-        comp_ids = np.empty(len(rows), np.int64)
-        local = np.empty(len(rows), np.int64)
-        for d in np.unique(dirs):
-            sel = np.flatnonzero(dirs == d)
-            comp_ids[sel], local[sel] = directions[int(d)].locate(rows[sel])
+        comp_ids, local = self._locate(directions, dirs, rows)
         groups_src, groups_tgt = [], []
         for cid in np.unique(comp_ids):
             pos = np.flatnonzero(comp_ids == cid)
