@@ -100,15 +100,20 @@ def _pack_shape(value: str) -> tuple:
     return (ls, lt)
 
 
-def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1) -> BatchIterator:
-    """The training iterator of ``config`` for one rank (raises ValueError on invalid settings)."""
+def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1,
+                         split: str = "batches") -> BatchIterator:
+    """The training iterator of ``config`` for one rank (raises ValueError on invalid settings).
+
+    ``split="batches"``: one whole batch per rank and step (torch DDP). ``split="rows"``: every rank takes its
+    rows of each global batch (JAX global arrays; see ``loader.adapters.jax``)."""
     sources, dictionary = _sources(config, config.data.train_split, config.data.shards)
     opts = train_plan_options(config)
     planner = EpochPlanner(sources, opts)
     plan = shape_plan(config, planner)
     if plan is not None:
         planner = EpochPlanner(sources, dataclasses.replace(opts, shapes=tuple(plan.shapes)))
-    return BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, epoch, name="train")
+    return BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, epoch, name="train",
+                         split=split)
 
 
 MAX_HISTOGRAM_SAMPLES = 4_000_000

@@ -148,6 +148,10 @@ class Window:
         return int(self.shape[b]), int(self.masked[b])
 
 
+def _round_up(n: int, multiple: int) -> int:
+    return n if multiple <= 1 or n % multiple == 0 else n + multiple - n % multiple
+
+
 class EpochPlanner:
     """The integer plan of every epoch: which samples, in which window, in which batch, in which order."""
 
@@ -518,15 +522,25 @@ class Collater:
 class BatchIterator:
     """Batches of the current epoch for one rank, with ``len()``, ``epoch``, ``step`` and exact resume.
 
-    Global batch g of an epoch goes to rank ``g % world_size``; the global order does not depend on the world
-    size. Iterating past the epoch's last step raises StopIteration and moves to the next epoch, so
-    ``for epoch ...: for batch in it: ...`` walks epoch after epoch.
+    ``split="batches"`` (data parallelism with one batch per rank, torch DDP): global batch g of an epoch goes to
+    rank ``g % world_size``. ``split="rows"`` (one global batch per step, JAX multi-host): every rank takes its
+    rows ``[r N/W, (r+1) N/W)`` of every global batch, padded to the batch-wide widths, so the per-host pieces
+    assemble into one global array; masked rows (weight 0) make N a multiple of W where needed. Either way the
+    global order does not depend on the world size. Iterating past the epoch's last step raises StopIteration
+    and moves to the next epoch, so ``for epoch ...: for batch in it: ...`` walks epoch after epoch.
     """
 
     def __init__(self, planner: EpochPlanner, collater: Collater, rank: int = 0, world_size: int = 1,
-                 epoch: int = 1, name: str = "train", max_epochs: int | None = None):
+                 epoch: int = 1, name: str = "train", max_epochs: int | None = None, split: str = "batches"):
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        if split not in ("batches", "rows"):
+            raise ValueError(f"split must be 'batches' or 'rows', got {split!r}")
+        if split == "rows" and planner.opts.pack_shape and planner.rows_per_packed_batch() % world_size:
+            raise ValueError(f"packed batches of {planner.rows_per_packed_batch()} rows cannot be split evenly over "
+                             f"{world_size} ranks")
+        self.split = split
+        self._per_step = world_size if split == "batches" else 1
         if epoch < 1:
             raise ValueError(f"epochs count from 1, got {epoch}")
         self.planner, self.collater = planner, collater
@@ -543,18 +557,18 @@ class BatchIterator:
     @property
     def consumed(self) -> int:
         """Global batches of this epoch consumed by all ranks together."""
-        return self._base + self.step * self.world_size
+        return self._base + self.step * self._per_step
 
     def __len__(self) -> int:
         """Steps of the current epoch for this rank, counted from the epoch's start (the first call plans the
         integers of every window of the epoch)."""
         n = self.planner.num_batches(self.epoch)
-        before_resume = -(-self._base // self.world_size)
-        return before_resume + -(-max(n - self._base, 0) // self.world_size)
+        before_resume = -(-self._base // self._per_step)
+        return before_resume + -(-max(n - self._base, 0) // self._per_step)
 
     @property
     def iterations_in_epoch(self) -> int:
-        return -(-self._base // self.world_size) + self.step
+        return -(-self._base // self._per_step) + self.step
 
     def __iter__(self):
         return self
@@ -566,7 +580,7 @@ class BatchIterator:
         if self.planner.locate(self.epoch, start, self._hint) is None:
             self._next_epoch()
             raise StopIteration
-        g = start + self.rank
+        g = start + (self.rank if self.split == "batches" else 0)
         where = self.planner.locate(self.epoch, g, self._hint)
         if where is None:  # the epoch's last step: ranks past its end get a fully masked batch
             batch = self._dummy()
@@ -579,33 +593,44 @@ class BatchIterator:
         return batch
 
     def _collate(self, w: int, j: int, weight=None) -> dict:
-        """The j-th batch of window w; ``weight`` (zeros) marks an epoch-padding batch, which counts as nothing."""
-        real_batch = weight is None
+        """The j-th batch of window w (this rank's rows of it with split="rows"); ``weight`` (zeros) marks an
+        epoch-padding batch, which counts as nothing."""
         win = self.planner.window(self.epoch, w)
         sl = win.batch(j)
         setup = self.planner.setup(self.epoch)
         dirs, rows, src_len, tgt_len = win.direction[sl], win.rows[sl], win.src_len[sl], win.tgt_len[sl]
-        weight = np.ones(len(rows), np.float32) if weight is None else np.asarray(weight, np.float32)
         if win.packed is not None:
-            return self._collate_packed(win, j, sl, dirs, rows, weight, real_batch)
+            return self._collate_packed(win, j, sl, dirs, rows, weight)
+        weight = np.ones(len(rows), np.float32) if weight is None else np.asarray(weight, np.float32)
         shape_idx, masked = win.batch_shape(j)
         pad_to = None
         if shape_idx >= 0:
             shape = self.planner.opts.shapes[shape_idx]
             pad_to = {"source": shape[1], "target": shape[-1]}
-            if masked:  # masked rows repeat real rows (attention stays well-defined) with weight 0
-                fill = np.arange(masked) % len(rows)
-                dirs, rows, src_len, tgt_len = (np.concatenate([x, x[fill]]) for x in (dirs, rows, src_len, tgt_len))
-                weight = np.concatenate([weight, np.zeros(masked, np.float32)])
+        if self.split == "rows":
+            masked += (-(len(rows) + masked)) % self.world_size
+            if pad_to is None:  # every rank pads to the whole batch's widths
+                m = self.collater.opts.pad_to_multiple
+                pad_to = {"source": _round_up(int(src_len.max()), m), "target": _round_up(int(tgt_len.max()), m)}
+        if masked:  # masked rows repeat real rows (attention stays well-defined) with weight 0
+            fill = np.arange(masked) % len(rows)
+            dirs, rows, src_len, tgt_len = (np.concatenate([x, x[fill]]) for x in (dirs, rows, src_len, tgt_len))
+            weight = np.concatenate([weight, np.zeros(masked, np.float32)])
+        if self.split == "rows":
+            per = len(rows) // self.world_size
+            mine = slice(self.rank * per, (self.rank + 1) * per)
+            dirs, rows, src_len, tgt_len, weight = (x[mine] for x in (dirs, rows, src_len, tgt_len, weight))
         batch = self.collater(setup.directions, dirs, rows, src_len, tgt_len, weight=weight, pad_to_length=pad_to)
         batch["nsentences"] = int((batch["weight"] > 0).sum())
-        if real_batch:
-            served = self.served.setdefault(self.epoch, {})
-            for d, n in zip(*np.unique(win.direction[sl], return_counts=True)):
-                served[int(d)] = served.get(int(d), 0) + int(n)
+        self._count_served(dirs[weight > 0])
         return batch
 
-    def _collate_packed(self, win: Window, j: int, sl: slice, dirs, rows, weight, real_batch: bool) -> dict:
+    def _count_served(self, dirs: np.ndarray) -> None:
+        served = self.served.setdefault(self.epoch, {})
+        for d, n in zip(*np.unique(dirs, return_counts=True)):
+            served[int(d)] = served.get(int(d), 0) + int(n)
+
+    def _collate_packed(self, win: Window, j: int, sl: slice, dirs, rows, weight) -> dict:
         b = int(win.order[j])
         n_rows = self.planner.rows_per_packed_batch()
         masked = int(win.masked[b])
@@ -625,13 +650,17 @@ class BatchIterator:
                      "src_offset": np.concatenate([place["src_offset"], place["src_offset"][extra]]),
                      "tgt_offset": np.concatenate([place["tgt_offset"], place["tgt_offset"][extra]])}
         place["src_len"], place["tgt_len"] = src_len, tgt_len
+        if self.split == "rows":  # this rank's rows of the packed batch
+            per = n_rows // self.world_size
+            lo = self.rank * per
+            keep = (place["row"] >= lo) & (place["row"] < lo + per)
+            dirs, rows = dirs[keep], rows[keep]
+            place = {k: (v[keep] - lo if k == "row" else v[keep]) for k, v in place.items()}
+            row_weight = row_weight[lo:lo + per]
         setup = self.planner.setup(self.epoch)
         batch = self.collater.packed(setup.directions, dirs, rows, place, tuple(self.planner.opts.pack_shape),
                                      row_weight)
-        if real_batch:
-            served = self.served.setdefault(self.epoch, {})
-            for d, n in zip(*np.unique(win.direction[sl], return_counts=True)):
-                served[int(d)] = served.get(int(d), 0) + int(n)
+        self._count_served(dirs[row_weight[place["row"]] > 0])
         return batch
 
     def _dummy(self) -> dict:
