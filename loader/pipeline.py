@@ -19,6 +19,7 @@ depend on the world size).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -486,7 +487,7 @@ class Collater:
         return comp_ids, local
 
     def __call__(self, directions: list[Direction], dirs: np.ndarray, rows: np.ndarray, src_len, tgt_len,
-                 weight=None, pad_to_length: dict | None = None) -> dict:
+                 weight=None, pad_to_length: dict | None = None, sort: bool | None = None) -> dict:
         comp_ids, local = self._locate(directions, dirs, rows)
         groups_src, groups_tgt = [], []
         for cid in np.unique(comp_ids):
@@ -497,7 +498,8 @@ class Collater:
                 groups_tgt.append((pos, comp.tgt, local[pos], comp.tgt_prefix))
         ids = self.id_base[comp_ids] + local
         has_tgt = self.sources.with_target
-        return collate_pairs(groups_src, groups_tgt, src_len, tgt_len if has_tgt else None, ids, self.opts,
+        opts = self.opts if sort is None else dataclasses.replace(self.opts, sort_by_source_length=sort)
+        return collate_pairs(groups_src, groups_tgt, src_len, tgt_len if has_tgt else None, ids, opts,
                              weight=weight, pad_to_length=pad_to_length,
                              extra={"direction": np.asarray(dirs, dtype=np.int32)})
 
@@ -616,11 +618,17 @@ class BatchIterator:
             fill = np.arange(masked) % len(rows)
             dirs, rows, src_len, tgt_len = (np.concatenate([x, x[fill]]) for x in (dirs, rows, src_len, tgt_len))
             weight = np.concatenate([weight, np.zeros(masked, np.float32)])
-        if self.split == "rows":
+        sort = None
+        if self.split == "rows":  # order the whole global batch first, so the ranks' slices assemble into it
+            if self.collater.opts.sort_by_source_length:
+                order = np.argsort(-src_len.astype(np.int64), kind="stable")
+                dirs, rows, src_len, tgt_len, weight = (x[order] for x in (dirs, rows, src_len, tgt_len, weight))
             per = len(rows) // self.world_size
             mine = slice(self.rank * per, (self.rank + 1) * per)
             dirs, rows, src_len, tgt_len, weight = (x[mine] for x in (dirs, rows, src_len, tgt_len, weight))
-        batch = self.collater(setup.directions, dirs, rows, src_len, tgt_len, weight=weight, pad_to_length=pad_to)
+            sort = False
+        batch = self.collater(setup.directions, dirs, rows, src_len, tgt_len, weight=weight, pad_to_length=pad_to,
+                              sort=sort)
         batch["nsentences"] = int((batch["weight"] > 0).sum())
         self._count_served(dirs[weight > 0])
         return batch

@@ -20,6 +20,7 @@ def root(tmp_path_factory):
 def test_ranks_hold_the_rows_of_the_same_global_batch(root, world, static):
     cfg = config_for(root, batching__num_shapes=3 if static else 0)
     single = list(loader.build_train_iterator(cfg))
+    single_rows = list(loader.build_train_iterator(cfg, split="rows"))
     ranks = [list(loader.build_train_iterator(cfg, rank=r, world_size=world, split="rows")) for r in range(world)]
     assert all(len(x) == len(single) for x in ranks)
     for g, whole in enumerate(single):
@@ -31,6 +32,9 @@ def test_ranks_hold_the_rows_of_the_same_global_batch(root, world, static):
         got = sorted(int(i) for p in pieces for i, w in zip(p["id"], p["weight"]) if w > 0)
         want = sorted(int(i) for i, w in zip(whole["id"], whole["weight"]) if w > 0)
         assert got == want
+        if static:  # same row count: the pieces stacked are the single-process global batch, row for row
+            stacked = np.concatenate([p["net_input"]["src_tokens"] for p in pieces])
+            assert np.array_equal(stacked, single_rows[g]["net_input"]["src_tokens"])
         if static:
             assert rows * world == whole["net_input"]["src_tokens"].shape[0]
 

@@ -1,0 +1,135 @@
+"""JAX adapter: each host's numpy rows -> global ``jax.Array``s sharded over a Mesh, prefetched to the devices.
+
+    mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(-1, 2), ("data", "model"))
+    batches = loader.adapters.jax.global_batches(config, mesh, data_axes=("data",), prefetch=2)
+    for batch in batches:                      # dict of jax.Array, batch dimension sharded over "data"
+        state = train_step(state, batch)
+    checkpoint = batches.get_state()           # the position after the last batch handed out
+
+Every host builds the loader with ``rank = jax.process_index()``, ``world_size = jax.process_count()`` and
+``split="rows"``: all hosts walk the same global batch each step and each gathers only its rows, which
+``jax.make_array_from_process_local_data`` assembles into one global array. The global batch is therefore the
+same for any split of hosts x devices. Leaves whose first dimension is the row count are sharded along
+``data_axes`` (replicated over the other mesh axes); anything else (``ntokens``, per-pair metadata of packed
+batches) stays a host-local Python/numpy value.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+
+def data_sharding(mesh: Mesh, data_axes=None) -> NamedSharding:
+    """Batch dimension over ``data_axes`` (default: every mesh axis), the rest replicated."""
+    axes = tuple(data_axes) if data_axes is not None else tuple(mesh.axis_names)
+    unknown = [a for a in axes if a not in mesh.axis_names]
+    if unknown:
+        raise ValueError(f"data axes {unknown} are not axes of the mesh {mesh.axis_names}")
+    return NamedSharding(mesh, PartitionSpec(axes))
+
+
+def _rows(batch: dict) -> int:
+    net = batch.get("net_input", batch)
+    first = net.get("src_tokens", batch.get("tokens"))
+    if first is None:
+        raise ValueError("cannot tell the batch's row count: no net_input.src_tokens or tokens")
+    return int(np.shape(first)[0])
+
+
+def to_global(batch: dict, sharding: NamedSharding) -> dict:
+    """Host-local numpy batch -> the same dict with row-dimensioned arrays as global jax.Arrays."""
+    rows = _rows(batch)
+
+    def convert(value):
+        if isinstance(value, dict):
+            return {k: convert(v) for k, v in value.items()}
+        if isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == rows:
+            return jax.make_array_from_process_local_data(sharding, value)
+        return value
+
+    return convert(batch)
+
+
+class DevicePrefetcher:
+    """Converts and transfers up to ``depth`` batches ahead on a background thread.
+
+    ``get_state()`` is the loader state after the last batch handed to the caller (not the read-ahead), so a
+    checkpoint resumes exactly; ``set_state`` drops the read-ahead and restarts from there.
+    """
+
+    _DONE = object()
+
+    def __init__(self, iterator, sharding: NamedSharding, depth: int = 2):
+        if depth < 1:
+            raise ValueError(f"prefetch depth must be >= 1, got {depth}")
+        self.iterator, self.sharding, self.depth = iterator, sharding, depth
+        self._state = iterator.get_state() if hasattr(iterator, "get_state") else None
+        self._start()
+
+    def _start(self) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=self.depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="babelfeed-jax-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for batch in self.iterator:
+                if self._stop.is_set():
+                    return
+                state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else None
+                item = (to_global(batch, self.sharding), state)
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+            self._queue.put((self._DONE, None))
+        except BaseException as e:  # surface loader errors in the training loop, not in a dead thread
+            self._queue.put((e, None))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> dict:
+        item, state = self._queue.get()
+        if item is self._DONE:
+            self._start()  # the next epoch
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        self._state = state
+        return item
+
+    def get_state(self) -> dict | None:
+        return self._state
+
+    def set_state(self, state: dict) -> None:
+        self.close()
+        self.iterator.set_state(state)
+        self._state = state
+        self._start()
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self._thread.join()
+
+
+def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch: int = 1) -> DevicePrefetcher:
+    """The training iterator of ``config`` for this host, as prefetched global jax.Arrays on ``mesh``."""
+    from loader.build import build_train_iterator
+
+    iterator = build_train_iterator(config, rank=jax.process_index(), world_size=jax.process_count(), epoch=epoch,
+                                    split="rows")
+    return DevicePrefetcher(iterator, data_sharding(mesh, data_axes), prefetch)
