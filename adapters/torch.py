@@ -1,0 +1,184 @@
+"""PyTorch adapter: batches as torch tensors, copied to the GPU ahead of time, and a DataLoader path.
+
+    batches = loader.adapters.torch.TorchBatches(loader.build_train_iterator(config, rank, world), prefetch=2)
+    for batch in batches:            # tensors on cuda (pinned host memory, non_blocking copies on a side stream)
+        loss = model(**batch["net_input"]) ...
+    state = batches.get_state()
+
+    dataset = loader.adapters.torch.BatchDataset(config)       # rank/world from torch.distributed if initialised
+    dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=4, pin_memory=True)
+    for batch in dl: ...
+    state = dataset.state_dict(batches_seen)                   # resume: BatchDataset(config, state=state)
+
+Without CUDA the same code runs on the CPU (tests do), with zero-copy ``torch.from_numpy`` tensors.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import numpy as np
+import torch
+
+
+def to_torch(batch, device=None, non_blocking: bool = True, pin: bool = False, stream=None):
+    """numpy leaves -> tensors (zero-copy on the CPU); with ``device`` cuda, pinned and copied asynchronously."""
+    if isinstance(batch, dict):
+        return {k: to_torch(v, device, non_blocking, pin, stream) for k, v in batch.items()}
+    if isinstance(batch, np.ndarray):
+        t = torch.from_numpy(np.ascontiguousarray(batch))
+        if pin:
+            t = t.pin_memory()
+        if device is not None and torch.device(device).type != "cpu":
+            if stream is not None:
+                with torch.cuda.stream(stream):
+                    t = t.to(device, non_blocking=non_blocking)
+            else:
+                t = t.to(device, non_blocking=non_blocking)
+        return t
+    return batch
+
+
+class TorchBatches:
+    """Converts batches to tensors on ``device`` up to ``prefetch`` ahead, on a background thread.
+
+    With CUDA: host tensors are pinned and copied with ``non_blocking=True`` on a side stream; each batch
+    carries an event that the consuming stream waits on before use. ``get_state()`` is the loader position
+    after the last batch handed out.
+    """
+
+    _DONE = object()
+
+    def __init__(self, iterator, device=None, prefetch: int = 2, pin_memory: bool | None = None):
+        if prefetch < 1:
+            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
+        self.iterator = iterator
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.cuda = self.device.type == "cuda"
+        self.pin = self.cuda if pin_memory is None else pin_memory
+        self.stream = torch.cuda.Stream(device=self.device) if self.cuda else None
+        self.prefetch = prefetch
+        self._state = iterator.get_state() if hasattr(iterator, "get_state") else None
+        self._start()
+
+    def _start(self) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=self.prefetch)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="babelfeed-torch-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for batch in self.iterator:
+                if self._stop.is_set():
+                    return
+                state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else None
+                tensors = to_torch(batch, self.device, True, self.pin, self.stream)
+                event = None
+                if self.cuda:
+                    event = torch.cuda.Event()
+                    event.record(self.stream)
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put((tensors, event, state), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+            self._queue.put((self._DONE, None, None))
+        except BaseException as e:
+            self._queue.put((e, None, None))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item, event, state = self._queue.get()
+        if item is self._DONE:
+            self._start()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        if event is not None:
+            torch.cuda.current_stream(self.device).wait_event(event)
+        self._state = state
+        return item
+
+    def get_state(self):
+        return self._state
+
+    def set_state(self, state) -> None:
+        self.close()
+        self.iterator.set_state(state)
+        self._state = state
+        self._start()
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self._thread.join()
+
+
+def dist_rank_world() -> tuple[int, int]:
+    """(rank, world size) from torch.distributed when initialised, else (0, 1)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+class BatchDataset(torch.utils.data.IterableDataset):
+    """One epoch of this rank's batches for a DataLoader with ``batch_size=None`` and any ``num_workers``.
+
+    Worker w of rank r is sub-rank ``r * N + w`` of ``world * N``: workers produce distinct batches and the
+    union over workers and ranks is exactly the epoch (padding batches, weight 0, even out the ends). The
+    DataLoader hands out the workers' batches in turn, so this rank's k-th batch is known from k alone:
+    ``state_dict(k)`` / ``BatchDataset(config, state=...)`` resumes every worker where it stopped.
+    """
+
+    def __init__(self, config, epoch: int = 1, rank: int | None = None, world_size: int | None = None,
+                 num_workers: int | None = None, state: dict | None = None, tensors: bool = True):
+        super().__init__()
+        r, w = dist_rank_world()
+        self.config = config
+        self.rank = r if rank is None else rank
+        self.world_size = w if world_size is None else world_size
+        self.epoch = int(state["epoch"]) if state else epoch
+        self.batches_seen = int(state["batches_seen"]) if state else 0
+        self.tensors = tensors
+        self._declared_workers = num_workers
+
+    def _workers(self) -> tuple[int, int]:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return 0, 1
+        return info.id, info.num_workers
+
+    def __iter__(self):
+        from loader.build import build_train_iterator
+
+        worker, n = self._workers()
+        # The DataLoader serves workers in turn from worker 0; after k batches the next one belongs to sub-rank
+        # k % n, so worker w plays sub-rank (w + k) % n and the interleaving continues where it stopped.
+        sub = (worker + self.batches_seen) % n
+        it = build_train_iterator(self.config, rank=self.rank * n + sub, world_size=self.world_size * n,
+                                  epoch=self.epoch)
+        done_steps = max(0, -(-(self.batches_seen - sub) // n))  # this sub-rank's batches among the first k
+        if done_steps:
+            it.set_state({**it.get_state(), "epoch": self.epoch, "consumed": done_steps * self.world_size * n})
+        for batch in it:  # one epoch: the iterator stops at its end
+            yield to_torch(batch) if self.tensors else batch
+
+    def state_dict(self, batches_seen: int) -> dict:
+        """The position after this rank has taken ``batches_seen`` batches of the epoch from the DataLoader."""
+        return {"epoch": self.epoch, "batches_seen": int(batches_seen)}
+
+    def __len__(self) -> int:
+        from loader.build import build_train_iterator
+
+        n = self._declared_workers or 1
+        it = build_train_iterator(self.config, rank=self.rank * n, world_size=self.world_size * n, epoch=self.epoch)
+        return len(it) * n

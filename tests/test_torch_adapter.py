@@ -1,0 +1,116 @@
+"""loader.adapters.torch on the CPU: tensors, prefetch state, DataLoader workers, a 2-process gloo run."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+import loader
+from loader.adapters.torch import BatchDataset, TorchBatches, to_torch
+from synthetic import config_for, make_data_bin
+from test_pipeline import decode_ids
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("torchbin")
+    make_data_bin(r)
+    return r
+
+
+def flat_ids(batches):
+    return [int(i) for b in batches for i, w in zip(b["id"], b["weight"]) if w > 0]
+
+
+def test_tensors_and_prefetch_state(root):
+    cfg = config_for(root)
+    reference = list(loader.build_train_iterator(cfg))
+    got = list(TorchBatches(loader.build_train_iterator(cfg), device="cpu", prefetch=3))
+    assert len(got) == len(reference)
+    for t, n in zip(got, reference):
+        assert isinstance(t["net_input"]["src_tokens"], torch.Tensor) and t["net_input"]["src_tokens"].dtype == torch.int64
+        assert np.array_equal(t["net_input"]["src_tokens"].numpy(), n["net_input"]["src_tokens"])
+        assert np.array_equal(t["target"].numpy(), n["target"]) and t["ntokens"] == n["ntokens"]
+    a = TorchBatches(loader.build_train_iterator(cfg), device="cpu", prefetch=4)
+    head = [next(a) for _ in range(5)]
+    b = TorchBatches(loader.build_train_iterator(cfg), device="cpu")
+    b.set_state(a.get_state())
+    rest = list(b)
+    assert flat_ids(head + rest) == flat_ids(reference)
+    assert to_torch({"x": np.arange(3)})["x"].tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_workers_cover_the_epoch_once(root, workers):
+    cfg = config_for(root, mixing__sampler="concat", data__shards="all")
+    per_rank = []
+    for rank in range(2):
+        ds = BatchDataset(cfg, rank=rank, world_size=2, num_workers=workers or None)
+        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+        per_rank.append(list(dl))
+    assert len(per_rank[0]) == len(per_rank[1]) == len(BatchDataset(cfg, rank=0, world_size=2,
+                                                                      num_workers=workers or None))
+    who = decode_ids(loader.build_train_iterator(cfg))
+    seen = Counter(who(i) for b in per_rank[0] + per_rank[1] for i, w in zip(b["id"].tolist(), b["weight"].tolist())
+                   if w > 0)
+    assert max(seen.values()) == 1 and sum(seen.values()) == 600 + 500 + 120 + 80 + 12 + 9
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 3 workers on 2 cores, on purpose
+@pytest.mark.parametrize("k", [6, 7, 8])
+def test_dataloader_resume_mid_epoch(root, k):
+    cfg = config_for(root)
+    full = list(torch.utils.data.DataLoader(BatchDataset(cfg, rank=0, world_size=1), batch_size=None, num_workers=3))
+    state = BatchDataset(cfg, rank=0, world_size=1).state_dict(k)
+    resumed = list(torch.utils.data.DataLoader(BatchDataset(cfg, state=state), batch_size=None, num_workers=3))
+    assert len(full[:k] + resumed) == len(full)
+    assert flat_ids(full[:k] + resumed) == flat_ids(full)
+
+
+GLOO = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method=sys.argv[3], rank=int(sys.argv[4]), world_size=2)
+from loader.adapters.torch import BatchDataset
+from synthetic import config_for
+cfg = config_for(sys.argv[2], mixing__sampler="concat", data__shards="all")
+ds = BatchDataset(cfg)  # rank and world size from torch.distributed
+assert (ds.rank, ds.world_size) == (dist.get_rank(), 2)
+ids = [int(i) for b in torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+       for i, w in zip(b["id"].tolist(), b["weight"].tolist()) if w > 0]
+steps = torch.tensor([len(ids)])
+everyone = [None, None]
+dist.all_gather_object(everyone, ids)
+print(json.dumps({"rank": dist.get_rank(), "all": everyone}))
+dist.destroy_process_group()
+"""
+
+
+def test_two_process_gloo(root):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [subprocess.Popen([sys.executable, "-c", GLOO, HERE, str(root), f"tcp://127.0.0.1:{port}", str(r)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=240)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        assert p.returncode == 0, err[-3000:]
+        outs.append(json.loads(out.strip().splitlines()[-1]))
+    everyone = outs[0]["all"]
+    assert everyone == outs[1]["all"]
+    union = everyone[0] + everyone[1]
+    assert len(union) == len(set(union)) == 600 + 500 + 120 + 80 + 12 + 9
