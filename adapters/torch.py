@@ -137,6 +137,10 @@ class BatchDataset(torch.utils.data.IterableDataset):
     union over workers and ranks is exactly the epoch (padding batches, weight 0, even out the ends). The
     DataLoader hands out the workers' batches in turn, so this rank's k-th batch is known from k alone:
     ``state_dict(k)`` / ``BatchDataset(config, state=...)`` resumes every worker where it stopped.
+
+    If the process has loaded a multithreaded library such as JAX, give the DataLoader
+    ``multiprocessing_context="forkserver"`` (or ``"spawn"``): forking a multithreaded process can deadlock.
+    The dataset pickles, so every context works.
     """
 
     def __init__(self, config, epoch: int = 1, rank: int | None = None, world_size: int | None = None,

@@ -36,4 +36,16 @@ def get_config() -> ml_collections.ConfigDict:
     c.train.filter.max_source_positions = 128  # the longest demo sentences are filtered out and counted
     c.train.filter.max_target_positions = 128
     c.train.filter.on_too_long_valid = "skip"
+
+    # The model `make demo` trains (examples/flax_train.py) on the same pipeline with static shapes.
+    c.model = ml_collections.ConfigDict()
+    c.model.d_model = 128
+    c.model.heads = 4
+    c.model.layers = 2
+    c.model.ff = 512
+    c.model.max_len = 256
+    c.model.learning_rate = 2e-3
+    c.model.steps = 300
+    c.model.max_tokens = 2048  # smaller batches for the CPU
+    c.model.num_shapes = 4
     return c

@@ -52,7 +52,8 @@ def _plan(args) -> int:
 def _demo(args) -> int:
     from .demo import run_demo
 
-    return run_demo(args.config, workdir=args.workdir, scale=args.scale, workers=args.workers)
+    return run_demo(args.config, workdir=args.workdir, scale=args.scale, workers=args.workers,
+                    train_steps=args.train_steps, trainer=args.trainer)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--workdir", default=None, help="overrides config.workdir")
     d.add_argument("--scale", type=float, default=None, help="multiply the corpus sizes (overrides config.corpus.scale)")
     d.add_argument("--workers", type=int, default=None, help="overrides config.binarize.workers")
+    d.add_argument("--train-steps", type=int, default=None, help="overrides config.model.steps (0: no training)")
+    d.add_argument("--trainer", choices=("flax", "torch"), default="flax", help="the example that trains (default flax)")
     d.set_defaults(func=_demo)
     return p
 

@@ -181,8 +181,10 @@ def build_corpus(raw_dir: str, scale: float = 1.0, seed: int = 1234) -> dict:
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo.py")
 
 
-def run_demo(config=None, workdir: str | None = None, scale: float | None = None, workers: int | None = None) -> int:
-    """Corpus, SentencePiece, binarize, inspect; settings from ``configs/demo.py`` (or ``config``)."""
+def run_demo(config=None, workdir: str | None = None, scale: float | None = None, workers: int | None = None,
+             train_steps: int | None = None, trainer: str = "flax") -> int:
+    """Corpus, SentencePiece, binarize, inspect, one streamed epoch, then a model trained on the batches;
+    settings from ``configs/demo.py`` (or ``config``). ``train_steps=0`` stops before training."""
     from .binarize import BinarizeOptions, binarize, format_report
     from .config import load_config
     from .stats import corpus_stats, format_stats
@@ -195,7 +197,7 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
     workers = b.workers if workers is None else workers
     raw = os.path.join(workdir, "raw")
     data_bin = os.path.join(workdir, "data_bin")
-    print(f"== 1/4 demo corpus -> {raw}")
+    print(f"== 1/5 demo corpus -> {raw}")
     t0 = time.perf_counter()
     written = build_corpus(raw, scale=scale, seed=config.seed)
     if written:
@@ -205,7 +207,7 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
               + f" (largest/smallest = {max(sizes.values()) / min(sizes.values()):.0f}x)")
     else:
         print("   up to date")
-    print(f"== 2/4 babelfeed binarize {raw} -o {data_bin} --train-spm {b.train_spm} --shards {b.shards} "
+    print(f"== 2/5 babelfeed binarize {raw} -o {data_bin} --train-spm {b.train_spm} --shards {b.shards} "
           f"--max-len {b.max_len} --format {b.format}")
     report = binarize(
         BinarizeOptions(input_dir=raw, output_dir=data_bin, train_spm=b.train_spm, shards=b.shards,
@@ -213,14 +215,44 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
         log=lambda m: print("   " + m),
     )
     print(format_report(report))
-    print(f"== 3/4 babelfeed inspect {data_bin}")
+    print(f"== 3/5 babelfeed inspect {data_bin}")
     print(format_stats(corpus_stats(data_bin)))
-    print(f"== 4/4 one training epoch: temperature {config.train.mixing.temperature}, "
+    print(f"== 4/5 one training epoch: temperature {config.train.mixing.temperature}, "
           f"max_tokens {config.train.batching.max_tokens}, {config.train.mixing.sampler} sampling")
     config.train.data.path = data_bin
     print(stream_epoch(config.train))
     sys.stdout.flush()
+    steps = config.model.steps if train_steps is None else train_steps
+    if steps <= 0:
+        return 0
+    # the model trains on static shapes: smaller batches for the CPU, int32 tokens for JAX
+    config.train.batching.max_tokens = config.model.max_tokens
+    config.train.batching.num_shapes = config.model.num_shapes
+    config.train.collate.dtype = "int32"
+    example = _example(trainer)
+    print(f"== 5/5 {trainer} training, {steps} steps ({os.path.relpath(example.__file__)})")
+    sys.stdout.flush()
+    example.train(config, steps, log=lambda m: (print("   " + m), sys.stdout.flush()))
     return 0
+
+
+def _example(trainer: str):
+    """examples/{trainer}_train.py of the repository (the demo runs from a checkout)."""
+    import importlib.util
+
+    if trainer not in ("flax", "torch"):
+        raise ValueError(f"trainer must be 'flax' or 'torch', got {trainer!r}")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", f"{trainer}_train.py")
+    if not os.path.exists(path):
+        raise FileNotFoundError(2, "the demo trains with the repository's examples/", path)
+    name = f"babelfeed_{trainer}_train"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses (Flax modules) look their module up here
+    spec.loader.exec_module(module)
+    return module
 
 
 def stream_epoch(train_config, epoch_limit: int = 1) -> str:

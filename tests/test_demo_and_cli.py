@@ -34,9 +34,9 @@ def test_demo_corpus_is_deterministic_and_skewed(tmp_path):
 
 def test_run_demo_small(tmp_path, capsys):
     assert run_demo("configs/demo.py" if os.path.exists("configs/demo.py") else None,
-                    workdir=str(tmp_path / "demo"), scale=0.05, workers=1) == 0
+                    workdir=str(tmp_path / "demo"), scale=0.05, workers=1, train_steps=0) == 0
     out = capsys.readouterr().out
-    assert "== 3/4 babelfeed inspect" in out and "eng_Latn-swh_Latn" in out
+    assert "== 3/5 babelfeed inspect" in out and "eng_Latn-swh_Latn" in out
     assert "padding efficiency" in out and "served share" in out
     # the planted bad lines of the three directions with >= 100 pairs, each reported
     assert "dropped 6 empty, 3 over 256 tokens, 3 undecodable" in out
@@ -83,7 +83,7 @@ def test_cli_reports_format_errors_without_traceback(tmp_path):
 
 
 def test_read_data_bin_example_decodes_the_demo(tmp_path, capsys):
-    run_demo(None, workdir=str(tmp_path / "demo"), scale=0.05, workers=1)
+    run_demo(None, workdir=str(tmp_path / "demo"), scale=0.05, workers=1, train_steps=0)
     capsys.readouterr()
     example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "read_data_bin.py")
     r = subprocess.run([sys.executable, example, str(tmp_path / "demo" / "data_bin"), "-n", "50"],
@@ -112,3 +112,31 @@ def test_config_is_locked(tmp_path):
     (tmp_path / "bad.py").write_text("x = 1\n")
     with pytest.raises(ValueError, match="get_config"):
         load_config(tmp_path / "bad.py")
+
+
+
+def test_demo_trains_flax_and_loss_falls(tmp_path, capsys):
+    """The main job end to end, shortened: corpus, binarize, epoch, then the Flax example learns."""
+    assert run_demo(None, workdir=str(tmp_path / "demo"), scale=0.1, workers=1, train_steps=60) == 0
+    out = capsys.readouterr().out
+    assert "== 5/5 flax training, 60 steps" in out
+    summary = [ln for ln in out.splitlines() if "trained 60 steps" in ln][0]
+    first, last = (float(x) for x in summary.split("loss ")[1].split(";")[0].split(" -> "))
+    assert last < first - 1.0  # the loss visibly falls
+    used = int(summary.split("(")[-1].split(" used")[0])
+    compiled = int(summary.split("; ")[-1].split(" compilations")[0])
+    assert compiled == used <= 4  # one compilation per static shape
+
+
+def test_torch_example_learns(tmp_path, capsys):
+    run_demo(None, workdir=str(tmp_path / "demo"), scale=0.1, workers=1, train_steps=0)
+    from loader.demo import _example
+
+    import loader
+
+    cfg = loader.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+                                          "demo.py"))
+    cfg.train.data.path = str(tmp_path / "demo" / "data_bin")
+    cfg.train.batching.max_tokens = 2048
+    result = _example("torch").train(cfg, 50, log=lambda m: None)
+    assert result["last"] < result["first"] - 1.0

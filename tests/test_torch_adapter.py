@@ -17,6 +17,13 @@ from synthetic import config_for, make_data_bin
 from test_pipeline import decode_ids
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# Workers come from a forkserver: other tests load JAX (multithreaded) into this process, and forking it is unsafe.
+MP = "forkserver"
+
+
+def loader_for(dataset, workers):
+    return torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers,
+                                       multiprocessing_context=MP if workers else None)
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +61,7 @@ def test_dataloader_workers_cover_the_epoch_once(root, workers):
     per_rank = []
     for rank in range(2):
         ds = BatchDataset(cfg, rank=rank, world_size=2, num_workers=workers or None)
-        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
-        per_rank.append(list(dl))
+        per_rank.append(list(loader_for(ds, workers)))
     assert len(per_rank[0]) == len(per_rank[1]) == len(BatchDataset(cfg, rank=0, world_size=2,
                                                                       num_workers=workers or None))
     who = decode_ids(loader.build_train_iterator(cfg))
@@ -68,9 +74,9 @@ def test_dataloader_workers_cover_the_epoch_once(root, workers):
 @pytest.mark.parametrize("k", [6, 7, 8])
 def test_dataloader_resume_mid_epoch(root, k):
     cfg = config_for(root)
-    full = list(torch.utils.data.DataLoader(BatchDataset(cfg, rank=0, world_size=1), batch_size=None, num_workers=3))
+    full = list(loader_for(BatchDataset(cfg, rank=0, world_size=1), 3))
     state = BatchDataset(cfg, rank=0, world_size=1).state_dict(k)
-    resumed = list(torch.utils.data.DataLoader(BatchDataset(cfg, state=state), batch_size=None, num_workers=3))
+    resumed = list(loader_for(BatchDataset(cfg, state=state), 3))
     assert len(full[:k] + resumed) == len(full)
     assert flat_ids(full[:k] + resumed) == flat_ids(full)
 

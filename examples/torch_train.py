@@ -1,0 +1,114 @@
+"""Train a small torch.nn.Transformer on babelfeed batches (torch adapter).
+
+    python examples/torch_train.py --config configs/demo.py [--steps 300]
+    make demo ARGS="--trainer torch"
+
+Batches come from ``loader.adapters.torch.TorchBatches``: tensors prefetched to the device (pinned memory and
+non_blocking copies on a side stream on a GPU; the CPU otherwise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def build_model(vocab: int, d: int, heads: int, layers: int, ff: int, max_len: int, pad: int):
+    import torch
+    from torch import nn
+
+    class Seq2Seq(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, d, padding_idx=pad)
+            self.pos = nn.Embedding(max_len, d)
+            # the nested-tensor fast path does not apply to pre-LayerNorm layers: build the encoder without it
+            layer = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True, norm_first=True)
+            encoder = nn.TransformerEncoder(layer, layers, norm=nn.LayerNorm(d), enable_nested_tensor=False)
+            self.core = nn.Transformer(d, heads, num_decoder_layers=layers, dim_feedforward=ff, dropout=0.0,
+                                       custom_encoder=encoder, batch_first=True, norm_first=True)
+            self.norm = nn.LayerNorm(d)
+
+        def forward(self, src, prev):
+            src_pad, prev_pad = src == pad, prev == pad
+            src_pos = ((~src_pad).cumsum(dim=1) - 1).clamp(0, max_len - 1)  # left-padded source starts at 0
+            x = self.embed(src) + self.pos(src_pos)
+            y = self.embed(prev) + self.pos(torch.arange(prev.shape[1], device=prev.device))[None]
+            n = prev.shape[1]
+            causal = torch.ones(n, n, dtype=torch.bool, device=prev.device).triu(1)  # True: may not attend
+            h = self.core(x, y, tgt_mask=causal, src_key_padding_mask=src_pad, tgt_key_padding_mask=prev_pad,
+                          memory_key_padding_mask=src_pad, tgt_is_causal=True)
+            return self.norm(h) @ self.embed.weight.T
+
+    return Seq2Seq()
+
+
+def train(config, steps: int, log_every: int = 25, log=print) -> dict:
+    import torch
+
+    import loader
+    from loader.adapters.torch import TorchBatches
+
+    torch.manual_seed(config.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dictionary = loader.ShardedCorpus(config.train.data.path).dictionary()
+    pad = dictionary.pad()
+    m = config.model
+    model = build_model(len(dictionary), m.d_model, m.heads, m.layers, m.ff, m.max_len, pad).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=m.learning_rate, weight_decay=0.01)
+    warmup = min(100, steps // 5 + 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
+    batches = TorchBatches(loader.build_train_iterator(config.train), device=device, prefetch=2)
+    log(f"model: {m.layers}+{m.layers} layers, d_model {m.d_model}, vocabulary {len(dictionary):,}, on {device}")
+    losses, tokens, done = [], 0, 0
+    t0 = time.perf_counter()
+    while done < steps:
+        for batch in batches:
+            src, prev = batch["net_input"]["src_tokens"].long(), batch["net_input"]["prev_output_tokens"].long()
+            target, weight = batch["target"].long(), batch["weight"]
+            logits = model(src, prev)
+            ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), reduction="none")
+            mask = (target != pad).float() * weight[:, None]
+            loss = (ce.view_as(mask) * mask).sum() / mask.sum().clamp(min=1.0)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            losses.append(float(loss.detach()))
+            tokens += batch["ntokens"]
+            done += 1
+            if done % log_every == 0 or done == 1:
+                log(f"step {done:>5}  loss {np.mean(losses[-log_every:]):.3f}  "
+                    f"{tokens / (time.perf_counter() - t0):,.0f} target tokens/s")
+            if done >= steps:
+                break
+    batches.close()
+    head, tail = np.mean(losses[: max(1, steps // 10)]), np.mean(losses[-max(1, steps // 10):])
+    log(f"trained {done} steps in {time.perf_counter() - t0:.0f} s: loss {head:.3f} -> {tail:.3f}")
+    return {"losses": losses, "first": head, "last": tail}
+
+
+def main(argv=None) -> int:
+    import loader
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default="configs/demo.py")
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--data", default=None, help="data_bin (default: the config's)")
+    a = p.parse_args(argv)
+    config = loader.load_config(a.config)
+    if a.data:
+        config.train.data.path = a.data
+    train(config, a.steps or config.model.steps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
