@@ -1,6 +1,6 @@
 """Train a small Flax encoder-decoder transformer on babelfeed batches (static shapes, JAX adapter).
 
-    python examples/flax_train.py --config configs/demo.py [--steps 300]
+    python examples/flax_train.py --config=configs/demo.py [--steps=300] [--config.model.d_model=256]
 
 Batches come from ``loader.adapters.jax.global_batches``: global jax.Arrays on a mesh of the local devices,
 each of one of the config's K static shapes, so the jitted step compiles at most K times (printed at the end).
@@ -9,7 +9,6 @@ Runs on the CPU in a couple of minutes with the demo config.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -133,20 +132,22 @@ def train(config, steps: int, log_every: int = 25, log=print) -> dict:
     return {"losses": losses, "compilations": len(traces), "shapes": len(shapes), "first": head, "last": tail}
 
 
-def main(argv=None) -> int:
-    import loader
+def main(argv) -> int:
+    from absl import flags
 
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--config", default="configs/demo.py")
-    p.add_argument("--steps", type=int, default=None)
-    p.add_argument("--data", default=None, help="data_bin (default: the config's)")
-    a = p.parse_args(argv)
-    config = loader.load_config(a.config)
-    if a.data:
-        config.train.data.path = a.data
-    train(config, a.steps or config.model.steps)
+    config = flags.FLAGS.config
+    if flags.FLAGS.data:
+        config.train.data.path = flags.FLAGS.data
+    train(config, flags.FLAGS.steps or config.model.steps)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from absl import app, flags
+    from ml_collections import config_flags
+
+    # --config=configs/demo.py --config.model.steps=100 --config.mixing.temperature=2 (type-checked)
+    config_flags.DEFINE_config_file("config", "configs/demo.py", "ml-collections config file", lock_config=True)
+    flags.DEFINE_integer("steps", None, "training steps (default: config.model.steps)")
+    flags.DEFINE_string("data", None, "data_bin (default: config.train.data.path)")
+    app.run(main)

@@ -34,25 +34,20 @@ def _inspect(args) -> int:
 
 
 def _plan(args) -> int:
-    from .config import load_config
+    from .config import apply_overrides, load_config
     from .plan_report import plan_report
 
-    config = load_config(args.config)
-    for item in args.set or []:
-        key, _, value = item.partition("=")
-        node = config
-        *path, last = key.split(".")
-        for part in path:
-            node = node[part]
-        node[last] = type(node[last])(value) if not isinstance(node[last], bool) else value.lower() in ("1", "true")
+    config = apply_overrides(load_config(args.config_file or args.config), (args.set or []) + args.overrides)
     print(plan_report(config, args.shapes))
     return 0
 
 
 def _demo(args) -> int:
-    from .demo import run_demo
+    from .config import apply_overrides, load_config
+    from .demo import DEFAULT_CONFIG, run_demo
 
-    return run_demo(args.config, workdir=args.workdir, scale=args.scale, workers=args.workers,
+    config = apply_overrides(load_config(args.config or DEFAULT_CONFIG), args.overrides)
+    return run_demo(config, workdir=args.workdir, scale=args.scale, workers=args.workers,
                     train_steps=args.train_steps, trainer=args.trainer)
 
 
@@ -88,9 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=_inspect)
 
     pl = sub.add_parser("plan", help="the static batch shapes a config gets, their padding, the alternatives")
-    pl.add_argument("config", help="ml-collections config file, e.g. configs/nllb_like.py")
+    pl.add_argument("config", nargs="?", default="configs/nllb_like.py",
+                    help="ml-collections config file (default configs/nllb_like.py)")
+    pl.add_argument("--config", dest="config_file", default=None, help="the same, as --config=FILE")
     pl.add_argument("--shapes", type=int, default=None, help="number of shapes (default: the config's, else 8)")
-    pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. data.path=...")
+    pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (same as "
+                    "--config.KEY=VALUE), e.g. data.path=data_bin")
     pl.set_defaults(func=_plan)
 
     d = sub.add_parser("demo", help="build the embedded demo corpus, binarize it and inspect it")
@@ -105,10 +103,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    from .config import split_config_args
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --config=FILE is the config file; --config.key.path=value overrides one of its values (config_flags syntax)
+    argv = [a.replace("--config=", "--config ", 1) if a.startswith("--config=") else a for a in argv]
+    argv = [part for a in argv for part in (a.split(" ", 1) if a.startswith("--config ") else [a])]
+    argv, overrides = split_config_args(argv)
     args = build_parser().parse_args(argv)
+    args.overrides = overrides
+    if overrides and args.command not in ("plan", "demo"):
+        print(f"babelfeed {args.command}: --config.* overrides apply to plan and demo only", file=sys.stderr)
+        return 2
     try:
         return args.func(args)
-    except (FormatError, ValueError, OSError) as e:
+    except (FormatError, ValueError, OSError, TypeError) as e:
         if os.environ.get("BABELFEED_DEBUG"):
             raise
         print(f"babelfeed {args.command}: error: {e}", file=sys.stderr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import difflib
 import importlib.util
 import os
 
@@ -23,3 +25,59 @@ def load_config(path) -> ml_collections.ConfigDict:
         raise ValueError(f"{path}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict")
     config.lock()
     return config
+
+
+def _parse_value(text: str, current):
+    """A command-line value in the type of the field it replaces (the same rules as ml_collections.config_flags:
+    Python literals, bare strings for string fields, true/false for booleans)."""
+    if isinstance(current, bool):
+        low = text.lower()
+        if low in ("true", "1", "yes"):
+            return True
+        if low in ("false", "0", "no"):
+            return False
+        raise TypeError(f"{text!r} is not a boolean")
+    if isinstance(current, str):
+        return text
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def apply_overrides(config: ml_collections.ConfigDict, overrides) -> ml_collections.ConfigDict:
+    """Apply ``["mixing.temperature=2", ...]`` (or ``--config.mixing.temperature=2``) to a locked config.
+
+    An unknown key or a value of the wrong type raises ValueError naming the key (with the closest known
+    names for a misspelling).
+    """
+    for item in overrides or []:
+        text = item[len("--config."):] if item.startswith("--config.") else item
+        key, sep, raw = text.partition("=")
+        if not sep:
+            raise ValueError(f"config override {item!r} must look like key.path=value")
+        node = config
+        parts = key.split(".")
+        for depth, part in enumerate(parts):
+            known = list(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
+            if part not in known:
+                near = difflib.get_close_matches(part, known, n=3)
+                where = ".".join(parts[:depth]) or "the config"
+                hint = f"; did you mean {', '.join(near)}?" if near else f"; {where} has: {', '.join(sorted(known))}"
+                raise ValueError(f"unknown config key {key!r}: no {part!r} in {where}{hint}")
+            if depth < len(parts) - 1:
+                node = node[part]
+        last = parts[-1]
+        current = node[last]
+        try:
+            node[last] = _parse_value(raw, current)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"config key {key!r} is a {type(current).__name__} ({current!r}); cannot set it to "
+                             f"{raw!r}: {e}") from None
+    return config
+
+
+def split_config_args(argv):
+    """Separate ``--config.x.y=value`` overrides from the other arguments of a command line."""
+    overrides = [a for a in argv if a.startswith("--config.")]
+    return [a for a in argv if not a.startswith("--config.")], overrides

@@ -171,6 +171,14 @@ class LMIterator:
         sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache) for _, prefix in entries]
         return cls(sources, [w for w, _ in entries], num_samples, global_batch, rank, world_size, cache, seed)
 
+    @classmethod
+    def from_config(cls, config, rank: int = 0, world_size: int = 1) -> "LMIterator":
+        """From a config like configs/lm_packing.py."""
+        return cls.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
+                         num_samples=config.num_samples, split=config.split, split_name=config.split_name,
+                         mode=config.mode, seed=config.seed, cache_dir=config.cache_dir or None, rank=rank,
+                         world_size=world_size)
+
     def __len__(self) -> int:
         return self.num_samples // self.global_batch
 

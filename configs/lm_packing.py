@@ -1,0 +1,21 @@
+"""Language-model pretraining on Megatron-style data: blended datasets, document splits, packed rows.
+
+    it = loader.LMIterator.from_config(loader.load_config("configs/lm_packing.py"), rank=r, world_size=w)
+"""
+
+import ml_collections
+
+
+def get_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 1
+    c.data_path = "0.3 data/web 0.7 data/books"  # weights and .idx/.bin prefixes, Megatron's --data-path syntax
+    c.split = "969,30,1"  # train/valid/test by documents
+    c.split_name = "train"
+    c.mode = "pack"  # "pack": whole documents in rows with segment ids; "concat": Megatron's GPT slicing;
+    #                  "sentences": BERT-style
+    c.seq_len = 2048
+    c.global_batch = 512  # samples per step over all ranks
+    c.num_samples = 512 * 10_000  # train_iters x global_batch
+    c.cache_dir = "build/cache"  # blend and sample indexes (.npy, keyed by a hash of their inputs)
+    return c
