@@ -10,12 +10,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_binarize  # noqa: E402
+import bench_grain  # noqa: E402
 import bench_pipeline  # noqa: E402
 import bench_shapes  # noqa: E402
 import bench_storage  # noqa: E402
 
 
-def main() -> None:
+def main() -> None:  # run under __main__ only: grain's worker processes re-import this module
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     a = p.parse_args()
@@ -28,6 +29,7 @@ def main() -> None:
     parts.append(bench_binarize.main(["--scale", "0.5"] if a.quick else []))
     parts.append(bench_pipeline.main(["--sentences", "200000", "--skip-billion"] if a.quick else []))
     parts.append(bench_shapes.main(["--samples", "100000"] if a.quick else []))
+    parts.append(bench_grain.main(["--batches", "100"] if a.quick else []))
     with open("build/bench/results.md", "w") as f:
         f.write("\n\n".join(parts) + "\n")
     print("\nwritten to build/bench/results.md")

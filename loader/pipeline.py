@@ -671,6 +671,17 @@ class BatchIterator:
         self._count_served(dirs[row_weight[place["row"]] > 0])
         return batch
 
+    def batch_at(self, k: int) -> dict:
+        """This rank's k-th batch of the current epoch, by random access (for worker pools such as grain's).
+
+        Does not move the iterator; batches of one window are cheapest when asked for in order.
+        """
+        if not 0 <= k < len(self):
+            raise IndexError(f"batch {k} out of range: this rank has {len(self)} batches in epoch {self.epoch}")
+        g = k * self._per_step + (self.rank if self.split == "batches" else 0)
+        where = self.planner.locate(self.epoch, g)
+        return self._dummy() if where is None else self._collate(*where)
+
     def _dummy(self) -> dict:
         n = self.planner.num_batches(self.epoch)
         w, j = self.planner.locate(self.epoch, n - 1)
