@@ -44,6 +44,19 @@ if __name__ == "__main__":
     it2 = iter(grain_adapter.batch_dataset(cfg, rank=1, world_size=2, num_workers=2))
     it2.set_state(state)
     report["resume"] = head + [digest(b) for b in it2] == plain
+
+    # the same through orbax, as a training job checkpoints: grain's handler saves and restores the iterator
+    import grain
+    import orbax.checkpoint as ocp
+
+    it = iter(grain_adapter.batch_dataset(cfg, rank=1, world_size=2, num_workers=1))
+    head = [digest(next(it)) for _ in range(7)]
+    mngr = ocp.CheckpointManager(sys.argv[3])
+    mngr.save(7, args=ocp.args.Composite(ds=grain.checkpoint.CheckpointSave(it)))
+    mngr.wait_until_finished()
+    it3 = iter(grain_adapter.batch_dataset(cfg, rank=1, world_size=2, num_workers=1))
+    mngr.restore(7, args=ocp.args.Composite(ds=grain.checkpoint.CheckpointRestore(it3)))
+    report["orbax"] = head + [digest(b) for b in it3] == plain
     print(json.dumps(report))
 '''
 
@@ -53,10 +66,11 @@ def test_grain_workers_and_checkpoint(tmp_path):
     make_data_bin(root)
     script = tmp_path / "grain_job.py"
     script.write_text(SCRIPT)
-    out = subprocess.run([sys.executable, str(script), HERE, str(root)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, str(script), HERE, str(root), str(tmp_path / "ckpt")], capture_output=True,
+                         text=True,
                          timeout=300, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["plain"] > 10
     assert report["same_0"] and report["same_1"] and report["same_2"]
-    assert report["resume"]
+    assert report["resume"] and report["orbax"]
