@@ -42,6 +42,15 @@ def _plan(args) -> int:
     return 0
 
 
+def _preview(args) -> int:
+    from .config import apply_overrides, load_config
+    from .preview import preview
+
+    config = apply_overrides(load_config(args.config), args.overrides)
+    print(preview(config, args.task, args.transforms, n=args.n, epoch=args.epoch, side=args.side))
+    return 0
+
+
 def _demo(args) -> int:
     from .config import apply_overrides, load_config
     from .demo import DEFAULT_CONFIG, run_demo
@@ -91,6 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "--config.KEY=VALUE), e.g. data.path=data_bin")
     pl.set_defaults(func=_plan)
 
+    pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text")
+    pv.add_argument("--config", required=True, help="ml-collections config (its data.path, prefixes, seed)")
+    pv.add_argument("--task", required=True, help="a direction (eng_Latn-deu_Latn) or monolingual language")
+    pv.add_argument("--transforms", required=True,
+                    help='e.g. "token_drop:rate=0.1;local_reorder:k=3;span_mask:ratio=0.3,mask_id=<unk>"')
+    pv.add_argument("-n", type=int, default=5, help="samples to show (default 5)")
+    pv.add_argument("--epoch", type=int, default=1, help="noise changes with the epoch")
+    pv.add_argument("--side", choices=("source", "target"), default="source")
+    pv.set_defaults(func=_preview)
+
     d = sub.add_parser("demo", help="build the embedded demo corpus, binarize it and inspect it")
     d.add_argument("--config", default=None, help="ml-collections config file (default: configs/demo.py)")
     d.add_argument("--workdir", default=None, help="overrides config.workdir")
@@ -112,8 +131,8 @@ def main(argv=None) -> int:
     argv, overrides = split_config_args(argv)
     args = build_parser().parse_args(argv)
     args.overrides = overrides
-    if overrides and args.command not in ("plan", "demo"):
-        print(f"babelfeed {args.command}: --config.* overrides apply to plan and demo only", file=sys.stderr)
+    if overrides and args.command not in ("plan", "demo", "preview"):
+        print(f"babelfeed {args.command}: --config.* overrides apply to plan, preview and demo only", file=sys.stderr)
         return 2
     try:
         return args.func(args)

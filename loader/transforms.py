@@ -173,3 +173,30 @@ def apply(batch: Ragged, ctx: NoiseContext, steps) -> Ragged:
             raise ValueError(f"unknown transform {name!r}; known: {sorted(TRANSFORMS)}")
         batch = TRANSFORMS[name](batch, ctx, **params)
     return batch
+
+
+def parse_steps(spec: str, dictionary=None) -> list[tuple[str, dict]]:
+    """``"token_drop:rate=0.1;local_reorder:k=3;span_mask:ratio=0.3,mask_id=<mask>"`` -> [(name, params), ...].
+
+    Numbers are parsed; a value naming a dictionary symbol (``<mask>``, ``<unk>``) becomes its id.
+    """
+    steps = []
+    for part in [p.strip() for p in str(spec or "").split(";") if p.strip()]:
+        name, _, args = part.partition(":")
+        name = name.strip()
+        if name not in TRANSFORMS:
+            raise ValueError(f"unknown transform {name!r} in {spec!r}; known: {sorted(TRANSFORMS)}")
+        params = {}
+        for item in [a.strip() for a in args.split(",") if a.strip()]:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise ValueError(f"transform parameter {item!r} in {spec!r} must look like name=value")
+            try:
+                params[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
+            except ValueError:
+                if dictionary is None or value.strip() not in dictionary:
+                    raise ValueError(f"{name}: {key.strip()}={value!r} is neither a number nor a dictionary symbol") \
+                        from None
+                params[key.strip()] = dictionary.index(value.strip())
+        steps.append((name, params))
+    return steps

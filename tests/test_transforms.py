@@ -82,3 +82,31 @@ def test_rates_and_invariants_on_a_large_batch():
 def test_unknown_transform():
     with pytest.raises(ValueError, match="unknown transform"):
         apply(batch_of([[5]]), ctx_for(1), [("shuffle_everything", {})])
+
+
+def test_parse_steps_and_preview_command(tmp_path):
+    import subprocess
+    import sys
+
+    import loader
+    from loader.transforms import parse_steps
+    from synthetic import make_data_bin
+
+    d = loader.Dictionary()
+    d.add_symbol("<mask>")
+    steps = parse_steps("token_drop:rate=0.1; local_reorder:k=3;span_mask:ratio=0.3,mask_id=<mask>", d)
+    assert steps == [("token_drop", {"rate": 0.1}), ("local_reorder", {"k": 3}),
+                     ("span_mask", {"ratio": 0.3, "mask_id": d.index("<mask>")})]
+    for bad, match in (("shuffle:x=1", "unknown transform"), ("token_drop:rate", "name=value"),
+                       ("span_mask:mask_id=<nope>", "neither a number")):
+        with pytest.raises(ValueError, match=match):
+            parse_steps(bad, d)
+    make_data_bin(tmp_path)
+    repo = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-m", "loader.cli", "preview", "--config=configs/nllb_like.py",
+                          f"--config.data.path={tmp_path}", "--task", "aaa-bbb", "-n", "3",
+                          "--transforms", "token_drop:rate=0.5;local_reorder:k=2"],
+                         capture_output=True, text=True, cwd=repo)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("original") == 3 and "token_drop {'rate': 0.5}" in out.stdout
+    assert "__aaa__" in out.stdout and "</s>" in out.stdout
