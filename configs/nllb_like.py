@@ -22,6 +22,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.target_prefix = "__{tgt}__"  # and before every target
     c.data.prefix_overrides = ""  # "direction:side=tokens;..." e.g. "eng_Latn-deu_Latn:source=__bt__ __{src}__"
     c.data.verify = "quick"  # index checks at open: "quick" (O(1)) or "full"
+    c.data.noise = ""  # source noise for every train task, e.g. "token_drop:rate=0.1;local_reorder:k=3"
+    c.data.noise_by_task = ""  # per task: "eng_Latn=span_mask:ratio=0.3,mask_id=<unk>|eng_Latn-deu_Latn=..."
     c.data.length_cache_mb = 512  # in-memory copies of sentence lengths for fast planning (0: off)
 
     c.filter = ml_collections.ConfigDict()

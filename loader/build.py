@@ -64,7 +64,23 @@ def _collater(config, sources, dictionary) -> Collater:
     c = config.collate
     return Collater(sources, CollateOptions(pad=dictionary.pad(), eos=dictionary.eos(),
                                             left_pad_source=c.left_pad_source, left_pad_target=c.left_pad_target,
-                                            pad_to_multiple=c.pad_to_multiple, dtype=c.dtype))
+                                            pad_to_multiple=c.pad_to_multiple, dtype=c.dtype),
+                    seed=config.seed, max_source_positions=config.filter.max_source_positions)
+
+
+def _noise(config, dictionary) -> dict:
+    """{task or "*": transform steps} from data.noise (every task) and data.noise_by_task ("task=spec|...")."""
+    from .transforms import parse_steps
+
+    out = {}
+    if str(config.data.noise).strip():
+        out["*"] = parse_steps(config.data.noise, dictionary)
+    for item in [p for p in str(config.data.noise_by_task or "").split("|") if p.strip()]:
+        task, sep, spec = item.partition("=")
+        if not sep:
+            raise ValueError(f"data.noise_by_task entry {item!r} must look like 'task=transform:params;...'")
+        out[task.strip()] = parse_steps(spec, dictionary)
+    return out
 
 
 def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, object]:
@@ -74,7 +90,8 @@ def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, obj
     keys = keys or _keys(corpus, split, d.directions, d.monolingual)
     sources = SourceSet(corpus, dictionary, split, keys, source_prefix=d.source_prefix,
                         target_prefix=d.target_prefix, prefix_overrides=_overrides(d.prefix_overrides),
-                        shards=shards, verify=d.verify, length_cache_mb=d.length_cache_mb)
+                        shards=shards, verify=d.verify, length_cache_mb=d.length_cache_mb,
+                        noise=_noise(config, dictionary) if split == d.train_split else None)
     return sources, dictionary
 
 

@@ -89,10 +89,11 @@ def shift_eos_to_front(target: np.ndarray, lengths: np.ndarray, pad: int, eos: i
 
 def collate_pairs(groups_src, groups_tgt, src_len: np.ndarray, tgt_len: np.ndarray | None, ids: np.ndarray,
                   opts: CollateOptions, weight: np.ndarray | None = None, pad_to_length: dict | None = None,
-                  extra: dict | None = None) -> dict:
+                  extra: dict | None = None, src_ragged: tuple | None = None) -> dict:
     """Build the fairseq batch dict. ``groups_*`` as for :func:`fill_side`; lengths include prefixes and ``</s>``.
 
-    ``extra``: more per-row arrays to put in the batch, reordered with the rows.
+    ``extra``: more per-row arrays to put in the batch, reordered with the rows. ``src_ragged``: the sources
+    already gathered (and noised) as ``(tokens, lengths)`` in row order, instead of ``groups_src``.
     """
     n = len(src_len)
     dtype = np.dtype(opts.dtype)
@@ -102,7 +103,12 @@ def collate_pairs(groups_src, groups_tgt, src_len: np.ndarray, tgt_len: np.ndarr
     inverse[order] = np.arange(n)
     ptl = pad_to_length or {}
     src = np.full((n, _width(src_len.max(initial=0), opts.pad_to_multiple, ptl.get("source", 0))), opts.pad, dtype)
-    fill_side(src, src_len[order], [(inverse[p], ds, r, pre) for p, ds, r, pre in groups_src], opts.left_pad_source)
+    if src_ragged is not None:
+        fill_ragged(src, src_ragged[0], src_ragged[1], inverse, opts.left_pad_source)
+        src_len = np.minimum(src_len, src.shape[1])
+    else:
+        fill_side(src, src_len[order], [(inverse[p], ds, r, pre) for p, ds, r, pre in groups_src],
+                  opts.left_pad_source)
     batch = {
         "id": np.asarray(ids, dtype=np.int64)[order],
         "nsentences": n,
@@ -202,3 +208,16 @@ def collate_packed(groups_src, groups_tgt, placement: dict, shape: tuple[int, in
         "row": np.asarray(p["row"], dtype=np.int64),  # per pair: its row
         "segment": pair_segment,  # per pair: its segment id in that row (the same on both sides)
     }
+
+
+def fill_ragged(out: np.ndarray, tokens: np.ndarray, lengths: np.ndarray, positions: np.ndarray, left_pad: bool) -> None:
+    """Write ragged sentences (``tokens`` back to back, ``lengths``) into rows ``positions`` of ``out``,
+    right- or left-aligned; sentences longer than the row are cut to it (the caller masks those rows)."""
+    width = out.shape[1]
+    lengths = np.asarray(lengths, dtype=np.int64)
+    keep = np.minimum(lengths, width)
+    starts = np.cumsum(lengths) - lengths
+    src = _ragged_arange(starts, keep)
+    col0 = (width - keep) if left_pad else np.zeros_like(keep)
+    dest = _ragged_arange(np.asarray(positions, np.int64) * width + col0, keep)
+    out.reshape(-1)[dest] = tokens[src]

@@ -27,7 +27,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
-from .collate import CollateOptions, collate_packed, collate_pairs
+from .collate import CollateOptions, _ragged_arange, collate_packed, collate_pairs, fill_at
+from .transforms import NoiseContext, Ragged, apply as apply_noise
 from .packing import pack_pairs
 from .mixing import (SAMPLERS, StratifiedDraw, fairseq_draw, sampling_probabilities, stratified_counts,
                      virtual_size, weight_probabilities)
@@ -469,10 +470,12 @@ class EpochPlanner:
 
 
 class Collater:
-    """Planned sample references -> the fairseq batch dict."""
+    """Planned sample references -> the fairseq batch dict (source noise applied where a task has it)."""
 
-    def __init__(self, sources: SourceSet, opts: CollateOptions):
+    def __init__(self, sources: SourceSet, opts: CollateOptions, seed: int = 1, max_source_positions: int = 0):
         self.sources, self.opts = sources, opts
+        self.seed, self.max_source_positions = seed, max_source_positions
+        self.noise_dropped = 0  # rows whose noised source outgrew its limit (weight 0), since construction
         sizes = [len(c) for c in sources.components]
         self.id_base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
@@ -487,7 +490,7 @@ class Collater:
         return comp_ids, local
 
     def __call__(self, directions: list[Direction], dirs: np.ndarray, rows: np.ndarray, src_len, tgt_len,
-                 weight=None, pad_to_length: dict | None = None, sort: bool | None = None) -> dict:
+                 weight=None, pad_to_length: dict | None = None, sort: bool | None = None, epoch: int = 1) -> dict:
         comp_ids, local = self._locate(directions, dirs, rows)
         groups_src, groups_tgt = [], []
         for cid in np.unique(comp_ids):
@@ -499,9 +502,54 @@ class Collater:
         ids = self.id_base[comp_ids] + local
         has_tgt = self.sources.with_target
         opts = self.opts if sort is None else dataclasses.replace(self.opts, sort_by_source_length=sort)
+        src_ragged = None
+        if any(self.sources.components[int(c)].src_noise for c in np.unique(comp_ids)):
+            src_ragged, src_len, weight = self._noised_sources(groups_src, comp_ids, ids, src_len, weight, epoch,
+                                                               pad_to_length)
         return collate_pairs(groups_src, groups_tgt, src_len, tgt_len if has_tgt else None, ids, opts,
                              weight=weight, pad_to_length=pad_to_length,
-                             extra={"direction": np.asarray(dirs, dtype=np.int32)})
+                             extra={"direction": np.asarray(dirs, dtype=np.int32)}, src_ragged=src_ragged)
+
+    def _noised_sources(self, groups_src, comp_ids, ids, src_len, weight, epoch, pad_to_length):
+        """Sources gathered as one ragged buffer, each task's transforms applied to its rows (randomness from
+        seed, epoch and sample id), reassembled in row order. Rows that outgrow the source limit (or the static
+        width) keep weight 0 and are cut: filter-too-long after the transforms, never silently."""
+        src_len = np.asarray(src_len, dtype=np.int64)
+        starts = np.cumsum(src_len) - src_len
+        flat = np.zeros((1, int(src_len.sum())), dtype=np.int64)
+        fill_at(flat, [(np.zeros(len(p), np.int64), starts[p], ds, r, pre) for p, ds, r, pre in groups_src])
+        flat = flat[0]
+        new_len = src_len.copy()
+        pieces = []  # (rows, Ragged) per distinct transform list
+        by_steps: dict = {}
+        for cid in np.unique(comp_ids):
+            comp = self.sources.components[int(cid)]
+            entry = by_steps.setdefault(repr((comp.src_noise, len(comp.src_prefix))),
+                                        [comp.src_noise, len(comp.src_prefix), []])
+            entry[2].append(np.flatnonzero(comp_ids == cid))
+        for steps, plen, parts in by_steps.values():
+            rows = np.sort(np.concatenate(parts))
+            if not steps:
+                pieces.append((rows, None))
+                continue
+            ragged = Ragged(flat[_ragged_arange(starts[rows], src_len[rows])], src_len[rows])
+            ctx = NoiseContext(self.seed, epoch, np.asarray(ids)[rows], protect_prefix=plen)
+            noised = apply_noise(ragged, ctx, steps)
+            new_len[rows] = noised.lengths
+            pieces.append((rows, noised))
+        out_starts = np.cumsum(new_len) - new_len
+        out = np.empty(int(new_len.sum()), dtype=np.int64)
+        for rows, noised in pieces:
+            dest = _ragged_arange(out_starts[rows], new_len[rows])
+            out[dest] = flat[_ragged_arange(starts[rows], src_len[rows])] if noised is None else noised.tokens
+        limit = self.max_source_positions or int(new_len.max(initial=0))
+        if pad_to_length and pad_to_length.get("source"):
+            limit = min(limit, int(pad_to_length["source"]))
+        over = new_len > limit
+        weight = np.ones(len(new_len), np.float32) if weight is None else np.asarray(weight, np.float32).copy()
+        self.noise_dropped += int((over & (weight > 0)).sum())
+        weight[over] = 0
+        return (out, new_len), np.minimum(new_len, limit), weight
 
 
     def packed(self, directions: list[Direction], dirs: np.ndarray, rows: np.ndarray, placement: dict,
@@ -628,7 +676,7 @@ class BatchIterator:
             dirs, rows, src_len, tgt_len, weight = (x[mine] for x in (dirs, rows, src_len, tgt_len, weight))
             sort = False
         batch = self.collater(setup.directions, dirs, rows, src_len, tgt_len, weight=weight, pad_to_length=pad_to,
-                              sort=sort)
+                              sort=sort, epoch=self.epoch)
         batch["nsentences"] = int((batch["weight"] > 0).sum())
         self._count_served(dirs[weight > 0])
         return batch

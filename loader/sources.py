@@ -70,6 +70,7 @@ class Component:
     tgt_prefix: np.ndarray
     cache: LengthCache | None = None
     _lengths: dict = field(default_factory=dict)
+    src_noise: tuple = ()  # transforms applied to the source at collate time: ((name, params), ...)
 
     def __len__(self) -> int:
         return len(self.src)
@@ -124,7 +125,7 @@ class SourceSet:
     def __init__(self, corpus: ShardedCorpus, dictionary: Dictionary, split: str, keys: list[str],
                  source_prefix: str = "__{src}__", target_prefix: str = "__{tgt}__", prefix_overrides=None,
                  shards: str = "cycle", verify: str = "quick", with_target: bool = True,
-                 length_cache_mb: int = 512):
+                 length_cache_mb: int = 512, noise: dict | None = None):
         if shards not in ("cycle", "all"):
             raise ValueError(f"shards must be 'cycle' or 'all', got {shards!r}")
         self.corpus, self.dictionary, self.split, self.shards = corpus, dictionary, split, shards
@@ -134,6 +135,10 @@ class SourceSet:
         unknown = set(overrides) - set(self.keys)
         if unknown:
             raise ValueError(f"prefix overrides name directions that are not used: {sorted(unknown)}")
+        noise = dict(noise or {})
+        unknown = set(noise) - set(self.keys) - {"*"}
+        if unknown:
+            raise ValueError(f"noise settings name tasks that are not used: {sorted(unknown)}")
         self.components: list[Component] = []
         self._by_key: dict[str, list[int]] = {}
         cache = LengthCache(length_cache_mb * 2**20) if length_cache_mb > 0 else None
@@ -159,7 +164,8 @@ class SourceSet:
                 if with_target:
                     tgt = corpus.open(split, key, tgt_lang, shard, verify=verify) if "-" in key else src
                 self._by_key[key].append(len(self.components))
-                self.components.append(Component(key, shard, src, tgt, sp, tp, cache))
+                steps = tuple(noise.get(key, noise.get("*", ())))
+                self.components.append(Component(key, shard, src, tgt, sp, tp, cache, src_noise=steps))
             self.total_sizes[key] = sum(len(self.components[i]) for i in self._by_key[key])
 
     def directions(self, epoch: int) -> list[Direction]:
