@@ -20,6 +20,7 @@ never noised.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,12 +46,12 @@ class Ragged:
     def to_lists(self) -> list[list[int]]:
         return [a.tolist() for a in np.split(self.tokens, np.cumsum(self.lengths)[:-1])] if len(self.lengths) else []
 
-    @property
+    @functools.cached_property
     def sentence(self) -> np.ndarray:
-        """Sentence index of every token."""
+        """Sentence index of every token (computed once per batch: transforms return new batches)."""
         return np.repeat(np.arange(len(self.lengths)), self.lengths)
 
-    @property
+    @functools.cached_property
     def position(self) -> np.ndarray:
         """Position of every token within its sentence."""
         starts = np.cumsum(self.lengths) - self.lengths
