@@ -12,6 +12,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_binarize  # noqa: E402
 import bench_grain  # noqa: E402
 import bench_noise  # noqa: E402
+import bench_subword  # noqa: E402
 import bench_pipeline  # noqa: E402
 import bench_shapes  # noqa: E402
 import bench_storage  # noqa: E402
@@ -32,6 +33,7 @@ def main() -> None:  # run under __main__ only: grain's worker processes re-impo
     parts.append(bench_shapes.main(["--samples", "100000"] if a.quick else []))
     parts.append(bench_grain.main(["--batches", "100"] if a.quick else []))
     parts.append(bench_noise.main(["--batches", "50"] if a.quick else []))
+    parts.append(bench_subword.main(["--sentences", "4000"] if a.quick else []))
     with open("build/bench/results.md", "w") as f:
         f.write("\n\n".join(parts) + "\n")
     print("\nwritten to build/bench/results.md")
