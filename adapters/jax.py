@@ -16,12 +16,11 @@ batches) stays a host-local Python/numpy value.
 
 from __future__ import annotations
 
-import queue
-import threading
-
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from loader.prefetch import Prefetcher
 
 
 def data_sharding(mesh: Mesh, data_axes=None) -> NamedSharding:
@@ -55,75 +54,16 @@ def to_global(batch: dict, sharding: NamedSharding) -> dict:
     return convert(batch)
 
 
-class DevicePrefetcher:
+class DevicePrefetcher(Prefetcher):
     """Converts and transfers up to ``depth`` batches ahead on a background thread.
 
     ``get_state()`` is the loader state after the last batch handed to the caller (not the read-ahead), so a
     checkpoint resumes exactly; ``set_state`` drops the read-ahead and restarts from there.
     """
 
-    _DONE = object()
-
     def __init__(self, iterator, sharding: NamedSharding, depth: int = 2):
-        if depth < 1:
-            raise ValueError(f"prefetch depth must be >= 1, got {depth}")
-        self.iterator, self.sharding, self.depth = iterator, sharding, depth
-        self._state = iterator.get_state() if hasattr(iterator, "get_state") else None
-        self._start()
-
-    def _start(self) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=self.depth)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="babelfeed-jax-prefetch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            for batch in self.iterator:
-                if self._stop.is_set():
-                    return
-                state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else None
-                item = (to_global(batch, self.sharding), state)
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-            self._queue.put((self._DONE, None))
-        except BaseException as e:  # surface loader errors in the training loop, not in a dead thread
-            self._queue.put((e, None))
-
-    def __iter__(self):
-        return self
-
-    def __next__(self) -> dict:
-        item, state = self._queue.get()
-        if item is self._DONE:
-            self._start()  # the next epoch
-            raise StopIteration
-        if isinstance(item, BaseException):
-            raise item
-        self._state = state
-        return item
-
-    def get_state(self) -> dict | None:
-        return self._state
-
-    def set_state(self, state: dict) -> None:
-        self.close()
-        self.iterator.set_state(state)
-        self._state = state
-        self._start()
-
-    def close(self) -> None:
-        self._stop.set()
-        while self._thread.is_alive():
-            try:
-                self._queue.get(timeout=0.05)
-            except queue.Empty:
-                pass
-        self._thread.join()
+        self.sharding = sharding
+        super().__init__(iterator, lambda batch: to_global(batch, sharding), depth, "babelfeed-jax-prefetch")
 
 
 def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch: int = 1) -> DevicePrefetcher:

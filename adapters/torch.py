@@ -15,11 +15,10 @@ Without CUDA the same code runs on the CPU (tests do), with zero-copy ``torch.fr
 
 from __future__ import annotations
 
-import queue
-import threading
-
 import numpy as np
 import torch
+
+from loader.prefetch import Prefetcher
 
 
 def to_torch(batch, device=None, non_blocking: bool = True, pin: bool = False, stream=None):
@@ -40,7 +39,7 @@ def to_torch(batch, device=None, non_blocking: bool = True, pin: bool = False, s
     return batch
 
 
-class TorchBatches:
+class TorchBatches(Prefetcher):
     """Converts batches to tensors on ``device`` up to ``prefetch`` ahead, on a background thread.
 
     With CUDA: host tensors are pinned and copied with ``non_blocking=True`` on a side stream; each batch
@@ -48,79 +47,26 @@ class TorchBatches:
     after the last batch handed out.
     """
 
-    _DONE = object()
-
     def __init__(self, iterator, device=None, prefetch: int = 2, pin_memory: bool | None = None):
-        if prefetch < 1:
-            raise ValueError(f"prefetch must be >= 1, got {prefetch}")
-        self.iterator = iterator
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.cuda = self.device.type == "cuda"
         self.pin = self.cuda if pin_memory is None else pin_memory
         self.stream = torch.cuda.Stream(device=self.device) if self.cuda else None
-        self.prefetch = prefetch
-        self._state = iterator.get_state() if hasattr(iterator, "get_state") else None
-        self._start()
+        super().__init__(iterator, self._convert, prefetch, "babelfeed-torch-prefetch")
 
-    def _start(self) -> None:
-        self._queue: queue.Queue = queue.Queue(maxsize=self.prefetch)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="babelfeed-torch-prefetch", daemon=True)
-        self._thread.start()
+    def _convert(self, batch):
+        tensors = to_torch(batch, self.device, True, self.pin, self.stream)
+        event = None
+        if self.cuda:
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        return tensors, event
 
-    def _run(self) -> None:
-        try:
-            for batch in self.iterator:
-                if self._stop.is_set():
-                    return
-                state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else None
-                tensors = to_torch(batch, self.device, True, self.pin, self.stream)
-                event = None
-                if self.cuda:
-                    event = torch.cuda.Event()
-                    event.record(self.stream)
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put((tensors, event, state), timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-            self._queue.put((self._DONE, None, None))
-        except BaseException as e:
-            self._queue.put((e, None, None))
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        item, event, state = self._queue.get()
-        if item is self._DONE:
-            self._start()
-            raise StopIteration
-        if isinstance(item, BaseException):
-            raise item
+    def ready(self, item):
+        tensors, event = item
         if event is not None:
             torch.cuda.current_stream(self.device).wait_event(event)
-        self._state = state
-        return item
-
-    def get_state(self):
-        return self._state
-
-    def set_state(self, state) -> None:
-        self.close()
-        self.iterator.set_state(state)
-        self._state = state
-        self._start()
-
-    def close(self) -> None:
-        self._stop.set()
-        while self._thread.is_alive():
-            try:
-                self._queue.get(timeout=0.05)
-            except queue.Empty:
-                pass
-        self._thread.join()
+        return tensors
 
 
 def dist_rank_world() -> tuple[int, int]:

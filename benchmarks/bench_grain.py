@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table  # noqa: E402
+from common import collate_bin_config, table  # noqa: E402
 
 
 def main(argv=None) -> str:
@@ -23,17 +23,7 @@ def main(argv=None) -> str:
     p.add_argument("--batches", type=int, default=500)
     p.add_argument("--workdir", default=os.path.join("build", "bench"))
     a = p.parse_args(argv)
-    root = os.path.join(a.workdir, "collate_bin")
-    if not os.path.exists(os.path.join(root, "dict.txt")):
-        import bench_pipeline
-
-        bench_pipeline.bench_collate(a.workdir)
-    cfg = loader.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
-                                          "nllb_like.py"))
-    cfg.data.path = root
-    cfg.batching.max_tokens = 16384
-    cfg.filter.max_source_positions = 300
-    cfg.filter.max_target_positions = 300
+    cfg = collate_bin_config(a.workdir)
 
     def timed(iterable) -> tuple[float, float]:
         """(steady batches/s after the first batch, seconds to the first batch)."""

@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import table  # noqa: E402
+from common import collate_bin_config, table  # noqa: E402
 
 FULL = ("token_drop:rate=0.1;local_reorder:k=3;insert_tokens:rate=0.05,low=4,high=32000;"
         "token_replace:rate=0.05,low=4,high=32000;span_mask:ratio=0.3,mask_id=3")
@@ -25,19 +25,10 @@ def main(argv=None) -> str:
     p.add_argument("--batches", type=int, default=300)
     p.add_argument("--workdir", default=os.path.join("build", "bench"))
     a = p.parse_args(argv)
-    root = os.path.join(a.workdir, "collate_bin")
-    if not os.path.exists(os.path.join(root, "dict.txt")):
-        import bench_pipeline
-
-        bench_pipeline.bench_collate(a.workdir)
     rows, base = [], None
     for label, noise in (("plain pipeline (baseline)", ""), ("token drop only", "token_drop:rate=0.1"),
                          ("full noise: drop, reorder, insert, replace, infill", FULL)):
-        cfg = loader.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                              "configs", "nllb_like.py"))
-        cfg.data.path = root
-        cfg.batching.max_tokens = 16384
-        cfg.filter.max_source_positions = cfg.filter.max_target_positions = 300
+        cfg = collate_bin_config(a.workdir)
         cfg.data.noise = noise
         it = loader.build_train_iterator(cfg)
         len(it)  # plan first: time the gather, collate and noise only

@@ -44,3 +44,19 @@ def table(title: str, rows: list[list], heads: list[str]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(heads)]
     line = lambda vals: "  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(vals, widths)))
     return "\n".join([f"\n## {title}", line(heads), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def collate_bin_config(workdir: str, max_tokens: int = 16384):
+    """configs/nllb_like.py pointed at the collate benchmark's data_bin (built on first use)."""
+    import loader
+
+    root = os.path.join(workdir, "collate_bin")
+    if not os.path.exists(os.path.join(root, "dict.txt")):
+        import bench_pipeline
+
+        bench_pipeline.bench_collate(workdir)
+    cfg = loader.load_config(os.path.join(REPO, "configs", "nllb_like.py"))
+    cfg.data.path = root
+    cfg.batching.max_tokens = max_tokens
+    cfg.filter.max_source_positions = cfg.filter.max_target_positions = 300
+    return cfg

@@ -1,0 +1,82 @@
+"""A background thread that converts an iterator's batches ahead of use, keeping its exact position.
+
+Framework-neutral: the JAX and torch adapters pass their conversion (global arrays, device tensors).
+``get_state()`` is the wrapped iterator's state after the last batch handed out (not the read-ahead), and
+``set_state`` drops the read-ahead and restarts from there. Errors raised by the loader surface in the
+consuming thread. When the wrapped iterator finishes an epoch, StopIteration is raised once and the next
+call starts the next epoch.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+
+class Prefetcher:
+    _DONE = object()
+
+    def __init__(self, iterator, convert, depth: int = 2, name: str = "babelfeed-prefetch"):
+        if depth < 1:
+            raise ValueError(f"prefetch depth must be >= 1, got {depth}")
+        self.iterator, self.convert, self.depth, self.name = iterator, convert, depth, name
+        self._state = iterator.get_state() if hasattr(iterator, "get_state") else None
+        self._start()
+
+    def _start(self) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=self.depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for batch in self.iterator:
+                if self._stop.is_set():
+                    return
+                state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else None
+                item = (self.convert(batch), state)
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+            self._queue.put((self._DONE, None))
+        except BaseException as e:  # surface loader errors in the training loop, not in a dead thread
+            self._queue.put((e, None))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item, state = self._queue.get()
+        if item is self._DONE:
+            self._start()  # the next epoch
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        self._state = state
+        return self.ready(item)
+
+    def ready(self, item):
+        """Hook run in the consuming thread before a batch is handed out (torch waits on its copy event)."""
+        return item
+
+    def get_state(self):
+        return self._state
+
+    def set_state(self, state) -> None:
+        self.close()
+        self.iterator.set_state(state)
+        self._state = state
+        self._start()
+
+    def close(self) -> None:
+        self._stop.set()
+        while self._thread.is_alive():
+            try:
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+        self._thread.join()
