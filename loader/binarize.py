@@ -478,7 +478,7 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
     totals: dict[tuple, Stats] = {}
     todo = []
     for job in jobs:
-        fp = _fingerprint(job, common) if job.chunks else _fingerprint_empty(job, common)
+        fp = _fingerprint(job, common)
         done = _is_done(out, job, fp)
         if done is not None:
             totals.setdefault((job.split, job.key), Stats()).add(done)
@@ -520,11 +520,6 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
     return report
 
 
-def _fingerprint_empty(job: ShardJob, common: dict) -> str:
-    payload = {"version": _VERSION, "job": [job.split, job.key, job.shard, list(job.line_range)], **common}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
-
-
 class _EncodeCall:
     """Picklable callable for Pool.imap_unordered (spawned workers cannot receive lambdas)."""
 
@@ -546,13 +541,7 @@ def _consume(results, pending, out, cfg, totals, bar) -> None:
 
 
 def _finish(job, fp, parts, stats, out, cfg, totals) -> None:
-    if parts:
-        _merge(job, parts, out, cfg)
-    else:
-        os.makedirs(os.path.join(out, f"shard{job.shard:03d}"), exist_ok=True)
-        for lang in job.langs:
-            b = IndexedDatasetBuilder(job.out_prefix(out, lang), cfg["dtype"], format=cfg["format"])
-            b.finalize()
+    _merge(job, parts, out, cfg)  # an empty input gets its (empty) files too
     record = {"fingerprint": fp, "stats": asdict(stats)}
     atomic_write(_record_path(out, job), json.dumps(record).encode())
     fsync_dir(os.path.join(out, STATE_DIR))

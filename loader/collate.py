@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .packing import ragged_arange, segments
+
 
 @dataclass(frozen=True)
 class CollateOptions:
@@ -40,35 +42,14 @@ def _width(longest: int, multiple: int, minimum: int = 0) -> int:
     return w
 
 
-def _ragged_arange(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, s + n)`` for each (s, n), vectorised."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    excl = np.cumsum(lengths) - lengths
-    return np.repeat(starts - excl, lengths) + np.arange(total, dtype=np.int64)
-
-
 def fill_side(out: np.ndarray, lengths: np.ndarray, groups, left_pad: bool) -> None:
     """Write each row's prefix and tokens into ``out`` (pre-filled with pad).
 
     ``groups``: iterable of ``(positions, dataset, rows, prefix)``: batch rows ``positions`` take records ``rows`` of
     ``dataset`` (an IndexedDataset), each preceded by the ``prefix`` token ids.
     """
-    width = out.shape[1]
-    start = (width - lengths) if left_pad else np.zeros_like(lengths)
-    flat = out.reshape(-1)
-    for positions, ds, rows, prefix in groups:
-        plen = len(prefix)
-        base = positions.astype(np.int64) * width + start[positions]
-        if plen:
-            flat[(base[:, None] + np.arange(plen)).ravel()] = np.tile(prefix, len(positions))
-        sizes = np.asarray(ds.sizes[rows], dtype=np.int64)
-        src_idx = _ragged_arange(np.asarray(ds.pointers[rows], dtype=np.int64) // ds.dtype.itemsize, sizes)
-        values = ds.tokens[src_idx]
-        if ds.token_shift:
-            values = values.astype(np.int64) - ds.token_shift
-        flat[_ragged_arange(base + plen, sizes)] = values
+    start = (out.shape[1] - lengths) if left_pad else np.zeros_like(lengths)
+    fill_at(out, [(positions, start[positions], ds, rows, prefix) for positions, ds, rows, prefix in groups])
 
 
 def shift_eos_to_front(target: np.ndarray, lengths: np.ndarray, pad: int, eos: int, left_pad: bool) -> np.ndarray:
@@ -141,31 +122,10 @@ def fill_at(out: np.ndarray, groups) -> None:
         if plen:
             flat[(base[:, None] + np.arange(plen)).ravel()] = np.tile(prefix, len(row))
         sizes = np.asarray(ds.sizes[recs], dtype=np.int64)
-        values = ds.tokens[_ragged_arange(np.asarray(ds.pointers[recs], dtype=np.int64) // ds.dtype.itemsize, sizes)]
+        values = ds.tokens[ragged_arange(np.asarray(ds.pointers[recs], dtype=np.int64) // ds.dtype.itemsize, sizes)]
         if ds.token_shift:
             values = values.astype(np.int64) - ds.token_shift
-        flat[_ragged_arange(base + plen, sizes)] = values
-
-
-def segments(num_rows: int, width: int, row: np.ndarray, offset: np.ndarray, length: np.ndarray):
-    """(segment_ids, positions, first, piece_segment) for pieces placed at (row, offset) with the given lengths:
-    segment ids 1, 2, ... per row in offset order (0 = padding), positions restarting per piece, a mask of each
-    piece's first token, and each piece's own segment id."""
-    seg = np.zeros((num_rows, width), dtype=np.int32)
-    pos = np.zeros((num_rows, width), dtype=np.int32)
-    first = np.zeros((num_rows, width), dtype=bool)
-    order = np.lexsort((offset, row))
-    r, o, n = row[order], offset[order], length[order]
-    new_row = np.concatenate([[True], r[1:] != r[:-1]]) if len(r) else np.zeros(0, bool)
-    idx = np.arange(len(r))
-    k = idx - np.maximum.accumulate(np.where(new_row, idx, 0)) + 1
-    flat = _ragged_arange(r.astype(np.int64) * width + o, n)
-    seg.reshape(-1)[flat] = np.repeat(k, n).astype(np.int32)
-    pos.reshape(-1)[flat] = _ragged_arange(np.zeros(len(n), np.int64), n).astype(np.int32)
-    first.reshape(-1)[(r.astype(np.int64) * width + o)[n > 0]] = True
-    piece_segment = np.empty(len(order), dtype=np.int32)
-    piece_segment[order] = k
-    return seg, pos, first, piece_segment
+        flat[ragged_arange(base + plen, sizes)] = values
 
 
 def collate_packed(groups_src, groups_tgt, placement: dict, shape: tuple[int, int], ids: np.ndarray,
@@ -217,7 +177,7 @@ def fill_ragged(out: np.ndarray, tokens: np.ndarray, lengths: np.ndarray, positi
     lengths = np.asarray(lengths, dtype=np.int64)
     keep = np.minimum(lengths, width)
     starts = np.cumsum(lengths) - lengths
-    src = _ragged_arange(starts, keep)
+    src = ragged_arange(starts, keep)
     col0 = (width - keep) if left_pad else np.zeros_like(keep)
-    dest = _ragged_arange(np.asarray(positions, np.int64) * width + col0, keep)
+    dest = ragged_arange(np.asarray(positions, np.int64) * width + col0, keep)
     out.reshape(-1)[dest] = tokens[src]

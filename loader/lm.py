@@ -141,7 +141,7 @@ class LMIterator:
     """Static (B, seq_len) batches of a blended LM dataset for one rank; state is samples consumed."""
 
     def __init__(self, sources: list[LMSource], weights, num_samples: int, global_batch: int, rank: int = 0,
-                 world_size: int = 1, cache: IndexCache | None = None, seed: int = 1):
+                 world_size: int = 1, cache: IndexCache | None = None):
         if global_batch % world_size:
             raise ValueError(f"global_batch {global_batch} must be a multiple of world_size {world_size}")
         if not 0 <= rank < world_size:
@@ -169,7 +169,7 @@ class LMIterator:
         cache = IndexCache(cache_dir) if cache_dir else None
         entries = parse_data_path(data_path)
         sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache) for _, prefix in entries]
-        return cls(sources, [w for w, _ in entries], num_samples, global_batch, rank, world_size, cache, seed)
+        return cls(sources, [w for w, _ in entries], num_samples, global_batch, rank, world_size, cache)
 
     @classmethod
     def from_config(cls, config, rank: int = 0, world_size: int = 1) -> "LMIterator":

@@ -39,21 +39,11 @@ class PackPlan:
 
     def segment_ids(self) -> np.ndarray:
         """int32[num_rows, row_length]: 1, 2, ... for the pieces of each row in offset order; 0 for padding."""
-        out = np.zeros((self.num_rows, self.row_length), dtype=np.int32)
-        order = np.lexsort((self.offset, self.row))
-        row, off, ln = self.row[order], self.offset[order], self.length[order]
-        first = np.concatenate([[True], row[1:] != row[:-1]])
-        seg = np.arange(len(row)) - np.maximum.accumulate(np.where(first, np.arange(len(row)), 0)) + 1
-        flat = _ragged(row * self.row_length + off, ln)
-        out.reshape(-1)[flat] = np.repeat(seg, ln)
-        return out
+        return segments(self.num_rows, self.row_length, self.row, self.offset, self.length)[0]
 
     def positions(self) -> np.ndarray:
         """int32[num_rows, row_length]: 0, 1, ... within each piece; 0 for padding."""
-        out = np.zeros((self.num_rows, self.row_length), dtype=np.int32)
-        flat = _ragged(self.row * self.row_length + self.offset, self.length)
-        out.reshape(-1)[flat] = _ragged(np.zeros(len(self.length), np.int64), self.length)
-        return out
+        return segments(self.num_rows, self.row_length, self.row, self.offset, self.length)[1]
 
     def gather(self, tokens_of, pad: int = 0, dtype=np.int64) -> np.ndarray:
         """The packed rows, reading each sequence's tokens with ``tokens_of(i)`` (a 1-D array)."""
@@ -64,12 +54,36 @@ class PackPlan:
         return out
 
 
-def _ragged(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def ragged_arange(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(s, s + n)`` for each (s, n), vectorised."""
+    lengths = np.asarray(lengths, dtype=np.int64)
     total = int(lengths.sum())
-    if not total:
-        return np.zeros(0, np.int64)
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
     excl = np.cumsum(lengths) - lengths
     return np.repeat(np.asarray(starts, np.int64) - excl, lengths) + np.arange(total, dtype=np.int64)
+
+
+def segments(num_rows: int, width: int, row: np.ndarray, offset: np.ndarray, length: np.ndarray):
+    """(segment_ids, positions, first, piece_segment) for pieces placed at (row, offset) with the given lengths:
+    segment ids 1, 2, ... per row in offset order (0 = padding), positions restarting per piece, a mask of each
+    piece's first token, and each piece's own segment id."""
+    row, offset, length = (np.asarray(x, dtype=np.int64) for x in (row, offset, length))
+    seg = np.zeros((num_rows, width), dtype=np.int32)
+    pos = np.zeros((num_rows, width), dtype=np.int32)
+    first = np.zeros((num_rows, width), dtype=bool)
+    order = np.lexsort((offset, row))
+    r, o, n = row[order], offset[order], length[order]
+    new_row = np.concatenate([[True], r[1:] != r[:-1]]) if len(r) else np.zeros(0, bool)
+    idx = np.arange(len(r))
+    k = idx - np.maximum.accumulate(np.where(new_row, idx, 0)) + 1
+    flat = ragged_arange(r * width + o, n)
+    seg.reshape(-1)[flat] = np.repeat(k, n).astype(np.int32)
+    pos.reshape(-1)[flat] = ragged_arange(np.zeros(len(n), np.int64), n).astype(np.int32)
+    first.reshape(-1)[(r * width + o)[n > 0]] = True
+    piece_segment = np.empty(len(order), dtype=np.int32)
+    piece_segment[order] = k
+    return seg, pos, first, piece_segment
 
 
 def pack(lengths, row_length: int) -> PackPlan:
@@ -88,7 +102,7 @@ def pack(lengths, row_length: int) -> PackPlan:
     full = lengths // row_length
     rem = lengths % row_length
     seq_f = np.repeat(np.arange(len(lengths)), full)
-    start_f = _ragged(np.zeros(len(full), np.int64), full) * row_length
+    start_f = ragged_arange(np.zeros(len(full), np.int64), full) * row_length
     order = np.argsort(-rem, kind="stable")
     order = order[rem[order] > 0]
     seq, start, length, row, offset = [], [], [], [], []
@@ -194,18 +208,8 @@ class PairPackPlan:
 
     def segment_ids(self) -> tuple[np.ndarray, np.ndarray]:
         """(source, target) int32 segment ids; pair k of a row is segment k + 1 on both sides."""
-        sides = []
-        for off, ln, width in ((self.src_offset, self.src_len, self.src_length),
-                               (self.tgt_offset, self.tgt_len, self.tgt_length)):
-            out = np.zeros((self.num_rows, width), dtype=np.int32)
-            order = np.lexsort((off, self.row))
-            row = self.row[order]
-            first = np.concatenate([[True], row[1:] != row[:-1]])
-            seg = np.arange(len(row)) - np.maximum.accumulate(np.where(first, np.arange(len(row)), 0)) + 1
-            flat = _ragged(row * width + off[order], ln[order])
-            out.reshape(-1)[flat] = np.repeat(seg, ln[order])
-            sides.append(out)
-        return sides[0], sides[1]
+        return (segments(self.num_rows, self.src_length, self.row, self.src_offset, self.src_len)[0],
+                segments(self.num_rows, self.tgt_length, self.row, self.tgt_offset, self.tgt_len)[0])
 
 
 def pack_pairs(src_len, tgt_len, src_length: int, tgt_length: int) -> PairPackPlan:

@@ -27,9 +27,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
-from .collate import CollateOptions, _ragged_arange, collate_packed, collate_pairs, fill_at
+from .collate import CollateOptions, collate_packed, collate_pairs, fill_at
 from .transforms import NoiseContext, Ragged, apply as apply_noise
-from .packing import pack_pairs
+from .packing import pack_pairs, ragged_arange
 from .mixing import (SAMPLERS, StratifiedDraw, fairseq_draw, sampling_probabilities, stratified_counts,
                      virtual_size, weight_probabilities)
 from .sources import Direction, SourceSet
@@ -130,7 +130,6 @@ class Window:
     tgt_len: np.ndarray
     ends: np.ndarray  # batch b = [ends[b-1], ends[b]) of the plan order
     order: np.ndarray  # served position j -> batch b
-    filtered: np.ndarray  # per direction
     shape: np.ndarray | None = None  # static shapes: the shape of each batch
     masked: np.ndarray | None = None  # static shapes: rows added to fill each batch (weight 0)
     packed: dict | None = None  # packing: per sample "row" (in its batch), "src_offset", "tgt_offset"
@@ -306,13 +305,17 @@ class EpochPlanner:
             cost = np.maximum(src_len, tgt_len)
             ends = batch_sorted(cost, o.max_tokens, o.max_sentences or None, o.multiple)
         served = self._block_shuffle(len(ends), rng) if o.shuffle else np.arange(len(ends))
-        win = Window(epoch, w, dirs, rows, src_len.astype(np.int32), tgt_len.astype(np.int32), ends, served, filtered,
-                     shape, masked, packed)
-        self._filtered.setdefault(epoch, {})[w] = filtered
-        if masked is not None:
-            self._masked.setdefault(epoch, {})[w] = int(masked.sum())  # rows (packing: rows of pairs)
-        setup.window_batches[w] = len(win)
-        self._window_cache = ((epoch, w), win)
+        win = Window(epoch, w, dirs, rows, src_len.astype(np.int32), tgt_len.astype(np.int32), ends, served, shape,
+                     masked, packed)
+        return self._remember(setup, win, filtered)
+
+    def _remember(self, setup: EpochSetup, win: Window, filtered: np.ndarray) -> Window:
+        """Record a planned window: its batch count, its filtered and masked counts, and the one-window cache."""
+        self._filtered.setdefault(win.epoch, {})[win.index] = filtered
+        if win.masked is not None:
+            self._masked.setdefault(win.epoch, {})[win.index] = int(win.masked.sum())  # rows (packing: of pairs)
+        setup.window_batches[win.index] = len(win)
+        self._window_cache = ((win.epoch, win.index), win)
         return win
 
     def rows_per_packed_batch(self) -> int:
@@ -399,11 +402,8 @@ class EpochPlanner:
         served = list(range(len(batches)))
         np.random.RandomState(o.seed + epoch).shuffle(served)
         win = Window(epoch, w, dirs[order], rows[order], src_len[order].astype(np.int32),
-                     tgt_len[order].astype(np.int32), ends, np.asarray(served, dtype=np.int64), filtered)
-        self._filtered.setdefault(epoch, {})[w] = filtered
-        setup.window_batches[w] = len(win)
-        self._window_cache = ((epoch, w), win)
-        return win
+                     tgt_len[order].astype(np.int32), ends, np.asarray(served, dtype=np.int64))
+        return self._remember(setup, win, filtered)
 
     def _block_shuffle(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """Batches in cost order, cut into blocks of ``balance_block``; blocks and their members shuffled.
@@ -532,7 +532,7 @@ class Collater:
             if not steps:
                 pieces.append((rows, None))
                 continue
-            ragged = Ragged(flat[_ragged_arange(starts[rows], src_len[rows])], src_len[rows])
+            ragged = Ragged(flat[ragged_arange(starts[rows], src_len[rows])], src_len[rows])
             ctx = NoiseContext(self.seed, epoch, np.asarray(ids)[rows], protect_prefix=plen)
             noised = apply_noise(ragged, ctx, steps)
             new_len[rows] = noised.lengths
@@ -540,8 +540,8 @@ class Collater:
         out_starts = np.cumsum(new_len) - new_len
         out = np.empty(int(new_len.sum()), dtype=np.int64)
         for rows, noised in pieces:
-            dest = _ragged_arange(out_starts[rows], new_len[rows])
-            out[dest] = flat[_ragged_arange(starts[rows], src_len[rows])] if noised is None else noised.tokens
+            dest = ragged_arange(out_starts[rows], new_len[rows])
+            out[dest] = flat[ragged_arange(starts[rows], src_len[rows])] if noised is None else noised.tokens
         limit = self.max_source_positions or int(new_len.max(initial=0))
         if pad_to_length and pad_to_length.get("source"):
             limit = min(limit, int(pad_to_length["source"]))
