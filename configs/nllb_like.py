@@ -36,15 +36,34 @@ def get_config() -> ml_collections.ConfigDict:
     c.mixing.method = "temperature"  # "temperature" | "uniform" | "weights"
     c.mixing.temperature = 5.0  # p_i ~ n_i^(1/T)
     c.mixing.weights = ""  # method="weights": "eng_Latn-deu_Latn:0.5,eng_Latn-fra_Latn:0.3,..."
-    c.mixing.sampler = "stratified"  # "stratified" | "fairseq" (its exact draw) | "concat" (every sample once)
+    # "auto": "stream" with a changing schedule, else "stratified" | "stratified" (per-epoch draw) | "stream"
+    # (every corpus cycles its own data, positions kept across epochs) | "fairseq" (its exact draw) | "concat"
+    c.mixing.sampler = "auto"
     c.mixing.virtual_size = "fairseq"  # "fairseq" (largest corpus keeps its size, cap 1.5x) | "sum" | "<int>"
     c.mixing.max_scale_up = 1.5
     c.mixing.probabilities_from = "total"  # sizes over all shards ("total") or the epoch's shard ("shard")
+    # Per-task weights that change during training (OpenNMT-py's mixing_weight_schedule). Boundaries count
+    # optimizer updates (batching.accumulation and the number of ranks are accounted for); n boundaries take
+    # n + 1 weight lists "task:w,task:w | task:w,task:w | ...", each naming every task (without a tasks
+    # section, every direction is a task of its own). mode "step" switches at each boundary, "linear"
+    # interpolates between them (weights are set per planning window).
+    c.mixing.schedule = ml_collections.ConfigDict()
+    c.mixing.schedule.boundaries = ""  # e.g. "40000,80000"
+    c.mixing.schedule.weights = ""  # e.g. "mt:1,denoise:0.5 | mt:1,denoise:0.2 | mt:1,denoise:0"
+    c.mixing.schedule.mode = "step"  # "step" | "linear"
+
+    # Tasks group corpora that get the same treatment (prefix, transforms, weight); empty: every direction and
+    # monolingual language above is a task of its own. Entries are loader.config.task(...) (see its docstring):
+    #   c.tasks.mt = task(corpora="eng_Latn-deu_Latn,eng_Latn-fra_Latn", weight=1.0)
+    #   c.tasks.bt = task(corpora="eng_Latn-deu_Latn", weight=0.3, source_prefix="__bt__ __{src}__")
+    #   c.tasks.dae = task(corpora="swh_Latn", kind="denoise", transforms="span_mask:ratio=0.3,mask_id=<unk>")
+    c.tasks = ml_collections.ConfigDict()
 
     c.batching = ml_collections.ConfigDict()
     c.batching.max_tokens = 4096  # B * max(len) of the longer side, per batch
     c.batching.max_sentences = 0  # 0: no limit
     c.batching.required_batch_size_multiple = 8
+    c.batching.accumulation = 1  # forward passes per optimizer update on each rank (for the mixing schedule)
     c.batching.window = 1_000_000  # samples planned at once (memory bound); 0: the whole epoch
     c.batching.num_shapes = 0  # > 0: every batch takes one of this many static shapes (XLA), chosen from the data
     c.batching.shapes = ""  # or explicit widths "32x32,64x64,128x128" (source x target); batch sizes from max_tokens

@@ -10,7 +10,8 @@ from .collate import CollateOptions
 from .corpus import ShardedCorpus
 from .pipeline import BatchIterator, Collater, EpochPlanner, PlanOptions
 from .shapes import ShapePlan, plan_shapes, shapes_from_widths
-from .sources import SourceSet
+from .schedule import MixingSchedule
+from .sources import SourceSet, StreamSpec
 
 
 def _list(value: str) -> list[str]:
@@ -83,10 +84,57 @@ def _noise(config, dictionary) -> dict:
     return out
 
 
+def _tasks(config) -> dict:
+    return dict(config.tasks) if "tasks" in config and config.tasks else {}
+
+
+def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=None) -> list[StreamSpec]:
+    """The streams of a config's tasks section: one per (task, corpus), named ``task/corpus``."""
+    from .config import TASK_KINDS
+    from .transforms import parse_steps
+
+    d = config.data
+    if str(d.noise).strip() or str(d.noise_by_task).strip() or str(d.prefix_overrides).strip():
+        raise ValueError("with a tasks section, give transforms and prefixes per task (tasks.NAME.transforms, "
+                         ".source_prefix), not data.noise / data.noise_by_task / data.prefix_overrides")
+    monolingual = set(corpus.monolingual(d.train_split))
+    streams = []
+    for name, t in _tasks(config).items():
+        if "/" in name:
+            raise ValueError(f"task name {name!r} must not contain '/'")
+        if t.kind not in TASK_KINDS:
+            raise ValueError(f"tasks.{name}.kind must be one of {TASK_KINDS}, got {t.kind!r}")
+        keys = _keys(corpus, d.train_split, t.corpora, "") if str(t.corpora).strip() else []
+        if not keys:
+            raise ValueError(f"tasks.{name}.corpora names no corpus")
+        steps = tuple(parse_steps(t.transforms, dictionary)) if str(t.transforms).strip() else ()
+        if t.kind == "denoise":
+            if not steps:
+                raise ValueError(f"tasks.{name} is a denoising task but has no transforms")
+            pairs = [k for k in keys if k not in monolingual]
+            if pairs:
+                raise ValueError(f"tasks.{name} is a denoising task over monolingual data, but {pairs} are not "
+                                 f"monolingual corpora of {corpus.root}")
+        if not t.weight >= 0:
+            raise ValueError(f"tasks.{name}.weight must be >= 0, got {t.weight}")
+        sp = d.source_prefix if t.source_prefix == "inherit" else t.source_prefix
+        tp = d.target_prefix if t.target_prefix == "inherit" else t.target_prefix
+        for key in keys:
+            if keep is None or key in keep:
+                streams.append(StreamSpec(f"{name}/{key}", key, name, sp, tp,
+                                          steps if split == d.train_split else ()))
+    return streams
+
+
 def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, object]:
     d = config.data
     corpus = ShardedCorpus(d.path)
     dictionary = corpus.dictionary()
+    if _tasks(config):
+        streams = _task_streams(config, corpus, dictionary, split, keep=keys)
+        sources = SourceSet(corpus, dictionary, split, shards=shards, verify=d.verify,
+                            length_cache_mb=d.length_cache_mb, streams=streams)
+        return sources, dictionary
     keys = keys or _keys(corpus, split, d.directions, d.monolingual)
     sources = SourceSet(corpus, dictionary, split, keys, source_prefix=d.source_prefix,
                         target_prefix=d.target_prefix, prefix_overrides=_overrides(d.prefix_overrides),
@@ -95,10 +143,52 @@ def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, obj
     return sources, dictionary
 
 
-def train_plan_options(config) -> PlanOptions:
+def _named_weights(text: str, names: list[str], what: str) -> tuple:
+    given = dict(_weights(text))
+    missing = [n for n in names if n not in given]
+    extra = [n for n in given if n not in names]
+    if missing or extra:
+        raise ValueError(f"{what} must give a weight to every task {names}; missing {missing}, unknown {extra}")
+    return tuple(given[n] for n in names)
+
+
+def mixing_schedule(config, tasks: list[str]) -> MixingSchedule | None:
+    """The per-task weight schedule: ``mixing.schedule`` if given, else the tasks section's constant weights,
+    else None (``mixing.method`` decides)."""
+    sched = config.mixing.schedule
+    lists = [p for p in str(sched.weights).split("|") if p.strip()]
+    if lists:
+        bounds = [int(b) for b in _list(sched.boundaries)]
+        return MixingSchedule(tuple(bounds), tuple(_named_weights(w, tasks, "mixing.schedule.weights")
+                                                   for w in lists), sched.mode)
+    if str(sched.boundaries).strip():
+        raise ValueError("mixing.schedule.boundaries is set but mixing.schedule.weights is empty")
+    if _tasks(config):
+        return MixingSchedule.constant([float(t.weight) for t in _tasks(config).values()])
+    return None
+
+
+def _sampler(config, schedule: MixingSchedule | None) -> str:
+    sampler = config.mixing.sampler
+    if sampler == "auto":
+        return "stream" if schedule is not None and schedule.boundaries else "stratified"
+    return sampler
+
+
+def train_plan_options(config, tasks: list[str] | None = None, world_size: int = 1,
+                       split: str = "batches") -> PlanOptions:
+    """``tasks``: the task names (a SourceSet's ``tasks``), needed when the config has a schedule or tasks."""
     m, b, f = config.mixing, config.batching, config.filter
+    schedule = mixing_schedule(config, list(tasks or [])) if tasks is not None else None
+    if schedule is not None and _tasks(config) and m.method != "temperature":
+        raise ValueError(f"with a tasks section, task weights (or mixing.schedule) set the mix and "
+                         f"mixing.temperature splits a task among its corpora; mixing.method must stay "
+                         f"'temperature', got {m.method!r}")
+    if b.accumulation < 1:
+        raise ValueError(f"batching.accumulation must be >= 1, got {b.accumulation}")
     return PlanOptions(
-        seed=config.seed, sampler=m.sampler, method=m.method, temperature=m.temperature, weights=_weights(m.weights),
+        seed=config.seed, sampler=_sampler(config, schedule), method=m.method, schedule=schedule,
+        batches_per_update=b.accumulation * (world_size if split == "batches" else 1), temperature=m.temperature, weights=_weights(m.weights),
         virtual_size=_virtual(m.virtual_size), max_scale_up=m.max_scale_up, probabilities_from=m.probabilities_from,
         max_tokens=b.max_tokens, max_sentences=b.max_sentences, multiple=b.required_batch_size_multiple,
         window=b.window, max_source_positions=f.max_source_positions, max_target_positions=f.max_target_positions,
@@ -124,7 +214,7 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
     ``split="batches"``: one whole batch per rank and step (torch DDP). ``split="rows"``: every rank takes its
     rows of each global batch (JAX global arrays; see ``loader.adapters.jax``)."""
     sources, dictionary = _sources(config, config.data.train_split, config.data.shards)
-    opts = train_plan_options(config)
+    opts = train_plan_options(config, sources.tasks, world_size, split)
     planner = EpochPlanner(sources, opts)
     plan = shape_plan(config, planner)
     if plan is not None:
@@ -144,7 +234,8 @@ def mixture_lengths(planner: EpochPlanner) -> tuple[np.ndarray, np.ndarray, bool
     total = sum(len(c) for c in sources.components)
     stride = max(1, -(-total // MAX_HISTOGRAM_SAMPLES))
     lengths, weights = [], []
-    for direction, count in zip(setup.directions, setup.counts):
+    counts = setup.expected if setup.expected is not None else setup.counts
+    for direction, count in zip(setup.directions, counts):
         rate = count / max(direction.size, 1)
         for comp in (c for c in sources.components if c.key == direction.key):
             rows = np.arange(0, len(comp), stride)

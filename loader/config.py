@@ -81,3 +81,21 @@ def split_config_args(argv):
     """Separate ``--config.x.y=value`` overrides from the other arguments of a command line."""
     overrides = [a for a in argv if a.startswith("--config.")]
     return [a for a in argv if not a.startswith("--config.")], overrides
+
+
+TASK_KINDS = ("translation", "denoise")
+
+
+def task(corpora: str, weight: float = 1.0, transforms: str = "", source_prefix: str = "inherit",
+         target_prefix: str = "inherit", kind: str = "translation") -> ml_collections.ConfigDict:
+    """One entry of a config's ``tasks`` section: corpora that get the same treatment.
+
+    ``corpora``: comma-separated directions or monolingual languages (``"all"``: every direction). Two tasks may
+    name the same corpus: the files are shared, not copied. ``weight``: the task's share of the mixture (split
+    among its corpora by ``mixing.temperature``; a ``mixing.schedule`` overrides it). ``transforms``: source
+    noise, e.g. ``"span_mask:ratio=0.3,mask_id=<unk>"``. ``source_prefix``/``target_prefix``: prefix templates
+    (``"__bt__ __{src}__"``), ``"inherit"`` takes ``data.source_prefix``/``data.target_prefix``. ``kind``:
+    ``"translation"`` or ``"denoise"`` (monolingual corpora, noised source and clean target; needs transforms).
+    """
+    return ml_collections.ConfigDict({"corpora": corpora, "weight": float(weight), "transforms": transforms,
+                                      "source_prefix": source_prefix, "target_prefix": target_prefix, "kind": kind})

@@ -20,6 +20,10 @@ Which rows, per corpus, given its count ``c`` and size ``n``:
   drawn by ``rng.choice(k, V - sum c, p=p)``, then ``rng.choice(n_i, c_i, replace=c_i > n_i)`` per corpus.
   Once ``c > n`` the whole draw is with replacement, so an up-sampled epoch misses about a third of the rows
   (1 - 1/e at c = n): the defect ``stratified`` removes.
+* ``stream``: every corpus is an endless stream that cycles its own data (a fresh keyed permutation per pass,
+  so each pass sees every row once) and keeps its own position across epochs. The mix is decided per window
+  (``task_probabilities``, possibly from a schedule that changes during training), so a corpus whose weight
+  rises simply reads further ahead in its own stream. ``StreamDraw`` maps stream positions to rows.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import numpy as np
 
 from .permute import derive_key, permute
 
-SAMPLERS = ("stratified", "fairseq", "concat")
+SAMPLERS = ("stratified", "fairseq", "concat", "stream")
 
 
 def sampling_probabilities(sizes, temperature: float = 1.0) -> np.ndarray:
@@ -136,3 +140,43 @@ def fairseq_draw(sizes, probs, virtual: int, epoch: int, seed: int = 2,
     for i in rng.choice(len(p), size=int(diff), p=p):
         counts[i] += 1
     return [rng.choice(int(n), int(c), replace=bool(c > n)) for n, c in zip(sizes, counts)]
+
+
+# ------------------------------------------------------------------------------------------- streams
+def task_probabilities(task_probs, task_of, sizes, temperature: float = 1.0) -> np.ndarray:
+    """Per-stream probabilities from per-task ones: a task's probability is split among its streams by
+    temperature over their sizes (``p_s = P(task) * n_s^(1/T) / sum_{s' in task} n_s'^(1/T)``)."""
+    task_probs = np.asarray(task_probs, dtype=np.float64)
+    task_of = np.asarray(task_of, dtype=np.int64)
+    sizes = np.asarray(sizes, dtype=np.float64)
+    out = np.zeros(len(sizes))
+    for t, pt in enumerate(task_probs):
+        members = np.flatnonzero(task_of == t)
+        if pt == 0 or not len(members):
+            continue
+        if sizes[members].sum() == 0:
+            raise ValueError(f"task {t} has weight {pt} but no data")
+        out[members] = pt * sampling_probabilities(sizes[members], temperature)
+    return out / out.sum()
+
+
+class StreamDraw:
+    """Rows of an endless stream over ``n`` rows: position p is row ``perm_c(p mod n)`` of pass ``c = p // n``,
+    each pass a different keyed permutation (so every pass reads every row exactly once)."""
+
+    def __init__(self, n: int, key_parts: tuple):
+        self.n = int(n)
+        self.key_parts = tuple(key_parts)
+
+    def rows(self, positions) -> np.ndarray:
+        pos = np.asarray(positions, dtype=np.int64)
+        if self.n <= 0:
+            if pos.size:
+                raise ValueError(f"cannot draw from an empty stream {self.key_parts}")
+            return pos
+        passes, local = np.divmod(pos, self.n)
+        out = np.empty_like(pos)
+        for c in np.unique(passes).tolist():
+            sel = passes == c
+            out[sel] = permute(local[sel], self.n, derive_key(*self.key_parts, "pass", int(c)))
+        return out

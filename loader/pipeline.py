@@ -30,8 +30,8 @@ from .batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indic
 from .collate import CollateOptions, collate_packed, collate_pairs, fill_at
 from .transforms import NoiseContext, Ragged, apply as apply_noise
 from .packing import pack_pairs, ragged_arange
-from .mixing import (SAMPLERS, StratifiedDraw, fairseq_draw, sampling_probabilities, stratified_counts,
-                     virtual_size, weight_probabilities)
+from .mixing import (SAMPLERS, StratifiedDraw, StreamDraw, fairseq_draw, sampling_probabilities, stratified_counts,
+                     task_probabilities, virtual_size, weight_probabilities)
 from .sources import Direction, SourceSet
 
 STATE_VERSION = 1
@@ -62,6 +62,8 @@ class PlanOptions:
     pack_shape: tuple = ()  # (L_src, L_tgt): pack pairs side by side into rows of this shape
     compat: str = "none"  # "fairseq": reproduce fairseq's multilingual epoch batch for batch
     fairseq_drop_last: bool = False  # fairseq main (after d871f616) drops a last batch that misses the multiple
+    schedule: object = None  # a MixingSchedule of per-task weights (sources.tasks order), or None
+    batches_per_update: int = 1  # global batches per optimizer update (ranks x accumulation with split="batches")
 
     def validate(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -99,6 +101,13 @@ class PlanOptions:
                 raise ValueError(f"shape {tuple(shape)} must be (batch, length...) within max_tokens={self.max_tokens}")
         if self.compat == "fairseq" and self.sampler not in ("fairseq", "concat"):
             raise ValueError("compat='fairseq' needs mixing.sampler 'fairseq' (resampling) or 'concat' (no resampling)")
+        if self.sampler == "stream" and self.compat == "fairseq":
+            raise ValueError("compat='fairseq' cannot use mixing.sampler='stream' (fairseq redraws every epoch)")
+        if self.schedule is not None and self.schedule.boundaries and self.sampler != "stream":
+            raise ValueError(f"a mixing schedule that changes during training needs mixing.sampler='stream' (or "
+                             f"'auto'), got {self.sampler!r}")
+        if self.batches_per_update < 1:
+            raise ValueError(f"batches per optimizer update must be >= 1, got {self.batches_per_update}")
         if self.probabilities_from not in ("total", "shard"):
             raise ValueError(f"mixing.probabilities_from must be 'total' or 'shard', got {self.probabilities_from!r}")
         if not (self.virtual_size in ("fairseq", "sum") or (isinstance(self.virtual_size, int) and self.virtual_size > 0)):
@@ -112,12 +121,27 @@ class EpochSetup:
     probs: np.ndarray
     counts: np.ndarray  # samples per direction this epoch (before filtering)
     draws: list  # per direction: StratifiedDraw, or an index array (fairseq), or None (concat / in order)
-    num_windows: int
+    num_windows: int  # stream sampler: -1 until the epoch's last window is planned
     window_batches: dict = field(default_factory=dict)  # window -> number of batches, once planned
+    samples: int = 0  # stream sampler: samples in the epoch
+    stream: dict = field(default_factory=dict)  # stream sampler: window -> StreamMark at its start
+    expected: np.ndarray | None = None  # stream sampler: per-stream counts at the epoch's starting weights
 
     @property
     def total(self) -> int:
         return int(self.counts.sum())
+
+
+@dataclass(frozen=True)
+class StreamMark:
+    """Where the stream sampler stands at the start of a window: sample offset in the epoch, every stream's
+    position (samples read since training began), global batches before it (since training began), and the
+    optimizer update whose weights the window uses."""
+
+    sample: int
+    positions: np.ndarray
+    batches: int
+    update: float
 
 
 @dataclass
@@ -163,7 +187,14 @@ class EpochPlanner:
         self._window_cache: tuple | None = None
         self._filtered: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> too-long per direction
         self._masked: dict[int, dict[int, int]] = {}  # epoch -> window -> rows added to fill static shapes
-        if opts.method == "weights":
+        self._starts: dict[int, tuple[np.ndarray, int]] = {1: (np.zeros(len(sources.keys), np.int64), 0)}
+        if opts.schedule is not None and len(opts.schedule.weights[0]) != len(sources.tasks):
+            raise ValueError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
+                             f"are {len(sources.tasks)} tasks {sources.tasks}")
+        if opts.sampler == "stream" and sources.shards == "cycle" and sources.max_shards > 1:
+            raise ValueError("mixing.sampler='stream' reads every shard as one stream per corpus: set "
+                             "data.shards='all' (shard cycling is a per-epoch scheme)")
+        if opts.method == "weights" and opts.schedule is None:
             given = dict(opts.weights)
             missing = [k for k in sources.keys if k not in given]
             extra = [k for k in given if k not in sources.keys]
@@ -175,11 +206,14 @@ class EpochPlanner:
     def keys(self) -> list[str]:
         return self.sources.keys
 
-    def probabilities(self, directions: list[Direction]) -> np.ndarray:
+    def probabilities(self, directions: list[Direction], update: float = 0.0) -> np.ndarray:
+        """Per-direction (stream) sampling probabilities at an optimizer update."""
         o = self.opts
         sizes = [d.total_size if o.probabilities_from == "total" else d.size for d in directions]
         if o.sampler == "concat":
             return np.asarray(sizes, np.float64) / max(sum(sizes), 1)
+        if o.schedule is not None:
+            return task_probabilities(o.schedule.weights_at(update), self.sources.task_of, sizes, o.temperature)
         if o.method == "uniform":
             return np.full(len(sizes), 1.0 / len(sizes))
         if o.method == "weights":
@@ -195,14 +229,15 @@ class EpochPlanner:
         sizes = np.array([d.size for d in directions], dtype=np.int64)
         probs = self.probabilities(directions)
         draws: list = []
+        if o.sampler == "stream":
+            return self._stream_setup(epoch, directions, sizes)
         if o.sampler == "concat":
             counts = sizes.copy()
             for d in directions:
                 shuffled = o.shuffle and d.size and o.compat != "fairseq"  # fairseq: rows in order, then permuted
                 draws.append(StratifiedDraw(d.size, d.size, (o.seed, "concat", epoch, d.key)) if shuffled else None)
         else:
-            total = (int(sizes.sum()) if o.virtual_size == "sum" else virtual_size(sizes, probs, o.max_scale_up)
-                     if o.virtual_size == "fairseq" else int(o.virtual_size))
+            total = self._epoch_total(sizes, probs)
             if o.sampler == "fairseq":
                 idx = fairseq_draw(sizes, probs, total, epoch, seed=o.fairseq_sampling_seed)
                 counts = np.array([len(i) for i in idx], dtype=np.int64)
@@ -218,6 +253,104 @@ class EpochPlanner:
         self._setup = EpochSetup(epoch, directions, probs, counts, draws, max(num_windows, 1))
         self._window_cache = None
         return self._setup
+
+    def _epoch_total(self, sizes, probs) -> int:
+        o = self.opts
+        if o.virtual_size == "sum":
+            return int(sizes.sum())
+        return virtual_size(sizes, probs, o.max_scale_up) if o.virtual_size == "fairseq" else int(o.virtual_size)
+
+    # ------------------------------------------------------------------------------------------- streams
+    def _stream_setup(self, epoch: int, directions: list[Direction], sizes: np.ndarray) -> EpochSetup:
+        positions, batches = self.epoch_start(epoch)
+        update = batches / self.opts.batches_per_update
+        probs = self.probabilities(directions, update)
+        total = self._epoch_total(sizes, probs)
+        draws = [StreamDraw(d.size, (self.opts.seed, "stream", d.key)) for d in directions]
+        setup = EpochSetup(epoch, directions, probs, np.zeros(len(directions), np.int64), draws, -1,
+                           samples=total, expected=stratified_counts(probs, total))
+        setup.stream[0] = StreamMark(0, positions, batches, update)
+        self._setup = setup
+        self._window_cache = None
+        return setup
+
+    def epoch_start(self, epoch: int) -> tuple[np.ndarray, int]:
+        """Stream sampler: (every stream's position, global batches since training began) at the start of
+        ``epoch``. Known from the previous epoch's plan or a resumed state; otherwise earlier epochs are planned
+        (integers only) to find it."""
+        if epoch not in self._starts:
+            known = max(e for e in self._starts if e < epoch)
+            for e in range(known, epoch):
+                self.num_batches(e)
+        return self._starts[epoch]
+
+    def set_epoch_start(self, epoch: int, positions, batches: int) -> None:
+        positions = np.asarray(positions, dtype=np.int64)
+        if positions.shape != (len(self.keys),) or (positions < 0).any() or batches < 0:
+            raise ValueError(f"a stream state needs {len(self.keys)} non-negative positions, got {positions.tolist()}")
+        self._starts[epoch] = (positions, int(batches))
+        if self._setup is not None and self._setup.epoch == epoch:
+            self._setup = None
+
+    def _stream_window(self, setup: EpochSetup, epoch: int, w: int) -> Window:
+        """Window w of a stream epoch: counts from the weights at its first batch's update. With a step
+        schedule, a window that would run past a boundary is cut where the boundary falls, and the next window
+        starts on the new weights."""
+        o = self.opts
+        while w not in setup.stream:  # marks come from planning the previous windows
+            last = max(setup.stream)
+            if setup.num_windows >= 0 and last >= setup.num_windows:
+                break
+            self.window(epoch, last)
+        if w not in setup.stream or setup.stream[w].sample >= setup.samples:
+            raise IndexError(f"epoch {epoch} has fewer than {w + 1} windows")
+        mark = setup.stream[w]
+        size = min(o.window or setup.samples, setup.samples - mark.sample)
+        win, counts = self._stream_plan(setup, epoch, w, mark, size)
+        next_update = (mark.batches + len(win)) / o.batches_per_update
+        sched = o.schedule
+        if sched is not None and sched.mode == "step" and len(win):
+            crossed = [b for b in sched.boundaries if mark.update < b < next_update]
+            if crossed and size > 1:
+                at = crossed[0] * o.batches_per_update - mark.batches  # batches until the boundary
+                size = max(1, size * at // len(win))
+                win, counts = self._stream_plan(setup, epoch, w, mark, size)
+                next_update = max((mark.batches + len(win)) / o.batches_per_update, crossed[0])
+        if w + 1 not in setup.stream:
+            setup.counts += counts
+            nxt = StreamMark(mark.sample + size, mark.positions + counts, mark.batches + len(win), next_update)
+            setup.stream[w + 1] = nxt
+            if nxt.sample >= setup.samples:
+                setup.num_windows = w + 1
+                self._starts[epoch + 1] = (nxt.positions, nxt.batches)
+        return win
+
+    def _stream_plan(self, setup, epoch, w, mark: StreamMark, size: int):
+        probs = self.probabilities(setup.directions, mark.update)
+        counts = stratified_counts(probs, size)
+        dirs, rows, spans = [], [], []
+        at = 0
+        for d, c in enumerate(counts.tolist()):
+            if not c:
+                continue
+            pos = np.arange(mark.positions[d], mark.positions[d] + c, dtype=np.int64)
+            try:
+                rows.append(setup.draws[d].rows(pos))
+            except ValueError:
+                raise ValueError(f"{setup.directions[d].key} has no sentences but is sampled") from None
+            dirs.append(np.full(c, d, dtype=np.int32))
+            spans.append((d, at, at + c))
+            at += c
+        dirs = np.concatenate(dirs) if dirs else np.zeros(0, np.int32)
+        rows = np.concatenate(rows) if rows else np.zeros(0, np.int64)
+        return self._plan_window(setup, epoch, w, dirs, rows, spans), counts
+
+    def stream_mark(self, epoch: int, w: int) -> StreamMark:
+        """Stream sampler: the mark at the start of window w (plans earlier windows if needed)."""
+        setup = self.setup(epoch)
+        if w not in setup.stream:
+            self._stream_window(setup, epoch, w - 1)
+        return setup.stream[w]
 
     # ------------------------------------------------------------------------------------------- windows
     def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray, np.ndarray, list]:
@@ -251,11 +384,17 @@ class EpochPlanner:
     def window(self, epoch: int, w: int) -> Window:
         if self._window_cache and self._window_cache[0] == (epoch, w):
             return self._window_cache[1]
-        o = self.opts
         setup = self.setup(epoch)
+        if self.opts.sampler == "stream":
+            return self._stream_window(setup, epoch, w)
         if not 0 <= w < setup.num_windows:
             raise IndexError(f"epoch {epoch} has {setup.num_windows} windows, not {w + 1}")
         dirs, rows, spans = self._window_slice(setup, w)
+        return self._plan_window(setup, epoch, w, dirs, rows, spans)
+
+    def _plan_window(self, setup: EpochSetup, epoch: int, w: int, dirs, rows, spans) -> Window:
+        """A window's samples -> lengths, filter, order, batches, served order."""
+        o = self.opts
         src_len = np.zeros(len(rows), np.int64)
         tgt_len = np.zeros(len(rows), np.int64)
         for d, a, b in spans:
@@ -432,7 +571,7 @@ class EpochPlanner:
         w, start = hint
         if start > g:
             w, start = 0, 0
-        while w < setup.num_windows:
+        while self._exists(setup, w):
             n = setup.window_batches.get(w)
             if n is None:
                 self.window(epoch, w)
@@ -446,10 +585,20 @@ class EpochPlanner:
     def num_batches(self, epoch: int) -> int:
         """Batches in the epoch (plans every window's integers the first time)."""
         setup = self.setup(epoch)
-        for w in range(setup.num_windows):
+        w = 0
+        while self._exists(setup, w):
             if w not in setup.window_batches:
                 self.window(epoch, w)
-        return sum(setup.window_batches[w] for w in range(setup.num_windows))
+            w += 1
+        return sum(setup.window_batches[k] for k in range(w))
+
+    def _exists(self, setup: EpochSetup, w: int) -> bool:
+        """Whether the epoch has a window w (stream sampler: plans the windows before it to find out)."""
+        if setup.num_windows >= 0:
+            return w < setup.num_windows
+        while w not in setup.stream and setup.num_windows < 0:
+            self.window(setup.epoch, max(setup.stream))
+        return w in setup.stream and setup.stream[w].sample < setup.samples
 
     def masked_rows(self, epoch: int) -> int:
         """Rows added to fill static-shape batches in ``epoch``, over the windows planned so far."""
@@ -464,7 +613,10 @@ class EpochPlanner:
 
     def fingerprint(self) -> str:
         comps = [(c.key, c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist()) for c in self.sources.components]
-        blob = json.dumps({"opts": asdict(self.opts), "split": self.sources.split, "shards": self.sources.shards,
+        opts = asdict(self.opts)
+        if self.opts.schedule is None or not self.opts.schedule.boundaries:
+            opts.pop("batches_per_update")  # only a changing schedule makes the plan depend on it
+        blob = json.dumps({"opts": opts, "split": self.sources.split, "shards": self.sources.shards,
                            "components": comps}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -753,8 +905,12 @@ class BatchIterator:
         epoch = self.epoch
         if self.planner.locate(epoch, c, self._hint) is None and c > 0:
             epoch, c = epoch + 1, 0  # finished epoch: resume at the start of the next
-        return {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
-                "total_steps": self.total_steps, "fingerprint": self.planner.fingerprint()}
+        state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
+                 "total_steps": self.total_steps, "fingerprint": self.planner.fingerprint()}
+        if self.planner.opts.sampler == "stream":  # where every stream stood when this epoch began
+            positions, batches = self.planner.epoch_start(epoch)
+            state["stream"] = {"positions": positions.tolist(), "batches": int(batches)}
+        return state
 
     def set_state(self, state: dict, strict: bool = True) -> None:
         if state.get("version") != STATE_VERSION:
@@ -765,12 +921,56 @@ class BatchIterator:
                 f"iterator state was saved with different data or settings (fingerprint {state.get('fingerprint')} "
                 f"!= {fp}): resuming would not continue the same stream. Pass strict=False to resume anyway.")
         self.epoch = int(state["epoch"])
+        if self.planner.opts.sampler == "stream" and "stream" in state:
+            self.planner.set_epoch_start(self.epoch, state["stream"]["positions"], state["stream"]["batches"])
         self._base = int(state["consumed"])
         self.step = 0
         self._hint = (0, 0)
         self.total_steps = int(state.get("total_steps", 0))
 
     # ----------------------------------------------------------------------------------------- reports
+    def update(self) -> float:
+        """Stream sampler: the optimizer update the next batch belongs to, as the mixing schedule counts it
+        (global batches since training began / batches per update)."""
+        o = self.planner.opts
+        if o.sampler != "stream":
+            raise ValueError("the update count is kept by mixing.sampler='stream' (or 'auto' with a schedule)")
+        return (self.planner.epoch_start(self.epoch)[1] + self.consumed) / o.batches_per_update
+
+    def task_stats(self) -> dict:
+        """Per task: its probability now, the samples drawn from it since training began (up to the current
+        global position, every rank's batches included; too-long samples count when their window is entered),
+        its size, its epochs (passes over its own data: each task cycles its data independently), and the
+        samples this rank served in this run. Stream sampler only."""
+        planner = self.planner
+        if planner.opts.sampler != "stream":
+            raise ValueError("per-task positions exist with mixing.sampler='stream' (or 'auto' with a schedule)")
+        setup = planner.setup(self.epoch)
+        where = planner.locate(self.epoch, self.consumed, self._hint)
+        if where is None:  # the epoch is over: every stream stands where the next epoch starts
+            positions = planner.epoch_start(self.epoch + 1)[0]
+            mark = planner.stream_mark(self.epoch, max(setup.num_windows - 1, 0))
+        else:  # the window's start, plus the samples of its batches served so far (by every rank)
+            w, j = where
+            mark, win = planner.stream_mark(self.epoch, w), planner.window(self.epoch, w)
+            taken = [win.direction[win.batch(k)] for k in range(j)]
+            done = np.concatenate(taken) if taken else np.zeros(0, np.int64)
+            positions = mark.positions + np.bincount(done, minlength=len(mark.positions))
+        probs = planner.probabilities(setup.directions, mark.update)
+        sizes = np.array([d.size for d in setup.directions], np.int64)
+        served = np.zeros(len(sizes), np.int64)
+        for per_epoch in self.served.values():
+            for d, n in per_epoch.items():
+                served[d] += n
+        task_of = planner.sources.task_of
+        out = {}
+        for t, name in enumerate(planner.sources.tasks):
+            m = task_of == t
+            samples, size = int(positions[m].sum()), int(sizes[m].sum())
+            out[name] = {"probability": float(probs[m].sum()), "samples": samples, "size": size,
+                         "epochs": samples / size if size else 0.0, "served": int(served[m].sum())}
+        return out
+
     def stats(self, epoch: int | None = None) -> dict:
         """Per direction, for ``epoch`` (default: the current one): its probability, the samples planned, those
         filtered as too long (in the windows planned so far), and those this rank served."""

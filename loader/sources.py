@@ -115,58 +115,85 @@ class Direction:
         return np.asarray(self.component_ids, dtype=np.int64)[which], rows - self.offsets[which]
 
 
+@dataclass(frozen=True)
+class StreamSpec:
+    """One stream of samples: a corpus key (a direction or a monolingual language) read for one task.
+
+    Two streams may read the same key (two autoencoder tasks over one monolingual corpus): the files are
+    opened once and shared, never copied. ``name`` is what reports and weights call it."""
+
+    name: str
+    key: str
+    task: str
+    source_prefix: str = "__{src}__"
+    target_prefix: str = "__{tgt}__"
+    noise: tuple = ()  # source transforms ((name, params), ...)
+
+
 class SourceSet:
     """Every component of a split, opened lazily, and the per-epoch choice of shards.
 
     ``shards="cycle"``: epoch e (1-based) reads shard ``(e - 1) % k`` of a direction with k shards (Open-NLLB);
     ``shards="all"``: every shard every epoch.
+
+    Either ``keys`` (one stream per key, named after it, its own task) with ``source_prefix``/``target_prefix``,
+    ``prefix_overrides`` and ``noise`` per key, or ``streams`` (``StreamSpec``s, from a config's tasks section).
     """
 
-    def __init__(self, corpus: ShardedCorpus, dictionary: Dictionary, split: str, keys: list[str],
+    def __init__(self, corpus: ShardedCorpus, dictionary: Dictionary, split: str, keys: list[str] | None = None,
                  source_prefix: str = "__{src}__", target_prefix: str = "__{tgt}__", prefix_overrides=None,
                  shards: str = "cycle", verify: str = "quick", with_target: bool = True,
-                 length_cache_mb: int = 512, noise: dict | None = None):
+                 length_cache_mb: int = 512, noise: dict | None = None, streams: list[StreamSpec] | None = None):
         if shards not in ("cycle", "all"):
             raise ValueError(f"shards must be 'cycle' or 'all', got {shards!r}")
         self.corpus, self.dictionary, self.split, self.shards = corpus, dictionary, split, shards
-        self.keys = list(keys)
         self.with_target = with_target
-        overrides = dict(prefix_overrides or {})
-        unknown = set(overrides) - set(self.keys)
-        if unknown:
-            raise ValueError(f"prefix overrides name directions that are not used: {sorted(unknown)}")
-        noise = dict(noise or {})
-        unknown = set(noise) - set(self.keys) - {"*"}
-        if unknown:
-            raise ValueError(f"noise settings name tasks that are not used: {sorted(unknown)}")
+        if streams is None:
+            streams = _streams_of_keys(list(keys or []), source_prefix, target_prefix, prefix_overrides, noise)
+        names = [s.name for s in streams]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stream names must be unique, got {names}")
+        self.streams = list(streams)
+        self.keys = names  # stream names (= corpus keys unless tasks name them)
+        self.tasks = list(dict.fromkeys(s.task for s in streams))
+        self.task_of = np.array([self.tasks.index(s.task) for s in streams], dtype=np.int64)
         self.components: list[Component] = []
         self._by_key: dict[str, list[int]] = {}
         cache = LengthCache(length_cache_mb * 2**20) if length_cache_mb > 0 else None
+        opened: dict = {}  # (key, lang, shard) -> IndexedDataset, shared by the streams that read it
+        lengths: dict = {}  # id(dataset) -> the lengths dict its components share
+
+        def open_(key, lang, shard):
+            if (key, lang, shard) not in opened:
+                opened[(key, lang, shard)] = corpus.open(split, key, lang, shard, verify=verify)
+            return opened[(key, lang, shard)]
+
         self.total_sizes = {}
-        for key in self.keys:
+        for spec in self.streams:
+            key = spec.key
             ids = corpus.shard_ids(split, key)
             if not ids:
-                raise ValueError(f"{corpus.root}: no {split} data for {key!r}; available: "
+                raise ValueError(f"{corpus.root}: no {split} data for {key!r} (stream {spec.name!r}); available: "
                                  f"{corpus.directions(split) + corpus.monolingual(split)}")
-            over = overrides.get(key, {})
             if "-" in key:
                 src_lang, tgt_lang = key.split("-")
                 langs = {"src": src_lang, "tgt": tgt_lang}
             else:
                 src_lang = tgt_lang = key
                 langs = {"src": key, "tgt": key, "lang": key}
-            sp = resolve_prefix(over.get("source", source_prefix), dictionary, key, **langs)
-            tp = resolve_prefix(over.get("target", target_prefix), dictionary, key, **langs)
-            self._by_key[key] = []
+            sp = resolve_prefix(spec.source_prefix, dictionary, spec.name, **langs)
+            tp = resolve_prefix(spec.target_prefix, dictionary, spec.name, **langs)
+            self._by_key[spec.name] = []
             for shard in ids:
-                src = corpus.open(split, key, src_lang if "-" in key else None, shard, verify=verify)
+                src = open_(key, src_lang if "-" in key else None, shard)
                 tgt = None
                 if with_target:
-                    tgt = corpus.open(split, key, tgt_lang, shard, verify=verify) if "-" in key else src
-                self._by_key[key].append(len(self.components))
-                steps = tuple(noise.get(key, noise.get("*", ())))
-                self.components.append(Component(key, shard, src, tgt, sp, tp, cache, src_noise=steps))
-            self.total_sizes[key] = sum(len(self.components[i]) for i in self._by_key[key])
+                    tgt = open_(key, tgt_lang, shard) if "-" in key else src
+                self._by_key[spec.name].append(len(self.components))
+                comp = Component(spec.name, shard, src, tgt, sp, tp, cache, src_noise=tuple(spec.noise))
+                comp._lengths = lengths.setdefault(id(src), {})  # one length copy per file, however many streams
+                self.components.append(comp)
+            self.total_sizes[spec.name] = sum(len(self.components[i]) for i in self._by_key[spec.name])
 
     def directions(self, epoch: int) -> list[Direction]:
         out = []
@@ -180,3 +207,17 @@ class SourceSet:
     @property
     def max_shards(self) -> int:
         return max(len(v) for v in self._by_key.values())
+
+
+def _streams_of_keys(keys, source_prefix, target_prefix, prefix_overrides, noise) -> list[StreamSpec]:
+    overrides = dict(prefix_overrides or {})
+    unknown = set(overrides) - set(keys)
+    if unknown:
+        raise ValueError(f"prefix overrides name directions that are not used: {sorted(unknown)}")
+    noise = dict(noise or {})
+    unknown = set(noise) - set(keys) - {"*"}
+    if unknown:
+        raise ValueError(f"noise settings name tasks that are not used: {sorted(unknown)}")
+    return [StreamSpec(k, k, k, overrides.get(k, {}).get("source", source_prefix),
+                       overrides.get(k, {}).get("target", target_prefix), tuple(noise.get(k, noise.get("*", ()))))
+            for k in keys]
