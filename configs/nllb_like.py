@@ -24,6 +24,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.verify = "quick"  # index checks at open: "quick" (O(1)) or "full"
     c.data.noise = ""  # source noise for every train task, e.g. "token_drop:rate=0.1;local_reorder:k=3"
     c.data.noise_by_task = ""  # per task: "eng_Latn=span_mask:ratio=0.3,mask_id=<unk>|eng_Latn-deu_Latn=..."
+    c.data.cache_dir = ""  # computed indexes (raw-text line offsets, lengths); "": DATA/.babelfeed-cache
     c.data.length_cache_mb = 512  # in-memory copies of sentence lengths for fast planning (0: off)
 
     c.filter = ml_collections.ConfigDict()

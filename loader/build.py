@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -104,14 +105,30 @@ def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=No
             raise ValueError(f"task name {name!r} must not contain '/'")
         if t.kind not in TASK_KINDS:
             raise ValueError(f"tasks.{name}.kind must be one of {TASK_KINDS}, got {t.kind!r}")
+        text = str(t.get("text", "")).strip()
+        if text and str(t.corpora).strip() == "all":
+            raise ValueError(f"tasks.{name} reads raw text: name its corpora (directions or languages), not 'all'")
         keys = _keys(corpus, d.train_split, t.corpora, "") if str(t.corpora).strip() else []
         if not keys:
             raise ValueError(f"tasks.{name}.corpora names no corpus")
+        subword = ()
+        if text:
+            model = os.path.join(d.path, t.spm_model) if t.spm_model else os.path.join(d.path, "spm.model")
+            if not os.path.exists(model):
+                raise FileNotFoundError(2, f"tasks.{name}: SentencePiece model not found (tasks.{name}.spm_model)",
+                                        model)
+            if not 0 < t.alpha <= 1 or not 2 <= t.nbest <= 1024:
+                raise ValueError(f"tasks.{name}: alpha must be in (0, 1] and nbest in [2, 1024], got "
+                                 f"{t.alpha}, {t.nbest}")
+            if str(config.batching.pack).strip():
+                raise ValueError(f"tasks.{name} reads raw text, whose lengths are known only when sampled: it "
+                                 f"cannot be packed (batching.pack)")
+            subword = (model, float(t.alpha), int(t.nbest))
         steps = tuple(parse_steps(t.transforms, dictionary)) if str(t.transforms).strip() else ()
         if t.kind == "denoise":
             if not steps:
                 raise ValueError(f"tasks.{name} is a denoising task but has no transforms")
-            pairs = [k for k in keys if k not in monolingual]
+            pairs = [k for k in keys if "-" in k] if text else [k for k in keys if k not in monolingual]
             if pairs:
                 raise ValueError(f"tasks.{name} is a denoising task over monolingual data, but {pairs} are not "
                                  f"monolingual corpora of {corpus.root}")
@@ -120,10 +137,23 @@ def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=No
         sp = d.source_prefix if t.source_prefix == "inherit" else t.source_prefix
         tp = d.target_prefix if t.target_prefix == "inherit" else t.target_prefix
         for key in keys:
-            if keep is None or key in keep:
+            if keep is None or key in keep or text:
+                if text and split != d.train_split and not _text_exists(d.path, text, split, key):
+                    continue  # no validation text for this corpus
                 streams.append(StreamSpec(f"{name}/{key}", key, name, sp, tp,
-                                          steps if split == d.train_split else ()))
+                                          steps if split == d.train_split else (), text, subword))
     return streams
+
+
+def _text_exists(root, template: str, split: str, key: str) -> bool:
+    src, _, tgt = key.partition("-")
+    tgt = tgt or src
+    return all(os.path.exists(os.path.join(root, template.format(split=split, key=key, src=src, tgt=tgt, lang=lang)))
+               for lang in {src, tgt})
+
+
+def _cache_dir(config) -> str:
+    return str(config.data.cache_dir).strip() or os.path.join(config.data.path, ".babelfeed-cache")
 
 
 def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, object]:
@@ -132,8 +162,11 @@ def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, obj
     dictionary = corpus.dictionary()
     if _tasks(config):
         streams = _task_streams(config, corpus, dictionary, split, keep=keys)
+        if not streams:
+            raise ValueError(f"{corpus.root}: no task has {split!r} data")
         sources = SourceSet(corpus, dictionary, split, shards=shards, verify=d.verify,
-                            length_cache_mb=d.length_cache_mb, streams=streams)
+                            length_cache_mb=d.length_cache_mb, streams=streams, seed=config.seed,
+                            sampling=split == d.train_split, cache_dir=_cache_dir(config))
         return sources, dictionary
     keys = keys or _keys(corpus, split, d.directions, d.monolingual)
     sources = SourceSet(corpus, dictionary, split, keys, source_prefix=d.source_prefix,
@@ -277,10 +310,13 @@ def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str 
     """Every sample of the validation split once, in a fixed order, nothing dropped; one epoch."""
     split = split or config.data.valid_split
     corpus = ShardedCorpus(config.data.path)
-    wanted = _keys(corpus, config.data.train_split, config.data.directions, config.data.monolingual)
     available = set(corpus.directions(split)) | set(corpus.monolingual(split))
-    keys = [k for k in wanted if k in available]
-    if not keys:
+    if _tasks(config):  # every task corpus with validation data (raw-text ones: where the template's file exists)
+        wanted, keys = "the tasks' corpora", sorted(available)
+    else:
+        wanted = _keys(corpus, config.data.train_split, config.data.directions, config.data.monolingual)
+        keys = [k for k in wanted if k in available]
+    if not keys and not _tasks(config):
         raise ValueError(f"{corpus.root}: no {split!r} data for the training directions {wanted}")
     sources, dictionary = _sources(config, split, "all", keys)
     b, f = config.batching, config.filter

@@ -87,7 +87,8 @@ TASK_KINDS = ("translation", "denoise")
 
 
 def task(corpora: str, weight: float = 1.0, transforms: str = "", source_prefix: str = "inherit",
-         target_prefix: str = "inherit", kind: str = "translation") -> ml_collections.ConfigDict:
+         target_prefix: str = "inherit", kind: str = "translation", text: str = "", spm_model: str = "",
+         alpha: float = 0.1, nbest: int = 16) -> ml_collections.ConfigDict:
     """One entry of a config's ``tasks`` section: corpora that get the same treatment.
 
     ``corpora``: comma-separated directions or monolingual languages (``"all"``: every direction). Two tasks may
@@ -96,6 +97,12 @@ def task(corpora: str, weight: float = 1.0, transforms: str = "", source_prefix:
     noise, e.g. ``"span_mask:ratio=0.3,mask_id=<unk>"``. ``source_prefix``/``target_prefix``: prefix templates
     (``"__bt__ __{src}__"``), ``"inherit"`` takes ``data.source_prefix``/``data.target_prefix``. ``kind``:
     ``"translation"`` or ``"denoise"`` (monolingual corpora, noised source and clean target; needs transforms).
+    ``text``: read raw text instead of the data_bin, from this path template (relative to ``data.path``; fields
+    ``{split} {key} {src} {tgt} {lang}``, ``{lang}`` being the side's language), segmented at gather time with
+    SentencePiece (``spm_model``, default ``DATA/spm.model``): a segmentation drawn among the ``nbest`` best
+    with probability ~ ``P^alpha``, anew each time a sentence is used (subword regularisation). Validation reads the same template with the best segmentation.
     """
     return ml_collections.ConfigDict({"corpora": corpora, "weight": float(weight), "transforms": transforms,
-                                      "source_prefix": source_prefix, "target_prefix": target_prefix, "kind": kind})
+                                      "source_prefix": source_prefix, "target_prefix": target_prefix, "kind": kind,
+                                      "text": text, "spm_model": spm_model, "alpha": float(alpha),
+                                      "nbest": int(nbest)})

@@ -33,6 +33,7 @@ from .packing import pack_pairs, ragged_arange
 from .mixing import (SAMPLERS, StratifiedDraw, StreamDraw, fairseq_draw, sampling_probabilities, stratified_counts,
                      task_probabilities, virtual_size, weight_probabilities)
 from .sources import Direction, SourceSet
+from .subword import RaggedRecords, SampledText
 
 STATE_VERSION = 1
 METHODS = ("temperature", "uniform", "weights")
@@ -644,14 +645,28 @@ class Collater:
     def __call__(self, directions: list[Direction], dirs: np.ndarray, rows: np.ndarray, src_len, tgt_len,
                  weight=None, pad_to_length: dict | None = None, sort: bool | None = None, epoch: int = 1) -> dict:
         comp_ids, local = self._locate(directions, dirs, rows)
+        ids = self.id_base[comp_ids] + local
+        src_len, tgt_len = np.array(src_len, dtype=np.int64), np.array(tgt_len, dtype=np.int64)
         groups_src, groups_tgt = [], []
         for cid in np.unique(comp_ids):
             pos = np.flatnonzero(comp_ids == cid)
             comp = self.sources.components[int(cid)]
-            groups_src.append((pos, comp.src, local[pos], comp.src_prefix))
-            if comp.tgt is not None:
-                groups_tgt.append((pos, comp.tgt, local[pos], comp.tgt_prefix))
-        ids = self.id_base[comp_ids] + local
+            src, src_rows = comp.src, local[pos]
+            tgt, tgt_rows = comp.tgt, local[pos]
+            if isinstance(src, SampledText):  # raw text: segmented now, within the planned lengths
+                sampled = RaggedRecords(src.sample(src_rows, ids[pos], epoch))
+                src_len[pos] = sampled.sizes + len(comp.src_prefix)
+                if tgt is src:  # monolingual: one segmentation for both sides
+                    tgt = sampled
+                src, src_rows = sampled, np.arange(len(pos))
+            if isinstance(tgt, SampledText):
+                tgt = RaggedRecords(tgt.sample(tgt_rows, ids[pos], epoch))
+            if isinstance(tgt, RaggedRecords):
+                tgt_rows = np.arange(len(pos))
+                tgt_len[pos] = tgt.sizes + len(comp.tgt_prefix)
+            groups_src.append((pos, src, src_rows, comp.src_prefix))
+            if tgt is not None:
+                groups_tgt.append((pos, tgt, tgt_rows, comp.tgt_prefix))
         has_tgt = self.sources.with_target
         opts = self.opts if sort is None else dataclasses.replace(self.opts, sort_by_source_length=sort)
         src_ragged = None

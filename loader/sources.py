@@ -11,6 +11,7 @@ direction can use ``"__bt__ __{src}__"``. Every token must exist in the dictiona
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,6 +129,8 @@ class StreamSpec:
     source_prefix: str = "__{src}__"
     target_prefix: str = "__{tgt}__"
     noise: tuple = ()  # source transforms ((name, params), ...)
+    text: str = ""  # raw text instead of a data_bin: a path template with {split} {key} {src} {tgt} {lang}
+    subword: tuple = ()  # raw text: (SentencePiece model path, alpha, nbest), sampled at gather time
 
 
 class SourceSet:
@@ -143,7 +146,8 @@ class SourceSet:
     def __init__(self, corpus: ShardedCorpus, dictionary: Dictionary, split: str, keys: list[str] | None = None,
                  source_prefix: str = "__{src}__", target_prefix: str = "__{tgt}__", prefix_overrides=None,
                  shards: str = "cycle", verify: str = "quick", with_target: bool = True,
-                 length_cache_mb: int = 512, noise: dict | None = None, streams: list[StreamSpec] | None = None):
+                 length_cache_mb: int = 512, noise: dict | None = None, streams: list[StreamSpec] | None = None,
+                 seed: int = 1, sampling: bool = True, cache_dir: str | None = None):
         if shards not in ("cycle", "all"):
             raise ValueError(f"shards must be 'cycle' or 'all', got {shards!r}")
         self.corpus, self.dictionary, self.split, self.shards = corpus, dictionary, split, shards
@@ -168,10 +172,30 @@ class SourceSet:
                 opened[(key, lang, shard)] = corpus.open(split, key, lang, shard, verify=verify)
             return opened[(key, lang, shard)]
 
+        def open_text(spec, lang, langs):
+            from .blending import IndexCache
+            from .subword import SampledText, SubwordSampler
+
+            fields = {**langs, "split": split, "key": spec.key, "lang": lang}
+            try:
+                path = os.path.join(corpus.root, spec.text.format(**fields))
+            except KeyError as e:
+                raise ValueError(f"raw text template {spec.text!r} of stream {spec.name!r} uses an unknown "
+                                 f"placeholder {e} (known: {sorted(fields)})") from None
+            model, alpha, nbest = spec.subword
+            if ("text", path, spec.subword) not in opened:
+                if not os.path.exists(path):
+                    raise FileNotFoundError(2, f"raw text of stream {spec.name!r} ({spec.text!r}) not found", path)
+                sampler = SubwordSampler(model, dictionary, alpha=alpha, nbest=nbest, seed=seed)
+                cache = IndexCache(cache_dir) if cache_dir else None
+                opened[("text", path, spec.subword)] = SampledText(path, sampler, cache, sampling=sampling,
+                                                                   salt=f"{spec.key}.{lang}")
+            return opened[("text", path, spec.subword)]
+
         self.total_sizes = {}
         for spec in self.streams:
             key = spec.key
-            ids = corpus.shard_ids(split, key)
+            ids = [0] if spec.text else corpus.shard_ids(split, key)
             if not ids:
                 raise ValueError(f"{corpus.root}: no {split} data for {key!r} (stream {spec.name!r}); available: "
                                  f"{corpus.directions(split) + corpus.monolingual(split)}")
@@ -185,10 +209,14 @@ class SourceSet:
             tp = resolve_prefix(spec.target_prefix, dictionary, spec.name, **langs)
             self._by_key[spec.name] = []
             for shard in ids:
-                src = open_(key, src_lang if "-" in key else None, shard)
-                tgt = None
-                if with_target:
-                    tgt = open_(key, tgt_lang, shard) if "-" in key else src
+                if spec.text:
+                    src = open_text(spec, src_lang, langs)
+                    tgt = (open_text(spec, tgt_lang, langs) if "-" in key else src) if with_target else None
+                else:
+                    src = open_(key, src_lang if "-" in key else None, shard)
+                    tgt = None
+                    if with_target:
+                        tgt = open_(key, tgt_lang, shard) if "-" in key else src
                 self._by_key[spec.name].append(len(self.components))
                 comp = Component(spec.name, shard, src, tgt, sp, tp, cache, src_noise=tuple(spec.noise))
                 comp._lengths = lengths.setdefault(id(src), {})  # one length copy per file, however many streams

@@ -53,3 +53,9 @@ def test_sampled_segmentations_are_seeded_per_sample(spm_bin):
         assert sp_decode.decode_pieces(pieces) == line or "<unk>" in pieces  # same text, other pieces
     clone = pickle.loads(pickle.dumps(sampler))
     assert clone(lines, rows, epoch=1).to_lists() == a
+
+
+def test_full_lattice_sampling_is_refused(spm_bin):
+    d = loader.Dictionary.load(spm_bin / "bin" / "dict.txt")
+    with pytest.raises(ValueError, match="not reproducible across processes"):
+        SubwordSampler(spm_bin / "bin" / "spm.model", d, nbest=-1)
