@@ -12,6 +12,8 @@ import os
 import sys
 import time
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import table  # noqa: E402
 
@@ -42,6 +44,7 @@ def main(argv=None) -> str:
     p = argparse.ArgumentParser()
     p.add_argument("--sentences", type=int, default=40000)
     p.add_argument("--workdir", default=os.path.join("build", "bench"))
+    p.add_argument("--epochs", type=int, default=1)
     a = p.parse_args(argv)
     data = os.path.join(a.workdir, "subword")
     model, dict_path = os.path.join(data, "bin", "spm.model"), os.path.join(data, "bin", "dict.txt")
@@ -75,8 +78,74 @@ def main(argv=None) -> str:
         rows.append([f"sampled, {workers} worker process(es)", f"{rate:,.0f}", f"{rate / base:.2f}x"])
     text_out = "# subword sampling" + table(f"sentences/s over {n:,} English demo sentences ({os.cpu_count()} cores)",
                                             rows, ["segmentation", "sentences/s", "vs plain"])
+    text_out += pipeline(data, a.epochs)
     print(text_out)
     return text_out
+
+
+def _tokens(batch) -> int:
+    w = np.asarray(batch["weight"]) > 0
+    return int(np.asarray(batch["net_input"]["src_lengths"])[w].sum()) + int(batch["ntokens"])
+
+
+def _pipeline_config(data: str, raw: bool):
+    import loader
+    from loader.config import task
+
+    cfg = loader.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+                                          "nllb_like.py"))
+    cfg.data.path = os.path.join(data, "bin")
+    cfg.data.shards = "all"
+    cfg.mixing.sampler = "concat"
+    cfg.batching.max_tokens = 8192
+    cfg.filter.max_source_positions = cfg.filter.max_target_positions = 512
+    with cfg.unlocked():
+        cfg.tasks.mt = task("eng_Latn-deu_Latn", text="../raw/{key}.{lang}" if raw else "", alpha=0.1, nbest=16)
+    return cfg
+
+
+def pipeline(data: str, epochs: int) -> str:
+    """Real tokens/s of whole training batches: binarized data in this process (baseline), raw text with
+    SentencePiece sampling in this process, and through a torch DataLoader with 1 and 2 worker processes."""
+    import loader
+
+    rows = []
+
+    def timed(make_batches, label, base=None):
+        """Steady state: the clock starts at each epoch's first batch (process start-up and planning excluded)."""
+        toks, secs = 0, 0.0
+        for e in range(1, 1 + epochs):
+            it = iter(make_batches(e))
+            next(it)
+            t = time.perf_counter()
+            toks += sum(_tokens(b) for b in it)
+            secs += time.perf_counter() - t
+        rate = toks / secs
+        rows.append([label, f"{rate / 1e6:.2f}M", f"{rate / (base or rate):.3f}x"])
+        return rate
+
+    def in_process(raw):
+        cfg = _pipeline_config(data, raw)
+        return lambda e: loader.build_train_iterator(cfg, epoch=e)
+
+    base = timed(in_process(False), "binarized, this process (baseline)")
+    timed(in_process(True), "raw text + sampling, this process", base)
+    try:
+        import torch
+        from loader.adapters.torch import BatchDataset
+    except ImportError:
+        rows.append(["raw text + sampling, DataLoader workers", "torch not installed", "-"])
+    else:
+        for workers in (1, 2):
+            cfg = _pipeline_config(data, True)
+
+            def loaded(e, cfg=cfg, workers=workers):
+                ds = BatchDataset(cfg, epoch=e, rank=0, world_size=1, num_workers=workers, tensors=False)
+                return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
+                                                   multiprocessing_context="spawn")
+            timed(loaded, f"raw text + sampling, {workers} DataLoader worker(s)", base)
+    return table(f"whole pipeline, eng_Latn-deu_Latn, {epochs} epoch(s), real tokens/s ({os.cpu_count()} cores)",
+                 rows, ["batches from", "tokens/s", "vs baseline"])
 
 
 if __name__ == "__main__":

@@ -102,9 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text")
     pv.add_argument("--config", required=True, help="ml-collections config (its data.path, prefixes, seed)")
-    pv.add_argument("--task", required=True, help="a direction (eng_Latn-deu_Latn) or monolingual language")
-    pv.add_argument("--transforms", required=True,
-                    help='e.g. "token_drop:rate=0.1;local_reorder:k=3;span_mask:ratio=0.3,mask_id=<unk>"')
+    pv.add_argument("--task", required=True, help="a task of the config's tasks section (TASK or TASK/CORPUS), "
+                                                  "or a direction (eng_Latn-deu_Latn) or monolingual language")
+    pv.add_argument("--transforms", default="",
+                    help='e.g. "token_drop:rate=0.1;local_reorder:k=3;span_mask:ratio=0.3,mask_id=<unk>" '
+                         "(default: the task's own transforms)")
     pv.add_argument("-n", type=int, default=5, help="samples to show (default 5)")
     pv.add_argument("--epoch", type=int, default=1, help="noise changes with the epoch")
     pv.add_argument("--side", choices=("source", "target"), default="source")

@@ -42,13 +42,30 @@ def preview(config, task: str, transforms: str, n: int = 5, epoch: int = 1, side
     corpus = ShardedCorpus(config.data.path)
     dictionary = corpus.dictionary()
     split = config.data.train_split
+    source_prefix, target_prefix = config.data.source_prefix, config.data.target_prefix
+    tasks = dict(config.tasks) if "tasks" in config and config.tasks else {}
+    name, _, key = task.partition("/")
+    if name in tasks:  # a task of the config: its corpus, prefixes and (unless given) transforms
+        t = tasks[name]
+        if str(t.get("text", "")).strip():
+            raise ValueError(f"task {name!r} reads raw text; preview shows binarized corpora")
+        corpora = [c.strip() for c in str(t.corpora).split(",") if c.strip()]
+        key = key or corpora[0]
+        transforms = transforms or t.transforms
+        source_prefix = source_prefix if t.source_prefix == "inherit" else t.source_prefix
+        target_prefix = target_prefix if t.target_prefix == "inherit" else t.target_prefix
+        task = key
+    elif tasks:
+        raise ValueError(f"no task {name!r} in the config; tasks: {sorted(tasks)}")
+    if not str(transforms).strip():
+        raise ValueError(f"no transforms to preview for {task!r}: pass --transforms")
     shard = corpus.shard_ids(split, task)
     if not shard:
         raise ValueError(f"no {split} data for {task!r}; available: {corpus.directions(split) + corpus.monolingual(split)}")
     src_lang, tgt_lang = task.split("-") if "-" in task else (task, task)
     lang = src_lang if side == "source" else tgt_lang
     ds = corpus.open(split, task, lang if "-" in task else None, shard[0])
-    template = config.data.source_prefix if side == "source" else config.data.target_prefix
+    template = source_prefix if side == "source" else target_prefix
     prefix = resolve_prefix(template, dictionary, task, src=src_lang, tgt=tgt_lang, lang=src_lang)
     steps = parse_steps(transforms, dictionary)
     rows = np.arange(min(n, len(ds)))

@@ -89,6 +89,9 @@ class SubwordSampler:
             raise ValueError(f"nbest must be in [2, 1024] (segmentations are drawn from the n best; SentencePiece's "
                              f"full-lattice sampler, nbest=-1, is not reproducible across processes), got {nbest}")
         self.model_path = os.fspath(model_path)
+        # n-best search on a very long line gives up and returns the best path (one candidate: no sampling for
+        # that line); SentencePiece logs a warning per such line, which would flood worker stderr
+        spm.set_min_log_level(2)
         self.sp = spm.SentencePieceProcessor(model_file=self.model_path)
         self.dictionary, self.alpha, self.nbest, self.seed, self.append_eos = dictionary, alpha, nbest, seed, append_eos
         self.table = np.array([dictionary.index(self.sp.id_to_piece(i)) for i in range(self.sp.get_piece_size())],
@@ -162,11 +165,15 @@ class SampledText:
         self.best = np.asarray((cache.get("spm-lengths", describe, build) if cache else build())["lengths"])
         self.factor = 1.0
         if sampling and len(self.best):
-            rows = np.arange(min(probe, len(self.best)))
-            got = self._draw(self.text.lines(rows), rows, epoch=0, attempt=-1).lengths
-            eos = int(sampler.append_eos)
-            ratio = (got - eos) / np.maximum(self.best[rows] - eos, 1)
-            self.factor = max(1.0, float(np.quantile(ratio, quantile)))
+            def measure():
+                rows = np.arange(min(probe, len(self.best)))
+                got = self._draw(self.text.lines(rows), rows, epoch=0, attempt=-1).lengths
+                eos = int(sampler.append_eos)
+                ratio = (got - eos) / np.maximum(self.best[rows] - eos, 1)
+                return {"factor": np.array([max(1.0, float(np.quantile(ratio, quantile)))])}
+            probe_key = {**describe, "alpha": sampler.alpha, "nbest": sampler.nbest, "seed": sampler.seed,
+                         "salt": salt, "quantile": quantile, "probe": probe}
+            self.factor = float((cache.get("spm-factor", probe_key, measure) if cache else measure())["factor"][0])
         eos = int(sampler.append_eos)
         self.sizes = (np.ceil((self.best - eos) * self.factor) + eos).astype(np.int32)
         self.resampled = self.fallbacks = 0

@@ -248,3 +248,18 @@ def test_schedule_settings_are_checked(data):
                      mixing__schedule__weights="aaa-bbb:1,aaa-ccc:1,aaa-ddd:0 | aaa-bbb:0,aaa-ccc:1,aaa-ddd:1")
     it = loader.build_train_iterator(cfg)
     assert it.planner.sources.tasks == ["aaa-bbb", "aaa-ccc", "aaa-ddd"] and it.planner.opts.sampler == "stream"
+
+
+def test_preview_uses_a_tasks_own_corpus_prefix_and_transforms(data):
+    from loader.preview import preview
+
+    root, _ = data
+    tasks = {**TWO, "bt": task("aaa-bbb", weight=1.0, source_prefix="__bt__ __{src}__",
+                               transforms="token_drop:rate=0.5")}
+    cfg = task_config(root, tasks)
+    out = preview(cfg, "dae", "", n=3)
+    assert out.startswith("ccc (source)") and "token_drop {'rate': 0.3}" in out
+    out = preview(cfg, "bt/aaa-bbb", "", n=2)
+    assert "__bt__" in out and "token_drop {'rate': 0.5}" in out
+    with pytest.raises(ValueError, match="no task 'zz'"):
+        preview(cfg, "zz", "token_drop:rate=0.1")
