@@ -298,11 +298,7 @@ class EpochPlanner:
         schedule, a window that would run past a boundary is cut where the boundary falls, and the next window
         starts on the new weights."""
         o = self.opts
-        while w not in setup.stream:  # marks come from planning the previous windows
-            last = max(setup.stream)
-            if setup.num_windows >= 0 and last >= setup.num_windows:
-                break
-            self.window(epoch, last)
+        self._plan_marks(setup, w)
         if w not in setup.stream or setup.stream[w].sample >= setup.samples:
             raise IndexError(f"epoch {epoch} has fewer than {w + 1} windows")
         mark = setup.stream[w]
@@ -349,9 +345,14 @@ class EpochPlanner:
     def stream_mark(self, epoch: int, w: int) -> StreamMark:
         """Stream sampler: the mark at the start of window w (plans earlier windows if needed)."""
         setup = self.setup(epoch)
-        if w not in setup.stream:
-            self._stream_window(setup, epoch, w - 1)
+        self._plan_marks(setup, w)
         return setup.stream[w]
+
+    def _plan_marks(self, setup: EpochSetup, w: int) -> None:
+        """Plan the windows before w until its mark exists (or the epoch's last window is planned): each
+        window's mark comes from planning the one before it."""
+        while w not in setup.stream and setup.num_windows < 0:
+            self.window(setup.epoch, max(setup.stream))
 
     # ------------------------------------------------------------------------------------------- windows
     def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray, np.ndarray, list]:
@@ -597,8 +598,7 @@ class EpochPlanner:
         """Whether the epoch has a window w (stream sampler: plans the windows before it to find out)."""
         if setup.num_windows >= 0:
             return w < setup.num_windows
-        while w not in setup.stream and setup.num_windows < 0:
-            self.window(setup.epoch, max(setup.stream))
+        self._plan_marks(setup, w)
         return w in setup.stream and setup.stream[w].sample < setup.samples
 
     def masked_rows(self, epoch: int) -> int:

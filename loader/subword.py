@@ -164,17 +164,16 @@ class SampledText:
         build = lambda: {"lengths": self._best_lengths()}  # noqa: E731
         self.best = np.asarray((cache.get("spm-lengths", describe, build) if cache else build())["lengths"])
         self.factor = 1.0
+        eos = int(sampler.append_eos)
         if sampling and len(self.best):
             def measure():
                 rows = np.arange(min(probe, len(self.best)))
                 got = self._draw(self.text.lines(rows), rows, epoch=0, attempt=-1).lengths
-                eos = int(sampler.append_eos)
                 ratio = (got - eos) / np.maximum(self.best[rows] - eos, 1)
                 return {"factor": np.array([max(1.0, float(np.quantile(ratio, quantile)))])}
             probe_key = {**describe, "alpha": sampler.alpha, "nbest": sampler.nbest, "seed": sampler.seed,
                          "salt": salt, "quantile": quantile, "probe": probe}
             self.factor = float((cache.get("spm-factor", probe_key, measure) if cache else measure())["factor"][0])
-        eos = int(sampler.append_eos)
         self.sizes = (np.ceil((self.best - eos) * self.factor) + eos).astype(np.int32)
         self.resampled = self.fallbacks = 0
 
