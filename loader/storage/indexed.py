@@ -9,12 +9,13 @@ Three index layouts share one reader (byte tables in shared/reference/fairseq-me
 
 The two MMIDIDX layouts are told apart by the file size alone, which is unambiguous: with ``n`` the count at
 byte 18, fairseq's file is ``26 + 12 n`` bytes and Megatron's ``34 + 12 n + 8 d`` (``+ n`` with modes), and
-``8 + 8 d`` can never be 0. Opening maps both files and parses the header; no per-record Python work happens.
+``8 + 8 d`` can never be 0. Opening reads a small index (maps a large one) and parses the header; no per-record
+Python work happens. The ``.bin`` is mapped on first read. Mappings hold no file descriptor (``mapping.py``), so
+a run over thousands of corpora keeps no file open.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import warnings
@@ -30,6 +31,7 @@ from ..errors import (
     UnsupportedVersionError,
 )
 from .dtypes import TABLES
+from .mapping import map_file
 
 MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
 TNTIDX_MAGIC = b"TNTIDX\x00\x00"
@@ -193,7 +195,7 @@ class IndexedDataset:
         self.data_file = data_path(prefix)
         self._verify = verify
         self._recompute = bool(recompute_pointers)
-        self._idx_map = self._bin_map = None
+        self._bin_map = None
         self._open()
 
     # ----------------------------------------------------------------------------------------- opening
@@ -202,9 +204,7 @@ class IndexedDataset:
         bin_size = _file_size(self.data_file)
         idx_buf = b""
         if idx_size:
-            with open(self.index_file, "rb") as f:
-                self._idx_map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            idx_buf = self._idx_map
+            idx_buf = _read_index(self.index_file, idx_size)
         head = bytes(idx_buf[:9])
         if head.startswith(TNTIDX_MAGIC):
             index = _parse_tntidx(self.index_file, idx_buf, idx_size)
@@ -226,10 +226,7 @@ class IndexedDataset:
         self.dtype_code: int = index.dtype_code
         self._itemsize = index.dtype.itemsize
         self._bin_size = bin_size
-        if bin_size:
-            with open(self.data_file, "rb") as f:
-                self._bin_map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        self._bin = self._bin_map if self._bin_map is not None else b""
+        self._bin_map = None  # mapped on first read: a loader that gathers through a flat space never maps it here
         if index.format == "legacy":
             self._check_legacy(index)
             self._pointers = index.end_pointers[:-1] * self._itemsize
@@ -238,6 +235,22 @@ class IndexedDataset:
             self._check_mmidx(index)
         self._doc_idx = None
         self._tokens = None
+
+    @property
+    def _bin(self):
+        if self._bin_map is None:
+            if self._index is None:
+                raise ValueError(f"{self.prefix}: the dataset is closed")
+            self._bin_map = map_file(self.data_file) if self._bin_size else b""
+            if len(self._bin_map) < self._bin_size:
+                raise TruncatedFileError(self.data_file, f".bin is {len(self._bin_map)} bytes, {self._bin_size} when "
+                                                         f"the index was opened: the file changed under the reader")
+        return self._bin_map
+
+    @property
+    def bin_size(self) -> int:
+        """Size of the ``.bin`` in bytes when the dataset was opened."""
+        return self._bin_size
 
     def _fail(self, message: str, path: str | None = None):
         raise InconsistentIndexError(path or self.index_file, message)
@@ -458,8 +471,8 @@ class IndexedDataset:
     # ----------------------------------------------------------------------------------------- lifecycle
     def close(self) -> None:
         """Drop the maps. Views handed out earlier keep their own reference and stay valid."""
-        self._index = self._pointers = self._bin = self._tokens = None
-        self._idx_map = self._bin_map = None
+        self._index = self._pointers = self._tokens = None
+        self._bin_map = None
 
     def __enter__(self):
         return self
@@ -479,6 +492,18 @@ class IndexedDataset:
             f"IndexedDataset({self.prefix!r}, format={self.format!r}, dtype={self.dtype.name}, "
             f"sequences={len(self)})"
         )
+
+
+# Indexes up to this size are read into memory rather than mapped: a mapping costs one of the kernel's limited
+# mappings per file (vm.max_map_count, 65,530 by default), which thousands of small corpora would exhaust.
+_READ_BELOW = 1 << 18
+
+
+def _read_index(path: str, size: int):
+    if size < _READ_BELOW:
+        with open(path, "rb") as f:
+            return f.read()
+    return map_file(path)
 
 
 def _file_size(path: str) -> int:
