@@ -76,7 +76,7 @@ def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) 
     """The real planner over a data_bin whose one direction is the storage benchmark's n-sentence index."""
     import loader
     from bench_storage import build_index
-    from loader.pipeline import EpochPlanner, PlanOptions
+    from loader.plan import EpochPlanner, PlanOptions
     from loader.sources import SourceSet
 
     prefix = os.path.abspath(os.path.join(workdir, f"idx{n}"))
@@ -107,7 +107,7 @@ BILLION_CHILD = RSS_SNIPPET + """
 import json, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[1])
-from loader.pipeline import EpochPlanner, PlanOptions
+from loader.plan import EpochPlanner, PlanOptions
 from loader.sources import Direction
 
 class SimulatedComponent:
@@ -220,7 +220,7 @@ def _per_sample_items(comps, dirs, rows, xp=np):
 def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300) -> str:
     import loader
     from loader.collate import CollateOptions
-    from loader.pipeline import Collater
+    from loader.plan import Collater
     from loader.sources import SourceSet
 
     root = os.path.join(workdir, "collate_bin")
@@ -242,7 +242,7 @@ def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300
     corpus = loader.ShardedCorpus(root)
     dictionary = corpus.dictionary()
     sources = SourceSet(corpus, dictionary, "train", ["xx-yy", "xx-zz"])
-    from loader.pipeline import EpochPlanner, PlanOptions
+    from loader.plan import EpochPlanner, PlanOptions
 
     planner = EpochPlanner(sources, PlanOptions(max_tokens=16384, window=0, max_source_positions=300,
                                                 max_target_positions=300))

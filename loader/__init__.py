@@ -22,7 +22,7 @@ from .corpus import CorpusFile, ShardedCorpus
 from .dictionary import Dictionary, lang_token
 from .lm import LMIterator
 from .mixing import sampling_probabilities
-from .pipeline import BatchIterator
+from .batches import BatchIterator
 from .packing import PackPlan, gpt_sample_index, pack, pack_pairs, pack_sentences
 from .shapes import ShapePlan, plan_shapes
 from .storage import IndexedDataset, IndexedDatasetBuilder, convert_index, dataset_exists, dtype_for_vocab

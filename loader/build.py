@@ -7,9 +7,10 @@ import os
 
 import numpy as np
 
-from .collate import CollateOptions
+from .batches import BatchIterator
+from .collate import CollateOptions, Collater
 from .corpus import ShardedCorpus
-from .pipeline import BatchIterator, Collater, EpochPlanner, PlanOptions
+from .plan import EpochPlanner, PlanOptions
 from .shapes import ShapePlan, plan_shapes, shapes_from_widths
 from .schedule import MixingSchedule
 from .sources import SourceSet, StreamSpec

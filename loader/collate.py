@@ -1,4 +1,4 @@
-"""Gather a planned batch into padded arrays: one vectorised copy per side, no per-sample Python loop.
+"""Planned samples -> fairseq's translation batch, gathered through the token spaces (gather.py).
 
 The output is fairseq's translation batch, so fairseq-style models consume it unchanged::
 
@@ -6,9 +6,14 @@ The output is fairseq's translation batch, so fairseq-style models consume it un
      "net_input": {"src_tokens": [B, S] left-padded, "src_lengths": int64[B],
                    "prev_output_tokens": [B, T] (target with </s> moved to the front)},
      "target": [B, T] right-padded,
-     "weight": float32[B] (1 for real rows; 0 for rows that only pad a batch, never counted)}
+     "weight": float32[B] (1 for real rows; 0 for rows that only pad a batch, never counted),
+     "direction": int32[B] (the stream each row comes from)}
 
-Rows are sorted by source length, descending (stable), as fairseq's ``collate`` does.
+Rows are sorted by source length, descending (stable), as fairseq's ``collate`` does. Everything the gather needs
+per row (component, token addresses, lengths) comes from the plan, and per-component facts (prefix tokens, token
+space, id base) from tables indexed by component, so a batch costs the same whether its rows come from one
+corpus or a thousand. Two paths leave the fast padded gather: raw-text rows (segmented now, written from ragged
+arrays) and source noise (the sources gathered ragged, transformed per task, written back).
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .packing import ragged_arange, segments
+from . import gather
+from .packing import segments
+from .transforms import NoiseContext, Ragged, apply as apply_noise
 
 
 @dataclass(frozen=True)
@@ -42,19 +49,10 @@ def _width(longest: int, multiple: int, minimum: int = 0) -> int:
     return w
 
 
-def fill_side(out: np.ndarray, lengths: np.ndarray, groups, left_pad: bool) -> None:
-    """Write each row's prefix and tokens into ``out`` (pre-filled with pad).
-
-    ``groups``: iterable of ``(positions, dataset, rows, prefix)``: batch rows ``positions`` take records ``rows`` of
-    ``dataset`` (an IndexedDataset), each preceded by the ``prefix`` token ids.
-    """
-    start = (out.shape[1] - lengths) if left_pad else np.zeros_like(lengths)
-    fill_at(out, [(positions, start[positions], ds, rows, prefix) for positions, ds, rows, prefix in groups])
-
-
 def shift_eos_to_front(target: np.ndarray, lengths: np.ndarray, pad: int, eos: int, left_pad: bool) -> np.ndarray:
     """fairseq's ``prev_output_tokens``: each row ``[eos, t0, ..., t_{n-2}]``, padded like the target."""
-    prev = np.full_like(target, pad)
+    prev = np.empty_like(target)
+    prev[:, 0] = pad
     prev[:, 1:] = target[:, :-1]
     width = target.shape[1]
     rows = np.arange(len(lengths))
@@ -68,116 +66,246 @@ def shift_eos_to_front(target: np.ndarray, lengths: np.ndarray, pad: int, eos: i
     return prev
 
 
-def collate_pairs(groups_src, groups_tgt, src_len: np.ndarray, tgt_len: np.ndarray | None, ids: np.ndarray,
-                  opts: CollateOptions, weight: np.ndarray | None = None, pad_to_length: dict | None = None,
-                  extra: dict | None = None, src_ragged: tuple | None = None) -> dict:
-    """Build the fairseq batch dict. ``groups_*`` as for :func:`fill_side`; lengths include prefixes and ``</s>``.
-
-    ``extra``: more per-row arrays to put in the batch, reordered with the rows. ``src_ragged``: the sources
-    already gathered (and noised) as ``(tokens, lengths)`` in row order, instead of ``groups_src``.
-    """
-    n = len(src_len)
-    dtype = np.dtype(opts.dtype)
-    src_len = np.asarray(src_len, dtype=np.int64)
-    order = np.argsort(-src_len, kind="stable") if opts.sort_by_source_length else np.arange(n)
-    inverse = np.empty(n, dtype=np.int64)
-    inverse[order] = np.arange(n)
-    ptl = pad_to_length or {}
-    src = np.full((n, _width(src_len.max(initial=0), opts.pad_to_multiple, ptl.get("source", 0))), opts.pad, dtype)
-    if src_ragged is not None:
-        fill_ragged(src, src_ragged[0], src_ragged[1], inverse, opts.left_pad_source)
-        src_len = np.minimum(src_len, src.shape[1])
-    else:
-        fill_side(src, src_len[order], [(inverse[p], ds, r, pre) for p, ds, r, pre in groups_src],
-                  opts.left_pad_source)
-    batch = {
-        "id": np.asarray(ids, dtype=np.int64)[order],
-        "nsentences": n,
-        "net_input": {"src_tokens": src, "src_lengths": src_len[order]},
-        "weight": (np.ones(n, np.float32) if weight is None else np.asarray(weight, np.float32))[order],
-    }
-    for key, values in (extra or {}).items():
-        batch[key] = np.asarray(values)[order]
-    if tgt_len is not None:
-        tgt_len = np.asarray(tgt_len, dtype=np.int64)[order]
-        tgt = np.full((n, _width(tgt_len.max(initial=0), opts.pad_to_multiple, ptl.get("target", 0))), opts.pad, dtype)
-        fill_side(tgt, tgt_len, [(inverse[p], ds, r, pre) for p, ds, r, pre in groups_tgt], opts.left_pad_target)
-        batch["target"] = tgt
-        batch["net_input"]["prev_output_tokens"] = shift_eos_to_front(tgt, tgt_len, opts.pad, opts.eos,
-                                                                      opts.left_pad_target)
-        batch["ntokens"] = int(tgt_len[batch["weight"] > 0].sum())
-    else:
-        batch["ntokens"] = int(src_len[order][batch["weight"] > 0].sum())
-    return batch
+def _prefix_table(prefixes) -> tuple[np.ndarray, np.ndarray]:
+    """Per component: its prefix tokens (padded into a table) and their count."""
+    plen = np.array([len(p) for p in prefixes], dtype=np.int64)
+    table = np.zeros((len(prefixes), int(plen.max(initial=0))), dtype=np.int64)
+    for i, p in enumerate(prefixes):
+        table[i, :len(p)] = p
+    return table, plen
 
 
-def fill_at(out: np.ndarray, groups) -> None:
-    """Like :func:`fill_side`, with explicit places: ``groups`` of ``(row, offset, dataset, records, prefix)``
-    arrays write each record (after its prefix) at ``out[row, offset:]``."""
-    width = out.shape[1]
-    flat = out.reshape(-1)
-    for row, offset, ds, recs, prefix in groups:
-        plen = len(prefix)
-        base = row.astype(np.int64) * width + offset
-        if plen:
-            flat[(base[:, None] + np.arange(plen)).ravel()] = np.tile(prefix, len(row))
-        sizes = np.asarray(ds.sizes[recs], dtype=np.int64)
-        values = ds.tokens[ragged_arange(np.asarray(ds.pointers[recs], dtype=np.int64) // ds.dtype.itemsize, sizes)]
-        if ds.token_shift:
-            values = values.astype(np.int64) - ds.token_shift
-        flat[ragged_arange(base + plen, sizes)] = values
+class _Side:
+    """Per-component facts of one side (source or target): token space, prefix, raw-text reader."""
+
+    def __init__(self, comps, side: str):
+        at = [getattr(c, f"{side}_at") for c in comps]
+        self.space = np.array([a[0] for a in at], dtype=np.int64)
+        self.prefix, self.plen = _prefix_table([getattr(c, f"{side}_prefix") for c in comps])
+        self.spaces_used = sorted({int(s) for s in self.space if s >= 0})
+
+    def padded(self, spaces, comp, start, length, width: int, left_pad: bool, pad: int, dtype) -> np.ndarray:
+        plen = self.plen[comp]
+        sid = self.space[comp]
+        one = len(self.spaces_used) == 1 and (sid >= 0).all()
+        if not len(self.spaces_used):  # raw text only: prefixes and padding, the caller writes the rest
+            out = np.full((len(comp), width), pad, dtype=dtype)
+            gather.put_prefix(out, self.prefix[comp], plen,
+                              (width - length) if left_pad else np.zeros(len(comp), np.int64))
+            return out
+        if not one:  # rows of raw text read a harmless address; their cells are written over
+            start = np.where(sid >= 0, start, gather.MARGIN if spaces.flat else 0)
+            sid = np.where(sid >= 0, sid, self.spaces_used[0])
+        return gather.padded(spaces, self.spaces_used[0] if one else sid, start, length - plen, self.prefix[comp],
+                             plen, width, left_pad, pad, dtype)
+
+    def with_prefix(self, comp: np.ndarray, seg: Ragged) -> Ragged:
+        """Raw-text rows: each segmentation behind its component's prefix."""
+        plen = self.plen[comp]
+        total = plen + seg.lengths
+        starts = np.cumsum(total) - total
+        out = np.empty(int(total.sum()), dtype=np.int64)
+        out[gather.ragged_arange(starts + plen, seg.lengths)] = seg.tokens
+        r, k = np.nonzero(np.arange(self.prefix.shape[1]) < plen[:, None])
+        out[starts[r] + k] = self.prefix[comp][r, k]
+        return Ragged(out, total)
 
 
-def collate_packed(groups_src, groups_tgt, placement: dict, shape: tuple[int, int], ids: np.ndarray,
-                   opts: CollateOptions, row_weight: np.ndarray) -> dict:
-    """Packed pairs: every row holds several (source, target) pairs side by side.
+class Collater:
+    """Planned sample references -> the fairseq batch dict (source noise applied where a task has it)."""
 
-    ``placement``: per pair ``row``, ``src_offset``, ``tgt_offset``, ``src_len``, ``tgt_len`` (prefixes and
-    ``</s>`` included). The batch adds ``src_segment_ids``/``src_positions`` and ``tgt_segment_ids``/
-    ``tgt_positions`` so attention (and cross-attention: equal segment ids) stays inside each pair;
-    ``prev_output_tokens`` moves ``</s>`` to the front of every target segment. Rows are right-padded.
-    ``weight`` is per row (0 for rows that only fill the batch); ``target_weight`` per target token.
-    """
-    n_rows = len(row_weight)
-    ls, lt = shape
-    dtype = np.dtype(opts.dtype)
-    src = np.full((n_rows, ls), opts.pad, dtype)
-    tgt = np.full((n_rows, lt), opts.pad, dtype)
-    fill_at(src, groups_src)
-    fill_at(tgt, groups_tgt)
-    p = placement
-    src_seg, src_pos, _, pair_segment = segments(n_rows, ls, p["row"], p["src_offset"], p["src_len"])
-    tgt_seg, tgt_pos, tgt_first, _ = segments(n_rows, lt, p["row"], p["tgt_offset"], p["tgt_len"])
-    prev = np.full_like(tgt, opts.pad)
-    prev[:, 1:] = tgt[:, :-1]
-    prev[tgt_first] = opts.eos
-    prev[tgt_seg == 0] = opts.pad
-    row_weight = np.asarray(row_weight, np.float32)
-    target_weight = (tgt_seg > 0).astype(np.float32) * row_weight[:, None]
-    real_pairs = row_weight[p["row"]] > 0
-    return {
-        "id": np.asarray(ids, dtype=np.int64),
-        "nsentences": int(real_pairs.sum()),
-        "ntokens": int(target_weight.sum()),
-        "net_input": {"src_tokens": src, "src_lengths": (src_seg > 0).sum(axis=1).astype(np.int64),
-                      "src_segment_ids": src_seg, "src_positions": src_pos, "prev_output_tokens": prev,
-                      "tgt_segment_ids": tgt_seg, "tgt_positions": tgt_pos},
-        "target": tgt,
-        "target_weight": target_weight,
-        "weight": row_weight,
-        "row": np.asarray(p["row"], dtype=np.int64),  # per pair: its row
-        "segment": pair_segment,  # per pair: its segment id in that row (the same on both sides)
-    }
+    def __init__(self, sources, opts: CollateOptions, seed: int = 1, max_source_positions: int = 0):
+        self.sources, self.opts = sources, opts
+        self.seed, self.max_source_positions = seed, max_source_positions
+        self.noise_dropped = 0  # rows whose noised source outgrew its limit (weight 0), since construction
+        comps = sources.components
+        sizes = [len(c) for c in comps]
+        self.id_base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.src, self.tgt = _Side(comps, "src"), _Side(comps, "tgt")
+        self.raw = np.array([c.raw for c in comps], dtype=bool)
+        keys: dict = {}  # components with the same transforms and prefix length are noised together
+        self.noise_group = np.array([keys.setdefault(repr((c.src_noise, len(c.src_prefix))), len(keys))
+                                     for c in comps], dtype=np.int64)
+        self.noise_steps = [None] * len(keys)
+        for c, g in zip(comps, self.noise_group.tolist()):
+            self.noise_steps[g] = (c.src_noise, len(c.src_prefix))
+        self.noised = np.array([bool(c.src_noise) for c in comps], dtype=bool)
 
+    def ids(self, comp, local) -> np.ndarray:
+        return self.id_base[comp] + local
 
-def fill_ragged(out: np.ndarray, tokens: np.ndarray, lengths: np.ndarray, positions: np.ndarray, left_pad: bool) -> None:
-    """Write ragged sentences (``tokens`` back to back, ``lengths``) into rows ``positions`` of ``out``,
-    right- or left-aligned; sentences longer than the row are cut to it (the caller masks those rows)."""
-    width = out.shape[1]
-    lengths = np.asarray(lengths, dtype=np.int64)
-    keep = np.minimum(lengths, width)
-    starts = np.cumsum(lengths) - lengths
-    src = ragged_arange(starts, keep)
-    col0 = (width - keep) if left_pad else np.zeros_like(keep)
-    dest = ragged_arange(np.asarray(positions, np.int64) * width + col0, keep)
-    out.reshape(-1)[dest] = tokens[src]
+    # ------------------------------------------------------------------------------------ padded batches
+    def __call__(self, s, weight=None, pad_to_length: dict | None = None, sort: bool | None = None,
+                 epoch: int = 1) -> dict:
+        """``s``: the batch's planned :class:`~loader.plan.Samples` (stream, component, row, lengths, addresses)."""
+        o = self.opts
+        comp, local = s.comp.astype(np.int64), s.local
+        ids = self.ids(comp, local)
+        src_len, tgt_len = np.array(s.src_len, dtype=np.int64), np.array(s.tgt_len, dtype=np.int64)
+        n = len(ids)
+        has_tgt = self.sources.with_target
+        raw_src, raw_tgt = ({}, {}) if not self.raw[comp].any() else self._segment(comp, local, ids, epoch,
+                                                                                   src_len, tgt_len)
+        weight = np.ones(n, np.float32) if weight is None else np.asarray(weight, np.float32)
+        src_ragged = None
+        if self.noised[comp].any():
+            src_ragged, src_len, weight = self._noised_sources(s, comp, ids, src_len, raw_src, weight, epoch,
+                                                               pad_to_length)
+        order = np.argsort(-src_len, kind="stable") if (o.sort_by_source_length if sort is None else sort) \
+            else np.arange(n)
+        ptl = pad_to_length or {}
+        dtype = np.dtype(o.dtype)
+        width = _width(src_len.max(initial=0), o.pad_to_multiple, ptl.get("source", 0))
+        if src_ragged is not None:
+            src = np.full((n, width), o.pad, dtype)
+            inverse = np.empty(n, dtype=np.int64)
+            inverse[order] = np.arange(n)
+            gather.from_ragged(src, inverse, src_ragged[0], src_ragged[1], o.left_pad_source)
+            src_len = np.minimum(src_len, width)
+        else:
+            src = self._side(self.src, raw_src, comp, s.src_start, src_len, order, width, o.left_pad_source)
+        batch = {
+            "id": ids[order],
+            "nsentences": n,
+            "net_input": {"src_tokens": src, "src_lengths": src_len[order]},
+            "weight": weight[order],
+            "direction": np.asarray(s.direction, dtype=np.int32)[order],
+        }
+        if has_tgt:
+            tgt_len = tgt_len[order]
+            width = _width(tgt_len.max(initial=0), o.pad_to_multiple, ptl.get("target", 0))
+            tgt = self._side(self.tgt, raw_tgt, comp, s.tgt_start, tgt_len, order, width, o.left_pad_target,
+                             lengths_sorted=True)
+            batch["target"] = tgt
+            batch["net_input"]["prev_output_tokens"] = shift_eos_to_front(tgt, tgt_len, o.pad, o.eos,
+                                                                          o.left_pad_target)
+            batch["ntokens"] = int(tgt_len[batch["weight"] > 0].sum())
+        else:
+            batch["ntokens"] = int(src_len[order][batch["weight"] > 0].sum())
+        return batch
+
+    def _side(self, side: _Side, raw: dict, comp, start, length, order, width: int, left_pad: bool,
+              lengths_sorted: bool = False) -> np.ndarray:
+        """One side's padded rows in batch order: one gather from the token spaces, raw-text rows written over."""
+        o = self.opts
+        lengths = length if lengths_sorted else length[order]
+        out = side.padded(self.sources.spaces, comp[order], start[order], lengths, width, left_pad, o.pad,
+                          np.dtype(o.dtype))
+        if raw:
+            inverse = np.empty(len(order), dtype=np.int64)
+            inverse[order] = np.arange(len(order))
+            for pos, seg in raw.values():
+                rows = inverse[pos]
+                out[rows] = o.pad
+                gather.from_ragged(out, rows, seg.tokens, seg.lengths, left_pad)
+        return out
+
+    def _segment(self, comp, local, ids, epoch: int, src_len, tgt_len) -> tuple[dict, dict]:
+        """Raw-text rows, segmented now (within their planned lengths): per component, (rows, prefix + pieces)
+        for each side; ``src_len``/``tgt_len`` are updated to the sampled lengths."""
+        comps = self.sources.components
+        raw_src, raw_tgt = {}, {}
+        for cid in np.unique(comp[self.raw[comp]]).tolist():
+            pos = np.flatnonzero(comp == cid)
+            c = comps[cid]
+            src = c.src.sample(local[pos], ids[pos], epoch)
+            raw_src[cid] = (pos, self.src.with_prefix(comp[pos], src))
+            src_len[pos] = raw_src[cid][1].lengths
+            if c.tgt is None:
+                continue
+            tgt = src if c.tgt is c.src else c.tgt.sample(local[pos], ids[pos], epoch)  # monolingual: one draw
+            raw_tgt[cid] = (pos, self.tgt.with_prefix(comp[pos], tgt))
+            tgt_len[pos] = raw_tgt[cid][1].lengths
+        return raw_src, raw_tgt
+
+    def _noised_sources(self, s, comp, ids, src_len, raw_src, weight, epoch, pad_to_length):
+        """Sources gathered ragged, each task's transforms applied to its rows (randomness from seed, epoch and
+        sample id), reassembled in row order. Rows that outgrow the source limit (or the static width) keep
+        weight 0 and are cut: filter-too-long after the transforms, never silently."""
+        n = len(src_len)
+        width = int(src_len.max(initial=0))
+        rows = self._side(self.src, raw_src, comp, s.src_start, src_len, np.arange(n), width, False)
+        flat = rows[np.arange(width) < src_len[:, None]].astype(np.int64)
+        starts = np.cumsum(src_len) - src_len
+        new_len = src_len.copy()
+        pieces = []
+        groups = self.noise_group[comp]
+        for g in np.unique(groups).tolist():
+            sel = np.flatnonzero(groups == g)
+            steps, plen = self.noise_steps[g]
+            if not steps:
+                pieces.append((sel, None))
+                continue
+            ragged = Ragged(flat[gather.ragged_arange(starts[sel], src_len[sel])], src_len[sel])
+            noised = apply_noise(ragged, NoiseContext(self.seed, epoch, ids[sel], protect_prefix=plen), steps)
+            new_len[sel] = noised.lengths
+            pieces.append((sel, noised))
+        out_starts = np.cumsum(new_len) - new_len
+        out = np.empty(int(new_len.sum()), dtype=np.int64)
+        for sel, noised in pieces:
+            dest = gather.ragged_arange(out_starts[sel], new_len[sel])
+            out[dest] = flat[gather.ragged_arange(starts[sel], src_len[sel])] if noised is None else noised.tokens
+        limit = self.max_source_positions or int(new_len.max(initial=0))
+        if pad_to_length and pad_to_length.get("source"):
+            limit = min(limit, int(pad_to_length["source"]))
+        over = new_len > limit
+        weight = weight.copy()
+        self.noise_dropped += int((over & (weight > 0)).sum())
+        weight[over] = 0
+        return (out, new_len), np.minimum(new_len, limit), weight
+
+    # ------------------------------------------------------------------------------------ packed batches
+    def packed(self, s, placement: dict, shape: tuple, row_weight: np.ndarray) -> dict:
+        """Packed pairs: every row holds several (source, target) pairs side by side.
+
+        ``placement``: per pair ``row``, ``src_offset``, ``tgt_offset``, ``src_len``, ``tgt_len`` (prefixes and
+        ``</s>`` included). The batch adds ``src_segment_ids``/``src_positions`` and ``tgt_segment_ids``/
+        ``tgt_positions`` so attention (and cross-attention: equal segment ids) stays inside each pair;
+        ``prev_output_tokens`` moves ``</s>`` to the front of every target segment. Rows are right-padded.
+        ``weight`` is per row (0 for rows that only fill the batch); ``target_weight`` per target token.
+        """
+        o = self.opts
+        comp = s.comp.astype(np.int64)
+        ids = self.ids(comp, s.local)
+        n_rows = len(row_weight)
+        ls, lt = shape
+        dtype = np.dtype(o.dtype)
+        p = placement
+        src = self._scatter(self.src, comp, s.src_start, p["row"], p["src_offset"], p["src_len"], (n_rows, ls), dtype)
+        tgt = self._scatter(self.tgt, comp, s.tgt_start, p["row"], p["tgt_offset"], p["tgt_len"], (n_rows, lt), dtype)
+        src_seg, src_pos, _, pair_segment = segments(n_rows, ls, p["row"], p["src_offset"], p["src_len"])
+        tgt_seg, tgt_pos, tgt_first, _ = segments(n_rows, lt, p["row"], p["tgt_offset"], p["tgt_len"])
+        prev = np.full_like(tgt, o.pad)
+        prev[:, 1:] = tgt[:, :-1]
+        prev[tgt_first] = o.eos
+        prev[tgt_seg == 0] = o.pad
+        row_weight = np.asarray(row_weight, np.float32)
+        target_weight = (tgt_seg > 0).astype(np.float32) * row_weight[:, None]
+        real_pairs = row_weight[p["row"]] > 0
+        return {
+            "id": np.asarray(ids, dtype=np.int64),
+            "nsentences": int(real_pairs.sum()),
+            "ntokens": int(target_weight.sum()),
+            "net_input": {"src_tokens": src, "src_lengths": (src_seg > 0).sum(axis=1).astype(np.int64),
+                          "src_segment_ids": src_seg, "src_positions": src_pos, "prev_output_tokens": prev,
+                          "tgt_segment_ids": tgt_seg, "tgt_positions": tgt_pos},
+            "target": tgt,
+            "target_weight": target_weight,
+            "weight": row_weight,
+            "row": np.asarray(p["row"], dtype=np.int64),  # per pair: its row
+            "segment": pair_segment,  # per pair: its segment id in that row (the same on both sides)
+            "direction": np.asarray(s.direction, dtype=np.int32),
+        }
+
+    def _scatter(self, side: _Side, comp, start, row, offset, length, shape, dtype) -> np.ndarray:
+        """Pairs' prefixes and tokens written at (row, offset) of a padded [rows, width] array."""
+        out = np.full(shape, self.opts.pad, dtype=dtype)
+        plen = side.plen[comp]
+        body = np.asarray(length, np.int64) - plen
+        base = np.asarray(row, np.int64) * shape[1] + offset
+        sid = side.space[comp]
+        flat = out.reshape(-1)
+        flat[gather.ragged_arange(base + plen, body)] = gather.pieces(self.sources.spaces, sid, start, body)
+        r, k = np.nonzero(np.arange(side.prefix.shape[1]) < plen[:, None])
+        flat[base[r] + k] = side.prefix[comp][r, k]
+        return out

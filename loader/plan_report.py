@@ -35,7 +35,7 @@ def _epoch_summary(planner) -> tuple[Counter, int, float, int]:
 
 def plan_report(config, num_shapes: int | None = None) -> str:
     from .build import _sources, mixture_lengths, shape_plan
-    from .pipeline import EpochPlanner
+    from .plan import EpochPlanner
 
     if num_shapes is not None:
         config.batching.num_shapes = num_shapes

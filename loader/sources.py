@@ -18,6 +18,7 @@ import numpy as np
 
 from .corpus import ShardedCorpus
 from .dictionary import Dictionary
+from .gather import TokenSpaces
 from .storage.indexed import IndexedDataset
 
 
@@ -72,9 +73,18 @@ class Component:
     cache: LengthCache | None = None
     _lengths: dict = field(default_factory=dict)
     src_noise: tuple = ()  # transforms applied to the source at collate time: ((name, params), ...)
+    # where each side's tokens live (set by SourceSet): (token space id, the file's first token there); -1 for
+    # raw text, which is segmented at gather time
+    src_at: tuple = (-1, 0)
+    tgt_at: tuple = (-1, 0)
 
     def __len__(self) -> int:
         return len(self.src)
+
+    @property
+    def raw(self) -> bool:
+        """Raw text (segmented when gathered) rather than a binarized dataset."""
+        return self.src_at[0] < 0
 
     def _sizes(self, side: str) -> np.ndarray:
         if side not in self._lengths:
@@ -88,6 +98,23 @@ class Component:
 
     def tgt_lengths(self, rows) -> np.ndarray:
         return self._sizes("tgt")[rows].astype(np.int64) + len(self.tgt_prefix)
+
+    def describe(self, rows, pairs: np.ndarray, starts: np.ndarray) -> None:
+        """Write ``rows``' lengths (prefixes included) into int32 ``pairs[:, 2:4]`` and their token addresses into
+        ``starts[:, 0:2]`` (views of the planner's sample table)."""
+        pairs[:, 2] = self._sizes("src")[rows]
+        pairs[:, 2] += len(self.src_prefix)
+        if self.src_at[0] >= 0:
+            starts[:, 0] = self.src.pointers[rows]
+            starts[:, 0] //= self.src.dtype.itemsize
+            starts[:, 0] += self.src_at[1]
+        if self.tgt is not None:
+            pairs[:, 3] = self._sizes("tgt")[rows]
+            pairs[:, 3] += len(self.tgt_prefix)
+            if self.tgt_at[0] >= 0:
+                starts[:, 1] = self.tgt.pointers[rows]
+                starts[:, 1] //= self.tgt.dtype.itemsize
+                starts[:, 1] += self.tgt_at[1]
 
 
 @dataclass
@@ -114,6 +141,21 @@ class Direction:
             return np.full(len(rows), self.component_ids[0], dtype=np.int64), rows
         which = np.searchsorted(self.offsets, rows, side="right") - 1
         return np.asarray(self.component_ids, dtype=np.int64)[which], rows - self.offsets[which]
+
+
+def locate_many(directions: list[Direction], dirs: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(global component id, row within it) of samples (direction index, direction row), for every direction at
+    once: the directions' row spaces laid end to end, one binary search over every component's start."""
+    if all(len(d.components) == 1 for d in directions):
+        single = np.array([d.component_ids[0] for d in directions], dtype=np.int64)
+        return single[dirs], np.asarray(rows, dtype=np.int64)
+    sizes = np.array([d.size for d in directions], dtype=np.int64)
+    dir_base = np.cumsum(sizes) - sizes
+    starts = np.concatenate([dir_base[i] + d.offsets[:-1] for i, d in enumerate(directions)])
+    ids = np.concatenate([np.asarray(d.component_ids, dtype=np.int64) for d in directions])
+    flat = dir_base[dirs] + rows
+    which = np.searchsorted(starts, flat, side="right") - 1
+    return ids[which], flat - starts[which]
 
 
 @dataclass(frozen=True)
@@ -160,7 +202,8 @@ class SourceSet:
         self.streams = list(streams)
         self.keys = names  # stream names (= corpus keys unless tasks name them)
         self.tasks = list(dict.fromkeys(s.task for s in streams))
-        self.task_of = np.array([self.tasks.index(s.task) for s in streams], dtype=np.int64)
+        task_index = {t: i for i, t in enumerate(self.tasks)}
+        self.task_of = np.array([task_index[s.task] for s in streams], dtype=np.int64)
         self.components: list[Component] = []
         self._by_key: dict[str, list[int]] = {}
         cache = LengthCache(length_cache_mb * 2**20) if length_cache_mb > 0 else None
@@ -222,6 +265,14 @@ class SourceSet:
                 comp._lengths = lengths.setdefault(id(src), {})  # one length copy per file, however many streams
                 self.components.append(comp)
             self.total_sizes[spec.name] = sum(len(self.components[i]) for i in self._by_key[spec.name])
+        # every binarized file's tokens in token spaces (mapped when first gathered): addresses are planned here
+        binarized = [ds for c in self.components for ds in (c.src, c.tgt) if isinstance(ds, IndexedDataset)]
+        self.spaces = TokenSpaces(binarized)
+        for c in self.components:
+            if isinstance(c.src, IndexedDataset):
+                c.src_at = self.spaces.address(c.src)
+            if isinstance(c.tgt, IndexedDataset):
+                c.tgt_at = self.spaces.address(c.tgt)
 
     def directions(self, epoch: int) -> list[Direction]:
         out = []

@@ -1,0 +1,226 @@
+"""The translation iterator: one rank's batches of the planned epochs, with exact resume.
+
+Global batch g of an epoch is served by rank ``g % world_size`` (``split="batches"``), or every rank takes its
+rows of every global batch (``split="rows"``). The state is a handful of integers: the epoch and the number of
+global batches consumed (plus, with the stream sampler, every stream's position when the epoch began), so a run
+resumes bit-identically in a fresh process, and on a different world size from the same global position.
+
+When an epoch's batch count is not a multiple of the world size, the last step is completed with fully masked
+batches (every ``weight`` 0, ``ntokens`` 0): every rank takes the same number of steps, no rank waits in a
+collective, and no sample is dropped or carried into a different epoch (which would make an epoch's content
+depend on the world size).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .collate import Collater
+from .iterator import STATE_VERSION, LoaderIterator
+from .plan import EpochPlanner, Window
+from .reports import Reports
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return n if multiple <= 1 or n % multiple == 0 else n + multiple - n % multiple
+
+
+class BatchIterator(Reports, LoaderIterator):
+    """Batches of the current epoch for one rank, with ``len()``, ``epoch``, ``step`` and exact resume.
+
+    ``split="batches"`` (data parallelism with one batch per rank, torch DDP): global batch g of an epoch goes to
+    rank ``g % world_size``. ``split="rows"`` (one global batch per step, JAX multi-host): every rank takes its
+    rows ``[r N/W, (r+1) N/W)`` of every global batch, padded to the batch-wide widths, so the per-host pieces
+    assemble into one global array; masked rows (weight 0) make N a multiple of W where needed. Either way the
+    global order does not depend on the world size. Iterating past the epoch's last step raises StopIteration
+    and moves to the next epoch, so ``for epoch ...: for batch in it: ...`` walks epoch after epoch.
+    """
+
+    kind = "translation"
+
+    def __init__(self, planner: EpochPlanner, collater: Collater, rank: int = 0, world_size: int = 1,
+                 epoch: int = 1, name: str = "train", max_epochs: int | None = None, split: str = "batches"):
+        super().__init__(rank, world_size, split)
+        if split == "rows" and planner.opts.pack_shape and planner.rows_per_packed_batch() % world_size:
+            raise ValueError(f"packed batches of {planner.rows_per_packed_batch()} rows cannot be split evenly over "
+                             f"{world_size} ranks")
+        self._per_step = world_size if split == "batches" else 1
+        if epoch < 1:
+            raise ValueError(f"epochs count from 1, got {epoch}")
+        self.planner, self.collater = planner, collater
+        self.name = name
+        self.max_epochs = max_epochs
+        self.epoch = epoch
+        self._base = 0  # global batches consumed before this run's first step of the epoch
+        self.step = 0  # steps taken by every rank since _base
+        self._hint = (0, 0)
+        self.total_steps = 0
+        self.served: dict[int, np.ndarray] = {}  # epoch -> samples served by this rank, per direction
+
+    # ----------------------------------------------------------------------------------------- counters
+    @property
+    def consumed(self) -> int:
+        """Global batches of this epoch consumed by all ranks together."""
+        return self._base + self.step * self._per_step
+
+    def __len__(self) -> int:
+        """Steps of the current epoch for this rank, counted from the epoch's start (the first call plans the
+        integers of every window of the epoch)."""
+        n = self.planner.num_batches(self.epoch)
+        before_resume = -(-self._base // self._per_step)
+        return before_resume + -(-max(n - self._base, 0) // self._per_step)
+
+    @property
+    def iterations_in_epoch(self) -> int:
+        return -(-self._base // self._per_step) + self.step
+
+    def __next__(self) -> dict:
+        if self.max_epochs is not None and self.epoch > self.max_epochs:
+            raise StopIteration
+        start = self.consumed
+        if self.planner.locate(self.epoch, start, self._hint) is None:
+            self._next_epoch()
+            raise StopIteration
+        g = start + (self.rank if self.split == "batches" else 0)
+        where = self.planner.locate(self.epoch, g, self._hint)
+        if where is None:  # the epoch's last step: ranks past its end get a fully masked batch
+            batch = self._dummy()
+        else:
+            w, j = where
+            self._hint = (w, self.planner.window_start(self.epoch, w))
+            batch = self._collate(w, j)
+        self.step += 1
+        self.total_steps += 1
+        return batch
+
+    def _collate(self, w: int, j: int, weight=None) -> dict:
+        """The j-th batch of window w (this rank's rows of it with split="rows"); ``weight`` (zeros) marks an
+        epoch-padding batch, which counts as nothing."""
+        win = self.planner.window(self.epoch, w)
+        sl = win.batch(j)
+        if win.packed is not None:
+            return self._collate_packed(win, j, sl, weight)
+        s = win.samples[sl]
+        n = sl.stop - sl.start
+        weight = np.ones(n, np.float32) if weight is None else np.asarray(weight, np.float32)
+        shape_idx, masked = win.batch_shape(j)
+        pad_to = None
+        if shape_idx >= 0:
+            shape = self.planner.opts.shapes[shape_idx]
+            pad_to = {"source": shape[1], "target": shape[-1]}
+        if self.split == "rows":
+            masked += (-(n + masked)) % self.world_size
+            if pad_to is None:  # every rank pads to the whole batch's widths
+                m = self.collater.opts.pad_to_multiple
+                pad_to = {"source": _round_up(int(s.src_len.max()), m), "target": _round_up(int(s.tgt_len.max()), m)}
+        if masked:  # masked rows repeat real rows (attention stays well-defined) with weight 0
+            s = s.concat(s[np.arange(masked) % n])
+            weight = np.concatenate([weight, np.zeros(masked, np.float32)])
+        sort = None
+        if self.split == "rows":  # order the whole global batch first, so the ranks' slices assemble into it
+            if self.collater.opts.sort_by_source_length:
+                order = np.argsort(-s.src_len.astype(np.int64), kind="stable")
+                s = s[order]
+                weight = weight[order]
+            per = len(weight) // self.world_size
+            mine = slice(self.rank * per, (self.rank + 1) * per)
+            s = s[mine]
+            weight = weight[mine]
+            sort = False
+        batch = self.collater(s, weight=weight, pad_to_length=pad_to, sort=sort, epoch=self.epoch)
+        batch["nsentences"] = int((batch["weight"] > 0).sum())
+        self._count_served(s.direction[weight > 0])
+        return batch
+
+    def _count_served(self, dirs: np.ndarray) -> None:
+        n = len(self.planner.keys)
+        served = self.served.get(self.epoch)
+        if served is None:
+            served = self.served[self.epoch] = np.zeros(n, np.int64)
+        served += np.bincount(dirs, minlength=n)
+
+    def _collate_packed(self, win: Window, j: int, sl: slice, weight) -> dict:
+        b = int(win.order[j])
+        n_rows = self.planner.rows_per_packed_batch()
+        masked = int(win.masked[b])
+        real_rows = n_rows - masked
+        s = win.samples[sl]
+        place = {k: v[sl] for k, v in win.packed.items()}
+        row_weight = np.concatenate([np.ones(real_rows, np.float32), np.zeros(masked, np.float32)])
+        if weight is not None and not np.any(weight):
+            row_weight[:] = 0  # an epoch-padding batch
+        if masked:  # repeat real rows (attention stays well-defined), weight 0
+            pick = [np.flatnonzero(place["row"] == (i % real_rows)) for i in range(masked)]
+            extra = np.concatenate(pick)
+            new_rows = np.concatenate([np.full(len(p), real_rows + i) for i, p in enumerate(pick)])
+            s = s.concat(s[extra])
+            place = {"row": np.concatenate([place["row"], new_rows]),
+                     "src_offset": np.concatenate([place["src_offset"], place["src_offset"][extra]]),
+                     "tgt_offset": np.concatenate([place["tgt_offset"], place["tgt_offset"][extra]])}
+        place["src_len"], place["tgt_len"] = s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)
+        if self.split == "rows":  # this rank's rows of the packed batch
+            per = n_rows // self.world_size
+            lo = self.rank * per
+            keep = (place["row"] >= lo) & (place["row"] < lo + per)
+            s = s[keep]
+            place = {k: (v[keep] - lo if k == "row" else v[keep]) for k, v in place.items()}
+            row_weight = row_weight[lo:lo + per]
+        batch = self.collater.packed(s, place, tuple(self.planner.opts.pack_shape), row_weight)
+        self._count_served(s.direction[row_weight[place["row"]] > 0])
+        return batch
+
+    def batch_at(self, k: int) -> dict:
+        """This rank's k-th batch of the current epoch, by random access (for worker pools such as grain's).
+
+        Does not move the iterator; batches of one window are cheapest when asked for in order.
+        """
+        if not 0 <= k < len(self):
+            raise IndexError(f"batch {k} out of range: this rank has {len(self)} batches in epoch {self.epoch}")
+        g = k * self._per_step + (self.rank if self.split == "batches" else 0)
+        where = self.planner.locate(self.epoch, g)
+        return self._dummy() if where is None else self._collate(*where)
+
+    def _dummy(self) -> dict:
+        n = self.planner.num_batches(self.epoch)
+        w, j = self.planner.locate(self.epoch, n - 1)
+        win = self.planner.window(self.epoch, w)
+        sl = win.batch(j)
+        batch = self._collate(w, j, weight=np.zeros(sl.stop - sl.start, np.float32))
+        batch["id"] = np.full_like(batch["id"], -1)
+        batch["nsentences"] = 0
+        return batch
+
+    def _next_epoch(self) -> None:
+        self.epoch += 1
+        self._base = 0
+        self.step = 0
+        self._hint = (0, 0)
+
+    # ----------------------------------------------------------------------------------------- state
+    def fingerprint(self) -> str:
+        return self.planner.fingerprint()
+
+    def get_state(self) -> dict:
+        """A small JSON-serialisable dict; the same on every rank at the same step."""
+        c = self.consumed
+        epoch = self.epoch
+        if self.planner.locate(epoch, c, self._hint) is None and c > 0:
+            epoch, c = epoch + 1, 0  # finished epoch: resume at the start of the next
+        state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
+                 "total_steps": self.total_steps, "fingerprint": self.planner.fingerprint()}
+        if self.planner.opts.sampler == "stream":  # where every stream stood when this epoch began
+            positions, batches = self.planner.epoch_start(epoch)
+            state["stream"] = {"positions": positions.tolist(), "batches": int(batches)}
+        return state
+
+    def set_state(self, state: dict, strict: bool = True) -> None:
+        self._check_state(state, strict, ("epoch", "consumed"))
+        if state["epoch"] < 1:
+            raise ValueError(f"iterator state epoch counts from 1, got {state['epoch']}")
+        self.epoch = int(state["epoch"])
+        if self.planner.opts.sampler == "stream" and "stream" in state:
+            self.planner.set_epoch_start(self.epoch, state["stream"]["positions"], state["stream"]["batches"])
+        self._base = int(state["consumed"])
+        self.step = 0
+        self._hint = (0, 0)
+        self.total_steps = int(state.get("total_steps", 0))

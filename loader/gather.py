@@ -1,0 +1,206 @@
+"""The gather engine: tokens of planned rows into padded arrays, at a cost that follows the tokens of the batch.
+
+Every ``.bin`` of a run is mapped into a *token space* (``storage/mapping.py``'s :class:`FlatSpace`): one flat
+array per stored dtype, each file at a page boundary, with ``MARGIN`` zero tokens before the first file and after
+the last. A row is then an address (token offset in the space) and a length, whatever corpus it comes from, and
+a batch whose rows come from a thousand corpora is gathered in one vectorised step, not a thousand.
+
+The padded gather reads each row as a fixed-width window of the space (a strided view whose row k is
+``space[k : k + width]``, indexed by every row's first address at once: one copy of ``width`` tokens per row),
+casts once, and overwrites padding and prefix cells. Cells a row does not own read whatever lies beside it,
+inside the margins or a neighbouring file, and are always overwritten.
+
+Where flat spaces are not available (no POSIX ``mmap`` through ctypes), every file is its own space and the
+gather runs once per space present in the batch (the same results, slower with many corpora).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from .packing import ragged_arange
+from .storage.mapping import FlatSpace, MappingError, flat_layout, native_available
+
+MARGIN = 1 << 20  # tokens of zero padding before and after a flat space: rows up to this wide read no file ends
+
+
+class TokenSpaces:
+    """Where the tokens of a set of datasets live: ``address(ds)`` -> (space id, token offset of the file).
+
+    The layout is computed from file sizes when the set is built (no mapping); the spaces are mapped on first
+    use, in the process that gathers (a worker process maps its own). Datasets are grouped by (dtype, value
+    shift): fairseq's legacy format stores ids + 1 and is a space of its own.
+    """
+
+    def __init__(self, datasets, flat: bool | None = None):
+        self.flat = native_available() if flat is None else bool(flat)
+        self._datasets: list = []
+        self._where: dict[int, tuple[int, int]] = {}
+        groups: dict = {}
+        for ds in datasets:
+            if id(ds) in self._where:
+                continue
+            self._datasets.append(ds)
+            key = (ds.dtype.str, int(ds.token_shift)) if self.flat else len(groups)
+            groups.setdefault(key, []).append(ds)
+        self._spaces: list[dict] = []
+        for members in groups.values():
+            sid = len(self._spaces)
+            dtype = members[0].dtype
+            if self.flat:
+                base, _, _ = flat_layout([d.bin_size for d in members], dtype, MARGIN)
+                margin = MARGIN
+            else:
+                base, margin = np.zeros(len(members), np.int64), 0
+            for d, b in zip(members, base.tolist()):
+                self._where[id(d)] = (sid, int(b))
+            self._spaces.append({"members": members, "dtype": dtype, "shift": int(members[0].token_shift),
+                                 "margin": margin, "tokens": None, "mapping": None})
+
+    def __len__(self) -> int:
+        return len(self._spaces)
+
+    def address(self, ds) -> tuple[int, int]:
+        """(space id, token offset of ``ds``'s first token)."""
+        return self._where[id(ds)]
+
+    def margin(self, sid: int) -> int:
+        return self._spaces[sid]["margin"]
+
+    def shift(self, sid: int) -> int:
+        return self._spaces[sid]["shift"]
+
+    def tokens(self, sid: int) -> np.ndarray:
+        space = self._spaces[sid]
+        if space["tokens"] is None:
+            members = space["members"]
+            if self.flat:
+                try:
+                    space["mapping"] = FlatSpace([d.data_file for d in members], [d.bin_size for d in members],
+                                                 space["dtype"], MARGIN)
+                except MappingError as e:
+                    raise MappingError(e.errno, f"mapping the {len(members)} .bin files of {space['dtype'].name} "
+                                                f"tokens into one space failed: {e.strerror}") from None
+                space["tokens"] = space["mapping"].tokens
+            else:
+                space["tokens"] = members[0].tokens
+        return space["tokens"]
+
+    def view(self, sid: int, width: int) -> np.ndarray:
+        """A read-only strided view of space ``sid`` whose row k is ``tokens[k : k + width]`` (cached)."""
+        views = self._spaces[sid].setdefault("views", {})
+        if width not in views:
+            tokens = self.tokens(sid)
+            views[width] = as_strided(tokens, shape=(len(tokens) - width + 1, width), strides=(tokens.itemsize,) * 2,
+                                      writeable=False)
+        return views[width]
+
+    def mapped(self) -> bool:
+        return any(s["tokens"] is not None for s in self._spaces)
+
+    def __getstate__(self):
+        # mappings are process-local: another process re-derives the same layout and maps on first use
+        return {"datasets": self._datasets, "flat": self.flat}
+
+    def __setstate__(self, state):
+        self.__init__(state["datasets"], state["flat"])
+
+
+def _window_rows(spaces: "TokenSpaces", sid: int, first: np.ndarray, width: int) -> np.ndarray:
+    """``out[r] = tokens[first[r] : first[r] + width]`` for every r, in the space's dtype."""
+    tokens = spaces.tokens(sid)
+    if width == 0 or len(first) == 0:
+        return np.zeros((len(first), width), tokens.dtype)
+    if spaces.margin(sid) >= width:  # a strided view whose row k starts at token k: one fancy index copies every row
+        return spaces.view(sid, width)[first]
+    return np.take(tokens, first[:, None] + np.arange(width, dtype=np.int64), mode="clip")
+
+
+def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body: np.ndarray, prefix: np.ndarray,
+           plen: np.ndarray, width: int, left_pad: bool, pad: int, dtype) -> np.ndarray:
+    """Rows of ``prefix + tokens`` padded to ``width``: int ``dtype`` [B, width].
+
+    Row r holds ``prefix[r, :plen[r]]`` then the ``body[r]`` tokens at space address ``start[r]`` of space
+    ``space[r]`` (or one space id for every row), right-aligned with ``left_pad``. Rows longer than ``width``
+    are the caller's error (it sizes ``width`` from the lengths).
+    """
+    n = len(start)
+    body = np.asarray(body, dtype=np.int64)
+    plen = np.asarray(plen, dtype=np.int64)
+    total = body + plen
+    col0 = (width - total) if left_pad else np.zeros(n, np.int64)
+    first = np.asarray(start, dtype=np.int64) - col0 - plen
+    out = np.empty((n, width), dtype=dtype)
+    if np.ndim(space) == 0:
+        sids = [int(space)]
+    else:
+        sids = np.unique(space).tolist()
+    for sid in sids:
+        rows = slice(None) if len(sids) == 1 else np.flatnonzero(space == sid)
+        vals = _window_rows(spaces, sid, first[rows], width)
+        shift = spaces.shift(sid)
+        if shift:
+            vals = vals.astype(np.int64) - shift
+        out[rows] = vals
+    cols = np.arange(width, dtype=np.int32)
+    if left_pad:
+        np.putmask(out, cols < col0.astype(np.int32)[:, None], pad)
+    else:
+        np.putmask(out, cols >= total.astype(np.int32)[:, None], pad)
+    put_prefix(out, prefix, plen, col0)
+    return out
+
+
+def put_prefix(out: np.ndarray, prefix: np.ndarray, plen: np.ndarray, col0: np.ndarray) -> None:
+    """``out[r, col0[r] + k] = prefix[r, k]`` for ``k < plen[r]``."""
+    if prefix.shape[1] == 0 or not plen.any():
+        return
+    if prefix.shape[1] == 1 and (plen == 1).all():  # one language token per row: the common case
+        out[np.arange(len(out)), col0] = prefix[:, 0]
+        return
+    r, k = np.nonzero(np.arange(prefix.shape[1]) < plen[:, None])
+    out[r, col0[r] + k] = prefix[r, k]
+
+
+def ragged(spaces: TokenSpaces, space, start, body, prefix, plen) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 tokens back to back, lengths) of ``prefix + body`` rows: the padded gather, then its real cells."""
+    total = np.asarray(body, np.int64) + np.asarray(plen, np.int64)
+    width = int(total.max(initial=0))
+    rows = padded(spaces, space, start, body, prefix, plen, width, False, 0, np.int64)
+    return rows[np.arange(width) < total[:, None]], total
+
+
+def from_ragged(out: np.ndarray, rows, tokens: np.ndarray, lengths: np.ndarray, left_pad: bool) -> None:
+    """Write ragged rows (``tokens`` back to back) into rows ``rows`` of ``out`` (pre-filled with pad), aligned
+    left or right; a row longer than ``out`` keeps its first ``out.shape[1]`` tokens (the caller masks it)."""
+    width = out.shape[1]
+    lengths = np.asarray(lengths, dtype=np.int64)
+    keep = np.minimum(lengths, width)
+    if (keep < lengths).any():
+        starts = np.cumsum(lengths) - lengths
+        tokens = tokens[np.arange(len(tokens)) - np.repeat(starts, lengths) < np.repeat(keep, lengths)]
+    cols = np.arange(width)
+    mask = cols >= (width - keep)[:, None] if left_pad else cols < keep[:, None]
+    block = out[rows]
+    block[mask] = tokens
+    out[rows] = block
+
+
+def pieces(spaces: TokenSpaces, space, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """int64 tokens of pieces ``[start, start + length)`` (space addresses), back to back."""
+    start = np.asarray(start, dtype=np.int64)
+    length = np.asarray(length, dtype=np.int64)
+    out = np.empty(int(length.sum()), dtype=np.int64)
+    sids = [int(space)] if np.ndim(space) == 0 else np.unique(space).tolist()
+    for sid in sids:
+        sel = None if len(sids) == 1 else np.flatnonzero(space == sid)
+        st, ln = (start, length) if sel is None else (start[sel], length[sel])
+        vals = spaces.tokens(sid)[ragged_arange(st, ln)]
+        if spaces.shift(sid):
+            vals = vals.astype(np.int64) - spaces.shift(sid)
+        if sel is None:
+            out[:] = vals
+        else:
+            out[ragged_arange((np.cumsum(length) - length)[sel], ln)] = vals
+    return out

@@ -1,0 +1,74 @@
+"""What a babelfeed iterator is: one protocol for the translation and the language-model iterators.
+
+An iterator serves one rank's batches (dicts of numpy arrays) and is fully described by a handful of integers:
+
+* ``next(it)`` -> this rank's next batch; ``StopIteration`` at the end of an epoch (the next call starts the
+  next epoch, so ``for epoch ...: for batch in it`` walks epoch after epoch);
+* ``len(it)`` -> this rank's steps in the current epoch; ``it.batch_at(k)`` -> this rank's k-th batch of the
+  current epoch by random access, without moving (worker pools: grain, DataLoader workers);
+* ``it.get_state()`` -> a small JSON-serialisable dict, the same on every rank at the same step;
+  ``it.set_state(state, strict=True)`` on a fresh iterator, in any process and on any world size, continues
+  with the same global batches. The state names the iterator (``name``) and carries a ``fingerprint`` of the
+  data and every setting that shapes the batches: a mismatch raises unless ``strict=False``;
+* ``rank``, ``world_size``, ``split`` (``"batches"``: whole batches per rank, torch DDP; ``"rows"``: every rank
+  takes its rows of each global batch, JAX global arrays), ``epoch``.
+
+Global batches never depend on the world size, so a job resumes elastically on another number of ranks.
+:class:`~loader.batches.BatchIterator` (translation, ``build_train_iterator``) and
+:class:`~loader.lm.LMIterator` (language modelling) implement it; ``loader.build_iterator(config, ...)`` builds
+either from its config, and the JAX, torch and grain adapters take any of them.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+STATE_VERSION = 1
+
+
+class LoaderIterator:
+    """Base of the iterators: rank bookkeeping and the checks every ``set_state`` makes."""
+
+    name: str = "train"
+    kind: str = ""
+
+    def __init__(self, rank: int, world_size: int, split: str):
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        if split not in ("batches", "rows"):
+            raise ValueError(f"split must be 'batches' or 'rows', got {split!r}")
+        self.rank, self.world_size, self.split = rank, world_size, split
+
+    def __iter__(self):
+        return self
+
+    def fingerprint(self) -> str:
+        raise NotImplementedError
+
+    def _check_state(self, state, strict: bool, required: tuple) -> None:
+        """Refuse a state that is not a dict of this iterator's kind, lacks fields, or (``strict``) was saved
+        with other data or settings."""
+        if not isinstance(state, dict):
+            raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}")
+        if state.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown iterator state version {state.get('version')!r}")
+        kind = state.get("kind", "translation" if "consumed" in state else "lm")
+        if kind != self.kind:
+            raise ValueError(f"this is a state of a {kind} iterator; this iterator is a {self.kind} iterator")
+        missing = [k for k in required if k not in state]
+        if missing:
+            raise ValueError(f"iterator state lacks {missing}")
+        for key in required:
+            value = state[key]
+            if key not in ("fingerprint", "name") and (not isinstance(value, numbers.Integral) or value < 0):
+                raise ValueError(f"iterator state field {key!r} must be a non-negative integer, got {value!r}")
+        if "name" in state and state["name"] != self.name:
+            raise ValueError(f"iterator state is for the {state['name']!r} iterator, this one is {self.name!r}")
+        fp = self.fingerprint()
+        if strict and "fingerprint" not in state:
+            raise ValueError("iterator state has no fingerprint (saved by an older babelfeed): nothing proves it "
+                             "belongs to this data and these settings. Pass strict=False to resume anyway.")
+        if strict and state.get("fingerprint") != fp:
+            raise ValueError(
+                f"iterator state was saved with different data or settings (fingerprint {state.get('fingerprint')} "
+                f"!= {fp}): resuming would not continue the same stream. Pass strict=False to resume anyway.")

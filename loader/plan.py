@@ -1,0 +1,470 @@
+"""Plan an epoch on integers: which samples, in which window, in which batch, in which order.
+
+    epoch e ──▶ directions (shard (e-1) % k of each) ──▶ counts c_i (temperature, virtual size)
+            ──▶ windows: window w takes a proportional slice of every direction's pseudorandom sequence
+            ──▶ per window: lengths and token addresses, filter too-long, order by (max(src,tgt), src),
+                cut into batches (cutting.py), shuffle batches in blocks of similar cost
+            ──▶ global batch g of the epoch is served by rank g % world_size (iterator.py)
+            ──▶ gather + collate (collate.py, gather.py)
+
+Every random choice is a pure function of (seed, epoch, window). A window holds, per sample in batch order,
+its stream (direction), component, row, lengths and the addresses of its tokens in the token space: everything
+the gather needs, so per-corpus work is paid once per window (thousands of batches), never per batch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from . import cutting
+from .batching import length_order
+from .mixing import (SAMPLERS, StratifiedDraw, fairseq_draw, sampling_probabilities, stratified_counts,
+                     stratified_rows, task_probabilities, virtual_size, weight_probabilities)
+from .packing import ragged_arange
+from .plan_stream import StreamPlanning
+from .sources import Direction, SourceSet, locate_many
+
+METHODS = ("temperature", "uniform", "weights")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    seed: int = 1
+    sampler: str = "stratified"  # stratified | fairseq | concat | stream
+    method: str = "temperature"  # temperature | uniform | weights
+    temperature: float = 1.0
+    weights: tuple = ()  # ((key, weight), ...) for method="weights"
+    virtual_size: str | int = "fairseq"  # "fairseq" | "sum" | an int
+    max_scale_up: float = 1.5
+    probabilities_from: str = "total"  # sizes over all shards ("total", fairseq) or the epoch's shard ("shard")
+    fairseq_sampling_seed: int = 2  # fairseq's multilingual sampler ignores --seed and uses 2
+    max_tokens: int = 4096
+    max_sentences: int = 0  # 0: no limit
+    multiple: int = 8
+    window: int = 1_000_000  # samples planned at once; 0: the whole epoch (a global sort)
+    max_source_positions: int = 1024
+    max_target_positions: int = 1024
+    on_too_long: str = "skip"  # skip (count and report) | raise
+    balance_block: int = 16  # batches of similar cost shuffled as one block
+    shuffle: bool = True  # False: validation order (deterministic, by length)
+    shapes: tuple = ()  # static shapes ((B, L_src, L_tgt), ...) or ((B, L), ...); () = dynamic batches
+    pack_shape: tuple = ()  # (L_src, L_tgt): pack pairs side by side into rows of this shape
+    compat: str = "none"  # "fairseq": reproduce fairseq's multilingual epoch batch for batch
+    fairseq_drop_last: bool = False  # fairseq main (after d871f616) drops a last batch that misses the multiple
+    schedule: object = None  # a MixingSchedule of per-task weights (sources.tasks order), or None
+    batches_per_update: int = 1  # global batches per optimizer update (ranks x accumulation with split="batches")
+
+    def validate(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"mixing.sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if self.method not in METHODS:
+            raise ValueError(f"mixing.method must be one of {METHODS}, got {self.method!r}")
+        if not self.temperature > 0:
+            raise ValueError(f"mixing.temperature must be > 0, got {self.temperature}")
+        if self.max_tokens <= 0:
+            raise ValueError(f"batching.max_tokens must be > 0, got {self.max_tokens}")
+        if self.max_sentences < 0 or self.multiple < 1 or self.window < 0 or self.balance_block < 1:
+            raise ValueError("batching.max_sentences >= 0, required_batch_size_multiple >= 1, window >= 0 and "
+                             f"balance_block >= 1 are required, got {self.max_sentences}, {self.multiple}, "
+                             f"{self.window}, {self.balance_block}")
+        longest = max(self.max_source_positions, self.max_target_positions)
+        if longest > self.max_tokens:
+            raise ValueError(f"batching.max_tokens={self.max_tokens} is smaller than the longest allowed sample "
+                             f"({longest} tokens): lower max_source/target_positions or raise max_tokens")
+        if self.on_too_long not in ("skip", "raise"):
+            raise ValueError(f"filter.on_too_long must be 'skip' or 'raise', got {self.on_too_long!r}")
+        if self.compat not in ("none", "fairseq"):
+            raise ValueError(f"compat must be 'none' or 'fairseq', got {self.compat!r}")
+        if self.pack_shape:
+            if len(self.pack_shape) != 2 or min(self.pack_shape) < 1 or max(self.pack_shape) > self.max_tokens:
+                raise ValueError(f"batching.pack must be 'L_srcxL_tgt' within max_tokens, got {self.pack_shape}")
+            if self.shapes or self.compat == "fairseq":
+                raise ValueError("batching.pack cannot be combined with static shapes or compat='fairseq'")
+            if self.max_source_positions > self.pack_shape[0] or self.max_target_positions > self.pack_shape[1]:
+                raise ValueError(f"filter.max_source/target_positions ({self.max_source_positions}, "
+                                 f"{self.max_target_positions}) must fit the packed row {tuple(self.pack_shape)}")
+        if self.compat == "fairseq" and self.shapes:
+            raise ValueError("static shapes cannot be combined with compat='fairseq' (fairseq has no such batches)")
+        for shape in self.shapes:
+            if len(shape) < 2 or shape[0] < 1 or shape[0] * max(shape[1:]) > self.max_tokens:
+                raise ValueError(f"shape {tuple(shape)} must be (batch, length...) within max_tokens={self.max_tokens}")
+        if self.compat == "fairseq" and self.sampler not in ("fairseq", "concat"):
+            raise ValueError("compat='fairseq' needs mixing.sampler 'fairseq' (resampling) or 'concat' (no resampling)")
+        if self.sampler == "stream" and self.compat == "fairseq":
+            raise ValueError("compat='fairseq' cannot use mixing.sampler='stream' (fairseq redraws every epoch)")
+        if self.schedule is not None and self.schedule.boundaries and self.sampler != "stream":
+            raise ValueError(f"a mixing schedule that changes during training needs mixing.sampler='stream' (or "
+                             f"'auto'), got {self.sampler!r}")
+        if self.batches_per_update < 1:
+            raise ValueError(f"batches per optimizer update must be >= 1, got {self.batches_per_update}")
+        if self.probabilities_from not in ("total", "shard"):
+            raise ValueError(f"mixing.probabilities_from must be 'total' or 'shard', got {self.probabilities_from!r}")
+        if not (self.virtual_size in ("fairseq", "sum") or (isinstance(self.virtual_size, int) and self.virtual_size > 0)):
+            raise ValueError(f"mixing.virtual_size must be 'fairseq', 'sum' or a positive int, got {self.virtual_size!r}")
+
+
+@dataclass
+class EpochSetup:
+    epoch: int
+    directions: list[Direction]
+    probs: np.ndarray
+    counts: np.ndarray  # samples per direction this epoch (before filtering)
+    draws: list  # per direction: StratifiedDraw, or an index array (fairseq), or None (concat / in order)
+    num_windows: int  # stream sampler: -1 until the epoch's last window is planned
+    window_batches: dict = field(default_factory=dict)  # window -> number of batches, once planned
+    samples: int = 0  # stream sampler: samples in the epoch
+    stream: dict = field(default_factory=dict)  # stream sampler: window -> StreamMark at its start
+    expected: np.ndarray | None = None  # stream sampler: per-stream counts at the epoch's starting weights
+
+    @property
+    def total(self) -> int:
+        return int(self.counts.sum())
+
+
+class Samples:
+    """Per-sample facts of planned samples, one int64 row each (40 bytes), so that reordering a window or taking a
+    batch moves whole rows in one gather: the stream (``direction``) and component (int32 pair), the lengths
+    (int32 pair, prefixes and </s> included), the row in the component (``local``) and the token-space addresses
+    of the source and target tokens (prefix not included)."""
+
+    __slots__ = ("m",)
+    COLUMNS = 5
+
+    def __init__(self, m: np.ndarray):
+        self.m = m
+
+    @classmethod
+    def empty(cls, n: int) -> "Samples":
+        return cls(np.zeros((n, cls.COLUMNS), dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.m)
+
+    def __getitem__(self, idx) -> "Samples":
+        return Samples(self.m[idx])
+
+    def concat(self, other: "Samples") -> "Samples":
+        return Samples(np.concatenate([self.m, other.m]))
+
+    @property
+    def _pairs(self) -> np.ndarray:
+        return self.m[:, :2].view(np.int32)
+
+    direction = property(lambda self: self._pairs[:, 0])
+    comp = property(lambda self: self._pairs[:, 1])
+    src_len = property(lambda self: self._pairs[:, 2])
+    tgt_len = property(lambda self: self._pairs[:, 3])
+    local = property(lambda self: self.m[:, 2])
+    src_start = property(lambda self: self.m[:, 3])
+    tgt_start = property(lambda self: self.m[:, 4])
+
+
+@dataclass
+class Window:
+    epoch: int
+    index: int
+    samples: Samples  # per sample, in batch order
+    ends: np.ndarray  # batch b = [ends[b-1], ends[b]) of the plan order
+    order: np.ndarray  # served position j -> batch b
+    shape: np.ndarray | None = None  # static shapes: the shape of each batch
+    masked: np.ndarray | None = None  # static shapes and packing: rows added to fill each batch (weight 0)
+    packed: dict | None = None  # packing: per sample "row" (in its batch), "src_offset", "tgt_offset"
+
+    direction = property(lambda self: self.samples.direction)
+    src_len = property(lambda self: self.samples.src_len)
+    tgt_len = property(lambda self: self.samples.tgt_len)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def batch(self, j: int) -> slice:
+        b = int(self.order[j])
+        return slice(int(self.ends[b - 1]) if b else 0, int(self.ends[b]))
+
+    def batch_shape(self, j: int) -> tuple[int, int]:
+        """(shape index, masked rows) of the j-th served batch; (-1, 0) for dynamic batches."""
+        if self.shape is None:
+            return -1, 0
+        b = int(self.order[j])
+        return int(self.shape[b]), int(self.masked[b])
+
+
+class EpochPlanner(StreamPlanning):
+    """The integer plan of every epoch: which samples, in which window, in which batch, in which order."""
+
+    def __init__(self, sources: SourceSet, opts: PlanOptions):
+        opts.validate()
+        self.sources, self.opts = sources, opts
+        self._setup: EpochSetup | None = None
+        self._window_cache: tuple | None = None
+        self._filtered: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> too-long per direction
+        self._masked: dict[int, dict[int, int]] = {}  # epoch -> window -> rows added to fill static shapes
+        self._starts: dict[int, tuple[np.ndarray, int]] = {1: (np.zeros(len(sources.keys), np.int64), 0)}
+        if opts.schedule is not None and len(opts.schedule.weights[0]) != len(sources.tasks):
+            raise ValueError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
+                             f"are {len(sources.tasks)} tasks {sources.tasks}")
+        if opts.sampler == "stream" and sources.shards == "cycle" and sources.max_shards > 1:
+            raise ValueError("mixing.sampler='stream' reads every shard as one stream per corpus: set "
+                             "data.shards='all' (shard cycling is a per-epoch scheme)")
+        if opts.method == "weights" and opts.schedule is None:
+            given = dict(opts.weights)
+            missing = [k for k in sources.keys if k not in given]
+            extra = [k for k in given if k not in sources.keys]
+            if missing or extra:
+                raise ValueError(f"mixing.weights must name exactly the directions used; missing {missing}, "
+                                 f"unknown {extra}")
+
+    @property
+    def keys(self) -> list[str]:
+        return self.sources.keys
+
+    def probabilities(self, directions: list[Direction], update: float = 0.0) -> np.ndarray:
+        """Per-direction (stream) sampling probabilities at an optimizer update."""
+        o = self.opts
+        sizes = [d.total_size if o.probabilities_from == "total" else d.size for d in directions]
+        if o.sampler == "concat":
+            return np.asarray(sizes, np.float64) / max(sum(sizes), 1)
+        if o.schedule is not None:
+            return task_probabilities(o.schedule.weights_at(update), self.sources.task_of, sizes, o.temperature)
+        if o.method == "uniform":
+            return np.full(len(sizes), 1.0 / len(sizes))
+        if o.method == "weights":
+            w = dict(o.weights)
+            return weight_probabilities([w[d.key] for d in directions])
+        return sampling_probabilities(sizes, o.temperature)
+
+    def setup(self, epoch: int) -> EpochSetup:
+        if self._setup is not None and self._setup.epoch == epoch:
+            return self._setup
+        o = self.opts
+        directions = self.sources.directions(epoch)
+        sizes = np.array([d.size for d in directions], dtype=np.int64)
+        if o.sampler == "stream":
+            return self._stream_setup(epoch, directions, sizes)
+        probs = self.probabilities(directions)
+        draws: list = []
+        if o.sampler == "concat":
+            counts = sizes.copy()
+            for d in directions:
+                shuffled = o.shuffle and d.size and o.compat != "fairseq"  # fairseq: rows in order, then permuted
+                draws.append(StratifiedDraw(d.size, d.size, (o.seed, "concat", epoch, d.key)) if shuffled else None)
+        else:
+            total = self._epoch_total(sizes, probs)
+            if o.sampler == "fairseq":
+                idx = fairseq_draw(sizes, probs, total, epoch, seed=o.fairseq_sampling_seed)
+                counts = np.array([len(i) for i in idx], dtype=np.int64)
+                draws = list(idx)
+            else:
+                counts = stratified_counts(probs, total)
+                for d, c in zip(directions, counts):
+                    if c and not d.size:
+                        raise ValueError(f"{d.key} has no sentences in epoch {epoch} but is sampled")
+                    draws.append(StratifiedDraw(d.size, int(c), (o.seed, "mix", epoch, d.key)) if c else None)
+        total = int(counts.sum())
+        num_windows = 1 if not o.window or total <= o.window or o.compat == "fairseq" else -(-total // o.window)
+        self._setup = EpochSetup(epoch, directions, probs, counts, draws, max(num_windows, 1))
+        self._window_cache = None
+        return self._setup
+
+    def _epoch_total(self, sizes, probs) -> int:
+        o = self.opts
+        if o.virtual_size == "sum":
+            return int(sizes.sum())
+        return virtual_size(sizes, probs, o.max_scale_up) if o.virtual_size == "fairseq" else int(o.virtual_size)
+
+    # ------------------------------------------------------------------------------------------- windows
+    def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray, np.ndarray, list]:
+        """The window's samples as (direction, row) arrays, direction by direction, and each direction's span.
+
+        Window w takes positions ``[c w_lo / total, c w_hi / total)`` of every direction's sequence (c its count);
+        the rows at those positions come from every direction's draw in one vectorised pass."""
+        total = setup.total
+        size = self.opts.window if self.opts.window and setup.num_windows > 1 else total
+        lo_pos, hi_pos = w * size, min((w + 1) * size, total)
+        counts = setup.counts.tolist()
+        lo = np.array([c * lo_pos // total if total else 0 for c in counts], dtype=np.int64)
+        hi = np.array([c * hi_pos // total if total else 0 for c in counts], dtype=np.int64)
+        take = np.maximum(hi - lo, 0)
+        live = np.flatnonzero(take)
+        dirs = np.repeat(live, take[live]).astype(np.int32)
+        pos = ragged_arange(lo[live], take[live])
+        rows = pos.copy()  # directions without a draw are read in order
+        kinds = np.array([0 if d is None else 1 if isinstance(d, StratifiedDraw) else 2 for d in setup.draws])
+        strat = kinds[dirs] == 1
+        if strat.any():
+            rows[strat] = stratified_rows(setup.draws, dirs[strat], pos[strat])
+        at = np.concatenate([[0], np.cumsum(take[live])])
+        spans = [(d, int(a), int(b)) for d, a, b in zip(live.tolist(), at[:-1].tolist(), at[1:].tolist())]
+        for d, a, b in spans:
+            if kinds[d] == 2:  # fairseq's draw: an index array per direction
+                rows[a:b] = np.asarray(setup.draws[d][lo[d]:hi[d]], dtype=np.int64)
+        return dirs, rows, spans
+
+    def window(self, epoch: int, w: int) -> Window:
+        if self._window_cache and self._window_cache[0] == (epoch, w):
+            return self._window_cache[1]
+        setup = self.setup(epoch)
+        if self.opts.sampler == "stream":
+            return self._stream_window(setup, epoch, w)
+        if not 0 <= w < setup.num_windows:
+            raise IndexError(f"epoch {epoch} has {setup.num_windows} windows, not {w + 1}")
+        dirs, rows, spans = self._window_slice(setup, w)
+        return self._plan_window(setup, epoch, w, dirs, rows, spans)
+
+    def _describe(self, setup: EpochSetup, dirs, rows, spans) -> Samples:
+        """Per sample (in window order): component, row there, lengths and token addresses. Components are
+        looked up for every direction at once; each component's lengths and addresses are read once per window."""
+        s = Samples.empty(len(rows))
+        pairs = s.m[:, :2].view(np.int32)
+        pairs[:, 0] = dirs
+        comp, local = locate_many(setup.directions, dirs, rows)
+        pairs[:, 1] = comp
+        s.m[:, 2] = local
+        comps = self.sources.components
+        if all(len(setup.directions[d].components) == 1 for d, _, _ in spans):  # a span is one component
+            for d, a, b in spans:
+                comps[setup.directions[d].component_ids[0]].describe(local[a:b], pairs[a:b], s.m[a:b, 3:5])
+            return s
+        order = np.argsort(comp, kind="stable")
+        bounds = np.flatnonzero(np.diff(comp[order])) + 1
+        for group in np.split(order, bounds):
+            if len(group):
+                sub = Samples(s.m[group])
+                comps[int(comp[group[0]])].describe(local[group], sub.m[:, :2].view(np.int32), sub.m[:, 3:5])
+                s.m[group] = sub.m
+        return s
+
+    def _plan_window(self, setup: EpochSetup, epoch: int, w: int, dirs, rows, spans) -> Window:
+        """A window's samples -> lengths and addresses, filter, order, batches, served order."""
+        o = self.opts
+        s = self._describe(setup, dirs, rows, spans)
+        src_len, tgt_len = s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)
+        ndir = len(setup.directions)
+        shape = masked = packed = None
+        if o.compat == "fairseq":
+            select, ends, served, dropped = cutting.fairseq(
+                src_len, tgt_len, self.sources.with_target, o.seed, epoch, o.max_tokens, o.max_sentences, o.multiple,
+                o.max_source_positions, o.max_target_positions, o.fairseq_drop_last)
+            if len(dropped) and o.on_too_long == "raise":
+                i = int(dropped[0])
+                raise ValueError(f"{setup.directions[int(dirs[i])].key} row {int(rows[i])} is longer than "
+                                 f"max_source_positions/max_target_positions (filter.on_too_long='raise')")
+            filtered = np.bincount(dirs[dropped], minlength=ndir).astype(np.int64)
+            return self._finish(setup, epoch, w, s, select, ends, served, filtered)
+        too_long = (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)
+        filtered = np.bincount(dirs[too_long], minlength=ndir).astype(np.int64)
+        keep = np.arange(len(rows))
+        if too_long.any():
+            if o.on_too_long == "raise":
+                i = int(np.flatnonzero(too_long)[0])
+                d = setup.directions[int(dirs[i])]
+                raise ValueError(
+                    f"{d.key} row {int(rows[i])}: {int(src_len[i])} source / {int(tgt_len[i])} target tokens, over "
+                    f"max_source_positions={o.max_source_positions} / max_target_positions={o.max_target_positions} "
+                    f"(filter.on_too_long='raise'; 'skip' drops and counts such samples)")
+            keep = np.flatnonzero(~too_long)
+            src_len, tgt_len = src_len[keep], tgt_len[keep]
+        rng = np.random.default_rng([o.seed, epoch, w, 7])
+        if o.shuffle:
+            order = length_order(src_len, tgt_len if self.sources.with_target else None, rng)
+        else:  # validation: by (cost, src), ties in sample order; no randomness
+            order = np.lexsort((src_len, np.maximum(src_len, tgt_len)))
+        select = keep[order]
+        src_len, tgt_len = src_len[order], tgt_len[order]
+        if o.pack_shape:
+            sub, ends, masked, packed = cutting.packed(src_len, tgt_len, o.pack_shape, self.rows_per_packed_batch(),
+                                                       rng if o.shuffle else None)
+            select = select[sub]
+        elif o.shapes:
+            sub, ends, shape, masked, unfit = cutting.static(src_len, tgt_len, o.shapes, self.sources.with_target,
+                                                             o.on_too_long)
+            filtered = filtered + np.bincount(dirs[select[unfit]], minlength=ndir)
+            select = select[sub]
+        else:
+            ends = cutting.dynamic(src_len, tgt_len, o.max_tokens, o.max_sentences, o.multiple)
+        served = cutting.block_shuffle(len(ends), o.balance_block, rng) if o.shuffle else np.arange(len(ends))
+        return self._finish(setup, epoch, w, s, select, ends, served, filtered, shape, masked, packed)
+
+    def _finish(self, setup, epoch, w, s, select, ends, served, filtered, shape=None, masked=None,
+                packed=None) -> Window:
+        """Reorder the per-sample rows once into batch order and record the window."""
+        win = Window(epoch, w, s[select], ends=ends, order=served, shape=shape, masked=masked, packed=packed)
+        self._filtered.setdefault(win.epoch, {})[win.index] = filtered
+        if win.masked is not None:
+            self._masked.setdefault(win.epoch, {})[win.index] = int(win.masked.sum())  # rows (packing: of pairs)
+        setup.window_batches[win.index] = len(win)
+        self._window_cache = ((win.epoch, win.index), win)
+        return win
+
+    def rows_per_packed_batch(self) -> int:
+        o = self.opts
+        return cutting.packed_rows_per_batch(o.pack_shape, o.max_tokens, o.max_sentences, o.multiple)
+
+    # ------------------------------------------------------------------------------------------- lookup
+    def window_start(self, epoch: int, w: int) -> int:
+        """Global index of window w's first batch (plans earlier windows' integers if needed)."""
+        setup = self.setup(epoch)
+        start = 0
+        for k in range(w):
+            if k not in setup.window_batches:
+                self.window(epoch, k)
+            start += setup.window_batches[k]
+        return start
+
+    def locate(self, epoch: int, g: int, hint: tuple[int, int] = (0, 0)) -> tuple[int, int] | None:
+        """(window, position in window) of global batch g, or None when the epoch has fewer batches."""
+        setup = self.setup(epoch)
+        w, start = hint
+        if start > g:
+            w, start = 0, 0
+        while self._exists(setup, w):
+            n = setup.window_batches.get(w)
+            if n is None:
+                self.window(epoch, w)
+                n = setup.window_batches[w]
+            if g < start + n:
+                return w, g - start
+            start += n
+            w += 1
+        return None
+
+    def num_batches(self, epoch: int) -> int:
+        """Batches in the epoch (plans every window's integers the first time)."""
+        setup = self.setup(epoch)
+        w = 0
+        while self._exists(setup, w):
+            if w not in setup.window_batches:
+                self.window(epoch, w)
+            w += 1
+        return sum(setup.window_batches[k] for k in range(w))
+
+    def _exists(self, setup: EpochSetup, w: int) -> bool:
+        """Whether the epoch has a window w (stream sampler: plans the windows before it to find out)."""
+        if setup.num_windows >= 0:
+            return w < setup.num_windows
+        self._plan_marks(setup, w)
+        return w in setup.stream and setup.stream[w].sample < setup.samples
+
+    def masked_rows(self, epoch: int) -> int:
+        """Rows added to fill static-shape batches in ``epoch``, over the windows planned so far."""
+        return int(sum(self._masked.get(epoch, {}).values()))
+
+    def filtered(self, epoch: int) -> np.ndarray:
+        """Too-long samples per direction in ``epoch``, over the windows planned so far."""
+        out = np.zeros(len(self.sources.keys), dtype=np.int64)
+        for counts in self._filtered.get(epoch, {}).values():
+            out += counts
+        return out
+
+    def fingerprint(self) -> str:
+        comps = [(c.key, c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist()) for c in self.sources.components]
+        opts = asdict(self.opts)
+        if self.opts.schedule is None or not self.opts.schedule.boundaries:
+            opts.pop("batches_per_update")  # only a changing schedule makes the plan depend on it
+        blob = json.dumps({"opts": opts, "split": self.sources.split, "shards": self.sources.shards,
+                           "components": comps}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,118 @@
+"""The stream sampler's side of the planner: every stream is endless and keeps its position across epochs.
+
+Pass c over a stream's n rows is a keyed permutation (``mixing.StreamDraw``). The mix is decided per planning
+window, from the weights at the optimizer update of the window's first batch, so windows are planned in order:
+each window's *mark* (sample offset in the epoch, every stream's position, global batches before it, the update
+its weights come from) follows from planning the one before it. With a ``step`` schedule a window that would run
+past a boundary is re-planned, cut where the boundary falls, so the next window starts on the new weights.
+
+:class:`StreamPlanning` is a part of :class:`~loader.plan.EpochPlanner`; it uses the planner's ``setup``,
+``window``, ``probabilities`` and ``_plan_window``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .mixing import StreamDraw, stratified_counts, stream_rows
+from .packing import ragged_arange
+
+
+@dataclass(frozen=True)
+class StreamMark:
+    """Where the stream sampler stands at the start of a window: sample offset in the epoch, every stream's
+    position (samples read since training began), global batches before it (since training began), and the
+    optimizer update whose weights the window uses."""
+
+    sample: int
+    positions: np.ndarray
+    batches: int
+    update: float
+
+
+class StreamPlanning:
+    def _stream_setup(self, epoch: int, directions, sizes: np.ndarray):
+        from .plan import EpochSetup
+
+        positions, batches = self.epoch_start(epoch)
+        update = batches / self.opts.batches_per_update
+        probs = self.probabilities(directions, update)
+        total = self._epoch_total(sizes, probs)
+        draws = [StreamDraw(d.size, (self.opts.seed, "stream", d.key)) for d in directions]
+        setup = EpochSetup(epoch, directions, probs, np.zeros(len(directions), np.int64), draws, -1,
+                           samples=total, expected=stratified_counts(probs, total))
+        setup.stream[0] = StreamMark(0, positions, batches, update)
+        self._setup = setup
+        self._window_cache = None
+        return setup
+
+    def epoch_start(self, epoch: int) -> tuple[np.ndarray, int]:
+        """Stream sampler: (every stream's position, global batches since training began) at the start of
+        ``epoch``. Known from the previous epoch's plan or a resumed state; otherwise earlier epochs are planned
+        (integers only) to find it."""
+        if epoch not in self._starts:
+            known = max(e for e in self._starts if e < epoch)
+            for e in range(known, epoch):
+                self.num_batches(e)
+        return self._starts[epoch]
+
+    def set_epoch_start(self, epoch: int, positions, batches: int) -> None:
+        positions = np.asarray(positions, dtype=np.int64)
+        if positions.shape != (len(self.keys),) or (positions < 0).any() or batches < 0:
+            raise ValueError(f"a stream state needs {len(self.keys)} non-negative positions, got {positions.tolist()}")
+        self._starts[epoch] = (positions, int(batches))
+        if self._setup is not None and self._setup.epoch == epoch:
+            self._setup = None
+
+    def _stream_window(self, setup, epoch: int, w: int):
+        """Window w of a stream epoch: counts from the weights at its first batch's update. With a step
+        schedule, a window that would run past a boundary is cut where the boundary falls, and the next window
+        starts on the new weights."""
+        o = self.opts
+        self._plan_marks(setup, w)
+        if w not in setup.stream or setup.stream[w].sample >= setup.samples:
+            raise IndexError(f"epoch {epoch} has fewer than {w + 1} windows")
+        mark = setup.stream[w]
+        size = min(o.window or setup.samples, setup.samples - mark.sample)
+        win, counts = self._stream_plan(setup, epoch, w, mark, size)
+        next_update = (mark.batches + len(win)) / o.batches_per_update
+        sched = o.schedule
+        if sched is not None and sched.mode == "step" and len(win):
+            crossed = [b for b in sched.boundaries if mark.update < b < next_update]
+            if crossed and size > 1:
+                at = crossed[0] * o.batches_per_update - mark.batches  # batches until the boundary
+                size = max(1, size * at // len(win))
+                win, counts = self._stream_plan(setup, epoch, w, mark, size)
+                next_update = max((mark.batches + len(win)) / o.batches_per_update, crossed[0])
+        if w + 1 not in setup.stream:
+            setup.counts += counts
+            nxt = StreamMark(mark.sample + size, mark.positions + counts, mark.batches + len(win), next_update)
+            setup.stream[w + 1] = nxt
+            if nxt.sample >= setup.samples:
+                setup.num_windows = w + 1
+                self._starts[epoch + 1] = (nxt.positions, nxt.batches)
+        return win
+
+    def _stream_plan(self, setup, epoch, w, mark: StreamMark, size: int):
+        probs = self.probabilities(setup.directions, mark.update)
+        counts = stratified_counts(probs, size)
+        live = np.flatnonzero(counts)
+        dirs = np.repeat(live, counts[live]).astype(np.int32)
+        rows = stream_rows(setup.draws, dirs, ragged_arange(mark.positions[live], counts[live]))
+        at = np.concatenate([[0], np.cumsum(counts[live])])
+        spans = [(d, int(a), int(b)) for d, a, b in zip(live.tolist(), at[:-1].tolist(), at[1:].tolist())]
+        return self._plan_window(setup, epoch, w, dirs, rows, spans), counts
+
+    def stream_mark(self, epoch: int, w: int) -> StreamMark:
+        """Stream sampler: the mark at the start of window w (plans earlier windows if needed)."""
+        setup = self.setup(epoch)
+        self._plan_marks(setup, w)
+        return setup.stream[w]
+
+    def _plan_marks(self, setup, w: int) -> None:
+        """Plan the windows before w until its mark exists (or the epoch's last window is planned): each
+        window's mark comes from planning the one before it."""
+        while w not in setup.stream and setup.num_windows < 0:
+            self.window(setup.epoch, max(setup.stream))
