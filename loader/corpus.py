@@ -99,6 +99,9 @@ class ShardedCorpus:
         if not self.files:
             raise FormatError(self.root, "no .idx files found (expected shardNNN/{split}.{src}-{tgt}.{lang}.idx)")
         self._by_key = {(f.split, f.direction, f.lang, f.shard): f for f in self.files}
+        self._shards: dict = {}  # (split, direction or None, lang) -> shards, for lookups in O(1)
+        for f in self.files:
+            self._shards.setdefault((f.split, f.direction, f.lang), set()).add(f.shard)
         if check:
             self.check()
 
@@ -142,7 +145,7 @@ class ShardedCorpus:
         """Shards holding ``key`` (a direction or a monolingual language) in ``split``, ascending."""
         direction = key if "-" in key else None
         lang = key.split("-")[0] if direction else key
-        return sorted({f.shard for f in self.files if f.split == split and f.direction == direction and f.lang == lang})
+        return sorted(self._shards.get((split, direction, lang), ()))
 
     def num_shards(self, split: str, key: str) -> int:
         return len(self.shard_ids(split, key))
@@ -177,25 +180,26 @@ class ShardedCorpus:
         for f in self.files:
             if not os.path.exists(data_path(f.prefix)):
                 raise FileNotFoundError(2, f"{f.prefix}.idx has no .bin beside it", data_path(f.prefix))
-        for split in self.splits:
-            for direction in self.directions(split):
-                src, tgt = direction.split("-")
-                for shard in sorted({f.shard for f in self.files if f.split == split and f.direction == direction}):
-                    sides = {lang: self._by_key.get((split, direction, lang, shard)) for lang in (src, tgt)}
-                    missing = [lang for lang, f in sides.items() if f is None]
-                    if missing:
-                        present = next(f for f in sides.values() if f is not None)
-                        raise SideMismatchError(
-                            present.prefix + ".idx",
-                            f"{split} {direction} shard {shard} has no {missing[0]} side beside this file",
-                        )
-                    a, b = (read_sequence_count(sides[lang].prefix) for lang in (src, tgt))
-                    if a != b:
-                        raise SideMismatchError(
-                            sides[src].prefix + ".idx",
-                            f"{a} sentences, but the {tgt} side {sides[tgt].prefix}.idx has {b} "
-                            f"({split} {direction} shard {shard})",
-                        )
+        pairs = sorted({(f.split, f.direction) for f in self.files if f.direction})
+        for split, direction in pairs:
+            src, tgt = direction.split("-")
+            shards = self._shards.get((split, direction, src), set()) | self._shards.get((split, direction, tgt), set())
+            for shard in sorted(shards):
+                sides = {lang: self._by_key.get((split, direction, lang, shard)) for lang in (src, tgt)}
+                missing = [lang for lang, f in sides.items() if f is None]
+                if missing:
+                    present = next(f for f in sides.values() if f is not None)
+                    raise SideMismatchError(
+                        present.prefix + ".idx",
+                        f"{split} {direction} shard {shard} has no {missing[0]} side beside this file",
+                    )
+                a, b = (read_sequence_count(sides[lang].prefix) for lang in (src, tgt))
+                if a != b:
+                    raise SideMismatchError(
+                        sides[src].prefix + ".idx",
+                        f"{a} sentences, but the {tgt} side {sides[tgt].prefix}.idx has {b} "
+                        f"({split} {direction} shard {shard})",
+                    )
 
     def dictionary(self, lang: str | None = None) -> Dictionary:
         """``root/dict.txt``, else ``dict.{lang}.txt`` in the root or the first shard."""

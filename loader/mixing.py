@@ -32,7 +32,7 @@ import hashlib
 
 import numpy as np
 
-from .permute import derive_key, permute
+from .permute import derive_key, permute, permute_many
 
 SAMPLERS = ("stratified", "fairseq", "concat", "stream")
 
@@ -118,6 +118,31 @@ class StratifiedDraw:
         return out
 
 
+def stratified_rows(draws: list, which: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``draws[which[i]].rows([positions[i]])`` for every i in one vectorised pass (many corpora at once)."""
+    which = np.asarray(which, dtype=np.int64)
+    pos = np.asarray(positions, dtype=np.int64)
+    if not len(pos):
+        return np.zeros(0, np.int64)
+    used = np.unique(which)
+    table = np.zeros((int(used[-1]) + 1, 3), np.int64)
+    okeys = np.zeros((len(table), 4), np.uint64)
+    ekeys = np.zeros((len(table), 4), np.uint64)
+    for d in used.tolist():
+        draw = draws[d]
+        table[d] = draw.n, draw.count, draw.q * draw.n
+        okeys[d], ekeys[d] = draw.order_key, draw.extra_key
+    slot = permute_many(pos, table[:, 1], okeys, which)
+    n, full = table[which, 0], table[which, 2]
+    out = np.empty_like(slot)
+    base = slot < full
+    out[base] = slot[base] % n[base]
+    extra = np.flatnonzero(~base)
+    if len(extra):
+        out[extra] = permute_many(slot[extra] - full[extra], table[:, 0], ekeys, which[extra])
+    return out
+
+
 # ------------------------------------------------------------------------------------------- fairseq
 def fairseq_class_hash(name: str = "SampledMultiDataset") -> int:
     """``int(hashlib.sha1(name.encode()).hexdigest(), 16) % 2**32``, fairseq's per-class RNG seed component."""
@@ -180,3 +205,19 @@ class StreamDraw:
             sel = passes == c
             out[sel] = permute(local[sel], self.n, derive_key(*self.key_parts, "pass", int(c)))
         return out
+
+
+def stream_rows(draws: list, which: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``draws[which[i]].rows([positions[i]])`` for every i in one vectorised pass (many streams at once)."""
+    which = np.asarray(which, dtype=np.int64)
+    pos = np.asarray(positions, dtype=np.int64)
+    if not len(pos):
+        return np.zeros(0, np.int64)
+    sizes = np.array([d.n for d in draws], dtype=np.int64)
+    n = sizes[which]
+    if (n <= 0).any():
+        raise ValueError(f"cannot draw from an empty stream {draws[int(which[np.argmax(n <= 0)])].key_parts}")
+    passes, local = np.divmod(pos, n)
+    pairs, inverse = np.unique(np.stack([which, passes], axis=1), axis=0, return_inverse=True)
+    keys = np.stack([derive_key(*draws[d].key_parts, "pass", int(c)) for d, c in pairs.tolist()])
+    return permute_many(local, sizes[pairs[:, 0]], keys, inverse.reshape(-1))
