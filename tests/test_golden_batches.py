@@ -2,7 +2,7 @@
 
 The recording (tests/data/golden_batches.json) was made with the collate and LM code of commit ef27d1e on data
 that depends on integer hashes and a committed SentencePiece model only (tests/golden.py). Each case compares
-the digest of every leaf of every batch, the batch count and the final iterator state.
+the digest of every leaf of every batch, the batch count and the recorded fields of the final iterator state.
 """
 
 import json
@@ -31,7 +31,8 @@ def test_batches_match_the_recording(root, name):
     assert len(got) == len(want), f"{name}: {len(got)} batches, recorded {len(want)}"
     first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), None)
     assert first is None, f"{name}: batch {first} of {len(want)} differs from the recording"
-    assert json.loads(json.dumps(state)) == WANT[name]["state"]
+    state = json.loads(json.dumps(state))
+    assert {k: state.get(k) for k in WANT[name]["state"]} == WANT[name]["state"]  # recorded fields (more may exist)
 
 
 def test_every_case_is_recorded(root):

@@ -36,9 +36,17 @@ def test_concat_samples_are_slices_of_the_shuffled_stream(corpora):
     src = it.sources[0]
     order = src.epoch(1)["order"]
     stream = np.concatenate([seqs[i] for i in order])
-    for j in range(src.samples_per_epoch(1)):
-        got = src.sample(1, j)["tokens"]
-        assert got.tolist() == stream[j * 16: j * 16 + 17].tolist()  # 16 tokens plus the label token
+    per_epoch = src.samples_per_epoch(1)
+    seen = []
+    for g, batch in enumerate(it):
+        epochs, served = src.locate(np.arange(g * 4, g * 4 + 4))  # the k-th samples drawn: (epoch, sample)
+        for row, (e, j) in enumerate(zip(epochs.tolist(), served.tolist())):
+            if e != 1:
+                continue
+            got = np.append(batch["tokens"][row], batch["labels"][row, -1])
+            assert got.tolist() == stream[j * 16: j * 16 + 17].tolist()  # 16 tokens plus the label token
+            seen.append(j)
+    assert len(seen) == len(set(seen)) == min(per_epoch, 40)  # epoch 1 serves distinct samples, all if it can
     # the train split holds the first 90% of documents only
     ds = loader.IndexedDataset(prefix)
     train_docs = loader.document_splits(ds, "90,10,0")["train"][1]

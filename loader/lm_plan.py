@@ -1,0 +1,165 @@
+"""Language-model samples as integers: each sample a list of *pieces* (token-space address, length, column).
+
+A dataset's split is read as its sequences, shuffled anew every epoch, and cut into samples per mode:
+
+* ``concat``: the epoch's sequences concatenated and cut every ``seq_len`` tokens, each sample carrying one
+  extra label token (Megatron's GPT sample index): a sample is the tail of one sequence, whole sequences, and the
+  head of another;
+* ``pack``: whole sequences packed into rows of ``seq_len + 1`` tokens (best-fit decreasing), a piece per
+  sequence at its column;
+* ``sentences``: consecutive sentences of one document up to ``seq_len + 1`` tokens (BERT-style, seed 002).
+
+Samples of an epoch are served in a keyed pseudorandom order. :meth:`LMSource.pieces` turns any set of
+(epoch, sample) pairs into pieces in one vectorised pass; the gather then copies every piece of a batch at once
+(``gather.pieces``). The per-epoch arrays (sequence order, sample index, pack plan) are cached by
+:class:`~loader.blending.IndexCache` under names derived from everything they depend on.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .blending import IndexCache, document_splits
+from .packing import gpt_sample_index, pack, pack_sentences, ragged_arange
+from .permute import derive_key, permute
+from .storage.indexed import IndexedDataset
+
+MODES = ("concat", "pack", "sentences")
+
+
+class LMSource:
+    """One dataset's split, with per-epoch shuffled sequence orders and sample indexes (cached)."""
+
+    def __init__(self, prefix, split: str, split_name: str, seq_len: int, mode: str, seed: int,
+                 cache: IndexCache | None):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.prefix = os.fspath(prefix)
+        self.ds = IndexedDataset(prefix, verify="quick")
+        parts = document_splits(self.ds, split)
+        if parts.get(split_name) is None:
+            raise ValueError(f"{self.prefix}: split {split!r} leaves no documents for {split_name!r}")
+        self.sequences = np.arange(parts[split_name][1].start, parts[split_name][1].stop, dtype=np.int64)
+        self.documents = parts[split_name][0]
+        if not len(self.sequences):
+            raise ValueError(f"{self.prefix}: the {split_name} split is empty")
+        self.seq_len, self.mode, self.seed, self.cache = seq_len, mode, seed, cache
+        self.split, self.split_name = split, split_name
+        self.at = (-1, 0)  # (token space, first token of this dataset there), set by the iterator
+        self._epochs: dict[int, dict] = {}
+        self._counts: dict[int, int] = {}
+
+    def _describe(self, epoch: int) -> dict:
+        st = os.stat(self.prefix + ".idx")
+        return {"kind": "lm-epoch", "prefix": os.path.abspath(self.prefix), "idx_size": st.st_size,
+                "idx_mtime": st.st_mtime_ns, "split": self.split, "split_name": self.split_name,
+                "seq_len": self.seq_len, "mode": self.mode, "seed": self.seed, "epoch": epoch}
+
+    def _build(self, epoch: int) -> dict:
+        order = self.sequences[permute(np.arange(len(self.sequences)), len(self.sequences),
+                                       derive_key(self.seed, "lm-order", self.prefix, epoch))]
+        sizes = np.asarray(self.ds.sizes, dtype=np.int64)
+        if self.mode == "sentences":
+            doc_idx = np.asarray(self.ds.doc_idx)[self.documents.start:self.documents.stop + 1]
+            return {"order": order, "sentence_ranges": pack_sentences(sizes, doc_idx, self.seq_len + 1)}
+        if self.mode == "concat":
+            idx = gpt_sample_index(sizes, order, self.seq_len, add_extra_token=True)
+            return {"order": order, "sample_index": idx}
+        plan = pack(sizes[order], self.seq_len + 1)
+        return {"order": order, "piece_sequence": plan.sequence, "piece_start": plan.start,
+                "piece_length": plan.length, "piece_row": plan.row, "piece_offset": plan.offset,
+                "num_rows": np.asarray([plan.num_rows], dtype=np.int64)}
+
+    def epoch(self, e: int) -> dict:
+        if e not in self._epochs:
+            arrays = self.cache.get("lm", self._describe(e), lambda: self._build(e)) if self.cache else self._build(e)
+            if self.mode == "pack":  # pieces of each row, in column order (CSR)
+                arrays = dict(arrays)
+                row, offset = np.asarray(arrays["piece_row"]), np.asarray(arrays["piece_offset"])
+                arrays["row_order"] = np.lexsort((offset, row))
+                arrays["row_start"] = np.searchsorted(row[arrays["row_order"]],
+                                                      np.arange(int(arrays["num_rows"][0]) + 1))
+            self._epochs = {e: arrays}  # one epoch at a time in memory
+        return self._epochs[e]
+
+    def samples_per_epoch(self, e: int) -> int:
+        if self.mode in ("concat", "sentences"):  # the same samples every epoch, only reordered
+            e = 1
+        if e not in self._counts:
+            arrays = self.epoch(e)
+            if self.mode == "sentences":
+                self._counts[e] = len(arrays["sentence_ranges"])
+            else:
+                self._counts[e] = len(arrays["sample_index"]) - 1 if self.mode == "concat" else int(arrays["num_rows"][0])
+        return self._counts[e]
+
+    def locate(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The k-th samples drawn from this source -> (epoch, sample served there); epochs follow one another and
+        each serves its samples in a keyed pseudorandom order."""
+        k = np.asarray(k, dtype=np.int64)
+        epoch, j = np.ones(len(k), np.int64), k.copy()
+        if len(k):
+            e, start = 1, 0
+            top = int(k.max())
+            while True:
+                n = self.samples_per_epoch(e)
+                if n <= 0:
+                    raise ValueError(f"{self.prefix}: an epoch of this split holds no sample of {self.seq_len} tokens")
+                inside = (k >= start) & (k < start + n)
+                epoch[inside], j[inside] = e, k[inside] - start
+                if start + n > top:
+                    break
+                start += n
+                e += 1
+        out = np.empty_like(j)
+        for e in np.unique(epoch).tolist():
+            sel = epoch == e
+            out[sel] = permute(j[sel], self.samples_per_epoch(e), derive_key(self.seed, "lm-samples", self.prefix, e))
+        return epoch, out
+
+    def pieces(self, e: int, samples: np.ndarray, width: int) -> tuple[np.ndarray, dict]:
+        """Pieces of ``samples`` of epoch ``e``: (pieces per sample, {"start": token-space address, "length",
+        "column": where the piece starts in its row}); pieces of a sample are in column order, and every row is
+        at most ``width`` tokens (longer sentence runs are cut, as a reader would)."""
+        arrays = self.epoch(e)
+        order = np.asarray(arrays["order"])
+        sizes = self.ds.sizes
+        samples = np.asarray(samples, dtype=np.int64)
+        if self.mode == "concat":
+            idx = np.asarray(arrays["sample_index"])
+            (p0, o0), (p1, o1) = idx[samples].T, idx[samples + 1].T
+            count = p1 - p0 + 1
+            p = ragged_arange(p0, count)
+            seq = order[p]
+            size = np.asarray(sizes[seq], dtype=np.int64)
+            first = np.concatenate([[0], np.cumsum(count)[:-1]])
+            is_first = np.zeros(len(p), bool)
+            is_first[first] = True
+            is_last = np.zeros(len(p), bool)
+            is_last[np.cumsum(count) - 1] = True
+            start = np.where(is_first, np.repeat(o0, count), 0)
+            stop = np.minimum(np.where(is_last, np.repeat(o1, count) + 1, size), size)
+            length = np.maximum(stop - start, 0)
+        elif self.mode == "sentences":
+            ranges = np.asarray(arrays["sentence_ranges"])[samples]
+            count = ranges[:, 1] - ranges[:, 0]
+            seq = ragged_arange(ranges[:, 0], count)
+            start = np.zeros(len(seq), np.int64)
+            length = np.asarray(sizes[seq], dtype=np.int64)
+        else:
+            row_start = np.asarray(arrays["row_start"])
+            count = row_start[samples + 1] - row_start[samples]
+            m = np.asarray(arrays["row_order"])[ragged_arange(row_start[samples], count)]
+            seq = order[np.asarray(arrays["piece_sequence"])[m]]
+            start = np.asarray(arrays["piece_start"])[m].astype(np.int64)
+            length = np.asarray(arrays["piece_length"])[m].astype(np.int64)
+            column = np.asarray(arrays["piece_offset"])[m].astype(np.int64)
+        if self.mode != "pack":  # back to back from column 0, cut at the row's width
+            before = np.cumsum(length) - length  # tokens of all earlier pieces
+            first = np.minimum(np.cumsum(count) - count, max(len(length) - 1, 0))
+            column = before - np.repeat(before[first] if len(length) else np.zeros(len(count), np.int64), count)
+            length = np.clip(width - column, 0, length)
+        address = self.at[1] + np.asarray(self.ds.pointers[seq], dtype=np.int64) // self.ds.dtype.itemsize + start
+        return count, {"start": address, "length": length, "column": column}
