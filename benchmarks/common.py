@@ -25,7 +25,9 @@ def best_of(fn, repeat: int = 3) -> float:
 def run_child(code: str, *args: str) -> dict:
     """Run ``code`` in a fresh interpreter; it prints one JSON object as its last line."""
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+    if out.returncode:
+        raise RuntimeError(f"benchmark child failed ({out.returncode}):\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
