@@ -1,6 +1,6 @@
 """grain adapter: the pipeline as a grain dataset, so grain's worker processes do the gathering.
 
-    ds = loader.adapters.grain.batch_dataset(config, epoch=1, rank=r, world_size=w, num_workers=2)
+    ds = loader.adapters.grain.batch_dataset(config, epoch=1, rank=r, world_size=w, num_workers=2)  # MT or LM config
     it = iter(ds)
     for batch in it: ...
     state = it.get_state()          # grain's checkpoint; it.set_state(state) (or orbax's
@@ -26,17 +26,17 @@ import grain
 class BatchSource:
     """A grain RandomAccessDataSource: record k is this rank's k-th batch of ``epoch`` (a dict of arrays)."""
 
-    def __init__(self, config, epoch: int = 1, rank: int = 0, world_size: int = 1, split: str = "batches"):
+    def __init__(self, config, epoch: int = 1, rank: int = 0, world_size: int = 1, split: str | None = None):
         self.config, self.epoch, self.rank, self.world_size, self.split = config, epoch, rank, world_size, split
         self._iterator = None
         self._len = None
 
     def _it(self):
         if self._iterator is None:  # opened lazily, in the process that reads
-            from loader.build import build_train_iterator
+            from loader.build import build_iterator
 
-            self._iterator = build_train_iterator(self.config, rank=self.rank, world_size=self.world_size,
-                                                  epoch=self.epoch, split=self.split)
+            self._iterator = build_iterator(self.config, rank=self.rank, world_size=self.world_size,
+                                            epoch=self.epoch, split=self.split)
         return self._iterator
 
     def __len__(self) -> int:
@@ -69,9 +69,10 @@ def _flags_parsed() -> None:
 
 
 def batch_dataset(config, epoch: int = 1, rank: int = 0, world_size: int = 1, num_workers: int = 0,
-                  per_worker_buffer_size: int = 2, read_threads: int = 0, split: str = "batches"):
+                  per_worker_buffer_size: int = 2, read_threads: int = 0, split: str | None = None):
     """This rank's batches of one epoch as a grain IterDataset (``num_workers`` > 0: gathered in worker
-    processes via ``mp_prefetch``)."""
+    processes via ``mp_prefetch``). ``config``: a translation or a language-model config (``split=None``: the
+    iterator's own default, whole batches per rank for translation, rows of every global batch for LM)."""
     source = BatchSource(config, epoch, rank, world_size, split)
     len(source)  # plan once here, so workers inherit the length instead of each planning the epoch
     ds = grain.MapDataset.source(source).to_iter_dataset(

@@ -2,6 +2,7 @@
 
     mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(-1, 2), ("data", "model"))
     batches = loader.adapters.jax.global_batches(config, mesh, data_axes=("data",), prefetch=2)
+    # config: a translation config (configs/tpu_static.py) or a language-model one (configs/lm_packing.py)
     for batch in batches:                      # dict of jax.Array, batch dimension sharded over "data"
         state = train_step(state, batch)
     checkpoint = batches.get_state()           # the position after the last batch handed out
@@ -67,9 +68,18 @@ class DevicePrefetcher(Prefetcher):
 
 
 def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch: int = 1) -> DevicePrefetcher:
-    """The training iterator of ``config`` for this host, as prefetched global jax.Arrays on ``mesh``."""
-    from loader.build import build_train_iterator
+    """The training iterator of ``config`` (translation or LM) for this host, as prefetched global jax.Arrays on
+    ``mesh``. ``config`` may also be an iterator already built with ``split="rows"`` for this process."""
+    from loader.build import build_iterator
+    from loader.iterator import LoaderIterator
 
-    iterator = build_train_iterator(config, rank=jax.process_index(), world_size=jax.process_count(), epoch=epoch,
-                                    split="rows")
+    if isinstance(config, LoaderIterator):
+        iterator = config
+        if (iterator.rank, iterator.world_size, iterator.split) != (jax.process_index(), jax.process_count(), "rows"):
+            raise ValueError(f"the iterator serves rank {iterator.rank} of {iterator.world_size} with split="
+                             f"{iterator.split!r}; JAX needs rank jax.process_index()={jax.process_index()} of "
+                             f"jax.process_count()={jax.process_count()} with split='rows'")
+    else:
+        iterator = build_iterator(config, rank=jax.process_index(), world_size=jax.process_count(), epoch=epoch,
+                                  split="rows")
     return DevicePrefetcher(iterator, data_sharding(mesh, data_axes), prefetch)

@@ -5,7 +5,8 @@
         loss = model(**batch["net_input"]) ...
     state = batches.get_state()
 
-    dataset = loader.adapters.torch.BatchDataset(config)       # rank/world from torch.distributed if initialised
+    dataset = loader.adapters.torch.BatchDataset(config)       # rank/world from torch.distributed if initialised;
+                                                               # a translation or an LM config
     dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=4, pin_memory=True)
     for batch in dl: ...
     state = dataset.state_dict(batches_seen)                   # resume: BatchDataset(config, state=state)
@@ -79,10 +80,11 @@ def dist_rank_world() -> tuple[int, int]:
 class BatchDataset(torch.utils.data.IterableDataset):
     """One epoch of this rank's batches for a DataLoader with ``batch_size=None`` and any ``num_workers``.
 
-    Worker w of rank r is sub-rank ``r * N + w`` of ``world * N``: workers produce distinct batches and the
-    union over workers and ranks is exactly the epoch (padding batches, weight 0, even out the ends). The
-    DataLoader hands out the workers' batches in turn, so this rank's k-th batch is known from k alone:
-    ``state_dict(k)`` / ``BatchDataset(config, state=...)`` resumes every worker where it stopped.
+    Any config: translation (``build_train_iterator``) or language model (``LMIterator``), through
+    ``loader.build_iterator``. Worker w of N takes this rank's batches k with ``k % N == w``, gathering them by
+    random access (``batch_at``); the DataLoader hands out the workers' batches in turn, so the batches arrive in
+    exactly the order the iterator serves them in-process, whatever N. ``state_dict(k)`` /
+    ``BatchDataset(config, state=...)`` resumes after this rank's k-th batch, with any number of workers.
 
     If the process has loaded a multithreaded library such as JAX, give the DataLoader
     ``multiprocessing_context="forkserver"`` (or ``"spawn"``): forking a multithreaded process can deadlock.
@@ -90,7 +92,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
     """
 
     def __init__(self, config, epoch: int = 1, rank: int | None = None, world_size: int | None = None,
-                 num_workers: int | None = None, state: dict | None = None, tensors: bool = True):
+                 num_workers: int | None = None, state: dict | None = None, tensors: bool = True,
+                 split: str | None = None):
         super().__init__()
         r, w = dist_rank_world()
         self.config = config
@@ -99,7 +102,12 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.epoch = int(state["epoch"]) if state else epoch
         self.batches_seen = int(state["batches_seen"]) if state else 0
         self.tensors = tensors
-        self._declared_workers = num_workers
+        self.split = split
+        self._len = None
+
+    def set_epoch(self, epoch: int) -> None:
+        """Serve ``epoch`` from the next iteration on (from its start)."""
+        self.epoch, self.batches_seen = int(epoch), 0
 
     def _workers(self) -> tuple[int, int]:
         info = torch.utils.data.get_worker_info()
@@ -107,19 +115,19 @@ class BatchDataset(torch.utils.data.IterableDataset):
             return 0, 1
         return info.id, info.num_workers
 
-    def __iter__(self):
-        from loader.build import build_train_iterator
+    def _iterator(self):
+        from loader.build import build_iterator
 
+        return build_iterator(self.config, rank=self.rank, world_size=self.world_size, epoch=self.epoch,
+                              split=self.split)
+
+    def __iter__(self):
         worker, n = self._workers()
-        # The DataLoader serves workers in turn from worker 0; after k batches the next one belongs to sub-rank
-        # k % n, so worker w plays sub-rank (w + k) % n and the interleaving continues where it stopped.
-        sub = (worker + self.batches_seen) % n
-        it = build_train_iterator(self.config, rank=self.rank * n + sub, world_size=self.world_size * n,
-                                  epoch=self.epoch)
-        done_steps = max(0, -(-(self.batches_seen - sub) // n))  # this sub-rank's batches among the first k
-        if done_steps:
-            it.set_state({**it.get_state(), "epoch": self.epoch, "consumed": done_steps * self.world_size * n})
-        for batch in it:  # one epoch: the iterator stops at its end
+        it = self._iterator()
+        # The DataLoader takes one batch from each worker in turn, starting with worker 0: batch k of this run is
+        # this rank's batch batches_seen + k, made by worker k % n.
+        for k in range(self.batches_seen + worker, len(it), n):
+            batch = it.batch_at(k)
             yield to_torch(batch) if self.tensors else batch
 
     def state_dict(self, batches_seen: int) -> dict:
@@ -127,8 +135,6 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return {"epoch": self.epoch, "batches_seen": int(batches_seen)}
 
     def __len__(self) -> int:
-        from loader.build import build_train_iterator
-
-        n = self._declared_workers or 1
-        it = build_train_iterator(self.config, rank=self.rank * n, world_size=self.world_size * n, epoch=self.epoch)
-        return len(it) * n
+        if self._len is None:
+            self._len = len(self._iterator())
+        return self._len

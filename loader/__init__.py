@@ -16,10 +16,11 @@ from .errors import (
 )
 from .blending import IndexCache, blending_indices, document_splits, parse_data_path, parse_split
 from .bins import LengthBinSampler
-from .build import build_train_iterator, build_valid_iterator
+from .build import build_iterator, build_train_iterator, build_valid_iterator
 from .config import load_config
 from .corpus import CorpusFile, ShardedCorpus
 from .dictionary import Dictionary, lang_token
+from .iterator import LoaderIterator
 from .lm import LMIterator
 from .mixing import sampling_probabilities
 from .batches import BatchIterator
@@ -31,6 +32,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchIterator",
+    "LoaderIterator",
+    "build_iterator",
     "build_train_iterator",
     "build_valid_iterator",
     "load_config",

@@ -241,6 +241,30 @@ def _pack_shape(value: str) -> tuple:
     return (ls, lt)
 
 
+def is_lm_config(config) -> bool:
+    """A language-model config (configs/lm_packing.py: ``data_path``, ``seq_len``, ...) rather than a translation
+    config (configs/nllb_like.py: ``data``, ``mixing``, ``batching``, ...)."""
+    return "data_path" in config
+
+
+def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, split: str | None = None):
+    """The training iterator of any config: :class:`~loader.lm.LMIterator` for a language-model config, else
+    :func:`build_train_iterator`. ``split=None`` takes the iterator's own default: ``"batches"`` for translation
+    (a whole batch per rank), ``"rows"`` for LM (every global batch split into rows per rank).
+
+    Both follow one protocol (``loader/iterator.py``), so the JAX, torch and grain adapters take either."""
+    if is_lm_config(config):
+        from .lm import LMIterator
+
+        if split not in (None, "rows"):
+            raise ValueError(f"an LM config splits every global batch into rows per rank; split={split!r} does not "
+                             f"apply (global_batch counts the samples of one step over all ranks)")
+        if epoch != 1:
+            raise ValueError("an LM iterator is one pass over num_samples (epochs happen inside each dataset)")
+        return LMIterator.from_config(config, rank=rank, world_size=world_size)
+    return build_train_iterator(config, rank=rank, world_size=world_size, epoch=epoch, split=split or "batches")
+
+
 def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1,
                          split: str = "batches") -> BatchIterator:
     """The training iterator of ``config`` for one rank (raises ValueError on invalid settings).
