@@ -120,3 +120,23 @@ def test_two_process_gloo(root):
     assert everyone == outs[1]["all"]
     union = everyone[0] + everyone[1]
     assert len(union) == len(set(union)) == 600 + 500 + 120 + 80 + 12 + 9
+
+
+def as_numpy(batch):
+    if isinstance(batch, dict):
+        return {k: as_numpy(v) for k, v in batch.items()}
+    return batch.numpy() if isinstance(batch, torch.Tensor) else batch
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+@pytest.mark.parametrize("workers", [0, 2, 3])
+def test_dataloader_serves_exactly_the_in_process_batches(root, workers):
+    """Whatever the worker count, a rank's DataLoader yields the batches its iterator yields in-process, in
+    order, every leaf equal."""
+    from golden import digest
+
+    cfg = config_for(root, batching__window=300)
+    for rank in range(2):
+        want = [digest(b) for b in loader.build_train_iterator(cfg, rank=rank, world_size=2)]
+        got = [digest(as_numpy(b)) for b in loader_for(BatchDataset(cfg, rank=rank, world_size=2), workers)]
+        assert got == want

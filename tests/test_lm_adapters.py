@@ -1,0 +1,218 @@
+"""The LM iterator through the same adapters as translation: JAX global arrays on 8 fake devices, torch DataLoader
+workers, grain workers; exact resume in a fresh process, and on another world size."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import golden
+import loader
+from loader.lm import LMIterator
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LEAVES = ("tokens", "labels", "loss_mask", "segment_ids", "positions", "dataset")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("lmadapters")
+    golden.make_lm_data(r)
+    return r
+
+
+def lm_config(root, mode="pack", global_batch=24, batches=20):
+    cfg = loader.load_config(os.path.join(os.path.dirname(HERE), "configs", "lm_packing.py"))
+    cfg.data_path = f"0.4 {root}/lm/web 0.6 {root}/lm/books"
+    cfg.seq_len, cfg.global_batch, cfg.num_samples = 24, global_batch, global_batch * batches
+    cfg.split, cfg.mode, cfg.cache_dir = "90,10,0", mode, str(root / "cache")
+    return cfg
+
+
+def digest(batch) -> str:
+    h = hashlib.sha256()
+    for key in LEAVES:
+        a = np.asarray(batch[key])
+        h.update(f"{key}{a.dtype.str}{a.shape}".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def test_build_iterator_takes_an_lm_config(root):
+    cfg = lm_config(root)
+    it = loader.build_iterator(cfg, rank=1, world_size=3)
+    assert isinstance(it, LMIterator) and (it.rank, it.world_size, it.split) == (1, 3, "rows")
+    assert next(it)["tokens"].shape == (8, 24)
+    with pytest.raises(ValueError, match="rows per rank"):
+        loader.build_iterator(cfg, split="batches")
+    with pytest.raises(ValueError, match="multiple of world_size"):
+        loader.build_iterator(cfg, world_size=5)
+
+
+@pytest.mark.parametrize("mode", ["concat", "pack", "sentences"])
+def test_world_size_2_to_3_resumes_exactly_in_a_fresh_process(root, mode):
+    cfg = lm_config(root, mode)
+    full = list(loader.build_iterator(cfg))
+    cut = 7
+    two = [loader.build_iterator(cfg, rank=r, world_size=2) for r in range(2)]
+    for _ in range(cut):
+        for it in two:
+            next(it)
+    states = [it.get_state() for it in two]
+    assert states[0] == states[1]
+    code = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import loader
+from test_lm_adapters import digest, lm_config
+import pathlib
+cfg = lm_config(pathlib.Path(sys.argv[2]), sys.argv[3])
+out = []
+its = [loader.build_iterator(cfg, rank=r, world_size=3) for r in range(3)]
+for it in its:
+    it.set_state(json.loads(sys.argv[4]))
+for parts in zip(*its):
+    out.append(digest({k: np.concatenate([p[k] for p in parts]) for k in parts[0]}))
+print(json.dumps(out))
+"""
+    res = subprocess.run([sys.executable, "-c", code, HERE, str(root), mode, json.dumps(states[0])],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    resumed = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(resumed) == len(full) - cut
+    assert resumed == [digest(b) for b in full[cut:]]
+
+
+def test_state_is_checked(root):
+    cfg = lm_config(root)
+    it = loader.build_iterator(cfg)
+    next(it)
+    state = it.get_state()
+    other = loader.build_iterator(lm_config(root, mode="concat"))
+    with pytest.raises(ValueError, match="fingerprint"):
+        other.set_state(state)
+    with pytest.raises(ValueError, match="multiple of global_batch"):
+        it.set_state({**state, "consumed_samples": 5})
+    with pytest.raises(ValueError, match="non-negative integer"):
+        it.set_state({**state, "consumed_samples": -24})
+    with pytest.raises(ValueError, match="translation iterator"):
+        it.set_state({"version": 1, "epoch": 1, "consumed": 0})
+    with pytest.raises(ValueError, match="no fingerprint"):
+        it.set_state({"version": 1, "consumed_samples": 24})  # a state saved before fingerprints
+    it.set_state({"version": 1, "consumed_samples": 24}, strict=False)
+    assert it.consumed == 24
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+@pytest.mark.parametrize("workers", [2, 3])
+def test_torch_dataloader_workers_serve_the_in_process_batches(root, workers):
+    import torch
+
+    from loader.adapters.torch import BatchDataset
+
+    cfg = lm_config(root)
+    for rank in range(2):
+        want = [digest(b) for b in loader.build_iterator(cfg, rank=rank, world_size=2)]
+        ds = BatchDataset(cfg, rank=rank, world_size=2)
+        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
+                                         multiprocessing_context="forkserver")
+        got = [digest({k: v.numpy() for k, v in b.items()}) for b in dl]
+        assert got == want and len(ds) == len(want)
+        k = 1 + int(np.random.default_rng(workers + rank).integers(len(want) - 2))  # a random cut
+        resumed = BatchDataset(cfg, rank=rank, world_size=2, state=ds.state_dict(k))
+        dl = torch.utils.data.DataLoader(resumed, batch_size=None, num_workers=workers,
+                                         multiprocessing_context="forkserver")
+        assert [digest({k: v.numpy() for k, v in b.items()}) for b in dl] == want[k:]
+
+
+JAX_CHILD = r"""
+import json, pathlib, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import jax
+from jax.sharding import Mesh
+import loader
+from loader.adapters import jax as jax_adapter
+from test_lm_adapters import LEAVES, lm_config
+
+assert len(jax.devices()) == 8
+cfg = lm_config(pathlib.Path(sys.argv[2]))
+report = {}
+for name, shape, axes in (("data8", (8,), ("data",)), ("data4_model2", (4, 2), ("data",))):
+    mesh = Mesh(np.array(jax.devices()).reshape(shape), ("data",) if len(shape) == 1 else ("data", "model"))
+    want_all = list(loader.build_iterator(cfg))
+    got_all = list(jax_adapter.global_batches(cfg, mesh, data_axes=axes, prefetch=2))
+    assert len(got_all) == len(want_all)
+    checked = 0
+    for want, got in zip(want_all, got_all):
+        for key in LEAVES:
+            arr = got[key]
+            assert isinstance(arr, jax.Array) and arr.shape == want[key].shape, key
+            assert np.array_equal(np.asarray(arr), want[key]), key
+        per = want["tokens"].shape[0] // shape[0]
+        for shard in got["tokens"].addressable_shards:
+            d = shard.index[0].start or 0
+            assert np.array_equal(np.asarray(shard.data), want["tokens"][d:d + per])
+            checked += 1
+    report[name] = {"batches": len(got_all), "checked": checked}
+mesh = Mesh(np.array(jax.devices()), ("data",))
+a = jax_adapter.global_batches(cfg, mesh, prefetch=3)
+head = [np.asarray(next(a)["tokens"]) for _ in range(5)]
+state = a.get_state()
+rest = [np.asarray(b["tokens"]) for b in a]
+b = jax_adapter.global_batches(cfg, mesh, prefetch=1)
+b.set_state(state)
+again = [np.asarray(x["tokens"]) for x in b]
+report["resume"] = len(rest) == len(again) > 0 and all(np.array_equal(x, y) for x, y in zip(rest, again))
+print(json.dumps(report))
+"""
+
+
+def test_jax_global_arrays_on_8_devices(root):
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", JAX_CHILD, HERE, str(root)], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["data8"]["batches"] == 20 and report["data8"]["checked"] == 8 * 20
+    assert report["data4_model2"]["checked"] == 8 * 20
+    assert report["resume"] is True
+
+
+GRAIN_SCRIPT = r'''
+import json, pathlib, sys
+sys.path.insert(0, sys.argv[1])
+
+if __name__ == "__main__":
+    import loader
+    from loader.adapters import grain as grain_adapter
+    from test_lm_adapters import digest, lm_config
+
+    cfg = lm_config(pathlib.Path(sys.argv[2]))
+    want = [digest(b) for b in loader.build_iterator(cfg, rank=1, world_size=2)]
+    report = {"batches": len(want)}
+    for workers in (0, 2):
+        ds = grain_adapter.batch_dataset(cfg, rank=1, world_size=2, num_workers=workers)
+        report[f"same_{workers}"] = [digest(b) for b in ds] == want
+    it = iter(grain_adapter.batch_dataset(cfg, rank=1, world_size=2, num_workers=2))
+    head = [digest(next(it)) for _ in range(6)]
+    state = it.get_state()
+    it2 = iter(grain_adapter.batch_dataset(cfg, rank=1, world_size=2, num_workers=2))
+    it2.set_state(state)
+    report["resume"] = head + [digest(b) for b in it2] == want
+    print(json.dumps(report))
+'''
+
+
+def test_grain_workers_serve_the_in_process_batches(root, tmp_path):
+    script = tmp_path / "lm_grain.py"
+    script.write_text(GRAIN_SCRIPT)
+    out = subprocess.run([sys.executable, str(script), HERE, str(root)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report == {"batches": 20, "same_0": True, "same_2": True, "resume": True}
