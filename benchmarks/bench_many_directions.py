@@ -5,7 +5,8 @@ The same 1.2M synthetic sentence pairs (log-normal lengths) are spread over 4, 1
 
 * ``build_train_iterator`` (configs/nllb_like.py, temperature 1, 16k-token batches) to its first batch: time,
   and memory (RssAnon: what the process allocated; RssFile: page-cache pages of the data mapped into it);
-* a whole epoch through the iterator: real source + target tokens per second, planning included;
+* two epochs through the iterator: real source + target tokens per second, planning included; epoch 1 counts
+  the build and every first touch of the data's pages, epoch 2 is the steady state the rest of a run sees;
 * on 1,000 directions, the baseline the issue names: a plain per-sample numpy loop (``memmap[ptr:ptr+n]`` row
   by row into padded arrays, prefixes and ``prev_output_tokens`` included) over the same batches' rows.
 
@@ -53,9 +54,15 @@ for batch in it:
     written += batch["net_input"]["src_tokens"].nbytes + 2 * batch["target"].nbytes
     n += 1
 t_epoch = time.perf_counter() - t0 + t_first
+t0 = time.perf_counter()
+tokens2 = 0
+for batch in it:  # the second epoch: planning of its windows included, nothing left to set up or fault in
+    tokens2 += int(batch["net_input"]["src_lengths"].sum()) + batch["ntokens"]
+t_epoch2 = time.perf_counter() - t0
 out = {"directions": len(it.planner.keys), "first_s": t_first, "anon_mb": anon1 - anon0, "file_mb": file1 - file0,
-       "peak_anon_mb": rss_mb("RssAnon") - anon0, "batches": n, "tokens": tokens, "epoch_s": t_epoch,
-       "written": written, "open_files": len(os.listdir("/proc/self/fd"))}
+       "end_anon_mb": rss_mb("RssAnon") - anon0, "batches": n, "tokens": tokens, "epoch_s": t_epoch,
+       "tokens2": tokens2, "epoch2_s": t_epoch2, "written": written, "open_files": len(os.listdir("/proc/self/fd")),
+       "kernel": __import__("loader.gather").gather.KERNEL is not None}
 
 if baseline:  # the same rows, one sample at a time, as a plain numpy loop would gather them
     planner, collater = it.planner, it.collater
@@ -124,37 +131,49 @@ def main(argv=None) -> str:
     p.add_argument("--directions", default="4,100,1000,10000")
     p.add_argument("--workdir", default=os.path.join("build", "bench"))
     p.add_argument("--sentences", type=int, default=1_200_000)
+    p.add_argument("--repeat", type=int, default=3, help="runs per size, interleaved; the best epoch is kept")
     a = p.parse_args(argv)
     import many_data
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ks = [int(k) for k in a.directions.split(",")]
     results = {}
+    roots = {}
     for k in ks:
-        root = os.path.join(a.workdir, "many", f"{k}" if a.sentences == many_data.TOTAL else f"{k}-{a.sentences}")
-        many_data.build(root, k, total=a.sentences)
-        results[k] = run_child(CHILD, root, "1024" if k >= 10_000 else "0", "1" if k == 1000 else "0", repo)
+        roots[k] = os.path.join(a.workdir, "many", f"{k}" if a.sentences == many_data.TOTAL else f"{k}-{a.sentences}")
+        many_data.build(roots[k], k, total=a.sentences)
+    for rep in range(a.repeat):  # interleaved, so a slow spell of this shared machine hits every size alike
+        for k in ks:
+            r = run_child(CHILD, roots[k], "1024" if k >= 10_000 else "0", "1" if k == 1000 and not rep else "0",
+                          repo)
+            best = results.get(k)
+            if best is None or r["tokens2"] / r["epoch2_s"] > best["tokens2"] / best["epoch2_s"]:
+                r = {**(best or {}), **r}
+                results[k] = r
     copy = run_child(COPY)["copy_gbs"]
     base = results[ks[0]]
-    base_rate = base["tokens"] / base["epoch_s"]
+    base_rate = base["tokens2"] / base["epoch2_s"]
     rows = []
     for k in ks:
         r = results[k]
-        rate = r["tokens"] / r["epoch_s"]
-        rows.append([f"{k:,}", f"{r['first_s']:.2f} s", f"{r['anon_mb']:.0f} / {r['peak_anon_mb']:.0f} MB",
-                     f"{r['file_mb']:.0f} MB", r["open_files"], f"{r['batches']:,}", f"{rate / 1e6:.1f} M",
-                     f"{rate / base_rate:.2f}x", f"{r['written'] / r['epoch_s'] / 1e9 / copy:.0%}"])
-    parts = [table(f"one epoch of {a.sentences:,} sentence pairs through build_train_iterator, one core "
-                   f"(16k-token batches, temperature 1; copy bandwidth {copy:.1f} GB/s)", rows,
-                   ["directions", "build + first batch", "RssAnon after / peak", "RssFile", "open files", "batches",
-                    "real tokens/s", f"vs {ks[0]:,} directions", "output writes / copy bw"])]
+        rate, rate1 = r["tokens2"] / r["epoch2_s"], r["tokens"] / r["epoch_s"]
+        rows.append([f"{k:,}", f"{r['first_s']:.2f} s", f"{r['anon_mb']:.0f} / {r['end_anon_mb']:.0f} MB",
+                     f"{r['file_mb']:.0f} MB", r["open_files"], f"{r['batches']:,}", f"{rate1 / 1e6:.1f} M",
+                     f"{rate / 1e6:.1f} M", f"{rate / base_rate:.2f}x",
+                     f"{r['written'] / r['epoch_s'] / 1e9 / copy:.0%}"])
+    kernel = "compiled kernel" if base.get("kernel") else "numpy gather (no compiled kernel)"
+    parts = [table(f"{a.sentences:,} sentence pairs through build_train_iterator, one core, {kernel} (16k-token "
+                   f"batches, temperature 1; best of {a.repeat} fresh processes; copy bandwidth {copy:.1f} GB/s)",
+                   rows, ["directions", "build + first batch", "RssAnon first batch / end", "RssFile", "open files",
+                          "batches", "epoch 1 tokens/s (build incl.)", "epoch 2 tokens/s",
+                          f"epoch 2 vs {ks[0]:,} directions", "output writes / copy bw"])]
     if 1000 in results and "loop" in results[1000]:
         r = results[1000]
         parts.append(table("1,000 directions, the same 600 batches' rows (tokens/s, best of 3)", [
             ["plain per-sample numpy loop (memmap[ptr:ptr+n] row by row)", f"{r['loop'] / 1e6:.2f} M", "1.0x"],
             ["babelfeed collate", f"{r['ours_same_batches'] / 1e6:.1f} M", f"{r['ours_same_batches'] / r['loop']:.0f}x"],
-            ["babelfeed iterator, whole epoch (planning included)",
-             f"{r['tokens'] / r['epoch_s'] / 1e6:.1f} M", f"{r['tokens'] / r['epoch_s'] / r['loop']:.0f}x"]],
+            ["babelfeed iterator, epoch 2 (planning included)",
+             f"{r['tokens2'] / r['epoch2_s'] / 1e6:.1f} M", f"{r['tokens2'] / r['epoch2_s'] / r['loop']:.0f}x"]],
             ["", "tokens/s", "vs loop"]))
     text = "\n".join(["# many directions"] + parts)
     print(text)

@@ -125,6 +125,9 @@ class SimulatedComponent:
         return self._len(rows, self.salt)
     def tgt_lengths(self, rows):
         return self._len(rows, self.salt + 1)
+    def describe(self, rows, pairs, starts):  # lengths, and addresses (none: nothing is gathered here)
+        pairs[:, 2] = self.src_lengths(rows)
+        pairs[:, 3] = self.tgt_lengths(rows)
 
 def _erfinv(y):  # Giles' approximation, plenty for simulated lengths
     w = -np.log((1.0 - y) * (1.0 + y))
@@ -145,6 +148,8 @@ class SimulatedSources:
         self.keys = [f"d{i:03d}" for i in range(len(sizes))]
         self.components = [SimulatedComponent(k, int(n), 17 * i) for i, (k, n) in enumerate(zip(self.keys, sizes))]
         self.split, self.shards, self.with_target = "train", "all", True
+    def row_table(self):
+        return None
     def directions(self, epoch):
         return [Direction(c.key, i, [c], [i], len(c)) for i, c in enumerate(self.components)]
 

@@ -159,7 +159,7 @@ def _cache_dir(config) -> str:
 
 def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, object]:
     d = config.data
-    corpus = ShardedCorpus(d.path)
+    corpus = ShardedCorpus(d.path, check=False)  # the sides of what is used are checked as they are opened
     dictionary = corpus.dictionary()
     if _tasks(config):
         streams = _task_streams(config, corpus, dictionary, split, keep=keys)
@@ -334,7 +334,7 @@ def shape_plan(config, planner: EpochPlanner) -> ShapePlan | None:
 def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str | None = None) -> BatchIterator:
     """Every sample of the validation split once, in a fixed order, nothing dropped; one epoch."""
     split = split or config.data.valid_split
-    corpus = ShardedCorpus(config.data.path)
+    corpus = ShardedCorpus(config.data.path, check=False)
     available = set(corpus.directions(split)) | set(corpus.monolingual(split))
     if _tasks(config):  # every task corpus with validation data (raw-text ones: where the template's file exists)
         wanted, keys = "the tasks' corpora", sorted(available)

@@ -83,21 +83,26 @@ class _Side:
         self.space = np.array([a[0] for a in at], dtype=np.int64)
         self.prefix, self.plen = _prefix_table([getattr(c, f"{side}_prefix") for c in comps])
         self.spaces_used = sorted({int(s) for s in self.space if s >= 0})
+        # every component in one token space, none raw: no per-batch lookup of spaces
+        self.single = len(self.spaces_used) == 1 and bool((self.space >= 0).all())
 
-    def padded(self, spaces, comp, start, length, width: int, left_pad: bool, pad: int, dtype) -> np.ndarray:
+    def padded(self, spaces, comp, start, length, width: int, left_pad: bool, pad: int, dtype, prev_eos=None):
         plen = self.plen[comp]
+        if self.single:
+            return gather.padded(spaces, self.spaces_used[0], start, length - plen, self.prefix[comp], plen, width,
+                                 left_pad, pad, dtype, prev_eos)
         sid = self.space[comp]
-        one = len(self.spaces_used) == 1 and (sid >= 0).all()
         if not len(self.spaces_used):  # raw text only: prefixes and padding, the caller writes the rest
             out = np.full((len(comp), width), pad, dtype=dtype)
             gather.put_prefix(out, self.prefix[comp], plen,
                               (width - length) if left_pad else np.zeros(len(comp), np.int64))
-            return out
+            return out if prev_eos is None else (out, None)
+        one = len(self.spaces_used) == 1 and (sid >= 0).all()
         if not one:  # rows of raw text read a harmless address; their cells are written over
             start = np.where(sid >= 0, start, gather.MARGIN if spaces.flat else 0)
             sid = np.where(sid >= 0, sid, self.spaces_used[0])
         return gather.padded(spaces, self.spaces_used[0] if one else sid, start, length - plen, self.prefix[comp],
-                             plen, width, left_pad, pad, dtype)
+                             plen, width, left_pad, pad, dtype, prev_eos)
 
     def with_prefix(self, comp: np.ndarray, seg: Ragged) -> Ragged:
         """Raw-text rows: each segmentation behind its component's prefix."""
@@ -130,6 +135,7 @@ class Collater:
         for c, g in zip(comps, self.noise_group.tolist()):
             self.noise_steps[g] = (c.src_noise, len(c.src_prefix))
         self.noised = np.array([bool(c.src_noise) for c in comps], dtype=bool)
+        self.any_raw, self.any_noise = bool(self.raw.any()), bool(self.noised.any())
 
     def ids(self, comp, local) -> np.ndarray:
         return self.id_base[comp] + local
@@ -144,11 +150,11 @@ class Collater:
         src_len, tgt_len = np.array(s.src_len, dtype=np.int64), np.array(s.tgt_len, dtype=np.int64)
         n = len(ids)
         has_tgt = self.sources.with_target
-        raw_src, raw_tgt = ({}, {}) if not self.raw[comp].any() else self._segment(comp, local, ids, epoch,
-                                                                                   src_len, tgt_len)
+        raw_src, raw_tgt = ({}, {}) if not (self.any_raw and self.raw[comp].any()) else self._segment(
+            comp, local, ids, epoch, src_len, tgt_len)
         weight = np.ones(n, np.float32) if weight is None else np.asarray(weight, np.float32)
         src_ragged = None
-        if self.noised[comp].any():
+        if self.any_noise and self.noised[comp].any():
             src_ragged, src_len, weight = self._noised_sources(s, comp, ids, src_len, raw_src, weight, epoch,
                                                                pad_to_length)
         order = np.argsort(-src_len, kind="stable") if (o.sort_by_source_length if sort is None else sort) \
@@ -174,23 +180,27 @@ class Collater:
         if has_tgt:
             tgt_len = tgt_len[order]
             width = _width(tgt_len.max(initial=0), o.pad_to_multiple, ptl.get("target", 0))
-            tgt = self._side(self.tgt, raw_tgt, comp, s.tgt_start, tgt_len, order, width, o.left_pad_target,
-                             lengths_sorted=True)
+            tgt, prev = self._side(self.tgt, raw_tgt, comp, s.tgt_start, tgt_len, order, width, o.left_pad_target,
+                                   lengths_sorted=True, prev_eos=o.eos)
+            if prev is None or raw_tgt:  # raw-text rows were written after the shift
+                prev = shift_eos_to_front(tgt, tgt_len, o.pad, o.eos, o.left_pad_target)
             batch["target"] = tgt
-            batch["net_input"]["prev_output_tokens"] = shift_eos_to_front(tgt, tgt_len, o.pad, o.eos,
-                                                                          o.left_pad_target)
+            batch["net_input"]["prev_output_tokens"] = prev
             batch["ntokens"] = int(tgt_len[batch["weight"] > 0].sum())
         else:
             batch["ntokens"] = int(src_len[order][batch["weight"] > 0].sum())
         return batch
 
     def _side(self, side: _Side, raw: dict, comp, start, length, order, width: int, left_pad: bool,
-              lengths_sorted: bool = False) -> np.ndarray:
-        """One side's padded rows in batch order: one gather from the token spaces, raw-text rows written over."""
+              lengths_sorted: bool = False, prev_eos=None):
+        """One side's padded rows in batch order: one gather from the token spaces, raw-text rows written over
+        (with ``prev_eos``: also the rows shifted behind it, before raw-text rows are written)."""
         o = self.opts
         lengths = length if lengths_sorted else length[order]
         out = side.padded(self.sources.spaces, comp[order], start[order], lengths, width, left_pad, o.pad,
-                          np.dtype(o.dtype))
+                          np.dtype(o.dtype), prev_eos)
+        if prev_eos is not None:
+            out, prev = out
         if raw:
             inverse = np.empty(len(order), dtype=np.int64)
             inverse[order] = np.arange(len(order))
@@ -198,7 +208,7 @@ class Collater:
                 rows = inverse[pos]
                 out[rows] = o.pad
                 gather.from_ragged(out, rows, seg.tokens, seg.lengths, left_pad)
-        return out
+        return out if prev_eos is None else (out, prev)
 
     def _segment(self, comp, local, ids, epoch: int, src_len, tgt_len) -> tuple[dict, dict]:
         """Raw-text rows, segmented now (within their planned lengths): per component, (rows, prefix + pieces)
@@ -303,9 +313,7 @@ class Collater:
         plen = side.plen[comp]
         body = np.asarray(length, np.int64) - plen
         base = np.asarray(row, np.int64) * shape[1] + offset
-        sid = side.space[comp]
-        flat = out.reshape(-1)
-        flat[gather.ragged_arange(base + plen, body)] = gather.pieces(self.sources.spaces, sid, start, body)
+        gather.scatter(self.sources.spaces, side.space[comp], start, body, out, base + plen)
         r, k = np.nonzero(np.arange(side.prefix.shape[1]) < plen[:, None])
-        flat[base[r] + k] = side.prefix[comp][r, k]
+        out.reshape(-1)[base[r] + k] = side.prefix[comp][r, k]
         return out

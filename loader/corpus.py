@@ -142,10 +142,11 @@ class ShardedCorpus:
         return sorted({f.shard for f in self.files})
 
     def shard_ids(self, split: str, key: str) -> list[int]:
-        """Shards holding ``key`` (a direction or a monolingual language) in ``split``, ascending."""
-        direction = key if "-" in key else None
-        lang = key.split("-")[0] if direction else key
-        return sorted(self._shards.get((split, direction, lang), ()))
+        """Shards holding ``key`` (a direction: either side; or a monolingual language) in ``split``, ascending."""
+        if "-" in key:
+            src, tgt = key.split("-")
+            return sorted(self._shards.get((split, key, src), set()) | self._shards.get((split, key, tgt), set()))
+        return sorted(self._shards.get((split, None, key), ()))
 
     def num_shards(self, split: str, key: str) -> int:
         return len(self.shard_ids(split, key))
@@ -182,24 +183,28 @@ class ShardedCorpus:
                 raise FileNotFoundError(2, f"{f.prefix}.idx has no .bin beside it", data_path(f.prefix))
         pairs = sorted({(f.split, f.direction) for f in self.files if f.direction})
         for split, direction in pairs:
-            src, tgt = direction.split("-")
-            shards = self._shards.get((split, direction, src), set()) | self._shards.get((split, direction, tgt), set())
-            for shard in sorted(shards):
-                sides = {lang: self._by_key.get((split, direction, lang, shard)) for lang in (src, tgt)}
-                missing = [lang for lang, f in sides.items() if f is None]
-                if missing:
-                    present = next(f for f in sides.values() if f is not None)
-                    raise SideMismatchError(
-                        present.prefix + ".idx",
-                        f"{split} {direction} shard {shard} has no {missing[0]} side beside this file",
-                    )
-                a, b = (read_sequence_count(sides[lang].prefix) for lang in (src, tgt))
-                if a != b:
-                    raise SideMismatchError(
-                        sides[src].prefix + ".idx",
-                        f"{a} sentences, but the {tgt} side {sides[tgt].prefix}.idx has {b} "
-                        f"({split} {direction} shard {shard})",
-                    )
+            for shard in self.shard_ids(split, direction):
+                self.check_shard(split, direction, shard)
+
+    def check_shard(self, split: str, direction: str, shard: int, counts: tuple[int, int] | None = None) -> None:
+        """Both sides of ``direction`` exist in ``shard`` and hold the same number of sentences (``counts``: the
+        two sides' counts when the caller has opened them; else read from the index headers)."""
+        src, tgt = direction.split("-")
+        sides = {lang: self._by_key.get((split, direction, lang, shard)) for lang in (src, tgt)}
+        missing = [lang for lang, f in sides.items() if f is None]
+        if missing:
+            present = next(f for f in sides.values() if f is not None)
+            raise SideMismatchError(
+                present.prefix + ".idx",
+                f"{split} {direction} shard {shard} has no {missing[0]} side beside this file",
+            )
+        a, b = counts if counts is not None else (read_sequence_count(sides[lang].prefix) for lang in (src, tgt))
+        if a != b:
+            raise SideMismatchError(
+                sides[src].prefix + ".idx",
+                f"{a} sentences, but the {tgt} side {sides[tgt].prefix}.idx has {b} "
+                f"({split} {direction} shard {shard})",
+            )
 
     def dictionary(self, lang: str | None = None) -> Dictionary:
         """``root/dict.txt``, else ``dict.{lang}.txt`` in the root or the first shard."""

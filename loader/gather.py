@@ -12,9 +12,15 @@ inside the margins or a neighbouring file, and are always overwritten.
 
 Where flat spaces are not available (no POSIX ``mmap`` through ctypes), every file is its own space and the
 gather runs once per space present in the batch (the same results, slower with many corpora).
+
+An optional compiled kernel (``_gather.c``, built by ``pip install`` where a C compiler exists) writes each
+output cell once and prefetches the rows ahead; without it (or with ``BABELFEED_KERNEL=0``) the numpy path
+gives the same arrays.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -23,6 +29,14 @@ from .packing import ragged_arange
 from .storage.mapping import FlatSpace, MappingError, flat_layout, native_available
 
 MARGIN = 1 << 20  # tokens of zero padding before and after a flat space: rows up to this wide read no file ends
+
+try:  # the optional compiled kernel (setup.py); BABELFEED_KERNEL=0 uses numpy only
+    from . import _gather as _compiled
+except ImportError:
+    _compiled = None
+KERNEL = _compiled if os.environ.get("BABELFEED_KERNEL", "1") != "0" else None
+_OUT_CODES = {np.dtype(np.int64): "q", np.dtype(np.int32): "i"}
+_SPACE_CODES = frozenset("bBhHiIqQlL")
 
 
 class TokenSpaces:
@@ -112,43 +126,77 @@ def _window_rows(spaces: "TokenSpaces", sid: int, first: np.ndarray, width: int)
     tokens = spaces.tokens(sid)
     if width == 0 or len(first) == 0:
         return np.zeros((len(first), width), tokens.dtype)
+    if len(first) and (int(first.min()) < 0 or int(first.max()) + width > len(tokens)):
+        raise IndexError(f"a row's tokens lie outside token space {sid} ({len(tokens)} tokens): a corrupt index?")
     if spaces.margin(sid) >= width:  # a strided view whose row k starts at token k: one fancy index copies every row
         return spaces.view(sid, width)[first]
     return np.take(tokens, first[:, None] + np.arange(width, dtype=np.int64), mode="clip")
 
 
 def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body: np.ndarray, prefix: np.ndarray,
-           plen: np.ndarray, width: int, left_pad: bool, pad: int, dtype) -> np.ndarray:
+           plen: np.ndarray, width: int, left_pad: bool, pad: int, dtype, prev_eos: int | None = None):
     """Rows of ``prefix + tokens`` padded to ``width``: int ``dtype`` [B, width].
 
     Row r holds ``prefix[r, :plen[r]]`` then the ``body[r]`` tokens at space address ``start[r]`` of space
     ``space[r]`` (or one space id for every row), right-aligned with ``left_pad``. Rows longer than ``width``
-    are the caller's error (it sizes ``width`` from the lengths).
+    are the caller's error (it sizes ``width`` from the lengths). With ``prev_eos``, returns ``(rows, prev)``:
+    ``prev`` is fairseq's ``prev_output_tokens`` of the rows (each shifted one column right behind ``prev_eos``).
     """
     n = len(start)
     body = np.asarray(body, dtype=np.int64)
     plen = np.asarray(plen, dtype=np.int64)
     total = body + plen
     col0 = (width - total) if left_pad else np.zeros(n, np.int64)
-    first = np.asarray(start, dtype=np.int64) - col0 - plen
+    start = np.asarray(start, dtype=np.int64)
     out = np.empty((n, width), dtype=dtype)
-    if np.ndim(space) == 0:
-        sids = [int(space)]
-    else:
-        sids = np.unique(space).tolist()
+    prev = np.empty((n, width), dtype=dtype) if prev_eos is not None else None
+    sids = [int(space)] if np.ndim(space) == 0 else np.unique(space).tolist()
+    code = _OUT_CODES.get(np.dtype(dtype))
     for sid in sids:
         rows = slice(None) if len(sids) == 1 else np.flatnonzero(space == sid)
-        vals = _window_rows(spaces, sid, first[rows], width)
+        tokens = spaces.tokens(sid)
+        if KERNEL is not None and code and tokens.dtype.char in _SPACE_CODES:
+            one = len(sids) == 1
+            part = out if one else np.empty((len(rows), width), dtype=dtype)
+            part_prev = prev if one or prev is None else np.empty((len(rows), width), dtype=dtype)
+            pre = np.ascontiguousarray(prefix[rows], dtype=np.int64)
+            KERNEL.fill_rows(tokens, tokens.dtype.char, spaces.shift(sid), np.ascontiguousarray(start[rows]),
+                             np.ascontiguousarray(body[rows]), np.ascontiguousarray(col0[rows]),
+                             np.ascontiguousarray(plen[rows]), pre, pre.shape[1], pad, part, code, part_prev,
+                             prev_eos or 0)
+            if not one:
+                out[rows] = part
+                if prev is not None:
+                    prev[rows] = part_prev
+            continue
+        vals = _window_rows(spaces, sid, start[rows] - col0[rows] - plen[rows], width)
         shift = spaces.shift(sid)
         if shift:
             vals = vals.astype(np.int64) - shift
         out[rows] = vals
-    cols = np.arange(width, dtype=np.int32)
-    if left_pad:
-        np.putmask(out, cols < col0.astype(np.int32)[:, None], pad)
-    else:
-        np.putmask(out, cols >= total.astype(np.int32)[:, None], pad)
-    put_prefix(out, prefix, plen, col0)
+        cols = np.arange(width, dtype=np.int32)
+        block = out[rows] if len(sids) > 1 else out
+        if left_pad:
+            np.putmask(block, cols < col0[rows].astype(np.int32)[:, None], pad)
+        else:
+            np.putmask(block, cols >= total[rows].astype(np.int32)[:, None], pad)
+        put_prefix(block, prefix[rows], plen[rows], col0[rows])
+        if len(sids) > 1:
+            out[rows] = block
+        if prev is not None:
+            prev[rows] = _shifted(block, col0[rows], total[rows], pad, prev_eos)
+    return out if prev is None else (out, prev)
+
+
+def _shifted(rows: np.ndarray, col0: np.ndarray, total: np.ndarray, pad: int, eos: int) -> np.ndarray:
+    """Each row's ``total`` cells from ``col0`` shifted one column right behind ``eos``; pad elsewhere."""
+    out = np.empty_like(rows)
+    out[:, 0] = pad
+    out[:, 1:] = rows[:, :-1]
+    cols = np.arange(rows.shape[1])
+    np.putmask(out, (cols < col0[:, None]) | (cols >= (col0 + total)[:, None]), pad)
+    real = np.flatnonzero(total > 0)
+    out[real, col0[real]] = eos
     return out
 
 
@@ -187,20 +235,35 @@ def from_ragged(out: np.ndarray, rows, tokens: np.ndarray, lengths: np.ndarray, 
     out[rows] = block
 
 
-def pieces(spaces: TokenSpaces, space, start: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """int64 tokens of pieces ``[start, start + length)`` (space addresses), back to back."""
-    start = np.asarray(start, dtype=np.int64)
-    length = np.asarray(length, dtype=np.int64)
-    out = np.empty(int(length.sum()), dtype=np.int64)
+def scatter(spaces: TokenSpaces, space, start: np.ndarray, length: np.ndarray, out: np.ndarray,
+            dest: np.ndarray) -> None:
+    """Pieces ``[start, start + length)`` (space addresses) written at flat offsets ``dest`` of ``out`` (a C-ordered
+    int array of any shape), one copy per token."""
+    start = np.ascontiguousarray(start, dtype=np.int64)
+    length = np.ascontiguousarray(length, dtype=np.int64)
+    dest = np.ascontiguousarray(dest, dtype=np.int64)
+    flat = out.reshape(-1)
+    code = _OUT_CODES.get(out.dtype)
     sids = [int(space)] if np.ndim(space) == 0 else np.unique(space).tolist()
     for sid in sids:
         sel = None if len(sids) == 1 else np.flatnonzero(space == sid)
-        st, ln = (start, length) if sel is None else (start[sel], length[sel])
-        vals = spaces.tokens(sid)[ragged_arange(st, ln)]
+        st, ln, ds = (start, length, dest) if sel is None else (start[sel], length[sel], dest[sel])
+        tokens = spaces.tokens(sid)
+        if KERNEL is not None and code and tokens.dtype.char in _SPACE_CODES:
+            KERNEL.pieces(tokens, tokens.dtype.char, spaces.shift(sid), st, ln, ds, flat, code)
+            continue
+        src = ragged_arange(st, ln)
+        if len(src) and (int(st.min()) < 0 or int((st + ln).max()) > len(tokens)):
+            raise IndexError(f"a piece lies outside token space {sid} ({len(tokens)} tokens): a corrupt index?")
+        vals = tokens[src]
         if spaces.shift(sid):
             vals = vals.astype(np.int64) - spaces.shift(sid)
-        if sel is None:
-            out[:] = vals
-        else:
-            out[ragged_arange((np.cumsum(length) - length)[sel], ln)] = vals
+        flat[ragged_arange(ds, ln)] = vals
+
+
+def pieces(spaces: TokenSpaces, space, start: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """int64 tokens of pieces ``[start, start + length)`` (space addresses), back to back."""
+    length = np.asarray(length, dtype=np.int64)
+    out = np.empty(int(length.sum()), dtype=np.int64)
+    scatter(spaces, space, start, length, out, np.cumsum(length) - length)
     return out

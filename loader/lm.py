@@ -148,8 +148,7 @@ class LMIterator(LoaderIterator):
         n, width = len(dataset), self.seq_len + 1
         text = np.zeros((n, width), dtype=np.int64)
         space = p["space"] if len(self.spaces) > 1 else (int(self.space_of[0]) if len(self.space_of) else 0)
-        text.reshape(-1)[ragged_arange(rows * width + p["column"], p["length"])] = gather.pieces(
-            self.spaces, space, p["start"], p["length"])
+        gather.scatter(self.spaces, space, p["start"], p["length"], text, rows * width + p["column"])
         if self.mode == "pack":
             seg, pos, _, _ = segments(n, width, rows, p["column"], p["length"])
             mask = (seg > 0).astype(np.float32)

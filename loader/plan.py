@@ -324,6 +324,10 @@ class EpochPlanner(StreamPlanning):
         comp, local = locate_many(setup.directions, dirs, rows)
         pairs[:, 1] = comp
         s.m[:, 2] = local
+        table = self.sources.row_table()
+        if table is not None:  # every component's rows in flat arrays: a few gathers for the whole window
+            table.describe(comp, local, pairs, s.m[:, 3:5])
+            return s
         comps = self.sources.components
         if all(len(setup.directions[d].components) == 1 for d, _, _ in spans):  # a span is one component
             for d, a, b in spans:

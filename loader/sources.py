@@ -207,6 +207,8 @@ class SourceSet:
         self.components: list[Component] = []
         self._by_key: dict[str, list[int]] = {}
         cache = LengthCache(length_cache_mb * 2**20) if length_cache_mb > 0 else None
+        self.length_cache = cache
+        self._rows: RowTable | None | bool = False  # built on first use (False: not yet decided)
         opened: dict = {}  # (key, lang, shard) -> IndexedDataset, shared by the streams that read it
         lengths: dict = {}  # id(dataset) -> the lengths dict its components share
 
@@ -256,10 +258,14 @@ class SourceSet:
                     src = open_text(spec, src_lang, langs)
                     tgt = (open_text(spec, tgt_lang, langs) if "-" in key else src) if with_target else None
                 else:
+                    if "-" in key:
+                        corpus.check_shard(split, key, shard, counts=(0, 0))  # both sides exist (no reading)
                     src = open_(key, src_lang if "-" in key else None, shard)
                     tgt = None
                     if with_target:
                         tgt = open_(key, tgt_lang, shard) if "-" in key else src
+                        if "-" in key:
+                            corpus.check_shard(split, key, shard, counts=(len(src), len(tgt)))
                 self._by_key[spec.name].append(len(self.components))
                 comp = Component(spec.name, shard, src, tgt, sp, tp, cache, src_noise=tuple(spec.noise))
                 comp._lengths = lengths.setdefault(id(src), {})  # one length copy per file, however many streams
@@ -274,6 +280,19 @@ class SourceSet:
             if isinstance(c.tgt, IndexedDataset):
                 c.tgt_at = self.spaces.address(c.tgt)
 
+    def row_table(self) -> "RowTable | None":
+        """Every row's lengths and token addresses in flat arrays, when there are enough components for it to pay
+        (more than ``RowTable.MIN_COMPONENTS``) and it fits what is left of the length budget; else None."""
+        if self._rows is False:
+            self._rows = None
+            budget = self.length_cache.budget - self.length_cache.used if self.length_cache is not None else 0
+            if len(self.components) > RowTable.MIN_COMPONENTS:
+                rows = sum(len(ds) for ds in _distinct(self.components))
+                if RowTable.BYTES_PER_ROW * rows <= budget:
+                    self._rows = RowTable(self.components, self.spaces)
+                    self.length_cache.used += self._rows.nbytes
+        return self._rows
+
     def directions(self, epoch: int) -> list[Direction]:
         out = []
         for d, key in enumerate(self.keys):
@@ -286,6 +305,73 @@ class SourceSet:
     @property
     def max_shards(self) -> int:
         return max(len(v) for v in self._by_key.values())
+
+
+def _distinct(components) -> list:
+    seen: dict = {}
+    for c in components:
+        for ds in (c.src, c.tgt):
+            if ds is not None:
+                seen.setdefault(id(ds), ds)
+    return list(seen.values())
+
+
+class RowTable:
+    """Lengths and token addresses of every row of every dataset of a SourceSet, in two flat arrays.
+
+    With thousands of small corpora, reading lengths and addresses component by component costs more than the
+    rows themselves; with the table, a window's samples are described by a few gathers whatever the number of
+    components. 12 bytes per row (int32 length, int64 address), taken from the length budget
+    (``data.length_cache_mb``); components then read their lengths from it instead of copying them.
+    """
+
+    MIN_COMPONENTS = 8
+    BYTES_PER_ROW = 12
+
+    def __init__(self, components, spaces):
+        datasets = _distinct(components)
+        counts = np.array([len(ds) for ds in datasets], dtype=np.int64)
+        base = np.concatenate([[0], np.cumsum(counts)])
+        where = {id(ds): int(b) for ds, b in zip(datasets, base[:-1].tolist())}
+        self.size = np.empty(int(base[-1]), dtype=np.int32)
+        self.start = np.zeros(int(base[-1]), dtype=np.int64)
+        for ds, a, b in zip(datasets, base[:-1].tolist(), base[1:].tolist()):
+            self.size[a:b] = ds.sizes
+            if isinstance(ds, IndexedDataset):
+                self.start[a:b] = ds.pointers
+                self.start[a:b] //= ds.dtype.itemsize
+                self.start[a:b] += spaces.address(ds)[1]
+        self.nbytes = self.size.nbytes + self.start.nbytes
+        n = len(components)
+        self.src_row = np.array([where[id(c.src)] for c in components], dtype=np.int64)
+        self.tgt_row = np.array([where[id(c.tgt)] if c.tgt is not None else -1 for c in components], dtype=np.int64)
+        self.src_plen = np.array([len(c.src_prefix) for c in components], dtype=np.int32)
+        self.tgt_plen = np.array([len(c.tgt_prefix) for c in components], dtype=np.int32)
+        for c, (ds, a, b) in ((c, (ds, where[id(ds)], where[id(ds)] + len(ds))) for c in components
+                              for ds in (c.src, c.tgt) if ds is not None):
+            side = "src" if ds is c.src else "tgt"
+            c._lengths.setdefault(side, self.size[a:b])  # lengths come from the table, not from copies
+            if c.tgt is c.src:
+                c._lengths.setdefault("tgt", self.size[a:b])
+        self.components = n
+
+    def describe(self, comp: np.ndarray, local: np.ndarray, pairs: np.ndarray, starts: np.ndarray) -> None:
+        """Lengths (prefixes included) into int32 ``pairs[:, 2:4]``, addresses into ``starts[:, 0:2]``."""
+        g = self.src_row[comp] + local
+        pairs[:, 2] = self.size[g]
+        pairs[:, 2] += self.src_plen[comp]
+        starts[:, 0] = self.start[g]
+        has_tgt = self.tgt_row[comp] >= 0
+        if has_tgt.all():
+            g = self.tgt_row[comp] + local
+            pairs[:, 3] = self.size[g]
+            pairs[:, 3] += self.tgt_plen[comp]
+            starts[:, 1] = self.start[g]
+        elif has_tgt.any():
+            sel = np.flatnonzero(has_tgt)
+            g = self.tgt_row[comp[sel]] + local[sel]
+            pairs[sel, 3] = self.size[g] + self.tgt_plen[comp[sel]]
+            starts[sel, 1] = self.start[g]
 
 
 def _streams_of_keys(keys, source_prefix, target_prefix, prefix_overrides, noise) -> list[StreamSpec]:

@@ -46,12 +46,27 @@ def test_side_count_mismatch_names_both_files(fixtures_dir, tmp_path):
     assert "shard001/train.eng_Latn-tur_Latn.eng_Latn.idx" in msg and "25 sentences" in msg
     assert "shard001/train.eng_Latn-tur_Latn.tur_Latn.idx has 40" in msg and "shard 1" in msg
     ShardedCorpus(root, check=False)  # opt out for inspection
+    cfg = loader.load_config(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "nllb_like.py"))
+    cfg.data.path = str(root)
+    d = loader.Dictionary()
+    d.add_language_tokens(["eng_Latn", "tur_Latn"])
+    d.save(str(root / "dict.txt"))
+    with pytest.raises(loader.SideMismatchError, match="has 40"):  # the iterator checks what it opens
+        loader.build_train_iterator(cfg)
 
 
 def test_missing_side_and_missing_bin(tmp_path):
     write(str(tmp_path / "shard000/train.en-de.en"), [[5, 2]])
     with pytest.raises(loader.SideMismatchError, match="no de side"):
         ShardedCorpus(tmp_path)
+    d = loader.Dictionary()
+    d.add_language_tokens(["en", "de"])
+    d.save(str(tmp_path / "dict.txt"))
+    cfg = loader.load_config(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "nllb_like.py"))
+    cfg.data.path = str(tmp_path)
+    with pytest.raises(loader.SideMismatchError, match="no de side"):
+        loader.build_train_iterator(cfg)
+    os.unlink(tmp_path / "dict.txt")
     write(str(tmp_path / "shard000/train.en-de.de"), [[6, 2]])
     os.unlink(tmp_path / "shard000/train.en-de.de.bin")
     with pytest.raises(FileNotFoundError, match="no .bin"):

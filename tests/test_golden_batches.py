@@ -37,3 +37,25 @@ def test_batches_match_the_recording(root, name):
 
 def test_every_case_is_recorded(root):
     assert sorted(golden.cases(root)) == sorted(WANT)
+
+
+def test_batches_match_with_the_row_table_and_without_flat_spaces(root, monkeypatch):
+    """The two other planner/gather paths give the same batches: lengths and addresses from the flat row table
+    (used with many components), and gathering file by file (where flat spaces are unavailable)."""
+    import loader.gather
+    import loader.sources
+
+    monkeypatch.setattr(loader.sources.RowTable, "MIN_COMPONENTS", 0)
+    monkeypatch.setattr(loader.gather, "native_available", lambda: False)
+    built = []
+    original = loader.sources.RowTable.__init__
+
+    def spy(self, *args):
+        built.append(self)
+        original(self, *args)
+
+    monkeypatch.setattr(loader.sources.RowTable, "__init__", spy)
+    for name, fn in golden.cases(root).items():
+        batches, _ = fn()
+        assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name
+    assert built  # the table was used

@@ -1,0 +1,188 @@
+/* babelfeed's optional gather kernel: rows and pieces of a token space copied into padded arrays.
+ *
+ * The numpy gather (gather.py) reads each row through a fancy index and then makes several passes over the
+ * batch (cast, padding, prefixes). Here each output cell is written once, each token read once, and the rows
+ * a few ahead are prefetched, so the random reads of a batch overlap instead of waiting one after another.
+ * Every address is checked against the space before it is read: a bad one returns an error, never a crash.
+ *
+ * Built by setup.py as an optional extension; when it is missing, gather.py's numpy path gives the same arrays.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define AHEAD 8
+
+static int item_of(char code) {
+    switch (code) {
+    case 'b': case 'B': return 1;
+    case 'h': case 'H': return 2;
+    case 'i': case 'I': return 4;
+    case 'q': case 'Q': case 'l': case 'L': return 8;
+    }
+    return 0;
+}
+
+/* dst[k] = src[k] - shift for k < len, src of the space's type (a switch per row, a typed loop per token) */
+#define COPY_AS(OT, dst, sp, at, len, code, shift)                                                              \
+    switch (code) {                                                                                             \
+    case 'b': { const int8_t *s_ = (const int8_t *)(sp) + (at); for (int64_t k_ = 0; k_ < (len); k_++) (dst)[k_] = (OT)((int64_t)s_[k_] - (shift)); } break;       \
+    case 'B': { const uint8_t *s_ = (const uint8_t *)(sp) + (at); for (int64_t k_ = 0; k_ < (len); k_++) (dst)[k_] = (OT)((int64_t)s_[k_] - (shift)); } break;     \
+    case 'h': { const int16_t *s_ = (const int16_t *)(sp) + (at); for (int64_t k_ = 0; k_ < (len); k_++) (dst)[k_] = (OT)((int64_t)s_[k_] - (shift)); } break;     \
+    case 'H': { const uint16_t *s_ = (const uint16_t *)(sp) + (at); for (int64_t k_ = 0; k_ < (len); k_++) (dst)[k_] = (OT)((int64_t)s_[k_] - (shift)); } break;   \
+    case 'i': { const int32_t *s_ = (const int32_t *)(sp) + (at); for (int64_t k_ = 0; k_ < (len); k_++) (dst)[k_] = (OT)((int64_t)s_[k_] - (shift)); } break;     \
+    case 'I': { const uint32_t *s_ = (const uint32_t *)(sp) + (at); for (int64_t k_ = 0; k_ < (len); k_++) (dst)[k_] = (OT)((int64_t)s_[k_] - (shift)); } break;   \
+    case 'q': case 'l': { const int64_t *s_ = (const int64_t *)(sp) + (at); for (int64_t k_ = 0; k_ < (len); k_++) (dst)[k_] = (OT)(s_[k_] - (shift)); } break; \
+    default: { const uint64_t *s_ = (const uint64_t *)(sp) + (at); for (int64_t k_ = 0; k_ < (len); k_++) (dst)[k_] = (OT)((int64_t)s_[k_] - (shift)); } break;   \
+    }
+
+/* fill_rows(space, code, shift, start, body, col0, plen, prefix, pmax, pad, out, out_code, prev, eos)
+ *
+ * Row r of out ([n, width], int64 'q' or int32 'i'): pad, then plen[r] prefix tokens at column col0[r], then
+ * body[r] tokens read from space[start[r]:], then pad. Values read are reduced by shift. With ``prev`` (an
+ * array like out, or None): fairseq's prev_output_tokens, each row's tokens shifted one column right behind
+ * ``eos`` (an empty row stays all pad).
+ * Returns None, or raises IndexError naming the first row whose tokens lie outside the space. */
+static PyObject *fill_rows(PyObject *self, PyObject *args) {
+    Py_buffer space, start, body, col0, plen, prefix, out, prev = {0};
+    int code, out_code;
+    long long shift, pmax, pad, eos;
+    PyObject *prev_obj;
+    if (!PyArg_ParseTuple(args, "y*CLy*y*y*y*y*LLw*COL", &space, &code, &shift, &start, &body, &col0, &plen,
+                          &prefix, &pmax, &pad, &out, &out_code, &prev_obj, &eos))
+        return NULL;
+    PyObject *result = NULL;
+    if (prev_obj != Py_None && PyObject_GetBuffer(prev_obj, &prev, PyBUF_WRITABLE) < 0)
+        goto done;
+    int item = item_of((char)code);
+    int64_t n = start.len / 8;
+    if (!item || (out_code != 'q' && out_code != 'i') || body.len != start.len ||
+        col0.len != start.len || plen.len != start.len || prefix.len != n * pmax * 8) {
+        PyErr_SetString(PyExc_ValueError, "fill_rows: unsupported dtype or mismatched argument lengths");
+        goto done;
+    }
+    int oitem = out_code == 'q' ? 8 : 4;
+    int64_t width = n ? (int64_t)(out.len / oitem / n) : 0;
+    if ((n && out.len != n * width * oitem) || (prev.obj && prev.len != out.len)) {
+        PyErr_SetString(PyExc_ValueError, "fill_rows: output is not [rows, width]");
+        goto done;
+    }
+    const char *sp = (const char *)space.buf;
+    int64_t space_len = space.len / item;
+    const int64_t *st = start.buf, *bd = body.buf, *c0 = col0.buf, *pl = plen.buf, *pre = prefix.buf;
+    for (int64_t r = 0; r < n; r++) {
+        if (st[r] < 0 || bd[r] < 0 || st[r] + bd[r] > space_len || c0[r] < 0 || pl[r] < 0 || pl[r] > pmax ||
+            c0[r] + pl[r] + bd[r] > width) {
+            PyErr_Format(PyExc_IndexError, "row %lld: tokens [%lld, +%lld) at column %lld + %lld do not fit the "
+                         "%lld-token space or the %lld-wide row", (long long)r, (long long)st[r], (long long)bd[r],
+                         (long long)c0[r], (long long)pl[r], (long long)space_len, (long long)width);
+            goto done;
+        }
+    }
+    for (int64_t r = 0; r < n; r++) {
+        if (r + AHEAD < n)
+            __builtin_prefetch(sp + st[r + AHEAD] * item);
+        int64_t a = c0[r], p = pl[r], b = bd[r];
+        const int64_t *pr = pre + r * pmax;
+        if (oitem == 8) {
+            int64_t *o = (int64_t *)out.buf + r * width;
+            for (int64_t c = 0; c < a; c++) o[c] = pad;
+            for (int64_t k = 0; k < p; k++) o[a + k] = pr[k];
+            int64_t *ob = o + a + p;
+            COPY_AS(int64_t, ob, sp, st[r], b, code, shift)
+            for (int64_t c = a + p + b; c < width; c++) o[c] = pad;
+            if (prev.obj) {
+                int64_t *q = (int64_t *)prev.buf + r * width, t = p + b;
+                for (int64_t c = 0; c < width; c++) q[c] = pad;
+                if (t) {
+                    q[a] = eos;
+                    memcpy(q + a + 1, o + a, (size_t)(t - 1) * 8);
+                }
+            }
+        } else {
+            int32_t *o = (int32_t *)out.buf + r * width;
+            for (int64_t c = 0; c < a; c++) o[c] = (int32_t)pad;
+            for (int64_t k = 0; k < p; k++) o[a + k] = (int32_t)pr[k];
+            int32_t *ob = o + a + p;
+            COPY_AS(int32_t, ob, sp, st[r], b, code, shift)
+            for (int64_t c = a + p + b; c < width; c++) o[c] = (int32_t)pad;
+            if (prev.obj) {
+                int32_t *q = (int32_t *)prev.buf + r * width;
+                int64_t t = p + b;
+                for (int64_t c = 0; c < width; c++) q[c] = (int32_t)pad;
+                if (t) {
+                    q[a] = (int32_t)eos;
+                    memcpy(q + a + 1, o + a, (size_t)(t - 1) * 4);
+                }
+            }
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&space); PyBuffer_Release(&start); PyBuffer_Release(&body); PyBuffer_Release(&col0);
+    PyBuffer_Release(&plen); PyBuffer_Release(&prefix); PyBuffer_Release(&out);
+    if (prev.obj)
+        PyBuffer_Release(&prev);
+    return result;
+}
+
+/* pieces(space, code, shift, start, length, dest, out, out_code)
+ *
+ * For every piece k: out[dest[k] : dest[k] + length[k]] = space[start[k] : start[k] + length[k]] - shift, out
+ * being int64 ('q') or int32 ('i'). Raises IndexError for a piece outside the space or the output. */
+static PyObject *pieces(PyObject *self, PyObject *args) {
+    Py_buffer space, start, length, dest, out;
+    int code, out_code;
+    long long shift;
+    if (!PyArg_ParseTuple(args, "y*CLy*y*y*w*C", &space, &code, &shift, &start, &length, &dest, &out, &out_code))
+        return NULL;
+    PyObject *result = NULL;
+    int item = item_of((char)code);
+    int64_t n = start.len / 8;
+    if (!item || length.len != start.len || dest.len != start.len || (out_code != 'q' && out_code != 'i')) {
+        PyErr_SetString(PyExc_ValueError, "pieces: unsupported dtype or mismatched argument lengths");
+        goto done;
+    }
+    const char *sp = (const char *)space.buf;
+    int oitem = out_code == 'q' ? 8 : 4;
+    int64_t space_len = space.len / item, out_len = out.len / oitem;
+    const int64_t *st = start.buf, *ln = length.buf, *ds = dest.buf;
+    for (int64_t k = 0; k < n; k++) {
+        if (st[k] < 0 || ln[k] < 0 || st[k] + ln[k] > space_len || ds[k] < 0 || ds[k] + ln[k] > out_len) {
+            PyErr_Format(PyExc_IndexError, "piece %lld: tokens [%lld, +%lld) to [%lld, ...) lie outside the "
+                         "%lld-token space or the %lld-token output", (long long)k, (long long)st[k],
+                         (long long)ln[k], (long long)ds[k], (long long)space_len, (long long)out_len);
+            goto done;
+        }
+    }
+    for (int64_t k = 0; k < n; k++) {
+        if (k + AHEAD < n)
+            __builtin_prefetch(sp + st[k + AHEAD] * item);
+        if (oitem == 8) {
+            int64_t *dst = (int64_t *)out.buf + ds[k];
+            COPY_AS(int64_t, dst, sp, st[k], ln[k], code, shift)
+        } else {
+            int32_t *dst = (int32_t *)out.buf + ds[k];
+            COPY_AS(int32_t, dst, sp, st[k], ln[k], code, shift)
+        }
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&space); PyBuffer_Release(&start); PyBuffer_Release(&length); PyBuffer_Release(&dest);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"fill_rows", fill_rows, METH_VARARGS, "Padded rows of prefix + tokens from a token space."},
+    {"pieces", pieces, METH_VARARGS, "Pieces of a token space written at flat offsets of an int64 array."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gather", "babelfeed's optional gather kernel.", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__gather(void) { return PyModule_Create(&module); }
