@@ -224,8 +224,8 @@ def _per_sample_items(comps, dirs, rows, xp=np):
 
 def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300) -> str:
     import loader
-    from loader.collate import CollateOptions
-    from loader.plan import Collater
+    from loader import gather
+    from loader.collate import CollateOptions, Collater
     from loader.sources import SourceSet
 
     root = os.path.join(workdir, "collate_bin")
@@ -252,7 +252,6 @@ def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300
     planner = EpochPlanner(sources, PlanOptions(max_tokens=16384, window=0, max_source_positions=300,
                                                 max_target_positions=300))
     win = planner.window(1, 0)
-    setup = planner.setup(1)
     collater = Collater(sources, CollateOptions(pad=dictionary.pad(), eos=dictionary.eos()))
     picks = list(range(min(n_batches, len(win))))
     batches = [win.batch(j) for j in picks]
@@ -261,14 +260,22 @@ def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300
     def ours():
         tok = 0
         for sl in batches:
-            b = collater(setup.directions, win.direction[sl], win.rows[sl], win.src_len[sl], win.tgt_len[sl])
+            b = collater(win.samples[sl])
             tok += int(b["net_input"]["src_lengths"].sum()) + b["ntokens"]
         return tok
+
+    def ours_numpy():  # the same without the compiled kernel
+        kernel, gather.KERNEL = gather.KERNEL, None
+        try:
+            return ours()
+        finally:
+            gather.KERNEL = kernel
 
     def per_sample(xp=np):
         tok = 0
         for sl in batches:
-            samples = _per_sample_items(comps, win.direction[sl].tolist(), win.rows[sl].tolist(), xp)
+            s = win.samples[sl]
+            samples = _per_sample_items(comps, s.comp.tolist(), s.local.tolist(), xp)
             b = _per_sample_collate(samples, dictionary.pad(), dictionary.eos(), xp)
             tok += int(b["net_input"]["src_lengths"].sum()) + b["ntokens"]
         return tok
@@ -298,7 +305,7 @@ def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300
 
     ours()  # warm the page cache for all of them
     results = {}
-    runs = [("per-sample", per_sample), ("ours", ours), ("raw", raw_gather)]
+    runs = [("per-sample", per_sample), ("ours", ours), ("ours-numpy", ours_numpy), ("raw", raw_gather)]
     if per_sample_torch:
         runs.append(("per-sample-torch", per_sample_torch))
     for name, fn in runs:
@@ -319,8 +326,11 @@ def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300
     rows = [row("fairseq-style per-sample collate, numpy arrays", rate["per-sample"])]
     if torch_rate:
         rows.append(row("fairseq-style per-sample collate, torch CPU tensors (as fairseq runs)", torch_rate))
-    rows.append(row("babelfeed vectorised collate (both sides + prev_output_tokens)", rate["ours"],
+    kernel = "compiled kernel" if gather.KERNEL is not None else "kernel not built: numpy"
+    rows.append(row(f"babelfeed collate, {kernel} (both sides + prev_output_tokens)", rate["ours"],
                     f"{rate['ours'] / rate['raw']:.0%}"))
+    rows.append(row("babelfeed collate, numpy gather only (BABELFEED_KERNEL=0)", rate["ours-numpy"],
+                    f"{rate['ours-numpy'] / rate['raw']:.0%}"))
     rows.append(row("plain numpy gather of random whole sentences (bandwidth)", rate["raw"], "100%"))
     return table(f"collate {len(batches)} batches of max_tokens 16384 on one core (real tokens/s)", rows,
                  ["collate", "tokens/s", "vs numpy per-sample", "vs torch per-sample", "of gather rate"])
