@@ -18,6 +18,7 @@ import numpy as np
 
 from .corpus import ShardedCorpus
 from .dictionary import Dictionary
+from .errors import InconsistentIndexError
 from .gather import TokenSpaces
 from .storage.indexed import IndexedDataset
 
@@ -52,6 +53,8 @@ class LengthCache:
         if self.used + 2 * len(sizes) > self.budget:
             return None
         longest = int(sizes.max()) if len(sizes) else 0
+        if len(sizes) and int(sizes.min()) < 0:
+            return None  # a negative size: left to the checks that name the file and record
         dtype = np.uint16 if longest <= np.iinfo(np.uint16).max else np.int32
         need = np.dtype(dtype).itemsize * len(sizes)
         if self.used + need > self.budget:
@@ -101,20 +104,35 @@ class Component:
 
     def describe(self, rows, pairs: np.ndarray, starts: np.ndarray) -> None:
         """Write ``rows``' lengths (prefixes included) into int32 ``pairs[:, 2:4]`` and their token addresses into
-        ``starts[:, 0:2]`` (views of the planner's sample table)."""
-        pairs[:, 2] = self._sizes("src")[rows]
-        pairs[:, 2] += len(self.src_prefix)
-        if self.src_at[0] >= 0:
-            starts[:, 0] = self.src.pointers[rows]
-            starts[:, 0] //= self.src.dtype.itemsize
-            starts[:, 0] += self.src_at[1]
-        if self.tgt is not None:
-            pairs[:, 3] = self._sizes("tgt")[rows]
-            pairs[:, 3] += len(self.tgt_prefix)
-            if self.tgt_at[0] >= 0:
-                starts[:, 1] = self.tgt.pointers[rows]
-                starts[:, 1] //= self.tgt.dtype.itemsize
-                starts[:, 1] += self.tgt_at[1]
+        ``starts[:, 0:2]`` (views of the planner's sample table). A record that lies outside its ``.bin`` raises
+        (an index corrupted in a place the checks at open did not look)."""
+        for col, side, ds, at, plen in ((0, "src", self.src, self.src_at, len(self.src_prefix)),
+                                        (1, "tgt", self.tgt, self.tgt_at, len(self.tgt_prefix))):
+            if ds is None:
+                continue
+            sizes = self._sizes(side)[rows]
+            pairs[:, 2 + col] = sizes
+            pairs[:, 2 + col] += plen
+            if at[0] >= 0:
+                ptr = np.asarray(ds.pointers[rows], dtype=np.int64)
+                check_records(ds, rows, sizes, ptr)
+                starts[:, col] = ptr
+                starts[:, col] //= ds.dtype.itemsize
+                starts[:, col] += at[1]
+
+
+def check_records(ds, rows, sizes, ptr) -> None:
+    """Every record ``rows`` (sizes, byte pointers) lies inside ``ds``'s ``.bin``, aligned; else raise naming the
+    first one that does not."""
+    item = ds.dtype.itemsize
+    sizes = np.asarray(sizes, dtype=np.int64)
+    bad = (sizes < 0) | (ptr < 0) | (ptr % item != 0) | (ptr + sizes * item > ds.bin_size)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        r = int(rows[i]) if not isinstance(rows, slice) else (rows.start or 0) + i
+        raise InconsistentIndexError(ds.index_file, f"record {r} (byte pointer {int(ptr[i])}, {int(sizes[i])} "
+                                                    f"tokens of {ds.dtype.name}) lies outside the {ds.bin_size}-byte "
+                                                    f".bin {ds.data_file} or is misaligned")
 
 
 @dataclass
@@ -339,6 +357,7 @@ class RowTable:
             self.size[a:b] = ds.sizes
             if isinstance(ds, IndexedDataset):
                 self.start[a:b] = ds.pointers
+                check_records(ds, slice(0, b - a), self.size[a:b], self.start[a:b])
                 self.start[a:b] //= ds.dtype.itemsize
                 self.start[a:b] += spaces.address(ds)[1]
         self.nbytes = self.size.nbytes + self.start.nbytes

@@ -39,14 +39,18 @@ def test_every_case_is_recorded(root):
     assert sorted(golden.cases(root)) == sorted(WANT)
 
 
-def test_batches_match_with_the_row_table_and_without_flat_spaces(root, monkeypatch):
-    """The two other planner/gather paths give the same batches: lengths and addresses from the flat row table
-    (used with many components), and gathering file by file (where flat spaces are unavailable)."""
+@pytest.mark.parametrize("table, flat, kernel", [(True, False, True), (False, True, False), (True, True, False)])
+def test_batches_match_on_every_gather_path(root, monkeypatch, table, flat, kernel):
+    """The other planner and gather paths give the same batches: lengths and addresses from the flat row table
+    (used with many components), gathering file by file (where flat spaces are unavailable), and the numpy
+    gather (where the compiled kernel is not built)."""
     import loader.gather
     import loader.sources
 
-    monkeypatch.setattr(loader.sources.RowTable, "MIN_COMPONENTS", 0)
-    monkeypatch.setattr(loader.gather, "native_available", lambda: False)
+    monkeypatch.setattr(loader.sources.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
+    monkeypatch.setattr(loader.gather, "native_available", lambda: flat)
+    if not kernel:
+        monkeypatch.setattr(loader.gather, "KERNEL", None)
     built = []
     original = loader.sources.RowTable.__init__
 
@@ -58,4 +62,16 @@ def test_batches_match_with_the_row_table_and_without_flat_spaces(root, monkeypa
     for name, fn in golden.cases(root).items():
         batches, _ = fn()
         assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name
-    assert built  # the table was used
+    assert bool(built) == table
+
+
+def test_the_compiled_kernel_is_built():
+    """make test builds loader/_gather.c (setup.py); without it every path above still runs, on numpy, slower.
+    Set BABELFEED_KERNEL=0 to run without it on purpose."""
+    import os
+
+    import loader.gather
+
+    if os.environ.get("BABELFEED_KERNEL", "1") == "0":
+        pytest.skip("BABELFEED_KERNEL=0: the numpy gather was asked for")
+    assert loader.gather.KERNEL is not None, "loader/_gather.c was not compiled: is a C compiler installed?"

@@ -1,0 +1,97 @@
+"""The gather engine never reads outside the data and never holds a file open per corpus."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import loader
+import loader.gather
+import loader.sources
+from synthetic import config_for
+from test_gather_property import make
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def corrupt_pointer(prefix: str, record: int, value: int) -> None:
+    """Overwrite one byte pointer in the middle of a fairseq index (the quick check at open samples 256)."""
+    with open(prefix + ".idx", "r+b") as f:
+        head = f.read(26)
+        n = int(np.frombuffer(head[18:26], "<u8")[0])
+        f.seek(26 + 4 * n + 8 * record)
+        f.write(np.int64(value).tobytes())
+
+
+@pytest.mark.parametrize("table", [True, False])
+def test_a_record_outside_its_bin_raises_naming_file_and_record(tmp_path, monkeypatch, table):
+    monkeypatch.setattr(loader.sources.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
+    root = tmp_path / "bin"
+    os.makedirs(root / "shard000")
+    d = loader.Dictionary()
+    for i in range(50):
+        d.add_symbol(f"w{i}")
+    d.add_language_tokens(["aa", "bb"])
+    d.save(str(root / "dict.txt"))
+    rng = np.random.default_rng(0)
+    for lang in ("aa", "bb"):
+        with loader.IndexedDatasetBuilder(str(root / "shard000" / f"train.aa-bb.{lang}"), np.uint16,
+                                          format="fairseq") as b:
+            for _ in range(1000):
+                b.add_item(np.append(rng.integers(4, 50, int(rng.integers(1, 20))), 2))
+            b.finalize()
+    corrupt_pointer(str(root / "shard000" / "train.aa-bb.bb"), 5, 10**9)
+    cfg = config_for(root, mixing__sampler="concat")
+    with pytest.raises(loader.InconsistentIndexError, match=r"train\.aa-bb\.bb\.idx.*record 5 .*outside"):
+        for _ in loader.build_train_iterator(cfg):
+            pass
+
+
+def test_the_kernel_refuses_addresses_outside_the_space():
+    if loader.gather.KERNEL is None:
+        pytest.skip("the compiled kernel is not built (tests/test_golden_batches.py says so)")
+    space = np.arange(100, dtype=np.uint16)
+    out = np.empty((2, 8), np.int64)
+    args = lambda start: (space, "H", 0, np.array(start, np.int64), np.array([4, 4], np.int64),  # noqa: E731
+                          np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros((2, 0), np.int64), 0, 1, out, "q",
+                          None, 2)
+    loader.gather.KERNEL.fill_rows(*args([0, 96]))
+    assert out[1, :4].tolist() == [96, 97, 98, 99] and (out[1, 4:] == 1).all()
+    with pytest.raises(IndexError, match="row 1"):
+        loader.gather.KERNEL.fill_rows(*args([0, 97]))
+    with pytest.raises(IndexError, match="row 0"):
+        loader.gather.KERNEL.fill_rows(*args([-1, 0]))
+    dest = np.zeros(10, np.int64)
+    with pytest.raises(IndexError, match="piece 0"):
+        loader.gather.KERNEL.pieces(space, "H", 0, np.array([98], np.int64), np.array([3], np.int64),
+                                    np.array([0], np.int64), dest, "q")
+
+
+FD_CHILD = r"""
+import json, os, resource, sys
+sys.path.insert(0, sys.argv[1])
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+import loader
+from synthetic import config_for
+cfg = config_for(sys.argv[2], data__shards="all", batching__max_tokens=2048)
+it = loader.build_train_iterator(cfg)
+fds, batches = set(), 0
+for batch in it:
+    batches += 1
+    fds.add(len(os.listdir("/proc/self/fd")))
+print(json.dumps({"batches": batches, "max_fds": max(fds), "files": sum(len(f) for _, _, f in os.walk(sys.argv[2]))}))
+"""
+
+
+def test_open_files_do_not_grow_with_corpora(tmp_path):
+    """600 directions x 2 shards are 4,800 files; the iterator runs a whole epoch with 64 file descriptors."""
+    make(str(tmp_path), 600, 2, seed=7)
+    out = subprocess.run([sys.executable, "-c", FD_CHILD, HERE, str(tmp_path)], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["files"] > 4800 and report["batches"] > 10
+    assert report["max_fds"] < 20
