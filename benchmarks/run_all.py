@@ -11,11 +11,14 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_binarize  # noqa: E402
 import bench_grain  # noqa: E402
+import bench_lm  # noqa: E402
+import bench_many_directions  # noqa: E402
 import bench_noise  # noqa: E402
 import bench_subword  # noqa: E402
 import bench_pipeline  # noqa: E402
 import bench_shapes  # noqa: E402
 import bench_storage  # noqa: E402
+import bench_workers  # noqa: E402
 
 
 def main() -> None:  # run under __main__ only: grain's worker processes re-import this module
@@ -30,6 +33,10 @@ def main() -> None:  # run under __main__ only: grain's worker processes re-impo
     parts.append(bench_storage.main(["--sentences", "200000", "--reads", "20000"] if a.quick else []))
     parts.append(bench_binarize.main(["--scale", "0.5"] if a.quick else []))
     parts.append(bench_pipeline.main(["--sentences", "200000", "--skip-billion"] if a.quick else []))
+    parts.append(bench_many_directions.main(["--directions", "4,1000", "--sentences", "200000", "--repeat", "1"]
+                                            if a.quick else []))
+    parts.append(bench_lm.main(["--batches", "20"] if a.quick else []))
+    parts.append(bench_workers.main(["--batches", "120"] if a.quick else []))
     parts.append(bench_shapes.main(["--samples", "100000"] if a.quick else []))
     parts.append(bench_grain.main(["--batches", "100"] if a.quick else []))
     parts.append(bench_noise.main(["--batches", "50"] if a.quick else []))

@@ -140,6 +140,29 @@ class Collater:
     def ids(self, comp, local) -> np.ndarray:
         return self.id_base[comp] + local
 
+    def addresses(self, comp: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """Token-space addresses (source, target) of samples, int64 [n, 2]: from the flat row table when there is
+        one, else component by component (a stable sort groups them, each component's pointers read once)."""
+        comp = np.asarray(comp, dtype=np.int64)
+        out = np.zeros((len(comp), 2), np.int64)
+        table = self.sources.row_table()
+        if table is not None:
+            out[:, 0] = table.addresses(comp, local, "src")
+            out[:, 1] = table.addresses(comp, local, "tgt")
+            return out
+        comps = self.sources.components
+        order = np.argsort(comp, kind="stable")
+        bounds = np.flatnonzero(np.diff(comp[order])) + 1
+        for group in np.split(order, bounds):
+            if len(group):
+                c = comps[int(comp[group[0]])]
+                out[group, 0] = c.addresses(local[group], "src")
+                out[group, 1] = c.addresses(local[group], "tgt")
+        return out
+
+    def _addr(self, s) -> np.ndarray:
+        return s.addr if s.addr is not None else self.addresses(s.comp, s.local)
+
     # ------------------------------------------------------------------------------------ padded batches
     def __call__(self, s, weight=None, pad_to_length: dict | None = None, sort: bool | None = None,
                  epoch: int = 1) -> dict:
@@ -147,6 +170,7 @@ class Collater:
         o = self.opts
         comp, local = s.comp.astype(np.int64), s.local
         ids = self.ids(comp, local)
+        addr = self._addr(s)
         src_len, tgt_len = np.array(s.src_len, dtype=np.int64), np.array(s.tgt_len, dtype=np.int64)
         n = len(ids)
         has_tgt = self.sources.with_target
@@ -155,7 +179,7 @@ class Collater:
         weight = np.ones(n, np.float32) if weight is None else np.asarray(weight, np.float32)
         src_ragged = None
         if self.any_noise and self.noised[comp].any():
-            src_ragged, src_len, weight = self._noised_sources(s, comp, ids, src_len, raw_src, weight, epoch,
+            src_ragged, src_len, weight = self._noised_sources(addr[:, 0], comp, ids, src_len, raw_src, weight, epoch,
                                                                pad_to_length)
         order = np.argsort(-src_len, kind="stable") if (o.sort_by_source_length if sort is None else sort) \
             else np.arange(n)
@@ -169,7 +193,7 @@ class Collater:
             gather.from_ragged(src, inverse, src_ragged[0], src_ragged[1], o.left_pad_source)
             src_len = np.minimum(src_len, width)
         else:
-            src = self._side(self.src, raw_src, comp, s.src_start, src_len, order, width, o.left_pad_source)
+            src = self._side(self.src, raw_src, comp, addr[:, 0], src_len, order, width, o.left_pad_source)
         batch = {
             "id": ids[order],
             "nsentences": n,
@@ -180,7 +204,7 @@ class Collater:
         if has_tgt:
             tgt_len = tgt_len[order]
             width = _width(tgt_len.max(initial=0), o.pad_to_multiple, ptl.get("target", 0))
-            tgt, prev = self._side(self.tgt, raw_tgt, comp, s.tgt_start, tgt_len, order, width, o.left_pad_target,
+            tgt, prev = self._side(self.tgt, raw_tgt, comp, addr[:, 1], tgt_len, order, width, o.left_pad_target,
                                    lengths_sorted=True, prev_eos=o.eos)
             if prev is None or raw_tgt:  # raw-text rows were written after the shift
                 prev = shift_eos_to_front(tgt, tgt_len, o.pad, o.eos, o.left_pad_target)
@@ -228,13 +252,13 @@ class Collater:
             tgt_len[pos] = raw_tgt[cid][1].lengths
         return raw_src, raw_tgt
 
-    def _noised_sources(self, s, comp, ids, src_len, raw_src, weight, epoch, pad_to_length):
+    def _noised_sources(self, src_start, comp, ids, src_len, raw_src, weight, epoch, pad_to_length):
         """Sources gathered ragged, each task's transforms applied to its rows (randomness from seed, epoch and
         sample id), reassembled in row order. Rows that outgrow the source limit (or the static width) keep
         weight 0 and are cut: filter-too-long after the transforms, never silently."""
         n = len(src_len)
         width = int(src_len.max(initial=0))
-        rows = self._side(self.src, raw_src, comp, s.src_start, src_len, np.arange(n), width, False)
+        rows = self._side(self.src, raw_src, comp, src_start, src_len, np.arange(n), width, False)
         flat = rows[np.arange(width) < src_len[:, None]].astype(np.int64)
         starts = np.cumsum(src_len) - src_len
         new_len = src_len.copy()
@@ -281,8 +305,9 @@ class Collater:
         ls, lt = shape
         dtype = np.dtype(o.dtype)
         p = placement
-        src = self._scatter(self.src, comp, s.src_start, p["row"], p["src_offset"], p["src_len"], (n_rows, ls), dtype)
-        tgt = self._scatter(self.tgt, comp, s.tgt_start, p["row"], p["tgt_offset"], p["tgt_len"], (n_rows, lt), dtype)
+        addr = self._addr(s)
+        src = self._scatter(self.src, comp, addr[:, 0], p["row"], p["src_offset"], p["src_len"], (n_rows, ls), dtype)
+        tgt = self._scatter(self.tgt, comp, addr[:, 1], p["row"], p["tgt_offset"], p["tgt_len"], (n_rows, lt), dtype)
         src_seg, src_pos, _, pair_segment = segments(n_rows, ls, p["row"], p["src_offset"], p["src_len"])
         tgt_seg, tgt_pos, tgt_first, _ = segments(n_rows, lt, p["row"], p["tgt_offset"], p["tgt_len"])
         prev = np.full_like(tgt, o.pad)

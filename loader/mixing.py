@@ -118,14 +118,15 @@ class StratifiedDraw:
         return out
 
 
-def stratified_rows(draws: list, which: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """``draws[which[i]].rows([positions[i]])`` for every i in one vectorised pass (many corpora at once)."""
+def stratified_rows(draws: list, which: np.ndarray, positions: np.ndarray, used=None) -> np.ndarray:
+    """``draws[which[i]].rows([positions[i]])`` for every i in one vectorised pass (many corpora at once).
+    ``used``: the distinct values of ``which`` when the caller knows them."""
     which = np.asarray(which, dtype=np.int64)
     pos = np.asarray(positions, dtype=np.int64)
     if not len(pos):
         return np.zeros(0, np.int64)
-    used = np.unique(which)
-    table = np.zeros((int(used[-1]) + 1, 3), np.int64)
+    used = np.unique(which) if used is None else np.asarray(used, dtype=np.int64)
+    table = np.zeros((int(used.max()) + 1, 3), np.int64)
     okeys = np.zeros((len(table), 4), np.uint64)
     ekeys = np.zeros((len(table), 4), np.uint64)
     for d in used.tolist():

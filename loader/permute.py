@@ -91,23 +91,40 @@ def _bit_length(x: np.ndarray) -> np.ndarray:
 _CHUNK = 1 << 16  # elements per pass of permute_many: temporaries stay in cache
 
 
+# A run of at least this many positions of one permutation is evaluated with scalar keys (faster than per-element)
+_RUN = 4096
+
+
 def permute_many(positions, n, keys, which=None) -> np.ndarray:
     """``permute(positions[i], n[i], keys[i])`` for every i at once: many permutations (one per corpus) evaluated
     in one vectorised pass, bit-identical to calling :func:`permute` per corpus.
 
     ``n``: int64 per position; ``keys``: uint64 round keys, [len(positions), 4]. With ``which``, ``n`` and
-    ``keys`` are per-corpus tables and position i uses row ``which[i]`` of them.
+    ``keys`` are per-corpus tables and position i uses row ``which[i]`` of them: long runs of one corpus (where
+    ``which`` is grouped) are then evaluated with scalar keys, the many short ones together.
     """
     pos = np.asarray(positions, dtype=np.int64)
     n = np.asarray(n, dtype=np.int64)
     keys = np.asarray(keys, dtype=np.uint64)
     out = np.zeros(len(pos), dtype=np.int64)
-    for a in range(0, len(pos), _CHUNK):
-        sel = slice(a, a + _CHUNK)
+    rest = np.arange(len(pos))
+    if which is not None and len(pos):
+        which = np.asarray(which, dtype=np.int64)
+        cuts = np.flatnonzero(which[1:] != which[:-1]) + 1
+        starts, ends = np.concatenate([[0], cuts]), np.concatenate([cuts, [len(pos)]])
+        long = (ends - starts) >= _RUN
+        for a, b in zip(starts[long].tolist(), ends[long].tolist()):
+            c = int(which[a])
+            out[a:b] = permute(pos[a:b], int(n[c]), keys[c])
+        if long.any():
+            rest = np.concatenate([np.arange(a, b) for a, b in zip(starts[~long], ends[~long])] or
+                                  [np.zeros(0, np.int64)])
+    for a in range(0, len(rest), _CHUNK):
+        sel = rest[a:a + _CHUNK]
         if which is None:
             out[sel] = _permute_chunk(pos[sel], n[sel], keys[sel])
         else:
-            w = np.asarray(which[sel], dtype=np.int64)
+            w = which[sel]
             out[sel] = _permute_chunk(pos[sel], n[w], keys[w])
     return out
 

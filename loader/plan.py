@@ -8,8 +8,8 @@
             ──▶ gather + collate (collate.py, gather.py)
 
 Every random choice is a pure function of (seed, epoch, window). A window holds, per sample in batch order,
-its stream (direction), component, row, lengths and the addresses of its tokens in the token space: everything
-the gather needs, so per-corpus work is paid once per window (thousands of batches), never per batch.
+its stream (direction), component, row and lengths; per-corpus planning work is paid once per window (thousands
+of batches), never per batch. Where the tokens lie is looked up for the batches a rank gathers.
 """
 
 from __future__ import annotations
@@ -126,16 +126,17 @@ class EpochSetup:
 
 
 class Samples:
-    """Per-sample facts of planned samples, one int64 row each (40 bytes), so that reordering a window or taking a
+    """Per-sample facts of planned samples, one int64 row each (24 bytes), so that reordering a window or taking a
     batch moves whole rows in one gather: the stream (``direction``) and component (int32 pair), the lengths
-    (int32 pair, prefixes and </s> included), the row in the component (``local``) and the token-space addresses
-    of the source and target tokens (prefix not included)."""
+    (int32 pair, prefixes and </s> included) and the row in the component (``local``). Where the tokens lie is
+    looked up once per window for the batches a rank gathers, into ``addr`` (source and target token-space
+    addresses, int64 [n, 2]; see ``BatchIterator._addresses``)."""
 
-    __slots__ = ("m",)
-    COLUMNS = 5
+    __slots__ = ("m", "addr")
+    COLUMNS = 3
 
-    def __init__(self, m: np.ndarray):
-        self.m = m
+    def __init__(self, m: np.ndarray, addr: np.ndarray | None = None):
+        self.m, self.addr = m, addr
 
     @classmethod
     def empty(cls, n: int) -> "Samples":
@@ -145,10 +146,11 @@ class Samples:
         return len(self.m)
 
     def __getitem__(self, idx) -> "Samples":
-        return Samples(self.m[idx])
+        return Samples(self.m[idx], None if self.addr is None else self.addr[idx])
 
     def concat(self, other: "Samples") -> "Samples":
-        return Samples(np.concatenate([self.m, other.m]))
+        addr = None if self.addr is None or other.addr is None else np.concatenate([self.addr, other.addr])
+        return Samples(np.concatenate([self.m, other.m]), addr)
 
     @property
     def _pairs(self) -> np.ndarray:
@@ -159,8 +161,6 @@ class Samples:
     src_len = property(lambda self: self._pairs[:, 2])
     tgt_len = property(lambda self: self._pairs[:, 3])
     local = property(lambda self: self.m[:, 2])
-    src_start = property(lambda self: self.m[:, 3])
-    tgt_start = property(lambda self: self.m[:, 4])
 
 
 @dataclass
@@ -173,6 +173,7 @@ class Window:
     shape: np.ndarray | None = None  # static shapes: the shape of each batch
     masked: np.ndarray | None = None  # static shapes and packing: rows added to fill each batch (weight 0)
     packed: dict | None = None  # packing: per sample "row" (in its batch), "src_offset", "tgt_offset"
+    addr: np.ndarray | None = None  # token addresses [n, 2], -1 until a rank that gathers the sample looks them up
 
     direction = property(lambda self: self.samples.direction)
     src_len = property(lambda self: self.samples.src_len)
@@ -295,8 +296,10 @@ class EpochPlanner(StreamPlanning):
         rows = pos.copy()  # directions without a draw are read in order
         kinds = np.array([0 if d is None else 1 if isinstance(d, StratifiedDraw) else 2 for d in setup.draws])
         strat = kinds[dirs] == 1
-        if strat.any():
-            rows[strat] = stratified_rows(setup.draws, dirs[strat], pos[strat])
+        if strat.all():
+            rows = stratified_rows(setup.draws, dirs, pos, used=live)
+        elif strat.any():
+            rows[strat] = stratified_rows(setup.draws, dirs[strat], pos[strat], used=live[kinds[live] == 1])
         at = np.concatenate([[0], np.cumsum(take[live])])
         spans = [(d, int(a), int(b)) for d, a, b in zip(live.tolist(), at[:-1].tolist(), at[1:].tolist())]
         for d, a, b in spans:
@@ -316,8 +319,8 @@ class EpochPlanner(StreamPlanning):
         return self._plan_window(setup, epoch, w, dirs, rows, spans)
 
     def _describe(self, setup: EpochSetup, dirs, rows, spans) -> Samples:
-        """Per sample (in window order): component, row there, lengths and token addresses. Components are
-        looked up for every direction at once; each component's lengths and addresses are read once per window."""
+        """Per sample (in window order): component, row there, and lengths. Components are looked up for every
+        direction at once; each component's lengths are read once per window (or from the flat row table)."""
         s = Samples.empty(len(rows))
         pairs = s.m[:, :2].view(np.int32)
         pairs[:, 0] = dirs
@@ -326,20 +329,20 @@ class EpochPlanner(StreamPlanning):
         s.m[:, 2] = local
         table = self.sources.row_table()
         if table is not None:  # every component's rows in flat arrays: a few gathers for the whole window
-            table.describe(comp, local, pairs, s.m[:, 3:5])
+            table.lengths(comp, local, pairs)
             return s
         comps = self.sources.components
         if all(len(setup.directions[d].components) == 1 for d, _, _ in spans):  # a span is one component
             for d, a, b in spans:
-                comps[setup.directions[d].component_ids[0]].describe(local[a:b], pairs[a:b], s.m[a:b, 3:5])
+                comps[setup.directions[d].component_ids[0]].lengths(local[a:b], pairs[a:b])
             return s
         order = np.argsort(comp, kind="stable")
         bounds = np.flatnonzero(np.diff(comp[order])) + 1
         for group in np.split(order, bounds):
             if len(group):
-                sub = Samples(s.m[group])
-                comps[int(comp[group[0]])].describe(local[group], sub.m[:, :2].view(np.int32), sub.m[:, 3:5])
-                s.m[group] = sub.m
+                sub = s.m[group]
+                comps[int(comp[group[0]])].lengths(local[group], sub[:, :2].view(np.int32))
+                s.m[group] = sub
         return s
 
     def _plan_window(self, setup: EpochSetup, epoch: int, w: int, dirs, rows, spans) -> Window:

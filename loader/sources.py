@@ -102,23 +102,25 @@ class Component:
     def tgt_lengths(self, rows) -> np.ndarray:
         return self._sizes("tgt")[rows].astype(np.int64) + len(self.tgt_prefix)
 
-    def describe(self, rows, pairs: np.ndarray, starts: np.ndarray) -> None:
-        """Write ``rows``' lengths (prefixes included) into int32 ``pairs[:, 2:4]`` and their token addresses into
-        ``starts[:, 0:2]`` (views of the planner's sample table). A record that lies outside its ``.bin`` raises
-        (an index corrupted in a place the checks at open did not look)."""
-        for col, side, ds, at, plen in ((0, "src", self.src, self.src_at, len(self.src_prefix)),
-                                        (1, "tgt", self.tgt, self.tgt_at, len(self.tgt_prefix))):
-            if ds is None:
-                continue
-            sizes = self._sizes(side)[rows]
-            pairs[:, 2 + col] = sizes
-            pairs[:, 2 + col] += plen
-            if at[0] >= 0:
-                ptr = np.asarray(ds.pointers[rows], dtype=np.int64)
-                check_records(ds, rows, sizes, ptr)
-                starts[:, col] = ptr
-                starts[:, col] //= ds.dtype.itemsize
-                starts[:, col] += at[1]
+    def lengths(self, rows, pairs: np.ndarray) -> None:
+        """Write ``rows``' lengths (prefixes included) into int32 ``pairs[:, 2:4]`` (the planner's sample table)."""
+        pairs[:, 2] = self._sizes("src")[rows]
+        pairs[:, 2] += len(self.src_prefix)
+        if self.tgt is not None:
+            pairs[:, 3] = self._sizes("tgt")[rows]
+            pairs[:, 3] += len(self.tgt_prefix)
+
+    def addresses(self, rows, side: str) -> np.ndarray:
+        """Token-space addresses of ``rows``' tokens on one side (prefix not included; 0 for raw text). A record
+        that lies outside its ``.bin`` raises (an index corrupted where the checks at open did not look)."""
+        ds, at = (self.src, self.src_at) if side == "src" else (self.tgt, self.tgt_at)
+        if ds is None or at[0] < 0:
+            return np.zeros(len(rows), np.int64)
+        ptr = np.asarray(ds.pointers[rows], dtype=np.int64)
+        check_records(ds, rows, ds.sizes[rows], ptr)
+        ptr //= ds.dtype.itemsize
+        ptr += at[1]
+        return ptr
 
 
 def check_records(ds, rows, sizes, ptr) -> None:
@@ -374,23 +376,25 @@ class RowTable:
                 c._lengths.setdefault("tgt", self.size[a:b])
         self.components = n
 
-    def describe(self, comp: np.ndarray, local: np.ndarray, pairs: np.ndarray, starts: np.ndarray) -> None:
-        """Lengths (prefixes included) into int32 ``pairs[:, 2:4]``, addresses into ``starts[:, 0:2]``."""
+    def lengths(self, comp: np.ndarray, local: np.ndarray, pairs: np.ndarray) -> None:
+        """Lengths (prefixes included) into int32 ``pairs[:, 2:4]``."""
         g = self.src_row[comp] + local
         pairs[:, 2] = self.size[g]
         pairs[:, 2] += self.src_plen[comp]
-        starts[:, 0] = self.start[g]
         has_tgt = self.tgt_row[comp] >= 0
         if has_tgt.all():
             g = self.tgt_row[comp] + local
             pairs[:, 3] = self.size[g]
             pairs[:, 3] += self.tgt_plen[comp]
-            starts[:, 1] = self.start[g]
         elif has_tgt.any():
             sel = np.flatnonzero(has_tgt)
-            g = self.tgt_row[comp[sel]] + local[sel]
-            pairs[sel, 3] = self.size[g] + self.tgt_plen[comp[sel]]
-            starts[sel, 1] = self.start[g]
+            pairs[sel, 3] = self.size[self.tgt_row[comp[sel]] + local[sel]] + self.tgt_plen[comp[sel]]
+
+    def addresses(self, comp: np.ndarray, local: np.ndarray, side: str) -> np.ndarray:
+        row = (self.src_row if side == "src" else self.tgt_row)[comp]
+        out = self.start[np.maximum(row, 0) + local]
+        out[row < 0] = 0
+        return out
 
 
 def _streams_of_keys(keys, source_prefix, target_prefix, prefix_overrides, noise) -> list[StreamSpec]:
