@@ -10,7 +10,7 @@ import pytest
 
 import loader
 import loader.gather
-import loader.sources
+import loader.rows
 from synthetic import config_for
 from test_gather_property import make
 
@@ -28,7 +28,7 @@ def corrupt_pointer(prefix: str, record: int, value: int) -> None:
 
 @pytest.mark.parametrize("table", [True, False])
 def test_a_record_outside_its_bin_raises_naming_file_and_record(tmp_path, monkeypatch, table):
-    monkeypatch.setattr(loader.sources.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
+    monkeypatch.setattr(loader.rows.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
     root = tmp_path / "bin"
     os.makedirs(root / "shard000")
     d = loader.Dictionary()

@@ -45,20 +45,20 @@ def test_batches_match_on_every_gather_path(root, monkeypatch, table, flat, kern
     (used with many components), gathering file by file (where flat spaces are unavailable), and the numpy
     gather (where the compiled kernel is not built)."""
     import loader.gather
-    import loader.sources
+    import loader.rows
 
-    monkeypatch.setattr(loader.sources.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
+    monkeypatch.setattr(loader.rows.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
     monkeypatch.setattr(loader.gather, "native_available", lambda: flat)
     if not kernel:
         monkeypatch.setattr(loader.gather, "KERNEL", None)
     built = []
-    original = loader.sources.RowTable.__init__
+    original = loader.rows.RowTable.__init__
 
     def spy(self, *args):
         built.append(self)
         original(self, *args)
 
-    monkeypatch.setattr(loader.sources.RowTable, "__init__", spy)
+    monkeypatch.setattr(loader.rows.RowTable, "__init__", spy)
     for name, fn in golden.cases(root).items():
         batches, _ = fn()
         assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name

@@ -305,10 +305,10 @@ def test_length_cache_budget_changes_nothing_but_speed(data):
         cached = [c._lengths.get("src") for c in it.planner.sources.components if c._lengths]
         assert all((isinstance(x, np.ndarray) and x.dtype == np.uint16) == (mb > 0) for x in cached)
     assert plans[0] == plans[1]
-    cache = loader.sources.LengthCache(budget_bytes=100)
+    cache = loader.rows.LengthCache(budget_bytes=100)
     assert cache.copy(np.arange(40, dtype=np.int32)).dtype == np.uint16 and cache.used == 80
     assert cache.copy(np.arange(40, dtype=np.int32)) is None  # over budget: the caller reads the memmap
-    assert loader.sources.LengthCache(10**6).copy(np.array([70000], np.int32)).dtype == np.int32
+    assert loader.rows.LengthCache(10**6).copy(np.array([70000], np.int32)).dtype == np.int32
 
 
 @pytest.mark.parametrize("sampler", ["fairseq", "concat"])
