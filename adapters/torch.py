@@ -16,7 +16,6 @@ Without CUDA the same code runs on the CPU (tests do), with zero-copy ``torch.fr
 
 from __future__ import annotations
 
-import collections
 import os
 import time
 
@@ -92,11 +91,12 @@ class _Ring:
         self.tensor = torch.empty(slots * slot_bytes, dtype=torch.uint8).share_memory_()
         self.seq = torch.full((slots,), -1, dtype=torch.int64).share_memory_()
         self.block, self.seq_np = self.tensor.numpy(), self.seq.numpy()
-        self.id = f"{os.getpid()}-{id(self)}-{time.monotonic_ns()}"
+        self.pid = os.getpid()
+        self.id = f"{self.pid}-{id(self)}-{time.monotonic_ns()}"
         self.count = 0
         self.shared = False
 
-    def put(self, batch: dict) -> "_InRing":
+    def put(self, batch: dict, last: bool = False) -> "_InRing":
         plan, scalars, size = transfer.layout(batch)
         slot = self.count % self.slots
         self.count += 1
@@ -104,43 +104,58 @@ class _Ring:
         at = slot * self.slot_bytes
         transfer.fill(self.block[at:at + size], batch, plan)
         self.seq_np[slot] = self.count
-        return _InRing(self, slot, self.count, plan, scalars, size)
+        return _InRing(self, slot, self.count, plan, scalars, size, last)
 
 
 class _InRing:
     """A batch in a worker's ring, as it is sent: its pickled form is (slot, sequence number, layout), plus the
     ring itself the first time."""
 
-    __slots__ = ("ring", "slot", "seq", "plan", "scalars", "size")
+    __slots__ = ("ring", "slot", "seq", "plan", "scalars", "size", "last")
 
-    def __init__(self, ring, slot, seq, plan, scalars, size):
+    def __init__(self, ring, slot, seq, plan, scalars, size, last):
         self.ring, self.slot, self.seq, self.plan, self.scalars, self.size = ring, slot, seq, plan, scalars, size
+        self.last = last
 
     def __reduce__(self):
         r = self.ring
-        shared = (r.tensor, r.seq) if not r.shared else None
+        shared = (r.pid, r.tensor, r.seq) if not r.shared else None
         r.shared = True
-        return _from_ring, (r.id, shared, r.slot_bytes, self.slot, self.seq, self.plan, self.scalars, self.size)
+        return _from_ring, (r.id, shared, r.slot_bytes, self.slot, self.seq, self.plan, self.scalars, self.size,
+                            self.last)
 
 
-_RINGS: collections.OrderedDict = collections.OrderedDict()  # ring id -> (block, seq) in the training process
-_MAX_RINGS = 32
+# In the training process: ring id -> (worker pid, slots, sequence numbers). A ring is dropped after its worker's
+# last batch, or once its worker has exited (an iteration abandoned half way), so shared memory does not pile up.
+_RINGS: dict = {}
 
 
-def _from_ring(ring_id, shared, slot_bytes, slot, seq, plan, scalars, size) -> dict:
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _from_ring(ring_id, shared, slot_bytes, slot, seq, plan, scalars, size, last) -> dict:
     if shared is not None:
-        _RINGS[ring_id] = (shared[0].numpy(), shared[1].numpy())
-        while len(_RINGS) > _MAX_RINGS:
-            _RINGS.popitem(last=False)
+        for stale in [k for k, (pid, _, _) in _RINGS.items() if not _alive(pid)]:
+            del _RINGS[stale]
+        _RINGS[ring_id] = (shared[0], shared[1].numpy(), shared[2].numpy())
     if ring_id not in _RINGS:
         raise RuntimeError("a DataLoader worker's batch arrived before its shared slots (or after they were "
                            "dropped): the worker's messages were reordered")
-    block, seqs = _RINGS[ring_id]
+    _, block, seqs = _RINGS[ring_id]
     at = slot * slot_bytes
     copy = block[at:at + size].copy() if seqs[slot] == seq else None
     if copy is None or seqs[slot] != seq:
         raise RuntimeError(f"a DataLoader worker wrote over batch {seq} before the training process copied it out: "
                            f"give BatchDataset(ring_slots=...) more slots than the DataLoader's prefetch_factor")
+    if last:
+        del _RINGS[ring_id]
     return transfer.unpack(copy, plan, scalars, wrap=torch.from_numpy)
 
 
@@ -203,15 +218,16 @@ class BatchDataset(torch.utils.data.IterableDataset):
         ring = None
         # The DataLoader takes one batch from each worker in turn, starting with worker 0: batch k of this run is
         # this rank's batch batches_seen + k, made by worker k % n.
-        for k in range(self.batches_seen + worker, len(it), n):
+        mine = range(self.batches_seen + worker, len(it), n)
+        for k in mine:
             batch = it.batch_at(k)
             if not self.tensors:
                 yield batch
             elif in_worker and self.ring_slots:  # through the worker's shared slots (see _Ring)
                 size = transfer.layout(batch)[2]
-                if ring is None or size > ring.slot_bytes:
+                if ring is None or size > ring.slot_bytes:  # (a ring outgrown stays until its worker exits)
                     ring = _Ring(self.ring_slots, max(2 * size, 1 << 20))
-                yield ring.put(batch)
+                yield ring.put(batch, last=k == mine[-1])
             else:
                 yield to_torch(batch)
 

@@ -140,3 +140,23 @@ def test_dataloader_serves_exactly_the_in_process_batches(root, workers):
         want = [digest(b) for b in loader.build_train_iterator(cfg, rank=rank, world_size=2)]
         got = [digest(as_numpy(b)) for b in loader_for(BatchDataset(cfg, rank=rank, world_size=2), workers)]
         assert got == want
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_worker_ring_is_released_and_refuses_a_batch_written_over(root):
+    import time
+
+    import loader.adapters.torch as bf_torch
+
+    cfg = config_for(root)
+    list(loader_for(BatchDataset(cfg), 2))
+    assert bf_torch._RINGS == {}  # each worker's shared slots are dropped after its last batch
+    # one slot and a DataLoader allowed 4 batches ahead: the worker writes over a batch not yet copied out
+    dl = torch.utils.data.DataLoader(BatchDataset(cfg, ring_slots=1), batch_size=None, num_workers=1,
+                                     prefetch_factor=4, multiprocessing_context=MP)
+    it = iter(dl)
+    time.sleep(3)
+    with pytest.raises(RuntimeError, match="wrote over"):
+        for _ in range(4):
+            next(it)
+    del it
