@@ -17,6 +17,8 @@ batches) stays a host-local Python/numpy value.
 
 from __future__ import annotations
 
+import math
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
@@ -82,4 +84,18 @@ def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch:
     else:
         iterator = build_iterator(config, rank=jax.process_index(), world_size=jax.process_count(), epoch=epoch,
                                   split="rows")
-    return DevicePrefetcher(iterator, data_sharding(mesh, data_axes), prefetch)
+    sharding = data_sharding(mesh, data_axes)
+    axes = sharding.spec[0]
+    axes = (axes,) if isinstance(axes, str) else tuple(axes)
+    shards = int(np.prod([mesh.shape[a] for a in axes]))  # devices the batch axis is split over
+    if hasattr(iterator, "row_multiple"):  # translation: masked rows fill every global batch up to a multiple
+        iterator.row_multiple = math.lcm(iterator.world_size, shards)
+        planner = iterator.planner
+        if planner.opts.pack_shape and planner.rows_per_packed_batch() % shards:
+            raise ValueError(f"packed batches of {planner.rows_per_packed_batch()} rows cannot be split over the "
+                             f"{shards} devices of the data axes {axes}: choose batching.max_tokens "
+                             f"so that max_tokens // max(pack) is a multiple of {shards}")
+    elif getattr(iterator, "global_batch", 0) % shards:
+        raise ValueError(f"global_batch={iterator.global_batch} cannot be split over the {shards} devices of the "
+                         f"data axes {axes}: make it a multiple of {shards}")
+    return DevicePrefetcher(iterator, sharding, prefetch)

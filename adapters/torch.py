@@ -17,6 +17,7 @@ Without CUDA the same code runs on the CPU (tests do), with zero-copy ``torch.fr
 from __future__ import annotations
 
 import os
+import platform
 import time
 
 import numpy as np
@@ -101,8 +102,10 @@ class _Ring:
         slot = self.count % self.slots
         self.count += 1
         self.seq_np[slot] = -1  # being written
+        _FENCE()
         at = slot * self.slot_bytes
         transfer.fill(self.block[at:at + size], batch, plan)
+        _FENCE()
         self.seq_np[slot] = self.count
         return _InRing(self, slot, self.count, plan, scalars, size, last)
 
@@ -124,6 +127,20 @@ class _InRing:
         return _from_ring, (r.id, shared, r.slot_bytes, self.slot, self.seq, self.plan, self.scalars, self.size,
                             self.last)
 
+
+def _fence_function():
+    """A memory barrier for the ring's sequence numbers: the kernel's, or none needed on x86 (stores are seen in
+    order); None where neither holds, and the ring is not used."""
+    from loader.gather import KERNEL
+
+    if KERNEL is not None and hasattr(KERNEL, "fence"):
+        return KERNEL.fence
+    if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
+        return lambda: None
+    return None
+
+
+_FENCE = _fence_function()
 
 # In the training process: ring id -> (worker pid, slots, sequence numbers). A ring is dropped after its worker's
 # last batch, or once its worker has exited (an iteration abandoned half way), so shared memory does not pile up.
@@ -150,8 +167,11 @@ def _from_ring(ring_id, shared, slot_bytes, slot, seq, plan, scalars, size, last
                            "dropped): the worker's messages were reordered")
     _, block, seqs = _RINGS[ring_id]
     at = slot * slot_bytes
-    copy = block[at:at + size].copy() if seqs[slot] == seq else None
-    if copy is None or seqs[slot] != seq:
+    first = int(seqs[slot])
+    _FENCE()
+    copy = block[at:at + size].copy() if first == seq else None
+    _FENCE()
+    if copy is None or int(seqs[slot]) != seq:
         raise RuntimeError(f"a DataLoader worker wrote over batch {seq} before the training process copied it out: "
                            f"give BatchDataset(ring_slots=...) more slots than the DataLoader's prefetch_factor")
     if last:
@@ -184,6 +204,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
                  num_workers: int | None = None, state: dict | None = None, tensors: bool = True,
                  split: str | None = None, ring_slots: int = 8):
         super().__init__()
+        # num_workers: accepted for older callers; the batches no longer depend on the number of workers
         self.ring_slots = ring_slots  # shared slots per worker (> the DataLoader's prefetch_factor); 0: off
         r, w = dist_rank_world()
         self.config = config
@@ -198,6 +219,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Serve ``epoch`` from the next iteration on (from its start)."""
         self.epoch, self.batches_seen = int(epoch), 0
+        self._len = None
 
     def _workers(self) -> tuple[int, int]:
         info = torch.utils.data.get_worker_info()
@@ -223,7 +245,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
             batch = it.batch_at(k)
             if not self.tensors:
                 yield batch
-            elif in_worker and self.ring_slots:  # through the worker's shared slots (see _Ring)
+            elif in_worker and self.ring_slots and _FENCE is not None:  # through the worker's shared slots (_Ring)
                 size = transfer.layout(batch)[2]
                 if ring is None or size > ring.slot_bytes:  # (a ring outgrown stays until its worker exits)
                     ring = _Ring(self.ring_slots, max(2 * size, 1 << 20))
@@ -236,6 +258,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return {"epoch": self.epoch, "batches_seen": int(batches_seen)}
 
     def __len__(self) -> int:
+        """The batches an iteration yields: this rank's batches of the epoch after the ``batches_seen`` ones."""
         if self._len is None:
             self._len = len(self._iterator())
-        return self._len
+        return max(self._len - self.batches_seen, 0)

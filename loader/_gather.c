@@ -3,7 +3,9 @@
  * The numpy gather (gather.py) reads each row through a fancy index and then makes several passes over the
  * batch (cast, padding, prefixes). Here each output cell is written once, each token read once, and the rows
  * a few ahead are prefetched, so the random reads of a batch overlap instead of waiting one after another.
- * Every address is checked against the space before it is read: a bad one returns an error, never a crash.
+ * Every address is checked against the space before it is read: a bad one raises IndexError instead of reading
+ * outside it. (A data file truncated in place by another process while mapped still gets SIGBUS, as for any
+ * reader of mapped files; see storage/mapping.py.)
  *
  * Built by setup.py as an optional extension; when it is missing, gather.py's numpy path gives the same arrays.
  */
@@ -176,7 +178,14 @@ done:
     return result;
 }
 
+/* fence(): a full memory barrier, for the shared-memory handshakes of worker processes (adapters/torch.py). */
+static PyObject *fence(PyObject *self, PyObject *unused) {
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"fence", fence, METH_NOARGS, "A full memory barrier."},
     {"fill_rows", fill_rows, METH_VARARGS, "Padded rows of prefix + tokens from a token space."},
     {"pieces", pieces, METH_VARARGS, "Pieces of a token space written at flat offsets of an int64 array."},
     {NULL, NULL, 0, NULL},

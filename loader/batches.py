@@ -45,6 +45,9 @@ class BatchIterator(Reports, LoaderIterator):
             raise ValueError(f"packed batches of {planner.rows_per_packed_batch()} rows cannot be split evenly over "
                              f"{world_size} ranks")
         self._per_step = world_size if split == "batches" else 1
+        # split="rows": a global batch's rows are a multiple of this (masked rows fill up); the JAX adapter makes
+        # it a multiple of the devices on the mesh's data axes too, so every device gets the same rows
+        self.row_multiple = world_size
         if epoch < 1:
             raise ValueError(f"epochs count from 1, got {epoch}")
         self.planner, self.collater = planner, collater
@@ -109,7 +112,7 @@ class BatchIterator(Reports, LoaderIterator):
             shape = self.planner.opts.shapes[shape_idx]
             pad_to = {"source": shape[1], "target": shape[-1]}
         if self.split == "rows":
-            masked += (-(n + masked)) % self.world_size
+            masked += (-(n + masked)) % self.row_multiple
             if pad_to is None:  # every rank pads to the whole batch's widths
                 m = self.collater.opts.pad_to_multiple
                 pad_to = {"source": _round_up(int(s.src_len.max()), m), "target": _round_up(int(s.tgt_len.max()), m)}

@@ -110,9 +110,6 @@ class TokenSpaces:
                                       writeable=False)
         return views[width]
 
-    def mapped(self) -> bool:
-        return any(s["tokens"] is not None for s in self._spaces)
-
     def __getstate__(self):
         # mappings are process-local: another process re-derives the same layout and maps on first use
         return {"datasets": self._datasets, "flat": self.flat}
@@ -211,14 +208,6 @@ def put_prefix(out: np.ndarray, prefix: np.ndarray, plen: np.ndarray, col0: np.n
     out[r, col0[r] + k] = prefix[r, k]
 
 
-def ragged(spaces: TokenSpaces, space, start, body, prefix, plen) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 tokens back to back, lengths) of ``prefix + body`` rows: the padded gather, then its real cells."""
-    total = np.asarray(body, np.int64) + np.asarray(plen, np.int64)
-    width = int(total.max(initial=0))
-    rows = padded(spaces, space, start, body, prefix, plen, width, False, 0, np.int64)
-    return rows[np.arange(width) < total[:, None]], total
-
-
 def from_ragged(out: np.ndarray, rows, tokens: np.ndarray, lengths: np.ndarray, left_pad: bool) -> None:
     """Write ragged rows (``tokens`` back to back) into rows ``rows`` of ``out`` (pre-filled with pad), aligned
     left or right; a row longer than ``out`` keeps its first ``out.shape[1]`` tokens (the caller masks it)."""
@@ -259,11 +248,3 @@ def scatter(spaces: TokenSpaces, space, start: np.ndarray, length: np.ndarray, o
         if spaces.shift(sid):
             vals = vals.astype(np.int64) - spaces.shift(sid)
         flat[ragged_arange(ds, ln)] = vals
-
-
-def pieces(spaces: TokenSpaces, space, start: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """int64 tokens of pieces ``[start, start + length)`` (space addresses), back to back."""
-    length = np.asarray(length, dtype=np.int64)
-    out = np.empty(int(length.sum()), dtype=np.int64)
-    scatter(spaces, space, start, length, out, np.cumsum(length) - length)
-    return out

@@ -2,8 +2,9 @@
 
 An iterator serves one rank's batches (dicts of numpy arrays) and is fully described by a handful of integers:
 
-* ``next(it)`` -> this rank's next batch; ``StopIteration`` at the end of an epoch (the next call starts the
-  next epoch, so ``for epoch ...: for batch in it`` walks epoch after epoch);
+* ``next(it)`` -> this rank's next batch; ``StopIteration`` at the end of an epoch. A translation iterator then
+  starts its next epoch with the next call, so ``for epoch ...: for batch in it`` walks epoch after epoch; an LM
+  iterator is one pass over its ``num_samples`` (each dataset's epochs happen inside it) and stays exhausted;
 * ``len(it)`` -> this rank's steps in the current epoch; ``it.batch_at(k)`` -> this rank's k-th batch of the
   current epoch by random access, without moving (worker pools: grain, DataLoader workers);
 * ``it.get_state()`` -> a small JSON-serialisable dict, the same on every rank at the same step;

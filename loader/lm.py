@@ -8,7 +8,10 @@
   sequences, which are shuffled **per epoch** (Megatron shuffles once across all epochs, so a document can
   repeat back to back, issue #697). Modes ``concat``, ``pack`` and ``sentences``: see ``lm_plan.py``.
 * Datasets are blended by Megatron's greedy ``blending_indices`` over ``num_samples``; a dataset that runs out
-  starts its next epoch (reshuffled) rather than repeating samples in the same order.
+  starts its next epoch (reshuffled) rather than repeating samples in the same order. As in Megatron, a dataset
+  of weight 0 can still give the blend's first sample (the greedy rule ties at the start): leave it out of
+  ``data_path`` to exclude it.
+* The iterator is one pass over ``num_samples`` (``epoch`` stays 1); it does not start over.
 * Global batch g holds samples ``[g B, (g + 1) B)``; rank r of W takes its ``B / W`` rows of it, so the batch
   content never depends on W and a run resumes on another world size. The state is the samples consumed (as
   Megatron's sampler keeps it) and a fingerprint of the data and settings.
@@ -45,6 +48,8 @@ class LMIterator(LoaderIterator):
         super().__init__(rank, world_size, split)
         if global_batch < 1 or global_batch % world_size:
             raise ValueError(f"global_batch {global_batch} must be a positive multiple of world_size {world_size}")
+        if num_samples < global_batch:
+            raise ValueError(f"num_samples={num_samples} is less than one global batch ({global_batch} samples)")
         self.sources, self.weights, self.global_batch = sources, [float(w) for w in weights], global_batch
         self.name = name
         self.epoch = 1

@@ -10,8 +10,8 @@ A dataset's split is read as its sequences, shuffled anew every epoch, and cut i
 * ``sentences``: consecutive sentences of one document up to ``seq_len + 1`` tokens (BERT-style, seed 002).
 
 Samples of an epoch are served in a keyed pseudorandom order. :meth:`LMSource.pieces` turns any set of
-(epoch, sample) pairs into pieces in one vectorised pass; the gather then copies every piece of a batch at once
-(``gather.pieces``). The per-epoch arrays (sequence order, sample index, pack plan) are cached by
+(epoch, sample) pairs into pieces in one vectorised pass, checking that every record it reads lies inside the
+``.bin``; the gather then copies every piece of a batch at once (``gather.scatter``). The per-epoch arrays (sequence order, sample index, pack plan) are cached by
 :class:`~loader.blending.IndexCache` under names derived from everything they depend on.
 """
 
@@ -24,6 +24,7 @@ import numpy as np
 from .blending import IndexCache, document_splits
 from .packing import gpt_sample_index, pack, pack_sentences, ragged_arange
 from .permute import derive_key, permute
+from .rows import check_records
 from .storage.indexed import IndexedDataset
 
 MODES = ("concat", "pack", "sentences")
@@ -61,6 +62,8 @@ class LMSource:
         order = self.sequences[permute(np.arange(len(self.sequences)), len(self.sequences),
                                        derive_key(self.seed, "lm-order", self.prefix, epoch))]
         sizes = np.asarray(self.ds.sizes, dtype=np.int64)
+        check_records(self.ds, self.sequences, sizes[self.sequences],
+                      np.asarray(self.ds.pointers[self.sequences], dtype=np.int64))  # the plans trust the sizes
         if self.mode == "sentences":
             doc_idx = np.asarray(self.ds.doc_idx)[self.documents.start:self.documents.stop + 1]
             return {"order": order, "sentence_ranges": pack_sentences(sizes, doc_idx, self.seq_len + 1)}
@@ -161,5 +164,7 @@ class LMSource:
             first = np.minimum(np.cumsum(count) - count, max(len(length) - 1, 0))
             column = before - np.repeat(before[first] if len(length) else np.zeros(len(count), np.int64), count)
             length = np.clip(width - column, 0, length)
-        address = self.at[1] + np.asarray(self.ds.pointers[seq], dtype=np.int64) // self.ds.dtype.itemsize + start
+        pointers = np.asarray(self.ds.pointers[seq], dtype=np.int64)
+        check_records(self.ds, seq, sizes[seq], pointers)  # every record read lies inside the .bin, aligned
+        address = self.at[1] + pointers // self.ds.dtype.itemsize + start
         return count, {"start": address, "length": length, "column": column}

@@ -52,7 +52,7 @@ class Samples:
     batch moves whole rows in one gather: the stream (``direction``) and component (int32 pair), the lengths
     (int32 pair, prefixes and </s> included) and the row in the component (``local``). Where the tokens lie is
     looked up once per window for the batches a rank gathers, into ``addr`` (source and target token-space
-    addresses, int64 [n, 2]; see ``BatchIterator._addresses``)."""
+    addresses, int64 [n, 2]; see ``BatchIterator._samples``)."""
 
     __slots__ = ("m", "addr")
     COLUMNS = 3

@@ -49,9 +49,11 @@ def check_records(ds, rows, sizes, ptr) -> None:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         r = int(rows[i]) if not isinstance(rows, slice) else (rows.start or 0) + i
-        raise InconsistentIndexError(ds.index_file, f"record {r} (byte pointer {int(ptr[i])}, {int(sizes[i])} "
-                                                    f"tokens of {ds.dtype.name}) lies outside the {ds.bin_size}-byte "
-                                                    f".bin {ds.data_file} or is misaligned")
+        p, n = int(ptr[i]), int(sizes[i])
+        what = (f"has a negative size ({n})" if n < 0 else f"is misaligned (byte pointer {p} for {ds.dtype.name})"
+                if p < 0 or p % item else f"(byte pointer {p}, {n} tokens of {ds.dtype.name}) lies outside the "
+                f"{ds.bin_size}-byte .bin {ds.data_file}")
+        raise InconsistentIndexError(ds.index_file, f"record {r} {what}")
 
 
 def distinct_datasets(components) -> list:

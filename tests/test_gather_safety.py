@@ -95,3 +95,40 @@ def test_open_files_do_not_grow_with_corpora(tmp_path):
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["files"] > 4800 and report["batches"] > 10
     assert report["max_fds"] < 20
+
+
+@pytest.mark.parametrize("mode", ["concat", "pack", "sentences"])
+@pytest.mark.parametrize("field", ["pointer", "size"])
+def test_lm_records_outside_the_bin_raise(tmp_path, mode, field):
+    prefix = str(tmp_path / "web")
+    rng = np.random.default_rng(0)
+    with loader.IndexedDatasetBuilder(prefix, np.uint16, format="megatron") as b:
+        for _ in range(5000):
+            b.add_item(np.append(rng.integers(10, 500, int(rng.integers(3, 40))), 2))
+            b.end_document()
+        b.finalize()
+    ds = loader.IndexedDataset(prefix)
+    n = len(ds)
+    with open(prefix + ".idx", "r+b") as f:  # record 1010: neither sampled by the quick check at open nor beside one
+        if field == "pointer":
+            f.seek(34 + 4 * n + 8 * 1010)
+            f.write(np.int64(ds.bin_size + 4096).tobytes())
+        else:
+            f.seek(34 + 4 * 1010)
+            f.write(np.int32(10**6).tobytes())
+    loader.IndexedDataset(prefix, verify="quick")  # opens: the corruption is where the quick check does not look
+    it = loader.LMIterator.build(f"1 {prefix}", seq_len=32, global_batch=4, num_samples=400, split="100,0,0",
+                                 mode=mode)
+    with pytest.raises(loader.InconsistentIndexError, match=r"web\.idx: record 1010 .*outside"):
+        for _ in it:
+            pass
+
+
+def test_a_bin_that_shrank_before_mapping_is_refused(tmp_path):
+    root = tmp_path
+    make(str(root), 3, 1, seed=1)
+    it = loader.build_train_iterator(config_for(root, mixing__sampler="concat"))
+    victim = next(p for p in sorted((root / "shard000").iterdir()) if p.suffix == ".bin" and p.stat().st_size > 8)
+    os.truncate(victim, victim.stat().st_size - 4)  # shrunk after the iterator planned on its size
+    with pytest.raises(loader.TruncatedFileError, match="changed under the loader"):
+        next(it)

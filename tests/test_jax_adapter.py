@@ -44,6 +44,21 @@ for name, shape, axes in (("data8", (8,), ("data",)), ("data4_model2", (4, 2), (
         assert got["ntokens"] == want["ntokens"]
         n += 1
     report[name] = {"batches": n, "shards_checked": checked}
+# dynamic batches (any row count) on 8 data devices: masked rows fill each global batch up to a multiple of 8
+dyn = config_for(sys.argv[2])
+mesh = Mesh(np.array(jax.devices()), ("data",))
+reference = loader.build_train_iterator(dyn, split="rows")
+n = odd = 0
+for want, got in zip(reference, jax_adapter.global_batches(dyn, mesh, prefetch=2)):
+    rows = got["net_input"]["src_tokens"].shape[0]
+    real = int((want["weight"] > 0).sum())
+    assert rows % 8 == 0 and rows >= real
+    odd += want["net_input"]["src_tokens"].shape[0] % 8 != 0
+    w = np.asarray(got["weight"])
+    assert int((w > 0).sum()) == real and (w[len(want["weight"]):] == 0).all()
+    assert np.array_equal(np.asarray(got["target"])[w > 0], want["target"][want["weight"] > 0])
+    n += 1
+report["dynamic"] = {"batches": n, "not_multiple_of_8_in_process": int(odd)}
 # exact resume through the prefetcher: its state is the position after the batches handed out
 mesh = Mesh(np.array(jax.devices()), ("data",))
 a = jax_adapter.global_batches(cfg, mesh, prefetch=3)
@@ -74,6 +89,7 @@ def test_sharded_global_batches_on_8_devices(root):
     assert report["data8"]["batches"] > 10 and report["data8"]["shards_checked"] == 8 * report["data8"]["batches"]
     assert report["data4_model2"]["shards_checked"] == 8 * report["data4_model2"]["batches"]  # replicated on model
     assert report["resume"] is True
+    assert report["dynamic"]["batches"] > 10 and report["dynamic"]["not_multiple_of_8_in_process"] > 0
 
 
 def test_core_does_not_import_jax():

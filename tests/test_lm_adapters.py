@@ -169,6 +169,12 @@ b = jax_adapter.global_batches(cfg, mesh, prefetch=1)
 b.set_state(state)
 again = [np.asarray(x["tokens"]) for x in b]
 report["resume"] = len(rest) == len(again) > 0 and all(np.array_equal(x, y) for x, y in zip(rest, again))
+try:  # 6 rows cannot be split over 4 data devices: refused up front, naming the numbers
+    jax_adapter.global_batches(lm_config(pathlib.Path(sys.argv[2]), global_batch=6),
+                               Mesh(np.array(jax.devices()).reshape(4, 2), ("data", "model")), data_axes=("data",))
+    report["indivisible"] = "accepted"
+except ValueError as e:
+    report["indivisible"] = str(e)
 print(json.dumps(report))
 """
 
@@ -182,6 +188,7 @@ def test_jax_global_arrays_on_8_devices(root):
     assert report["data8"]["batches"] == 20 and report["data8"]["checked"] == 8 * 20
     assert report["data4_model2"]["checked"] == 8 * 20
     assert report["resume"] is True
+    assert "global_batch=6" in report["indivisible"] and "4 devices" in report["indivisible"]
 
 
 GRAIN_SCRIPT = r'''

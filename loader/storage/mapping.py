@@ -22,6 +22,8 @@ import os
 
 import numpy as np
 
+from ..errors import TruncatedFileError
+
 PAGE = mmap.PAGESIZE
 _MAP_FIXED = 0x10  # the same value on Linux, macOS and the BSDs
 _MAP_ANON = getattr(mmap, "MAP_ANONYMOUS", getattr(mmap, "MAP_ANON", 0))
@@ -140,9 +142,14 @@ class FlatSpace:
     """Files of one dtype mapped back to back into one array of tokens.
 
     ``files``: paths; ``sizes``: their sizes in bytes (as stat'ed when the layout was planned: a file that grew
-    since is mapped at its planned size). File i's first token is ``tokens[base[i]]``. ``pad_tokens`` zero tokens
-    lie before the first file and after the last, so a reader may run up to that far past any file's ends.
-    The layout (``base``) is a pure function of the sizes: :func:`flat_layout` gives it without mapping.
+    since is mapped at its planned size; one that shrank is refused). File i's first token is
+    ``tokens[base[i]]``. ``pad_tokens`` zero tokens lie before the first file and after the last, so a reader may
+    run up to that far past either end of the space; between files, a reader running past a file's end reads the
+    next file. The layout (``base``) is a pure function of the sizes: :func:`flat_layout` gives it without mapping.
+
+    Like any reader of mapped files (Megatron's and fairseq's included), a process reading a file that another
+    process truncates *in place* gets SIGBUS; replace data files by writing new ones and renaming them, as
+    babelfeed's own writers do. Files up to ``POPULATE_BELOW`` bytes are mapped with their page tables filled.
     """
 
     def __init__(self, files, sizes, dtype, pad_tokens: int = 1 << 20):
@@ -163,8 +170,9 @@ class FlatSpace:
             try:
                 actual = os.fstat(fd).st_size
                 if actual < size:
-                    raise MappingError(errno.EINVAL, f"{path} is {actual} bytes, {size} when it was opened: the file "
-                                                     f"changed under the loader")
+                    raise TruncatedFileError(path, f"{actual} bytes, {size} when the loader opened it: the file "
+                                                   f"changed under the loader (replace data files, do not rewrite "
+                                                   f"them in place)")
                 flags = mmap.MAP_SHARED | _MAP_FIXED | (_MAP_POPULATE if size <= POPULATE_BELOW else 0)
                 _mmap(addr + base * item, size, mmap.PROT_READ, flags, fd, path)
             finally:
