@@ -97,8 +97,8 @@ class _Ring:
         self.count = 0
         self.shared = False
 
-    def put(self, batch: dict, last: bool = False) -> "_InRing":
-        plan, scalars, size = transfer.layout(batch)
+    def put(self, batch: dict, layout: tuple, last: bool = False) -> "_InRing":
+        plan, scalars, size = layout
         slot = self.count % self.slots
         self.count += 1
         self.seq_np[slot] = -1  # being written
@@ -246,10 +246,10 @@ class BatchDataset(torch.utils.data.IterableDataset):
             if not self.tensors:
                 yield batch
             elif in_worker and self.ring_slots and _FENCE is not None:  # through the worker's shared slots (_Ring)
-                size = transfer.layout(batch)[2]
-                if ring is None or size > ring.slot_bytes:  # (a ring outgrown stays until its worker exits)
-                    ring = _Ring(self.ring_slots, max(2 * size, 1 << 20))
-                yield ring.put(batch, last=k == mine[-1])
+                layout = transfer.layout(batch)
+                if ring is None or layout[2] > ring.slot_bytes:  # (a ring outgrown stays until its worker exits)
+                    ring = _Ring(self.ring_slots, max(2 * layout[2], 1 << 20))
+                yield ring.put(batch, layout, last=k == mine[-1])
             else:
                 yield to_torch(batch)
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import gather
 from .packing import segments
+from .rows import groups
 from .transforms import NoiseContext, Ragged, apply as apply_noise
 
 
@@ -47,23 +48,6 @@ def _width(longest: int, multiple: int, minimum: int = 0) -> int:
     if multiple > 1 and w % multiple:
         w += multiple - w % multiple
     return w
-
-
-def shift_eos_to_front(target: np.ndarray, lengths: np.ndarray, pad: int, eos: int, left_pad: bool) -> np.ndarray:
-    """fairseq's ``prev_output_tokens``: each row ``[eos, t0, ..., t_{n-2}]``, padded like the target."""
-    prev = np.empty_like(target)
-    prev[:, 0] = pad
-    prev[:, 1:] = target[:, :-1]
-    width = target.shape[1]
-    rows = np.arange(len(lengths))
-    if left_pad:
-        prev[rows, width - lengths] = eos
-    else:
-        prev[:, 0] = eos
-        inside = lengths < width
-        prev[rows[inside], lengths[inside]] = pad
-    prev[lengths == 0] = pad
-    return prev
 
 
 def _prefix_table(prefixes) -> tuple[np.ndarray, np.ndarray]:
@@ -111,8 +95,7 @@ class _Side:
         starts = np.cumsum(total) - total
         out = np.empty(int(total.sum()), dtype=np.int64)
         out[gather.ragged_arange(starts + plen, seg.lengths)] = seg.tokens
-        r, k = np.nonzero(np.arange(self.prefix.shape[1]) < plen[:, None])
-        out[starts[r] + k] = self.prefix[comp][r, k]
+        gather.put_prefix(out[None], self.prefix[comp], plen, starts, rows=np.zeros(len(comp), np.int64))
         return Ragged(out, total)
 
 
@@ -151,13 +134,10 @@ class Collater:
             out[:, 1] = table.addresses(comp, local, "tgt")
             return out
         comps = self.sources.components
-        order = np.argsort(comp, kind="stable")
-        bounds = np.flatnonzero(np.diff(comp[order])) + 1
-        for group in np.split(order, bounds):
-            if len(group):
-                c = comps[int(comp[group[0]])]
-                out[group, 0] = c.addresses(local[group], "src")
-                out[group, 1] = c.addresses(local[group], "tgt")
+        for group in groups(comp):
+            c = comps[int(comp[group[0]])]
+            out[group, 0] = c.addresses(local[group], "src")
+            out[group, 1] = c.addresses(local[group], "tgt")
         return out
 
     def _addr(self, s) -> np.ndarray:
@@ -207,7 +187,8 @@ class Collater:
             tgt, prev = self._side(self.tgt, raw_tgt, comp, addr[:, 1], tgt_len, order, width, o.left_pad_target,
                                    lengths_sorted=True, prev_eos=o.eos)
             if prev is None or raw_tgt:  # raw-text rows were written after the shift
-                prev = shift_eos_to_front(tgt, tgt_len, o.pad, o.eos, o.left_pad_target)
+                col0 = (width - tgt_len) if o.left_pad_target else np.zeros(len(tgt_len), np.int64)
+                prev = gather.shifted(tgt, col0, tgt_len, o.pad, o.eos)
             batch["target"] = tgt
             batch["net_input"]["prev_output_tokens"] = prev
             batch["ntokens"] = int(tgt_len[batch["weight"] > 0].sum())
@@ -339,6 +320,5 @@ class Collater:
         body = np.asarray(length, np.int64) - plen
         base = np.asarray(row, np.int64) * shape[1] + offset
         gather.scatter(self.sources.spaces, side.space[comp], start, body, out, base + plen)
-        r, k = np.nonzero(np.arange(side.prefix.shape[1]) < plen[:, None])
-        out.reshape(-1)[base[r] + k] = side.prefix[comp][r, k]
+        gather.put_prefix(out, side.prefix[comp], plen, np.asarray(offset, np.int64), rows=row)
         return out

@@ -181,12 +181,13 @@ def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body
         if len(sids) > 1:
             out[rows] = block
         if prev is not None:
-            prev[rows] = _shifted(block, col0[rows], total[rows], pad, prev_eos)
+            prev[rows] = shifted(block, col0[rows], total[rows], pad, prev_eos)
     return out if prev is None else (out, prev)
 
 
-def _shifted(rows: np.ndarray, col0: np.ndarray, total: np.ndarray, pad: int, eos: int) -> np.ndarray:
-    """Each row's ``total`` cells from ``col0`` shifted one column right behind ``eos``; pad elsewhere."""
+def shifted(rows: np.ndarray, col0: np.ndarray, total: np.ndarray, pad: int, eos: int) -> np.ndarray:
+    """fairseq's ``prev_output_tokens``: each row's ``total`` cells from column ``col0`` shifted one column right
+    behind ``eos`` (``[eos, t0, ..., t_{n-2}]``), pad elsewhere; an empty row stays all pad."""
     out = np.empty_like(rows)
     out[:, 0] = pad
     out[:, 1:] = rows[:, :-1]
@@ -197,15 +198,16 @@ def _shifted(rows: np.ndarray, col0: np.ndarray, total: np.ndarray, pad: int, eo
     return out
 
 
-def put_prefix(out: np.ndarray, prefix: np.ndarray, plen: np.ndarray, col0: np.ndarray) -> None:
-    """``out[r, col0[r] + k] = prefix[r, k]`` for ``k < plen[r]``."""
+def put_prefix(out: np.ndarray, prefix: np.ndarray, plen: np.ndarray, col0: np.ndarray, rows=None) -> None:
+    """``out[rows[i], col0[i] + k] = prefix[i, k]`` for ``k < plen[i]`` (``rows`` default: row i of ``out``)."""
     if prefix.shape[1] == 0 or not plen.any():
         return
+    rows = np.arange(len(prefix)) if rows is None else np.asarray(rows)
     if prefix.shape[1] == 1 and (plen == 1).all():  # one language token per row: the common case
-        out[np.arange(len(out)), col0] = prefix[:, 0]
+        out[rows, col0] = prefix[:, 0]
         return
-    r, k = np.nonzero(np.arange(prefix.shape[1]) < plen[:, None])
-    out[r, col0[r] + k] = prefix[r, k]
+    i, k = np.nonzero(np.arange(prefix.shape[1]) < plen[:, None])
+    out[rows[i], col0[i] + k] = prefix[i, k]
 
 
 def from_ragged(out: np.ndarray, rows, tokens: np.ndarray, lengths: np.ndarray, left_pad: bool) -> None:

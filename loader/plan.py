@@ -27,6 +27,7 @@ from .mixing import (StratifiedDraw, fairseq_draw, sampling_probabilities, strat
 from .packing import ragged_arange
 from .plan_options import PlanOptions
 from .plan_stream import StreamPlanning
+from .rows import groups
 from .sources import Direction, SourceSet, locate_many
 
 @dataclass
@@ -258,13 +259,10 @@ class EpochPlanner(StreamPlanning):
             for d, a, b in spans:
                 comps[setup.directions[d].component_ids[0]].lengths(local[a:b], pairs[a:b])
             return s
-        order = np.argsort(comp, kind="stable")
-        bounds = np.flatnonzero(np.diff(comp[order])) + 1
-        for group in np.split(order, bounds):
-            if len(group):
-                sub = s.m[group]
-                comps[int(comp[group[0]])].lengths(local[group], sub[:, :2].view(np.int32))
-                s.m[group] = sub
+        for group in groups(comp):
+            sub = s.m[group]
+            comps[int(comp[group[0]])].lengths(local[group], sub[:, :2].view(np.int32))
+            s.m[group] = sub
         return s
 
     def _plan_window(self, setup: EpochSetup, epoch: int, w: int, dirs, rows, spans) -> Window:

@@ -3,7 +3,7 @@
 * :class:`LengthCache`: in-memory copies of sequence lengths (uint16 where they fit) within a byte budget;
 * :class:`RowTable`: every row's length and token address of every dataset in two flat arrays, so that thousands
   of small corpora are planned and addressed with a few gathers instead of a loop over corpora;
-* :func:`check_records`: records lie inside their ``.bin``, aligned.
+* :func:`check_records`: records lie inside their ``.bin``, aligned; :func:`groups`: rows grouped by component.
 """
 
 from __future__ import annotations
@@ -54,6 +54,12 @@ def check_records(ds, rows, sizes, ptr) -> None:
                 if p < 0 or p % item else f"(byte pointer {p}, {n} tokens of {ds.dtype.name}) lies outside the "
                 f"{ds.bin_size}-byte .bin {ds.data_file}")
         raise InconsistentIndexError(ds.index_file, f"record {r} {what}")
+
+
+def groups(keys: np.ndarray) -> list[np.ndarray]:
+    """Indices of ``keys`` grouped by value (ascending values; indices ascending within a group)."""
+    order = np.argsort(keys, kind="stable")
+    return [g for g in np.split(order, np.flatnonzero(np.diff(keys[order])) + 1) if len(g)]
 
 
 def distinct_datasets(components) -> list:
