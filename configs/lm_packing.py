@@ -17,5 +17,6 @@ def get_config() -> ml_collections.ConfigDict:
     c.seq_len = 2048
     c.global_batch = 512  # samples per step over all ranks
     c.num_samples = 512 * 10_000  # train_iters x global_batch
+    c.verify = "full"  # every index checked once per file (remembered by a stamp); "quick": O(1) checks only
     c.cache_dir = "build/cache"  # blend and sample indexes (.npy, keyed by a hash of their inputs)
     return c

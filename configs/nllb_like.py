@@ -21,7 +21,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.source_prefix = "__{src}__"  # tokens put before every source (NLLB: the source language token)
     c.data.target_prefix = "__{tgt}__"  # and before every target
     c.data.prefix_overrides = ""  # "direction:side=tokens;..." e.g. "eng_Latn-deu_Latn:source=__bt__ __{src}__"
-    c.data.verify = "quick"  # index checks at open: "quick" (O(1)) or "full"
+    c.data.verify = "full"  # every pointer checked once per file (remembered by a stamp); "quick": O(1) only
     c.data.noise = ""  # source noise for every train task, e.g. "token_drop:rate=0.1;local_reorder:k=3"
     c.data.noise_by_task = ""  # per task: "eng_Latn=span_mask:ratio=0.3,mask_id=<unk>|eng_Latn-deu_Latn=..."
     c.data.cache_dir = ""  # computed indexes (raw-text line offsets, lengths); "": DATA/.babelfeed-cache

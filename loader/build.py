@@ -67,7 +67,8 @@ def _collater(config, sources, dictionary) -> Collater:
     c = config.collate
     return Collater(sources, CollateOptions(pad=dictionary.pad(), eos=dictionary.eos(),
                                             left_pad_source=c.left_pad_source, left_pad_target=c.left_pad_target,
-                                            pad_to_multiple=c.pad_to_multiple, dtype=c.dtype),
+                                            pad_to_multiple=c.pad_to_multiple, dtype=c.dtype,
+                                            vocab_size=len(dictionary)),
                     seed=config.seed, max_source_positions=config.filter.max_source_positions)
 
 

@@ -28,7 +28,7 @@ def _binarize(args) -> int:
 def _inspect(args) -> int:
     from .stats import corpus_stats, format_stats
 
-    rows = corpus_stats(args.data_bin, verify="full" if args.verify else "quick")
+    rows = corpus_stats(args.data_bin, check_tokens=args.verify)
     print(json.dumps(rows, indent=2) if args.json else format_stats(rows))
     return 0
 
@@ -88,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("inspect", help="sentences, tokens, shards and length percentiles of a data_bin")
     i.add_argument("data_bin")
     i.add_argument("--json", action="store_true", help="machine-readable output")
-    i.add_argument("--verify", action="store_true", help="check every pointer of every index (slower)")
+    i.add_argument("--verify", action="store_true",
+                   help="also read every token and refuse ids outside the dictionary (reads all the data)")
     i.set_defaults(func=_inspect)
 
     pl = sub.add_parser("plan", help="the static batch shapes a config gets, their padding, the alternatives")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import gather
+from .errors import FormatError
 from .packing import segments
 from .rows import groups
 from .transforms import NoiseContext, Ragged, apply as apply_noise
@@ -37,10 +38,20 @@ class CollateOptions:
     pad_to_multiple: int = 1
     dtype: str = "int64"
     sort_by_source_length: bool = True
+    vocab_size: int = 0  # symbols of the dictionary: every token id must be below it (0: unchecked)
 
     def __post_init__(self):
         if self.pad_to_multiple < 1:
             raise ValueError(f"pad_to_multiple must be >= 1, got {self.pad_to_multiple}")
+        try:
+            dtype = np.dtype(self.dtype)
+        except TypeError:
+            raise ValueError(f"collate.dtype={self.dtype!r} is not a numpy dtype") from None
+        if dtype.kind not in "iu":
+            raise ValueError(f"collate.dtype={self.dtype!r} must be an integer dtype (token ids)")
+        if self.vocab_size and np.iinfo(dtype).max < self.vocab_size - 1:
+            raise ValueError(f"collate.dtype={self.dtype!r} cannot hold token ids up to {self.vocab_size - 1} (a "
+                             f"dictionary of {self.vocab_size} symbols): ids would wrap around. Use int32 or int64")
 
 
 def _width(longest: int, multiple: int, minimum: int = 0) -> int:
@@ -194,7 +205,26 @@ class Collater:
             batch["ntokens"] = int(tgt_len[batch["weight"] > 0].sum())
         else:
             batch["ntokens"] = int(src_len[order][batch["weight"] > 0].sum())
+        if o.vocab_size:
+            self._check_ids(batch, comp[order], local[order])
         return batch
+
+    def _check_ids(self, batch: dict, comp: np.ndarray, local: np.ndarray) -> None:
+        """Refuse a batch holding a token id outside the dictionary (a .bin from another vocabulary, a truncated
+        dict.txt, corrupt data), naming the file and record it came from. Two reductions per side."""
+        vocab = self.opts.vocab_size
+        for name, arr in (("source", batch["net_input"]["src_tokens"]), ("target", batch.get("target"))):
+            if arr is None or not arr.size or (int(arr.max()) < vocab and int(arr.min()) >= 0):
+                continue
+            bad = (arr >= vocab) | (arr < 0)
+            row = int(np.flatnonzero(bad.any(axis=1))[0])
+            token = int(arr[row][bad[row]][0])
+            c = self.sources.components[int(comp[row])]
+            ds = c.src if name == "source" or c.tgt is None else c.tgt
+            path = getattr(ds, "data_file", None) or getattr(ds, "path", None) or c.key
+            raise FormatError(path, f"record {int(local[row])} ({name} of {c.key}, shard {c.shard}) holds token id "
+                                    f"{token}, outside the dictionary of {vocab} symbols: the data was binarized "
+                                    f"with another dictionary, dict.txt was cut short, or the file is corrupt")
 
     def _side(self, side: _Side, raw: dict, comp, start, length, order, width: int, left_pad: bool,
               lengths_sorted: bool = False, prev_eos=None):

@@ -15,6 +15,9 @@
 * Global batch g holds samples ``[g B, (g + 1) B)``; rank r of W takes its ``B / W`` rows of it, so the batch
   content never depends on W and a run resumes on another world size. The state is the samples consumed (as
   Megatron's sampler keeps it) and a fingerprint of the data and settings.
+* Shuffles are keyed by each dataset's ``content_digest`` (a hash of its sizes and document index), never by
+  its path: the same files spelled ``data/web``, ``./data/web``, absolutely, through a symlink, or mounted
+  elsewhere on another host give the same batches, and a resumed state refuses data that changed.
 * Planning is integers, a window of batches at a time (per-dataset work once per window); each batch is then
   one vectorised gather of its pieces from the token space (``gather.py``). No per-sample Python.
 """
@@ -75,12 +78,12 @@ class LMIterator(LoaderIterator):
     @classmethod
     def build(cls, data_path, seq_len: int, global_batch: int, num_samples: int, split: str = "969,30,1",
               split_name: str = "train", mode: str = "concat", seed: int = 1, cache_dir=None, rank: int = 0,
-              world_size: int = 1) -> "LMIterator":
+              world_size: int = 1, verify: str = "full") -> "LMIterator":
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         cache = IndexCache(cache_dir) if cache_dir else None
         entries = parse_data_path(data_path)
-        sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache) for _, prefix in entries]
+        sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache, verify) for _, prefix in entries]
         return cls(sources, [w for w, _ in entries], num_samples, global_batch, rank, world_size, cache,
                    name=split_name)
 
@@ -90,7 +93,7 @@ class LMIterator(LoaderIterator):
         return cls.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
                          num_samples=config.num_samples, split=config.split, split_name=config.split_name,
                          mode=config.mode, seed=config.seed, cache_dir=config.cache_dir or None, rank=rank,
-                         world_size=world_size)
+                         world_size=world_size, verify=config.get("verify", "full"))
 
     # ----------------------------------------------------------------------------------------- iteration
     def __len__(self) -> int:
@@ -174,12 +177,12 @@ class LMIterator(LoaderIterator):
 
     # ----------------------------------------------------------------------------------------- state
     def fingerprint(self) -> str:
-        """The data (each dataset's path as given, which keys its shuffles, and its size) and every setting that
-        shapes the sample sequence (the batch size and the run length do not)."""
+        """The data (each dataset's size hashes, which key its shuffles, whatever its path) and every setting
+        that shapes the sample sequence (the batch size and the run length do not)."""
         s0 = self.sources[0]
         blob = json.dumps({"kind": "lm", "weights": self.weights, "seq_len": self.seq_len, "mode": self.mode,
                            "seed": s0.seed, "split": s0.split, "split_name": s0.split_name,
-                           "sources": [(s.prefix, len(s.ds), s.ds.bin_size) for s in self.sources]}, sort_keys=True)
+                           "sources": [(s.data_key, len(s.ds), s.ds.bin_size) for s in self.sources]}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def get_state(self) -> dict:

@@ -34,11 +34,14 @@ class LMSource:
     """One dataset's split, with per-epoch shuffled sequence orders and sample indexes (cached)."""
 
     def __init__(self, prefix, split: str, split_name: str, seq_len: int, mode: str, seed: int,
-                 cache: IndexCache | None):
+                 cache: IndexCache | None, verify: str = "full"):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.prefix = os.fspath(prefix)
-        self.ds = IndexedDataset(prefix, verify="quick")
+        self.ds = IndexedDataset(prefix, verify=verify)
+        # shuffles are keyed by the data (its size hashes), not by how its path is spelled: the same files named
+        # relatively, absolutely, through a symlink or mounted elsewhere on another host give the same batches
+        self.data_key = self.ds.content_digest
         parts = document_splits(self.ds, split)
         if parts.get(split_name) is None:
             raise ValueError(f"{self.prefix}: split {split!r} leaves no documents for {split_name!r}")
@@ -54,13 +57,13 @@ class LMSource:
 
     def _describe(self, epoch: int) -> dict:
         st = os.stat(self.prefix + ".idx")
-        return {"kind": "lm-epoch", "prefix": os.path.abspath(self.prefix), "idx_size": st.st_size,
+        return {"kind": "lm-epoch", "data": self.data_key, "prefix": os.path.abspath(self.prefix), "idx_size": st.st_size,
                 "idx_mtime": st.st_mtime_ns, "split": self.split, "split_name": self.split_name,
                 "seq_len": self.seq_len, "mode": self.mode, "seed": self.seed, "epoch": epoch}
 
     def _build(self, epoch: int) -> dict:
         order = self.sequences[permute(np.arange(len(self.sequences)), len(self.sequences),
-                                       derive_key(self.seed, "lm-order", self.prefix, epoch))]
+                                       derive_key(self.seed, "lm-order", self.data_key, epoch))]
         sizes = np.asarray(self.ds.sizes, dtype=np.int64)
         check_records(self.ds, self.sequences, sizes[self.sequences],
                       np.asarray(self.ds.pointers[self.sequences], dtype=np.int64))  # the plans trust the sizes
@@ -119,7 +122,8 @@ class LMSource:
         out = np.empty_like(j)
         for e in np.unique(epoch).tolist():
             sel = epoch == e
-            out[sel] = permute(j[sel], self.samples_per_epoch(e), derive_key(self.seed, "lm-samples", self.prefix, e))
+            key = derive_key(self.seed, "lm-samples", self.data_key, e)
+            out[sel] = permute(j[sel], self.samples_per_epoch(e), key)
         return epoch, out
 
     def pieces(self, e: int, samples: np.ndarray, width: int) -> tuple[np.ndarray, dict]:

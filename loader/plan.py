@@ -117,6 +117,17 @@ class Window:
         return int(self.shape[b]), int(self.masked[b])
 
 
+def data_digest(ds) -> str | None:
+    """What identifies a dataset's data whatever its path: an indexed dataset's ``content_digest`` (remembered
+    by file identity), else a hash of its planning lengths (raw text: the text and the segmentation model)."""
+    if ds is None:
+        return None
+    digest = getattr(ds, "content_digest", None)
+    if digest is None:
+        digest = hashlib.blake2b(np.ascontiguousarray(ds.sizes, dtype=np.int32).data, digest_size=16).hexdigest()
+    return digest
+
+
 class EpochPlanner(StreamPlanning):
     """The integer plan of every epoch: which samples, in which window, in which batch, in which order."""
 
@@ -388,7 +399,10 @@ class EpochPlanner(StreamPlanning):
         return out
 
     def fingerprint(self) -> str:
-        comps = [(c.key, c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist()) for c in self.sources.components]
+        """The data (each component's size hashes: another tokenizer or an edited file changes them, a moved
+        folder does not) and every setting that shapes the plan."""
+        comps = [(c.key, c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist(), data_digest(c.src),
+                  data_digest(c.tgt)) for c in self.sources.components]
         opts = asdict(self.opts)
         if self.opts.schedule is None or not self.opts.schedule.boundaries:
             opts.pop("batches_per_update")  # only a changing schedule makes the plan depend on it

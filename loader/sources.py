@@ -167,7 +167,7 @@ class SourceSet:
 
     def __init__(self, corpus: ShardedCorpus, dictionary: Dictionary, split: str, keys: list[str] | None = None,
                  source_prefix: str = "__{src}__", target_prefix: str = "__{tgt}__", prefix_overrides=None,
-                 shards: str = "cycle", verify: str = "quick", with_target: bool = True,
+                 shards: str = "cycle", verify: str = "full", with_target: bool = True,
                  length_cache_mb: int = 512, noise: dict | None = None, streams: list[StreamSpec] | None = None,
                  seed: int = 1, sampling: bool = True, cache_dir: str | None = None):
         if shards not in ("cycle", "all"):

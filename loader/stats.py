@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .corpus import ShardedCorpus
+from .errors import FormatError
 
 PERCENTILES = (50, 90, 99)
 
@@ -21,7 +22,30 @@ def _percentile(hist: np.ndarray, q: float) -> int:
     return int(np.searchsorted(np.cumsum(hist), rank))
 
 
-def corpus_stats(root, verify: str = "quick") -> list[dict]:
+def check_token_ids(ds, vocab_size: int, chunk: int = 1 << 24) -> None:
+    """Raise a FormatError naming the file and record when a stored token id is outside a dictionary of
+    ``vocab_size`` symbols (the whole ``.bin`` is read, in bounded chunks)."""
+    tokens, shift = ds.tokens, ds.token_shift
+    for start in range(0, len(tokens), chunk):
+        part = tokens[start:start + chunk]
+        if int(part.max()) - shift < vocab_size and int(part.min()) - shift >= 0:
+            continue
+        pos = start + int(np.flatnonzero((part.astype(np.int64) - shift >= vocab_size) | (part.astype(np.int64) < shift))[0])
+        record = int(np.searchsorted(np.asarray(ds.pointers) // ds.dtype.itemsize, pos, side="right")) - 1
+        raise FormatError(ds.data_file, f"record {record} holds token id {int(tokens[pos]) - shift}, outside the "
+                                        f"dictionary of {vocab_size} symbols")
+
+
+def _dictionary_size(corpus: ShardedCorpus, lang: str | None) -> int:
+    try:
+        return len(corpus.dictionary(lang))
+    except FileNotFoundError:
+        return 0
+
+
+def corpus_stats(root, verify: str = "full", check_tokens: bool = False) -> list[dict]:
+    """Per split, direction and side: sentences, tokens, shards, length percentiles, dtype. ``check_tokens``
+    also reads every token and refuses ids outside the dictionary."""
     corpus = ShardedCorpus(root)
     rows = []
     for split in corpus.splits:
@@ -34,6 +58,10 @@ def corpus_stats(root, verify: str = "quick") -> list[dict]:
                 dtypes = set()
                 for shard in shards:
                     ds = corpus.open(split, key, lang if "-" in key else None, shard, verify=verify)
+                    if check_tokens and len(ds):
+                        vocab = _dictionary_size(corpus, lang)
+                        if vocab:
+                            check_token_ids(ds, vocab)
                     sizes = np.asarray(ds.sizes)
                     dtypes.add(ds.dtype.name)
                     sentences += len(ds)

@@ -1,8 +1,12 @@
 import json
 import os
 import pathlib
+import tempfile
 
 import pytest
+
+# Verification stamps of the test run go to a folder of its own (inherited by subprocesses), never ~/.cache.
+os.environ.setdefault("BABELFEED_CACHE_DIR", tempfile.mkdtemp(prefix="babelfeed-test-cache-"))
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

@@ -272,7 +272,9 @@ def main(argv=None) -> int:
         return g is not None and g["batches"] == w["batches"] and {k: g["state"].get(k) for k in w["state"]} == w["state"]
     bad = [k for k in want if not same(got.get(k), want[k])]
     for k in bad:
-        print(f"differs: {k}")
+        g = got.get(k) or {"batches": [], "state": {}}
+        fields = sorted(f for f in want[k]["state"] if g["state"].get(f) != want[k]["state"][f])
+        print(f"differs: {k}: " + ("batches, " if g["batches"] != want[k]["batches"] else "") + f"state fields {fields}")
     print("all equal" if not bad else f"{len(bad)} of {len(want)} cases differ")
     return 1 if bad else 0
 

@@ -44,7 +44,10 @@ def test_a_record_outside_its_bin_raises_naming_file_and_record(tmp_path, monkey
                 b.add_item(np.append(rng.integers(4, 50, int(rng.integers(1, 20))), 2))
             b.finalize()
     corrupt_pointer(str(root / "shard000" / "train.aa-bb.bb"), 5, 10**9)
-    cfg = config_for(root, mixing__sampler="concat")
+    # the default full check refuses it at open; with verify="quick" every record a window reads is still checked
+    with pytest.raises(loader.InconsistentIndexError, match=r"train\.aa-bb\.bb\.idx.*pointer of record 5 "):
+        loader.build_train_iterator(config_for(root, mixing__sampler="concat"))
+    cfg = config_for(root, mixing__sampler="concat", data__verify="quick")
     with pytest.raises(loader.InconsistentIndexError, match=r"train\.aa-bb\.bb\.idx.*record 5 .*outside"):
         for _ in loader.build_train_iterator(cfg):
             pass
@@ -117,8 +120,11 @@ def test_lm_records_outside_the_bin_raise(tmp_path, mode, field):
             f.seek(34 + 4 * 1010)
             f.write(np.int32(10**6).tobytes())
     loader.IndexedDataset(prefix, verify="quick")  # opens: the corruption is where the quick check does not look
+    with pytest.raises(loader.InconsistentIndexError, match=r"web\.idx: "):  # the default full check refuses it
+        loader.LMIterator.build(f"1 {prefix}", seq_len=32, global_batch=4, num_samples=400, split="100,0,0",
+                                mode=mode)
     it = loader.LMIterator.build(f"1 {prefix}", seq_len=32, global_batch=4, num_samples=400, split="100,0,0",
-                                 mode=mode)
+                                 mode=mode, verify="quick")
     with pytest.raises(loader.InconsistentIndexError, match=r"web\.idx: record 1010 .*outside"):
         for _ in it:
             pass

@@ -16,6 +16,7 @@ a run over thousands of corpora keeps no file open.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import warnings
@@ -30,6 +31,7 @@ from ..errors import (
     UnknownDtypeError,
     UnsupportedVersionError,
 )
+from . import stamps
 from .dtypes import TABLES
 from .mapping import map_file
 
@@ -177,10 +179,16 @@ class IndexedDataset:
 
     * ``"full"`` (default): every size is >= 0 and every pointer equals the running sum of the sizes before it
       (vectorised, in bounded chunks; about 10 ms per million records), document indices are monotone and end
-      at the sequence count, and the ``.bin`` holds every byte the index refers to.
+      at the sequence count, and the ``.bin`` holds every byte the index refers to. A passed check is
+      remembered by a stamp of the files' identity (:mod:`~loader.storage.stamps`), so later opens of the same
+      unchanged files cost O(1); a file rewritten, replaced or touched is checked again.
     * ``"quick"``: O(1) checks only (header, file sizes, first and last pointer, the document-index endpoints,
-      and 256 evenly spaced records); for very large corpora. Every read still checks its own bounds, so a
-      corrupt pointer raises instead of returning another record's tokens or reading past the file.
+      and 256 evenly spaced records). Every read checks that its record lies inside the ``.bin``, but a size or
+      pointer corrupted in the middle of the index can then hand out a record that overlaps its neighbour:
+      use it only on data already checked (``babelfeed inspect --verify``).
+
+    ``content_digest`` is a hash of the sizes (and document index): the identity of the data a resumable run
+    keys its fingerprint and shuffles on, computed once per file and remembered with the stamp.
 
     fairseq's multi-worker preprocessing corrupts pointers once a ``.bin`` passes 2 GiB (an int32 overflow,
     fairseq issue #5532). Such a file fails the check with an error saying so; ``recompute_pointers=True``
@@ -196,7 +204,10 @@ class IndexedDataset:
         self._verify = verify
         self._recompute = bool(recompute_pointers)
         self._bin_map = None
+        self._facts = stamps.lookup(self.index_file, self.data_file)
         self._open()
+        if self._full and not self._recompute:
+            stamps.record(self.index_file, self.data_file, verified=True, digest=self.content_digest)
 
     # ----------------------------------------------------------------------------------------- opening
     def _open(self) -> None:
@@ -221,6 +232,8 @@ class IndexedDataset:
                 f"{MMIDIDX_MAGIC.hex()} (MMIDIDX) or {TNTIDX_MAGIC.hex()} (TNTIDX) was expected",
             )
         self._index = index
+        # the full check, unless one passed on these very files before
+        self._full = self._verify == "full" and not self._facts.get("verified")
         self.dtype: np.dtype = index.dtype
         self.format: str = index.format
         self.dtype_code: int = index.dtype_code
@@ -300,9 +313,11 @@ class IndexedDataset:
             ends = np.cumsum(sizes, dtype=np.int64)
             self._pointers = (ends - sizes) * self._itemsize
             total = int(ends[-1]) * self._itemsize if n else 0
-        elif self._verify == "full":
+        elif self._full:
             self._check_sizes_nonnegative(sizes)
             self._check_running_sum(sizes, self._pointers, self._itemsize, "byte pointer")
+            total = int(self._pointers[-1]) + int(sizes[-1]) * self._itemsize if n else 0
+        elif self._facts.get("verified"):
             total = int(self._pointers[-1]) + int(sizes[-1]) * self._itemsize if n else 0
         else:
             total = self._quick_check(sizes, self._pointers, self._itemsize)
@@ -349,7 +364,7 @@ class IndexedDataset:
                 f"document index runs from {int(doc_idx[0])} to {int(doc_idx[-1])}, "
                 f"it must run from 0 to the sequence count {n}"
             )
-        if self._verify == "full":
+        if self._full:
             for start in range(0, len(doc_idx) - 1, _CHUNK):
                 chunk = doc_idx[start : start + _CHUNK + 1]
                 bad = np.flatnonzero(np.diff(chunk) < 0)
@@ -367,13 +382,13 @@ class IndexedDataset:
                 f"offsets must start at 0 (dim {int(dims[0])}, data {int(ends[0])}) and dim offsets end at {n} "
                 f"(got {int(dims[-1])})"
             )
-        if self._verify == "full" or self._recompute:
+        if self._full or self._recompute:
             self._check_sizes_nonnegative(index.sizes)
             self._check_running_sum(np.ones(n, dtype=np.int64), dims[:-1], 1, "dim offset")
             self._check_running_sum(index.sizes, ends[:-1], 1, "data offset")
             if n and int(ends[-1]) != int(ends[-2]) + int(index.sizes[-1]):
                 self._pointer_mismatch(n, int(ends[-1]), int(ends[-2]) + int(index.sizes[-1]), "data offset")
-        else:
+        elif not self._facts.get("verified"):
             self._quick_check(index.sizes, ends[:-1], 1)
         self._check_bin_covers(int(ends[-1]) * self._itemsize)
 
@@ -385,6 +400,23 @@ class IndexedDataset:
     def sizes(self) -> np.ndarray:
         """Tokens per sequence: int32 (int64 for the legacy format), read-only, memory-mapped."""
         return self._index.sizes
+
+    @property
+    def content_digest(self) -> str:
+        """A hash of the format, dtype, sizes, document index and modes: what identifies the data whatever its
+        path. Computed once per file (remembered with the verification stamp)."""
+        digest = self._facts.get("digest")
+        if digest is None:
+            h = hashlib.blake2b(digest_size=16)
+            h.update(f"{self.format}:{self.dtype.str}:{len(self)}:".encode())
+            for part in (self._index.sizes, self._index.doc_idx, self._index.modes):
+                if part is not None:
+                    h.update(np.ascontiguousarray(part).data)
+                h.update(b"|")
+            digest = self._facts["digest"] = h.hexdigest()
+            if not self._full:
+                stamps.record(self.index_file, self.data_file, digest=digest)
+        return digest
 
     @property
     def pointers(self) -> np.ndarray:

@@ -1,0 +1,101 @@
+"""Verification stamps: what a full check of an index found, remembered by the identity of its files.
+
+Checking every pointer of a 20M-record index costs ~0.2 s and pulls the whole index into memory; hashing its
+sizes (the data fingerprint of a resumable run) costs as much again. Both are done once per file: the result
+is stored as a small JSON stamp keyed by the index's real path and checked against the identity of the
+``.idx`` and ``.bin`` (device, inode, size, modification and change times, in nanoseconds). A file rewritten,
+replaced, truncated or touched no longer matches its stamp and is checked again.
+
+As git does with its index, a stamp is not written for a file modified less than ``RACY_SECONDS`` ago: a
+write within the same clock tick as the check would leave the times unchanged. Such a file is simply checked
+again on the next open.
+
+Stamps live in ``$BABELFEED_CACHE_DIR`` (default ``$XDG_CACHE_HOME/babelfeed`` or ``~/.cache/babelfeed``),
+under ``stamps/``. Deleting the folder is always safe. When it cannot be written, the stamps are kept for the
+life of the process only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+RACY_SECONDS = 2.0
+_VERSION = 1
+_memo: dict[str, dict] = {}
+
+
+def cache_dir() -> str:
+    root = os.environ.get("BABELFEED_CACHE_DIR")
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "babelfeed")
+    return root
+
+
+def identity(path: str) -> list[int]:
+    st = os.stat(path)
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _stamp_path(idx_path: str) -> str:
+    key = hashlib.blake2b(os.path.realpath(idx_path).encode(), digest_size=16).hexdigest()
+    return os.path.join(cache_dir(), "stamps", key + ".json")
+
+
+def _ids(idx_path: str, bin_path: str) -> list | None:
+    try:
+        return [identity(idx_path), identity(bin_path)]
+    except OSError:
+        return None
+
+
+def lookup(idx_path: str, bin_path: str) -> dict:
+    """What earlier checks recorded about these exact files ({} when nothing, or when the files changed)."""
+    ids = _ids(idx_path, bin_path)
+    if ids is None:
+        return {}
+    path = _stamp_path(idx_path)
+    stamp = _memo.get(path)
+    if stamp is None:
+        try:
+            with open(path, "rb") as f:
+                stamp = json.loads(f.read())
+        except (OSError, ValueError):
+            return {}
+    if not isinstance(stamp, dict) or stamp.get("version") != _VERSION or stamp.get("files") != ids:
+        return {}
+    _memo[path] = stamp
+    return dict(stamp.get("facts", {}))
+
+
+def record(idx_path: str, bin_path: str, **facts) -> None:
+    """Remember ``facts`` (JSON values) about the files as they are now, next to what is known already.
+
+    Nothing is recorded for files modified in the last ``RACY_SECONDS`` (see the module docstring)."""
+    ids = _ids(idx_path, bin_path)
+    if ids is None:
+        return
+    newest = max(ids[0][3], ids[1][3], ids[0][4], ids[1][4]) / 1e9
+    if time.time() - newest < RACY_SECONDS:
+        return
+    path = _stamp_path(idx_path)
+    known = lookup(idx_path, bin_path)
+    known.update(facts)
+    stamp = {"version": _VERSION, "index": os.path.realpath(idx_path), "files": ids, "facts": known}
+    _memo[path] = stamp
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.partial"
+        with open(tmp, "w") as f:
+            json.dump(stamp, f)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache: the stamp lives for this process only
+
+
+def forget() -> None:
+    """Drop the stamps held in memory (tests; the files on disk stay)."""
+    _memo.clear()

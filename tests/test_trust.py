@@ -1,0 +1,210 @@
+"""No silent corruption under the default configuration: corrupt indexes, token ids outside the dictionary,
+dtypes that wrap, data changed under a saved state."""
+
+import os
+import re
+import struct
+
+import numpy as np
+import pytest
+
+import loader
+from loader.errors import FormatError, InconsistentIndexError
+from loader.storage import stamps
+from loader.storage.indexed import IndexedDataset
+from loader.stats import corpus_stats
+
+from synthetic import config_for, make_data_bin
+
+PREFIX = "shard000/train.aaa-bbb.aaa"
+
+
+def _epoch(config):
+    it = loader.build_train_iterator(config)
+    return [b for b in it]
+
+
+def _patch_record(path_prefix, record: int, size_delta: int = 0, pointer_delta: int = 0):
+    """Edit one record of a fairseq .idx in place: its size (+size_delta) and/or its pointer (+pointer_delta)."""
+    idx = str(path_prefix) + ".idx"
+    with open(idx, "r+b") as f:
+        head = f.read(26)
+        n = struct.unpack("<Q", head[18:26])[0]
+        if size_delta:
+            f.seek(26 + 4 * record)
+            size = struct.unpack("<i", f.read(4))[0]
+            f.seek(26 + 4 * record)
+            f.write(struct.pack("<i", size + size_delta))
+        if pointer_delta:
+            f.seek(26 + 4 * n + 8 * record)
+            ptr = struct.unpack("<q", f.read(8))[0]
+            f.seek(26 + 4 * n + 8 * record)
+            f.write(struct.pack("<q", ptr + pointer_delta))
+
+
+@pytest.fixture
+def data(tmp_path):
+    make_data_bin(tmp_path / "bin")
+    return tmp_path / "bin"
+
+
+@pytest.mark.parametrize("edit", [dict(size_delta=1), dict(pointer_delta=2), dict(size_delta=-3),
+                                  dict(size_delta=-10_000), dict(size_delta=1 << 30)])
+def test_a_corrupt_record_mid_index_is_refused_under_the_shipped_config(data, edit):
+    _patch_record(data / PREFIX, 5, **edit)
+    config = config_for(data)
+    assert config.data.verify == "full"  # what the shipped config gives every user
+    with pytest.raises(InconsistentIndexError) as e:
+        _epoch(config)
+    # the record edited, or the next one, whose pointer no longer follows from the sizes
+    assert str(data / PREFIX) + ".idx: " in str(e.value) and re.search(r"record [56]\b", str(e.value))
+
+
+def test_inspect_names_the_file_of_a_negative_size(data):
+    _patch_record(data / PREFIX, 7, size_delta=-10_000)
+    with pytest.raises(InconsistentIndexError, match=r"train\.aaa-bbb\.aaa\.idx: record 7 has negative size"):
+        corpus_stats(data)
+
+
+def test_a_passed_full_check_is_remembered_until_the_file_changes(data, monkeypatch):
+    monkeypatch.setattr(stamps, "RACY_SECONDS", 0.0)
+    stamps.forget()
+    calls = []
+    real = IndexedDataset._check_running_sum
+    monkeypatch.setattr(IndexedDataset, "_check_running_sum", lambda self, *a: calls.append(1) or real(self, *a))
+    IndexedDataset(data / PREFIX)
+    assert len(calls) == 1
+    stamps.forget()  # the stamp on disk is found by a new process just the same
+    digest = IndexedDataset(data / PREFIX).content_digest
+    assert len(calls) == 1
+    # an edit (a later modification time, as any write gives) invalidates the stamp: checked again, refused
+    _patch_record(data / PREFIX, 5, size_delta=1)
+    st = os.stat(str(data / PREFIX) + ".idx")
+    os.utime(str(data / PREFIX) + ".idx", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    with pytest.raises(InconsistentIndexError):
+        IndexedDataset(data / PREFIX)
+    _patch_record(data / PREFIX, 5, size_delta=-1)
+    os.utime(str(data / PREFIX) + ".idx", ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+    assert IndexedDataset(data / PREFIX).content_digest == digest
+
+
+def test_a_file_written_just_now_is_not_stamped(data):
+    stamps.forget()
+    IndexedDataset(data / PREFIX)
+    assert stamps.lookup(str(data / PREFIX) + ".idx", str(data / PREFIX) + ".bin") == {}
+
+
+def test_quick_mode_is_an_explicit_choice_that_misses_mid_file_corruption(data):
+    _patch_record(data / PREFIX, 5, size_delta=1)
+    with pytest.raises(InconsistentIndexError):
+        IndexedDataset(data / PREFIX)
+    ds = IndexedDataset(data / PREFIX, verify="quick")  # documented: "quick" does not look at record 5
+    assert len(ds[5]) == int(ds.sizes[5])
+
+
+# ----------------------------------------------------------------------------------------- token ids
+def _truncate_dictionary(root, keep: int):
+    path = os.path.join(root, "dict.txt")
+    with open(path) as f:
+        lines = f.readlines()
+    with open(path, "w") as f:
+        f.writelines(lines[:keep])
+
+
+def test_token_ids_beyond_a_truncated_dictionary_are_refused_naming_file_and_record(data):
+    _truncate_dictionary(data, 100)
+    config = config_for(data, data__source_prefix="", data__target_prefix="")
+    with pytest.raises(FormatError, match=r"\.bin: record \d+ \((source|target) of aaa-\w+, shard \d\) holds token id "
+                                          r"\d+, outside the dictionary of 104 symbols"):
+        _epoch(config)
+    with pytest.raises(FormatError, match=r"\.bin: record \d+ holds token id \d+, outside the dictionary"):
+        corpus_stats(data, check_tokens=True)
+
+
+def test_one_foreign_token_in_one_record_is_found(tmp_path):
+    root = tmp_path / "bin"
+    make_data_bin(root, directions={"aaa-bbb": [50]}, valid=False)
+    prefix = root / "shard000/train.aaa-bbb.bbb"
+    ds = IndexedDataset(prefix)
+    ptr = int(ds.pointers[31])
+    del ds
+    with open(str(prefix) + ".bin", "r+b") as f:
+        f.seek(ptr + 2)
+        f.write(struct.pack("<H", 65000))
+    with pytest.raises(FormatError, match=r"train\.aaa-bbb\.bbb\.bin: record 31 \(target of aaa-bbb"):
+        _epoch(config_for(root))
+    with pytest.raises(FormatError, match=r"train\.aaa-bbb\.bbb\.bin: record 31 holds token id 65000"):
+        corpus_stats(root, check_tokens=True)
+    assert corpus_stats(root)  # without --verify the tokens are not read
+
+
+def test_a_dtype_that_cannot_hold_the_vocabulary_is_refused_at_build(data):
+    with pytest.raises(ValueError, match=r"collate.dtype='int8' cannot hold token ids up to \d+"):
+        loader.build_train_iterator(config_for(data, collate__dtype="int8"))
+    assert _epoch(config_for(data, collate__dtype="int16"))
+
+
+# ----------------------------------------------------------------------------------------- fingerprint
+def test_the_fingerprint_changes_when_the_lengths_change_with_the_same_counts(tmp_path):
+    make_data_bin(tmp_path / "a", seed=0)
+    make_data_bin(tmp_path / "b", seed=1)  # the same sentence counts, other lengths (another tokenizer)
+    a = loader.build_train_iterator(config_for(tmp_path / "a"))
+    b = loader.build_train_iterator(config_for(tmp_path / "b"))
+    state = a.get_state()
+    assert a.fingerprint() != b.fingerprint()
+    with pytest.raises(ValueError, match="different data or settings"):
+        b.set_state(state)
+    # the same data under another path is the same data
+    os.rename(tmp_path / "a", tmp_path / "moved")
+    assert loader.build_train_iterator(config_for(tmp_path / "moved")).fingerprint() == state["fingerprint"]
+
+
+# ----------------------------------------------------------------------------------------- LM identity
+def _lm_corpus(root, seed=0, docs=80):
+    rng = np.random.default_rng(seed)
+    os.makedirs(root, exist_ok=True)
+    for name in ("web", "books"):
+        with loader.IndexedDatasetBuilder(os.path.join(root, name), np.int32, format="megatron") as b:
+            for _ in range(docs):
+                for _ in range(int(rng.integers(1, 4))):
+                    b.add_item(rng.integers(10, 1000, int(rng.integers(3, 40))))
+                b.end_document()
+            b.finalize()
+
+
+def _lm_batches(data_path, **kw):
+    it = loader.LMIterator.build(data_path, seq_len=16, global_batch=4, num_samples=200, split="90,10,0",
+                                 mode="pack", **kw)
+    return it.fingerprint(), [b for b in it]
+
+
+def _same_batches(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+def test_lm_batches_do_not_depend_on_how_the_path_is_spelled(tmp_path, monkeypatch):
+    _lm_corpus(tmp_path / "data")
+    fp, ref = _lm_batches(f"0.3 {tmp_path}/data/web 0.7 {tmp_path}/data/books")
+    os.symlink(tmp_path / "data", tmp_path / "link")
+    os.rename(tmp_path / "data", tmp_path / "mounted_elsewhere")
+    os.symlink(tmp_path / "mounted_elsewhere", tmp_path / "data")
+    monkeypatch.chdir(tmp_path)
+    for spelled in ("0.3 data/web 0.7 data/books", "0.3 ./data/web 0.7 ./data//books",
+                    "0.3 link/web 0.7 link/books", "0.3 mounted_elsewhere/web 0.7 mounted_elsewhere/books"):
+        got_fp, got = _lm_batches(spelled)
+        assert got_fp == fp, spelled
+        _same_batches(ref, got)
+
+
+def test_lm_state_refuses_other_data_with_the_same_counts(tmp_path):
+    _lm_corpus(tmp_path / "a", seed=0)
+    _lm_corpus(tmp_path / "b", seed=1)
+    a = loader.LMIterator.build(f"1 {tmp_path}/a/web", seq_len=16, global_batch=4, num_samples=200, split="90,10,0")
+    b = loader.LMIterator.build(f"1 {tmp_path}/b/web", seq_len=16, global_batch=4, num_samples=200, split="90,10,0")
+    next(a)
+    with pytest.raises(ValueError, match="different data or settings"):
+        b.set_state(a.get_state())
