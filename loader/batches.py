@@ -244,13 +244,31 @@ class BatchIterator(Reports, LoaderIterator):
         return state
 
     def set_state(self, state: dict, strict: bool = True) -> None:
-        self._check_state(state, strict, ("epoch", "consumed"))
-        if state["epoch"] < 1:
-            raise ValueError(f"iterator state epoch counts from 1, got {state['epoch']}")
-        self.epoch = int(state["epoch"])
-        if self.planner.opts.sampler == "stream" and "stream" in state:
-            self.planner.set_epoch_start(self.epoch, state["stream"]["positions"], state["stream"]["batches"])
-        self._base = int(state["consumed"])
+        stream = self.planner.opts.sampler == "stream"
+        self._check_state(state, strict, {"epoch": 1, "consumed": 0, "total_steps": 0},
+                          optional=("stream",) if stream else ())
+        if stream and "stream" in state:
+            self._check_stream(state["stream"])
+        elif stream and strict:
+            raise ValueError("iterator state lacks 'stream' (where each stream stood when the epoch began), which "
+                             "get_state() writes for mixing.sampler='stream'")
+        epoch, consumed = int(state["epoch"]), int(state["consumed"])
+        if stream and "stream" in state:
+            self.planner.set_epoch_start(epoch, state["stream"]["positions"], state["stream"]["batches"])
+        if consumed and self.planner.locate(epoch, consumed - 1) is None:
+            raise ValueError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
+                             f"{self.planner.num_batches(epoch)} global batches")
+        self.epoch = epoch
+        self._base = consumed
         self.step = 0
         self._hint = (0, 0)
-        self.total_steps = int(state.get("total_steps", 0))
+        self.total_steps = int(state["total_steps"])
+
+    def _check_stream(self, stream) -> None:
+        ok = (isinstance(stream, dict) and set(stream) == {"positions", "batches"}
+              and isinstance(stream["positions"], list) and isinstance(stream["batches"], int)
+              and not isinstance(stream["batches"], bool) and stream["batches"] >= 0
+              and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in stream["positions"]))
+        if not ok:
+            raise ValueError(f"iterator state field 'stream' must be {{'positions': [integers >= 0], 'batches': "
+                             f"integer >= 0}}, got {stream!r}"[:300])

@@ -46,25 +46,33 @@ class LoaderIterator:
     def fingerprint(self) -> str:
         raise NotImplementedError
 
-    def _check_state(self, state, strict: bool, required: tuple) -> None:
-        """Refuse a state that is not a dict of this iterator's kind, lacks fields, or (``strict``) was saved
-        with other data or settings."""
+    def _check_state(self, state, strict: bool, fields: dict, optional: tuple = ()) -> None:
+        """Refuse a state that is not a well-formed state of this iterator: not a dict, another version, kind or
+        name, a missing or unknown field, an integer field (``fields``: name -> smallest value) that is not an
+        integer at least that; and (``strict``) a state saved with other data or settings."""
         if not isinstance(state, dict):
-            raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}")
+            raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}"
+                             + (" (a JSON string? json.loads it first)" if isinstance(state, (str, bytes)) else ""))
         if state.get("version") != STATE_VERSION:
-            raise ValueError(f"unknown iterator state version {state.get('version')!r}")
-        kind = state.get("kind", "translation" if "consumed" in state else "lm")
+            raise ValueError(f"unknown iterator state version {state.get('version')!r} (this babelfeed writes "
+                             f"{STATE_VERSION})")
+        kind = state.get("kind", "lm" if "consumed_samples" in state else "translation")
         if kind != self.kind:
             raise ValueError(f"this is a state of a {kind} iterator; this iterator is a {self.kind} iterator")
-        missing = [k for k in required if k not in state]
+        unknown = sorted(set(state) - {"version", "kind", "name", "fingerprint", *fields, *optional})
+        if unknown:
+            raise ValueError(f"iterator state has unknown fields {unknown} (edited, or from another program)")
+        missing = [k for k in ("name", *fields) if k not in state]
         if missing:
             raise ValueError(f"iterator state lacks {missing}")
-        for key in required:
+        for key, smallest in fields.items():
             value = state[key]
-            if key not in ("fingerprint", "name") and (not isinstance(value, numbers.Integral) or value < 0):
-                raise ValueError(f"iterator state field {key!r} must be a non-negative integer, got {value!r}")
-        if "name" in state and state["name"] != self.name:
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < smallest:
+                raise ValueError(f"iterator state field {key!r} must be an integer >= {smallest}, got {value!r}")
+        if state["name"] != self.name:
             raise ValueError(f"iterator state is for the {state['name']!r} iterator, this one is {self.name!r}")
+        if "fingerprint" in state and not isinstance(state["fingerprint"], str):
+            raise ValueError(f"iterator state fingerprint must be a string, got {state['fingerprint']!r}")
         fp = self.fingerprint()
         if strict and "fingerprint" not in state:
             raise ValueError("iterator state has no fingerprint (saved by an older babelfeed): nothing proves it "

@@ -190,7 +190,7 @@ class LMIterator(LoaderIterator):
                 "fingerprint": self.fingerprint()}
 
     def set_state(self, state: dict, strict: bool = True) -> None:
-        self._check_state(state, strict, ("consumed_samples",))
+        self._check_state(state, strict, {"consumed_samples": 0})
         consumed = state["consumed_samples"]
         if consumed % self.global_batch or consumed > self.num_samples:
             raise ValueError(f"consumed_samples={consumed} must be a multiple of global_batch={self.global_batch} "

@@ -98,13 +98,15 @@ def test_state_is_checked(root):
         other.set_state(state)
     with pytest.raises(ValueError, match="multiple of global_batch"):
         it.set_state({**state, "consumed_samples": 5})
-    with pytest.raises(ValueError, match="non-negative integer"):
+    with pytest.raises(ValueError, match="must be an integer >= 0"):
         it.set_state({**state, "consumed_samples": -24})
     with pytest.raises(ValueError, match="translation iterator"):
         it.set_state({"version": 1, "epoch": 1, "consumed": 0})
+    with pytest.raises(ValueError, match="lacks \\['name'\\]"):
+        it.set_state({"version": 1, "consumed_samples": 24}, strict=False)
     with pytest.raises(ValueError, match="no fingerprint"):
-        it.set_state({"version": 1, "consumed_samples": 24})  # a state saved before fingerprints
-    it.set_state({"version": 1, "consumed_samples": 24}, strict=False)
+        it.set_state({"version": 1, "name": "train", "consumed_samples": 24})  # a state saved before fingerprints
+    it.set_state({"version": 1, "name": "train", "consumed_samples": 24}, strict=False)
     assert it.consumed == 24
 
 

@@ -208,3 +208,80 @@ def test_lm_state_refuses_other_data_with_the_same_counts(tmp_path):
     next(a)
     with pytest.raises(ValueError, match="different data or settings"):
         b.set_state(a.get_state())
+
+
+# ----------------------------------------------------------------------------------------- states
+BAD_TRANSLATION_STATES = [
+    ("consumed", -5, "'consumed' must be an integer >= 0, got -5"),
+    ("consumed", 7.5, "'consumed' must be an integer >= 0, got 7.5"),
+    ("consumed", True, "'consumed' must be an integer >= 0, got True"),
+    ("consumed", "3", "'consumed' must be an integer >= 0, got '3'"),
+    ("consumed", 10**9, "consumed=1000000000 is past the end of epoch 1, which has \\d+ global batches"),
+    ("epoch", 0, "'epoch' must be an integer >= 1, got 0"),
+    ("epoch", 1e6, "'epoch' must be an integer >= 1, got 1000000.0"),
+    ("total_steps", -1, "'total_steps' must be an integer >= 0, got -1"),
+    ("name", "valid", "is for the 'valid' iterator, this one is 'train'"),
+    ("version", 7, "unknown iterator state version 7"),
+    ("fingerprint", 5, "fingerprint must be a string"),
+    ("surprise", 1, "unknown fields \\['surprise'\\]"),
+]
+
+
+@pytest.mark.parametrize("key,value,message", BAD_TRANSLATION_STATES)
+def test_every_field_of_a_translation_state_is_validated(data, key, value, message):
+    it = loader.build_train_iterator(config_for(data))
+    next(it)
+    state = dict(it.get_state(), **{key: value})
+    fresh = loader.build_train_iterator(config_for(data))
+    with pytest.raises(ValueError, match=message):
+        fresh.set_state(state)
+    with pytest.raises(ValueError, match=message):  # not a fingerprint question: refused without strict too
+        fresh.set_state(state, strict=False)
+
+
+@pytest.mark.parametrize("key", ["version", "name", "epoch", "consumed", "total_steps"])
+def test_a_missing_field_is_named(data, key):
+    it = loader.build_train_iterator(config_for(data))
+    state = it.get_state()
+    del state[key]
+    with pytest.raises(ValueError, match=f"lacks \\['{key}'\\]" if key != "version" else "version None"):
+        loader.build_train_iterator(config_for(data)).set_state(state, strict=False)
+
+
+@pytest.mark.parametrize("state,message", [(None, "got NoneType"), ('{"epoch": 1}', "JSON string"),
+                                           ([1, 2], "got list")])
+def test_a_state_that_is_not_a_dict_is_refused(data, state, message):
+    with pytest.raises(ValueError, match=message):
+        loader.build_train_iterator(config_for(data)).set_state(state)
+
+
+def test_a_stream_state_is_validated(data):
+    config = config_for(data, mixing__sampler="stream", data__shards="all")
+    it = loader.build_train_iterator(config)
+    next(it)
+    state = it.get_state()
+    assert "stream" in state
+    for bad in ({"positions": [-1] * len(state["stream"]["positions"]), "batches": 0}, {"positions": "x"},
+                {"positions": state["stream"]["positions"], "batches": 1.5}):
+        with pytest.raises(ValueError, match="'stream'"):
+            loader.build_train_iterator(config).set_state(dict(state, stream=bad))
+    with pytest.raises(ValueError, match="needs \\d+ non-negative positions"):
+        loader.build_train_iterator(config).set_state(dict(state, stream={"positions": [0], "batches": 0}))
+    del state["stream"]
+    with pytest.raises(ValueError, match="lacks 'stream'"):
+        loader.build_train_iterator(config).set_state(state)
+
+
+@pytest.mark.parametrize("value,message", [(-4, "must be an integer >= 0"), (6, "multiple of global_batch=4"),
+                                           (4.0, "must be an integer >= 0"), (10**9, "at most num_samples=200")])
+def test_every_field_of_an_lm_state_is_validated(tmp_path, value, message):
+    _lm_corpus(tmp_path)
+    build = lambda: loader.LMIterator.build(f"1 {tmp_path}/web", seq_len=16, global_batch=4,  # noqa: E731
+                                            num_samples=200, split="90,10,0")
+    state = build().get_state()
+    with pytest.raises(ValueError, match=message):
+        build().set_state(dict(state, consumed_samples=value))
+    with pytest.raises(ValueError, match="unknown fields"):
+        build().set_state(dict(state, epoch=1))
+    with pytest.raises(ValueError, match="is for the 'valid' iterator"):
+        build().set_state(dict(state, name="valid"))
