@@ -225,6 +225,9 @@ def main(argv=None) -> int:
             raise
         print(f"{prog}: interrupted; finished shards are kept, re-run to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `babelfeed plan ... | head`: the reader has gone, as with any filter
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141
     except USER_ERRORS as e:
         if debug:
             raise

@@ -195,3 +195,12 @@ def test_debug_shows_the_traceback(data):
         debug = run_cli(*argv, NLLB, f"--config.data.path={data}", "--config.mixing.temperature=0")
         assert debug.returncode != 0
         assert "Traceback" in debug.stderr and "mixing.temperature must be > 0" in debug.stderr
+
+
+def test_a_closed_pipe_is_not_an_error(data):
+    """`babelfeed plan ... | head` printed 'error: [Errno 32] Broken pipe'."""
+    p = subprocess.Popen([sys.executable, "-m", "loader.cli", "plan", NLLB, f"--config.data.path={data}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    p.stdout.close()  # the reader is gone before the report is printed
+    err = p.stderr.read().decode()
+    assert p.wait() == 141 and err == ""
