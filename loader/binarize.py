@@ -32,6 +32,7 @@ from itertools import chain
 
 import numpy as np
 
+from .binarize_options import POLICIES, BinarizeOptions, check_shards
 from .dictionary import Dictionary
 from .rawtext import BinarizeError, RawInput, count_lines, decode_lines, discover, line_offsets, read_lines
 from .fileio import atomic_write, fsync_dir
@@ -39,53 +40,9 @@ from .storage.builder import IndexedDatasetBuilder
 from .storage.dtypes import dtype_for_vocab
 from .storage.indexed import IndexedDataset, dataset_exists
 
-POLICIES = {
-    "empty": ("drop", "keep", "error"),
-    "overlong": ("drop", "truncate", "keep", "error"),
-    "bad_utf8": ("drop", "replace", "error"),
-}
 STATE_DIR = ".binarize"
 REPORT = "binarize_report.json"
 _VERSION = 1
-
-
-@dataclass
-class BinarizeOptions:
-    input_dir: str
-    output_dir: str
-    spm_model: str | None = None  # an existing SentencePiece model
-    train_spm: int | None = None  # or train one with this vocabulary size
-    dict_path: str | None = None  # an existing fairseq dict.txt to map pieces through (default: spm order)
-    shards: int = 1
-    workers: int = 0  # 0: every core
-    format: str = "fairseq"
-    max_len: int = 1024  # tokens per sentence, </s> included
-    empty: str = "drop"
-    overlong: str = "drop"
-    bad_utf8: str = "drop"
-    chunk_lines: int = 20000
-    spm_sample: int = 1_000_000  # sentences sampled to train SentencePiece
-    spm_temperature: float = 5.0  # per-language share of that sample, p ~ n^(1/T)
-    spm_model_type: str = "unigram"
-    spm_character_coverage: float = 0.9995
-    seed: int = 1
-    overwrite: bool = False
-    progress: bool | None = None  # None: a bar when stderr is a terminal
-
-    def validate(self) -> None:
-        for name, allowed in POLICIES.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"--on-{name.replace('_', '-')} must be one of {allowed}, got {getattr(self, name)!r}")
-        if (self.spm_model is None) == (self.train_spm is None):
-            raise ValueError("give exactly one of spm_model (--spm) and train_spm (--train-spm VOCAB)")
-        if self.shards < 1:
-            raise ValueError(f"--shards must be >= 1, got {self.shards}")
-        if self.max_len < 2:
-            raise ValueError(f"--max-len must be >= 2 (one token and </s>), got {self.max_len}")
-        if self.format not in ("fairseq", "megatron"):
-            raise ValueError(f"--format must be fairseq or megatron, got {self.format!r}")
-        if self.chunk_lines < 1:
-            raise ValueError(f"chunk_lines must be >= 1, got {self.chunk_lines}")
 
 
 @dataclass
@@ -433,6 +390,7 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
                 f"{inp.paths[1]} has {counts[1]:,}"
             )
         inp.num_lines = counts[0]
+    check_shards(inputs, opts.shards)
 
     out = opts.output_dir
     os.makedirs(os.path.join(out, STATE_DIR), exist_ok=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .checks import check_rank
 from .shapes import ShapePlan, plan_shapes, shapes_from_widths
 
 
@@ -36,8 +37,7 @@ class LengthBinSampler:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         if self.lengths.ndim != 1 or not len(self.lengths):
             raise ValueError("lengths must be a non-empty 1-D array")
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"need 0 <= rank < world_size, got {rank}, {world_size}")
+        check_rank(rank, world_size)
         longest = int(max_length or self.lengths.max())
         if self.lengths.max() > longest:
             raise ValueError(f"a sample of {int(self.lengths.max())} tokens is longer than max_length={longest}")

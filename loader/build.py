@@ -8,6 +8,7 @@ import os
 import numpy as np
 
 from .batches import BatchIterator
+from .checks import check_rank, check_translation_config
 from .collate import CollateOptions, Collater
 from .corpus import ShardedCorpus
 from .plan import EpochPlanner, PlanOptions
@@ -254,6 +255,7 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
     (a whole batch per rank), ``"rows"`` for LM (every global batch split into rows per rank).
 
     Both follow one protocol (``loader/iterator.py``), so the JAX, torch and grain adapters take either."""
+    check_rank(rank, world_size)
     if is_lm_config(config):
         from .lm import LMIterator
 
@@ -272,6 +274,8 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
 
     ``split="batches"``: one whole batch per rank and step (torch DDP). ``split="rows"``: every rank takes its
     rows of each global batch (JAX global arrays; see ``loader.adapters.jax``)."""
+    check_rank(rank, world_size)
+    check_translation_config(config)
     sources, dictionary = _sources(config, config.data.train_split, config.data.shards)
     opts = train_plan_options(config, sources.tasks, world_size, split)
     planner = EpochPlanner(sources, opts)
@@ -334,6 +338,8 @@ def shape_plan(config, planner: EpochPlanner) -> ShapePlan | None:
 
 def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str | None = None) -> BatchIterator:
     """Every sample of the validation split once, in a fixed order, nothing dropped; one epoch."""
+    check_rank(rank, world_size)
+    check_translation_config(config)
     split = split or config.data.valid_split
     corpus = ShardedCorpus(config.data.path, check=False)
     available = set(corpus.directions(split)) | set(corpus.monolingual(split))

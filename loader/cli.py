@@ -1,4 +1,9 @@
-"""The ``babelfeed`` command: ``binarize``, ``inspect``, ``demo``."""
+"""The ``babelfeed`` command: ``binarize``, ``inspect``, ``plan``, ``preview``, ``demo``.
+
+Every error is one line on stderr (``babelfeed COMMAND: error: ...``) and a non-zero exit status: 2 for what the
+user can fix (arguments, config values, input files), 1 for an internal error. ``--debug`` (or
+``BABELFEED_DEBUG=1``) shows the traceback instead.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,55 @@ import json
 import os
 import sys
 
-from .errors import FormatError
+# What a user can fix: arguments, config values and files (FormatError, BinarizeError and the config checks
+# are ValueErrors; missing and unreadable files OSErrors; a key a config file lacks a KeyError).
+USER_ERRORS = (ValueError, OSError, KeyError, TypeError)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line, like every other error of the command."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def count(low: int):
+    """An argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def _translation_config(path, overrides):
+    """The translation pipeline of a config file (its ``train`` section for configs/demo.py), checked."""
+    from .checks import check_translation_config
+    from .config import apply_overrides, load_config, translation_section
+
+    config, where = translation_section(apply_overrides(load_config(path), overrides), os.fspath(path))
+    check_translation_config(config, where)
+    if not os.path.isdir(config.data.path):
+        key = f"{where}.data.path" if where else "data.path"
+        raise FileNotFoundError(2, f"data_bin directory not found (the config's {key}; --config.{key}=DIR sets it)",
+                                config.data.path)
+    return config
 
 
 def _binarize(args) -> int:
@@ -34,19 +87,17 @@ def _inspect(args) -> int:
 
 
 def _plan(args) -> int:
-    from .config import apply_overrides, load_config
-    from .plan_report import plan_report
+    from . import plan_report
 
-    config = apply_overrides(load_config(args.config_file or args.config), (args.set or []) + args.overrides)
-    print(plan_report(config, args.shapes))
+    config = _translation_config(args.config_file or args.config, (args.set or []) + args.overrides)
+    print(plan_report.plan_report(config, args.shapes))
     return 0
 
 
 def _preview(args) -> int:
-    from .config import apply_overrides, load_config
     from .preview import preview
 
-    config = apply_overrides(load_config(args.config), args.overrides)
+    config = _translation_config(args.config, args.overrides)
     print(preview(config, args.task, args.transforms, n=args.n, epoch=args.epoch, side=args.side))
     return 0
 
@@ -55,31 +106,46 @@ def _demo(args) -> int:
     from .config import apply_overrides, load_config
     from .demo import DEFAULT_CONFIG, run_demo
 
+    from .checks import check_translation_config
+
     config = apply_overrides(load_config(args.config or DEFAULT_CONFIG), args.overrides)
+    check_translation_config(config.train, "train")
     return run_demo(config, workdir=args.workdir, scale=args.scale, workers=args.workers,
                     train_steps=args.train_steps, trainer=args.trainer)
 
 
+def _with_parents(add_parser, parents):
+    def add(name, **kwargs):
+        return add_parser(name, parents=parents, **kwargs)
+
+    return add
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="babelfeed", description=__doc__)
+    p = Parser(prog="babelfeed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error (also BABELFEED_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True)
+    # --debug is taken after the command too; SUPPRESS keeps a subcommand from resetting the flag given before it
+    debug = Parser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub.add_parser = _with_parents(sub.add_parser, [debug])
 
     b = sub.add_parser("binarize", help="raw text -> SentencePiece -> sharded .idx/.bin data_bin")
     b.add_argument("input_dir", help="folder of {src}-{tgt}.{lang}, {split}.{src}-{tgt}.{lang} and {split}.{lang} files")
     b.add_argument("-o", "--output", required=True, help="data_bin folder to write")
     g = b.add_mutually_exclusive_group(required=True)
     g.add_argument("--spm", help="an existing SentencePiece model")
-    g.add_argument("--train-spm", type=int, metavar="VOCAB", help="train a SentencePiece model of this vocabulary size")
+    g.add_argument("--train-spm", type=count(1), metavar="VOCAB", help="train a SentencePiece model of this vocabulary size")
     b.add_argument("--dict", help="an existing fairseq dict.txt to map pieces through (default: SentencePiece order)")
-    b.add_argument("--shards", type=int, default=1, help="shards per train direction (default 1)")
-    b.add_argument("--workers", type=int, default=0, help="worker processes (default: every core)")
+    b.add_argument("--shards", type=count(1), default=1, help="shards per train direction (default 1)")
+    b.add_argument("--workers", type=count(0), default=0, help="worker processes (default: every core)")
     b.add_argument("--format", choices=("fairseq", "megatron"), default="fairseq", help="index layout (default fairseq)")
-    b.add_argument("--max-len", type=int, default=1024, help="longest sentence in tokens, </s> included (default 1024)")
+    b.add_argument("--max-len", type=count(2), default=1024, help="longest sentence in tokens, </s> included (default 1024)")
     b.add_argument("--on-empty", choices=("drop", "keep", "error"), default="drop")
     b.add_argument("--on-overlong", choices=("drop", "truncate", "keep", "error"), default="drop")
     b.add_argument("--on-bad-utf8", choices=("drop", "replace", "error"), default="drop")
-    b.add_argument("--spm-sample", type=int, default=1_000_000, help="sentences sampled to train SentencePiece")
-    b.add_argument("--chunk-lines", type=int, default=20000, help="lines per unit of parallel work")
+    b.add_argument("--spm-sample", type=count(1), default=1_000_000, help="sentences sampled to train SentencePiece")
+    b.add_argument("--chunk-lines", type=count(1), default=20000, help="lines per unit of parallel work")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--overwrite", action="store_true", help="delete datasets in the output that this run would not write")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -96,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("config", nargs="?", default="configs/nllb_like.py",
                     help="ml-collections config file (default configs/nllb_like.py)")
     pl.add_argument("--config", dest="config_file", default=None, help="the same, as --config=FILE")
-    pl.add_argument("--shapes", type=int, default=None, help="number of shapes (default: the config's, else 8)")
+    pl.add_argument("--shapes", type=count(1), default=None, help="number of shapes (default: the config's, else 8)")
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (same as "
                     "--config.KEY=VALUE), e.g. data.path=data_bin")
     pl.set_defaults(func=_plan)
@@ -108,20 +174,31 @@ def build_parser() -> argparse.ArgumentParser:
     pv.add_argument("--transforms", default="",
                     help='e.g. "token_drop:rate=0.1;local_reorder:k=3;span_mask:ratio=0.3,mask_id=<unk>" '
                          "(default: the task's own transforms)")
-    pv.add_argument("-n", type=int, default=5, help="samples to show (default 5)")
-    pv.add_argument("--epoch", type=int, default=1, help="noise changes with the epoch")
+    pv.add_argument("-n", type=count(1), default=5, help="samples to show (default 5)")
+    pv.add_argument("--epoch", type=count(1), default=1, help="noise changes with the epoch")
     pv.add_argument("--side", choices=("source", "target"), default="source")
     pv.set_defaults(func=_preview)
 
     d = sub.add_parser("demo", help="build the embedded demo corpus, binarize it and inspect it")
     d.add_argument("--config", default=None, help="ml-collections config file (default: configs/demo.py)")
     d.add_argument("--workdir", default=None, help="overrides config.workdir")
-    d.add_argument("--scale", type=float, default=None, help="multiply the corpus sizes (overrides config.corpus.scale)")
-    d.add_argument("--workers", type=int, default=None, help="overrides config.binarize.workers")
-    d.add_argument("--train-steps", type=int, default=None, help="overrides config.model.steps (0: no training)")
+    d.add_argument("--scale", type=positive_float, default=None, help="multiply the corpus sizes (overrides config.corpus.scale)")
+    d.add_argument("--workers", type=count(0), default=None, help="overrides config.binarize.workers")
+    d.add_argument("--train-steps", type=count(0), default=None, help="overrides config.model.steps (0: no training)")
     d.add_argument("--trainer", choices=("flax", "torch"), default="flax", help="the example that trains (default flax)")
     d.set_defaults(func=_demo)
     return p
+
+
+def describe(e: BaseException) -> str:
+    """One line naming what is wrong."""
+    if isinstance(e, OSError) and e.filename is not None:
+        where = f"{e.filename} -> {e.filename2}" if e.filename2 is not None else os.fspath(e.filename)
+        return f"{where}: {e.strerror or e}"
+    if isinstance(e, KeyError) and len(e.args) == 1:
+        return f"missing key {e.args[0]!r}" if isinstance(e.args[0], str) and " " not in e.args[0] else str(e.args[0])
+    text = " ".join(str(e).split()) or type(e).__name__  # multi-line messages (SentencePiece's) on one line
+    return text
 
 
 def main(argv=None) -> int:
@@ -132,21 +209,37 @@ def main(argv=None) -> int:
     argv = [a.replace("--config=", "--config ", 1) if a.startswith("--config=") else a for a in argv]
     argv = [part for a in argv for part in (a.split(" ", 1) if a.startswith("--config ") else [a])]
     argv, overrides = split_config_args(argv)
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2), already printed
+        return e.code if isinstance(e.code, int) else int(e.code is not None)
     args.overrides = overrides
+    debug = args.debug or bool(os.environ.get("BABELFEED_DEBUG"))
+    prog = f"babelfeed {args.command}"
     if overrides and args.command not in ("plan", "demo", "preview"):
-        print(f"babelfeed {args.command}: --config.* overrides apply to plan, preview and demo only", file=sys.stderr)
+        print(f"{prog}: error: --config.* overrides apply to plan, preview and demo only", file=sys.stderr)
         return 2
     try:
         return args.func(args)
-    except (FormatError, ValueError, OSError, TypeError) as e:
-        if os.environ.get("BABELFEED_DEBUG"):
-            raise
-        print(f"babelfeed {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
-        print(f"babelfeed {args.command}: interrupted; finished shards are kept, re-run to resume", file=sys.stderr)
+        if debug:
+            raise
+        print(f"{prog}: interrupted; finished shards are kept, re-run to resume", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `babelfeed plan ... | head`: the reader has gone, as with any filter
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141
+    except USER_ERRORS as e:
+        if debug:
+            raise
+        print(f"{prog}: error: {describe(e)}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a bug: still one line, and the way to the traceback
+        if debug:
+            raise
+        print(f"{prog}: internal error: {type(e).__name__}: {describe(e)} (run again with --debug for the "
+              f"traceback, and please report it)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -27,6 +27,18 @@ def load_config(path) -> ml_collections.ConfigDict:
     return config
 
 
+def translation_section(config: ml_collections.ConfigDict, path: str = "the config"):
+    """``(section, where)``: the translation pipeline of a config file and its key path in it. That is the config
+    itself for configs/nllb_like.py, its ``train`` section for configs/demo.py (which also holds the corpus,
+    binarize and model settings of the demo). A language-model config raises ValueError."""
+    if "data_path" in config:
+        raise ValueError(f"{path} is a language-model config (data_path, seq_len, ...); this command takes a "
+                         f"translation config such as configs/nllb_like.py")
+    if "data" not in config and isinstance(config.get("train"), ml_collections.ConfigDict):
+        return config.train, "train"
+    return config, ""
+
+
 def _parse_value(text: str, current):
     """A command-line value in the type of the field it replaces (the same rules as ml_collections.config_flags:
     Python literals, bare strings for string fields, true/false for booleans)."""

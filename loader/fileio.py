@@ -1,10 +1,12 @@
-"""Atomic file writes: a temporary file beside the target, fsync, rename. A reader sees old or new, never half."""
+"""Atomic file writes: a temporary file beside the target, fsync, rename. A reader sees old or new, never half.
+
+Files are created with mode 0o666 less the umask, as every other tool creates them."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 
 
 def fsync_dir(path: str) -> None:
@@ -21,13 +23,30 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def create_temp(directory: str, prefix: str, suffix: str) -> tuple[int, str]:
+    """A new file ``directory/prefix<random>suffix`` opened for writing: ``(fd, path)``.
+
+    Like ``tempfile.mkstemp`` (exclusive create, a fresh name on a collision) but created with mode 0o666, so
+    the kernel applies the umask (and a directory's default ACL) as for any file a tool writes. mkstemp's
+    0600 survives the rename into place and leaves outputs unreadable by other users and other uids.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        path = os.path.join(directory, f"{prefix}{secrets.token_hex(6)}{suffix}")
+        try:
+            return os.open(path, flags, 0o666), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{directory}: no free temporary name {prefix}*{suffix} after 100 tries")
+
+
 @contextlib.contextmanager
 def atomic_open(path):
     """A binary file to write in place of ``path``: renamed into place (after fsync) when the block ends,
     removed if it raises. The temporary is ``.<name>.*.partial`` beside the target."""
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".partial")
+    fd, tmp = create_temp(directory, f".{os.path.basename(path)}.", ".partial")
     try:
         with os.fdopen(fd, "wb") as f:
             yield f

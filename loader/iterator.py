@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numbers
 
+from .checks import check_rank
+
 STATE_VERSION = 1
 
 
@@ -34,8 +36,7 @@ class LoaderIterator:
     kind: str = ""
 
     def __init__(self, rank: int, world_size: int, split: str):
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        check_rank(rank, world_size)
         if split not in ("batches", "rows"):
             raise ValueError(f"split must be 'batches' or 'rows', got {split!r}")
         self.rank, self.world_size, self.split = rank, world_size, split

@@ -35,9 +35,12 @@ def _epoch_summary(planner) -> tuple[Counter, int, float, int]:
 
 def plan_report(config, num_shapes: int | None = None) -> str:
     from .build import _sources, mixture_lengths, shape_plan
+    from .checks import at_least, check_translation_config
     from .plan import EpochPlanner
 
+    check_translation_config(config)
     if num_shapes is not None:
+        at_least("num_shapes", num_shapes, 1)
         config.batching.num_shapes = num_shapes
         config.batching.shapes = ""
     if config.batching.num_shapes <= 0 and not str(config.batching.shapes).strip():

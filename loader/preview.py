@@ -39,6 +39,11 @@ def _decoder(root: str, dictionary):
 
 
 def preview(config, task: str, transforms: str, n: int = 5, epoch: int = 1, side: str = "source") -> str:
+    from .checks import at_least, check_translation_config
+
+    check_translation_config(config)
+    at_least("n", n, 1)
+    at_least("epoch", epoch, 1)
     corpus = ShardedCorpus(config.data.path)
     dictionary = corpus.dictionary()
     split = config.data.train_split

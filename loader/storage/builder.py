@@ -11,12 +11,11 @@ from __future__ import annotations
 import array
 import os
 import struct
-import tempfile
 
 import numpy as np
 
 from ..errors import UnsupportedDtypeError
-from ..fileio import atomic_write, fsync_dir
+from ..fileio import atomic_write, create_temp, fsync_dir
 from .dtypes import TABLES, code_for
 from .indexed import MMIDIDX_MAGIC, IndexedDataset, data_path, index_path
 
@@ -60,7 +59,7 @@ class IndexedDatasetBuilder:
         self.multimodal = multimodal
         directory = os.path.dirname(self.prefix) or "."
         base = os.path.basename(self.prefix)
-        fd, self._tmp_bin = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=".bin.partial")
+        fd, self._tmp_bin = create_temp(directory, f".{base}.", ".bin.partial")
         self._data = os.fdopen(fd, "wb")
         self._sizes = array.array("q")
         self._doc_idx = array.array("q", [0])

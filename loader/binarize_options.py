@@ -1,0 +1,70 @@
+"""The settings of ``babelfeed binarize``, checked before any work (SentencePiece training takes minutes).
+
+Messages name the command-line flag, the value given and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .checks import at_least, is_int, one_of, positive
+
+POLICIES = {
+    "empty": ("drop", "keep", "error"),
+    "overlong": ("drop", "truncate", "keep", "error"),
+    "bad_utf8": ("drop", "replace", "error"),
+}
+
+
+@dataclass
+class BinarizeOptions:
+    input_dir: str
+    output_dir: str
+    spm_model: str | None = None  # an existing SentencePiece model
+    train_spm: int | None = None  # or train one with this vocabulary size
+    dict_path: str | None = None  # an existing fairseq dict.txt to map pieces through (default: spm order)
+    shards: int = 1
+    workers: int = 0  # 0: every core
+    format: str = "fairseq"
+    max_len: int = 1024  # tokens per sentence, </s> included
+    empty: str = "drop"
+    overlong: str = "drop"
+    bad_utf8: str = "drop"
+    chunk_lines: int = 20000
+    spm_sample: int = 1_000_000  # sentences sampled to train SentencePiece
+    spm_temperature: float = 5.0  # per-language share of that sample, p ~ n^(1/T)
+    spm_model_type: str = "unigram"
+    spm_character_coverage: float = 0.9995
+    seed: int = 1
+    overwrite: bool = False
+    progress: bool | None = None  # None: a bar when stderr is a terminal
+
+    def validate(self) -> None:
+        for name, allowed in POLICIES.items():
+            one_of(f"--on-{name.replace('_', '-')}", getattr(self, name), allowed)
+        if (self.spm_model is None) == (self.train_spm is None):
+            raise ValueError("give exactly one of spm_model (--spm) and train_spm (--train-spm VOCAB)")
+        if self.train_spm is not None:
+            at_least("--train-spm", self.train_spm, 1)
+        at_least("--shards", self.shards, 1)
+        at_least("--workers", self.workers, 0)
+        if not is_int(self.max_len) or self.max_len < 2:
+            raise ValueError(f"--max-len must be an integer >= 2 (one token and </s>), got {self.max_len!r}")
+        one_of("--format", self.format, ("fairseq", "megatron"))
+        at_least("--chunk-lines", self.chunk_lines, 1)
+        at_least("--spm-sample", self.spm_sample, 1)
+        positive("spm_temperature", self.spm_temperature)
+        if not is_int(self.seed):
+            raise ValueError(f"--seed must be an integer, got {self.seed!r}")
+
+
+def check_shards(inputs, shards: int) -> None:
+    """Every train shard gets at least one line: more shards than a direction's lines would write empty
+    shards, and epochs that read an empty shard (``data.shards="cycle"``) serve no batch at all."""
+    if shards <= 1:
+        return
+    short = [inp for inp in inputs if inp.split.startswith("train") and inp.num_lines < shards]
+    if short:
+        inp = min(short, key=lambda i: i.num_lines)
+        raise ValueError(f"--shards {shards} is more than the {inp.num_lines:,} lines of {inp.split} {inp.key} "
+                         f"({inp.paths[0]}): a shard would be empty; give --shards {max(inp.num_lines, 1)} or fewer")

@@ -1,0 +1,206 @@
+"""Every error of the ``babelfeed`` command is one line on stderr that names what is wrong, with a non-zero exit
+status and no traceback; ``--debug`` shows the traceback. Nonsense values are refused naming key and value."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import loader
+from loader.cli import main
+from synthetic import make_data_bin
+from test_binarize import make_raw
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NLLB = os.path.join(REPO, "configs", "nllb_like.py")
+DEMO = os.path.join(REPO, "configs", "demo.py")
+LM = os.path.join(REPO, "configs", "lm_packing.py")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli") / "data_bin"
+    make_data_bin(root)
+    return str(root)
+
+
+def fails(capsys, argv, *names, status=2):
+    """Run ``babelfeed ARGV``; it must exit with ``status`` and print one stderr line naming each of ``names``."""
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == status, (code, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and lines[0].startswith(f"babelfeed {argv[0]}: ") and "error: " in lines[0], err
+    for name in names:
+        assert name in lines[0], (name, lines[0])
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------ configs of every kind
+def test_plan_and_preview_take_the_demo_config(data, capsys):
+    """configs/demo.py keeps its pipeline under ``train``: plan and preview read it there (was AttributeError)."""
+    assert main(["plan", DEMO, f"--config.train.data.path={data}", "--shapes", "2"]) == 0
+    assert "static shapes for" in capsys.readouterr().out
+    assert main(["preview", "--config", DEMO, f"--config.train.data.path={data}", "--task", "aaa-bbb", "-n", "2",
+                 "--transforms", "token_drop:rate=0.2"]) == 0
+    assert "token_drop" in capsys.readouterr().out
+
+
+def test_plan_refuses_a_language_model_config(capsys):
+    fails(capsys, ["plan", LM], "lm_packing.py", "language-model config")
+
+
+def test_missing_files_are_named(capsys, tmp_path):
+    fails(capsys, ["plan", str(tmp_path / "nope.py")], "nope.py", "not found")
+    fails(capsys, ["plan", NLLB, f"--config.data.path={tmp_path / 'nothing'}"], "nothing", "not found")
+    fails(capsys, ["inspect", str(tmp_path / "nothing")], "nothing")
+
+
+def test_usage_errors_are_one_line(capsys):
+    fails(capsys, ["plan", NLLB, "--shapes", "x"], "--shapes", "'x'")
+    fails(capsys, ["plan", NLLB, "--config.mixing.temprature=2"], "mixing.temprature", "did you mean temperature")
+    assert main([]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "required: command" in err
+    assert main(["plan", "--help"]) == 0 and "--shapes" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------ nonsense values
+@pytest.mark.parametrize("override, key, value", [
+    ("filter.max_source_positions=0", "filter.max_source_positions", "0"),
+    ("filter.max_target_positions=-3", "filter.max_target_positions", "-3"),
+    ("batching.max_tokens=0", "batching.max_tokens", "0"),
+    ("batching.max_tokens=-5", "batching.max_tokens", "-5"),
+    ("batching.max_tokens=True", "batching.max_tokens", "True"),
+    ("mixing.temperature=0", "mixing.temperature", "0"),
+    ("mixing.temperature=-1.5", "mixing.temperature", "-1.5"),
+    ("batching.required_batch_size_multiple=0", "batching.required_batch_size_multiple", "0"),
+    ("batching.accumulation=0", "batching.accumulation", "0"),
+    ("batching.num_shapes=-1", "batching.num_shapes", "-1"),
+    ("batching.max_sentences=-1", "batching.max_sentences", "-1"),
+    ("collate.pad_to_multiple=0", "collate.pad_to_multiple", "0"),
+    ("data.shards=some", "data.shards", "'some'"),
+])
+def test_plan_refuses_nonsense_config_values(data, capsys, override, key, value):
+    line = fails(capsys, ["plan", NLLB, f"--config.data.path={data}", f"--config.{override}"], key, value)
+    assert "must" in line
+
+
+@pytest.mark.parametrize("shapes", ["0", "-2"])
+def test_plan_refuses_shapes_below_one(data, capsys, shapes):
+    """--shapes 0 used to plan 8 shapes silently."""
+    fails(capsys, ["plan", NLLB, f"--config.data.path={data}", "--shapes", shapes], "--shapes", shapes)
+
+
+def test_demo_config_values_are_named_with_their_section(data, capsys, tmp_path):
+    fails(capsys, ["plan", DEMO, f"--config.train.data.path={data}", "--config.train.mixing.temperature=0"],
+          "train.mixing.temperature", "0")
+    fails(capsys, ["plan", DEMO, f"--config.train.data.path={tmp_path / 'none'}"], "train.data.path", "not found")
+    fails(capsys, ["demo", "--workdir", str(tmp_path / "demo"), "--config.train.batching.max_tokens=0"],
+          "train.batching.max_tokens", "0")
+    assert not os.path.exists(tmp_path / "demo")  # refused before writing the corpus
+    fails(capsys, ["demo", "--workdir", str(tmp_path / "demo"), "--scale", "0"], "--scale", "0")
+
+
+def test_preview_refuses_nonsense_counts(data, capsys):
+    base = ["preview", "--config", NLLB, f"--config.data.path={data}", "--task", "aaa-bbb",
+            "--transforms", "token_drop:rate=0.2"]
+    fails(capsys, base + ["-n", "0"], "-n", "0")
+    fails(capsys, base + ["--epoch", "0"], "--epoch", "0")
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli") / "raw"
+    make_raw(root, n=40, bad=False)
+    return root
+
+
+@pytest.mark.parametrize("flags, name, value", [
+    (["--train-spm", "0"], "--train-spm", "0"),
+    (["--train-spm", "60", "--workers", "-1"], "--workers", "-1"),
+    (["--train-spm", "60", "--shards", "0"], "--shards", "0"),
+    (["--train-spm", "60", "--max-len", "1"], "--max-len", "1"),
+    (["--train-spm", "60", "--chunk-lines", "0"], "--chunk-lines", "0"),
+    (["--train-spm", "60", "--spm-sample", "0"], "--spm-sample", "0"),
+])
+def test_binarize_refuses_nonsense_before_any_work(raw, tmp_path, capsys, flags, name, value):
+    fails(capsys, ["binarize", str(raw), "-o", str(tmp_path / "out"), "--no-progress"] + flags, name, value)
+    assert not os.path.exists(tmp_path / "out" / "spm.model")  # refused before training SentencePiece
+
+
+def test_binarize_refuses_more_shards_than_lines(raw, tmp_path, capsys):
+    """50 shards of 40 pairs would leave empty shards: epochs of no batch under shard cycling."""
+    line = fails(capsys, ["binarize", str(raw), "-o", str(tmp_path / "out"), "--train-spm", "60", "--shards", "50",
+                          "--no-progress"], "--shards 50", "40", "en-de")
+    assert "train.fr" in line or "en-de" in line
+    assert not os.path.exists(tmp_path / "out" / "shard000")
+
+
+# ------------------------------------------------------------------------------------ rank and world size
+@pytest.mark.parametrize("rank, world_size, match", [
+    (0, 2.5, "world_size must be a positive integer, got 2.5"),
+    (0, 0, "world_size must be a positive integer, got 0"),
+    (0, True, "world_size must be a positive integer, got True"),
+    (1.0, 2, "rank must be an integer"),
+    (2, 2, r"rank must be an integer in \[0, 2\), got 2"),
+    (-1, 2, "rank must be an integer"),
+])
+def test_rank_and_world_size_are_checked_first(data, rank, world_size, match):
+    """world_size=2.5 used to end in a numpy IndexError, 0 in 'batches per optimizer update must be >= 1'."""
+    from synthetic import config_for
+
+    cfg = config_for(data)
+    with pytest.raises(ValueError, match=match):
+        loader.build_train_iterator(cfg, rank=rank, world_size=world_size)
+    with pytest.raises(ValueError, match=match):
+        loader.build_valid_iterator(cfg, rank=rank, world_size=world_size)
+    with pytest.raises(ValueError, match=match):
+        loader.build_iterator(loader.load_config(LM), rank=rank, world_size=world_size)
+
+
+def test_library_builds_refuse_nonsense_config_values(data):
+    from synthetic import config_for
+
+    for key, value in [("filter.max_source_positions", 0), ("batching.max_tokens", -1), ("mixing.temperature", 0.0)]:
+        cfg = config_for(data, **{key.replace(".", "__"): value})
+        with pytest.raises(ValueError, match=rf"{key} must .*got {value}"):
+            loader.build_train_iterator(cfg)
+
+
+# ------------------------------------------------------------------------------------ one handler, --debug
+def test_an_unexpected_error_is_one_line_too(data, monkeypatch, capsys):
+    import loader.plan_report
+
+    def broken(*_a, **_k):
+        raise AttributeError("'NoneType' object has no attribute 'shapes'")
+
+    monkeypatch.setattr(loader.plan_report, "plan_report", broken)
+    fails(capsys, ["plan", NLLB, f"--config.data.path={data}"], "internal error", "AttributeError", "--debug",
+          status=1)
+
+
+def run_cli(*argv):
+    return subprocess.run([sys.executable, "-m", "loader.cli", *argv], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "BABELFEED_DEBUG": ""})
+
+
+def test_debug_shows_the_traceback(data):
+    plain = run_cli("plan", NLLB, f"--config.data.path={data}", "--config.mixing.temperature=0")
+    assert plain.returncode == 2 and "Traceback" not in plain.stderr
+    assert plain.stderr.strip() == "babelfeed plan: error: mixing.temperature must be > 0, got 0.0"
+    for argv in (["--debug", "plan"], ["plan", "--debug"]):
+        debug = run_cli(*argv, NLLB, f"--config.data.path={data}", "--config.mixing.temperature=0")
+        assert debug.returncode != 0
+        assert "Traceback" in debug.stderr and "mixing.temperature must be > 0" in debug.stderr
+
+
+def test_a_closed_pipe_is_not_an_error(data):
+    """`babelfeed plan ... | head` printed 'error: [Errno 32] Broken pipe'."""
+    p = subprocess.Popen([sys.executable, "-m", "loader.cli", "plan", NLLB, f"--config.data.path={data}"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    p.stdout.close()  # the reader is gone before the report is printed
+    err = p.stderr.read().decode()
+    assert p.wait() == 141 and err == ""
