@@ -65,12 +65,15 @@ def weight_probabilities(weights) -> np.ndarray:
 
 
 def virtual_size(sizes, probs, max_scale_up: float = 1.5) -> int:
-    """fairseq's ``default_virtual_size_func``: the largest corpus keeps its size, capped at max_scale_up x total."""
+    """fairseq's ``default_virtual_size_func``: the largest corpus keeps its size, capped at max_scale_up x total.
+
+    When the largest corpus is not sampled at all (a weight or schedule phase of 0; fairseq divides by zero
+    there), the largest corpus that is sampled keeps its size."""
     sizes = np.asarray(sizes, dtype=np.float64)
     probs = np.asarray(probs, dtype=np.float64)
-    j = int(np.argmax(sizes))
-    if probs[j] == 0:
-        raise ValueError("the largest corpus has probability 0; give an explicit virtual size")
+    if not (probs > 0).any():
+        raise ValueError("no corpus has a probability above 0")
+    j = int(np.argmax(np.where(probs > 0, sizes, -1.0)))
     scaled = float(np.sum(probs / probs[j] * sizes[j]))
     return int(min(scaled, max_scale_up * float(sizes.sum())))
 

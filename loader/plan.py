@@ -139,6 +139,7 @@ class EpochPlanner(StreamPlanning):
         self._filtered: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> too-long per direction
         self._masked: dict[int, dict[int, int]] = {}  # epoch -> window -> rows added to fill static shapes
         self._starts: dict[int, tuple[np.ndarray, int]] = {1: (np.zeros(len(sources.keys), np.int64), 0)}
+        self._check_schedule()
         if opts.schedule is not None and len(opts.schedule.weights[0]) != len(sources.tasks):
             raise ValueError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
                              f"are {len(sources.tasks)} tasks {sources.tasks}")
@@ -171,6 +172,24 @@ class EpochPlanner(StreamPlanning):
             w = dict(o.weights)
             return weight_probabilities([w[d.key] for d in directions])
         return sampling_probabilities(sizes, o.temperature)
+
+    def _check_schedule(self) -> None:
+        """Plan every phase of a mixing schedule's weights on epoch 1 now: a phase that cannot be planned fails
+        at build, not hours into training when it begins."""
+        schedule = self.opts.schedule
+        if schedule is None or not schedule.boundaries or self.opts.sampler == "concat":
+            return
+        directions = self.sources.directions(1)
+        sizes = np.array([d.size for d in directions], dtype=np.int64)
+        planning = [d.total_size if self.opts.probabilities_from == "total" else d.size for d in directions]
+        for i, weights in enumerate(schedule.weights):
+            try:
+                w = np.asarray(weights, dtype=np.float64)
+                probs = task_probabilities(w / w.sum(), self.sources.task_of, planning, self.opts.temperature)
+                if not self._epoch_total(sizes, probs) > 0:
+                    raise ValueError("the epoch would hold no sample")
+            except ValueError as e:
+                raise ValueError(f"mixing.schedule weight list {i} {list(weights)}: {e}") from None
 
     def setup(self, epoch: int) -> EpochSetup:
         if self._setup is not None and self._setup.epoch == epoch:

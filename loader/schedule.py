@@ -33,10 +33,11 @@ class MixingSchedule:
         widths = {len(w) for w in self.weights}
         if len(widths) != 1:
             raise ValueError(f"every weight list must name the same tasks, got lengths {sorted(widths)}")
-        for w in self.weights:
+        for i, w in enumerate(self.weights):
             arr = np.asarray(w, dtype=np.float64)
             if (arr < 0).any() or not np.isfinite(arr).all() or arr.sum() <= 0:
-                raise ValueError(f"weights must be finite, non-negative and not all 0, got {list(w)}")
+                raise ValueError(f"mixing.schedule weight list {i}: weights must be finite, non-negative and not all "
+                                 f"0, got {list(w)}")
         if self.mode not in ("step", "linear"):
             raise ValueError(f"schedule mode must be 'step' or 'linear', got {self.mode!r}")
         object.__setattr__(self, "boundaries", tuple(b))

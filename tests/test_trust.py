@@ -139,9 +139,13 @@ def test_one_foreign_token_in_one_record_is_found(tmp_path):
 
 
 def test_a_dtype_that_cannot_hold_the_vocabulary_is_refused_at_build(data):
-    with pytest.raises(ValueError, match=r"collate.dtype='int8' cannot hold token ids up to \d+"):
+    with pytest.raises(ValueError, match=r"collate.dtype"):
         loader.build_train_iterator(config_for(data, collate__dtype="int8"))
-    assert _epoch(config_for(data, collate__dtype="int16"))
+    from loader.collate import CollateOptions
+
+    with pytest.raises(ValueError, match=r"collate.dtype='int16' cannot hold token ids up to 69999"):
+        CollateOptions(dtype="int16", vocab_size=70_000)
+    assert CollateOptions(dtype="int16", vocab_size=30_000).dtype == "int16"
 
 
 # ----------------------------------------------------------------------------------------- fingerprint
@@ -285,3 +289,37 @@ def test_every_field_of_an_lm_state_is_validated(tmp_path, value, message):
         build().set_state(dict(state, epoch=1))
     with pytest.raises(ValueError, match="is for the 'valid' iterator"):
         build().set_state(dict(state, name="valid"))
+
+
+# ----------------------------------------------------------------------------------------- schedules
+def _scheduled(data, weights, boundaries="5", **kw):
+    cfg = config_for(data, data__shards="all", mixing__schedule__boundaries=boundaries,
+                     mixing__schedule__weights=weights, **kw)
+    with cfg.unlocked():
+        cfg.tasks.big = loader.config.task("aaa-bbb", weight=1.0)
+        cfg.tasks.small = loader.config.task("aaa-ccc,aaa-ddd", weight=1.0)
+    return cfg
+
+
+@pytest.mark.parametrize("virtual", ["fairseq", "sum"])
+def test_a_schedule_that_zeroes_the_largest_stream_runs_past_epoch_boundaries(data, virtual):
+    cfg = _scheduled(data, "big:1,small:1 | big:0,small:1", mixing__virtual_size=virtual)
+    it = loader.build_train_iterator(cfg)
+    epochs = 0
+    for _ in range(400):
+        try:
+            next(it)
+        except StopIteration:
+            epochs += 1
+            if epochs == 3:
+                break
+    assert epochs == 3
+    streams = it.planner.sources.streams
+    batch = next(it)
+    assert {streams[int(d)].task for d, w in zip(batch["direction"], batch["weight"]) if w > 0} == {"small"}
+
+
+def test_every_schedule_phase_is_checked_at_build(data):
+    cfg = _scheduled(data, "big:1,small:1 | big:1,small:0 | big:0,small:0", boundaries="5,10")
+    with pytest.raises(ValueError, match=r"mixing.schedule weight list 2: .*not all 0"):
+        loader.build_train_iterator(cfg)
