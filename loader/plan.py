@@ -22,8 +22,8 @@ import numpy as np
 
 from . import cutting
 from .batching import length_order
-from .mixing import (StratifiedDraw, fairseq_draw, sampling_probabilities, stratified_counts,
-                     stratified_rows, task_probabilities, virtual_size, weight_probabilities)
+from .mixing import (StratifiedDraw, fairseq_draw, fairseq_virtual_size, mixing_ratios, stratified_counts,
+                     stratified_rows, virtual_size)
 from .packing import ragged_arange
 from .plan_options import PlanOptions
 from .plan_stream import StreamPlanning
@@ -148,18 +148,15 @@ class EpochPlanner(StreamPlanning):
 
     def probabilities(self, directions: list[Direction], update: float = 0.0) -> np.ndarray:
         """Per-direction (stream) sampling probabilities at an optimizer update."""
+        r = self.ratios(directions, update)
+        return r / r.sum() if self.opts.sampler == "fairseq" else r
+
+    def ratios(self, directions: list[Direction], update: float = 0.0) -> np.ndarray:
+        """The probabilities, or for the fairseq sampler fairseq's unnormalised ratios (``mixing.mixing_ratios``)."""
         o = self.opts
         sizes = [d.total_size if o.probabilities_from == "total" else d.size for d in directions]
-        if o.sampler == "concat":
-            return np.asarray(sizes, np.float64) / max(sum(sizes), 1)
-        if o.schedule is not None:
-            return task_probabilities(o.schedule.weights_at(update), self.sources.task_of, sizes, o.temperature)
-        if o.method == "uniform":
-            return np.full(len(sizes), 1.0 / len(sizes))
-        if o.method == "weights":
-            w = dict(o.weights)
-            return weight_probabilities([w[d.key] for d in directions])
-        return sampling_probabilities(sizes, o.temperature)
+        weights = o.schedule.weights_at(update) if o.schedule is not None else None
+        return mixing_ratios(o, sizes, [d.key for d in directions], self.sources.task_of, weights)
 
     def setup(self, epoch: int) -> EpochSetup:
         if self._setup is not None and self._setup.epoch == epoch:
@@ -169,7 +166,8 @@ class EpochPlanner(StreamPlanning):
         sizes = np.array([d.size for d in directions], dtype=np.int64)
         if o.sampler == "stream":
             return self._stream_setup(epoch, directions, sizes)
-        probs = self.probabilities(directions)
+        ratios = self.ratios(directions)
+        probs = ratios / ratios.sum() if o.sampler == "fairseq" else ratios
         draws: list = []
         if o.sampler == "concat":
             counts = sizes.copy()
@@ -177,9 +175,9 @@ class EpochPlanner(StreamPlanning):
                 shuffled = o.shuffle and d.size and o.compat != "fairseq"  # fairseq: rows in order, then permuted
                 draws.append(StratifiedDraw(d.size, d.size, (o.seed, "concat", epoch, d.key)) if shuffled else None)
         else:
-            total = self._epoch_total(sizes, probs)
+            total = self._epoch_total(sizes, ratios)
             if o.sampler == "fairseq":
-                idx = fairseq_draw(sizes, probs, total, epoch, seed=o.fairseq_sampling_seed)
+                idx = fairseq_draw(sizes, ratios, total, epoch, seed=o.fairseq_sampling_seed)
                 counts = np.array([len(i) for i in idx], dtype=np.int64)
                 draws = list(idx)
             else:
@@ -194,11 +192,12 @@ class EpochPlanner(StreamPlanning):
         self._window_cache = None
         return self._setup
 
-    def _epoch_total(self, sizes, probs) -> int:
+    def _epoch_total(self, sizes, ratios) -> int:
         o = self.opts
-        if o.virtual_size == "sum":
-            return int(sizes.sum())
-        return virtual_size(sizes, probs, o.max_scale_up) if o.virtual_size == "fairseq" else int(o.virtual_size)
+        if o.virtual_size != "fairseq":
+            return int(sizes.sum()) if o.virtual_size == "sum" else int(o.virtual_size)
+        size_func = fairseq_virtual_size if o.sampler == "fairseq" else virtual_size
+        return size_func(sizes, ratios, o.max_scale_up)
 
     # ------------------------------------------------------------------------------------------- windows
     def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray, np.ndarray, list]:
