@@ -109,6 +109,33 @@ def virtual_size(sizes, probs, max_scale_up: float = 1.5) -> int:
     return int(min(scaled, max_scale_up * float(sizes.sum())))
 
 
+def fairseq_estimated_total(shard_sizes, epoch: int) -> int:
+    """A direction's size as fairseq's ``MultilingualDatasetManager.get_train_dataset_sizes`` sees it in ``epoch``
+    of an uninterrupted run: shard ``(e - 1) % k`` is loaded in epoch e and its size remembered; a shard not loaded
+    yet counts as the largest loaded so far. So epoch 1 uses ``k * size(shard 0)``, and the totals are exact only
+    from epoch k on. (fairseq keeps what it has seen in memory: a fairseq run restarted from a checkpoint at epoch
+    e knows only shard ``(e - 1) % k`` then; our plan, a pure function of the epoch, is the uninterrupted run's.)"""
+    sizes = [int(n) for n in shard_sizes]
+    k = len(sizes)
+    if not k or epoch < 1:
+        raise ValueError(f"need at least one shard size and an epoch >= 1, got {sizes} and epoch {epoch}")
+    known = {(e - 1) % k for e in range(1, min(epoch, k) + 1)}
+    largest = max(sizes[i] for i in known)
+    return sum(sizes[i] if i in known else largest for i in range(k))
+
+
+def probability_sizes(opts, directions, epoch: int = 0, cycling: bool = True) -> list[int]:
+    """The sizes the probabilities are computed from: the epoch's shard (``probabilities_from="shard"``, Open-NLLB's
+    ``--use-local-shard-size``), or every shard; with ``compat="fairseq"`` and cycled shards, fairseq's estimate of
+    every shard (``fairseq_estimated_total``) when the epoch is known."""
+    if opts.probabilities_from != "total":
+        return [d.size for d in directions]
+    if opts.compat == "fairseq" and opts.sampler == "fairseq" and cycling and epoch:
+        return [fairseq_estimated_total(d.shard_sizes, epoch) if d.shard_sizes else d.total_size
+                for d in directions]
+    return [d.total_size for d in directions]
+
+
 def mixing_ratios(opts, sizes, keys, task_of, task_weights=None) -> np.ndarray:
     """Per-stream sampling probabilities for the planner's options (``sampler``, ``method``, ``temperature``,
     ``weights``), or with per-task ``task_weights`` (a schedule) split by temperature within each task.

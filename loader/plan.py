@@ -22,8 +22,8 @@ import numpy as np
 
 from . import cutting
 from .batching import length_order
-from .mixing import (StratifiedDraw, fairseq_draw, fairseq_virtual_size, mixing_ratios, stratified_counts,
-                     stratified_rows, virtual_size)
+from .mixing import (StratifiedDraw, fairseq_draw, fairseq_virtual_size, mixing_ratios, probability_sizes,
+                     stratified_counts, stratified_rows, virtual_size)
 from .packing import ragged_arange
 from .plan_options import PlanOptions
 from .plan_stream import StreamPlanning
@@ -146,15 +146,15 @@ class EpochPlanner(StreamPlanning):
     def keys(self) -> list[str]:
         return self.sources.keys
 
-    def probabilities(self, directions: list[Direction], update: float = 0.0) -> np.ndarray:
-        """Per-direction (stream) sampling probabilities at an optimizer update."""
-        r = self.ratios(directions, update)
+    def probabilities(self, directions: list[Direction], update: float = 0.0, epoch: int = 0) -> np.ndarray:
+        """Per-direction (stream) sampling probabilities at an optimizer update (of ``epoch``, if known)."""
+        r = self.ratios(directions, update, epoch)
         return r / r.sum() if self.opts.sampler == "fairseq" else r
 
-    def ratios(self, directions: list[Direction], update: float = 0.0) -> np.ndarray:
+    def ratios(self, directions: list[Direction], update: float = 0.0, epoch: int = 0) -> np.ndarray:
         """The probabilities, or for the fairseq sampler fairseq's unnormalised ratios (``mixing.mixing_ratios``)."""
         o = self.opts
-        sizes = [d.total_size if o.probabilities_from == "total" else d.size for d in directions]
+        sizes = probability_sizes(o, directions, epoch, self.sources.shards == "cycle")
         weights = o.schedule.weights_at(update) if o.schedule is not None else None
         return mixing_ratios(o, sizes, [d.key for d in directions], self.sources.task_of, weights)
 
@@ -166,7 +166,7 @@ class EpochPlanner(StreamPlanning):
         sizes = np.array([d.size for d in directions], dtype=np.int64)
         if o.sampler == "stream":
             return self._stream_setup(epoch, directions, sizes)
-        ratios = self.ratios(directions)
+        ratios = self.ratios(directions, epoch=epoch)
         probs = ratios / ratios.sum() if o.sampler == "fairseq" else ratios
         draws: list = []
         if o.sampler == "concat":

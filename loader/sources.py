@@ -106,6 +106,7 @@ class Direction:
     components: list[Component]
     component_ids: list[int]  # global ids of the components, for the gather
     total_size: int  # sentences over every shard, for probabilities
+    shard_sizes: tuple = ()  # sentences of each of its shards, in cycling order (fairseq's estimate in epoch 1)
     offsets: np.ndarray = field(init=False)
 
     def __post_init__(self):
@@ -277,9 +278,10 @@ class SourceSet:
         out = []
         for d, key in enumerate(self.keys):
             ids = self._by_key[key]
+            shard_sizes = tuple(len(self.components[i]) for i in ids)
             if self.shards == "cycle":
                 ids = [ids[(epoch - 1) % len(ids)]]
-            out.append(Direction(key, d, [self.components[i] for i in ids], ids, self.total_sizes[key]))
+            out.append(Direction(key, d, [self.components[i] for i in ids], ids, self.total_sizes[key], shard_sizes))
         return out
 
     @property

@@ -48,7 +48,7 @@ class _Sources:
         for d, key in enumerate(self.keys):
             sizes = self.sizes[key]
             i = (epoch - 1) % len(sizes)
-            out.append(Direction(key, d, [_Shard(sizes[i])], [i], sum(sizes)))
+            out.append(Direction(key, d, [_Shard(sizes[i])], [i], sum(sizes), shard_sizes=tuple(sizes)))
         return out
 
 
@@ -109,3 +109,30 @@ def test_fairseq_mode_draw_is_fairseqs_float64_draw(sizes, temp):
     """One shard per direction: the ratios, virtual size and draw are fairseq's, to the last bit (T = 1 is
     Open-NLLB's default, where V p_i lands on integers and a last-bit difference moves a sample)."""
     _check({f"x{i}-y": [n] for i, n in enumerate(sizes)}, temp, epochs=2)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shards=st.lists(st.lists(st.integers(1, 50_000), min_size=1, max_size=4), min_size=2, max_size=4),
+       temp=st.sampled_from([1.0, 1.5, 2.0, 5.0]))
+@example(shards=[[300, 250], [90, 160, 20]], temp=2.0)
+def test_fairseq_mode_estimates_unseen_shards_as_fairseq_does(shards, temp):
+    """Several shards of unequal size: until a direction's shards have all been read, fairseq counts an unread
+    shard as the largest read so far; every epoch up to the one after all shards were seen matches."""
+    shard_sizes = {f"x{i}-y": s for i, s in enumerate(shards)}
+    _check(shard_sizes, temp, epochs=max(len(s) for s in shards) + 1)
+
+
+def test_estimate_changes_epoch_one():
+    """The estimate is what makes epoch 1 differ from exact totals (a test of the test's premise)."""
+    shard_sizes = {"a-b": [1000, 10], "a-c": [100, 900]}
+    _, counts, _ = next(fairseq_epochs(shard_sizes, 1, 2.0))
+    exact = np.array([1010, 1000]) ** 0.5
+    assert not np.allclose(counts / counts.sum(), exact / exact.sum(), atol=0.01)
+    _check(shard_sizes, 2.0, epochs=3)
+
+
+def test_default_mode_keeps_exact_totals():
+    """Outside fairseq mode the probabilities use every shard's real size from epoch 1."""
+    planner = EpochPlanner(_Sources({"a-b": [1000, 10], "a-c": [100, 900]}), PlanOptions(window=0))
+    p = planner.setup(1).probs
+    assert p.tolist() == pytest.approx([1010 / 2010, 1000 / 2010])
