@@ -5,6 +5,8 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import loader
+from loader.lm import LMIterator
 from loader.packing import gpt_sample_index
 
 
@@ -74,3 +76,49 @@ def test_gpt_sample_index_is_megatrons_array(sizes, seq_length, num_epochs, extr
     got = gpt_sample_index(sizes, doc_idx, seq_length, add_extra_token=extra, drop_last=drop_last)
     assert got.tolist() == want.tolist()
     assert got.dtype == want.dtype
+
+
+# ------------------------------------------------------------------------------------------- LM iterator
+def _dataset(tmp_path, lengths, seed=0):
+    rng = np.random.default_rng(seed)
+    prefix = tmp_path / "lm"
+    with loader.IndexedDatasetBuilder(prefix, np.int32, format="megatron") as b:
+        for n in lengths:
+            b.add_item(rng.integers(10, 1000, int(n)))
+            b.end_document()
+        b.finalize()
+    return prefix
+
+
+def test_concat_epochs_carry_their_leftover_tokens_into_the_next(tmp_path):
+    """Megatron cuts the samples of e epochs from the concatenation of their documents: (e T - 1) // L samples
+    (T tokens per epoch), an epoch's last tokens starting the next epoch's first sample. Over 4 epochs of
+    1,766 tokens at L = 16 that is 441 samples; cutting every epoch on its own gives 4 x 110 = 440."""
+    lengths = list(np.random.default_rng(1).integers(5, 50, 59))
+    lengths.append(1766 - sum(lengths))
+    assert lengths[-1] > 0
+    prefix = _dataset(tmp_path, lengths)
+    L = 16
+    it = LMIterator.build(str(prefix), seq_len=L, global_batch=1, num_samples=441, split="100,0,0")
+    src = it.sources[0]
+    T = int(src.ds.sizes[src.sequences].sum())
+    assert T == 1766
+    assert sum(src.samples_per_epoch(e) for e in range(1, 5)) == (4 * T - 1) // L == 441
+    # read every sample of epochs 1..4 in cut order: they tile the stream of the epochs' shuffled documents
+    stream = []
+    for e in range(1, 5):
+        n = src.samples_per_epoch(e)
+        count, p = src.pieces(e, np.arange(n), L + 1)
+        text = np.zeros((n, L + 1), np.int64)
+        rows = np.repeat(np.arange(n), count)
+        loader.gather.scatter(it.spaces, int(it.space_of[0]), p["start"], p["length"], text,
+                              rows * (L + 1) + p["column"])
+        assert (p["length"].reshape(-1) >= 0).all() and np.bincount(rows, weights=p["length"],
+                                                                    minlength=n).tolist() == [L + 1] * n
+        stream.append(text)
+    text = np.concatenate(stream)
+    assert (text[1:, 0] == text[:-1, -1]).all()  # consecutive samples overlap by the label token
+    flat = np.concatenate([text[:, :L].reshape(-1), text[-1:, L]])
+    all_tokens = np.sort(np.concatenate([src.ds[int(i)] for i in src.sequences]))
+    for e in range(3):  # each full epoch's T tokens are every token of the split once
+        assert np.sort(flat[e * T:(e + 1) * T]).tolist() == all_tokens.tolist()
