@@ -42,7 +42,8 @@ def get_config() -> ml_collections.ConfigDict:
     c.mixing.sampler = "auto"
     c.mixing.virtual_size = "fairseq"  # "fairseq" (largest corpus keeps its size, cap 1.5x) | "sum" | "<int>"
     c.mixing.max_scale_up = 1.5
-    c.mixing.probabilities_from = "total"  # sizes over all shards ("total") or the epoch's shard ("shard")
+    c.mixing.probabilities_from = "total"  # sizes over all shards ("total") or the epoch's shard ("shard");
+    # compat="fairseq" with cycled shards: fairseq's estimate (an unread shard counts as the largest read so far)
     # Per-task weights that change during training (OpenNMT-py's mixing_weight_schedule). Boundaries count
     # optimizer updates (batching.accumulation and the number of ranks are accounted for); n boundaries take
     # n + 1 weight lists "task:w,task:w | task:w,task:w | ...", each naming every task (without a tasks

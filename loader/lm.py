@@ -7,6 +7,14 @@
 * Each dataset is split by documents (``"969,30,1"``, contiguous, Megatron's rounding) and read as its
   sequences, which are shuffled **per epoch** (Megatron shuffles once across all epochs, so a document can
   repeat back to back, issue #697). Modes ``concat``, ``pack`` and ``sentences``: see ``lm_plan.py``.
+* ``concat`` serves the samples Megatron's GPTDataset cuts: with T tokens per epoch, its ``num_epochs`` epochs
+  are one stream cut into ``(num_epochs T - 1) // seq_len`` samples (``build_sample_idx``), an epoch's leftover
+  tokens starting the next epoch's first sample; here too, so epochs 1..e hold ``(e T - 1) // seq_len`` samples
+  (4 epochs of 1,766 tokens at 16: 441, not 4 x 110). Not Megatron's: the document order (per epoch, above) and
+  the serving order. Megatron shuffles all ``(num_epochs T - 1) // seq_len`` samples together (or, when the last
+  epoch contributes under 80% of an epoch's samples, the earlier epochs' and the last's separately) and serves the
+  first ``num_samples`` of that shuffle; we serve epoch after epoch, each in a keyed order, so that a run's
+  samples never depend on its length.
 * Datasets are blended by Megatron's greedy ``blending_indices`` over ``num_samples``; a dataset that runs out
   starts its next epoch (reshuffled) rather than repeating samples in the same order. As in Megatron, a dataset
   of weight 0 can still give the blend's first sample (the greedy rule ties at the start): leave it out of

@@ -2,9 +2,12 @@
 
 A dataset's split is read as its sequences, shuffled anew every epoch, and cut into samples per mode:
 
-* ``concat``: the epoch's sequences concatenated and cut every ``seq_len`` tokens, each sample carrying one
-  extra label token (Megatron's GPT sample index): a sample is the tail of one sequence, whole sequences, and the
-  head of another;
+* ``concat``: the epochs' sequences concatenated (epoch after epoch) and cut every ``seq_len`` tokens, each sample
+  carrying one extra label token (Megatron's GPT sample index): a sample is the tail of one sequence, whole
+  sequences, and the head of another. As in Megatron, an epoch's last tokens are not dropped: they begin the next
+  epoch's first sample, so the first e epochs hold ``(e T - 1) // seq_len`` samples (T tokens per epoch), epoch
+  e those from ``N(e - 1)`` to ``N(e)``; its arrays keep the sequences of the previous epoch that it reads
+  (``carry``) before its own ``order``;
 * ``pack``: whole sequences packed into rows of ``seq_len + 1`` tokens (best-fit decreasing), a piece per
   sequence at its column;
 * ``sentences``: consecutive sentences of one document up to ``seq_len + 1`` tokens (BERT-style, seed 002).
@@ -22,7 +25,7 @@ import os
 import numpy as np
 
 from .blending import IndexCache, document_splits
-from .packing import gpt_sample_index, pack, pack_sentences, ragged_arange
+from .packing import gpt_sample_index, pack, pack_sentences, ragged_arange, sample_rows
 from .permute import derive_key, permute
 from .rows import check_records
 from .storage.indexed import IndexedDataset
@@ -54,16 +57,43 @@ class LMSource:
         self.at = (-1, 0)  # (token space, first token of this dataset there), set by the iterator
         self._epochs: dict[int, dict] = {}
         self._counts: dict[int, int] = {}
+        self._tokens: int | None = None  # tokens per epoch (concat)
 
     def _describe(self, epoch: int) -> dict:
         st = os.stat(self.prefix + ".idx")
-        return {"kind": "lm-epoch", "data": self.data_key, "prefix": os.path.abspath(self.prefix), "idx_size": st.st_size,
-                "idx_mtime": st.st_mtime_ns, "split": self.split, "split_name": self.split_name,
-                "seq_len": self.seq_len, "mode": self.mode, "seed": self.seed, "epoch": epoch}
+        return {"kind": "lm-epoch", "data": self.data_key, "prefix": os.path.abspath(self.prefix),
+                "idx_size": st.st_size, "idx_mtime": st.st_mtime_ns, "split": self.split, "split_name": self.split_name,
+                "seq_len": self.seq_len, "mode": self.mode, "seed": self.seed, "epoch": epoch,
+                "layout": 2}  # 2: concat epochs carry their leftover tokens, Megatron's sample index rows
+
+    def _order(self, epoch: int) -> np.ndarray:
+        return self.sequences[permute(np.arange(len(self.sequences)), len(self.sequences),
+                                      derive_key(self.seed, "lm-order", self.data_key, epoch))]
+
+    def _cut(self, epochs: int) -> int:
+        """Samples of ``seq_len`` + 1 tokens in the first ``epochs`` epochs, cut as one stream (Megatron)."""
+        if self._tokens is None:
+            self._tokens = int(np.asarray(self.ds.sizes, dtype=np.int64)[self.sequences].sum())
+        return max((epochs * self._tokens - 1) // self.seq_len, 0) if epochs else 0
+
+    def _concat(self, epoch: int, order: np.ndarray, sizes: np.ndarray) -> dict:
+        """Epoch ``epoch``'s samples ``[N(e-1), N(e))`` of the stream of every epoch's order: the first starts in
+        the previous epoch's last sequences (``carry``), whose leftover tokens it reads."""
+        if epoch == 1:
+            return {"order": order, "carry": order[:0], "sample_index": gpt_sample_index(sizes, order, self.seq_len)}
+        first, last = self._cut(epoch - 1), self._cut(epoch)
+        prev = self._order(epoch - 1)
+        ends = np.cumsum(sizes[prev])
+        start = first * self.seq_len - (epoch - 2) * self._tokens  # within the previous epoch's tokens
+        a = int(np.searchsorted(ends, start, side="right"))  # the sequence holding that token
+        carry = prev[a:]
+        skip = start - (int(ends[a - 1]) if a else 0)
+        local = sizes[np.concatenate([carry, order])]
+        pos, offset = sample_rows(local, skip + np.arange(last - first + 1, dtype=np.int64) * self.seq_len)
+        return {"order": order, "carry": carry, "sample_index": np.stack([pos, offset], axis=1)}
 
     def _build(self, epoch: int) -> dict:
-        order = self.sequences[permute(np.arange(len(self.sequences)), len(self.sequences),
-                                       derive_key(self.seed, "lm-order", self.data_key, epoch))]
+        order = self._order(epoch)
         sizes = np.asarray(self.ds.sizes, dtype=np.int64)
         check_records(self.ds, self.sequences, sizes[self.sequences],
                       np.asarray(self.ds.pointers[self.sequences], dtype=np.int64))  # the plans trust the sizes
@@ -71,8 +101,7 @@ class LMSource:
             doc_idx = np.asarray(self.ds.doc_idx)[self.documents.start:self.documents.stop + 1]
             return {"order": order, "sentence_ranges": pack_sentences(sizes, doc_idx, self.seq_len + 1)}
         if self.mode == "concat":
-            idx = gpt_sample_index(sizes, order, self.seq_len, add_extra_token=True)
-            return {"order": order, "sample_index": idx}
+            return self._concat(epoch, order, sizes)
         plan = pack(sizes[order], self.seq_len + 1)
         return {"order": order, "piece_sequence": plan.sequence, "piece_start": plan.start,
                 "piece_length": plan.length, "piece_row": plan.row, "piece_offset": plan.offset,
@@ -91,14 +120,13 @@ class LMSource:
         return self._epochs[e]
 
     def samples_per_epoch(self, e: int) -> int:
-        if self.mode in ("concat", "sentences"):  # the same samples every epoch, only reordered
+        if self.mode == "concat":  # one stream over the epochs: N(e) - N(e - 1)
+            return self._cut(e) - self._cut(e - 1)
+        if self.mode == "sentences":  # the same samples every epoch, only reordered
             e = 1
         if e not in self._counts:
             arrays = self.epoch(e)
-            if self.mode == "sentences":
-                self._counts[e] = len(arrays["sentence_ranges"])
-            else:
-                self._counts[e] = len(arrays["sample_index"]) - 1 if self.mode == "concat" else int(arrays["num_rows"][0])
+            self._counts[e] = len(arrays["sentence_ranges"]) if self.mode == "sentences" else int(arrays["num_rows"][0])
         return self._counts[e]
 
     def locate(self, k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -137,9 +165,9 @@ class LMSource:
         if self.mode == "concat":
             idx = np.asarray(arrays["sample_index"])
             (p0, o0), (p1, o1) = idx[samples].T, idx[samples + 1].T
-            count = p1 - p0 + 1
+            count = (p1 - p0 + 1).astype(np.int64)
             p = ragged_arange(p0, count)
-            seq = order[p]
+            seq = np.concatenate([np.asarray(arrays["carry"], dtype=np.int64), order])[p]
             size = np.asarray(sizes[seq], dtype=np.int64)
             first = np.concatenate([[0], np.cumsum(count)[:-1]])
             is_first = np.zeros(len(p), bool)

@@ -6,6 +6,12 @@ Probabilities (fairseq ``sampling_method.py`` semantics)::
     uniform:         p_i = 1 / k
     weights:         p_i = w_i / sum_j w_j
 
+The default sampler computes the temperature probabilities in log space (no underflow for any T or size). The
+``fairseq`` sampler computes them as fairseq does (``fairseq_ratios``, ``fairseq_virtual_size``): in float64,
+unnormalised ``(n_i / N) ** (1 / T)``, normalised once by the draw. The two agree to the last bit or two, but a
+last bit matters there: at T = 1 (Open-NLLB's default) ``V p_i`` is an integer, and a hair below it moves a
+sample from the floor into the drawn remainder, which changes every later draw of the epoch.
+
 Virtual epoch size (fairseq ``default_virtual_size_func``): with ``j = argmax n``,
 ``V = int(min(sum_i p_i / p_j * n_j, max_scale_up * sum_i n_i))``: the largest corpus keeps its size, the others
 scale with their probability, and the total is capped at 1.5x the real data. Per-corpus counts are
@@ -57,6 +63,34 @@ def sampling_probabilities(sizes, temperature: float = 1.0) -> np.ndarray:
     return w / w.sum()
 
 
+def fairseq_ratios(sizes, temperature: float) -> np.ndarray:
+    """fairseq's ``temperature_sampling``, operation for operation: ``(n_i / N) ** (1 / T)`` in Python floats
+    (float64), unnormalised. Only for the fairseq sampler: it underflows to 0 where the log-space path does not."""
+    sizes = [int(n) for n in np.asarray(sizes).reshape(-1).tolist()]
+    if not sizes or min(sizes) < 0 or sum(sizes) == 0:
+        raise ValueError(f"sizes must be a non-empty list of counts >= 0, not all 0, got {sizes}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    total = sum(sizes)
+    ratios = np.array([(n / total) ** (1.0 / temperature) for n in sizes], dtype=np.float64)
+    if not ratios.sum() > 0:
+        raise ValueError(f"temperature {temperature} underflows every sampling ratio of sizes {sizes} to 0")
+    return ratios
+
+
+def fairseq_virtual_size(sizes, ratios, max_scale_up: float = 1.5) -> int:
+    """fairseq's ``default_virtual_size_func`` operation for operation, on the *unnormalised* ratios: per corpus
+    ``(r_i / r_j) * n_j`` (j the first largest corpus), summed left to right, capped at ``max_scale_up * sum n``."""
+    sizes = [int(n) for n in np.asarray(sizes).reshape(-1).tolist()]
+    ratios = np.asarray(ratios, dtype=np.float64)
+    j = int(np.argmax(sizes))
+    if ratios[j] == 0:
+        raise ValueError("the largest corpus has sampling ratio 0; give an explicit virtual size")
+    vsize = sum([(r / ratios[j]) * sizes[j] for r in ratios])
+    max_size = sum(sizes) * max_scale_up
+    return int(vsize if vsize < max_size else max_size)
+
+
 def weight_probabilities(weights) -> np.ndarray:
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 1 or w.size == 0 or (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
@@ -76,6 +110,53 @@ def virtual_size(sizes, probs, max_scale_up: float = 1.5) -> int:
     j = int(np.argmax(np.where(probs > 0, sizes, -1.0)))
     scaled = float(np.sum(probs / probs[j] * sizes[j]))
     return int(min(scaled, max_scale_up * float(sizes.sum())))
+
+
+def fairseq_estimated_total(shard_sizes, epoch: int) -> int:
+    """A direction's size as fairseq's ``MultilingualDatasetManager.get_train_dataset_sizes`` sees it in ``epoch``
+    of an uninterrupted run: shard ``(e - 1) % k`` is loaded in epoch e and its size remembered; a shard not loaded
+    yet counts as the largest loaded so far. So epoch 1 uses ``k * size(shard 0)``, and the totals are exact only
+    from epoch k on. (fairseq keeps what it has seen in memory: a fairseq run restarted from a checkpoint at epoch
+    e knows only shard ``(e - 1) % k`` then; our plan, a pure function of the epoch, is the uninterrupted run's.)"""
+    sizes = [int(n) for n in shard_sizes]
+    k = len(sizes)
+    if not k or epoch < 1:
+        raise ValueError(f"need at least one shard size and an epoch >= 1, got {sizes} and epoch {epoch}")
+    known = {(e - 1) % k for e in range(1, min(epoch, k) + 1)}
+    largest = max(sizes[i] for i in known)
+    return sum(sizes[i] if i in known else largest for i in range(k))
+
+
+def probability_sizes(opts, directions, epoch: int = 0, cycling: bool = True) -> list[int]:
+    """The sizes the probabilities are computed from: the epoch's shard (``probabilities_from="shard"``, Open-NLLB's
+    ``--use-local-shard-size``), or every shard; with ``compat="fairseq"`` and cycled shards, fairseq's estimate of
+    every shard (``fairseq_estimated_total``) when the epoch is known."""
+    if opts.probabilities_from != "total":
+        return [d.size for d in directions]
+    if opts.compat == "fairseq" and opts.sampler == "fairseq" and cycling and epoch:
+        return [fairseq_estimated_total(d.shard_sizes, epoch) if d.shard_sizes else d.total_size
+                for d in directions]
+    return [d.total_size for d in directions]
+
+
+def mixing_ratios(opts, sizes, keys, task_of, task_weights=None) -> np.ndarray:
+    """Per-stream sampling probabilities for the planner's options (``sampler``, ``method``, ``temperature``,
+    ``weights``), or with per-task ``task_weights`` (a schedule) split by temperature within each task.
+
+    For the ``fairseq`` sampler: fairseq's ratios, unnormalised and computed as fairseq computes them
+    (``fairseq_ratios``; ``[1.0] * k`` for uniform; the weights as given), for its virtual size and draw."""
+    fs = opts.sampler == "fairseq"
+    if opts.sampler == "concat":
+        return np.asarray(sizes, np.float64) / max(sum(sizes), 1)
+    if task_weights is not None:
+        return task_probabilities(task_weights, task_of, sizes, opts.temperature)
+    if opts.method == "uniform":
+        return np.ones(len(sizes)) if fs else np.full(len(sizes), 1.0 / len(sizes))
+    if opts.method == "weights":
+        raw = [dict(opts.weights)[k] for k in keys]
+        probs = weight_probabilities(raw)  # checks them
+        return np.asarray(raw, np.float64) if fs else probs
+    return fairseq_ratios(sizes, opts.temperature) if fs else sampling_probabilities(sizes, opts.temperature)
 
 
 def stratified_counts(probs, total: int) -> np.ndarray:
@@ -153,21 +234,24 @@ def fairseq_class_hash(name: str = "SampledMultiDataset") -> int:
     return int(hashlib.sha1(name.encode("utf-8")).hexdigest(), 16) % 2**32
 
 
-def fairseq_draw(sizes, probs, virtual: int, epoch: int, seed: int = 2,
+def fairseq_draw(sizes, ratios, virtual: int, epoch: int, seed: int = 2,
                  class_name: str = "SampledMultiDataset") -> list[np.ndarray]:
     """fairseq's ``SampledMultiDataset.get_virtual_indices``, bit for bit: the row indices drawn per corpus.
 
-    ``seed`` is 2 in fairseq's multilingual task whatever ``--seed`` says (the data manager never passes it).
+    ``ratios``: fairseq's sampling ratios as given to the dataset (``fairseq_ratios``; unnormalised), normalised
+    here once, as fairseq does (normalising twice can move the last bit). ``seed`` is 2 in fairseq's
+    multilingual task whatever ``--seed`` says (the data manager never passes it).
     """
     rng = np.random.RandomState([fairseq_class_hash(class_name), seed % 2**32, epoch])
-    p = np.asarray(probs, dtype=np.float64)
-    p = p / p.sum()
+    r = np.asarray(ratios, dtype=np.float64)
+    p = r / r.sum()
     counts = (virtual * p).astype(np.int64)
     diff = virtual - counts.sum()
     if diff < 0:
         raise ValueError(f"virtual size {virtual} is smaller than the floor of its counts")
-    for i in rng.choice(len(p), size=int(diff), p=p):
-        counts[i] += 1
+    if diff > 0:
+        for i in rng.choice(len(p), size=int(diff), p=p):
+            counts[i] += 1
     return [rng.choice(int(n), int(c), replace=bool(c > n)) for n, c in zip(sizes, counts)]
 
 

@@ -6,7 +6,8 @@
   gives each piece its row and offset, from which ``segment_ids`` (1, 2, ... per row, 0 = padding) and
   ``positions`` (restarting at 0 in every piece) follow, so attention can be masked per document.
 * ``gpt_sample_index``: Megatron's concatenate-and-slice (documents in a shuffled order, concatenated, cut into
-  samples of ``seq_len`` tokens plus one overlapping label token), as ``(document position, offset)`` pairs.
+  samples of ``seq_len`` tokens plus one overlapping label token): Megatron's ``build_sample_idx`` array, row for
+  row and in its dtype; ``sample_rows`` gives the same rows for samples starting anywhere in a stream.
 * ``pack_sentences``: BERT-style, consecutive sentences of one document up to a maximum length.
 * ``pack_pairs``: encoder-decoder pairs side by side in rows of a fixed ``(L_src, L_tgt)`` shape, both sides with
   their own segment ids, so attention and cross-attention stay inside each pair.
@@ -137,31 +138,51 @@ def pack(lengths, row_length: int) -> PackPlan:
         row_length, n_rows)
 
 
+def sample_rows(stream_sizes, starts, add_extra_token: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Megatron's ``(document position, offset)`` of samples starting at tokens ``starts`` of the concatenated
+    documents ``stream_sizes``: the position of the document where the previous sample's tokens end (its label
+    token included), and the start's offset in it. So with ``add_extra_token=False`` a start on a document
+    boundary is ``(d, size_d)`` at the end of the document before, and zero-length documents are never named.
+    A start whose sample runs past the last document (a last partial sample) is ``(last, size_last - extra)``."""
+    stream = np.asarray(stream_sizes, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    extra = int(add_extra_token)
+    ends = np.cumsum(stream)
+    past = starts + extra > (int(ends[-1]) if len(ends) else 0)
+    pos = np.where(past, len(stream) - 1, np.searchsorted(ends, starts + extra, side="left"))
+    begin = (ends - stream)[np.maximum(pos, 0)] if len(stream) else np.zeros_like(pos)
+    offset = np.where(past, (int(stream[-1]) if len(stream) else 0) - extra, starts - begin)
+    return pos.astype(np.int64), offset.astype(np.int64)
+
+
 def gpt_sample_index(sizes, document_order, seq_len: int, add_extra_token: bool = True,
                      drop_last: bool = True) -> np.ndarray:
-    """Megatron's ``build_sample_idx``: int64[num_samples + 1, 2] of (position in ``document_order``, offset).
+    """Megatron's ``build_sample_idx`` array: ``[num_samples + 1, 2]`` of (position in ``document_order``,
+    offset), int32 when ``max(len(document_order), max(sizes))`` fits, else int64, as Megatron's helpers choose.
 
     Documents ``sizes[document_order]`` are concatenated; sample i spans the tokens from row i to row i+1
-    (plus ``add_extra_token`` overlapping label token). Samples start every ``seq_len`` tokens;
-    ``drop_last`` drops a last partial sample (Megatron's training default). Example: sizes [5, 3, 7, 4],
-    order [2, 0, 3, 1], seq_len 4 -> [[0, 0], [0, 4], [1, 1], [2, 0], [3, 0]].
+    (plus ``add_extra_token`` overlapping label token). Samples start every ``seq_len`` tokens; row 0 is (0, 0),
+    and every other row follows Megatron's walk (``sample_rows``): with ``add_extra_token=False`` a start on a
+    document boundary is ``(d, size_d)``, not ``(d + 1, 0)``. ``drop_last`` drops a last partial sample
+    (Megatron's training default; without it the count is Megatron's float32 ``ceil``). Example: sizes
+    [5, 3, 7, 4], order [2, 0, 3, 1], seq_len 4 -> [[0, 0], [0, 4], [1, 1], [2, 0], [3, 0]].
     """
     sizes = np.asarray(sizes, dtype=np.int64)
-    stream = sizes[np.asarray(document_order, dtype=np.int64)]
+    order = np.asarray(document_order, dtype=np.int64)
+    stream = sizes[order]
     total = int(stream.sum())
     extra = int(add_extra_token)
     if seq_len < 1:
         raise ValueError(f"seq_len must be >= 1, got {seq_len}")
-    n = (total - extra) // seq_len if drop_last else -(-(total - extra) // seq_len)
+    if drop_last:
+        n = (total - extra) // seq_len
+    else:  # helpers.cpp: ceil(float(num_epochs * tokens_per_epoch - extra) / seq_length), a C++ float
+        n = int(np.ceil(np.float32(total - extra) / np.float32(seq_len)))
     n = max(n, 0)
-    starts = np.arange(n + 1, dtype=np.int64) * seq_len
-    if not drop_last and n:
-        starts[-1] = min(starts[-1], total - extra)
-    ends = np.cumsum(stream)
-    pos = np.searchsorted(ends, starts, side="right")
-    pos = np.minimum(pos, len(stream) - 1)
-    offset = starts - (ends[pos] - stream[pos])
-    return np.stack([pos, offset], axis=1)
+    pos, offset = sample_rows(stream, np.arange(n + 1, dtype=np.int64) * seq_len, add_extra_token)
+    pos[0], offset[0] = 0, 0
+    top = max(len(order), int(sizes.max()) if len(sizes) else 0)
+    return np.stack([pos, offset], axis=1).astype(np.int32 if top <= np.iinfo(np.int32).max else np.int64)
 
 
 def pack_sentences(sizes, doc_idx, max_length: int) -> np.ndarray:

@@ -22,13 +22,13 @@ import numpy as np
 
 from . import cutting
 from .batching import length_order
-from .mixing import (StratifiedDraw, fairseq_draw, sampling_probabilities, stratified_counts,
-                     stratified_rows, task_probabilities, virtual_size, weight_probabilities)
+from .mixing import (StratifiedDraw, fairseq_draw, fairseq_virtual_size, mixing_ratios, probability_sizes,
+                     stratified_counts, stratified_rows, virtual_size)
 from .packing import ragged_arange
 from .plan_options import PlanOptions
 from .plan_stream import StreamPlanning
 from .rows import groups
-from .sources import Direction, SourceSet, locate_many
+from .sources import Direction, SourceSet, data_digest, locate_many
 
 @dataclass
 class EpochSetup:
@@ -117,17 +117,6 @@ class Window:
         return int(self.shape[b]), int(self.masked[b])
 
 
-def data_digest(ds) -> str | None:
-    """What identifies a dataset's data whatever its path: an indexed dataset's ``content_digest`` (remembered
-    by file identity), else a hash of its planning lengths (raw text: the text and the segmentation model)."""
-    if ds is None:
-        return None
-    digest = getattr(ds, "content_digest", None)
-    if digest is None:
-        digest = hashlib.blake2b(np.ascontiguousarray(ds.sizes, dtype=np.int32).data, digest_size=16).hexdigest()
-    return digest
-
-
 class EpochPlanner(StreamPlanning):
     """The integer plan of every epoch: which samples, in which window, in which batch, in which order."""
 
@@ -158,38 +147,17 @@ class EpochPlanner(StreamPlanning):
     def keys(self) -> list[str]:
         return self.sources.keys
 
-    def probabilities(self, directions: list[Direction], update: float = 0.0) -> np.ndarray:
-        """Per-direction (stream) sampling probabilities at an optimizer update."""
-        o = self.opts
-        sizes = [d.total_size if o.probabilities_from == "total" else d.size for d in directions]
-        if o.sampler == "concat":
-            return np.asarray(sizes, np.float64) / max(sum(sizes), 1)
-        if o.schedule is not None:
-            return task_probabilities(o.schedule.weights_at(update), self.sources.task_of, sizes, o.temperature)
-        if o.method == "uniform":
-            return np.full(len(sizes), 1.0 / len(sizes))
-        if o.method == "weights":
-            w = dict(o.weights)
-            return weight_probabilities([w[d.key] for d in directions])
-        return sampling_probabilities(sizes, o.temperature)
+    def probabilities(self, directions: list[Direction], update: float = 0.0, epoch: int = 0) -> np.ndarray:
+        """Per-direction (stream) sampling probabilities at an optimizer update (of ``epoch``, if known)."""
+        r = self.ratios(directions, update, epoch)
+        return r / r.sum() if self.opts.sampler == "fairseq" else r
 
-    def _check_schedule(self) -> None:
-        """Plan every phase of a mixing schedule's weights on epoch 1 now: a phase that cannot be planned fails
-        at build, not hours into training when it begins."""
-        schedule = self.opts.schedule
-        if schedule is None or not schedule.boundaries or self.opts.sampler == "concat":
-            return
-        directions = self.sources.directions(1)
-        sizes = np.array([d.size for d in directions], dtype=np.int64)
-        planning = [d.total_size if self.opts.probabilities_from == "total" else d.size for d in directions]
-        for i, weights in enumerate(schedule.weights):
-            try:
-                w = np.asarray(weights, dtype=np.float64)
-                probs = task_probabilities(w / w.sum(), self.sources.task_of, planning, self.opts.temperature)
-                if not self._epoch_total(sizes, probs) > 0:
-                    raise ValueError("the epoch would hold no sample")
-            except ValueError as e:
-                raise ValueError(f"mixing.schedule weight list {i} {list(weights)}: {e}") from None
+    def ratios(self, directions: list[Direction], update: float = 0.0, epoch: int = 0) -> np.ndarray:
+        """The probabilities, or for the fairseq sampler fairseq's unnormalised ratios (``mixing.mixing_ratios``)."""
+        o = self.opts
+        sizes = probability_sizes(o, directions, epoch, self.sources.shards == "cycle")
+        weights = o.schedule.weights_at(update) if o.schedule is not None else None
+        return mixing_ratios(o, sizes, [d.key for d in directions], self.sources.task_of, weights)
 
     def setup(self, epoch: int) -> EpochSetup:
         if self._setup is not None and self._setup.epoch == epoch:
@@ -199,7 +167,8 @@ class EpochPlanner(StreamPlanning):
         sizes = np.array([d.size for d in directions], dtype=np.int64)
         if o.sampler == "stream":
             return self._stream_setup(epoch, directions, sizes)
-        probs = self.probabilities(directions)
+        ratios = self.ratios(directions, epoch=epoch)
+        probs = ratios / ratios.sum() if o.sampler == "fairseq" else ratios
         draws: list = []
         if o.sampler == "concat":
             counts = sizes.copy()
@@ -207,9 +176,9 @@ class EpochPlanner(StreamPlanning):
                 shuffled = o.shuffle and d.size and o.compat != "fairseq"  # fairseq: rows in order, then permuted
                 draws.append(StratifiedDraw(d.size, d.size, (o.seed, "concat", epoch, d.key)) if shuffled else None)
         else:
-            total = self._epoch_total(sizes, probs)
+            total = self._epoch_total(sizes, ratios)
             if o.sampler == "fairseq":
-                idx = fairseq_draw(sizes, probs, total, epoch, seed=o.fairseq_sampling_seed)
+                idx = fairseq_draw(sizes, ratios, total, epoch, seed=o.fairseq_sampling_seed)
                 counts = np.array([len(i) for i in idx], dtype=np.int64)
                 draws = list(idx)
             else:
@@ -224,11 +193,12 @@ class EpochPlanner(StreamPlanning):
         self._window_cache = None
         return self._setup
 
-    def _epoch_total(self, sizes, probs) -> int:
+    def _epoch_total(self, sizes, ratios) -> int:
         o = self.opts
-        if o.virtual_size == "sum":
-            return int(sizes.sum())
-        return virtual_size(sizes, probs, o.max_scale_up) if o.virtual_size == "fairseq" else int(o.virtual_size)
+        if o.virtual_size != "fairseq":
+            return int(sizes.sum()) if o.virtual_size == "sum" else int(o.virtual_size)
+        size_func = fairseq_virtual_size if o.sampler == "fairseq" else virtual_size
+        return size_func(sizes, ratios, o.max_scale_up)
 
     # ------------------------------------------------------------------------------------------- windows
     def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray, np.ndarray, list]:

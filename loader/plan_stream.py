@@ -33,6 +33,21 @@ class StreamMark:
 
 
 class StreamPlanning:
+    def _check_schedule(self) -> None:
+        """Plan every phase of a mixing schedule on epoch 1 now (its probabilities and epoch size at each
+        boundary): a phase that cannot be planned fails at build, not hours into training when it begins."""
+        schedule = self.opts.schedule
+        if schedule is None or not schedule.boundaries or self.opts.sampler == "concat":
+            return
+        directions = self.sources.directions(1)
+        sizes = np.array([d.size for d in directions], dtype=np.int64)
+        for i, update in enumerate((0, *schedule.boundaries)):
+            try:
+                if not self._epoch_total(sizes, self.ratios(directions, update, 1)) > 0:
+                    raise ValueError("the epoch would hold no sample")
+            except ValueError as e:
+                raise ValueError(f"mixing.schedule weight list {i} {list(schedule.weights[i])}: {e}") from None
+
     def _stream_setup(self, epoch: int, directions, sizes: np.ndarray):
         from .plan import EpochSetup
 

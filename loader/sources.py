@@ -11,6 +11,7 @@ direction can use ``"__bt__ __{src}__"``. Every token must exist in the dictiona
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass, field
 
@@ -35,6 +36,17 @@ def resolve_prefix(template: str, dictionary: Dictionary, key: str, **langs) -> 
             raise ValueError(f"prefix token {tok!r} for {key} is not in the dictionary ({len(dictionary)} symbols)")
         ids.append(dictionary.index(tok))
     return np.asarray(ids, dtype=np.int64)
+
+
+def data_digest(ds) -> str | None:
+    """What identifies a dataset's data whatever its path: an indexed dataset's ``content_digest`` (remembered
+    by file identity), else a hash of its planning lengths (raw text: the text and the segmentation model)."""
+    if ds is None:
+        return None
+    digest = getattr(ds, "content_digest", None)
+    if digest is None:
+        digest = hashlib.blake2b(np.ascontiguousarray(ds.sizes, dtype=np.int32).data, digest_size=16).hexdigest()
+    return digest
 
 
 @dataclass
@@ -106,6 +118,7 @@ class Direction:
     components: list[Component]
     component_ids: list[int]  # global ids of the components, for the gather
     total_size: int  # sentences over every shard, for probabilities
+    shard_sizes: tuple = ()  # sentences of each of its shards, in cycling order (fairseq's estimate in epoch 1)
     offsets: np.ndarray = field(init=False)
 
     def __post_init__(self):
@@ -277,9 +290,10 @@ class SourceSet:
         out = []
         for d, key in enumerate(self.keys):
             ids = self._by_key[key]
+            shard_sizes = tuple(len(self.components[i]) for i in ids)
             if self.shards == "cycle":
                 ids = [ids[(epoch - 1) % len(ids)]]
-            out.append(Direction(key, d, [self.components[i] for i in ids], ids, self.total_sizes[key]))
+            out.append(Direction(key, d, [self.components[i] for i in ids], ids, self.total_sizes[key], shard_sizes))
         return out
 
     @property
