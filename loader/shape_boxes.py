@@ -26,21 +26,23 @@ import numpy as np
 from .shapes import dp_plan, padded_rows
 
 GRID_CELLS = 1 << 22  # fine histogram cells at most; beyond, lengths are binned by a power of two
-LEVELS = 96  # candidate widths per side for the box search
+LEVELS = 64  # candidate widths per side for the box search (256 gains < 0.1 point of fill, at 10x the time)
 MAX_SWEEPS = 25
 
 
-def pair_cells(lengths: np.ndarray, weights):
-    """Occupied cells of the (source, target) histogram: their lengths int[C, 2] and weights float[C]."""
+def pair_cells(lengths: np.ndarray, tops, weights):
+    """Occupied cells of the (source, target) histogram (``tops``: the longest of each side): their lengths
+    int[C, 2] and weights float[C]."""
     s, t = lengths[:, 0], lengths[:, 1]
-    top_s, top_t = int(s.max()), int(t.max())
+    top_s, top_t = int(tops[0]), int(tops[1])
     q = 1
     while (top_s // q + 2) * (top_t // q + 2) > GRID_CELLS:
         q *= 2
     if q > 1:
         s, t = -(-s // q), -(-t // q)
     ns, nt = -(-top_s // q) + 1, -(-top_t // q) + 1
-    key = s.astype(np.int64) * nt + t
+    key = np.multiply(s, nt, dtype=np.int64)
+    key += t
     count = np.bincount(key, weights=weights, minlength=ns * nt).astype(np.float64)
     occupied = count > 0 if weights is None else np.bincount(key, minlength=ns * nt) > 0
     cells = np.flatnonzero(occupied)
@@ -167,9 +169,9 @@ class _Grid:
         return [box for k, box in enumerate(boxes) if k in used]
 
 
-def plan_pairs(lengths, weights, num_shapes: int, sizes, windows: int, method: str):
+def plan_pairs(lengths, tops, weights, num_shapes: int, sizes, windows: int, method: str):
     """Box widths int[K, 2] for these pairs, and the histogram cells and weights the plan is priced on."""
-    cells, count = pair_cells(lengths, weights)
+    cells, count = pair_cells(lengths, tops, weights)
     start = max_plan(cells, count, num_shapes, sizes, windows)
     if method == "max":
         return start, cells, count

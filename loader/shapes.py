@@ -110,18 +110,22 @@ def assign(widths, src, tgt=None) -> np.ndarray:
     widths = widths[:, None] if widths.ndim == 1 else widths
     cols = [np.asarray(src)] if tgt is None else [np.asarray(src), np.asarray(tgt)]
     widths = widths[:, :len(cols)]
-    levels, bounds = [], []
-    for d, x in enumerate(cols):
+    luts, bounds = [], []
+    for d in range(len(cols)):
         u = np.unique(widths[:, d])  # K values
         lut = np.searchsorted(u, np.arange(int(u[-1]) + 2), side="left")  # len(u): longer than every shape
-        levels.append(lut[np.clip(x, 0, int(u[-1]) + 1)])
+        luts.append(lut.astype(np.int32))
         bounds.append(np.append(u, np.iinfo(np.int64).max))
     grids = np.meshgrid(*bounds, indexing="ij")
     fits = np.ones((len(widths),) + grids[0].shape, dtype=bool)
     for d, g in enumerate(grids):
         fits &= widths[:, d].reshape((-1,) + (1,) * len(grids)) >= g[None]
-    table = np.where(fits.any(axis=0), fits.argmax(axis=0), -1)
-    return table[tuple(levels)]
+    table = np.where(fits.any(axis=0), fits.argmax(axis=0), -1).ravel()
+    if len(cols) == 1:  # one gather: length -> shape
+        return np.take(table[luts[0]], cols[0], mode="clip")
+    cell = np.take(luts[0] * len(bounds[1]), cols[0], mode="clip")  # lengths past the table: its last entry
+    cell += np.take(luts[1], cols[1], mode="clip")
+    return np.take(table, cell)
 
 
 def dp_plan(values, count, mx, sizes, windows: int, num_shapes: int) -> list[tuple[int, int]]:
@@ -190,8 +194,9 @@ def plan_shapes(lengths, num_shapes: int, max_tokens: int, multiple: int = 8, ma
         raise ValueError(f"lengths must be int[N] or int[N, 2], got shape {lengths.shape}")
     if lengths.min() < 1:
         raise ValueError("lengths must be >= 1")
-    if lengths.max() > max_tokens:
-        raise ValueError(f"a sample of {int(lengths.max())} tokens does not fit max_tokens={max_tokens}")
+    tops = lengths.max(axis=0) if lengths.ndim == 2 else lengths.max(keepdims=True)
+    if tops.max() > max_tokens:
+        raise ValueError(f"a sample of {int(tops.max())} tokens does not fit max_tokens={max_tokens}")
     w = None if weights is None else np.asarray(weights, dtype=np.float64)
     if w is not None and not w.sum() > 0:
         w = None  # nothing weighs anything: plan for the samples as they are
@@ -205,7 +210,7 @@ def plan_shapes(lengths, num_shapes: int, max_tokens: int, multiple: int = 8, ma
         return summarise(plan, values, None, count, real)
     from .shape_boxes import plan_pairs
 
-    widths, cells, count = plan_pairs(lengths, w, num_shapes, sizes, windows, method)
+    widths, cells, count = plan_pairs(lengths, tops, w, num_shapes, sizes, windows, method)
     real = float(lengths.sum() if w is None else w @ lengths[:, 0] + w @ lengths[:, 1])
     plan = _ordered(widths, sizes, max_tokens, windows)
     return summarise(plan, cells[:, 0], cells[:, 1], count, real)
