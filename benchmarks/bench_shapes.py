@@ -4,6 +4,9 @@ On an NLLB-like lognormal(3.2, 0.7) length mixture clipped to [2, 256]:
 * K static lengths: optimal edges (loader.plan_shapes) against fairseq's percentile edges (get_buckets),
   Lhotse's equal-token-mass edges and pad-to-max; and fairseq's unconstrained dynamic batching (every batch its
   own shape) for contrast.
+* Encoder-decoder pairs: free (source, target) boxes (loader.plan_shapes) against the previous planner's buckets
+  of max(src, tgt) (method="max"), measured in the same run, on correlated lognormal pairs and on a mix of
+  directions with different target/source length ratios; planning time for 20M lengths, 1-D and 2-D.
 * Encoder-decoder pairs: the unpacked static buckets against pairs packed side by side into one or two shapes.
 * LM documents (lognormal(5, 1), 8 to 8192 tokens) into rows of 2048: document-aware best-fit packing against
   pad-to-max and Megatron's concatenate-and-slice (no padding, but attention crosses documents).
@@ -29,6 +32,7 @@ def main(argv=None) -> str:
 
     p = argparse.ArgumentParser()
     p.add_argument("--samples", type=int, default=1_000_000)
+    p.add_argument("--timing-samples", type=int, default=20_000_000, help="lengths for the planning-time rows")
     a = p.parse_args(argv)
     rng = np.random.default_rng(0)
     lengths = np.clip(rng.lognormal(3.2, 0.7, a.samples), 2, 256).astype(np.int64)
@@ -52,6 +56,7 @@ def main(argv=None) -> str:
                        ["shapes", "optimal (plan_shapes)", "percentile (fairseq)", "equal mass (Lhotse)",
                         "planning time"]))
 
+    parts.append(pair_boxes(a.samples, a.timing_samples))
     tgt = np.clip(lengths * rng.lognormal(0, 0.15, len(lengths)), 2, 256).astype(np.int64)
     pairs = np.stack([lengths, tgt], axis=1)
     n_pack = min(len(lengths), 200_000)
@@ -88,6 +93,55 @@ def main(argv=None) -> str:
     text = "\n".join(parts)
     print(text)
     return text
+
+
+def _pairs(rng, n: int, ratios) -> np.ndarray:
+    """Lognormal(3.2, 0.7) sources in [2, 256]; each pair's direction draws a target/source length ratio."""
+    src = np.clip(rng.lognormal(3.2, 0.7, n), 2, 256)
+    ratio = np.asarray(ratios)[rng.integers(0, len(ratios), n)]
+    tgt = np.clip(src * ratio * rng.lognormal(0, 0.15, n), 2, 256)
+    return np.stack([src, tgt], axis=1).astype(np.int64)
+
+
+def pair_boxes(samples: int, timing_samples: int) -> str:
+    """(source, target) boxes against buckets of max(src, tgt), and planning time on many lengths."""
+    from loader.shapes import plan_shapes
+
+    rng = np.random.default_rng(1)
+    data = {"correlated (ratio 1)": _pairs(rng, samples, [1.0]),
+            "2 directions (ratios 1, 1.8)": _pairs(rng, samples, [1.0, 1.8]),
+            "4 directions (ratios 0.6, 1, 1.4, 2)": _pairs(rng, samples, [0.6, 1.0, 1.4, 2.0])}
+    rows = []
+    for name, pairs in data.items():
+        for k in (2, 4, 8, 16):
+            old = plan_shapes(pairs, k, 16384, method="max")
+            t = time.perf_counter()
+            new = plan_shapes(pairs, k, 16384)
+            dt = time.perf_counter() - t
+            rows.append([name, f"K={k}", f"{old.fill:.1%}", f"{new.fill:.1%}", f"{old.padded / new.padded:.3f}",
+                         f"{dt * 1e3:.0f} ms"])
+    mirrored = np.array([(10, 100)] * 50 + [(100, 10)] * 50)
+    old, new = (plan_shapes(mirrored, 2, 5000, multiple=2, method=m) for m in ("max", "boxes"))
+    rows.append(["50 x (10, 100) + 50 x (100, 10)", "K=2", f"{old.fill:.1%}", f"{new.fill:.1%}",
+                 f"{old.padded / new.padded:.3f}", ""])
+    text = [table(f"pairs: (source, target) boxes against buckets of max(src, tgt) ({samples:,} pairs, max_tokens "
+                  "16384, multiple 8; fill = real / padded tokens of both sides, masked rows included)", rows,
+                  ["pairs", "shapes", "max(src, tgt) buckets", "boxes", "padded tokens, max / boxes",
+                   "boxes planning time"])]
+    rows = []
+    big = _pairs(rng, timing_samples, [1.0, 1.8])
+    for name, x in (("1-D lengths", np.ascontiguousarray(big[:, 0])), ("pairs, boxes", big)):
+        for k in (8,):
+            t = time.perf_counter()
+            plan = plan_shapes(x, k, 16384)
+            dt = time.perf_counter() - t
+            t = time.perf_counter()
+            plan.bucket(x)
+            db = time.perf_counter() - t
+            rows.append([name, f"K={k}", f"{dt:.2f} s", f"{db:.2f} s"])
+    text.append(table(f"planning time on {timing_samples:,} lengths", rows,
+                      ["lengths", "shapes", "plan_shapes", "bucket (every sample to its shape)"]))
+    return "\n".join(text)
 
 
 if __name__ == "__main__":

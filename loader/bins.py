@@ -45,7 +45,7 @@ class LengthBinSampler:
             edges = sorted({max(1, -(-longest * q // 4)) for q in (1, 2, 3, 4)})
             self.plan: ShapePlan = shapes_from_widths(edges, self.lengths, max_tokens, multiple, max_sentences)
         elif isinstance(bins, int):
-            self.plan = plan_shapes(self.lengths, bins, max_tokens, multiple, max_sentences)
+            self.plan = plan_shapes(self.lengths, bins, max_tokens, multiple, max_sentences, windows=0)  # no masked rows
         else:
             self.plan = shapes_from_widths(list(bins), self.lengths, max_tokens, multiple, max_sentences)
         self.bin_of = self.plan.bucket(self.lengths)

@@ -320,20 +320,19 @@ def shape_plan(config, planner: EpochPlanner) -> ShapePlan | None:
     limits = (f.max_source_positions, f.max_target_positions)
     fits = (lengths[:, 0] <= limits[0]) & (lengths[:, 1] <= limits[1])
     lengths, weights = lengths[fits], weights[fits]
+    o = planner.opts  # each window ends every shape with a partial batch (masked rows): the plan prices them
+    windows = max(1, -(-int(round(weights.sum())) // o.window)) if o.window else 1
     if explicit:
         widths = [[int(x) for x in item.split("x")] for item in explicit.split(",")]
         if any(len(w) == 1 for w in widths):
             widths = [[w[0], w[0]] for w in widths]
         return shapes_from_widths(widths, lengths, b.max_tokens, b.required_batch_size_multiple,
-                                  b.max_sentences or None)
-    plan = plan_shapes(lengths, b.num_shapes, b.max_tokens, b.required_batch_size_multiple, b.max_sentences or None,
-                       weights=weights)
-    if sampled:  # a strided histogram may miss the longest samples: the last shape takes everything allowed
-        widths = plan.widths.copy()
-        widths[-1] = np.maximum(widths[-1], limits)
-        plan = shapes_from_widths(widths, lengths, b.max_tokens, b.required_batch_size_multiple,
-                                  b.max_sentences or None)
-    return plan
+                                  b.max_sentences or None, weights=weights, windows=windows)
+    if sampled:  # a strided histogram may miss the longest samples: some shape must hold every allowed one
+        lengths = np.concatenate([lengths, [limits]])
+        weights = np.concatenate([weights, [0.0]])
+    return plan_shapes(lengths, b.num_shapes, b.max_tokens, b.required_batch_size_multiple, b.max_sentences or None,
+                       weights=weights, windows=windows)
 
 
 def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str | None = None) -> BatchIterator:

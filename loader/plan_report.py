@@ -66,7 +66,13 @@ def plan_report(config, num_shapes: int | None = None) -> str:
     lines.append(f"  percentile edges (fairseq get_buckets)   {edges_efficiency(reps, percentile_edges(reps, k)):.1%}")
     lines.append(f"  equal token mass (Lhotse)                {edges_efficiency(reps, equal_mass_edges(reps, k)):.1%}")
     lines.append(f"  pad to the longest                       {edges_efficiency(reps, [reps.max()]):.1%}")
-    lines.append(f"  this plan, source and target widths per shape: {plan.efficiency:.1%} of both sides' tokens")
+    old = plan_shapes(lengths, k, config.batching.max_tokens, config.batching.required_batch_size_multiple,
+                      config.batching.max_sentences or None, weights=weights, windows=plan.windows, method="max")
+    lines.append("(source, target) widths per shape, real / padded tokens of both sides (with masked rows):")
+    lines.append(f"  buckets of max(src, tgt), each its widest source and target   {old.efficiency:.1%} "
+                 f"({old.fill:.1%})")
+    lines.append(f"  this plan, free (source, target) boxes                         {plan.efficiency:.1%} "
+                 f"({plan.fill:.1%})")
     s_shapes, s_batches, s_eff, masked = _epoch_summary(static)
     d_shapes, d_batches, d_eff, _ = _epoch_summary(dynamic)
     lines.append("")

@@ -1,18 +1,23 @@
 """Static batch shapes for XLA: K shapes chosen from the length histogram to minimise padding.
 
 A shape plan is a small set of batch shapes ``(B, L)`` (one sequence per sample) or ``(B, L_src, L_tgt)``
-(pairs), each within the token budget: ``B * max(L...) <= max_tokens``. Every batch the loader emits then has
-exactly one of these shapes, so a jitted step compiles at most K times.
+(pairs, each shape a box), each within the token budget: ``B * max(L...) <= max_tokens``. Every batch the loader
+emits then has exactly one of these shapes, so a jitted step compiles at most K times. Shapes are kept in order
+of per-sample cost (``L`` or ``L_src + L_tgt``), and a sample goes to the first shape it fits, which is therefore
+the cheapest one (:func:`assign`, O(n) through per-side lookup tables, no sort).
 
-The boundaries come from an exact dynamic programme. Sort the distinct sample costs c (the length, or
-``max(src, tgt)`` for pairs); a bucket takes the samples with cost in ``(a, b]`` and pads each of them to the
-bucket's longest. ``best[k][b] = min_a best[k-1][a] + padded(a, b)`` over the U distinct costs, O(K U^2) time,
-O(U) memory. Boundaries at observed costs lose nothing (a boundary can always drop to the longest sample below
-it), so this is the optimum over all K-bucket plans. It is compared in ``benchmarks/`` with fairseq's
-percentile edges (``get_buckets``) and Lhotse's equal-token-mass edges.
+The objective is the epoch's padded tokens *including masked rows*: a shape of B rows taking n samples is served
+as ``ceil(n / B)`` batches per planning window (``windows`` of them; 0: partial batches are not padded), so the
+batch size, rounded down to the multiple, enters the cost. Lengths are histogrammed with ``bincount`` (O(n)).
 
-For pairs the padded size of bucket (a, b] is ``count * (max src + max tgt)`` over its samples: source and
-target widths follow the bucket's own longest source and target.
+* 1-D lengths: an exact dynamic programme over the U distinct lengths. A shape takes the lengths in ``(a, b]``
+  and is as wide as its longest; ``best[k][b] = min_a best[k-1][a] + cost(a, b)``, O(K U^2) time, O(K U) memory.
+  This is the optimum over every plan of at most K shapes whose widths are observed lengths (tested against
+  brute force). It is compared in ``benchmarks/`` with fairseq's percentile edges (``get_buckets``) and Lhotse's
+  equal-token-mass edges.
+* Pairs: boxes over the 2-D (source, target) histogram (:mod:`loader.shape_boxes`), a local search started from
+  the previous planner's answer (the same programme on ``max(src, tgt)``, ``method="max"``), so it never pads
+  more than that plan; (short source, long target) and (long source, short target) get boxes of their own.
 """
 
 from __future__ import annotations
@@ -24,14 +29,17 @@ import numpy as np
 
 @dataclass
 class ShapePlan:
-    """K batch shapes. ``edges[k]`` is the largest cost bucket k takes; ``widths[k]`` its padded length(s)."""
+    """K batch shapes, cheapest first. ``edges[k]``: the longest side of shape k; ``widths[k]``: its width(s)."""
 
-    edges: np.ndarray  # int64[K], ascending
+    edges: np.ndarray  # int64[K]
     widths: np.ndarray  # int64[K] (1-D) or int64[K, 2] (pairs: source, target)
     batch_sizes: np.ndarray  # int64[K]
     efficiency: float = 0.0  # real / padded tokens, every sample padded to its shape (partial batches aside)
     share: np.ndarray = field(default_factory=lambda: np.zeros(0))  # fraction of samples per shape
     max_tokens: int = 0
+    padded: float = 0.0  # expected padded tokens of an epoch, masked rows included (the planner's objective)
+    real: float = 0.0  # real tokens of an epoch
+    windows: int = 1  # planning windows per epoch (each ends every shape with a partial batch); 0: not padded
 
     @property
     def num_shapes(self) -> int:
@@ -42,15 +50,23 @@ class ShapePlan:
         return self.widths.ndim == 2
 
     @property
+    def fill(self) -> float:
+        """Real / padded tokens with the masked rows that complete each shape's last batch."""
+        return self.real / self.padded if self.padded else 0.0
+
+    @property
     def shapes(self) -> list[tuple]:
         if self.pairs:
             return [(int(b), int(w[0]), int(w[1])) for b, w in zip(self.batch_sizes, self.widths)]
         return [(int(b), int(w)) for b, w in zip(self.batch_sizes, self.widths)]
 
-    def bucket(self, cost) -> np.ndarray:
-        """Shape index of samples of the given cost (``max(src, tgt)`` for pairs); -1 beyond the largest shape."""
-        k = np.searchsorted(self.edges, np.asarray(cost), side="left")
-        return np.where(k < len(self.edges), k, -1)
+    def bucket(self, lengths) -> np.ndarray:
+        """Shape index of each sample (int[N], or int[N, 2] for pairs): the first, i.e. cheapest, shape it fits;
+        -1 where none does. A 1-D array given to a pair plan is read as ``max(src, tgt)``."""
+        x = np.asarray(lengths)
+        if x.ndim == 2:
+            return assign(self.widths, x[:, 0], x[:, 1])
+        return assign(self.widths, x, x if self.pairs else None)
 
     def describe(self) -> str:
         head = "shape  batch x src x tgt" if self.pairs else "shape  batch x length"
@@ -58,132 +74,199 @@ class ShapePlan:
         for i, (shape, s) in enumerate(zip(self.shapes, self.share)):
             dims = " x ".join(str(x) for x in shape)
             lines.append(f"{i:>5}  {dims:<18} {shape[0] * max(shape[1:]):>12,}   {s:>8.1%}")
-        lines.append(f"expected padding efficiency {self.efficiency:.1%} (real / padded tokens per sample)")
+        lines.append(f"expected padding efficiency {self.efficiency:.1%} (real / padded tokens per sample), "
+                     f"{self.fill:.1%} with the masked rows ending each shape's batches")
         return "\n".join(lines)
 
 
-def _batch_sizes(longest: np.ndarray, max_tokens: int, multiple: int, max_sentences: int | None) -> np.ndarray:
-    b = np.maximum(max_tokens // np.maximum(longest, 1), 1)
+def batch_sizes(longest, max_tokens: int, multiple: int, max_sentences: int | None) -> np.ndarray:
+    """Rows per batch: the token budget over the longest side, rounded down to the multiple (if that leaves any)."""
+    b = np.maximum(max_tokens // np.maximum(np.asarray(longest), 1), 1)
     if max_sentences:
         b = np.minimum(b, max_sentences)
     rounded = b - b % multiple
     return np.where(b >= multiple, rounded, b).astype(np.int64)
 
 
-def _histogram(lengths: np.ndarray, weights: np.ndarray | None):
-    """Distinct costs, and per cost: sample weight, real tokens, longest source and target."""
-    lengths = np.asarray(lengths)
-    pairs = lengths.ndim == 2
-    cost = lengths.max(axis=1) if pairs else lengths
-    w = np.ones(len(cost)) if weights is None else np.asarray(weights, dtype=np.float64)
-    values, inverse = np.unique(cost, return_inverse=True)
-    count = np.bincount(inverse, weights=w, minlength=len(values))
-    real = np.bincount(inverse, weights=w * (lengths.sum(axis=1) if pairs else lengths), minlength=len(values))
-    if pairs:
-        mx = np.zeros((len(values), 2), dtype=np.int64)
-        np.maximum.at(mx, inverse, lengths.astype(np.int64))
-    else:
-        mx = values.astype(np.int64)[:, None]
-    return values.astype(np.int64), count, real, mx
+_batch_sizes = batch_sizes
 
 
-def plan_shapes(lengths, num_shapes: int, max_tokens: int, multiple: int = 8, max_sentences: int | None = None,
-                weights=None) -> ShapePlan:
-    """The padding-optimal plan of at most ``num_shapes`` shapes for these lengths.
+def padded_rows(n, batch, windows: int):
+    """Rows served for n samples (weights: may be fractional) of a shape with ``batch`` rows: ``ceil(n / B) * B``
+    in each of ``windows`` windows (n split evenly); ``windows=0``: n (partial batches are not padded)."""
+    n = np.asarray(n, dtype=np.float64)
+    if not windows:
+        return n
+    x = n / (windows * np.asarray(batch, dtype=np.float64))
+    return windows * np.ceil(x * (1 - 1e-12) - 1e-9) * batch
 
-    ``lengths``: int[N] (single sequences) or int[N, 2] (source, target lengths). ``weights``: optional per-sample
-    weights (e.g. a corpus's sampling rate), so the plan fits the mixture the loader will actually draw.
 
-    >>> plan = plan_shapes(np.array([3, 4, 4, 9, 10, 30]), 2, max_tokens=64, multiple=1)
-    >>> plan.shapes, round(plan.efficiency, 3)
-    ([(6, 10), (2, 30)], 0.75)
-    """
-    if num_shapes < 1:
-        raise ValueError(f"num_shapes must be >= 1, got {num_shapes}")
-    lengths = np.asarray(lengths)
-    if lengths.size == 0:
-        raise ValueError("no lengths to plan shapes for")
-    if (lengths < 1).any():
-        raise ValueError("lengths must be >= 1")
-    values, count, real, mx = _histogram(lengths, weights)
-    if values[-1] > max_tokens:
-        raise ValueError(f"a sample of {int(values[-1])} tokens does not fit max_tokens={max_tokens}")
+def assign(widths, src, tgt=None) -> np.ndarray:
+    """Index of the first shape (in ``widths`` order) each sample fits, -1 where none does; O(n).
+
+    Per side, a lookup table maps a length to the first distinct width that holds it; a (K+1)^d table then maps
+    those levels to the first shape holding both. ``tgt=None`` checks the first width only."""
+    widths = np.asarray(widths, dtype=np.int64)
+    widths = widths[:, None] if widths.ndim == 1 else widths
+    cols = [np.asarray(src)] if tgt is None else [np.asarray(src), np.asarray(tgt)]
+    widths = widths[:, :len(cols)]
+    luts, bounds = [], []
+    for d in range(len(cols)):
+        u = np.unique(widths[:, d])  # K values
+        lut = np.searchsorted(u, np.arange(int(u[-1]) + 2), side="left")  # len(u): longer than every shape
+        luts.append(lut.astype(np.int32))
+        bounds.append(np.append(u, np.iinfo(np.int64).max))
+    grids = np.meshgrid(*bounds, indexing="ij")
+    fits = np.ones((len(widths),) + grids[0].shape, dtype=bool)
+    for d, g in enumerate(grids):
+        fits &= widths[:, d].reshape((-1,) + (1,) * len(grids)) >= g[None]
+    table = np.where(fits.any(axis=0), fits.argmax(axis=0), -1).ravel()
+    if len(cols) == 1:  # one gather: length -> shape
+        return np.take(table[luts[0]], cols[0], mode="clip")
+    cell = np.take(luts[0] * len(bounds[1]), cols[0], mode="clip")  # lengths past the table: its last entry
+    cell += np.take(luts[1], cols[1], mode="clip")
+    return np.take(table, cell)
+
+
+def dp_plan(values, count, mx, sizes, windows: int, num_shapes: int) -> list[tuple[int, int]]:
+    """The exact programme: buckets ``(start, end)`` over the U sorted distinct costs ``values`` (weights
+    ``count``, per value the longest of each side ``mx[U, d]``, rows per batch ``sizes[U]`` of a bucket ending
+    there) of least padded tokens, masked rows included; at most ``num_shapes`` buckets (fewer when cheaper)."""
     u = len(values)
     k_max = min(num_shapes, u)
     csum = np.concatenate([[0.0], np.cumsum(count)])
-    # best[k, b]: least padded tokens covering costs 0..b with k+1 buckets, the last one ending at b.
-    # Bucket a+1..b holds csum[b+1]-csum[a+1] samples padded to the widest source and target among them.
-    best = np.full((k_max, u), np.inf)
+    best = np.full((k_max, u), np.inf)  # best[k, b]: costs 0..b in k+1 buckets, the last one ending at b
     choice = np.full((k_max, u), -1, dtype=np.int64)
+    one_side = mx.shape[1] == 1
     for b in range(u):
-        widths_to_b = np.maximum.accumulate(mx[b::-1], axis=0)[::-1].sum(axis=1)  # bucket a..b, a = 0..b
-        best[0, b] = csum[b + 1] * widths_to_b[0]
-        if b == 0:
-            continue
-        a = np.arange(b)  # the previous bucket ends at a; this one spans a+1..b
-        seg = (csum[b + 1] - csum[a + 1]) * widths_to_b[1:]
-        for k in range(1, k_max):
-            cand = best[k - 1, :b] + seg
-            i = int(np.argmin(cand))
-            best[k, b], choice[k, b] = cand[i], i
-    k = int(np.argmin(best[:, u - 1]))  # more shapes never pad more; ties keep the fewer
-    ends = []
-    b = u - 1
+        if one_side:
+            width = float(values[b])
+        else:  # bucket a..b pads to the longest source and target among them
+            width = np.maximum.accumulate(mx[b::-1], axis=0)[::-1].sum(axis=1)
+        seg = padded_rows(csum[b + 1] - csum[:b + 1], sizes[b], windows) * width  # seg[a]: bucket a..b
+        best[0, b] = seg[0]
+        if b and k_max > 1:
+            cand = best[:k_max - 1, :b] + seg[None, 1:]  # the previous bucket ends at a, this one is a+1..b
+            i = np.argmin(cand, axis=1)
+            best[1:, b] = cand[np.arange(k_max - 1), i]
+            choice[1:, b] = i
+    k = int(np.argmin(best[:, u - 1]))  # ties keep the fewer shapes
+    ends, b = [], u - 1
     while k >= 0:
         ends.append(b)
         b = int(choice[k, b])
         k -= 1
     ends = ends[::-1]
-    starts = [0] + [e + 1 for e in ends[:-1]]
-    edges = values[ends]
-    widths = np.array([np.max(mx[s:e + 1], axis=0) for s, e in zip(starts, ends)], dtype=np.int64)
-    share = np.array([count[s:e + 1].sum() for s, e in zip(starts, ends)]) / count.sum()
-    padded = sum(count[s:e + 1].sum() * w.sum() for s, e, w in zip(starts, ends, widths))
+    return list(zip([0] + [e + 1 for e in ends[:-1]], ends))
+
+
+def _histogram_1d(lengths, weights):
+    """Distinct lengths and their weights, by bincount (O(n), no sort)."""
+    top = int(lengths.max())
+    count = np.bincount(lengths, weights=weights, minlength=top + 1).astype(np.float64)
+    present = count > 0 if weights is None else np.bincount(lengths, minlength=top + 1) > 0
+    values = np.flatnonzero(present)
+    return values.astype(np.int64), count[values]
+
+
+def plan_shapes(lengths, num_shapes: int, max_tokens: int, multiple: int = 8, max_sentences: int | None = None,
+                weights=None, windows: int = 1, method: str = "boxes") -> ShapePlan:
+    """The plan of at most ``num_shapes`` shapes of least padded tokens (masked rows included) for these lengths.
+
+    ``lengths``: int[N] (single sequences) or int[N, 2] (source, target lengths). ``weights``: optional per-sample
+    weights (e.g. a corpus's sampling rate), so the plan fits the mixture the loader will actually draw.
+    ``windows``: how many times per epoch each shape ends with a partial batch completed by masked rows (the
+    planner's windows); 0 when partial batches are served as they are. ``method`` (pairs): ``"boxes"``, free
+    (source, target) boxes; ``"max"``, the previous planner, buckets of ``max(src, tgt)``.
+
+    >>> plan = plan_shapes(np.array([3, 4, 4, 9, 10, 30]), 2, max_tokens=64, multiple=1, windows=0)
+    >>> plan.shapes, round(plan.efficiency, 3)
+    ([(6, 10), (2, 30)], 0.75)
+    """
+    if num_shapes < 1:
+        raise ValueError(f"num_shapes must be >= 1, got {num_shapes}")
+    if method not in ("boxes", "max"):
+        raise ValueError(f"method must be 'boxes' or 'max', got {method!r}")
+    lengths = np.asarray(lengths)
+    if lengths.size == 0:
+        raise ValueError("no lengths to plan shapes for")
+    if lengths.ndim not in (1, 2) or (lengths.ndim == 2 and lengths.shape[1] != 2):
+        raise ValueError(f"lengths must be int[N] or int[N, 2], got shape {lengths.shape}")
+    if lengths.min() < 1:
+        raise ValueError("lengths must be >= 1")
+    tops = lengths.max(axis=0) if lengths.ndim == 2 else lengths.max(keepdims=True)
+    if tops.max() > max_tokens:
+        raise ValueError(f"a sample of {int(tops.max())} tokens does not fit max_tokens={max_tokens}")
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    if w is not None and not w.sum() > 0:
+        w = None  # nothing weighs anything: plan for the samples as they are
+    sizes = lambda longest: batch_sizes(longest, max_tokens, multiple, max_sentences)  # noqa: E731
     if lengths.ndim == 1:
-        widths = widths[:, 0]
-    longest = widths if widths.ndim == 1 else widths.max(axis=1)
-    return ShapePlan(edges.astype(np.int64), widths, _batch_sizes(longest, max_tokens, multiple, max_sentences),
-                     float(real.sum() / padded), share, max_tokens)
+        values, count = _histogram_1d(lengths, w)
+        buckets = dp_plan(values, count, values[:, None], sizes(values), windows, num_shapes)
+        widths = values[[e for _, e in buckets]]
+        plan = ShapePlan(widths.copy(), widths, sizes(widths), max_tokens=max_tokens, windows=windows)
+        real = float(lengths.sum() if w is None else w @ lengths)
+        return summarise(plan, values, None, count, real)
+    from .shape_boxes import plan_pairs
+
+    widths, cells, count = plan_pairs(lengths, tops, w, num_shapes, sizes, windows, method)
+    real = float(lengths.sum() if w is None else w @ lengths[:, 0] + w @ lengths[:, 1])
+    plan = _ordered(widths, sizes, max_tokens, windows)
+    return summarise(plan, cells[:, 0], cells[:, 1], count, real)
+
+
+def _ordered(widths, sizes, max_tokens: int, windows: int, batch=None) -> ShapePlan:
+    """A plan of these widths, cheapest per sample first (ties: the narrower longest side, then the source)."""
+    widths = np.asarray(widths, dtype=np.int64)
+    pairs = widths.ndim == 2
+    longest = widths.max(axis=1) if pairs else widths
+    order = np.lexsort((widths[:, 0], longest, widths.sum(axis=1))) if pairs else np.argsort(widths, kind="stable")
+    bs = sizes(longest[order]) if batch is None else np.asarray(batch, dtype=np.int64)[order]
+    return ShapePlan(longest[order].copy(), widths[order], bs, max_tokens=max_tokens, windows=windows)
+
+
+def summarise(plan: ShapePlan, src, tgt, count, real: float) -> ShapePlan:
+    """Fill in share, efficiency and padded tokens of ``plan`` for samples (or histogram cells) of these lengths
+    and weights ``count``; a sample that fits no shape is an error."""
+    k = assign(plan.widths, src, tgt)
+    if (k < 0).any():
+        longest = np.maximum(src, tgt) if tgt is not None else src
+        raise ValueError(f"{int(np.count_nonzero(k < 0))} lengths fit none of the shapes "
+                         f"(longest {int(np.max(longest))})")
+    n = np.bincount(k, weights=count, minlength=plan.num_shapes)
+    per_sample = plan.widths.sum(axis=1) if plan.pairs else plan.widths
+    plan.real = float(real)
+    plan.efficiency = float(real / max(float(n @ per_sample), 1e-300))
+    plan.padded = float(padded_rows(n, plan.batch_sizes, plan.windows) @ per_sample)
+    plan.share = n / max(n.sum(), 1e-300)
+    return plan
 
 
 def shapes_from_widths(widths, lengths, max_tokens: int, multiple: int = 8, max_sentences: int | None = None,
-                       batch_sizes=None) -> ShapePlan:
-    """A plan from given widths (``[L, ...]`` or ``[(L_src, L_tgt), ...]``), e.g. an explicit config."""
-    widths = np.asarray(widths, dtype=np.int64)
-    pairs = widths.ndim == 2
-    order = np.argsort(widths.max(axis=1) if pairs else widths, kind="stable")
-    widths = widths[order]
-    longest = widths.max(axis=1) if pairs else widths
-    if batch_sizes is None:
-        bs = _batch_sizes(longest, max_tokens, multiple, max_sentences)
-    else:
-        bs = np.asarray(batch_sizes, dtype=np.int64)[order]
-        over = bs * longest > max_tokens
+                       batch_sizes=None, weights=None, windows: int = 1) -> ShapePlan:
+    """A plan from given widths (``[L, ...]`` or ``[(L_src, L_tgt), ...]``), e.g. an explicit config; shapes are
+    put in order of per-sample cost, so that a sample's first fitting shape is its cheapest."""
+    sizes = lambda longest: _batch_sizes(longest, max_tokens, multiple, max_sentences)  # noqa: E731
+    plan = _ordered(widths, sizes, max_tokens, windows, batch_sizes)
+    if batch_sizes is not None:
+        over = plan.batch_sizes * plan.edges > max_tokens
         if over.any():
             k = int(np.argmax(over))
-            raise ValueError(f"shape {tuple(int(x) for x in np.atleast_1d(widths[k]))} with batch {int(bs[k])} "
-                             f"exceeds max_tokens={max_tokens}")
-    plan = ShapePlan(longest.copy(), widths, bs, max_tokens=max_tokens)
-    return evaluate(plan, lengths)
+            raise ValueError(f"shape {tuple(int(x) for x in np.atleast_1d(plan.widths[k]))} with batch "
+                             f"{int(plan.batch_sizes[k])} exceeds max_tokens={max_tokens}")
+    return evaluate(plan, lengths, weights)
 
 
 def evaluate(plan: ShapePlan, lengths, weights=None) -> ShapePlan:
-    """Fill in ``efficiency`` and ``share`` of ``plan`` for these lengths (samples that fit no shape: error)."""
+    """Fill in ``efficiency``, ``padded`` and ``share`` of ``plan`` for these lengths (a sample that fits no
+    shape: error)."""
     lengths = np.asarray(lengths)
-    pairs = lengths.ndim == 2
     w = np.ones(len(lengths)) if weights is None else np.asarray(weights, np.float64)
-    if pairs:
-        fits = (lengths[:, None, 0] <= plan.widths[None, :, 0]) & (lengths[:, None, 1] <= plan.widths[None, :, 1])
-        k = np.where(fits.any(axis=1), fits.argmax(axis=1), -1)
-    else:
-        k = plan.bucket(lengths)
-    if (k < 0).any():
-        raise ValueError(f"{int((k < 0).sum())} samples fit none of the shapes (longest {int(lengths.max())})")
-    width = plan.widths[k].sum(axis=1) if pairs else plan.widths[k]
-    real = (lengths.sum(axis=1) if pairs else lengths) * w
-    plan.efficiency = float(real.sum() / (width * w).sum())
-    plan.share = np.bincount(k, weights=w, minlength=plan.num_shapes) / w.sum()
-    return plan
+    if lengths.ndim == 2:
+        real = w @ lengths[:, 0] + w @ lengths[:, 1]
+        return summarise(plan, lengths[:, 0], lengths[:, 1] if plan.pairs else None, w, real)
+    return summarise(plan, lengths, lengths if plan.pairs else None, w, w @ lengths)
 
 
 # -------------------------------------------------------------------------------- the usual alternatives

@@ -1,0 +1,185 @@
+"""Static shapes for (source, target) pairs: K boxes ``(B, L_src, L_tgt)`` over the 2-D length histogram.
+
+Grouping pairs by ``max(src, tgt)`` cannot tell (short source, long target) from (long source, short target):
+50 x (10, 100) + 50 x (100, 10) in 2 shapes pads both to (100, 100), 55% real tokens, where boxes (10, 100) and
+(100, 10) hold them with no padding. Choosing K boxes over a 2-D histogram is NP-hard in general; this is a
+local search that is exact in its evaluation and never worse than the max(src, tgt) plan it starts from:
+
+1. A weighted ``bincount`` of ``src * (T + 1) + tgt`` (O(n)) gives the occupied cells. Beyond 2^22 cells
+   (lengths over about 2048) lengths are binned by a power of two first, widths rounded up to the bin.
+2. The max(src, tgt) plan (the exact programme of :func:`loader.shapes.dp_plan` on the cells).
+3. Candidate widths per side ("levels"): every occupied length if at most ``LEVELS``, else weighted quantiles
+   and evenly spaced lengths, plus the max plan's widths and the longest. Cells merge onto this coarse grid;
+   as box widths are levels, the coarse grid prices any set of boxes exactly.
+4. From the max plan (filled up to K boxes) and from a greedy build (the one box holding everything, then the
+   best box added, K - 1 times): replace each box in turn by the best box anywhere on the grid, until no
+   replacement lowers the cost. For one slot, every candidate box (a, b) is priced at once: with the other
+   boxes fixed, each cell's current owner is known, the samples box (a, b) takes from owner m are a 2-D prefix
+   sum of m's cells (those of m cost more per sample than the candidate), and the cost of the plan with the
+   candidate follows in closed form, masked rows and batch sizes included (O(K^2 G^2) per slot).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .shapes import dp_plan, padded_rows
+
+GRID_CELLS = 1 << 22  # fine histogram cells at most; beyond, lengths are binned by a power of two
+LEVELS = 64  # candidate widths per side for the box search (256 gains < 0.1 point of fill, at 10x the time)
+MAX_SWEEPS = 25
+
+
+def pair_cells(lengths: np.ndarray, tops, weights):
+    """Occupied cells of the (source, target) histogram (``tops``: the longest of each side): their lengths
+    int[C, 2] and weights float[C]."""
+    s, t = lengths[:, 0], lengths[:, 1]
+    top_s, top_t = int(tops[0]), int(tops[1])
+    q = 1
+    while (top_s // q + 2) * (top_t // q + 2) > GRID_CELLS:
+        q *= 2
+    if q > 1:
+        s, t = -(-s // q), -(-t // q)
+    ns, nt = -(-top_s // q) + 1, -(-top_t // q) + 1
+    key = np.multiply(s, nt, dtype=np.int64)
+    key += t
+    count = np.bincount(key, weights=weights, minlength=ns * nt).astype(np.float64)
+    occupied = count > 0 if weights is None else np.bincount(key, minlength=ns * nt) > 0
+    cells = np.flatnonzero(occupied)
+    cs, ct = np.divmod(cells, nt)
+    if q > 1:
+        cs, ct = np.minimum(cs * q, top_s), np.minimum(ct * q, top_t)
+    return np.stack([cs, ct], axis=1).astype(np.int64), count[cells]
+
+
+def max_plan(cells, count, num_shapes: int, sizes, windows: int) -> np.ndarray:
+    """The previous planner: the exact programme over max(src, tgt); a bucket pads to its longest of each side."""
+    cost = cells.max(axis=1)
+    top = int(cost.max())
+    per_cost = np.bincount(cost, weights=count, minlength=top + 1)
+    values = np.flatnonzero(np.bincount(cost, minlength=top + 1))
+    mx = np.zeros((top + 1, 2), dtype=np.int64)
+    np.maximum.at(mx, cost, cells)  # cells, not samples: at most GRID_CELLS
+    mx = mx[values]
+    buckets = dp_plan(values, per_cost[values], mx, sizes(values), windows, num_shapes)
+    return np.array([mx[a:b + 1].max(axis=0) for a, b in buckets], dtype=np.int64)
+
+
+def _levels(x, count, must, n: int) -> np.ndarray:
+    present = np.bincount(x, minlength=int(x.max()) + 1)
+    values = np.flatnonzero(present)
+    if len(values) <= n:
+        return values
+    mass = np.cumsum(np.bincount(x, weights=count, minlength=len(present))[values])
+    half = max(n // 2, 2)
+    quantiles = values[np.minimum(np.searchsorted(mass, np.linspace(0, mass[-1], half)[1:]), len(values) - 1)]
+    even = values[np.minimum(np.searchsorted(values, np.linspace(values[0], values[-1], half)), len(values) - 1)]
+    return np.unique(np.concatenate([quantiles, even, must, values[-1:]]))
+
+
+class _Grid:
+    """The coarse histogram the search prices boxes on; a box is a pair of level indices (a, b)."""
+
+    def __init__(self, cells, count, must, sizes, windows: int):
+        self.ls = _levels(cells[:, 0], count, must[:, 0], LEVELS)
+        self.lt = _levels(cells[:, 1], count, must[:, 1], LEVELS)
+        i, j = np.searchsorted(self.ls, cells[:, 0]), np.searchsorted(self.lt, cells[:, 1])
+        size = len(self.ls) * len(self.lt)
+        self.hist = np.bincount(i * len(self.lt) + j, weights=count, minlength=size).reshape(len(self.ls), -1)
+        self.occ = np.bincount(i * len(self.lt) + j, minlength=size).reshape(len(self.ls), -1) > 0
+        self.cost = (self.ls[:, None] + self.lt[None, :]).astype(np.float64)
+        self.rows = sizes(np.maximum(self.ls[:, None], self.lt[None, :]))
+        self.windows = windows
+
+    def index(self, widths) -> list[tuple[int, int]]:
+        return [(int(np.searchsorted(self.ls, a)), int(np.searchsorted(self.lt, b))) for a, b in widths]
+
+    def widths(self, boxes) -> np.ndarray:
+        return np.array([(self.ls[a], self.lt[b]) for a, b in boxes], dtype=np.int64).reshape(-1, 2)
+
+    def owner(self, boxes) -> np.ndarray:
+        """Per cell the box that takes it: the cheapest holding it (ties as the plan orders them); -1: none."""
+        w = self.widths(boxes)
+        order = np.lexsort((w[:, 0], w.max(axis=1), w.sum(axis=1))) if len(boxes) else []
+        owner = np.full(self.hist.shape, -1, dtype=np.int64)
+        for k in order:
+            a, b = boxes[k]
+            sub = owner[:a + 1, :b + 1]
+            sub[sub < 0] = k
+        return owner
+
+    def total(self, boxes) -> float:
+        owner = self.owner(boxes)
+        if (owner[self.occ] < 0).any():
+            return np.inf
+        n = np.bincount(owner[self.occ], weights=self.hist[self.occ], minlength=len(boxes))
+        a, b = np.array(boxes).T
+        return float(padded_rows(n, self.rows[a, b], self.windows) @ self.cost[a, b])
+
+    def best_box(self, others) -> tuple[int, int]:
+        """The box that, added to ``others``, gives the cheapest plan (every occupied cell held)."""
+        owner = self.owner(others)
+        m = len(others)
+        split = np.zeros((m + 1,) + self.hist.shape)  # split[o + 1]: the weight of the cells box o owns
+        np.put_along_axis(split, (owner + 1)[None], self.hist[None], axis=0)
+        prefix = split.cumsum(axis=1).cumsum(axis=2)  # prefix[o + 1, a, b]: o's weight inside box (a, b)
+        loose = np.argwhere(self.occ & (owner < 0))
+        feasible = np.ones(self.hist.shape, dtype=bool)
+        if len(loose):
+            need_a, need_b = loose.max(axis=0)
+            feasible[:need_a] = False
+            feasible[:, :need_b] = False
+        new = prefix[0].copy()
+        total = np.zeros(self.hist.shape)
+        for o, (a, b) in enumerate(others):
+            c, rows, held = self.cost[a, b], self.rows[a, b], prefix[o + 1, -1, -1]
+            moved = np.where(c > self.cost, prefix[o + 1], 0.0)  # cheaper per sample: the samples move
+            new += moved
+            total += padded_rows(held - moved, rows, self.windows) * c
+        total += padded_rows(new, self.rows, self.windows) * self.cost
+        total[~feasible] = np.inf
+        a, b = np.unravel_index(int(np.argmin(total)), total.shape)
+        return int(a), int(b)
+
+    def search(self, boxes, num_shapes: int) -> tuple[list, float]:
+        boxes = list(boxes)
+        current = self.total(boxes) if boxes else np.inf
+        while len(boxes) < num_shapes:
+            grown = boxes + [self.best_box(boxes)]
+            cost = self.total(grown)
+            if not cost < current:
+                break
+            boxes, current = grown, cost
+        for _ in range(MAX_SWEEPS):
+            improved = False
+            for k in range(len(boxes)):
+                others = boxes[:k] + boxes[k + 1:]
+                trial = others + [self.best_box(others)]
+                cost = self.total(trial)
+                if cost < current * (1 - 1e-12):
+                    boxes, current, improved = trial, cost, True
+            if not improved:
+                break
+        return boxes, current
+
+    def prune(self, boxes) -> list:
+        """Boxes that hold some occupied cell, each once."""
+        owner = self.owner(boxes)
+        used = set(np.unique(owner[self.occ]).tolist())
+        return [box for k, box in enumerate(boxes) if k in used]
+
+
+def plan_pairs(lengths, tops, weights, num_shapes: int, sizes, windows: int, method: str):
+    """Box widths int[K, 2] for these pairs, and the histogram cells and weights the plan is priced on."""
+    cells, count = pair_cells(lengths, tops, weights)
+    start = max_plan(cells, count, num_shapes, sizes, windows)
+    if method == "max":
+        return start, cells, count
+    grid = _Grid(cells, count, start, sizes, windows)
+    first = grid.index(start)
+    best, cost = first, grid.total(first)
+    for boxes in (first, []):
+        found, found_cost = grid.search(boxes, num_shapes)
+        if found_cost < cost:
+            best, cost = found, found_cost
+    return grid.widths(grid.prune(best)), cells, count
