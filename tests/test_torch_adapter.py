@@ -70,17 +70,6 @@ def test_dataloader_workers_cover_the_epoch_once(root, workers):
     assert max(seen.values()) == 1 and sum(seen.values()) == 600 + 500 + 120 + 80 + 12 + 9
 
 
-@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 3 workers on 2 cores, on purpose
-@pytest.mark.parametrize("k", [6, 7, 8])
-def test_dataloader_resume_mid_epoch(root, k):
-    cfg = config_for(root)
-    full = list(loader_for(BatchDataset(cfg, rank=0, world_size=1), 3))
-    state = BatchDataset(cfg, rank=0, world_size=1).state_dict(k)
-    resumed = list(loader_for(BatchDataset(cfg, state=state), 3))
-    assert len(full[:k] + resumed) == len(full)
-    assert flat_ids(full[:k] + resumed) == flat_ids(full)
-
-
 GLOO = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -178,6 +167,9 @@ def as_numpy(b):
 
 
 if __name__ == "__main__":
+    import warnings
+
+    warnings.filterwarnings("ignore", "This DataLoader will create")  # 3 workers on 2 cores, on purpose
     cfg = config_for(sys.argv[2], batching__window=300)
     out = []
     for workers, rank, world, state in json.loads(sys.argv[3]):
@@ -189,8 +181,9 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
 def test_dataloader_resumes_in_a_fresh_process_with_0_1_2_workers(root, tmp_path):
-    """States taken at random cut points resume in a fresh process with 0, 1 or 2 workers (and 3 for the length):
+    """States taken at random cut points resume in a fresh process with 0, 1, 2 or 3 workers (3 on 2 cores):
     the batches after the cut equal the in-process ones, every leaf, and len(DataLoader) is the count yielded."""
     from golden import digest
 
@@ -200,7 +193,8 @@ def test_dataloader_resumes_in_a_fresh_process_with_0_1_2_workers(root, tmp_path
     for rank, world in ((0, 1), (1, 2)):
         full = [digest(b) for b in loader.build_train_iterator(cfg, rank=rank, world_size=world)]
         for workers in (0, 1, 2, 3):
-            cuts = [0] if workers == 3 else sorted(rng.choice(np.arange(1, len(full) - 1), 2, replace=False))
+            cuts = sorted(rng.choice(np.arange(1, len(full) - 1), 2, replace=False))
+            cuts = [0, cuts[0]] if workers == 3 else cuts
             for k in cuts:
                 state = BatchDataset(cfg, rank=rank, world_size=world).state_dict(int(k))
                 jobs.append((workers, rank, world, json.loads(json.dumps(state))))
