@@ -12,9 +12,9 @@ gathers only the rows its devices hold (the row blocks that the sharding's ``dev
 which follow the mesh's device order, not ``jax.process_index()``), and
 ``jax.make_array_from_process_local_data`` assembles them into one global array. The global batch is therefore
 the same for any split of hosts x devices and any device order. Translation batches are completed with masked
-rows (``weight`` 0) to a multiple of the data-axis devices, so every batch shards. Leaves whose first dimension is the row count are sharded along
-``data_axes`` (replicated over the other mesh axes); anything else (``ntokens``, per-pair metadata of packed
-batches) stays a host-local Python/numpy value.
+rows (``weight`` 0) to a multiple of the data-axis devices, so every batch shards. Leaves whose first
+dimension is the row count are sharded along ``data_axes`` (replicated over the other mesh axes); anything else
+(``ntokens``, per-pair metadata of packed batches) stays a host-local Python/numpy value.
 """
 
 from __future__ import annotations
