@@ -7,17 +7,17 @@
         state = train_step(state, batch)
     checkpoint = batches.get_state()           # the position after the last batch handed out
 
-Every host builds the loader with ``rank = jax.process_index()``, ``world_size = jax.process_count()`` and
-``split="rows"``: all hosts walk the same global batch each step and each gathers only its rows, which
-``jax.make_array_from_process_local_data`` assembles into one global array. The global batch is therefore the
-same for any split of hosts x devices. Leaves whose first dimension is the row count are sharded along
-``data_axes`` (replicated over the other mesh axes); anything else (``ntokens``, per-pair metadata of packed
-batches) stays a host-local Python/numpy value.
+Every host builds the loader with ``split="rows"``: all hosts walk the same global batch each step and each
+gathers only the rows its devices hold (the row blocks that the sharding's ``devices_indices_map`` gives them,
+which follow the mesh's device order, not ``jax.process_index()``), and
+``jax.make_array_from_process_local_data`` assembles them into one global array. The global batch is therefore
+the same for any split of hosts x devices and any device order. Translation batches are completed with masked
+rows (``weight`` 0) to a multiple of the data-axis devices, so every batch shards. Leaves whose first
+dimension is the row count are sharded along ``data_axes`` (replicated over the other mesh axes); anything else
+(``ntokens``, per-pair metadata of packed batches) stays a host-local Python/numpy value.
 """
 
 from __future__ import annotations
-
-import math
 
 import jax
 import numpy as np
@@ -35,6 +35,18 @@ def data_sharding(mesh: Mesh, data_axes=None) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(axes))
 
 
+def row_blocks(sharding: NamedSharding) -> tuple[list[int], int]:
+    """(the row blocks this process's devices hold, in ascending order; the number of blocks) of a global batch
+    sharded by ``sharding``: jax places block b of the batch dimension on the devices whose
+    ``devices_indices_map`` slice starts at b, which the order of the mesh's devices decides (a mesh may list
+    another process's devices first, or interleave them), not ``jax.process_index()``."""
+    spec = sharding.spec[0] if len(sharding.spec) else None
+    axes = () if spec is None else (spec,) if isinstance(spec, str) else tuple(spec)
+    shards = int(np.prod([sharding.mesh.shape[a] for a in axes]))
+    index = sharding.addressable_devices_indices_map((shards,))
+    return sorted({s[0].start or 0 for s in index.values()}), shards
+
+
 def _rows(batch: dict) -> int:
     net = batch.get("net_input", batch)
     first = net.get("src_tokens", batch.get("tokens"))
@@ -43,15 +55,25 @@ def _rows(batch: dict) -> int:
     return int(np.shape(first)[0])
 
 
-def to_global(batch: dict, sharding: NamedSharding) -> dict:
-    """Host-local numpy batch -> the same dict with row-dimensioned arrays as global jax.Arrays."""
+def to_global(batch: dict, sharding: NamedSharding, blocks: tuple | None = None) -> dict:
+    """Host-local numpy batch -> the same dict with row-dimensioned arrays as global jax.Arrays.
+
+    ``blocks``: (this process's row blocks, their count), as :func:`row_blocks` gives; the batch holds those
+    blocks' rows, concatenated in ascending order (what ``make_array_from_process_local_data`` expects). Default:
+    jax infers the global row count (each process feeds an equal share).
+    """
     rows = _rows(batch)
+    global_rows = None
+    if blocks is not None:
+        mine, of = blocks
+        global_rows = rows * of // len(mine)
 
     def convert(value):
         if isinstance(value, dict):
             return {k: convert(v) for k, v in value.items()}
         if isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == rows:
-            return jax.make_array_from_process_local_data(sharding, value)
+            shape = None if global_rows is None else (global_rows, *value.shape[1:])
+            return jax.make_array_from_process_local_data(sharding, value, shape)
         return value
 
     return convert(batch)
@@ -64,32 +86,37 @@ class DevicePrefetcher(Prefetcher):
     checkpoint resumes exactly; ``set_state`` drops the read-ahead and restarts from there.
     """
 
-    def __init__(self, iterator, sharding: NamedSharding, depth: int = 2):
-        self.sharding = sharding
-        super().__init__(iterator, lambda batch: to_global(batch, sharding), depth, "babelfeed-jax-prefetch")
+    def __init__(self, iterator, sharding: NamedSharding, depth: int = 2, blocks: tuple | None = None):
+        self.sharding, self.blocks = sharding, blocks
+        super().__init__(iterator, lambda batch: to_global(batch, sharding, blocks), depth, "babelfeed-jax-prefetch")
 
 
 def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch: int = 1) -> DevicePrefetcher:
     """The training iterator of ``config`` (translation or LM) for this host, as prefetched global jax.Arrays on
-    ``mesh``. ``config`` may also be an iterator already built with ``split="rows"`` for this process."""
+    ``mesh``. ``config`` may also be an iterator already built with ``split="rows"`` for this process.
+
+    The host gathers the rows of the blocks its devices hold (:func:`row_blocks`), so the global arrays are the
+    single-process ones whatever the mesh's device order. Translation batches get masked rows (weight 0) up to a
+    multiple of the data-axis devices, so every batch shards; an LM ``global_batch`` must be such a multiple.
+    """
     from loader.build import build_iterator
     from loader.iterator import LoaderIterator
 
     if isinstance(config, LoaderIterator):
         iterator = config
-        if (iterator.rank, iterator.world_size, iterator.split) != (jax.process_index(), jax.process_count(), "rows"):
-            raise ValueError(f"the iterator serves rank {iterator.rank} of {iterator.world_size} with split="
-                             f"{iterator.split!r}; JAX needs rank jax.process_index()={jax.process_index()} of "
-                             f"jax.process_count()={jax.process_count()} with split='rows'")
+        if iterator.split != "rows":
+            raise ValueError(f"the iterator has split={iterator.split!r}; JAX global arrays need split='rows' "
+                             f"(every host takes its rows of every global batch)")
     else:
         iterator = build_iterator(config, rank=jax.process_index(), world_size=jax.process_count(), epoch=epoch,
                                   split="rows")
     sharding = data_sharding(mesh, data_axes)
     axes = sharding.spec[0]
     axes = (axes,) if isinstance(axes, str) else tuple(axes)
-    shards = int(np.prod([mesh.shape[a] for a in axes]))  # devices the batch axis is split over
+    blocks = row_blocks(sharding)
+    shards = blocks[1]  # devices the batch axis is split over
     if hasattr(iterator, "row_multiple"):  # translation: masked rows fill every global batch up to a multiple
-        iterator.row_multiple = math.lcm(iterator.world_size, shards)
+        iterator.row_multiple = shards
         planner = iterator.planner
         if planner.opts.pack_shape and planner.rows_per_packed_batch() % shards:
             raise ValueError(f"packed batches of {planner.rows_per_packed_batch()} rows cannot be split over the "
@@ -98,4 +125,5 @@ def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch:
     elif getattr(iterator, "global_batch", 0) % shards:
         raise ValueError(f"global_batch={iterator.global_batch} cannot be split over the {shards} devices of the "
                          f"data axes {axes}: make it a multiple of {shards}")
-    return DevicePrefetcher(iterator, sharding, prefetch)
+    iterator.take_row_blocks(*blocks)
+    return DevicePrefetcher(iterator, sharding, prefetch, blocks)

@@ -13,6 +13,8 @@ depend on the world size).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .collate import Collater
@@ -112,7 +114,7 @@ class BatchIterator(Reports, LoaderIterator):
             shape = self.planner.opts.shapes[shape_idx]
             pad_to = {"source": shape[1], "target": shape[-1]}
         if self.split == "rows":
-            masked += (-(n + masked)) % self.row_multiple
+            masked += (-(n + masked)) % math.lcm(self.row_multiple, self.row_blocks[1])
             if pad_to is None:  # every rank pads to the whole batch's widths
                 m = self.collater.opts.pad_to_multiple
                 pad_to = {"source": _round_up(int(s.src_len.max()), m), "target": _round_up(int(s.tgt_len.max()), m)}
@@ -125,8 +127,7 @@ class BatchIterator(Reports, LoaderIterator):
                 order = np.argsort(-s.src_len.astype(np.int64), kind="stable")
                 s = s[order]
                 weight = weight[order]
-            per = len(weight) // self.world_size
-            mine = slice(self.rank * per, (self.rank + 1) * per)
+            mine = self._my_rows(len(weight))
             s = s[mine]
             weight = weight[mine]
             sort = False
@@ -188,13 +189,14 @@ class BatchIterator(Reports, LoaderIterator):
                      "src_offset": np.concatenate([place["src_offset"], place["src_offset"][extra]]),
                      "tgt_offset": np.concatenate([place["tgt_offset"], place["tgt_offset"][extra]])}
         place["src_len"], place["tgt_len"] = s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)
-        if self.split == "rows":  # this rank's rows of the packed batch
-            per = n_rows // self.world_size
-            lo = self.rank * per
-            keep = (place["row"] >= lo) & (place["row"] < lo + per)
+        if self.split == "rows":  # this rank's rows of the packed batch, renumbered from 0
+            mine = self._my_rows(n_rows)
+            local = np.full(n_rows, -1, np.int64)
+            local[mine] = np.arange(len(mine))
+            keep = local[place["row"]] >= 0
             s = s[keep]
-            place = {k: (v[keep] - lo if k == "row" else v[keep]) for k, v in place.items()}
-            row_weight = row_weight[lo:lo + per]
+            place = {k: (local[v[keep]] if k == "row" else v[keep]) for k, v in place.items()}
+            row_weight = row_weight[mine]
         batch = self.collater.packed(s, place, tuple(self.planner.opts.pack_shape), row_weight)
         self._count_served(s.direction[row_weight[place["row"]] > 0])
         return batch

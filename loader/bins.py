@@ -15,7 +15,10 @@ DistributedSampler pads, so every rank takes the same number of steps.
     loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=pad_collate)
     for epoch in range(3):
         sampler.set_epoch(epoch)
-        for batch in loader: ...
+        for step, batch in enumerate(loader, 1):
+            ...
+            state = sampler.state_dict(step)   # the batches received so far, whatever num_workers
+    # resume: sampler.load_state_dict(state) on a fresh sampler, then iterate the DataLoader again
 
 With the Hugging Face Trainer, return such a DataLoader from an overridden ``get_train_dataloader``.
 """
@@ -53,11 +56,12 @@ class LengthBinSampler:
         self.seed, self.drop_last = seed, drop_last
         self.rank, self.world_size = rank, world_size
         self.epoch = 0
-        self._skip = 0
+        self._skip = 0  # the next batch the sampler yields
+        self._start = 0  # the first batch of the current (or next) iteration
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
-        self._skip = 0
+        self._skip = self._start = 0
 
     def _global_batches(self) -> list[np.ndarray]:
         rng = np.random.default_rng([self.seed, self.epoch])
@@ -93,17 +97,37 @@ class LengthBinSampler:
         return -(-n // self.world_size)
 
     def __iter__(self):
+        start = self._skip  # where this iteration begins (a resumed position, else 0), fixed now: a DataLoader
+        self._start = start  # asks for the iterator before its workers prefetch index lists
+        return self._batches(start)
+
+    def _batches(self, start: int):
         for i, batch in enumerate(self._rank_batches()):
-            if i < self._skip:
+            if i < start:
                 continue
             self._skip = i + 1
             yield batch.tolist()
         self._skip = 0
 
-    def state_dict(self) -> dict:
-        """{"epoch", "batches_done"}: restore with ``load_state_dict`` to continue mid-epoch."""
-        return {"epoch": self.epoch, "batches_done": self._skip}
+    def state_dict(self, batches_seen: int | None = None) -> dict:
+        """{"epoch", "batches_done"} after the training loop has received ``batches_seen`` batches of this
+        iteration over the DataLoader; restore with ``load_state_dict`` to continue with the next batch.
+
+        The count must come from the loop: a DataLoader with workers takes index lists from the sampler ahead of
+        the batches it hands out (``prefetch_factor * num_workers`` of them), so what the sampler has yielded is
+        not what training has seen.
+        """
+        if batches_seen is None:
+            raise TypeError("LengthBinSampler.state_dict(batches_seen): pass the number of batches the training "
+                            "loop received from the DataLoader in this iteration; the sampler alone cannot tell, "
+                            "since DataLoader workers take index lists ahead of the batches handed out")
+        seen = int(batches_seen)
+        if not 0 <= seen <= len(self) - self._start:
+            raise ValueError(f"batches_seen={batches_seen} is outside 0..{len(self) - self._start}: this "
+                             f"iteration has {len(self) - self._start} batches")
+        return {"epoch": self.epoch, "batches_done": self._start + seen}
 
     def load_state_dict(self, state: dict) -> None:
         self.epoch = int(state["epoch"])
         self._skip = int(state["batches_done"])
+        self._start = self._skip

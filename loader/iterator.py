@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+
 from .checks import check_rank
 
 STATE_VERSION = 1
@@ -40,6 +42,28 @@ class LoaderIterator:
         if split not in ("batches", "rows"):
             raise ValueError(f"split must be 'batches' or 'rows', got {split!r}")
         self.rank, self.world_size, self.split = rank, world_size, split
+        # split="rows": which of how many equal row blocks of every global batch this rank gathers
+        self.row_blocks: tuple = ((rank,), world_size)
+
+    def take_row_blocks(self, blocks, of: int) -> None:
+        """split="rows": gather row blocks ``blocks`` of the ``of`` equal blocks of every global batch (in
+        ascending order, concatenated) instead of block ``rank`` of ``world_size``. The JAX adapter passes the
+        blocks that this process's devices hold, which the mesh's device order decides, not the process index.
+        The global batches, and so the state, do not change."""
+        if self.split != "rows":
+            raise ValueError(f"row blocks need split='rows'; this iterator has split={self.split!r}")
+        picked = sorted({int(b) for b in blocks})
+        if of < 1 or not picked or picked[0] < 0 or picked[-1] >= of:
+            raise ValueError(f"row blocks {list(blocks)} are not blocks of {of}: need 0 <= block < {of}, at least one")
+        self.row_blocks = (tuple(picked), int(of))
+
+    def _my_rows(self, n: int) -> np.ndarray:
+        """Indices of this rank's rows in a global batch of ``n`` rows (a multiple of the block count)."""
+        blocks, of = self.row_blocks
+        if n % of:
+            raise ValueError(f"a global batch of {n} rows cannot be split into {of} equal row blocks")
+        per = n // of
+        return (np.asarray(blocks, np.int64)[:, None] * per + np.arange(per)).reshape(-1)
 
     def __iter__(self):
         return self

@@ -81,7 +81,7 @@ class LMIterator(LoaderIterator):
         blend = cache.get("blend", description, build) if cache else build()
         self.dataset_index, self.dataset_sample = blend["dataset"], blend["sample"]
         self.consumed = 0  # global samples
-        self._plan: tuple | None = None  # (first global batch, batches, per-sample piece pointers, pieces)
+        self._plan: tuple | None = None  # (first global batch, batches, counts, piece pointers, pieces, row blocks)
 
     @classmethod
     def build(cls, data_path, seq_len: int, global_batch: int, num_samples: int, split: str = "969,30,1",
@@ -119,24 +119,24 @@ class LMIterator(LoaderIterator):
         if not 0 <= k < len(self):
             raise IndexError(f"batch {k} out of range: the run has {len(self)} global batches")
         first, count, ptr, pieces = self._window(k)
-        per_rank = self.global_batch // self.world_size
+        mine = self._my_rows(self.global_batch)
+        per_rank = len(mine)
         a = (k - first) * per_rank
         lo, hi = int(ptr[a]), int(ptr[a + per_rank])
         rows = np.repeat(np.arange(per_rank), count[a:a + per_rank])
-        g0 = k * self.global_batch + self.rank * per_rank
         return self._assemble(rows, {key: v[lo:hi] for key, v in pieces.items()},
-                              self.dataset_index[g0:g0 + per_rank])
+                              self.dataset_index[k * self.global_batch + mine])
 
     def _window(self, k: int):
         """The plan of the window of global batches holding batch k: this rank's samples, their pieces (CSR)."""
-        if self._plan is not None and self._plan[0] <= k < self._plan[0] + self._plan[1]:
-            return self._plan[0], *self._plan[2:]
-        per_rank = self.global_batch // self.world_size
-        n_batches = max(1, WINDOW_SAMPLES // per_rank)
+        mine = self._my_rows(self.global_batch)
+        if (self._plan is not None and self._plan[0] <= k < self._plan[0] + self._plan[1]
+                and self._plan[-1] == self.row_blocks):
+            return self._plan[0], *self._plan[2:-1]
+        n_batches = max(1, WINDOW_SAMPLES // len(mine))
         first = k - k % n_batches
         n_batches = min(n_batches, len(self) - first)
-        g = (np.arange(first, first + n_batches)[:, None] * self.global_batch + self.rank * per_rank
-             + np.arange(per_rank)[None, :]).reshape(-1)
+        g = (np.arange(first, first + n_batches)[:, None] * self.global_batch + mine[None, :]).reshape(-1)
         which, k_in = self.dataset_index[g].astype(np.int64), self.dataset_sample[g]
         count = np.zeros(len(g), np.int64)
         groups = []
@@ -156,7 +156,7 @@ class LMIterator(LoaderIterator):
             dest = ragged_arange(ptr[sub], c)
             for key in pieces:
                 pieces[key][dest] = p[key]
-        self._plan = (first, n_batches, count, ptr, pieces)
+        self._plan = (first, n_batches, count, ptr, pieces, self.row_blocks)
         return first, count, ptr, pieces
 
     def _assemble(self, rows: np.ndarray, p: dict, dataset: np.ndarray) -> dict:

@@ -1,3 +1,6 @@
+import json
+import subprocess
+import sys
 from collections import Counter
 
 import numpy as np
@@ -37,10 +40,19 @@ def test_epochs_reshuffle_and_resume(lengths):
     s.set_epoch(1)
     it = iter(s)
     head = [next(it) for _ in range(7)]
-    state = s.state_dict()
+    state = s.state_dict(7)
     t = LengthBinSampler(lengths, max_tokens=4096, bins=4, seed=1)
     t.load_state_dict(state)
-    assert head + list(t) == e1
+    tail = list(t)
+    assert head + tail == e1
+    t.load_state_dict(state)  # a resumed iteration counts from where it began
+    it = iter(t)
+    more = [next(it) for _ in range(5)]
+    assert more == tail[:5] and t.state_dict(5) == {"epoch": 1, "batches_done": 12}
+    with pytest.raises(TypeError, match="batches the training loop received"):
+        s.state_dict()  # what the sampler yielded is not what training saw (DataLoader workers read ahead)
+    with pytest.raises(ValueError, match="batches_seen=99999"):
+        s.state_dict(99999)
 
 
 def test_ranks_take_equal_shares(lengths):
@@ -68,3 +80,71 @@ def test_torch_dataloader_uses_it(lengths):
         assert batch.numel() <= 2048  # padded to the batch's longest, within its bin's edge
         seen += batch[:, 0].tolist()
     assert sorted(seen) == list(range(600))
+
+
+RESUME = r"""
+import json, sys
+import numpy as np
+import torch
+from loader.bins import LengthBinSampler
+
+
+def collate(items):
+    width = max(len(x) for x in items)
+    return torch.stack([torch.nn.functional.pad(x, (0, width - len(x)), value=-1) for x in items])
+
+
+if __name__ == "__main__":
+    lengths = np.array(json.loads(sys.argv[1]))
+    data = [torch.full((int(n),), i) for i, n in enumerate(lengths)]
+    out = []
+    for workers, state in json.loads(sys.argv[2]):
+        s = LengthBinSampler(lengths, max_tokens=2048, bins=4, seed=5)
+        s.load_state_dict(state)
+        dl = torch.utils.data.DataLoader(data, batch_sampler=s, collate_fn=collate, num_workers=workers)
+        out.append([b.tolist() for b in dl])
+    print(json.dumps(out))
+"""
+
+
+def test_dataloader_workers_resume_exactly_in_a_fresh_process(lengths, tmp_path):
+    """The state counts the batches the loop received, not the index lists DataLoader workers took ahead: a
+    resume in a fresh process continues with the next batch, every batch equal, for 0, 1 and 2 workers."""
+    import torch
+
+    lengths = lengths[:700]
+    data = [torch.full((int(n),), i) for i, n in enumerate(lengths)]
+    collate = TorchCollate()
+    rng = np.random.default_rng(11)
+    jobs, expect = [], []
+    for workers in (0, 1, 2):
+        s = LengthBinSampler(lengths, max_tokens=2048, bins=4, seed=5)
+        s.set_epoch(1)
+        dl = torch.utils.data.DataLoader(data, batch_sampler=s, collate_fn=collate, num_workers=workers)
+        cuts = sorted(rng.choice(np.arange(1, len(s) - 1), 3, replace=False).tolist())
+        full = []
+        for step, batch in enumerate(dl, 1):
+            full.append(batch.tolist())
+            if step in cuts:  # mid-iteration, with the workers' read-ahead in flight
+                jobs.append((workers, s.state_dict(step)))
+                assert jobs[-1][1] == {"epoch": 1, "batches_done": step}
+        assert len(full) == len(s)
+        expect += [(c, full) for c in cuts]
+    script = tmp_path / "resume_bins.py"
+    script.write_text(RESUME)
+    out = subprocess.run([sys.executable, str(script), json.dumps(lengths.tolist()), json.dumps(jobs)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    resumed = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(resumed) == len(expect) == 9
+    for (c, full), rest in zip(expect, resumed):
+        assert len(rest) == len(full) - c
+        assert rest == full[c:]  # every batch, every index, in order
+
+
+class TorchCollate:
+    def __call__(self, items):
+        import torch
+
+        width = max(len(x) for x in items)
+        return torch.stack([torch.nn.functional.pad(x, (0, width - len(x)), value=-1) for x in items])

@@ -70,17 +70,6 @@ def test_dataloader_workers_cover_the_epoch_once(root, workers):
     assert max(seen.values()) == 1 and sum(seen.values()) == 600 + 500 + 120 + 80 + 12 + 9
 
 
-@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # 3 workers on 2 cores, on purpose
-@pytest.mark.parametrize("k", [6, 7, 8])
-def test_dataloader_resume_mid_epoch(root, k):
-    cfg = config_for(root)
-    full = list(loader_for(BatchDataset(cfg, rank=0, world_size=1), 3))
-    state = BatchDataset(cfg, rank=0, world_size=1).state_dict(k)
-    resumed = list(loader_for(BatchDataset(cfg, state=state), 3))
-    assert len(full[:k] + resumed) == len(full)
-    assert flat_ids(full[:k] + resumed) == flat_ids(full)
-
-
 GLOO = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
@@ -160,3 +149,111 @@ def test_worker_ring_is_released_and_refuses_a_batch_written_over(root):
         for _ in range(4):
             next(it)
     del it
+
+
+RESUME = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import torch
+from golden import digest
+from loader.adapters.torch import BatchDataset
+from synthetic import config_for
+
+
+def as_numpy(b):
+    return {k: as_numpy(v) for k, v in b.items()} if isinstance(b, dict) else (
+        b.numpy() if isinstance(b, torch.Tensor) else b)
+
+
+if __name__ == "__main__":
+    import warnings
+
+    warnings.filterwarnings("ignore", "This DataLoader will create")  # 3 workers on 2 cores, on purpose
+    cfg = config_for(sys.argv[2], batching__window=300)
+    out = []
+    for workers, rank, world, state in json.loads(sys.argv[3]):
+        ds = BatchDataset(cfg, rank=rank, world_size=world, state=state)
+        dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+        got = [digest(as_numpy(b)) for b in dl]
+        out.append({"len": len(dl), "batches": got})
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_dataloader_resumes_in_a_fresh_process_with_0_1_2_workers(root, tmp_path):
+    """States taken at random cut points resume in a fresh process with 0, 1, 2 or 3 workers (3 on 2 cores):
+    the batches after the cut equal the in-process ones, every leaf, and len(DataLoader) is the count yielded."""
+    from golden import digest
+
+    cfg = config_for(root, batching__window=300)
+    rng = np.random.default_rng(7)
+    jobs, want = [], []
+    for rank, world in ((0, 1), (1, 2)):
+        full = [digest(b) for b in loader.build_train_iterator(cfg, rank=rank, world_size=world)]
+        for workers in (0, 1, 2, 3):
+            cuts = sorted(rng.choice(np.arange(1, len(full) - 1), 2, replace=False))
+            cuts = [0, cuts[0]] if workers == 3 else cuts
+            for k in cuts:
+                state = BatchDataset(cfg, rank=rank, world_size=world).state_dict(int(k))
+                jobs.append((workers, rank, world, json.loads(json.dumps(state))))
+                want.append(full[int(k):])
+    script = tmp_path / "resume_torch.py"
+    script.write_text(RESUME)
+    out = subprocess.run([sys.executable, str(script), HERE, str(root), json.dumps(jobs)], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(got) == len(want) == len(jobs)
+    for job, w, g in zip(jobs, want, got):
+        assert g["len"] == len(g["batches"]) == len(w), job  # len(DataLoader) is what it yields
+        assert g["batches"] == w, job
+
+
+@pytest.mark.parametrize("sampler", ["auto", "stream"])
+def test_elastic_resume_at_many_cut_points(root, tmp_path, sampler):
+    """Saved at world size W after a random number of steps, resumed at W' in a fresh process: the global
+    stream (every rank's batches of each step, in rank order, epoch padding left out) is the W=1 stream, every
+    leaf of every batch."""
+    from golden import digest
+
+    extra = {"data__shards": "all"} if sampler == "stream" else {}  # streams read every shard
+    cfg = config_for(root, batching__window=300, mixing__sampler=sampler, **extra)
+    ref = [digest(b) for b in loader.build_train_iterator(cfg)]
+    rng = np.random.default_rng(3 if sampler == "stream" else 4)
+    jobs, heads = [], []
+    for _ in range(6):
+        w, w2 = (int(x) for x in rng.choice([1, 2, 3, 4], 2, replace=False))
+        its = [loader.build_train_iterator(cfg, rank=r, world_size=w) for r in range(w)]
+        steps = int(rng.integers(1, len(its[0])))
+        head = [digest(next(it)) for _ in range(steps) for it in its]
+        states = [it.get_state() for it in its]
+        assert all(s == states[0] for s in states)
+        jobs.append((w2, states[0]))
+        heads.append(head)
+    code = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import loader
+from golden import digest
+from synthetic import config_for
+extra = {"data__shards": "all"} if sys.argv[3] == "stream" else {}
+cfg = config_for(sys.argv[2], batching__window=300, mixing__sampler=sys.argv[3], **extra)
+out = []
+for world, state in json.loads(sys.argv[4]):
+    its = [loader.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
+    for it in its:
+        it.set_state(state)
+    steps = [list(it) for it in its]
+    assert len({len(s) for s in steps}) == 1
+    out.append([digest(b) for step in zip(*steps) for b in step if b["nsentences"] or b["id"].min() >= 0])
+print(json.dumps(out))
+"""
+    res = subprocess.run([sys.executable, "-c", code, HERE, str(root), sampler, json.dumps(jobs)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rests = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(rests) == len(heads) == 6
+    for (w2, state), head, rest in zip(jobs, heads, rests):
+        assert head + rest == ref, (w2, state)
