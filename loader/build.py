@@ -277,6 +277,7 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
     check_rank(rank, world_size)
     check_translation_config(config)
     sources, dictionary = _sources(config, config.data.train_split, config.data.shards)
+    sources.check_limits(config.filter.max_source_positions, config.filter.max_target_positions)
     opts = train_plan_options(config, sources.tasks, world_size, split)
     planner = EpochPlanner(sources, opts)
     plan = shape_plan(config, planner)

@@ -300,6 +300,23 @@ class SourceSet:
     def max_shards(self) -> int:
         return max(len(v) for v in self._by_key.values())
 
+    def check_limits(self, max_source: int, max_target: int) -> None:
+        """Refuse limits under which a whole stream would be filtered out (every epoch silently without it)."""
+        for key, ids in self._by_key.items():
+            comps = [self.components[i] for i in ids if not self.components[i].raw and len(self.components[i])]
+            if not comps:
+                continue
+            for side, limit, name in (("src", max_source, "max_source_positions"),
+                                      ("tgt", max_target, "max_target_positions")):
+                if side == "tgt" and comps[0].tgt is None:
+                    continue
+                shortest = min(int(c._sizes(side).min()) + len(c.src_prefix if side == "src" else c.tgt_prefix)
+                               for c in comps)
+                if shortest > limit:
+                    raise ValueError(f"filter.{name}={limit} filters out every sample of {key}: its shortest "
+                                     f"{'source' if side == 'src' else 'target'} has {shortest} tokens (prefix "
+                                     f"and </s> included)")
+
 
 def _streams_of_keys(keys, source_prefix, target_prefix, prefix_overrides, noise) -> list[StreamSpec]:
     overrides = dict(prefix_overrides or {})

@@ -176,28 +176,73 @@ def apply(batch: Ragged, ctx: NoiseContext, steps) -> Ragged:
     return batch
 
 
+# What each parameter may be: (kind, low, high) with kind "rate" (a float in [low, high]), "int" (an integer in
+# [low, high]; None: unbounded), "positive" (a float > 0), "flag" (0 or 1), "symbol" (an id or a dictionary symbol).
+PARAMETERS = {"rate": ("rate", 0.0, 1.0), "ratio": ("rate", 0.0, 1.0), "k": ("int", 0, None),
+              "low": ("int", 0, None), "high": ("int", 1, None), "mean_span": ("positive", None, None),
+              "infill": ("flag", None, None), "mask_id": ("symbol", None, None)}
+
+
+def _parameter(name: str, key: str, value: str, spec: str, dictionary):
+    kind, low, high = PARAMETERS[key]
+    text = value.strip()
+    where = f"transform {name}: {key}={text!r} in {spec!r}"
+    if kind == "symbol":
+        if text.isdigit():
+            number = int(text)
+        elif dictionary is not None and text in dictionary:
+            return dictionary.index(text)
+        else:
+            raise ValueError(f"{where} is neither a token id nor a dictionary symbol")
+    else:
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"{where} must be a number") from None
+    if kind == "rate" and not low <= number <= high:
+        raise ValueError(f"{where} must be a probability in [{low}, {high}]")
+    if kind == "positive" and not number > 0:
+        raise ValueError(f"{where} must be > 0")
+    if kind in ("int", "flag", "symbol"):
+        if number != int(number) or number < (low or 0) or (kind == "flag" and number not in (0, 1)):
+            raise ValueError(f"{where} must be " + ("0 or 1" if kind == "flag" else f"an integer >= {low or 0}"))
+        return int(number)
+    return number
+
+
 def parse_steps(spec: str, dictionary=None) -> list[tuple[str, dict]]:
     """``"token_drop:rate=0.1;local_reorder:k=3;span_mask:ratio=0.3,mask_id=<mask>"`` -> [(name, params), ...].
 
-    Numbers are parsed; a value naming a dictionary symbol (``<mask>``, ``<unk>``) becomes its id.
+    Every parameter is checked now, not when the first batch is noised: its name (each transform takes the
+    parameters of its signature), its value (rates in [0, 1], counts integers >= 0, ``mask_id`` a token id or a
+    dictionary symbol such as ``<mask>``), the required ones present and ``low < high``.
     """
+    import inspect
+
     steps = []
     for part in [p.strip() for p in str(spec or "").split(";") if p.strip()]:
         name, _, args = part.partition(":")
         name = name.strip()
         if name not in TRANSFORMS:
             raise ValueError(f"unknown transform {name!r} in {spec!r}; known: {sorted(TRANSFORMS)}")
+        signature = list(inspect.signature(TRANSFORMS[name]).parameters.values())[2:]
+        accepted = {p.name for p in signature}
         params = {}
         for item in [a.strip() for a in args.split(",") if a.strip()]:
             key, sep, value = item.partition("=")
+            key = key.strip()
             if not sep:
                 raise ValueError(f"transform parameter {item!r} in {spec!r} must look like name=value")
-            try:
-                params[key.strip()] = int(value) if value.strip().lstrip("-").isdigit() else float(value)
-            except ValueError:
-                if dictionary is None or value.strip() not in dictionary:
-                    raise ValueError(f"{name}: {key.strip()}={value!r} is neither a number nor a dictionary symbol") \
-                        from None
-                params[key.strip()] = dictionary.index(value.strip())
+            if key not in accepted:
+                raise ValueError(f"transform {name} has no parameter {key!r} (it takes {sorted(accepted)})")
+            params[key] = _parameter(name, key, value, spec, dictionary)
+        missing = [p.name for p in signature if p.default is inspect.Parameter.empty and p.name not in params]
+        if missing:
+            raise ValueError(f"transform {name} in {spec!r} needs {missing}")
+        if "low" in params and params["low"] >= params["high"]:
+            raise ValueError(f"transform {name} in {spec!r}: low={params['low']} must be below high={params['high']}")
+        if dictionary is not None and params.get("high", 0) > len(dictionary):
+            raise ValueError(f"transform {name} in {spec!r}: high={params['high']} is past the dictionary's "
+                             f"{len(dictionary)} symbols")
         steps.append((name, params))
     return steps

@@ -98,7 +98,7 @@ def test_parse_steps_and_preview_command(tmp_path):
     assert steps == [("token_drop", {"rate": 0.1}), ("local_reorder", {"k": 3}),
                      ("span_mask", {"ratio": 0.3, "mask_id": d.index("<mask>")})]
     for bad, match in (("shuffle:x=1", "unknown transform"), ("token_drop:rate", "name=value"),
-                       ("span_mask:mask_id=<nope>", "neither a number")):
+                       ("span_mask:mask_id=<nope>", "neither a token id")):
         with pytest.raises(ValueError, match=match):
             parse_steps(bad, d)
     make_data_bin(tmp_path)

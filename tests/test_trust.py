@@ -323,3 +323,43 @@ def test_every_schedule_phase_is_checked_at_build(data):
     cfg = _scheduled(data, "big:1,small:1 | big:1,small:0 | big:0,small:0", boundaries="5,10")
     with pytest.raises(ValueError, match=r"mixing.schedule weight list 2: .*not all 0"):
         loader.build_train_iterator(cfg)
+
+
+# ----------------------------------------------------------------------------------------- transforms
+@pytest.mark.parametrize("spec,message", [
+    ("token_drop:rate=x", "rate='x' .* must be a number"),
+    ("token_drop:rate=1.5", "must be a probability in"),
+    ("token_drop:rate=-0.1", "must be a probability in"),
+    ("token_drop:rat=0.1", "has no parameter 'rat'"),
+    ("token_drop", "needs \\['rate'\\]"),
+    ("local_reorder:k=2.5", "must be an integer >= 0"),
+    ("insert_tokens:rate=0.1,low=20,high=10", "low=20 must be below high=10"),
+    ("insert_tokens:rate=0.1,low=4,high=100000", "past the dictionary"),
+    ("span_mask:ratio=0.3,mask_id=<nope>", "neither a token id nor a dictionary symbol"),
+    ("span_mask:ratio=0.3,mask_id=3,mean_span=0", "must be > 0"),
+    ("span_mask:ratio=0.3,mask_id=3,infill=2", "must be 0 or 1"),
+])
+def test_transform_parameters_are_checked_when_parsed(data, spec, message):
+    from loader.transforms import parse_steps
+
+    dictionary = loader.ShardedCorpus(data).dictionary()
+    with pytest.raises(ValueError, match=message):
+        parse_steps(spec, dictionary)
+    with pytest.raises(ValueError, match=message):  # at build, before any batch
+        loader.build_train_iterator(config_for(data, data__noise=spec))
+
+
+def test_good_transform_parameters_parse(data):
+    from loader.transforms import parse_steps
+
+    dictionary = loader.ShardedCorpus(data).dictionary()
+    assert parse_steps("token_drop:rate=0.1;span_mask:ratio=0.3,mask_id=<unk>,infill=0;local_reorder:k=3",
+                       dictionary) == [("token_drop", {"rate": 0.1}),
+                                       ("span_mask", {"ratio": 0.3, "mask_id": dictionary.unk(), "infill": 0}),
+                                       ("local_reorder", {"k": 3})]
+
+
+def test_limits_that_filter_out_a_whole_direction_are_refused(data):
+    with pytest.raises(ValueError, match=r"filter.max_source_positions=2 filters out every sample of aaa-\w+: its "
+                                         r"shortest source has \d+ tokens"):
+        loader.build_train_iterator(config_for(data, filter__max_source_positions=2))
