@@ -17,6 +17,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.seq_len = 2048
     c.global_batch = 512  # samples per step over all ranks
     c.num_samples = 512 * 10_000  # train_iters x global_batch
+    c.vocab_size = 0  # the tokenizer's vocabulary: every token id must be below it (0: unchecked)
     c.verify = "full"  # every index checked once per file (remembered by a stamp); "quick": O(1) checks only
     c.cache_dir = "build/cache"  # blend and sample indexes (.npy, keyed by a hash of their inputs)
     return c

@@ -38,6 +38,7 @@ import json
 import numpy as np
 
 from . import gather
+from .errors import FormatError
 from .blending import IndexCache, blending_indices, parse_data_path
 from .iterator import STATE_VERSION, LoaderIterator
 from .lm_plan import MODES, LMSource
@@ -52,7 +53,8 @@ class LMIterator(LoaderIterator):
     kind = "lm"
 
     def __init__(self, sources: list[LMSource], weights, num_samples: int, global_batch: int, rank: int = 0,
-                 world_size: int = 1, cache: IndexCache | None = None, split: str = "rows", name: str = "train"):
+                 world_size: int = 1, cache: IndexCache | None = None, split: str = "rows", name: str = "train",
+                 vocab_size: int = 0):
         if split != "rows":
             raise ValueError("an LM iterator splits every global batch into rows per rank (split='rows'): "
                              "global_batch counts the samples of one step over all ranks")
@@ -63,6 +65,7 @@ class LMIterator(LoaderIterator):
             raise ValueError(f"num_samples={num_samples} is less than one global batch ({global_batch} samples)")
         self.sources, self.weights, self.global_batch = sources, [float(w) for w in weights], global_batch
         self.name = name
+        self.vocab_size = int(vocab_size)  # every token id must be below it (0: unchecked)
         self.epoch = 1
         self.seq_len = sources[0].seq_len
         self.mode = sources[0].mode
@@ -86,14 +89,14 @@ class LMIterator(LoaderIterator):
     @classmethod
     def build(cls, data_path, seq_len: int, global_batch: int, num_samples: int, split: str = "969,30,1",
               split_name: str = "train", mode: str = "concat", seed: int = 1, cache_dir=None, rank: int = 0,
-              world_size: int = 1, verify: str = "full") -> "LMIterator":
+              world_size: int = 1, verify: str = "full", vocab_size: int = 0) -> "LMIterator":
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         cache = IndexCache(cache_dir) if cache_dir else None
         entries = parse_data_path(data_path)
         sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache, verify) for _, prefix in entries]
         return cls(sources, [w for w, _ in entries], num_samples, global_batch, rank, world_size, cache,
-                   name=split_name)
+                   name=split_name, vocab_size=vocab_size)
 
     @classmethod
     def from_config(cls, config, rank: int = 0, world_size: int = 1) -> "LMIterator":
@@ -101,7 +104,8 @@ class LMIterator(LoaderIterator):
         return cls.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
                          num_samples=config.num_samples, split=config.split, split_name=config.split_name,
                          mode=config.mode, seed=config.seed, cache_dir=config.cache_dir or None, rank=rank,
-                         world_size=world_size, verify=config.get("verify", "full"))
+                         world_size=world_size, verify=config.get("verify", "full"),
+                         vocab_size=config.get("vocab_size", 0))
 
     # ----------------------------------------------------------------------------------------- iteration
     def __len__(self) -> int:
@@ -159,12 +163,27 @@ class LMIterator(LoaderIterator):
         self._plan = (first, n_batches, count, ptr, pieces, self.row_blocks)
         return first, count, ptr, pieces
 
+    def _refuse_tokens(self, text: np.ndarray, rows: np.ndarray, p: dict, dataset: np.ndarray) -> None:
+        """A token id outside the vocabulary: name the file and record it came from."""
+        width = text.shape[1]
+        flat = int(np.flatnonzero(((text >= self.vocab_size) | (text < 0)).ravel())[0])
+        dest = rows * width + p["column"]
+        k = int(np.flatnonzero((dest <= flat) & (flat < dest + p["length"]))[0])
+        source = self.sources[int(dataset[flat // width])]
+        address = int(p["start"][k]) + flat - int(dest[k]) - source.at[1]
+        starts = np.asarray(source.ds.pointers) // source.ds.dtype.itemsize
+        record = int(np.searchsorted(starts, address, side="right")) - 1
+        raise FormatError(source.ds.data_file, f"record {record} holds token id {int(text.flat[flat])}, outside "
+                                               f"the vocabulary of {self.vocab_size} symbols (vocab_size)")
+
     def _assemble(self, rows: np.ndarray, p: dict, dataset: np.ndarray) -> dict:
         """One rank's batch from its pieces: one gather of every piece, written at (row, column)."""
         n, width = len(dataset), self.seq_len + 1
         text = np.zeros((n, width), dtype=np.int64)
         space = p["space"] if len(self.spaces) > 1 else (int(self.space_of[0]) if len(self.space_of) else 0)
         gather.scatter(self.spaces, space, p["start"], p["length"], text, rows * width + p["column"])
+        if self.vocab_size and text.size and (int(text.max()) >= self.vocab_size or int(text.min()) < 0):
+            self._refuse_tokens(text, rows, p, dataset)
         if self.mode == "pack":
             seg, pos, _, _ = segments(n, width, rows, p["column"], p["length"])
             mask = (seg > 0).astype(np.float32)

@@ -363,3 +363,19 @@ def test_limits_that_filter_out_a_whole_direction_are_refused(data):
     with pytest.raises(ValueError, match=r"filter.max_source_positions=2 filters out every sample of aaa-\w+: its "
                                          r"shortest source has \d+ tokens"):
         loader.build_train_iterator(config_for(data, filter__max_source_positions=2))
+
+
+@pytest.mark.parametrize("mode", ["concat", "pack", "sentences"])
+def test_lm_token_ids_beyond_the_vocabulary_name_their_record(tmp_path, mode):
+    _lm_corpus(tmp_path)
+    it = loader.LMIterator.build(f"0.5 {tmp_path}/web 0.5 {tmp_path}/books", seq_len=16, global_batch=4,
+                                 num_samples=200, split="90,10,0", mode=mode, vocab_size=900)
+    with pytest.raises(FormatError) as e:
+        for _ in it:
+            pass
+    m = re.match(r"(.*)\.bin: record (\d+) holds token id (\d+), outside the vocabulary of 900", str(e.value))
+    assert m, str(e.value)
+    record = IndexedDataset(m.group(1))[int(m.group(2))]
+    assert int(m.group(3)) >= 900 and int(m.group(3)) in record.tolist()
+    assert [b for b in loader.LMIterator.build(f"1 {tmp_path}/web", seq_len=16, global_batch=4, num_samples=40,
+                                               split="90,10,0", mode=mode, vocab_size=1000)]
