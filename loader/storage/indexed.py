@@ -18,35 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
-import warnings
-from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import (
-    BadMagicError,
-    InconsistentIndexError,
-    TruncatedFileError,
-    UnknownDtypeError,
-    UnsupportedVersionError,
-)
+from ..errors import BadMagicError, TruncatedFileError
 from . import stamps
-from .dtypes import TABLES
+from .index_format import (  # noqa: F401  (the magics are part of this module's interface)
+    FAIRSEQ_HEADER, LEGACY_HEADER, MEGATRON_HEADER, MMIDIDX_MAGIC, TNTIDX_MAGIC, _Index, _parse_mmidx, _parse_tntidx)
 from .mapping import map_file
+from .verify import IndexChecks
 
-MMIDIDX_MAGIC = b"MMIDIDX\x00\x00"
-TNTIDX_MAGIC = b"TNTIDX\x00\x00"
-FAIRSEQ_HEADER = 26
-MEGATRON_HEADER = 34
-LEGACY_HEADER = 48
 
 VERIFY_MODES = ("full", "quick")
-# Records checked per chunk by the full pointer check: bounds the temporary memory to ~100 MB.
-_CHUNK = 1 << 22
-# Evenly spaced records whose pointers the quick check compares with their neighbour (each probe costs a
-# page fault; every read checks its own bounds anyway).
-_QUICK_SAMPLES = 256
 
 
 def index_path(prefix) -> str:
@@ -62,111 +45,7 @@ def dataset_exists(prefix) -> bool:
     return os.path.exists(index_path(prefix)) and os.path.exists(data_path(prefix))
 
 
-@dataclass
-class _Index:
-    format: str  # "fairseq" | "megatron" | "legacy"
-    dtype: np.dtype
-    dtype_code: int
-    sizes: np.ndarray  # tokens per sequence
-    pointers: np.ndarray | None  # byte offset of each sequence in .bin (int64)
-    doc_idx: np.ndarray | None  # document boundaries, None for fairseq layouts
-    modes: np.ndarray | None = None  # Megatron multimodal sequence modes
-    token_shift: int = 0  # subtracted from stored values on read (1 for TNTIDX)
-    end_pointers: np.ndarray | None = None  # legacy data_offsets (N+1, in elements)
-    dim_offsets: np.ndarray | None = None  # legacy per-item shape offsets (N+1)
-
-
-def _u64(buf, offset: int) -> int:
-    return struct.unpack_from("<Q", buf, offset)[0]
-
-
-def _lookup_dtype(path, code: int, format: str) -> np.dtype:
-    table = TABLES[format]
-    if code in table:
-        return table[code]
-    hint = ""
-    if format == "megatron" and code in TABLES["fairseq"]:
-        hint = (
-            f" (code {code} means {TABLES['fairseq'][code].name} in fairseq >= 0.12, but this file has "
-            "the Megatron-LM layout, whose table stops at 8)"
-        )
-    known = ", ".join(f"{c}={d.name}" for c, d in table.items())
-    raise UnknownDtypeError(path, f"unknown dtype code {code} for the {format} layout{hint}; known codes: {known}")
-
-
-def _parse_mmidx(path: str, buf, size: int) -> _Index:
-    if size < FAIRSEQ_HEADER:
-        raise TruncatedFileError(path, f"index is {size} bytes, shorter than the {FAIRSEQ_HEADER}-byte MMIDIDX header")
-    version = _u64(buf, 9)
-    if version != 1:
-        raise UnsupportedVersionError(path, f"MMIDIDX version {version}, only version 1 is defined")
-    code = buf[17]
-    n = _u64(buf, 18)
-    fairseq_size = FAIRSEQ_HEADER + 12 * n
-    if size == fairseq_size:
-        fmt, header, d, modes = "fairseq", FAIRSEQ_HEADER, None, False
-    else:
-        d = _u64(buf, 26) if size >= MEGATRON_HEADER else None
-        if d is not None and size == MEGATRON_HEADER + 12 * n + 8 * d:
-            fmt, header, modes = "megatron", MEGATRON_HEADER, False
-        elif d is not None and size == MEGATRON_HEADER + 13 * n + 8 * d:
-            fmt, header, modes = "megatron", MEGATRON_HEADER, True
-        else:
-            layouts = f"fairseq needs 26 + 12*{n} = {fairseq_size} bytes"
-            if d is not None:
-                layouts += (
-                    f", Megatron-LM needs 34 + 12*{n} + 8*{d} = {MEGATRON_HEADER + 12 * n + 8 * d} bytes "
-                    f"(or {MEGATRON_HEADER + 13 * n + 8 * d} with sequence modes)"
-                )
-            cls = TruncatedFileError if size < fairseq_size else InconsistentIndexError
-            raise cls(path, f"index is {size} bytes for a header that declares {n} sequences: {layouts}")
-    dtype = _lookup_dtype(path, code, fmt)
-    off = header
-    sizes = np.frombuffer(buf, dtype=np.int32, count=n, offset=off)
-    off += 4 * n
-    pointers = np.frombuffer(buf, dtype=np.int64, count=n, offset=off)
-    off += 8 * n
-    doc_idx = None
-    mode_arr = None
-    if fmt == "megatron":
-        doc_idx = np.frombuffer(buf, dtype=np.int64, count=d, offset=off)
-        off += 8 * d
-        if modes:
-            mode_arr = np.frombuffer(buf, dtype=np.int8, count=n, offset=off)
-    return _Index(fmt, dtype, code, sizes, pointers, doc_idx, mode_arr)
-
-
-def _parse_tntidx(path: str, buf, size: int) -> _Index:
-    if size < LEGACY_HEADER:
-        raise TruncatedFileError(path, f"index is {size} bytes, shorter than the {LEGACY_HEADER}-byte TNTIDX header")
-    version, code, elem_size, n, s = struct.unpack_from("<5Q", buf, 8)
-    if version != 1:
-        raise UnsupportedVersionError(path, f"TNTIDX version {version}, only version 1 is defined")
-    dtype = _lookup_dtype(path, code, "legacy")
-    if elem_size != dtype.itemsize:
-        raise InconsistentIndexError(
-            path, f"header says element size {elem_size} but dtype code {code} ({dtype.name}) has {dtype.itemsize}"
-        )
-    expected = LEGACY_HEADER + 16 * (n + 1) + 8 * s
-    if size != expected:
-        cls = TruncatedFileError if size < expected else InconsistentIndexError
-        raise cls(path, f"index is {size} bytes, its header ({n} items, {s} shape entries) implies {expected}")
-    if s != n:
-        raise InconsistentIndexError(
-            path, f"{n} items but {s} shape entries: multi-dimensional items are not token sequences"
-        )
-    off = LEGACY_HEADER
-    dim_offsets = np.frombuffer(buf, dtype=np.int64, count=n + 1, offset=off)
-    off += 8 * (n + 1)
-    data_offsets = np.frombuffer(buf, dtype=np.int64, count=n + 1, offset=off)
-    off += 8 * (n + 1)
-    sizes = np.frombuffer(buf, dtype=np.int64, count=s, offset=off)
-    return _Index(
-        "legacy", dtype, code, sizes, None, None, token_shift=1, end_pointers=data_offsets, dim_offsets=dim_offsets
-    )
-
-
-class IndexedDataset:
+class IndexedDataset(IndexChecks):
     """A memory-mapped ``.idx``/``.bin`` token dataset, as written by fairseq or Megatron-LM.
 
     >>> ds = IndexedDataset("data_bin/shard000/train.eng_Latn-tur_Latn.eng_Latn")   # doctest: +SKIP
@@ -264,133 +143,6 @@ class IndexedDataset:
     def bin_size(self) -> int:
         """Size of the ``.bin`` in bytes when the dataset was opened."""
         return self._bin_size
-
-    def _fail(self, message: str, path: str | None = None):
-        raise InconsistentIndexError(path or self.index_file, message)
-
-    def _check_sizes_nonnegative(self, sizes: np.ndarray) -> None:
-        for start in range(0, len(sizes), _CHUNK):
-            chunk = sizes[start : start + _CHUNK]
-            bad = np.flatnonzero(chunk < 0)
-            if bad.size:
-                i = start + int(bad[0])
-                self._fail(f"record {i} has negative size {int(sizes[i])}")
-
-    def _check_running_sum(self, sizes: np.ndarray, stored: np.ndarray, unit: int, what: str) -> None:
-        """Compare ``stored`` (N) with the exclusive running sum of ``sizes`` times ``unit``, chunk by chunk."""
-        carry = 0
-        for start in range(0, len(sizes), _CHUNK):
-            chunk = sizes[start : start + _CHUNK].astype(np.int64)
-            expected = np.cumsum(chunk) - chunk + carry
-            if unit != 1:
-                expected *= unit
-            got = stored[start : start + _CHUNK]
-            bad = np.flatnonzero(got != expected)
-            if bad.size:
-                i = start + int(bad[0])
-                self._pointer_mismatch(i, int(got[bad[0]]), int(expected[bad[0]]), what)
-            carry += int(chunk.sum())
-
-    def _pointer_mismatch(self, i: int, got: int, expected: int, what: str) -> None:
-        hint = ""
-        if self.format == "fairseq":
-            hint = (
-                "; fairseq's multi-worker preprocess writes such pointers once the .bin passes 2 GiB (int32 "
-                "overflow, fairseq issue #5532)"
-            )
-        self._fail(
-            f"{what} of record {i} is {got}, but the sizes before it add up to {expected}: records overlap "
-            f"or leave gaps{hint}. Open with recompute_pointers=True to rebuild the pointers from the sizes."
-        )
-
-    def _check_mmidx(self, index: _Index) -> None:
-        n = len(index.sizes)
-        sizes = index.sizes
-        if index.doc_idx is not None:
-            self._check_doc_idx(index.doc_idx, n)
-        if self._recompute:
-            self._check_sizes_nonnegative(sizes)
-            ends = np.cumsum(sizes, dtype=np.int64)
-            self._pointers = (ends - sizes) * self._itemsize
-            total = int(ends[-1]) * self._itemsize if n else 0
-        elif self._full:
-            self._check_sizes_nonnegative(sizes)
-            self._check_running_sum(sizes, self._pointers, self._itemsize, "byte pointer")
-            total = int(self._pointers[-1]) + int(sizes[-1]) * self._itemsize if n else 0
-        elif self._facts.get("verified"):
-            total = int(self._pointers[-1]) + int(sizes[-1]) * self._itemsize if n else 0
-        else:
-            total = self._quick_check(sizes, self._pointers, self._itemsize)
-        self._check_bin_covers(total)
-
-    def _quick_check(self, sizes: np.ndarray, pointers: np.ndarray, unit: int) -> int:
-        n = len(sizes)
-        if n == 0:
-            return 0
-        if int(pointers[0]) != 0:
-            self._pointer_mismatch(0, int(pointers[0]), 0, "byte pointer")
-        k = min(n, _QUICK_SAMPLES)
-        probe = (np.arange(k, dtype=np.int64) * (n - 1)) // max(k - 1, 1)  # evenly spaced, distinct, ends included
-        neg = probe[sizes[probe] < 0]
-        if neg.size:
-            self._fail(f"record {int(neg[0])} has negative size {int(sizes[neg[0]])}")
-        inner = probe[probe < n - 1]
-        step = pointers[inner + 1] - pointers[inner]
-        bad = np.flatnonzero(step != sizes[inner].astype(np.int64) * unit)
-        if bad.size:
-            i = int(inner[bad[0]])
-            self._pointer_mismatch(i + 1, int(pointers[i + 1]), int(pointers[i]) + int(sizes[i]) * unit, "byte pointer")
-        return int(pointers[-1]) + int(sizes[-1]) * unit
-
-    def _check_bin_covers(self, total_bytes: int) -> None:
-        if total_bytes > self._bin_size:
-            raise TruncatedFileError(
-                self.data_file,
-                f".bin is {self._bin_size} bytes but the index ({self.index_file}) refers to {total_bytes} bytes "
-                f"({len(self)} records of {self.dtype.name}): the file was cut short or belongs to another index",
-            )
-        if total_bytes < self._bin_size:
-            warnings.warn(
-                f"{self.data_file}: {self._bin_size - total_bytes} trailing bytes after the last record "
-                f"that the index does not refer to",
-                stacklevel=5,  # the caller of IndexedDataset(...)
-            )
-
-    def _check_doc_idx(self, doc_idx: np.ndarray, n: int) -> None:
-        if len(doc_idx) == 0:
-            self._fail("document index is empty; it must start with 0 and end with the sequence count")
-        if int(doc_idx[0]) != 0 or int(doc_idx[-1]) != n:
-            self._fail(
-                f"document index runs from {int(doc_idx[0])} to {int(doc_idx[-1])}, "
-                f"it must run from 0 to the sequence count {n}"
-            )
-        if self._full:
-            for start in range(0, len(doc_idx) - 1, _CHUNK):
-                chunk = doc_idx[start : start + _CHUNK + 1]
-                bad = np.flatnonzero(np.diff(chunk) < 0)
-                if bad.size:
-                    j = start + int(bad[0])
-                    self._fail(
-                        f"document index decreases at document {j}: {int(doc_idx[j])} then {int(doc_idx[j + 1])}"
-                    )
-
-    def _check_legacy(self, index: _Index) -> None:
-        n = len(index.sizes)
-        dims, ends = index.dim_offsets, index.end_pointers
-        if int(dims[0]) != 0 or int(dims[-1]) != n or int(ends[0]) != 0:
-            self._fail(
-                f"offsets must start at 0 (dim {int(dims[0])}, data {int(ends[0])}) and dim offsets end at {n} "
-                f"(got {int(dims[-1])})"
-            )
-        if self._full or self._recompute:
-            self._check_sizes_nonnegative(index.sizes)
-            self._check_running_sum(np.ones(n, dtype=np.int64), dims[:-1], 1, "dim offset")
-            self._check_running_sum(index.sizes, ends[:-1], 1, "data offset")
-            if n and int(ends[-1]) != int(ends[-2]) + int(index.sizes[-1]):
-                self._pointer_mismatch(n, int(ends[-1]), int(ends[-2]) + int(index.sizes[-1]), "data offset")
-        elif not self._facts.get("verified"):
-            self._quick_check(index.sizes, ends[:-1], 1)
-        self._check_bin_covers(int(ends[-1]) * self._itemsize)
 
     # ----------------------------------------------------------------------------------------- access
     def __len__(self) -> int:
