@@ -211,10 +211,11 @@ class Collater:
 
     def _check_ids(self, batch: dict, comp: np.ndarray, local: np.ndarray) -> None:
         """Refuse a batch holding a token id outside the dictionary (a .bin from another vocabulary, a truncated
-        dict.txt, corrupt data), naming the file and record it came from. Two reductions per side."""
+        dict.txt, corrupt data), naming the file and record it came from. One reduction per side."""
         vocab = self.opts.vocab_size
         for name, arr in (("source", batch["net_input"]["src_tokens"]), ("target", batch.get("target"))):
-            if arr is None or not arr.size or (int(arr.max()) < vocab and int(arr.min()) >= 0):
+            # one reduction: viewed as unsigned, a negative id is huge
+            if arr is None or not arr.size or int(arr.view(f"u{arr.itemsize}").max()) < vocab:
                 continue
             bad = (arr >= vocab) | (arr < 0)
             row = int(np.flatnonzero(bad.any(axis=1))[0])

@@ -182,7 +182,7 @@ class LMIterator(LoaderIterator):
         text = np.zeros((n, width), dtype=np.int64)
         space = p["space"] if len(self.spaces) > 1 else (int(self.space_of[0]) if len(self.space_of) else 0)
         gather.scatter(self.spaces, space, p["start"], p["length"], text, rows * width + p["column"])
-        if self.vocab_size and text.size and (int(text.max()) >= self.vocab_size or int(text.min()) < 0):
+        if self.vocab_size and text.size and int(text.view(np.uint64).max()) >= self.vocab_size:  # < 0: huge
             self._refuse_tokens(text, rows, p, dataset)
         if self.mode == "pack":
             seg, pos, _, _ = segments(n, width, rows, p["column"], p["length"])
