@@ -6,9 +6,14 @@
     state = it.get_state()          # grain's checkpoint; it.set_state(state) (or orbax's
                                     # grain.checkpoint.CheckpointSave/Restore) resumes at the exact batch
 
-The source is this rank's batches of one epoch, by index: planning is integers, and each worker gathers the
-batches grain hands it (contiguous slices, so each worker plans each window once). Three grain 0.2.x traps are
-handled here rather than in your script:
+The source is this rank's batches of one epoch, by index, as a grain ``IterDataset`` (:class:`BatchDataset`):
+grain's ``MapDataset`` must know its length before it hands out a record (its prefetch iterator and its worker
+slices call ``len``), and the length of a translation epoch is known only once every window is planned (1.6 s
+per 20M samples). The ``IterDataset`` yields batch k, k + n, ... until the epoch ends, planning each window when
+its first batch is asked for, so the first batch comes after window 0 is planned, whatever the epoch's size.
+With ``num_workers`` > 0, ``mp_prefetch`` gives worker i the batches ``i, i + n, ...`` (``set_slice``), and its
+round-robin reads put them back in order. The state is the next batch's index (per worker under
+``mp_prefetch``). Four grain 0.2.x traps are handled here rather than in your script:
 
 * ``mp_prefetch`` reads absl flags and raises ``UnparsedFlagAccessError`` in a plain script: flags are marked
   parsed when nobody parsed them;
@@ -48,6 +53,8 @@ class BatchSource:
         return self._iterator
 
     def __len__(self) -> int:
+        """This rank's batches in the epoch: plans every window the first time (grain's MapDataset needs it;
+        :class:`BatchDataset` does not)."""
         if self._len is None:
             self._len = len(self._it())
         return self._len
@@ -58,6 +65,10 @@ class BatchSource:
             return batch
         block, plan, scalars = transfer.pack(batch)
         return {"block": block, "layout": pickle.dumps((plan, scalars))}
+
+    def has(self, k: int) -> bool:
+        """Whether batch k exists, planning only the windows up to it."""
+        return self._it().has_batch(int(k))
 
     def __getstate__(self):
         return {"config": self.config, "epoch": self.epoch, "rank": self.rank, "world_size": self.world_size,
@@ -70,6 +81,56 @@ class BatchSource:
 
     def __repr__(self) -> str:  # grain writes it into its checkpoints
         return f"BatchSource(epoch={self.epoch}, rank={self.rank}, world_size={self.world_size}, split={self.split})"
+
+
+class BatchDataset(grain.IterDataset):
+    """This rank's batches of one epoch as a grain ``IterDataset``: batches ``start, start + step, ...`` until the
+    epoch ends, each window planned when first needed (no length up front). ``mp_prefetch`` slices it per worker
+    (``set_slice``); the iterator's state is the index of the next batch."""
+
+    def __init__(self, source: BatchSource, start: int = 0, step: int = 1):
+        super().__init__()
+        self.source, self.start, self.step = source, int(start), int(step)
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        if sequential_slice:
+            raise ValueError("a BatchDataset cannot be sliced sequentially: that needs the epoch's length, which "
+                             "is known only once every window is planned; use mp_prefetch's default slicing")
+        if sl.stop is not None:
+            raise ValueError(f"a BatchDataset can be sliced with start and step only, got {sl}")
+        start, step = sl.start or 0, sl.step or 1
+        self.start, self.step = self.start + start * self.step, self.step * step
+
+    def __iter__(self) -> "BatchDatasetIterator":
+        return BatchDatasetIterator(self)
+
+    def __str__(self) -> str:
+        return f"BatchDataset({self.source!r}, start={self.start}, step={self.step})"
+
+
+class BatchDatasetIterator(grain.DatasetIterator):
+    def __init__(self, ds: BatchDataset):
+        super().__init__()
+        self._ds = ds
+        self._next = ds.start
+
+    def __next__(self) -> dict:
+        k = self._next
+        if not self._ds.source.has(k):
+            raise StopIteration
+        batch = self._ds.source[k]
+        self._next = k + self._ds.step
+        return batch
+
+    def get_state(self) -> dict:
+        return {"next_index": self._next}
+
+    def set_state(self, state: dict) -> None:
+        k = state["next_index"]
+        if (k - self._ds.start) % self._ds.step or k < self._ds.start:
+            raise ValueError(f"state {state} is not a position of this iterator (batches {self._ds.start}, "
+                             f"{self._ds.start} + {self._ds.step}, ...)")
+        self._next = int(k)
 
 
 def _flags_parsed() -> None:
@@ -85,11 +146,18 @@ def batch_dataset(config, epoch: int = 1, rank: int = 0, world_size: int = 1, nu
                   per_worker_buffer_size: int = 2, read_threads: int = 0, split: str | None = None):
     """This rank's batches of one epoch as a grain IterDataset (``num_workers`` > 0: gathered in worker
     processes via ``mp_prefetch``). ``config``: a translation or a language-model config (``split=None``: the
-    iterator's own default, whole batches per rank for translation, rows of every global batch for LM)."""
+    iterator's own default, whole batches per rank for translation, rows of every global batch for LM).
+
+    Nothing is planned before the first batch is asked for, and then only its window. ``read_threads`` > 0 reads
+    through grain's ``MapDataset`` with that many threads instead, which plans the whole epoch first to know its
+    length (and made cheap reads slower on a 2-core machine)."""
     source = BatchSource(config, epoch, rank, world_size, split, packed=num_workers > 0)
-    len(source)  # plan once here, so workers inherit the length instead of each planning the epoch
-    ds = grain.MapDataset.source(source).to_iter_dataset(
-        grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=max(1, per_worker_buffer_size)))
+    if read_threads > 0:
+        len(source)  # plan once here, so workers inherit the length instead of each planning the epoch
+        ds = grain.MapDataset.source(source).to_iter_dataset(
+            grain.ReadOptions(num_threads=read_threads, prefetch_buffer_size=max(1, per_worker_buffer_size)))
+    else:
+        ds = BatchDataset(source)
     if num_workers > 0:
         _flags_parsed()
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers,

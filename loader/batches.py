@@ -75,6 +75,15 @@ class BatchIterator(Reports, LoaderIterator):
         before_resume = -(-self._base // self._per_step)
         return before_resume + -(-max(n - self._base, 0) // self._per_step)
 
+    def has_batch(self, k: int) -> bool:
+        """Whether this rank has a k-th batch in the current epoch: ``0 <= k < len(self)``, planning only the
+        windows up to it."""
+        if k < 0:
+            return False
+        if self._base % self._per_step:  # resumed between steps on another world size: count them all
+            return k < len(self)
+        return self.planner.locate(self.epoch, k * self._per_step) is not None
+
     @property
     def iterations_in_epoch(self) -> int:
         return -(-self._base // self._per_step) + self.step
@@ -204,9 +213,11 @@ class BatchIterator(Reports, LoaderIterator):
     def batch_at(self, k: int) -> dict:
         """This rank's k-th batch of the current epoch, by random access (for worker pools such as grain's).
 
-        Does not move the iterator; batches of one window are cheapest when asked for in order.
+        Does not move the iterator; batches of one window are cheapest when asked for in order. Plans only the
+        windows up to batch k (``IndexError`` past the epoch's end), so a worker pool starts without the epoch's
+        length.
         """
-        if not 0 <= k < len(self):
+        if not self.has_batch(k):
             raise IndexError(f"batch {k} out of range: this rank has {len(self)} batches in epoch {self.epoch}")
         g = k * self._per_step + (self.rank if self.split == "batches" else 0)
         where = self.planner.locate(self.epoch, g)

@@ -6,7 +6,9 @@ An iterator serves one rank's batches (dicts of numpy arrays) and is fully descr
   starts its next epoch with the next call, so ``for epoch ...: for batch in it`` walks epoch after epoch; an LM
   iterator is one pass over its ``num_samples`` (each dataset's epochs happen inside it) and stays exhausted;
 * ``len(it)`` -> this rank's steps in the current epoch; ``it.batch_at(k)`` -> this rank's k-th batch of the
-  current epoch by random access, without moving (worker pools: grain, DataLoader workers);
+  current epoch by random access, without moving (worker pools: grain, DataLoader workers); ``it.has_batch(k)``
+  whether it exists. Neither needs ``len``: they plan only the windows up to batch k (``len`` of a translation
+  epoch plans every window);
 * ``it.get_state()`` -> a small JSON-serialisable dict, the same on every rank at the same step;
   ``it.set_state(state, strict=True)`` on a fresh iterator, in any process and on any world size, continues
   with the same global batches. The state names the iterator (``name``) and carries a ``fingerprint`` of the

@@ -111,6 +111,9 @@ class LMIterator(LoaderIterator):
     def __len__(self) -> int:
         return self.num_samples // self.global_batch
 
+    def has_batch(self, k: int) -> bool:
+        return 0 <= k < len(self)
+
     def __next__(self) -> dict:
         if self.consumed >= self.num_samples:
             raise StopIteration

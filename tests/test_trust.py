@@ -94,6 +94,64 @@ def test_a_file_written_just_now_is_not_stamped(data):
     assert stamps.lookup(str(data / PREFIX) + ".idx", str(data / PREFIX) + ".bin") == {}
 
 
+def test_a_stamp_held_in_memory_never_matches_a_changed_file(data, monkeypatch):
+    """The in-process memo spares reading the stamp file again, but every open still compares the identity of
+    both files (size, inode, modification and change times): a file edited, replaced or grown is checked again."""
+    monkeypatch.setattr(stamps, "RACY_SECONDS", 0.0)
+    stamps.forget()
+    prefix = str(data / PREFIX)
+    IndexedDataset(prefix)
+    reads = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda f, *a, **k: reads.append(str(f)) or real_open(f, *a, **k))
+    assert IndexedDataset(prefix)._facts.get("verified")  # memo hit: no stamp file read, no check
+    assert not [f for f in reads if f.endswith(".json")]
+    monkeypatch.setattr("builtins.open", real_open)
+    probes = []
+    real_quick = IndexedDataset._quick_check
+    monkeypatch.setattr(IndexedDataset, "_quick_check", lambda self, *a: probes.append(1) or real_quick(self, *a))
+    assert IndexedDataset(prefix, verify="quick")._facts.get("verified")
+    assert not probes  # a stamped file is not probed: the full check covered it
+    # replaced by rename (another inode), same size and times: not the stamped file
+    st = os.stat(prefix + ".idx")
+    _patch_record(data / PREFIX, 5, size_delta=1)
+    copy = prefix + ".idx.new"
+    with open(prefix + ".idx", "rb") as src, open(copy, "wb") as dst:
+        dst.write(src.read())
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(copy, prefix + ".idx")
+    with pytest.raises(InconsistentIndexError):
+        IndexedDataset(prefix)
+    # the .bin grown in place (other size): the stamp of the pair no longer holds either
+    _patch_record(data / PREFIX, 5, size_delta=-1)
+    IndexedDataset(prefix)
+    assert stamps.lookup(prefix + ".idx", prefix + ".bin").get("verified")
+    with open(prefix + ".bin", "ab") as f:
+        f.write(b"\0\0")
+    assert stamps.lookup(prefix + ".idx", prefix + ".bin") == {}
+
+
+def test_a_stamp_describes_the_files_as_they_were_before_the_check(data, monkeypatch):
+    """A file written while it is being checked must not inherit the stamp: the identity recorded is the one
+    taken before the check read the file."""
+    monkeypatch.setattr(stamps, "RACY_SECONDS", 0.0)
+    stamps.forget()
+    prefix = str(data / PREFIX)
+    real = IndexedDataset._check_running_sum
+
+    def edit_during_check(self, *a):
+        real(self, *a)  # the check passes on what it read; then the file changes before the stamp is written
+        st = os.stat(prefix + ".idx")
+        _patch_record(data / PREFIX, 5, size_delta=1)
+        os.utime(prefix + ".idx", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+    monkeypatch.setattr(IndexedDataset, "_check_running_sum", edit_during_check)
+    IndexedDataset(prefix)
+    monkeypatch.setattr(IndexedDataset, "_check_running_sum", real)
+    with pytest.raises(InconsistentIndexError):
+        IndexedDataset(prefix)
+
+
 def test_quick_mode_is_an_explicit_choice_that_misses_mid_file_corruption(data):
     _patch_record(data / PREFIX, 5, size_delta=1)
     with pytest.raises(InconsistentIndexError):

@@ -83,15 +83,15 @@ class IndexedDataset(IndexChecks):
         self._verify = verify
         self._recompute = bool(recompute_pointers)
         self._bin_map = None
-        self._facts = stamps.lookup(self.index_file, self.data_file)
-        self._open()
+        # One stat per file: the identity a stamp is checked against, and the sizes the layout is checked with.
+        self._ids = [stamps.identity_of(_stat(self.index_file)), stamps.identity_of(_stat(self.data_file))]
+        self._facts = stamps.lookup_ids(self.index_file, self._ids)
+        self._open(self._ids[0][2], self._ids[1][2])
         if self._full and not self._recompute:
-            stamps.record(self.index_file, self.data_file, verified=True, digest=self.content_digest)
+            stamps.record_ids(self.index_file, self._ids, verified=True, digest=self.content_digest)
 
     # ----------------------------------------------------------------------------------------- opening
-    def _open(self) -> None:
-        idx_size = _file_size(self.index_file)
-        bin_size = _file_size(self.data_file)
+    def _open(self, idx_size: int, bin_size: int) -> None:
         idx_buf = b""
         if idx_size:
             idx_buf = _read_index(self.index_file, idx_size)
@@ -167,7 +167,7 @@ class IndexedDataset(IndexChecks):
                 h.update(b"|")
             digest = self._facts["digest"] = h.hexdigest()
             if not self._full:
-                stamps.record(self.index_file, self.data_file, digest=digest)
+                stamps.record_ids(self.index_file, self._ids, digest=digest)
         return digest
 
     @property
@@ -287,11 +287,11 @@ def _read_index(path: str, size: int):
     if size < _READ_BELOW:
         with open(path, "rb") as f:
             return f.read()
-    return map_file(path)
+    return map_file(path, size)
 
 
-def _file_size(path: str) -> int:
+def _stat(path: str) -> os.stat_result:
     try:
-        return os.stat(path).st_size
+        return os.stat(path)
     except FileNotFoundError:
         raise FileNotFoundError(2, "No such file (an indexed dataset needs both .idx and .bin)", path) from None

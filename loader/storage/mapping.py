@@ -121,9 +121,11 @@ def _array(region: _Region, offset: int, dtype, count: int) -> np.ndarray:
     return out
 
 
-def map_file(path: str) -> np.ndarray:
-    """The whole file as a read-only uint8 array, mapped without keeping a file descriptor open."""
-    size = os.stat(path).st_size
+def map_file(path: str, size: int | None = None) -> np.ndarray:
+    """The whole file as a read-only uint8 array, mapped without keeping a file descriptor open (its first
+    ``size`` bytes when the caller stat'ed it already)."""
+    if size is None:
+        size = os.stat(path).st_size
     if size == 0:
         return np.zeros(0, dtype=np.uint8)
     if _LIBC is None:

@@ -2,7 +2,7 @@
 
 Checking every pointer of a 20M-record index costs ~0.2 s and pulls the whole index into memory; hashing its
 sizes (the data fingerprint of a resumable run) costs as much again. Both are done once per file: the result
-is stored as a small JSON stamp keyed by the index's real path and checked against the identity of the
+is stored as a small JSON stamp keyed by the index's absolute path and checked against the identity of the
 ``.idx`` and ``.bin`` (device, inode, size, modification and change times, in nanoseconds). A file rewritten,
 replaced, truncated or touched no longer matches its stamp and is checked again.
 
@@ -24,7 +24,8 @@ import time
 
 RACY_SECONDS = 2.0
 _VERSION = 1
-_memo: dict[str, dict] = {}
+_memo: dict[str, dict] = {}  # stamp file -> its content, once read or written
+_paths: dict[tuple, str] = {}  # (cache folder, absolute index path) -> stamp file
 
 
 def cache_dir() -> str:
@@ -36,13 +37,25 @@ def cache_dir() -> str:
 
 
 def identity(path: str) -> list[int]:
-    st = os.stat(path)
+    return identity_of(os.stat(path))
+
+
+def identity_of(st: os.stat_result) -> list[int]:
+    """What must not change for a stamp to stay valid: device, inode, size, modification and change times."""
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def _stamp_path(idx_path: str) -> str:
-    key = hashlib.blake2b(os.path.realpath(idx_path).encode(), digest_size=16).hexdigest()
-    return os.path.join(cache_dir(), "stamps", key + ".json")
+    # Keyed by the absolute path as spelled (no realpath: resolving every component costs a syscall each, and
+    # far more on network file systems). The key only decides where the stamp is looked for; whether it holds
+    # is decided by the files' identity alone, so two spellings of one file merely keep two stamps.
+    root = cache_dir()
+    absolute = os.path.abspath(idx_path)
+    path = _paths.get((root, absolute))
+    if path is None:
+        key = hashlib.blake2b(absolute.encode(), digest_size=16).hexdigest()
+        path = _paths[(root, absolute)] = os.path.join(root, "stamps", key + ".json")
+    return path
 
 
 def _ids(idx_path: str, bin_path: str) -> list | None:
@@ -55,11 +68,16 @@ def _ids(idx_path: str, bin_path: str) -> list | None:
 def lookup(idx_path: str, bin_path: str) -> dict:
     """What earlier checks recorded about these exact files ({} when nothing, or when the files changed)."""
     ids = _ids(idx_path, bin_path)
-    if ids is None:
-        return {}
+    return {} if ids is None else lookup_ids(idx_path, ids)
+
+
+def lookup_ids(idx_path: str, ids: list) -> dict:
+    """:func:`lookup` for files whose identities (``[identity(idx), identity(bin)]``) the caller took already.
+
+    A stamp read once is remembered for the process, so a later open of the same files reads no stamp file."""
     path = _stamp_path(idx_path)
     stamp = _memo.get(path)
-    if stamp is None:
+    if stamp is None or stamp.get("files") != ids:
         try:
             with open(path, "rb") as f:
                 stamp = json.loads(f.read())
@@ -76,15 +94,20 @@ def record(idx_path: str, bin_path: str, **facts) -> None:
 
     Nothing is recorded for files modified in the last ``RACY_SECONDS`` (see the module docstring)."""
     ids = _ids(idx_path, bin_path)
-    if ids is None:
-        return
+    if ids is not None:
+        record_ids(idx_path, ids, **facts)
+
+
+def record_ids(idx_path: str, ids: list, **facts) -> None:
+    """:func:`record` for the files as they were when the caller took ``ids``, before it read them: a file
+    changed since no longer matches the stamp."""
     newest = max(ids[0][3], ids[1][3], ids[0][4], ids[1][4]) / 1e9
     if time.time() - newest < RACY_SECONDS:
         return
     path = _stamp_path(idx_path)
-    known = lookup(idx_path, bin_path)
+    known = lookup_ids(idx_path, ids)
     known.update(facts)
-    stamp = {"version": _VERSION, "index": os.path.realpath(idx_path), "files": ids, "facts": known}
+    stamp = {"version": _VERSION, "index": os.path.abspath(idx_path), "files": ids, "facts": known}
     _memo[path] = stamp
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -99,3 +122,4 @@ def record(idx_path: str, bin_path: str, **facts) -> None:
 def forget() -> None:
     """Drop the stamps held in memory (tests; the files on disk stay)."""
     _memo.clear()
+    _paths.clear()

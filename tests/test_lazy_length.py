@@ -1,0 +1,45 @@
+"""Random access and grain's dataset plan only the windows they reach: the epoch's length is not needed first."""
+
+import loader
+import pytest
+
+from synthetic import config_for, make_data_bin
+
+
+@pytest.fixture
+def cfg(tmp_path):
+    make_data_bin(tmp_path / "bin")
+    c = config_for(str(tmp_path / "bin"))
+    c.batching.window = 64  # several windows in the small epoch
+    return c
+
+
+@pytest.mark.parametrize("world", [1, 3])
+def test_batch_at_plans_only_the_windows_up_to_the_batch(cfg, world):
+    it = loader.build_train_iterator(cfg, rank=world - 1, world_size=world)
+    setup = it.planner.setup(1)
+    assert setup.num_windows > 2
+    first = it.batch_at(0)
+    assert set(setup.window_batches) == {0}  # nothing past window 0 was planned
+    n = len(it)  # now every window
+    assert [it.has_batch(k) for k in (-1, 0, n - 1, n)] == [False, True, True, False]
+    with pytest.raises(IndexError):
+        it.batch_at(n)
+    plain = loader.build_train_iterator(cfg, rank=world - 1, world_size=world)
+    assert all((first[k] == v).all() if hasattr(v, "shape") else first[k] == v for k, v in next(plain).items()
+               if k != "net_input")
+
+
+def test_grain_dataset_starts_without_the_length(cfg):
+    from loader.adapters import grain as grain_adapter
+
+    it = iter(grain_adapter.batch_dataset(cfg))
+    next(it)
+    source = it._ds.source if hasattr(it, "_ds") else None
+    assert source is not None and source._len is None  # no len() was taken
+    assert set(source._it().planner.setup(1).window_batches) == {0}
+    state = it.get_state()
+    rest = list(it)
+    again = iter(grain_adapter.batch_dataset(cfg))
+    again.set_state(state)
+    assert len(list(again)) == len(rest) == len(loader.build_train_iterator(cfg)) - 1
