@@ -49,6 +49,12 @@ def data_digest(ds) -> str | None:
     return digest
 
 
+def _shortest(ds) -> int:
+    """A dataset's shortest record: remembered with an index's stamp, else the minimum of its sizes."""
+    value = getattr(ds, "shortest", None)
+    return int(np.asarray(ds.sizes).min()) if value is None else int(value)
+
+
 @dataclass
 class Component:
     """One shard of one direction: ``src``/``tgt`` datasets (``tgt`` is ``src`` for monolingual data)."""
@@ -310,8 +316,8 @@ class SourceSet:
                                       ("tgt", max_target, "max_target_positions")):
                 if side == "tgt" and comps[0].tgt is None:
                     continue
-                shortest = min(int(c._sizes(side).min()) + len(c.src_prefix if side == "src" else c.tgt_prefix)
-                               for c in comps)
+                shortest = min(_shortest(c.src if side == "src" else c.tgt)
+                               + len(c.src_prefix if side == "src" else c.tgt_prefix) for c in comps)
                 if shortest > limit:
                     raise ValueError(f"filter.{name}={limit} filters out every sample of {key}: its shortest "
                                      f"{'source' if side == 'src' else 'target'} has {shortest} tokens (prefix "

@@ -88,7 +88,8 @@ class IndexedDataset(IndexChecks):
         self._facts = stamps.lookup_ids(self.index_file, self._ids)
         self._open(self._ids[0][2], self._ids[1][2])
         if self._full and not self._recompute:
-            stamps.record_ids(self.index_file, self._ids, verified=True, digest=self.content_digest)
+            stamps.record_ids(self.index_file, self._ids, verified=True, digest=self.content_digest,
+                              shortest=self.shortest)
 
     # ----------------------------------------------------------------------------------------- opening
     def _open(self, idx_size: int, bin_size: int) -> None:
@@ -166,9 +167,18 @@ class IndexedDataset(IndexChecks):
                     h.update(np.ascontiguousarray(part).data)
                 h.update(b"|")
             digest = self._facts["digest"] = h.hexdigest()
+            self._facts["shortest"] = int(self._index.sizes.min()) if len(self) else 0
             if not self._full:
-                stamps.record_ids(self.index_file, self._ids, digest=digest)
+                stamps.record_ids(self.index_file, self._ids, digest=digest, shortest=self._facts["shortest"])
         return digest
+
+    @property
+    def shortest(self) -> int:
+        """The fewest tokens of any record (0 when there is none), remembered with the stamp like the digest."""
+        if "shortest" not in self._facts:
+            self._facts.pop("digest", None)  # computed together
+            _ = self.content_digest
+        return int(self._facts["shortest"])
 
     @property
     def pointers(self) -> np.ndarray:
