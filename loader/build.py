@@ -278,6 +278,11 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
     check_translation_config(config)
     sources, dictionary = _sources(config, config.data.train_split, config.data.shards)
     sources.check_limits(config.filter.max_source_positions, config.filter.max_target_positions)
+    noised = sorted({c.key for c in sources.components if c.src_noise})
+    if noised and str(config.batching.pack).strip():
+        raise ValueError(f"batching.pack places sources as stored, without transforms, but {noised[:5]} have "
+                         f"source noise (data.noise, data.noise_by_task or a denoise task): leave batching.pack "
+                         f"empty for them")
     opts = train_plan_options(config, sources.tasks, world_size, split)
     planner = EpochPlanner(sources, opts)
     plan = shape_plan(config, planner)

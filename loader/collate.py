@@ -219,13 +219,15 @@ class Collater:
                 continue
             bad = (arr >= vocab) | (arr < 0)
             row = int(np.flatnonzero(bad.any(axis=1))[0])
-            token = int(arr[row][bad[row]][0])
-            c = self.sources.components[int(comp[row])]
-            ds = c.src if name == "source" or c.tgt is None else c.tgt
-            path = getattr(ds, "data_file", None) or getattr(ds, "path", None) or c.key
-            raise FormatError(path, f"record {int(local[row])} ({name} of {c.key}, shard {c.shard}) holds token id "
-                                    f"{token}, outside the dictionary of {vocab} symbols: the data was binarized "
-                                    f"with another dictionary, dict.txt was cut short, or the file is corrupt")
+            self._refuse(name, int(arr[row][bad[row]][0]), int(comp[row]), int(local[row]))
+
+    def _refuse(self, side: str, token: int, comp: int, local: int) -> None:
+        c = self.sources.components[comp]
+        ds = c.src if side == "source" or c.tgt is None else c.tgt
+        path = getattr(ds, "data_file", None) or getattr(ds, "path", None) or c.key
+        raise FormatError(path, f"record {local} ({side} of {c.key}, shard {c.shard}) holds token id {token}, "
+                                f"outside the dictionary of {self.opts.vocab_size} symbols: the data was binarized "
+                                f"with another dictionary, dict.txt was cut short, or the file is corrupt")
 
     def _side(self, side: _Side, raw: dict, comp, start, length, order, width: int, left_pad: bool,
               lengths_sorted: bool = False, prev_eos=None):
@@ -329,6 +331,13 @@ class Collater:
         row_weight = np.asarray(row_weight, np.float32)
         target_weight = (tgt_seg > 0).astype(np.float32) * row_weight[:, None]
         real_pairs = row_weight[p["row"]] > 0
+        if o.vocab_size:
+            for side, arr, off, length in (("source", src, p["src_offset"], p["src_len"]),
+                                           ("target", tgt, p["tgt_offset"], p["tgt_len"])):
+                if arr.size and int(arr.view(f"u{arr.itemsize}").max()) >= o.vocab_size:
+                    row, col = np.argwhere((arr >= o.vocab_size) | (arr < 0))[0]
+                    pair = int(np.flatnonzero((p["row"] == row) & (off <= col) & (col < off + length))[0])
+                    self._refuse(side, int(arr[row, col]), int(comp[pair]), int(s.local[pair]))
         return {
             "id": np.asarray(ids, dtype=np.int64),
             "nsentences": int(real_pairs.sum()),

@@ -194,11 +194,15 @@ def _parameter(name: str, key: str, value: str, spec: str, dictionary):
             return dictionary.index(text)
         else:
             raise ValueError(f"{where} is neither a token id nor a dictionary symbol")
+        if dictionary is not None and number >= len(dictionary):
+            raise ValueError(f"{where} is past the dictionary's {len(dictionary)} symbols")
     else:
         try:
             number = float(text)
         except ValueError:
             raise ValueError(f"{where} must be a number") from None
+        if not np.isfinite(number):
+            raise ValueError(f"{where} must be a finite number")
     if kind == "rate" and not low <= number <= high:
         raise ValueError(f"{where} must be a probability in [{low}, {high}]")
     if kind == "positive" and not number > 0:
@@ -235,6 +239,8 @@ def parse_steps(spec: str, dictionary=None) -> list[tuple[str, dict]]:
                 raise ValueError(f"transform parameter {item!r} in {spec!r} must look like name=value")
             if key not in accepted:
                 raise ValueError(f"transform {name} has no parameter {key!r} (it takes {sorted(accepted)})")
+            if key in params:
+                raise ValueError(f"transform {name} in {spec!r} sets {key!r} twice")
             params[key] = _parameter(name, key, value, spec, dictionary)
         missing = [p.name for p in signature if p.default is inspect.Parameter.empty and p.name not in params]
         if missing:

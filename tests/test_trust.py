@@ -396,6 +396,10 @@ def test_every_schedule_phase_is_checked_at_build(data):
     ("span_mask:ratio=0.3,mask_id=<nope>", "neither a token id nor a dictionary symbol"),
     ("span_mask:ratio=0.3,mask_id=3,mean_span=0", "must be > 0"),
     ("span_mask:ratio=0.3,mask_id=3,infill=2", "must be 0 or 1"),
+    ("span_mask:ratio=0.3,mask_id=4294967298", "past the dictionary's \d+ symbols"),
+    ("span_mask:ratio=0.3,mask_id=3,mean_span=inf", "must be a finite number"),
+    ("local_reorder:k=nan", "must be a finite number"),
+    ("token_drop:rate=0.1,rate=0.9", "sets 'rate' twice"),
 ])
 def test_transform_parameters_are_checked_when_parsed(data, spec, message):
     from loader.transforms import parse_steps
@@ -437,3 +441,15 @@ def test_lm_token_ids_beyond_the_vocabulary_name_their_record(tmp_path, mode):
     assert int(m.group(3)) >= 900 and int(m.group(3)) in record.tolist()
     assert [b for b in loader.LMIterator.build(f"1 {tmp_path}/web", seq_len=16, global_batch=4, num_samples=40,
                                                split="90,10,0", mode=mode, vocab_size=1000)]
+
+
+# ----------------------------------------------------------------------------------------- packed batches
+def test_packed_batches_refuse_source_noise_and_check_token_ids(data):
+    packed = dict(batching__pack="128x128", batching__max_tokens=1024)
+    with pytest.raises(ValueError, match="batching.pack places sources as stored, without transforms"):
+        loader.build_train_iterator(config_for(data, data__noise="token_drop:rate=0.5", **packed))
+    assert _epoch(config_for(data, **packed))
+    _truncate_dictionary(data, 100)
+    with pytest.raises(FormatError, match=r"\.bin: record \d+ \((source|target) of aaa-\w+, shard \d\) holds token id "
+                                          r"\d+, outside the dictionary of 104 symbols"):
+        _epoch(config_for(data, data__source_prefix="", data__target_prefix="", **packed))
