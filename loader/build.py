@@ -66,6 +66,13 @@ def _keys(corpus: ShardedCorpus, split: str, directions: str, monolingual: str) 
 
 def _collater(config, sources, dictionary) -> Collater:
     c = config.collate
+    out = np.dtype(c.dtype)
+    for ds in {id(ds): ds for comp in sources.components for ds in (comp.src, comp.tgt) if ds is not None}.values():
+        stored = getattr(ds, "dtype", None)
+        # a wider stored id would wrap into a small, valid-looking id that no check could tell from a real one
+        if stored is not None and stored.itemsize > out.itemsize:
+            raise ValueError(f"collate.dtype={c.dtype!r} is narrower than the {stored.name} token ids of "
+                             f"{ds.data_file}: a corrupt id could wrap into a valid one. Use int64")
     return Collater(sources, CollateOptions(pad=dictionary.pad(), eos=dictionary.eos(),
                                             left_pad_source=c.left_pad_source, left_pad_target=c.left_pad_target,
                                             pad_to_multiple=c.pad_to_multiple, dtype=c.dtype,

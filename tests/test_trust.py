@@ -396,7 +396,7 @@ def test_every_schedule_phase_is_checked_at_build(data):
     ("span_mask:ratio=0.3,mask_id=<nope>", "neither a token id nor a dictionary symbol"),
     ("span_mask:ratio=0.3,mask_id=3,mean_span=0", "must be > 0"),
     ("span_mask:ratio=0.3,mask_id=3,infill=2", "must be 0 or 1"),
-    ("span_mask:ratio=0.3,mask_id=4294967298", "past the dictionary's \d+ symbols"),
+    ("span_mask:ratio=0.3,mask_id=4294967298", r"past the dictionary's \d+ symbols"),
     ("span_mask:ratio=0.3,mask_id=3,mean_span=inf", "must be a finite number"),
     ("local_reorder:k=nan", "must be a finite number"),
     ("token_drop:rate=0.1,rate=0.9", "sets 'rate' twice"),
@@ -453,3 +453,18 @@ def test_packed_batches_refuse_source_noise_and_check_token_ids(data):
     with pytest.raises(FormatError, match=r"\.bin: record \d+ \((source|target) of aaa-\w+, shard \d\) holds token id "
                                           r"\d+, outside the dictionary of 104 symbols"):
         _epoch(config_for(data, data__source_prefix="", data__target_prefix="", **packed))
+
+
+def test_a_collate_dtype_narrower_than_the_stored_ids_is_refused(tmp_path):
+    root = tmp_path / "bin"
+    make_data_bin(root, directions={"aaa-bbb": [30]}, valid=False)
+    for lang in ("aaa", "bbb"):  # the same ids, stored as int64
+        prefix = str(root / f"shard000/train.aaa-bbb.{lang}")
+        seqs = [np.array(s, dtype=np.int64) for s in IndexedDataset(prefix)]
+        with loader.IndexedDatasetBuilder(prefix, np.int64, format="fairseq") as b:
+            for s in seqs:
+                b.add_item(s)
+            b.finalize()
+    with pytest.raises(ValueError, match=r"collate.dtype='int32' is narrower than the int64 token ids of .*\.bin"):
+        loader.build_train_iterator(config_for(root, collate__dtype="int32"))
+    assert _epoch(config_for(root))  # int64, the default
