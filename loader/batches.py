@@ -266,6 +266,8 @@ class BatchIterator(Reports, LoaderIterator):
             raise ValueError("iterator state lacks 'stream' (where each stream stood when the epoch began), which "
                              "get_state() writes for mixing.sampler='stream'")
         epoch, consumed = int(state["epoch"]), int(state["consumed"])
+        if epoch >= 1 << 31:
+            raise ValueError(f"iterator state field 'epoch' must be below 2**31 (epochs seed the shuffles), got {epoch}")
         if stream and "stream" in state:
             self.planner.set_epoch_start(epoch, state["stream"]["positions"], state["stream"]["batches"])
         if consumed and self.planner.locate(epoch, consumed - 1) is None:

@@ -80,7 +80,7 @@ class LoaderIterator:
         if not isinstance(state, dict):
             raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}"
                              + (" (a JSON string? json.loads it first)" if isinstance(state, (str, bytes)) else ""))
-        if state.get("version") != STATE_VERSION:
+        if type(state.get("version")) is not int or state["version"] != STATE_VERSION:
             raise ValueError(f"unknown iterator state version {state.get('version')!r} (this babelfeed writes "
                              f"{STATE_VERSION})")
         kind = state.get("kind", "lm" if "consumed_samples" in state else "translation")

@@ -469,3 +469,29 @@ def test_a_collate_dtype_narrower_than_the_stored_ids_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"collate.dtype='int32' is narrower than the int64 token ids of .*\.bin"):
         loader.build_train_iterator(config_for(root, collate__dtype="int32"))
     assert _epoch(config_for(root))  # int64, the default
+
+
+def test_a_worker_reopens_unchanged_files_without_a_check_and_checks_replaced_ones(data, monkeypatch):
+    import pickle
+
+    ds = IndexedDataset(data / PREFIX)  # written just now: no stamp, the full check ran
+    blob = pickle.dumps(ds)
+    calls = []
+    real = IndexedDataset._check_running_sum
+    monkeypatch.setattr(IndexedDataset, "_check_running_sum", lambda self, *a: calls.append(1) or real(self, *a))
+    assert len(pickle.loads(blob)) == len(ds) and calls == []
+    _patch_record(data / PREFIX, 5, size_delta=1)
+    st = os.stat(str(data / PREFIX) + ".idx")
+    os.utime(str(data / PREFIX) + ".idx", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    with pytest.raises(InconsistentIndexError):
+        pickle.loads(blob)
+
+
+def test_state_version_and_epoch_bounds(data):
+    it = loader.build_train_iterator(config_for(data))
+    state = it.get_state()
+    for bad in (dict(version=True), dict(version=1.0), dict(version="1")):
+        with pytest.raises(ValueError, match="unknown iterator state version"):
+            loader.build_train_iterator(config_for(data)).set_state(dict(state, **bad))
+    with pytest.raises(ValueError, match="must be below 2\\*\\*31"):
+        loader.build_train_iterator(config_for(data)).set_state(dict(state, epoch=2**32 + 1))

@@ -74,7 +74,7 @@ class IndexedDataset(IndexChecks):
     rebuilds the pointers from the sizes (int64 running sum, held in memory) and reads it correctly.
     """
 
-    def __init__(self, prefix, *, verify: str = "full", recompute_pointers: bool = False):
+    def __init__(self, prefix, *, verify: str = "full", recompute_pointers: bool = False, _checked=None):
         if verify not in VERIFY_MODES:
             raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
         self.prefix = os.fspath(prefix)
@@ -86,6 +86,8 @@ class IndexedDataset(IndexChecks):
         # One stat per file: the identity a stamp is checked against, and the sizes the layout is checked with.
         self._ids = [stamps.identity_of(_stat(self.index_file)), stamps.identity_of(_stat(self.data_file))]
         self._facts = stamps.lookup_ids(self.index_file, self._ids)
+        if _checked is not None and _checked == self._ids:  # checked by the process that pickled it
+            self._facts["verified"] = True
         self._open(self._ids[0][2], self._ids[1][2])
         if self._full and not self._recompute:
             stamps.record_ids(self.index_file, self._ids, verified=True, digest=self.content_digest,
@@ -275,11 +277,15 @@ class IndexedDataset(IndexChecks):
         self.close()
 
     def __getstate__(self):
-        # Picklable for worker processes: reopen from the path, checked once already by the parent.
-        return {"prefix": self.prefix, "recompute_pointers": self._recompute}
+        # Picklable for worker processes: reopened from the path. The parent's check carries over only to the
+        # very files it checked (same identity); a file replaced since is checked again.
+        checked = self._verify == "full" and not self._recompute
+        return {"prefix": self.prefix, "recompute_pointers": self._recompute, "verify": self._verify,
+                "checked": self._ids if checked else None}
 
     def __setstate__(self, state):
-        self.__init__(state["prefix"], verify="quick", recompute_pointers=state["recompute_pointers"])
+        self.__init__(state["prefix"], verify=state.get("verify", "full"),
+                      recompute_pointers=state["recompute_pointers"], _checked=state.get("checked"))
 
     def __repr__(self) -> str:
         return (
