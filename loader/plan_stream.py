@@ -34,19 +34,23 @@ class StreamMark:
 
 class StreamPlanning:
     def _check_schedule(self) -> None:
-        """Plan every phase of a mixing schedule on epoch 1 now (its probabilities and epoch size at each
-        boundary): a phase that cannot be planned fails at build, not hours into training when it begins."""
+        """Plan the epoch-1 probabilities and epoch size now, at every phase of a mixing schedule (at each
+        boundary): what cannot be planned, or plans an empty epoch, fails at build, not hours into training."""
         schedule = self.opts.schedule
-        if schedule is None or not schedule.boundaries or self.opts.sampler == "concat":
+        if self.opts.sampler == "concat":
             return
         directions = self.sources.directions(1)
         sizes = np.array([d.size for d in directions], dtype=np.int64)
-        for i, update in enumerate((0, *schedule.boundaries)):
+        phases = (0, *schedule.boundaries) if schedule is not None and schedule.boundaries else (0,)
+        for i, update in enumerate(phases):
+            where = f"mixing.schedule weight list {i} {list(schedule.weights[i])}: " if len(phases) > 1 else ""
             try:
-                if not self._epoch_total(sizes, self.ratios(directions, update, 1)) > 0:
-                    raise ValueError("the epoch would hold no sample")
+                total = self._epoch_total(sizes, self.ratios(directions, update, 1))
             except ValueError as e:
-                raise ValueError(f"mixing.schedule weight list {i} {list(schedule.weights[i])}: {e}") from None
+                raise ValueError(f"{where}{e}") from None
+            if not total > 0:
+                raise ValueError(f"{where}the epoch would hold no sample (mixing.virtual_size="
+                                 f"{self.opts.virtual_size!r}, mixing.max_scale_up={self.opts.max_scale_up})")
 
     def _stream_setup(self, epoch: int, directions, sizes: np.ndarray):
         from .plan import EpochSetup

@@ -495,3 +495,9 @@ def test_state_version_and_epoch_bounds(data):
             loader.build_train_iterator(config_for(data)).set_state(dict(state, **bad))
     with pytest.raises(ValueError, match="must be below 2\\*\\*31"):
         loader.build_train_iterator(config_for(data)).set_state(dict(state, epoch=2**32 + 1))
+
+
+def test_an_empty_epoch_is_refused_at_build(data):
+    with pytest.raises(ValueError, match=r"the epoch would hold no sample \(mixing.virtual_size='fairseq', "
+                                         r"mixing.max_scale_up=1e-300\)"):
+        loader.build_train_iterator(config_for(data, mixing__max_scale_up=1e-300))
