@@ -421,7 +421,13 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
             train_spm(inputs, opts, model_path, log)
             atomic_write(spm_record, spm_key.encode())
     elif os.path.abspath(opts.spm_model) != os.path.abspath(model_path):
-        atomic_write(model_path, open(opts.spm_model, "rb").read())
+        with open(opts.spm_model, "rb") as f:
+            proto = f.read()
+        try:  # refuse a file that is no model before it replaces the data_bin's own
+            spm.SentencePieceProcessor(model_proto=proto)
+        except Exception:
+            raise ValueError(f"--spm {opts.spm_model}: not a SentencePiece model") from None
+        atomic_write(model_path, proto)
     sp = spm.SentencePieceProcessor(model_file=model_path)
     langs = sorted({lg for inp in inputs for lg in inp.langs})
     dictionary, table = build_dictionary(sp, opts.dict_path, langs)

@@ -204,3 +204,14 @@ def test_a_closed_pipe_is_not_an_error(data):
     p.stdout.close()  # the reader is gone before the report is printed
     err = p.stderr.read().decode()
     assert p.wait() == 141 and err == ""
+
+
+def test_binarize_refuses_a_file_that_is_no_model_before_it_replaces_the_data_bins_own(raw, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["binarize", str(raw), "-o", str(out), "--train-spm", "60", "--no-progress"]) == 0
+    capsys.readouterr()
+    model = (out / "spm.model").read_bytes()
+    (tmp_path / "junk").write_text("abc")
+    fails(capsys, ["binarize", str(raw), "-o", str(out), "--spm", str(tmp_path / "junk"), "--no-progress"],
+          "--spm", "junk", "not a SentencePiece model")
+    assert (out / "spm.model").read_bytes() == model
