@@ -25,9 +25,27 @@ def is_int(value) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
+# Counts in a config (tokens, sentences, positions, windows) stay below this: beyond it they are typos, and
+# numpy's int32/int64 arithmetic further down would overflow instead of saying so.
+LARGEST = 2**40
+
+
 def at_least(key: str, value, low: int) -> None:
-    if not is_int(value) or value < low:
-        raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")
+    if not is_int(value) or not low <= value < LARGEST:
+        raise ValueError(f"{key} must be an integer >= {low}" + (f" and < 2**40" if is_int(value) and value >= low
+                                                                 else "") + f", got {value!r}")
+
+
+def integers(key: str, text, low: int = 0, sep: str = ",") -> list[int]:
+    """A comma-separated list of integers >= ``low`` (e.g. schedule boundaries), named by ``key`` when not."""
+    items = [t.strip() for t in str(text).split(sep) if t.strip()]
+    try:
+        values = [int(t) for t in items]
+    except ValueError:
+        raise ValueError(f"{key} must be {sep!r}-separated integers, got {text!r}") from None
+    if any(not low <= v < LARGEST for v in values):
+        raise ValueError(f"{key} must hold integers >= {low}, got {text!r}")
+    return values
 
 
 def positive(key: str, value) -> None:
@@ -79,6 +97,7 @@ def check_mixing(m, where: str = "mixing") -> None:
     one_of(f"{where}.probabilities_from", m.probabilities_from, ("total", "shard"))
     if "schedule" in m:
         one_of(f"{where}.schedule.mode", m.schedule.mode, ("step", "linear"))
+        integers(f"{where}.schedule.boundaries", m.schedule.boundaries)
 
 
 def check_batching(b, where: str = "batching") -> None:
@@ -90,6 +109,11 @@ def check_batching(b, where: str = "batching") -> None:
     at_least(f"{where}.num_shapes", b.num_shapes, 0)
     at_least(f"{where}.balance_block", b.balance_block, 1)
     flag(f"{where}.fairseq_drop_last", b.fairseq_drop_last)
+    for item in [t.strip() for t in str(b.get("shapes", "")).split(",") if t.strip()]:
+        parts = item.split("x")
+        if len(parts) not in (1, 2) or not all(p.strip().isdigit() and 0 < int(p) < LARGEST for p in parts):
+            raise ValueError(f"{where}.shapes must be widths such as '32,64,128' or 'SRCxTGT' pairs such as "
+                             f"'32x48,64x80' (positive integers), got {b.shapes!r}")
 
 
 def check_collate(c, where: str = "collate") -> None:
@@ -111,8 +135,8 @@ def check_translation_config(config, where: str = "") -> None:
     if missing:
         raise ValueError(f"{where or 'the config'} is not a translation config: it has no "
                          f"{', '.join(prefix + s for s in missing)} section (see configs/nllb_like.py)")
-    if not is_int(config.seed):
-        raise ValueError(f"{prefix}seed must be an integer, got {config.seed!r}")
+    if not is_int(config.seed) or not 0 <= config.seed < 2**32:
+        raise ValueError(f"{prefix}seed must be an integer in [0, 2**32), got {config.seed!r}")
     one_of(f"{prefix}compat", config.compat, COMPAT)
     for section, check in SECTIONS.items():
         check(config[section], prefix + section)

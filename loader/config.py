@@ -16,8 +16,14 @@ def load_config(path) -> ml_collections.ConfigDict:
     if not os.path.exists(path):
         raise FileNotFoundError(2, "config file not found", path)
     spec = importlib.util.spec_from_file_location(f"babelfeed_config_{abs(hash(path))}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: not a Python config file (a .py file defining get_config())")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # the user's file: say where it failed, in one line
+        where = f" (line {e.lineno})" if isinstance(e, SyntaxError) else ""
+        raise ValueError(f"{path}{where}: running the config file failed: {type(e).__name__}: {e}") from e
     if not hasattr(module, "get_config"):
         raise ValueError(f"{path}: a config file must define get_config()")
     config = module.get_config()

@@ -58,6 +58,12 @@ def test_missing_files_are_named(capsys, tmp_path):
     fails(capsys, ["inspect", str(tmp_path / "nothing")], "nothing")
 
 
+def test_a_file_that_is_no_config_is_named(capsys, tmp_path):
+    fails(capsys, ["plan", "/etc/hostname"], "/etc/hostname", "not a Python config file")
+    (tmp_path / "broken.py").write_text("def get_config(:\n")
+    fails(capsys, ["plan", str(tmp_path / "broken.py")], "broken.py", "line 1", "SyntaxError")
+
+
 def test_usage_errors_are_one_line(capsys):
     fails(capsys, ["plan", NLLB, "--shapes", "x"], "--shapes", "'x'")
     fails(capsys, ["plan", NLLB, "--config.mixing.temprature=2"], "mixing.temprature", "did you mean temperature")
@@ -82,6 +88,11 @@ def test_usage_errors_are_one_line(capsys):
     ("batching.max_sentences=-1", "batching.max_sentences", "-1"),
     ("collate.pad_to_multiple=0", "collate.pad_to_multiple", "0"),
     ("data.shards=some", "data.shards", "'some'"),
+    ("batching.max_tokens=99999999999999999999", "batching.max_tokens", "99999999999999999999"),
+    ("batching.shapes=-8x8", "batching.shapes", "'-8x8'"),
+    ("batching.shapes=abc", "batching.shapes", "'abc'"),
+    ("mixing.schedule.boundaries=5.5", "mixing.schedule.boundaries", "'5.5'"),
+    ("seed=-1", "seed", "-1"),
 ])
 def test_plan_refuses_nonsense_config_values(data, capsys, override, key, value):
     line = fails(capsys, ["plan", NLLB, f"--config.data.path={data}", f"--config.{override}"], key, value)
