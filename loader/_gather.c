@@ -185,7 +185,7 @@ static PyObject *fence(PyObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-/* blend(weights, megatron, dataset, sample): Megatron's greedy blend (build_blending_indices in helpers.cpp).
+/* blend(weights, megatron, dataset, sample, portable=False): Megatron's greedy blend (build_blending_indices in helpers.cpp).
  *
  * weights: float64[k] (normalised by blending.py); dataset: int16[size] and sample: int64[size], written. Sample s
  * goes to argmax_i (w_i * x - count_i), the lowest i on ties, with x = max(s, 1) (megatron) or s + 1; every error
@@ -193,8 +193,11 @@ static PyObject *fence(PyObject *self, PyObject *unused) {
  * multiply-add), so the arrays are bit-identical. Counts are kept as doubles (exact below 2^53 samples).
  * The loop is O(size * k): two datasets need no scan (branch-free), a few are scanned in C, and from
  * BLEND_WIDE datasets on x86-64 with AVX2 the errors of four datasets are computed at once, the maximum taken
- * lane-wise, and the first dataset holding it found from a comparison mask. Runs without the GIL. */
+ * lane-wise, and the first dataset holding it found from comparison masks. Each step waits on the count the
+ * step before changed, so below ~12 datasets the latency of that chain, not the scan, sets the speed.
+ * portable=True never takes the AVX2 path (for tests of the others). Runs without the GIL. */
 #define BLEND_X(s, megatron) ((megatron) ? ((s) > 1 ? (double)(s) : 1.0) : (double)(s) + 1.0)
+#define BLEND_CMOV 7 /* measured on x86-64: the two-pass scan wins below, conditional moves above */
 #define BLEND_WIDE 12
 
 static void blend_two(const double *w, int megatron, int64_t n, int16_t *ds, int64_t *smp) {
@@ -209,21 +212,16 @@ static void blend_two(const double *w, int megatron, int64_t n, int16_t *ds, int
     }
 }
 
+/* A few datasets: the errors, their maximum, then the first dataset holding it. */
 static void blend_scan(const double *w, int64_t k, int megatron, int64_t n, int16_t *ds, int64_t *smp, double *c,
                        double *e) {
     for (int64_t s = 0; s < n; s++) {
         double x = BLEND_X(s, megatron);
         for (int64_t i = 0; i < k; i++)
             e[i] = w[i] * x - c[i];
-        double m0 = e[0], m1 = e[0];
-        int64_t i = 1;
-        for (; i + 1 < k; i += 2) {
-            m0 = e[i] > m0 ? e[i] : m0;
-            m1 = e[i + 1] > m1 ? e[i + 1] : m1;
-        }
-        if (i < k)
-            m0 = e[i] > m0 ? e[i] : m0;
-        double m = m1 > m0 ? m1 : m0; /* errors are never NaN: the maximum does not depend on the order */
+        double m = e[0];
+        for (int64_t i = 1; i < k; i++)
+            m = e[i] > m ? e[i] : m; /* errors are never NaN */
         int64_t b = 0;
         while (e[b] != m)
             b++;
@@ -233,32 +231,54 @@ static void blend_scan(const double *w, int64_t k, int megatron, int64_t n, int1
     }
 }
 
+/* More: one pass, a strict '>' scan compiled to conditional moves (no mispredicted branch per dataset). */
+static void blend_cmov(const double *w, int64_t k, int megatron, int64_t n, int16_t *ds, int64_t *smp, double *c) {
+    for (int64_t s = 0; s < n; s++) {
+        double x = BLEND_X(s, megatron), best_err = w[0] * x - c[0];
+        int64_t b = 0;
+        for (int64_t i = 1; i < k; i++) {
+            double err = w[i] * x - c[i];
+            int more = err > best_err;
+            b = more ? i : b;
+            best_err = more ? err : best_err;
+        }
+        ds[s] = (int16_t)b;
+        smp[s] = (int64_t)c[b];
+        c[b] += 1.0;
+    }
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define BLEND_AVX2 1
-/* k padded to kp (a multiple of 8) with weight 0 and count 1e300: padding never holds the maximum. */
+/* Many, with AVX2: k padded to kp (a multiple of 16) with weight 0 and count 1e300, never the maximum. Four
+ * running maxima of four lanes; the first dataset equal to the maximum from comparison masks, 64 at a time. */
 __attribute__((target("avx2"))) static void blend_avx2(const double *w, int64_t kp, int megatron, int64_t n,
                                                          int16_t *ds, int64_t *smp, double *c, double *e) {
     static const double one[16] __attribute__((aligned(32))) = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
     for (int64_t s = 0; s < n; s++) {
-        __m256d xv = _mm256_set1_pd(BLEND_X(s, megatron)), m0 = _mm256_set1_pd(-INFINITY), m1 = m0;
-        for (int64_t i = 0; i < kp; i += 8) {
-            __m256d a = _mm256_sub_pd(_mm256_mul_pd(_mm256_load_pd(w + i), xv), _mm256_load_pd(c + i));
-            __m256d b = _mm256_sub_pd(_mm256_mul_pd(_mm256_load_pd(w + i + 4), xv), _mm256_load_pd(c + i + 4));
-            _mm256_store_pd(e + i, a);
-            _mm256_store_pd(e + i + 4, b);
-            m0 = _mm256_max_pd(m0, a);
-            m1 = _mm256_max_pd(m1, b);
+        __m256d xv = _mm256_set1_pd(BLEND_X(s, megatron)), m[4];
+        for (int j = 0; j < 4; j++)
+            m[j] = _mm256_set1_pd(-INFINITY);
+        for (int64_t i = 0; i < kp; i += 16) {
+            for (int j = 0; j < 4; j++) {
+                int64_t at = i + 4 * j;
+                __m256d err = _mm256_sub_pd(_mm256_mul_pd(_mm256_load_pd(w + at), xv), _mm256_load_pd(c + at));
+                _mm256_store_pd(e + at, err);
+                m[j] = _mm256_max_pd(m[j], err);
+            }
         }
-        m0 = _mm256_max_pd(m0, m1);
-        __m128d h = _mm_max_pd(_mm256_castpd256_pd128(m0), _mm256_extractf128_pd(m0, 1));
-        h = _mm_max_sd(h, _mm_unpackhi_pd(h, h));
-        __m256d mv = _mm256_broadcastsd_pd(h);
+        __m256d m4 = _mm256_max_pd(_mm256_max_pd(m[0], m[1]), _mm256_max_pd(m[2], m[3]));
+        __m128d h = _mm_max_pd(_mm256_castpd256_pd128(m4), _mm256_extractf128_pd(m4, 1));
+        __m256d mv = _mm256_broadcastsd_pd(_mm_max_sd(h, _mm_unpackhi_pd(h, h)));
         int64_t b = 0;
-        for (int64_t i = 0;; i += 4) { /* the first dataset whose error equals the maximum */
-            int mask = _mm256_movemask_pd(_mm256_cmp_pd(_mm256_load_pd(e + i), mv, _CMP_EQ_OQ));
+        for (int64_t i = 0;; i += 64) {
+            uint64_t mask = 0;
+            int64_t top = kp - i < 64 ? kp - i : 64;
+            for (int64_t j = 0; j < top; j += 4)
+                mask |= (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(_mm256_load_pd(e + i + j), mv, _CMP_EQ_OQ)) << j;
             if (mask) {
-                b = i + __builtin_ctz(mask);
+                b = i + __builtin_ctzll(mask);
                 break;
             }
         }
@@ -273,8 +293,8 @@ __attribute__((target("avx2"))) static void blend_avx2(const double *w, int64_t 
 
 static PyObject *blend(PyObject *self, PyObject *args) {
     Py_buffer weights, dataset, sample;
-    int megatron;
-    if (!PyArg_ParseTuple(args, "y*pw*w*", &weights, &megatron, &dataset, &sample))
+    int megatron, portable = 0;
+    if (!PyArg_ParseTuple(args, "y*pw*w*|p", &weights, &megatron, &dataset, &sample, &portable))
         return NULL;
     PyObject *result = NULL;
     double *work = NULL;
@@ -287,10 +307,10 @@ static PyObject *blend(PyObject *self, PyObject *args) {
     const double *w = weights.buf;
     int16_t *ds = dataset.buf;
     int64_t *smp = sample.buf;
-    int64_t kp = (k + 7) & ~(int64_t)7;
+    int64_t kp = (k + 15) & ~(int64_t)15;
     int wide = 0;
 #ifdef BLEND_AVX2
-    wide = k >= BLEND_WIDE && __builtin_cpu_supports("avx2");
+    wide = k >= BLEND_WIDE && !portable && __builtin_cpu_supports("avx2");
 #endif
     if (k > 2) { /* three padded arrays of kp doubles, 32-byte aligned: weights, counts, errors */
         work = PyMem_Calloc((size_t)(3 * kp + 4), sizeof(double));
@@ -316,8 +336,10 @@ static PyObject *blend(PyObject *self, PyObject *args) {
                 c[i] = 1e300;
             blend_avx2(ww, kp, megatron, n, ds, smp, c, e);
 #endif
-        } else {
+        } else if (k < BLEND_CMOV) {
             blend_scan(ww, k, megatron, n, ds, smp, c, e);
+        } else {
+            blend_cmov(ww, k, megatron, n, ds, smp, c);
         }
     }
     Py_END_ALLOW_THREADS

@@ -122,10 +122,16 @@ def _helpers_cpp_blend(weights, size, megatron=True):
 
 
 def _both_paths(weights, size, megatron, monkeypatch):
-    """[kernel result (where the kernel is built), numpy fallback result]."""
+    """[kernel result, kernel result without AVX2 (where the kernel is built), numpy fallback result]."""
     import loader.blending as blending
 
-    out = [blending_indices(weights, size, megatron=megatron)] if blending.KERNEL is not None else []
+    out = []
+    if blending.KERNEL is not None:
+        out.append(blending_indices(weights, size, megatron=megatron))
+        w = np.asarray(weights, dtype=np.float64)  # the kernel's paths without AVX2 too
+        portable = np.empty(size, np.int16), np.empty(size, np.int64)
+        blending.KERNEL.blend(w / w.sum(), megatron, *portable, True)
+        out.append(portable)
     monkeypatch.setattr(blending, "KERNEL", None)
     return out + [blending_indices(weights, size, megatron=megatron)]
 
@@ -151,8 +157,8 @@ def test_blend_matches_helpers_cpp_loop(weights, size, megatron):
             assert got[0].tolist() == expect[0].tolist() and got[1].tolist() == expect[1].tolist()
 
 
-@pytest.mark.parametrize("weights", [[0.3, 0.7], [1, 1, 1], [0, 1], [5, 0, 1e-9, 3], list(np.arange(1, 51) ** 1.5),
-                                     [1.0] * 60])
+@pytest.mark.parametrize("weights", [[0.3, 0.7], [1, 1, 1], [0, 1], [5, 0, 1e-9, 3], [1, 2, 3, 0, 4, 1, 1, 2, .5],
+                                     list(np.arange(1, 51) ** 1.5), [1.0] * 60])
 @pytest.mark.parametrize("megatron", [True, False])
 def test_blend_matches_helpers_cpp_loop_at_1e5(weights, megatron, monkeypatch):
     expect = _helpers_cpp_blend(weights, 100_000, megatron)
