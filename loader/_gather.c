@@ -8,6 +8,7 @@
  * reader of mapped files; see storage/mapping.py.)
  *
  * Built by setup.py as an optional extension; when it is missing, gather.py's numpy path gives the same arrays.
+ * The extension also holds ``blend``, Megatron's greedy blend for blending.py (same rule: numpy without it).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
