@@ -8,7 +8,7 @@
  * reader of mapped files; see storage/mapping.py.)
  *
  * Built by setup.py as an optional extension; when it is missing, gather.py's numpy path gives the same arrays.
- * The extension also holds ``blend``, Megatron's greedy blend for blending.py (same rule: numpy without it).
+ * It also holds ``blend``, Megatron's greedy blend for blending.py (the same rule: numpy without it).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -186,7 +186,8 @@ static PyObject *fence(PyObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-/* blend(weights, megatron, dataset, sample, portable=False): Megatron's greedy blend (build_blending_indices in helpers.cpp).
+/* blend(weights, megatron, dataset, sample, portable=False): Megatron's greedy blend (build_blending_indices,
+ * helpers.cpp).
  *
  * weights: float64[k] (normalised by blending.py); dataset: int16[size] and sample: int64[size], written. Sample s
  * goes to argmax_i (w_i * x - count_i), the lowest i on ties, with x = max(s, 1) (megatron) or s + 1; every error
