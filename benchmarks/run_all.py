@@ -10,6 +10,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_binarize  # noqa: E402
+import bench_blending  # noqa: E402
 import bench_grain  # noqa: E402
 import bench_lm  # noqa: E402
 import bench_many_directions  # noqa: E402
@@ -41,6 +42,8 @@ def main() -> None:  # run under __main__ only: grain's worker processes re-impo
     parts.append(bench_grain.main(["--batches", "100"] if a.quick else []))
     parts.append(bench_noise.main(["--batches", "50"] if a.quick else []))
     parts.append(bench_subword.main(["--sentences", "4000"] if a.quick else []))
+    parts.append(bench_blending.main(["--samples", "2000000", "--fallback-samples", "100000", "--repeat", "1"]
+                                     if a.quick else []))
     with open("build/bench/results.md", "w") as f:
         f.write("\n\n".join(parts) + "\n")
     print("\nwritten to build/bench/results.md")

@@ -8,10 +8,12 @@
  * reader of mapped files; see storage/mapping.py.)
  *
  * Built by setup.py as an optional extension; when it is missing, gather.py's numpy path gives the same arrays.
+ * It also holds ``blend``, Megatron's greedy blend for blending.py (the same rule: numpy without it).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 
 #define AHEAD 8
@@ -184,7 +186,175 @@ static PyObject *fence(PyObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
+/* blend(weights, megatron, dataset, sample, portable=False): Megatron's greedy blend (build_blending_indices,
+ * helpers.cpp).
+ *
+ * weights: float64[k] (normalised by blending.py); dataset: int16[size] and sample: int64[size], written. Sample s
+ * goes to argmax_i (w_i * x - count_i), the lowest i on ties, with x = max(s, 1) (megatron) or s + 1; every error
+ * is the same double-precision expression as Megatron's (setup.py builds with -ffp-contract=off: no fused
+ * multiply-add), so the arrays are bit-identical. Counts are kept as doubles (exact below 2^53 samples).
+ * The loop is O(size * k): two datasets need no scan (branch-free), a few are scanned in C, and from
+ * BLEND_WIDE datasets on x86-64 with AVX2 the errors of four datasets are computed at once, the maximum taken
+ * lane-wise, and the first dataset holding it found from comparison masks. Each step waits on the count the
+ * step before changed, so below ~12 datasets the latency of that chain, not the scan, sets the speed.
+ * portable=True never takes the AVX2 path (for tests of the others). Runs without the GIL. */
+#define BLEND_X(s, megatron) ((megatron) ? ((s) > 1 ? (double)(s) : 1.0) : (double)(s) + 1.0)
+#define BLEND_CMOV 7 /* measured on x86-64: the two-pass scan wins below, conditional moves above */
+#define BLEND_WIDE 12
+
+static void blend_two(const double *w, int megatron, int64_t n, int16_t *ds, int64_t *smp) {
+    double w0 = w[0], w1 = w[1];
+    int64_t c1 = 0;
+    for (int64_t s = 0; s < n; s++) {
+        double x = BLEND_X(s, megatron);
+        int64_t b = w1 * x - (double)c1 > w0 * x - (double)(s - c1); /* strict: dataset 0 wins ties */
+        ds[s] = (int16_t)b;
+        smp[s] = b ? c1 : s - c1;
+        c1 += b;
+    }
+}
+
+/* A few datasets: the errors, their maximum, then the first dataset holding it. */
+static void blend_scan(const double *w, int64_t k, int megatron, int64_t n, int16_t *ds, int64_t *smp, double *c,
+                       double *e) {
+    for (int64_t s = 0; s < n; s++) {
+        double x = BLEND_X(s, megatron);
+        for (int64_t i = 0; i < k; i++)
+            e[i] = w[i] * x - c[i];
+        double m = e[0];
+        for (int64_t i = 1; i < k; i++)
+            m = e[i] > m ? e[i] : m; /* errors are never NaN */
+        int64_t b = 0;
+        while (e[b] != m)
+            b++;
+        ds[s] = (int16_t)b;
+        smp[s] = (int64_t)c[b];
+        c[b] += 1.0;
+    }
+}
+
+/* More: one pass, a strict '>' scan compiled to conditional moves (no mispredicted branch per dataset). */
+static void blend_cmov(const double *w, int64_t k, int megatron, int64_t n, int16_t *ds, int64_t *smp, double *c) {
+    for (int64_t s = 0; s < n; s++) {
+        double x = BLEND_X(s, megatron), best_err = w[0] * x - c[0];
+        int64_t b = 0;
+        for (int64_t i = 1; i < k; i++) {
+            double err = w[i] * x - c[i];
+            int more = err > best_err;
+            b = more ? i : b;
+            best_err = more ? err : best_err;
+        }
+        ds[s] = (int16_t)b;
+        smp[s] = (int64_t)c[b];
+        c[b] += 1.0;
+    }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define BLEND_AVX2 1
+/* Many, with AVX2: k padded to kp (a multiple of 16) with weight 0 and count 1e300, never the maximum. Four
+ * running maxima of four lanes; the first dataset equal to the maximum from comparison masks, 64 at a time. */
+__attribute__((target("avx2"))) static void blend_avx2(const double *w, int64_t kp, int megatron, int64_t n,
+                                                         int16_t *ds, int64_t *smp, double *c, double *e) {
+    static const double one[16] __attribute__((aligned(32))) = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1};
+    for (int64_t s = 0; s < n; s++) {
+        __m256d xv = _mm256_set1_pd(BLEND_X(s, megatron)), m[4];
+        for (int j = 0; j < 4; j++)
+            m[j] = _mm256_set1_pd(-INFINITY);
+        for (int64_t i = 0; i < kp; i += 16) {
+            for (int j = 0; j < 4; j++) {
+                int64_t at = i + 4 * j;
+                __m256d err = _mm256_sub_pd(_mm256_mul_pd(_mm256_load_pd(w + at), xv), _mm256_load_pd(c + at));
+                _mm256_store_pd(e + at, err);
+                m[j] = _mm256_max_pd(m[j], err);
+            }
+        }
+        __m256d m4 = _mm256_max_pd(_mm256_max_pd(m[0], m[1]), _mm256_max_pd(m[2], m[3]));
+        __m128d h = _mm_max_pd(_mm256_castpd256_pd128(m4), _mm256_extractf128_pd(m4, 1));
+        __m256d mv = _mm256_broadcastsd_pd(_mm_max_sd(h, _mm_unpackhi_pd(h, h)));
+        int64_t b = 0;
+        for (int64_t i = 0;; i += 64) {
+            uint64_t mask = 0;
+            int64_t top = kp - i < 64 ? kp - i : 64;
+            for (int64_t j = 0; j < top; j += 4)
+                mask |= (uint64_t)_mm256_movemask_pd(_mm256_cmp_pd(_mm256_load_pd(e + i + j), mv, _CMP_EQ_OQ)) << j;
+            if (mask) {
+                b = i + __builtin_ctzll(mask);
+                break;
+            }
+        }
+        int64_t base = b & ~(int64_t)3; /* counts updated as a vector: the next loads forward from this store */
+        __m256d cv = _mm256_load_pd(c + base);
+        ds[s] = (int16_t)b;
+        smp[s] = (int64_t)c[b];
+        _mm256_store_pd(c + base, _mm256_add_pd(cv, _mm256_load_pd(one + 4 * (b - base))));
+    }
+}
+#endif
+
+static PyObject *blend(PyObject *self, PyObject *args) {
+    Py_buffer weights, dataset, sample;
+    int megatron, portable = 0;
+    if (!PyArg_ParseTuple(args, "y*pw*w*|p", &weights, &megatron, &dataset, &sample, &portable))
+        return NULL;
+    PyObject *result = NULL;
+    double *work = NULL;
+    int64_t k = weights.len / 8, n = dataset.len / 2;
+    if (k < 1 || k > 32767 || weights.len != k * 8 || dataset.len != n * 2 || sample.len != n * 8 ||
+        n > ((int64_t)1 << 53)) {
+        PyErr_SetString(PyExc_ValueError, "blend: 1 to 32767 float64 weights, int16 and int64 outputs of one size");
+        goto done;
+    }
+    const double *w = weights.buf;
+    int16_t *ds = dataset.buf;
+    int64_t *smp = sample.buf;
+    int64_t kp = (k + 15) & ~(int64_t)15;
+    int wide = 0;
+#ifdef BLEND_AVX2
+    wide = k >= BLEND_WIDE && !portable && __builtin_cpu_supports("avx2");
+#endif
+    if (k > 2) { /* three padded arrays of kp doubles, 32-byte aligned: weights, counts, errors */
+        work = PyMem_Calloc((size_t)(3 * kp + 4), sizeof(double));
+        if (!work) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    if (k == 1) {
+        for (int64_t s = 0; s < n; s++) {
+            ds[s] = 0;
+            smp[s] = s;
+        }
+    } else if (k == 2) {
+        blend_two(w, megatron, n, ds, smp);
+    } else {
+        double *ww = (double *)(((uintptr_t)work + 31) & ~(uintptr_t)31), *c = ww + kp, *e = c + kp;
+        memcpy(ww, w, (size_t)k * sizeof(double));
+        if (wide) {
+#ifdef BLEND_AVX2
+            for (int64_t i = k; i < kp; i++)
+                c[i] = 1e300;
+            blend_avx2(ww, kp, megatron, n, ds, smp, c, e);
+#endif
+        } else if (k < BLEND_CMOV) {
+            blend_scan(ww, k, megatron, n, ds, smp, c, e);
+        } else {
+            blend_cmov(ww, k, megatron, n, ds, smp, c);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyMem_Free(work);
+    PyBuffer_Release(&weights); PyBuffer_Release(&dataset); PyBuffer_Release(&sample);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"blend", blend, METH_VARARGS, "Megatron's greedy blend: dataset and sample indices written in place."},
     {"fence", fence, METH_NOARGS, "A full memory barrier."},
     {"fill_rows", fill_rows, METH_VARARGS, "Padded rows of prefix + tokens from a token space."},
     {"pieces", pieces, METH_VARARGS, "Pieces of a token space written at flat offsets of an int64 array."},

@@ -23,32 +23,70 @@ import re
 import numpy as np
 
 from .fileio import atomic_open, atomic_write
+from .gather import KERNEL
 
 
 def blending_indices(weights, size: int, megatron: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(dataset index int16[size], sample index within that dataset int64[size]), Megatron's greedy blend
-    (``megatron=False``: the same greedy aimed at ``w * (s + 1)``)."""
+    (``megatron=False``: the same greedy aimed at ``w * (s + 1)``).
+
+    The compiled kernel (``_gather.c``'s ``blend``) blends 100M samples in 0.5 s over two datasets and 5 s over
+    50, 2 to 5 times faster than Megatron's loop compiled alike (``benchmarks/bench_blending.py``); without it
+    (or with ``BABELFEED_KERNEL=0``) the numpy fallback gives the same arrays, slower (``_blend_fallback``)."""
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 1 or not len(w) or (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
         raise ValueError(f"weights must be a non-empty list of finite non-negative numbers, got {list(weights)}")
     if len(w) > np.iinfo(np.int16).max:
         raise ValueError(f"at most {np.iinfo(np.int16).max} datasets can be blended, got {len(w)}")
-    w = (w / w.sum()).tolist()
-    k = len(w)
-    counts = [0] * k
+    w = np.ascontiguousarray(w / w.sum())  # Megatron normalises the same way, in float64
     dataset = np.empty(size, dtype=np.int16)
     sample = np.empty(size, dtype=np.int64)
-    for s in range(size):
-        x = (s if s > 1 else 1.0) if megatron else s + 1.0  # Megatron: max(s, 1), steps 0 and 1 both target 1
-        best, best_err = 0, w[0] * x - counts[0]
-        for i in range(1, k):
-            err = w[i] * x - counts[i]
-            if err > best_err:  # strict: the lowest index wins ties
-                best, best_err = i, err
-        dataset[s] = best
-        sample[s] = counts[best]
-        counts[best] += 1
+    if KERNEL is not None:
+        KERNEL.blend(w, bool(megatron), dataset, sample)
+    else:
+        _blend_fallback(w, int(size), bool(megatron), dataset, sample)
     return dataset, sample
+
+
+def _blend_fallback(w: np.ndarray, size: int, megatron: bool, dataset: np.ndarray, sample: np.ndarray) -> None:
+    """The greedy in Python, every error the same float64 expression as helpers.cpp's. The choices are made
+    in blocks of a Python list (one dataset: none at all); the sample indices are derived afterwards: a
+    stable sort by dataset numbers each dataset's positions 0, 1, 2, ... Two datasets compare two errors
+    inline, a few are scanned in Python, many (from 18, where that costs more than three numpy calls) take
+    ``argmax`` of the error vector. 100M samples: about 30 s over two datasets, 4 minutes over 50."""
+    k = len(w)
+    if k == 1 or size == 0:
+        dataset[:] = 0
+        sample[:] = np.arange(size)
+        return
+    wl = w.tolist()
+    counts = [0] * k
+    block = 1 << 16
+    err = np.empty(k)
+    cnt = np.zeros(k)
+    for lo in range(0, size, block):
+        chosen = []
+        append = chosen.append
+        for s in range(lo, min(size, lo + block)):
+            x = (s if s > 1 else 1.0) if megatron else s + 1.0  # Megatron: max(s, 1), steps 0 and 1 target 1
+            if k == 2:
+                best = 1 if wl[1] * x - counts[1] > wl[0] * x - counts[0] else 0
+            elif k < 18:  # measured: a Python scan costs less than three numpy calls up to ~18 datasets
+                best, best_err = 0, wl[0] * x - counts[0]
+                for i in range(1, k):
+                    err_i = wl[i] * x - counts[i]
+                    if err_i > best_err:  # strict: the lowest index wins ties
+                        best, best_err = i, err_i
+            else:
+                np.subtract(np.multiply(w, x, out=err), cnt, out=err)
+                best = int(err.argmax())  # the first of equal maxima, as the strict scan; no error is NaN
+                cnt[best] += 1.0
+            counts[best] += 1
+            append(best)
+        dataset[lo:lo + len(chosen)] = chosen
+    per = np.bincount(dataset, minlength=k)
+    starts = np.cumsum(per) - per
+    sample[np.argsort(dataset, kind="stable")] = np.arange(size) - np.repeat(starts, per)
 
 
 def parse_data_path(spec) -> list[tuple[float, str]]:

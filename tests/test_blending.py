@@ -99,3 +99,78 @@ def test_cache_hits_rebuilds_and_never_goes_stale(tmp_path):
     cache.get("blend", desc, build(10))
     assert calls == [10, 12, 10, 10]
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
+
+
+def _helpers_cpp_blend(weights, size, megatron=True):
+    """A literal transcription of build_blending_indices' loop (megatron/core/datasets/helpers.cpp, reference
+    §6.1), with the normalisation of blended_megatron_dataset_builder; ``megatron=False`` aims at s + 1."""
+    w = np.array(weights, dtype=np.float64)
+    w = (w / np.sum(w)).tolist()
+    current = [0] * len(w)
+    dataset, sample = [], []
+    for s in range(size):
+        x = max(float(s), 1.0) if megatron else float(s + 1)
+        best, best_error = 0, w[0] * x - float(current[0])
+        for i in range(1, len(w)):
+            error = w[i] * x - float(current[i])
+            if error > best_error:
+                best, best_error = i, error
+        dataset.append(best)
+        sample.append(current[best])
+        current[best] += 1
+    return np.array(dataset, dtype=np.int16), np.array(sample, dtype=np.int64)
+
+
+def _both_paths(weights, size, megatron, monkeypatch):
+    """[kernel result, kernel result without AVX2 (where the kernel is built), numpy fallback result]."""
+    import loader.blending as blending
+
+    out = []
+    if blending.KERNEL is not None:
+        out.append(blending_indices(weights, size, megatron=megatron))
+        w = np.asarray(weights, dtype=np.float64)  # the kernel's paths without AVX2 too
+        portable = np.empty(size, np.int16), np.empty(size, np.int64)
+        blending.KERNEL.blend(w / w.sum(), megatron, *portable, True)
+        out.append(portable)
+    monkeypatch.setattr(blending, "KERNEL", None)
+    return out + [blending_indices(weights, size, megatron=megatron)]
+
+
+_weight = st.one_of(st.floats(0, 10), st.sampled_from([0.0, 1.0, 1e-300, 1e-12, 1e12, 1e300, 0.1, 1 / 3]))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(st.lists(_weight, min_size=1, max_size=60), st.lists(st.just(1.0), min_size=1, max_size=60),
+                 st.integers(1, 60).map(lambda k: [0.1] * k)),
+       st.one_of(st.sampled_from([0, 1, 2, 3]), st.integers(0, 2000)), st.booleans())
+def test_blend_matches_helpers_cpp_loop(weights, size, megatron):
+    """Kernel and numpy fallback: bit-identical to the helpers.cpp loop (ties like [1, 1, 1], zero, tiny and
+    huge weights, the max(s, 1) quirk at s = 0 and 1, 1 to 60 datasets)."""
+    if sum(weights) <= 0 or not np.isfinite(np.sum(np.array(weights))):
+        return
+    from _pytest.monkeypatch import MonkeyPatch
+
+    expect = _helpers_cpp_blend(weights, size, megatron)
+    with MonkeyPatch.context() as mp:
+        for got in _both_paths(weights, size, megatron, mp):
+            assert got[0].dtype == np.int16 and got[1].dtype == np.int64
+            assert got[0].tolist() == expect[0].tolist() and got[1].tolist() == expect[1].tolist()
+
+
+@pytest.mark.parametrize("weights", [[0.3, 0.7], [1, 1, 1], [0, 1], [5, 0, 1e-9, 3], [1, 2, 3, 0, 4, 1, 1, 2, .5],
+                                     list(np.arange(1, 51) ** 1.5), [1.0] * 60])
+@pytest.mark.parametrize("megatron", [True, False])
+def test_blend_matches_helpers_cpp_loop_at_1e5(weights, megatron, monkeypatch):
+    expect = _helpers_cpp_blend(weights, 100_000, megatron)
+    for got in _both_paths(weights, 100_000, megatron, monkeypatch):
+        assert np.array_equal(got[0], expect[0]) and np.array_equal(got[1], expect[1])
+
+
+def test_blend_kernel_is_built_here():
+    """The compiled blend is present wherever the gather kernel is (it lives in the same extension)."""
+    import loader.blending as blending
+    from loader import gather
+
+    assert (blending.KERNEL is None) == (gather.KERNEL is None)
+    if gather.KERNEL is not None:
+        assert hasattr(gather.KERNEL, "blend")
