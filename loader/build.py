@@ -275,13 +275,9 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
     return build_train_iterator(config, rank=rank, world_size=world_size, epoch=epoch, split=split or "batches")
 
 
-def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1,
-                         split: str = "batches") -> BatchIterator:
-    """The training iterator of ``config`` for one rank (raises ValueError on invalid settings).
-
-    ``split="batches"``: one whole batch per rank and step (torch DDP). ``split="rows"``: every rank takes its
-    rows of each global batch (JAX global arrays; see ``loader.adapters.jax``)."""
-    check_rank(rank, world_size)
+def train_sources(config, world_size: int = 1, split: str = "batches") -> tuple[SourceSet, object, PlanOptions]:
+    """The training data and plan options of ``config``, with every check a training run makes before planning
+    (the ``plan`` command goes through here too, so it refuses what training refuses)."""
     check_translation_config(config)
     sources, dictionary = _sources(config, config.data.train_split, config.data.shards)
     sources.check_limits(config.filter.max_source_positions, config.filter.max_target_positions)
@@ -290,7 +286,17 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
         raise ValueError(f"batching.pack places sources as stored, without transforms, but {noised[:5]} have "
                          f"source noise (data.noise, data.noise_by_task or a denoise task): leave batching.pack "
                          f"empty for them")
-    opts = train_plan_options(config, sources.tasks, world_size, split)
+    return sources, dictionary, train_plan_options(config, sources.tasks, world_size, split)
+
+
+def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1,
+                         split: str = "batches") -> BatchIterator:
+    """The training iterator of ``config`` for one rank (raises ValueError on invalid settings).
+
+    ``split="batches"``: one whole batch per rank and step (torch DDP). ``split="rows"``: every rank takes its
+    rows of each global batch (JAX global arrays; see ``loader.adapters.jax``)."""
+    check_rank(rank, world_size)
+    sources, dictionary, opts = train_sources(config, world_size, split)
     planner = EpochPlanner(sources, opts)
     plan = shape_plan(config, planner)
     if plan is not None:

@@ -34,7 +34,7 @@ def _epoch_summary(planner) -> tuple[Counter, int, float, int]:
 
 
 def plan_report(config, num_shapes: int | None = None) -> str:
-    from .build import _sources, mixture_lengths, shape_plan
+    from .build import mixture_lengths, shape_plan
     from .checks import at_least, check_translation_config
     from .plan import EpochPlanner
 
@@ -45,10 +45,9 @@ def plan_report(config, num_shapes: int | None = None) -> str:
         config.batching.shapes = ""
     if config.batching.num_shapes <= 0 and not str(config.batching.shapes).strip():
         config.batching.num_shapes = 8
-    from .build import train_plan_options
+    from .build import train_sources
 
-    sources, _ = _sources(config, config.data.train_split, config.data.shards)
-    opts = train_plan_options(config)
+    sources, _, opts = train_sources(config)
     dynamic = EpochPlanner(sources, opts)
     plan = shape_plan(config, dynamic)
     static = EpochPlanner(sources, dataclasses.replace(opts, shapes=tuple(plan.shapes)))

@@ -226,3 +226,11 @@ def test_binarize_refuses_a_file_that_is_no_model_before_it_replaces_the_data_bi
     fails(capsys, ["binarize", str(raw), "-o", str(out), "--spm", str(tmp_path / "junk"), "--no-progress"],
           "--spm", "junk", "not a SentencePiece model")
     assert (out / "spm.model").read_bytes() == model
+
+
+def test_plan_refuses_what_training_refuses(data, capsys):
+    fails(capsys, ["plan", NLLB, f"--config.data.path={data}", "--config.filter.max_source_positions=2"],
+          "filter.max_source_positions=2", "filters out every sample")
+    fails(capsys, ["plan", NLLB, f"--config.data.path={data}", "--config.mixing.schedule.boundaries=5",
+                   "--config.mixing.schedule.weights=aaa-bbb:1,aaa-ccc:1,aaa-ddd:1|aaa-bbb:0,aaa-ccc:1,aaa-ddd:1"],
+          "shards")
