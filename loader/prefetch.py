@@ -4,13 +4,25 @@ Framework-neutral: the JAX and torch adapters pass their conversion (global arra
 ``get_state()`` is the wrapped iterator's state after the last batch handed out (not the read-ahead), and
 ``set_state`` drops the read-ahead and restarts from there. Errors raised by the loader surface in the
 consuming thread. When the wrapped iterator finishes an epoch, StopIteration is raised once and the next
-call starts the next epoch.
+call starts the next epoch (its thread starts then, not at the end of the epoch: a script that runs one epoch
+and exits leaves no thread inside a framework's transfer). Threads still running at interpreter exit are
+stopped and joined first, so exiting never kills one in the middle of a device transfer.
 """
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import weakref
+
+_live: "weakref.WeakSet[Prefetcher]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for prefetcher in list(_live):
+        prefetcher.close()
 
 
 class Prefetcher:
@@ -28,6 +40,8 @@ class Prefetcher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
+        self._dropped = False
+        _live.add(self)
 
     def _run(self) -> None:
         try:
@@ -50,9 +64,15 @@ class Prefetcher:
         return self
 
     def __next__(self):
+        if self._thread is None:
+            if self._dropped and self._state is not None:  # closed with batches read ahead: back to the last one
+                self.iterator.set_state(self._state)
+            self._start()  # the next epoch, or after close()
         item, state = self._queue.get()
         if item is self._DONE:
-            self._start()  # the next epoch
+            self._thread.join()
+            self._thread = None
+            _live.discard(self)
             raise StopIteration
         if isinstance(item, BaseException):
             raise item
@@ -73,6 +93,10 @@ class Prefetcher:
         self._start()
 
     def close(self) -> None:
+        """Stop the read-ahead thread (the position stays: the next call resumes after the last batch)."""
+        _live.discard(self)
+        if self._thread is None:
+            return
         self._stop.set()
         while self._thread.is_alive():
             try:
@@ -80,3 +104,5 @@ class Prefetcher:
             except queue.Empty:
                 pass
         self._thread.join()
+        self._thread = None
+        self._dropped = True

@@ -30,7 +30,7 @@ for name, shape, axes in (("data8", (8,), ("data",)), ("data4_model2", (4, 2), (
     reference = loader.build_train_iterator(cfg, split="rows")  # the numpy global batches
     batches = jax_adapter.global_batches(cfg, mesh, data_axes=axes, prefetch=2)
     n = checked = 0
-    for want, got in zip(reference, batches):
+    for want, got in zip(reference, batches, strict=True):
         src = got["net_input"]["src_tokens"]
         assert isinstance(src, jax.Array) and src.shape == want["net_input"]["src_tokens"].shape
         assert np.array_equal(np.asarray(src), want["net_input"]["src_tokens"])
@@ -50,7 +50,7 @@ dyn = config_for(sys.argv[2])
 mesh = Mesh(np.array(jax.devices()), ("data",))
 reference = loader.build_train_iterator(dyn, split="rows")
 n = odd = 0
-for want, got in zip(reference, jax_adapter.global_batches(dyn, mesh, prefetch=2)):
+for want, got in zip(reference, jax_adapter.global_batches(dyn, mesh, prefetch=2), strict=True):
     rows = got["net_input"]["src_tokens"].shape[0]
     real = int((want["weight"] > 0).sum())
     assert rows % 8 == 0 and rows >= real

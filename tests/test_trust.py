@@ -501,3 +501,19 @@ def test_an_empty_epoch_is_refused_at_build(data):
     with pytest.raises(ValueError, match=r"the epoch would hold no sample \(mixing.virtual_size='fairseq', "
                                          r"mixing.max_scale_up=1e-300\)"):
         loader.build_train_iterator(config_for(data, mixing__max_scale_up=1e-300))
+
+
+# ----------------------------------------------------------------------------------------- prefetcher
+def test_the_prefetcher_holds_no_thread_between_epochs_and_close_keeps_the_position(data):
+    from loader.prefetch import Prefetcher, _live
+
+    it = loader.build_train_iterator(config_for(data))
+    want = [b["id"].tolist() for b in it] + [b["id"].tolist() for b in it]  # epochs 1 and 2
+    p = Prefetcher(loader.build_train_iterator(config_for(data)), lambda b: b["id"].tolist(), depth=3)
+    got = [next(p) for _ in range(5)]
+    p.close()  # drops the read-ahead; the next call continues after the 5th batch
+    assert p._thread is None and p not in _live
+    got += list(p)
+    assert p._thread is None and p not in _live  # the epoch ended: nothing runs until the next call
+    got += list(p)
+    assert got == want
