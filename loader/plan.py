@@ -128,7 +128,6 @@ class EpochPlanner(StreamPlanning):
         self._filtered: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> too-long per direction
         self._masked: dict[int, dict[int, int]] = {}  # epoch -> window -> rows added to fill static shapes
         self._starts: dict[int, tuple[np.ndarray, int]] = {1: (np.zeros(len(sources.keys), np.int64), 0)}
-        self._check_schedule()
         if opts.schedule is not None and len(opts.schedule.weights[0]) != len(sources.tasks):
             raise ValueError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
                              f"are {len(sources.tasks)} tasks {sources.tasks}")
@@ -142,6 +141,7 @@ class EpochPlanner(StreamPlanning):
             if missing or extra:
                 raise ValueError(f"mixing.weights must name exactly the directions used; missing {missing}, "
                                  f"unknown {extra}")
+        self._check_schedule()
 
     @property
     def keys(self) -> list[str]:
