@@ -1,9 +1,10 @@
-"""The optional compiled gather kernel (loader/_gather.c); everything else is in pyproject.toml.
+"""The optional compiled kernels (loader/_gather.c, loader/_plan.c); everything else is in pyproject.toml.
 
-``optional=True``: where no C compiler is available the install goes on without it, and babelfeed gathers with
-numpy (the same batches, slower).
+``optional=True``: where no C compiler is available the install goes on without them, and babelfeed gathers
+and plans with numpy (the same batches, slower).
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("loader._gather", ["loader/_gather.c"], optional=True, extra_compile_args=["-O3"])])
+setup(ext_modules=[Extension("loader._gather", ["loader/_gather.c"], optional=True, extra_compile_args=["-O3"]),
+                   Extension("loader._plan", ["loader/_plan.c"], optional=True, extra_compile_args=["-O3"])])
