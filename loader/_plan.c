@@ -93,9 +93,20 @@ static inline uint64_t feistel64(uint64_t x, int half, uint64_t mask, const uint
     return (l << half) | r;
 }
 
+/* Where the compiler can, the block loop is built twice, with AVX2 (8 lanes of 32-bit multiplies) and without,
+ * and the loader picks the one the CPU runs. */
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define WIDE_SIMD __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef WIDE_SIMD
+#define WIDE_SIMD
+#endif
+
 /* out[i] = pi(x[i]) for m <= BLOCK values in [0, n): one vectorisable pass, then the values that left the domain
  * walk again, compacted, until every one is inside (permute.permute's cycle-walk, element by element). */
-static void perm_block(const perm_t *p, const uint64_t *x, uint64_t *out, int64_t m) {
+WIDE_SIMD static void perm_block(const perm_t *p, const uint64_t *x, uint64_t *out, int64_t m) {
     if (p->trivial) {
         memset(out, 0, (size_t)m * sizeof(uint64_t));
         return;
@@ -105,29 +116,27 @@ static void perm_block(const perm_t *p, const uint64_t *x, uint64_t *out, int64_
     int64_t nb = 0;
     const uint64_t n = p->n;
     if (p->narrow) {
-        uint32_t v[BLOCK];
+        uint32_t v[BLOCK], w[BLOCK];
         const int half = p->half;
-        const uint32_t mask = p->mask32;
+        const uint32_t mask = p->mask32, k0 = p->k32[0], k1 = p->k32[1], k2 = p->k32[2], k3 = p->k32[3];
+        const uint32_t keys[4] = {k0, k1, k2, k3};
         for (int64_t i = 0; i < m; i++)
-            v[i] = feistel32((uint32_t)x[i], half, mask, p->k32);
+            v[i] = feistel32((uint32_t)x[i], half, mask, keys);
         for (int64_t i = 0; i < m; i++) {
             out[i] = v[i];
-            if (v[i] >= n) {
-                vals[nb] = v[i];
-                at[nb++] = (int32_t)i;
-            }
+            w[nb] = v[i];
+            at[nb] = (int32_t)i;
+            nb += v[i] >= n;
         }
         while (nb) {
             for (int64_t j = 0; j < nb; j++)
-                v[j] = feistel32((uint32_t)vals[j], half, mask, p->k32);
+                w[j] = feistel32(w[j], half, mask, keys);
             int64_t k = 0;
             for (int64_t j = 0; j < nb; j++) {
-                if (v[j] >= n) {
-                    vals[k] = v[j];
-                    at[k++] = at[j];
-                } else {
-                    out[at[j]] = v[j];
-                }
+                out[at[j]] = w[j];
+                w[k] = w[j];
+                at[k] = at[j];
+                k += w[j] >= n;
             }
             nb = k;
         }
