@@ -1,6 +1,6 @@
 /* babelfeed's optional planning kernel: the integer loops of planning a window, compiled.
  *
- * Three functions, each the same integers as its numpy path (plan_kernel.py says which):
+ * Four functions, each the same integers as its numpy path (plan_kernel.py says which):
  *   stratified(pos, which, table, okeys, ekeys, out)  rows of stratified draws (mixing.StratifiedDraw.rows,
  *                                                     mixing.stratified_rows; permute.permute is the case
  *                                                     n = count = full): 4-round Feistel networks with
@@ -9,6 +9,8 @@
  *                                                     one LSD radix sort of (cost, src, random key, index)
  *                                                     packed into 64 bits
  *   batch_ends(cost, max_tokens, cap, multiple, out)  batching.batch_sorted's greedy token-budget cut
+ *   take_lengths(src, tgt, rows, plens, pairs)        sources.Component.lengths, both sides in one prefetched
+ *                                                     pass
  *
  * Arrays come through the buffer protocol (int64 unless said otherwise); outputs are written into arrays the
  * caller allocated. The loops run without the GIL. Built by setup.py as an optional extension; when it is
@@ -400,7 +402,96 @@ static PyObject *batch_ends(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(nb);
 }
 
+/* ------------------------------------------------------------------------------------------- lengths */
+static int load_size(const char *base, char code, int64_t r, int64_t *v) {
+    switch (code) {
+    case 'H': *v = ((const uint16_t *)base)[r]; return 1;
+    case 'h': *v = ((const int16_t *)base)[r]; return 1;
+    case 'i': *v = ((const int32_t *)base)[r]; return 1;
+    case 'I': *v = ((const uint32_t *)base)[r]; return 1;
+    case 'q': case 'l': *v = ((const int64_t *)base)[r]; return 1;
+    }
+    return 0;
+}
+
+static int known_code(char code) { return code && strchr("HhiIql", code) != NULL; }
+
+static char code_of(const Py_buffer *b) {
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@')
+        f++;
+    return f[1] ? 0 : *f;
+}
+
+/* take_lengths(src_sizes, tgt_sizes, rows, src_plen, tgt_plen, pairs) -> bool
+ *
+ * pairs[i, 2] = src_sizes[rows[i]] + src_plen and, with tgt_sizes, pairs[i, 3] = tgt_sizes[rows[i]] + tgt_plen,
+ * as int32 (pairs: an int32 [n, >= 4] view, any strides): Component.lengths in one pass whose random reads of
+ * the two size arrays are prefetched a few rows ahead. False (numpy answers) for a row outside the sizes or a
+ * size dtype it does not read. */
+#define AHEAD 16
+static PyObject *take_lengths(PyObject *self, PyObject *args) {
+    PyObject *src_obj, *tgt_obj, *rows_obj, *pairs_obj;
+    long long splen, tplen;
+    if (!PyArg_ParseTuple(args, "OOOLLO", &src_obj, &tgt_obj, &rows_obj, &splen, &tplen, &pairs_obj))
+        return NULL;
+    Py_buffer sz = {0}, tz = {0}, rows = {0}, pairs = {0};
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(src_obj, &sz, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
+        (tgt_obj != Py_None && PyObject_GetBuffer(tgt_obj, &tz, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) ||
+        PyObject_GetBuffer(rows_obj, &rows, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
+        PyObject_GetBuffer(pairs_obj, &pairs, PyBUF_RECORDS) < 0)
+        goto done;
+    char sc = code_of(&sz), tc = tz.obj ? code_of(&tz) : 'H', rc = code_of(&rows);
+    int64_t n = rows.len / 8;
+    if (!known_code(sc) || !known_code(tc) || (rc != 'q' && rc != 'l') ||
+        rows.itemsize != 8 || pairs.ndim != 2 || pairs.itemsize != 4 || code_of(&pairs) != 'i' ||
+        pairs.shape[0] != n || pairs.shape[1] < 4) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    const int64_t *rw = rows.buf, slen = sz.len / sz.itemsize, tlen = tz.obj ? tz.len / tz.itemsize : 0;
+    const char *sb = sz.buf, *tb = tz.obj ? tz.buf : NULL;
+    char *pb = pairs.buf;
+    const Py_ssize_t s0 = pairs.strides[0], s1 = pairs.strides[1];
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < n; i++) {
+        if (i + AHEAD < n) {
+            int64_t ra = rw[i + AHEAD];
+            if (ra >= 0 && ra < slen)
+                __builtin_prefetch(sb + ra * sz.itemsize);
+            if (tb && ra >= 0 && ra < tlen)
+                __builtin_prefetch(tb + ra * tz.itemsize);
+        }
+        int64_t r = rw[i], v = 0;
+        if (r < 0 || r >= slen || (tb && r >= tlen)) {
+            ok = 0;
+            break;
+        }
+        load_size(sb, sc, r, &v);
+        *(int32_t *)(pb + i * s0 + 2 * s1) = (int32_t)(v + splen);
+        if (tb) {
+            load_size(tb, tc, r, &v);
+            *(int32_t *)(pb + i * s0 + 3 * s1) = (int32_t)(v + tplen);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(ok ? Py_True : Py_False);
+done:
+    if (sz.obj)
+        PyBuffer_Release(&sz);
+    if (tz.obj)
+        PyBuffer_Release(&tz);
+    if (rows.obj)
+        PyBuffer_Release(&rows);
+    if (pairs.obj)
+        PyBuffer_Release(&pairs);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"take_lengths", take_lengths, METH_VARARGS, "Sample lengths of rows into the planner's int32 pairs."},
     {"stratified", stratified, METH_VARARGS, "Rows of stratified draws (keyed Feistel permutations)."},
     {"length_order", length_order, METH_VARARGS, "Order by (max(src, tgt), src, random key, index)."},
     {"batch_ends", batch_ends, METH_VARARGS, "Greedy token-budget batch ends over non-decreasing costs."},

@@ -69,3 +69,13 @@ def batch_ends(cost, max_tokens: int, cap: int, multiple: int) -> np.ndarray | N
     out = np.empty(len(cost), dtype=np.int64)
     nb = kernel.batch_ends(cost, int(max_tokens), int(cap), int(multiple), out)
     return None if nb < 0 else out[:nb].copy()
+
+
+def take_lengths(src_sizes, tgt_sizes, rows, src_plen: int, tgt_plen: int, pairs: np.ndarray) -> bool:
+    """``sources.Component.lengths``: ``pairs[:, 2]`` (and ``[:, 3]`` with ``tgt_sizes``) = sizes of ``rows`` plus
+    the prefix lengths, as int32. False where the numpy path must answer (no kernel, or rows it does not take)."""
+    kernel = KERNEL
+    if kernel is None or not (pairs.dtype == np.int32 and pairs.ndim == 2):
+        return False
+    return kernel.take_lengths(src_sizes, tgt_sizes, np.ascontiguousarray(rows, dtype=np.int64), int(src_plen),
+                               int(tgt_plen), pairs)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import plan_kernel
 from .corpus import ShardedCorpus
 from .dictionary import Dictionary
 from .gather import TokenSpaces
@@ -90,6 +91,10 @@ class Component:
 
     def lengths(self, rows, pairs: np.ndarray) -> None:
         """Write ``rows``' lengths (prefixes included) into int32 ``pairs[:, 2:4]`` (the planner's sample table)."""
+        tgt = self._sizes("tgt") if self.tgt is not None else None
+        tgt_plen = len(self.tgt_prefix) if tgt is not None else 0
+        if plan_kernel.take_lengths(self._sizes("src"), tgt, rows, len(self.src_prefix), tgt_plen, pairs):
+            return  # the compiled kernel: both sides in one pass, random reads prefetched
         pairs[:, 2] = self._sizes("src")[rows]
         pairs[:, 2] += len(self.src_prefix)
         if self.tgt is not None:

@@ -122,3 +122,21 @@ def test_batch_sorted_errors(cost, message):
                 batching.batch_sorted(np.array(cost), 20, None, 1)
         finally:
             plan_kernel.KERNEL = old
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([np.uint16, np.int32, np.uint32, np.int64]), st.booleans(), st.integers(1, 5000),
+       st.integers(0, 3), st.integers(0, 2), st.integers(0, 2**32))
+def test_take_lengths(dtype, with_tgt, n, splen, tplen, seed):
+    rng = np.random.default_rng(seed)
+    src, tgt = (rng.integers(0, 300, n).astype(dtype) for _ in range(2))
+    rows = rng.integers(0, n, int(rng.integers(0, 3000)))
+    got = np.zeros((len(rows), 3), np.int64)
+    pairs = got[:, :2].view(np.int32)
+    assert plan_kernel.take_lengths(src, tgt if with_tgt else None, rows, splen, tplen, pairs)
+    want = np.zeros_like(got)
+    want[:, :2].view(np.int32)[:, 2] = src[rows].astype(np.int64) + splen
+    if with_tgt:
+        want[:, :2].view(np.int32)[:, 3] = tgt[rows].astype(np.int64) + tplen
+    np.testing.assert_array_equal(got, want)
+    assert not plan_kernel.take_lengths(src, None, np.array([n]), 0, 0, np.zeros((1, 4), np.int32))  # numpy raises
