@@ -1,6 +1,6 @@
 /* babelfeed's optional planning kernel: the integer loops of planning a window, compiled.
  *
- * Four functions, each the same integers as its numpy path (plan_kernel.py says which):
+ * Five functions, each the same integers as its numpy path (plan_kernel.py says which):
  *   stratified(pos, which, table, okeys, ekeys, out)  rows of stratified draws (mixing.StratifiedDraw.rows,
  *                                                     mixing.stratified_rows; permute.permute is the case
  *                                                     n = count = full): 4-round Feistel networks with
@@ -11,6 +11,7 @@
  *   batch_ends(cost, max_tokens, cap, multiple, out)  batching.batch_sorted's greedy token-budget cut
  *   take_lengths(src, tgt, rows, plens, pairs)        sources.Component.lengths, both sides in one prefetched
  *                                                     pass
+ *   take_rows(src, idx, out)                          np.take(src, idx, axis=0), prefetched
  *
  * Arrays come through the buffer protocol (int64 unless said otherwise); outputs are written into arrays the
  * caller allocated. The loops run without the GIL. Built by setup.py as an optional extension; when it is
@@ -270,6 +271,7 @@ static PyObject *length_order(PyObject *self, PyObject *args) {
     PyObject *result = NULL;
     uint64_t *a = NULL, *b = NULL;
     int64_t *hist = NULL;
+    (void)a;
     if (tgt_obj != Py_None && PyObject_GetBuffer(tgt_obj, &tgt, PyBUF_SIMPLE) < 0)
         goto done;
     int64_t n = src.len / 8;
@@ -300,47 +302,64 @@ static PyObject *length_order(PyObject *self, PyObject *args) {
     }
     int passes = (kb + 11) / 12, d = (kb + passes - 1) / passes; /* digits of at most 12 bits */
     int64_t buckets = (int64_t)1 << d;
-    a = malloc((size_t)n * 8);
+    a = (uint64_t *)o; /* the output is one of the two buffers: half the fresh pages to fault in */
     b = malloc((size_t)n * 8);
-    hist = calloc((size_t)(passes * buckets), sizeof(int64_t));
-    if (!a || !b || !hist) {
+    hist = calloc((size_t)(4 * buckets), sizeof(int64_t));
+    if (!b || !hist) {
         PyErr_NoMemory();
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
     const uint64_t dmask = (uint64_t)buckets - 1;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t c = t && t[i] > s[i] ? t[i] : s[i];
-        uint64_t key = ((uint64_t)(uint16_t)c << (sb + 16)) | (t ? (uint64_t)(uint16_t)s[i] << 16 : 0) | rk[i];
-        a[i] = (key << ib) | (uint64_t)i;
-        for (int p = 0; p < passes; p++)
-            hist[p * buckets + ((key >> (p * d)) & dmask)]++;
+    const int cshift = sb + 16;
+    if (t) {
+        for (int64_t i = 0; i < n; i++) {
+            int64_t c = t[i] > s[i] ? t[i] : s[i];
+            uint64_t key = ((uint64_t)(uint16_t)c << cshift) | ((uint64_t)(uint16_t)s[i] << 16) | rk[i];
+            a[i] = (key << ib) | (uint64_t)i;
+        }
+    } else {
+        for (int64_t i = 0; i < n; i++)
+            a[i] = ((((uint64_t)(uint16_t)s[i] << 16) | rk[i]) << ib) | (uint64_t)i;
     }
     for (int p = 0; p < passes; p++) {
-        int64_t *h = hist + p * buckets, sum = 0;
+        /* the digit's histogram in four interleaved copies: runs of one digit (the length digits come in long
+         * runs) would otherwise wait on the previous increment of the same counter */
         int shift = ib + p * d, single = 0;
+        int64_t *h0 = hist, *h1 = hist + buckets, *h2 = hist + 2 * buckets, *h3 = hist + 3 * buckets;
+        memset(hist, 0, (size_t)(4 * buckets) * sizeof(int64_t));
+        int64_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+            h0[(a[i] >> shift) & dmask]++;
+            h1[(a[i + 1] >> shift) & dmask]++;
+            h2[(a[i + 2] >> shift) & dmask]++;
+            h3[(a[i + 3] >> shift) & dmask]++;
+        }
+        for (; i < n; i++)
+            h0[(a[i] >> shift) & dmask]++;
+        int64_t sum = 0;
         for (int64_t v = 0; v < buckets; v++) {
-            if (h[v] == n)
-                single = 1;
-            int64_t c = h[v];
-            h[v] = sum;
+            int64_t c = h0[v] + h1[v] + h2[v] + h3[v];
+            single |= c == n;
+            h0[v] = sum;
             sum += c;
         }
         if (single)
             continue; /* every key has the same digit here: the pass would not move anything */
-        for (int64_t i = 0; i < n; i++)
-            b[h[(a[i] >> shift) & dmask]++] = a[i];
+        for (i = 0; i < n; i++)
+            b[h0[(a[i] >> shift) & dmask]++] = a[i];
         uint64_t *tmp = a;
         a = b;
         b = tmp;
     }
     const uint64_t imask = ib ? (~0ULL >> (64 - ib)) : 0;
     for (int64_t i = 0; i < n; i++)
-        o[i] = (int64_t)(a[i] & imask);
+        o[i] = (int64_t)(a[i] & imask); /* in place when the last pass left the keys in the output */
+    if ((int64_t *)b == o)
+        b = a; /* free the malloc'd buffer, whichever the passes left it as */
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_True);
 done:
-    free(a);
     free(b);
     free(hist);
     PyBuffer_Release(&src);
@@ -490,7 +509,49 @@ done:
     return result;
 }
 
+/* take_rows(src, idx, out) -> bool
+ *
+ * out[i] = src[idx[i]] for C-contiguous 2-D arrays of the same row width (the planner's 24-byte sample rows):
+ * numpy's take, with the rows 16 ahead prefetched so that the random reads of a large window overlap. False
+ * (numpy answers) for an index outside [0, rows) or mismatched shapes. */
+static PyObject *take_rows(PyObject *self, PyObject *args) {
+    Py_buffer src, idx, out;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &src, &idx, &out))
+        return NULL;
+    int64_t n = idx.len / 8;
+    Py_ssize_t width = n ? out.len / n : 0;
+    int ok = width > 0 && out.len == n * width && src.len % width == 0;
+    if (n == 0)
+        ok = out.len == 0;
+    int64_t rows = ok && n ? src.len / width : 0;
+    const int64_t *ix = idx.buf;
+    const char *sb = src.buf;
+    char *ob = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; ok && i < n; i++) {
+        if (i + AHEAD < n) {
+            int64_t ra = ix[i + AHEAD];
+            if (ra >= 0 && ra < rows) {
+                __builtin_prefetch(sb + ra * width);
+                __builtin_prefetch(sb + ra * width + width - 1);
+            }
+        }
+        int64_t r = ix[i];
+        if (r < 0 || r >= rows) {
+            ok = 0;
+            break;
+        }
+        memcpy(ob + i * width, sb + r * width, (size_t)width);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&out);
+    return Py_NewRef(ok ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
+    {"take_rows", take_rows, METH_VARARGS, "Rows of a 2-D array at indices, prefetched."},
     {"take_lengths", take_lengths, METH_VARARGS, "Sample lengths of rows into the planner's int32 pairs."},
     {"stratified", stratified, METH_VARARGS, "Rows of stratified draws (keyed Feistel permutations)."},
     {"length_order", length_order, METH_VARARGS, "Order by (max(src, tgt), src, random key, index)."},

@@ -216,7 +216,7 @@ class EpochPlanner(StreamPlanning):
             return self._finish(setup, epoch, w, s, select, ends, served, filtered)
         too_long = (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)
         filtered = np.bincount(dirs[too_long], minlength=ndir).astype(np.int64)
-        keep = np.arange(len(rows))
+        keep = None  # every sample
         if too_long.any():
             if o.on_too_long == "raise":
                 i = int(np.flatnonzero(too_long)[0])
@@ -232,9 +232,10 @@ class EpochPlanner(StreamPlanning):
             order = length_order(src_len, tgt_len if self.sources.with_target else None, rng)
         else:  # validation: by (cost, src), ties in sample order; no randomness
             order = np.lexsort((src_len, np.maximum(src_len, tgt_len)))
-        select = keep[order]
+        select = order if keep is None else keep[order]
         s = s[select]  # one reorder of the per-sample rows; the lengths are read back from them in order
-        src_len, tgt_len = s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)
+        src_len, tgt_len = (s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)) if o.pack_shape or o.shapes \
+            else (s.src_len, s.tgt_len)  # dynamic batches read the int32 columns as they are
         sub = None
         if o.pack_shape:
             sub, ends, masked, packed = cutting.packed(src_len, tgt_len, o.pack_shape, self.rows_per_packed_batch(),

@@ -79,3 +79,13 @@ def take_lengths(src_sizes, tgt_sizes, rows, src_plen: int, tgt_plen: int, pairs
         return False
     return kernel.take_lengths(src_sizes, tgt_sizes, np.ascontiguousarray(rows, dtype=np.int64), int(src_plen),
                                int(tgt_plen), pairs)
+
+
+def take_rows(m: np.ndarray, idx) -> np.ndarray | None:
+    """``np.take(m, idx, axis=0)`` for a C-contiguous 2-D ``m``; None where numpy must answer."""
+    kernel = KERNEL
+    if kernel is None or m.ndim != 2 or not m.flags.c_contiguous or not isinstance(idx, np.ndarray) \
+            or idx.dtype != np.int64 or idx.ndim != 1:
+        return None
+    out = np.empty((len(idx), m.shape[1]), dtype=m.dtype)
+    return out if kernel.take_rows(m, np.ascontiguousarray(idx), out) else None

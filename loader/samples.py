@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import plan_kernel
+
 
 class Samples:
     """Per-sample facts of planned samples, one int64 row each (24 bytes), so that reordering a window or taking a
@@ -29,7 +31,9 @@ class Samples:
 
     def __getitem__(self, idx) -> "Samples":
         if isinstance(idx, np.ndarray) and idx.dtype.kind in "iu":  # np.take moves 24-byte rows ~3x faster
-            return Samples(np.take(self.m, idx, axis=0), None if self.addr is None else np.take(self.addr, idx, 0))
+            m = plan_kernel.take_rows(self.m, idx) if self.addr is None else None  # compiled: prefetched
+            return Samples(np.take(self.m, idx, axis=0) if m is None else m,
+                           None if self.addr is None else np.take(self.addr, idx, 0))
         return Samples(self.m[idx], None if self.addr is None else self.addr[idx])
 
     def concat(self, other: "Samples") -> "Samples":

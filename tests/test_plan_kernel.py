@@ -140,3 +140,14 @@ def test_take_lengths(dtype, with_tgt, n, splen, tplen, seed):
         want[:, :2].view(np.int32)[:, 3] = tgt[rows].astype(np.int64) + tplen
     np.testing.assert_array_equal(got, want)
     assert not plan_kernel.take_lengths(src, None, np.array([n]), 0, 0, np.zeros((1, 4), np.int32))  # numpy raises
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 3000), st.integers(1, 4), st.integers(0, 2**32))
+def test_take_rows(n, width, seed):
+    rng = np.random.default_rng(seed)
+    m = rng.integers(-2**62, 2**62, (n, width))
+    idx = rng.integers(0, max(n, 1), int(rng.integers(0, 4000))) if n else np.zeros(0, np.int64)
+    np.testing.assert_array_equal(plan_kernel.take_rows(m, idx), np.take(m, idx, axis=0))
+    if n:
+        assert plan_kernel.take_rows(m, np.array([n])) is None and plan_kernel.take_rows(m, np.array([-1])) is None
