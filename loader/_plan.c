@@ -256,6 +256,93 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------- order */
+/* Sort n unique uint64 values ascending by their 16 bits at ``shift`` (the bits below are already in order):
+ * insertion for a few, else two stable 8-bit counting passes through ``tmp``. */
+static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t *tmp) {
+    if (n < 2)
+        return;
+    if (n <= 32) {
+        for (int64_t i = 1; i < n; i++) {
+            uint64_t x = v[i];
+            int64_t j = i;
+            for (; j > 0 && v[j - 1] > x; j--)
+                v[j] = v[j - 1];
+            v[j] = x;
+        }
+        return;
+    }
+    int64_t h[2][256];
+    memset(h, 0, sizeof(h));
+    for (int64_t i = 0; i < n; i++) {
+        h[0][(v[i] >> shift) & 255]++;
+        h[1][(v[i] >> (shift + 8)) & 255]++;
+    }
+    for (int p = 0; p < 2; p++) {
+        int64_t sum = 0;
+        for (int k = 0; k < 256; k++) {
+            int64_t c = h[p][k];
+            h[p][k] = sum;
+            sum += c;
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        tmp[h[0][(v[i] >> shift) & 255]++] = v[i];
+    for (int64_t i = 0; i < n; i++)
+        v[h[1][(tmp[i] >> (shift + 8)) & 255]++] = tmp[i];
+}
+
+/* length_order for lengths of at most LENGTH_BITS bits of (cost, src) together: one counting pass by (cost, src)
+ * (stable: indices ascend within a bucket), then each bucket, small and in cache, sorted by (rkey, index). The
+ * same order as the LSD passes below, with one pass over memory at random instead of three. -1: no memory. */
+#define LENGTH_BITS 18
+static int bucket_order(const int64_t *s, const int64_t *t, const uint16_t *rk, int64_t n, int sb, int ib,
+                        int64_t *o) {
+    int64_t nb = (int64_t)1 << LENGTH_BITS;
+    int64_t *start = calloc((size_t)nb + 1, sizeof(int64_t));
+    uint32_t *ck = malloc((size_t)n * sizeof(uint32_t));
+    if (!start || !ck) {
+        free(start);
+        free(ck);
+        return -1;
+    }
+    uint64_t *v = (uint64_t *)o, *tmp = NULL;
+    int64_t big = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < n; i++) {
+        int64_t c = t && t[i] > s[i] ? t[i] : s[i];
+        ck[i] = ((uint32_t)(uint16_t)c << sb) | (t ? (uint32_t)(uint16_t)s[i] : 0);
+        start[ck[i] + 1]++;
+    }
+    for (int64_t k = 0; k < nb; k++) {
+        big = start[k + 1] > big ? start[k + 1] : big;
+        start[k + 1] += start[k];
+    }
+    for (int64_t i = 0; i < n; i++)
+        v[start[ck[i]]++] = ((uint64_t)rk[i] << ib) | (uint64_t)i;
+    Py_END_ALLOW_THREADS
+    tmp = malloc((size_t)(big ? big : 1) * sizeof(uint64_t));
+    if (!tmp) {
+        free(start);
+        free(ck);
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    int64_t lo = 0; /* start[k] is now the end of bucket k */
+    for (int64_t k = 0; k < nb; k++) {
+        int64_t hi = start[k];
+        sort_bucket(v + lo, hi - lo, ib, tmp);
+        lo = hi;
+    }
+    const uint64_t imask = ib ? (~0ULL >> (64 - ib)) : 0;
+    for (int64_t i = 0; i < n; i++)
+        o[i] = (int64_t)(v[i] & imask);
+    Py_END_ALLOW_THREADS
+    free(start);
+    free(ck);
+    free(tmp);
+    return 0;
+}
+
 /* length_order(src, tgt, rkey, out)
  *
  * The order of samples by (cost, src, rkey, index) ascending, cost = max(src, tgt) (src without tgt), each
@@ -296,7 +383,19 @@ static PyObject *length_order(PyObject *self, PyObject *args) {
     }
     int cb = bit_length(orc), sb = t ? bit_length(ors) : 0, ib = bit_length((uint64_t)(n - 1));
     int kb = cb + sb + 16;
-    if (maxc > 65535 || kb + ib > 64) {
+    if (maxc > 65535) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    if (cb + sb <= LENGTH_BITS) {
+        if (bucket_order(s, t, rk, n, sb, ib, o) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        result = Py_NewRef(Py_True);
+        goto done;
+    }
+    if (kb + ib > 64) {
         result = Py_NewRef(Py_False);
         goto done;
     }
