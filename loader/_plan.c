@@ -6,8 +6,9 @@
  *                                                     n = count = full): 4-round Feistel networks with
  *                                                     cycle-walking, evaluated in blocks that stay in L1
  *   length_order(src, tgt, rkey, out)                 batching.length_order's three stable 16-bit sorts as
- *                                                     one LSD radix sort of (cost, src, random key, index)
- *                                                     packed into 64 bits
+ *                                                     one counting pass by (cost, src) and bucket sorts in
+ *                                                     cache (or LSD passes over the four fields packed into
+ *                                                     64 bits), reading int32 lengths in place
  *   batch_ends(cost, max_tokens, cap, multiple, out)  batching.batch_sorted's greedy token-budget cut
  *   take_lengths(src, tgt, rows, plens, pairs)        sources.Component.lengths, both sides in one prefetched
  *                                                     pass
@@ -256,6 +257,15 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------- order */
+static int known_code(char code) { return code && strchr("HhiIql", code) != NULL; }
+
+static char code_of(const Py_buffer *b) {
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@')
+        f++;
+    return f[1] ? 0 : *f;
+}
+
 /* Sort n unique uint64 values ascending by their 16 bits at ``shift`` (the bits below are already in order):
  * insertion for a few, else two stable 8-bit counting passes through ``tmp``. */
 static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t *tmp) {
@@ -295,8 +305,7 @@ static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t *tmp) {
  * (stable: indices ascend within a bucket), then each bucket, small and in cache, sorted by (rkey, index). The
  * same order as the LSD passes below, with one pass over memory at random instead of three. -1: no memory. */
 #define LENGTH_BITS 18
-static int bucket_order(const int64_t *s, const int64_t *t, const uint16_t *rk, int64_t n, int sb, int ib,
-                        int64_t *o) {
+static int bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t n, int sb, int ib, int64_t *o) {
     int64_t nb = (int64_t)1 << LENGTH_BITS;
     int64_t *start = calloc((size_t)nb + 1, sizeof(int64_t));
     uint32_t *ck = malloc((size_t)n * sizeof(uint32_t));
@@ -309,8 +318,7 @@ static int bucket_order(const int64_t *s, const int64_t *t, const uint16_t *rk, 
     int64_t big = 0;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = 0; i < n; i++) {
-        int64_t c = t && t[i] > s[i] ? t[i] : s[i];
-        ck[i] = ((uint32_t)(uint16_t)c << sb) | (t ? (uint32_t)(uint16_t)s[i] : 0);
+        ck[i] = ((sc[i] >> 16) << sb) | (has_t ? (sc[i] & 0xFFFFU) : 0);
         start[ck[i] + 1]++;
     }
     for (int64_t k = 0; k < nb; k++) {
@@ -350,45 +358,79 @@ static int bucket_order(const int64_t *s, const int64_t *t, const uint16_t *rk, 
  * four fields are packed into one uint64 and sorted by the bits above the index (the index is already in order
  * and LSD passes are stable), in passes of at most 12 bits. Returns True, or False where it cannot (a cost
  * above 65535, or more than 64 bits), leaving the numpy path to answer. */
+typedef struct {
+    const char *p;
+    Py_ssize_t stride;
+    int item;
+} column_t;
+
+/* a 1-D int32 or int64 array of any stride (the planner's int32 length columns, read in place) */
+static int column_of(Py_buffer *b, column_t *c) {
+    char code = code_of(b);
+    if (b->ndim != 1 || !((code == 'i' && b->itemsize == 4) || ((code == 'q' || code == 'l') && b->itemsize == 8)))
+        return 0;
+    c->p = b->buf;
+    c->stride = b->strides ? b->strides[0] : b->itemsize;
+    c->item = (int)b->itemsize;
+    return 1;
+}
+
+static inline int64_t column_get(const column_t *c, int64_t i) {
+    const char *q = c->p + i * c->stride;
+    return c->item == 4 ? (int64_t) * (const int32_t *)q : *(const int64_t *)q;
+}
+
 static PyObject *length_order(PyObject *self, PyObject *args) {
-    Py_buffer src, rkey, out, tgt = {0};
-    PyObject *tgt_obj;
-    if (!PyArg_ParseTuple(args, "y*Oy*w*", &src, &tgt_obj, &rkey, &out))
+    PyObject *src_obj, *tgt_obj;
+    Py_buffer src = {0}, rkey = {0}, out = {0}, tgt = {0};
+    if (!PyArg_ParseTuple(args, "OOy*w*", &src_obj, &tgt_obj, &rkey, &out))
         return NULL;
     PyObject *result = NULL;
     uint64_t *a = NULL, *b = NULL;
+    uint32_t *sc = NULL;
     int64_t *hist = NULL;
-    (void)a;
-    if (tgt_obj != Py_None && PyObject_GetBuffer(tgt_obj, &tgt, PyBUF_SIMPLE) < 0)
+    column_t cs, ct;
+    if (PyObject_GetBuffer(src_obj, &src, PyBUF_RECORDS_RO) < 0 ||
+        (tgt_obj != Py_None && PyObject_GetBuffer(tgt_obj, &tgt, PyBUF_RECORDS_RO) < 0))
         goto done;
-    int64_t n = src.len / 8;
-    if (out.len != src.len || rkey.len != n * 2 || (tgt.obj && tgt.len != src.len)) {
+    if (!column_of(&src, &cs) || (tgt.obj && !column_of(&tgt, &ct))) {
+        PyErr_SetString(PyExc_ValueError, "length_order: lengths must be 1-D int32 or int64");
+        goto done;
+    }
+    int64_t n = src.ndim ? src.shape[0] : 0;
+    if (out.len != n * 8 || rkey.len != n * 2 || (tgt.obj && tgt.shape[0] != n)) {
         PyErr_SetString(PyExc_ValueError, "length_order: mismatched argument lengths");
         goto done;
     }
-    const int64_t *s = src.buf, *t = tgt.obj ? tgt.buf : NULL;
+    const int has_t = tgt.obj != NULL;
     const uint16_t *rk = rkey.buf;
     int64_t *o = out.buf;
     if (n == 0) {
         result = Py_NewRef(Py_True);
         goto done;
     }
+    sc = malloc((size_t)n * sizeof(uint32_t));
+    if (!sc) {
+        PyErr_NoMemory();
+        goto done;
+    }
     int64_t maxc = INT64_MIN;
     uint32_t orc = 0, ors = 0;
-    for (int64_t i = 0; i < n; i++) {
-        int64_t c = t && t[i] > s[i] ? t[i] : s[i];
+    for (int64_t i = 0; i < n; i++) { /* (cost, src) as uint16 each, packed: all the passes below read */
+        int64_t sl = column_get(&cs, i), tl = has_t ? column_get(&ct, i) : sl, c = tl > sl ? tl : sl;
         maxc = c > maxc ? c : maxc;
         orc |= (uint16_t)c;
-        ors |= (uint16_t)s[i];
+        ors |= (uint16_t)sl;
+        sc[i] = ((uint32_t)(uint16_t)c << 16) | (uint16_t)sl;
     }
-    int cb = bit_length(orc), sb = t ? bit_length(ors) : 0, ib = bit_length((uint64_t)(n - 1));
+    int cb = bit_length(orc), sb = has_t ? bit_length(ors) : 0, ib = bit_length((uint64_t)(n - 1));
     int kb = cb + sb + 16;
     if (maxc > 65535) {
         result = Py_NewRef(Py_False);
         goto done;
     }
     if (cb + sb <= LENGTH_BITS) {
-        if (bucket_order(s, t, rk, n, sb, ib, o) < 0) {
+        if (bucket_order(sc, has_t, rk, n, sb, ib, o) < 0) {
             PyErr_NoMemory();
             goto done;
         }
@@ -411,15 +453,9 @@ static PyObject *length_order(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     const uint64_t dmask = (uint64_t)buckets - 1;
     const int cshift = sb + 16;
-    if (t) {
-        for (int64_t i = 0; i < n; i++) {
-            int64_t c = t[i] > s[i] ? t[i] : s[i];
-            uint64_t key = ((uint64_t)(uint16_t)c << cshift) | ((uint64_t)(uint16_t)s[i] << 16) | rk[i];
-            a[i] = (key << ib) | (uint64_t)i;
-        }
-    } else {
-        for (int64_t i = 0; i < n; i++)
-            a[i] = ((((uint64_t)(uint16_t)s[i] << 16) | rk[i]) << ib) | (uint64_t)i;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t key = ((uint64_t)(sc[i] >> 16) << cshift) | (has_t ? (uint64_t)(sc[i] & 0xFFFFU) << 16 : 0) | rk[i];
+        a[i] = (key << ib) | (uint64_t)i;
     }
     for (int p = 0; p < passes; p++) {
         /* the digit's histogram in four interleaved copies: runs of one digit (the length digits come in long
@@ -461,7 +497,9 @@ static PyObject *length_order(PyObject *self, PyObject *args) {
 done:
     free(b);
     free(hist);
-    PyBuffer_Release(&src);
+    free(sc);
+    if (src.obj)
+        PyBuffer_Release(&src);
     PyBuffer_Release(&rkey);
     PyBuffer_Release(&out);
     if (tgt.obj)
@@ -530,15 +568,6 @@ static int load_size(const char *base, char code, int64_t r, int64_t *v) {
     case 'q': case 'l': *v = ((const int64_t *)base)[r]; return 1;
     }
     return 0;
-}
-
-static int known_code(char code) { return code && strchr("HhiIql", code) != NULL; }
-
-static char code_of(const Py_buffer *b) {
-    const char *f = b->format ? b->format : "B";
-    if (*f == '<' || *f == '=' || *f == '@')
-        f++;
-    return f[1] ? 0 : *f;
 }
 
 /* take_lengths(src_sizes, tgt_sizes, rows, src_plen, tgt_plen, pairs) -> bool

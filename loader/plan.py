@@ -201,10 +201,11 @@ class EpochPlanner(StreamPlanning):
         """A window's samples -> lengths and addresses, filter, order, batches, served order."""
         o = self.opts
         s = self._describe(setup, dirs, rows, spans)
-        src_len, tgt_len = s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)
+        src_len, tgt_len = s.src_len, s.tgt_len  # int32 columns of the rows, read in place
         ndir = len(setup.directions)
         shape = masked = packed = None
         if o.compat == "fairseq":
+            src_len, tgt_len = src_len.astype(np.int64), tgt_len.astype(np.int64)
             select, ends, served, dropped = cutting.fairseq(
                 src_len, tgt_len, self.sources.with_target, o.seed, epoch, o.max_tokens, o.max_sentences, o.multiple,
                 o.max_source_positions, o.max_target_positions, o.fairseq_drop_last)

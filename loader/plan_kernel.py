@@ -53,10 +53,16 @@ def length_order(src, tgt, rkey: np.ndarray) -> np.ndarray | None:
     kernel = KERNEL
     if kernel is None:
         return None
-    src = np.ascontiguousarray(src, dtype=np.int64)
-    tgt = None if tgt is None else np.ascontiguousarray(tgt, dtype=np.int64)
+    src = _lengths(src)
+    tgt = None if tgt is None else _lengths(tgt)
     out = np.empty(len(src), dtype=np.int64)
     return out if kernel.length_order(src, tgt, np.ascontiguousarray(rkey, dtype=np.uint16), out) else None
+
+
+def _lengths(x) -> np.ndarray:
+    """int32 or int64 1-D lengths as they are (any stride: the planner's int32 columns), else as int64."""
+    x = np.asarray(x)
+    return x if x.ndim == 1 and x.dtype in (np.int32, np.int64) else np.ascontiguousarray(x, dtype=np.int64)
 
 
 def batch_ends(cost, max_tokens: int, cap: int, multiple: int) -> np.ndarray | None:

@@ -92,6 +92,9 @@ def test_length_order(n, top, with_tgt, seed):
     tgt = rng.integers(0, top + 1, n) if with_tgt else None
     got, want = both(lambda: batching.length_order(src, tgt, np.random.default_rng([seed, 7])))
     np.testing.assert_array_equal(got, want)
+    rows = np.stack([src, src if tgt is None else tgt], axis=1).astype(np.int32)  # int32 columns, strided
+    got32 = batching.length_order(rows[:, 0], None if tgt is None else rows[:, 1], np.random.default_rng([seed, 7]))
+    np.testing.assert_array_equal(got32, want)
 
 
 def test_length_order_too_long_raises():
