@@ -573,7 +573,7 @@ static int load_size(const char *base, char code, int64_t r, int64_t *v) {
 /* take_lengths(src_sizes, tgt_sizes, rows, src_plen, tgt_plen, pairs) -> bool
  *
  * pairs[i, 2] = src_sizes[rows[i]] + src_plen and, with tgt_sizes, pairs[i, 3] = tgt_sizes[rows[i]] + tgt_plen,
- * as int32 (pairs: an int32 [n, >= 4] view, any strides): Component.lengths in one pass whose random reads of
+ * as int32 (sizes 1-D and pairs an int32 [n, >= 4] view, any strides): Component.lengths in one pass whose random reads of
  * the two size arrays are prefetched a few rows ahead. False (numpy answers) for a row outside the sizes or a
  * size dtype it does not read. */
 #define AHEAD 16
@@ -584,20 +584,22 @@ static PyObject *take_lengths(PyObject *self, PyObject *args) {
         return NULL;
     Py_buffer sz = {0}, tz = {0}, rows = {0}, pairs = {0};
     PyObject *result = NULL;
-    if (PyObject_GetBuffer(src_obj, &sz, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
-        (tgt_obj != Py_None && PyObject_GetBuffer(tgt_obj, &tz, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) ||
+    if (PyObject_GetBuffer(src_obj, &sz, PyBUF_RECORDS_RO) < 0 ||
+        (tgt_obj != Py_None && PyObject_GetBuffer(tgt_obj, &tz, PyBUF_RECORDS_RO) < 0) ||
         PyObject_GetBuffer(rows_obj, &rows, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
         PyObject_GetBuffer(pairs_obj, &pairs, PyBUF_RECORDS) < 0)
         goto done;
     char sc = code_of(&sz), tc = tz.obj ? code_of(&tz) : 'H', rc = code_of(&rows);
     int64_t n = rows.len / 8;
-    if (!known_code(sc) || !known_code(tc) || (rc != 'q' && rc != 'l') ||
+    if (!known_code(sc) || !known_code(tc) || (rc != 'q' && rc != 'l') || sz.ndim != 1 || (tz.obj && tz.ndim != 1) ||
         rows.itemsize != 8 || pairs.ndim != 2 || pairs.itemsize != 4 || code_of(&pairs) != 'i' ||
         pairs.shape[0] != n || pairs.shape[1] < 4) {
         result = Py_NewRef(Py_False);
         goto done;
     }
-    const int64_t *rw = rows.buf, slen = sz.len / sz.itemsize, tlen = tz.obj ? tz.len / tz.itemsize : 0;
+    /* sizes of any stride: both sides interleaved in one array read one cache line per row */
+    const int64_t *rw = rows.buf, slen = sz.shape[0], tlen = tz.obj ? tz.shape[0] : 0;
+    const Py_ssize_t sst = sz.strides[0], tst = tz.obj ? tz.strides[0] : 0;
     const char *sb = sz.buf, *tb = tz.obj ? tz.buf : NULL;
     char *pb = pairs.buf;
     const Py_ssize_t s0 = pairs.strides[0], s1 = pairs.strides[1];
@@ -607,19 +609,19 @@ static PyObject *take_lengths(PyObject *self, PyObject *args) {
         if (i + AHEAD < n) {
             int64_t ra = rw[i + AHEAD];
             if (ra >= 0 && ra < slen)
-                __builtin_prefetch(sb + ra * sz.itemsize);
+                __builtin_prefetch(sb + ra * sst);
             if (tb && ra >= 0 && ra < tlen)
-                __builtin_prefetch(tb + ra * tz.itemsize);
+                __builtin_prefetch(tb + ra * tst);
         }
         int64_t r = rw[i], v = 0;
         if (r < 0 || r >= slen || (tb && r >= tlen)) {
             ok = 0;
             break;
         }
-        load_size(sb, sc, r, &v);
+        load_size(sb + r * sst, sc, 0, &v);
         *(int32_t *)(pb + i * s0 + 2 * s1) = (int32_t)(v + splen);
         if (tb) {
-            load_size(tb, tc, r, &v);
+            load_size(tb + r * tst, tc, 0, &v);
             *(int32_t *)(pb + i * s0 + 3 * s1) = (int32_t)(v + tplen);
         }
     }

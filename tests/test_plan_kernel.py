@@ -154,3 +154,13 @@ def test_take_rows(n, width, seed):
     np.testing.assert_array_equal(plan_kernel.take_rows(m, idx), np.take(m, idx, axis=0))
     if n:
         assert plan_kernel.take_rows(m, np.array([n])) is None and plan_kernel.take_rows(m, np.array([-1])) is None
+
+
+def test_take_lengths_strided_sizes():
+    rng = np.random.default_rng(3)
+    pair = rng.integers(0, 300, (1000, 2)).astype(np.uint16)  # both sides interleaved, as Component pairs them
+    rows = rng.integers(0, 1000, 5000)
+    pairs = np.zeros((len(rows), 4), np.int32)
+    assert plan_kernel.take_lengths(pair[:, 0], pair[:, 1], rows, 1, 2, pairs)
+    np.testing.assert_array_equal(pairs[:, 2], pair[rows, 0] + 1)
+    np.testing.assert_array_equal(pairs[:, 3], pair[rows, 1] + 2)
