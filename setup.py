@@ -6,5 +6,8 @@ and plans with numpy (the same batches, slower).
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("loader._gather", ["loader/_gather.c"], optional=True, extra_compile_args=["-O3"]),
-                   Extension("loader._plan", ["loader/_plan.c"], optional=True, extra_compile_args=["-O3"])])
+setup(ext_modules=[
+    Extension("loader._gather", ["loader/_gather.c"], optional=True, extra_compile_args=["-O3"]),
+    Extension("loader._plan", ["loader/_plan.c", "loader/_plan_rows.c"], depends=["loader/_plan.h"], optional=True,
+              extra_compile_args=["-O3"]),
+])
