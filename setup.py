@@ -1,11 +1,14 @@
-"""The optional compiled gather kernel (loader/_gather.c); everything else is in pyproject.toml.
+"""The optional compiled kernels (loader/_gather.c, loader/_plan.c); everything else is in pyproject.toml.
 
-``optional=True``: where no C compiler is available the install goes on without it, and babelfeed gathers with
-numpy (the same batches, slower). -ffp-contract=off: the blend (Megatron's greedy) must round every
-multiply and subtract as Megatron does, never fused.
+``optional=True``: where no C compiler is available the install goes on without them, and babelfeed gathers
+and plans with numpy (the same batches, slower). -ffp-contract=off: the blend (Megatron's greedy) must round
+every multiply and subtract as Megatron does, never fused.
 """
 
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("loader._gather", ["loader/_gather.c"], optional=True,
-                             extra_compile_args=["-O3", "-ffp-contract=off"])])
+setup(ext_modules=[
+    Extension("loader._gather", ["loader/_gather.c"], optional=True, extra_compile_args=["-O3", "-ffp-contract=off"]),
+    Extension("loader._plan", ["loader/_plan.c", "loader/_plan_rows.c"], depends=["loader/_plan.h"], optional=True,
+              extra_compile_args=["-O3"]),
+])

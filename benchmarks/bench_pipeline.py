@@ -65,9 +65,10 @@ def bench_plan(n: int, max_tokens: int = 16384, mult: int = 8, window: int = 1_0
         dt, nb = ours(win)
         rows.append([f"{label} (order + batches, {nb:,} batches)", f"{dt:.2f} s", f"{t_order / dt:.1f}x faster"])
     if workdir:
-        dt, nb = full_planner(workdir, n, max_tokens, mult, window)
-        rows.append([f"babelfeed EpochPlanner, whole epoch from a data_bin (draws + length lookups + order + batches, "
-                     f"{nb:,} batches)", f"{dt:.2f} s", f"{t_order / dt:.1f}x faster"])
+        for label, win in ((f"windows of {window:,}", window), ("one global window", 0)):
+            dt, nb = full_planner(workdir, n, max_tokens, mult, win)
+            rows.append([f"babelfeed EpochPlanner, whole epoch from a data_bin, {label} (draws + length lookups + "
+                         f"order + batches, {nb:,} batches)", f"{dt:.2f} s", f"{dt / t_order:.2f}x of its time"])
     return table(f"plan one epoch of {n:,} sentences (max_tokens {max_tokens}, multiple {mult})", rows,
                  ["planner", "time", "vs fairseq ordering"])
 
@@ -384,14 +385,19 @@ def main(argv=None) -> str:
     p.add_argument("--sentences", type=int, default=20_000_000)
     p.add_argument("--skip-billion", action="store_true")
     p.add_argument("--workdir", default=os.path.join("build", "bench"))
+    p.add_argument("--only", choices=("plan", "billion", "collate", "balance"), help="run one section only")
     a = p.parse_args(argv)
     os.makedirs(a.workdir, exist_ok=True)
+    run = lambda name: a.only in (None, name)  # noqa: E731
     parts = ["# pipeline"]
-    parts.append(bench_plan(a.sentences, workdir=a.workdir))
-    if not a.skip_billion:
+    if run("plan"):
+        parts.append(bench_plan(a.sentences, workdir=a.workdir))
+    if run("billion") and not a.skip_billion:
         parts.append(bench_billion())
-    parts.append(bench_collate(a.workdir))
-    parts.append(bench_balance(min(a.sentences, 2_000_000)))
+    if run("collate"):
+        parts.append(bench_collate(a.workdir))
+    if run("balance"):
+        parts.append(bench_balance(min(a.sentences, 2_000_000)))
     text = "\n".join(parts)
     print(text)
     return text

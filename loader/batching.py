@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import plan_kernel
+
 _U16 = np.iinfo(np.uint16).max
 
 
@@ -30,11 +32,19 @@ def length_order(src_len: np.ndarray, tgt_len: np.ndarray | None, rng: np.random
     numpy's stable sort.
     """
     src = np.asarray(src_len)
+    rkey = None
+    if plan_kernel.KERNEL is not None:  # one radix sort of the four fields packed into 64 bits
+        rkey = rng.integers(0, _U16 + 1, size=len(src), dtype=np.uint16)
+        order = plan_kernel.length_order(src, tgt_len, rkey)
+        if order is not None:
+            return order  # None: a cost over 16 bits (raised below), or keys too wide to pack
     cost = src if tgt_len is None else np.maximum(src, np.asarray(tgt_len))
     n = len(src)
     if n and int(cost.max()) > _U16:
         raise ValueError(f"sample of {int(cost.max())} tokens: lengths above {_U16} are not supported")
-    order = np.argsort(rng.integers(0, _U16 + 1, size=n, dtype=np.uint16), kind="stable")
+    if rkey is None:
+        rkey = rng.integers(0, _U16 + 1, size=n, dtype=np.uint16)
+    order = np.argsort(rkey, kind="stable")
     if tgt_len is not None:
         order = order[np.argsort(src.astype(np.uint16)[order], kind="stable")]
     return order[np.argsort(cost.astype(np.uint16)[order], kind="stable")]
@@ -49,13 +59,17 @@ def batch_sorted(cost: np.ndarray, max_tokens: int, max_sentences: int | None = 
     n = len(cost)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
+    cap = n if not max_sentences else int(max_sentences)
+    if 1 <= int(cost[0]) and int(cost[-1]) <= max_tokens:  # the compiled cut checks the order itself
+        compiled = plan_kernel.batch_ends(cost, max_tokens, cap, multiple)
+        if compiled is not None:
+            return compiled
     if n > 1 and (np.diff(cost.astype(np.int64)) < 0).any():
         raise ValueError("batch_sorted needs costs in non-decreasing order")
     if int(cost[-1]) > max_tokens:
         raise ValueError(f"a sample of {int(cost[-1])} tokens exceeds max_tokens={max_tokens}")
     if int(cost[0]) < 1:
         raise ValueError("sample costs must be >= 1")
-    cap = n if not max_sentences else int(max_sentences)
     mv = memoryview(np.ascontiguousarray(cost, dtype=np.int64))
     ends = []
     i = 0

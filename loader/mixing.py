@@ -38,6 +38,7 @@ import hashlib
 
 import numpy as np
 
+from . import plan_kernel
 from .permute import derive_key, permute, permute_many
 
 SAMPLERS = ("stratified", "fairseq", "concat", "stream")
@@ -191,6 +192,10 @@ class StratifiedDraw:
 
     def rows(self, positions) -> np.ndarray:
         pos = np.asarray(positions, dtype=np.int64)
+        compiled = plan_kernel.stratified(pos, None, np.array([[self.n, self.count, self.q * self.n]], np.int64),
+                                          self.order_key, self.extra_key)
+        if compiled is not None:
+            return compiled
         slot = permute(pos, self.count, self.order_key)
         full = self.q * self.n
         out = np.empty_like(slot)
@@ -217,6 +222,9 @@ def stratified_rows(draws: list, which: np.ndarray, positions: np.ndarray, used=
         draw = draws[d]
         table[d] = draw.n, draw.count, draw.q * draw.n
         okeys[d], ekeys[d] = draw.order_key, draw.extra_key
+    compiled = plan_kernel.stratified(pos, which, table, okeys, ekeys)
+    if compiled is not None:
+        return compiled
     slot = permute_many(pos, table[:, 1], okeys, which)
     n, full = table[which, 0], table[which, 2]
     out = np.empty_like(slot)

@@ -13,6 +13,8 @@ import hashlib
 
 import numpy as np
 
+from . import plan_kernel
+
 _ROUNDS = 4
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -61,6 +63,9 @@ def permute(positions, n: int, key) -> np.ndarray:
     pos = np.asarray(positions, dtype=np.int64)
     if n <= 1:
         return np.zeros_like(pos)
+    compiled = plan_kernel.permute(pos, n, key)
+    if compiled is not None:
+        return compiled
     if pos.size and (pos.min() < 0 or pos.max() >= n):
         raise ValueError(f"positions must lie in [0, {n})")
     bits = max(2, int(n - 1).bit_length())
@@ -106,6 +111,10 @@ def permute_many(positions, n, keys, which=None) -> np.ndarray:
     pos = np.asarray(positions, dtype=np.int64)
     n = np.asarray(n, dtype=np.int64)
     keys = np.asarray(keys, dtype=np.uint64)
+    if which is not None:
+        compiled = plan_kernel.permute_many(pos, n, keys, which)
+        if compiled is not None:
+            return compiled
     out = np.zeros(len(pos), dtype=np.int64)
     rest = np.arange(len(pos))
     if which is not None and len(pos):

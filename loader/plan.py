@@ -28,6 +28,7 @@ from .packing import ragged_arange
 from .plan_options import PlanOptions
 from .plan_stream import StreamPlanning
 from .rows import groups
+from .samples import Samples, Window
 from .sources import Direction, SourceSet, data_digest, locate_many
 
 @dataclass
@@ -46,75 +47,6 @@ class EpochSetup:
     @property
     def total(self) -> int:
         return int(self.counts.sum())
-
-
-class Samples:
-    """Per-sample facts of planned samples, one int64 row each (24 bytes), so that reordering a window or taking a
-    batch moves whole rows in one gather: the stream (``direction``) and component (int32 pair), the lengths
-    (int32 pair, prefixes and </s> included) and the row in the component (``local``). Where the tokens lie is
-    looked up once per window for the batches a rank gathers, into ``addr`` (source and target token-space
-    addresses, int64 [n, 2]; see ``BatchIterator._samples``)."""
-
-    __slots__ = ("m", "addr")
-    COLUMNS = 3
-
-    def __init__(self, m: np.ndarray, addr: np.ndarray | None = None):
-        self.m, self.addr = m, addr
-
-    @classmethod
-    def empty(cls, n: int) -> "Samples":
-        return cls(np.zeros((n, cls.COLUMNS), dtype=np.int64))
-
-    def __len__(self) -> int:
-        return len(self.m)
-
-    def __getitem__(self, idx) -> "Samples":
-        return Samples(self.m[idx], None if self.addr is None else self.addr[idx])
-
-    def concat(self, other: "Samples") -> "Samples":
-        addr = None if self.addr is None or other.addr is None else np.concatenate([self.addr, other.addr])
-        return Samples(np.concatenate([self.m, other.m]), addr)
-
-    @property
-    def _pairs(self) -> np.ndarray:
-        return self.m[:, :2].view(np.int32)
-
-    direction = property(lambda self: self._pairs[:, 0])
-    comp = property(lambda self: self._pairs[:, 1])
-    src_len = property(lambda self: self._pairs[:, 2])
-    tgt_len = property(lambda self: self._pairs[:, 3])
-    local = property(lambda self: self.m[:, 2])
-
-
-@dataclass
-class Window:
-    epoch: int
-    index: int
-    samples: Samples  # per sample, in batch order
-    ends: np.ndarray  # batch b = [ends[b-1], ends[b]) of the plan order
-    order: np.ndarray  # served position j -> batch b
-    shape: np.ndarray | None = None  # static shapes: the shape of each batch
-    masked: np.ndarray | None = None  # static shapes and packing: rows added to fill each batch (weight 0)
-    packed: dict | None = None  # packing: per sample "row" (in its batch), "src_offset", "tgt_offset"
-    addr: np.ndarray | None = None  # token addresses [n, 2], -1 until a rank that gathers the sample looks them up
-
-    direction = property(lambda self: self.samples.direction)
-    src_len = property(lambda self: self.samples.src_len)
-    tgt_len = property(lambda self: self.samples.tgt_len)
-
-    def __len__(self) -> int:
-        return len(self.order)
-
-    def batch(self, j: int) -> slice:
-        b = int(self.order[j])
-        return slice(int(self.ends[b - 1]) if b else 0, int(self.ends[b]))
-
-    def batch_shape(self, j: int) -> tuple[int, int]:
-        """(shape index, masked rows) of the j-th served batch; (-1, 0) for dynamic batches."""
-        if self.shape is None:
-            return -1, 0
-        b = int(self.order[j])
-        return int(self.shape[b]), int(self.masked[b])
 
 
 class EpochPlanner(StreamPlanning):
@@ -269,10 +201,11 @@ class EpochPlanner(StreamPlanning):
         """A window's samples -> lengths and addresses, filter, order, batches, served order."""
         o = self.opts
         s = self._describe(setup, dirs, rows, spans)
-        src_len, tgt_len = s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)
+        src_len, tgt_len = s.src_len, s.tgt_len  # int32 columns of the rows, read in place
         ndir = len(setup.directions)
         shape = masked = packed = None
         if o.compat == "fairseq":
+            src_len, tgt_len = src_len.astype(np.int64), tgt_len.astype(np.int64)
             select, ends, served, dropped = cutting.fairseq(
                 src_len, tgt_len, self.sources.with_target, o.seed, epoch, o.max_tokens, o.max_sentences, o.multiple,
                 o.max_source_positions, o.max_target_positions, o.fairseq_drop_last)
@@ -284,7 +217,7 @@ class EpochPlanner(StreamPlanning):
             return self._finish(setup, epoch, w, s, select, ends, served, filtered)
         too_long = (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)
         filtered = np.bincount(dirs[too_long], minlength=ndir).astype(np.int64)
-        keep = np.arange(len(rows))
+        keep = None  # every sample
         if too_long.any():
             if o.on_too_long == "raise":
                 i = int(np.flatnonzero(too_long)[0])
@@ -300,26 +233,28 @@ class EpochPlanner(StreamPlanning):
             order = length_order(src_len, tgt_len if self.sources.with_target else None, rng)
         else:  # validation: by (cost, src), ties in sample order; no randomness
             order = np.lexsort((src_len, np.maximum(src_len, tgt_len)))
-        select = keep[order]
-        src_len, tgt_len = src_len[order], tgt_len[order]
+        select = order if keep is None else keep[order]
+        s = s[select]  # one reorder of the per-sample rows; the lengths are read back from them in order
+        src_len, tgt_len = (s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)) if o.pack_shape or o.shapes \
+            else (s.src_len, s.tgt_len)  # dynamic batches read the int32 columns as they are
+        sub = None
         if o.pack_shape:
             sub, ends, masked, packed = cutting.packed(src_len, tgt_len, o.pack_shape, self.rows_per_packed_batch(),
                                                        rng if o.shuffle else None)
-            select = select[sub]
         elif o.shapes:
             sub, ends, shape, masked, unfit = cutting.static(src_len, tgt_len, o.shapes, self.sources.with_target,
                                                              o.on_too_long)
-            filtered = filtered + np.bincount(dirs[select[unfit]], minlength=ndir)
-            select = select[sub]
+            filtered = filtered + np.bincount(s.direction[unfit], minlength=ndir)
         else:
             ends = cutting.dynamic(src_len, tgt_len, o.max_tokens, o.max_sentences, o.multiple)
         served = cutting.block_shuffle(len(ends), o.balance_block, rng) if o.shuffle else np.arange(len(ends))
-        return self._finish(setup, epoch, w, s, select, ends, served, filtered, shape, masked, packed)
+        return self._finish(setup, epoch, w, s, sub, ends, served, filtered, shape, masked, packed)
 
     def _finish(self, setup, epoch, w, s, select, ends, served, filtered, shape=None, masked=None,
                 packed=None) -> Window:
-        """Reorder the per-sample rows once into batch order and record the window."""
-        win = Window(epoch, w, s[select], ends=ends, order=served, shape=shape, masked=masked, packed=packed)
+        """Reorder the per-sample rows once into batch order (``select=None``: they are) and record the window."""
+        win = Window(epoch, w, s if select is None else s[select], ends=ends, order=served, shape=shape,
+                     masked=masked, packed=packed)
         self._filtered.setdefault(win.epoch, {})[win.index] = filtered
         if win.masked is not None:
             self._masked.setdefault(win.epoch, {})[win.index] = int(win.masked.sum())  # rows (packing: of pairs)

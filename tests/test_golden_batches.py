@@ -65,13 +65,25 @@ def test_batches_match_on_every_gather_path(root, monkeypatch, table, flat, kern
     assert bool(built) == table
 
 
+def test_batches_match_without_the_planning_kernel(root, monkeypatch):
+    """The numpy planner (where loader/_plan.c is not built) plans the same batches as the compiled one."""
+    import loader.plan_kernel
+
+    monkeypatch.setattr(loader.plan_kernel, "KERNEL", None)
+    for name, fn in golden.cases(root).items():
+        batches, _ = fn()
+        assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name
+
+
 def test_the_compiled_kernel_is_built():
-    """make test builds loader/_gather.c (setup.py); without it every path above still runs, on numpy, slower.
-    Set BABELFEED_KERNEL=0 to run without it on purpose."""
+    """make test builds loader/_gather.c and loader/_plan.c (setup.py); without them every path above still runs,
+    on numpy, slower. Set BABELFEED_KERNEL=0 to run without them on purpose."""
     import os
 
     import loader.gather
+    import loader.plan_kernel
 
     if os.environ.get("BABELFEED_KERNEL", "1") == "0":
         pytest.skip("BABELFEED_KERNEL=0: the numpy gather was asked for")
     assert loader.gather.KERNEL is not None, "loader/_gather.c was not compiled: is a C compiler installed?"
+    assert loader.plan_kernel.KERNEL is not None, "loader/_plan.c was not compiled: is a C compiler installed?"

@@ -1,0 +1,368 @@
+/* babelfeed's planning kernel, part two: a window's rows (their lengths, their order, their reorder); the
+ * module and the rest are in _plan.c, which says what each function matches in numpy. */
+#include "_plan.h"
+
+/* ------------------------------------------------------------------------------------------- order */
+/* Sort n unique uint64 values ascending by their 16 bits at ``shift`` (the bits below are already in order):
+ * insertion for a few, else two stable 8-bit counting passes through ``tmp``. */
+static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t *tmp) {
+    if (n < 2)
+        return;
+    if (n <= 32) {
+        for (int64_t i = 1; i < n; i++) {
+            uint64_t x = v[i];
+            int64_t j = i;
+            for (; j > 0 && v[j - 1] > x; j--)
+                v[j] = v[j - 1];
+            v[j] = x;
+        }
+        return;
+    }
+    int64_t h[2][256];
+    memset(h, 0, sizeof(h));
+    for (int64_t i = 0; i < n; i++) {
+        h[0][(v[i] >> shift) & 255]++;
+        h[1][(v[i] >> (shift + 8)) & 255]++;
+    }
+    for (int p = 0; p < 2; p++) {
+        int64_t sum = 0;
+        for (int k = 0; k < 256; k++) {
+            int64_t c = h[p][k];
+            h[p][k] = sum;
+            sum += c;
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        tmp[h[0][(v[i] >> shift) & 255]++] = v[i];
+    for (int64_t i = 0; i < n; i++)
+        v[h[1][(tmp[i] >> (shift + 8)) & 255]++] = tmp[i];
+}
+
+/* length_order for lengths of at most LENGTH_BITS bits of (cost, src) together: one counting pass by (cost, src)
+ * (stable: indices ascend within a bucket), then each bucket, small and in cache, sorted by (rkey, index). The
+ * same order as the LSD passes below, with one pass over memory at random instead of three. -1: no memory. */
+#define LENGTH_BITS 18
+static int bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t n, int sb, int ib, int64_t *o) {
+    int64_t nb = (int64_t)1 << LENGTH_BITS;
+    int64_t *start = calloc((size_t)nb + 1, sizeof(int64_t));
+    uint32_t *ck = malloc((size_t)n * sizeof(uint32_t));
+    if (!start || !ck) {
+        free(start);
+        free(ck);
+        return -1;
+    }
+    uint64_t *v = (uint64_t *)o, *tmp = NULL;
+    int64_t big = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < n; i++) {
+        ck[i] = ((sc[i] >> 16) << sb) | (has_t ? (sc[i] & 0xFFFFU) : 0);
+        start[ck[i] + 1]++;
+    }
+    for (int64_t k = 0; k < nb; k++) {
+        big = start[k + 1] > big ? start[k + 1] : big;
+        start[k + 1] += start[k];
+    }
+    for (int64_t i = 0; i < n; i++)
+        v[start[ck[i]]++] = ((uint64_t)rk[i] << ib) | (uint64_t)i;
+    Py_END_ALLOW_THREADS
+    tmp = malloc((size_t)(big ? big : 1) * sizeof(uint64_t));
+    if (!tmp) {
+        free(start);
+        free(ck);
+        return -1;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    int64_t lo = 0; /* start[k] is now the end of bucket k */
+    for (int64_t k = 0; k < nb; k++) {
+        int64_t hi = start[k];
+        sort_bucket(v + lo, hi - lo, ib, tmp);
+        lo = hi;
+    }
+    const uint64_t imask = ib ? (~0ULL >> (64 - ib)) : 0;
+    for (int64_t i = 0; i < n; i++)
+        o[i] = (int64_t)(v[i] & imask);
+    Py_END_ALLOW_THREADS
+    free(start);
+    free(ck);
+    free(tmp);
+    return 0;
+}
+
+/* length_order(src, tgt, rkey, out)
+ *
+ * The order of samples by (cost, src, rkey, index) ascending, cost = max(src, tgt) (src without tgt), each
+ * length taken as uint16 as numpy's astype does, rkey uint16: batching.length_order's three stable sorts. The
+ * four fields are packed into one uint64 and sorted by the bits above the index (the index is already in order
+ * and LSD passes are stable), in passes of at most 12 bits. Returns True, or False where it cannot (a cost
+ * above 65535, or more than 64 bits), leaving the numpy path to answer. */
+typedef struct {
+    const char *p;
+    Py_ssize_t stride;
+    int item;
+} column_t;
+
+/* a 1-D int32 or int64 array of any stride (the planner's int32 length columns, read in place) */
+static int column_of(Py_buffer *b, column_t *c) {
+    char code = code_of(b);
+    if (b->ndim != 1 || !((code == 'i' && b->itemsize == 4) || ((code == 'q' || code == 'l') && b->itemsize == 8)))
+        return 0;
+    c->p = b->buf;
+    c->stride = b->strides ? b->strides[0] : b->itemsize;
+    c->item = (int)b->itemsize;
+    return 1;
+}
+
+static inline int64_t column_get(const column_t *c, int64_t i) {
+    const char *q = c->p + i * c->stride;
+    return c->item == 4 ? (int64_t) * (const int32_t *)q : *(const int64_t *)q;
+}
+
+PyObject *plan_length_order(PyObject *self, PyObject *args) {
+    PyObject *src_obj, *tgt_obj;
+    Py_buffer src = {0}, rkey = {0}, out = {0}, tgt = {0};
+    if (!PyArg_ParseTuple(args, "OOy*w*", &src_obj, &tgt_obj, &rkey, &out))
+        return NULL;
+    PyObject *result = NULL;
+    uint64_t *a = NULL, *b = NULL;
+    uint32_t *sc = NULL;
+    int64_t *hist = NULL;
+    column_t cs, ct;
+    if (PyObject_GetBuffer(src_obj, &src, PyBUF_RECORDS_RO) < 0 ||
+        (tgt_obj != Py_None && PyObject_GetBuffer(tgt_obj, &tgt, PyBUF_RECORDS_RO) < 0))
+        goto done;
+    if (!column_of(&src, &cs) || (tgt.obj && !column_of(&tgt, &ct))) {
+        PyErr_SetString(PyExc_ValueError, "length_order: lengths must be 1-D int32 or int64");
+        goto done;
+    }
+    int64_t n = src.ndim ? src.shape[0] : 0;
+    if (out.len != n * 8 || rkey.len != n * 2 || (tgt.obj && tgt.shape[0] != n)) {
+        PyErr_SetString(PyExc_ValueError, "length_order: mismatched argument lengths");
+        goto done;
+    }
+    const int has_t = tgt.obj != NULL;
+    const uint16_t *rk = rkey.buf;
+    int64_t *o = out.buf;
+    if (n == 0) {
+        result = Py_NewRef(Py_True);
+        goto done;
+    }
+    sc = malloc((size_t)n * sizeof(uint32_t));
+    if (!sc) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t maxc = INT64_MIN;
+    uint32_t orc = 0, ors = 0;
+    for (int64_t i = 0; i < n; i++) { /* (cost, src) as uint16 each, packed: all the passes below read */
+        int64_t sl = column_get(&cs, i), tl = has_t ? column_get(&ct, i) : sl, c = tl > sl ? tl : sl;
+        maxc = c > maxc ? c : maxc;
+        orc |= (uint16_t)c;
+        ors |= (uint16_t)sl;
+        sc[i] = ((uint32_t)(uint16_t)c << 16) | (uint16_t)sl;
+    }
+    int cb = bit_length(orc), sb = has_t ? bit_length(ors) : 0, ib = bit_length((uint64_t)(n - 1));
+    int kb = cb + sb + 16;
+    if (maxc > 65535) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    if (cb + sb <= LENGTH_BITS) {
+        if (bucket_order(sc, has_t, rk, n, sb, ib, o) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        result = Py_NewRef(Py_True);
+        goto done;
+    }
+    if (kb + ib > 64) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    int passes = (kb + 11) / 12, d = (kb + passes - 1) / passes; /* digits of at most 12 bits */
+    int64_t buckets = (int64_t)1 << d;
+    a = (uint64_t *)o; /* the output is one of the two buffers: half the fresh pages to fault in */
+    b = malloc((size_t)n * 8);
+    hist = calloc((size_t)(4 * buckets), sizeof(int64_t));
+    if (!b || !hist) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    const uint64_t dmask = (uint64_t)buckets - 1;
+    const int cshift = sb + 16;
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t key = ((uint64_t)(sc[i] >> 16) << cshift) | (has_t ? (uint64_t)(sc[i] & 0xFFFFU) << 16 : 0) | rk[i];
+        a[i] = (key << ib) | (uint64_t)i;
+    }
+    for (int p = 0; p < passes; p++) {
+        /* the digit's histogram in four interleaved copies: runs of one digit (the length digits come in long
+         * runs) would otherwise wait on the previous increment of the same counter */
+        int shift = ib + p * d, single = 0;
+        int64_t *h0 = hist, *h1 = hist + buckets, *h2 = hist + 2 * buckets, *h3 = hist + 3 * buckets;
+        memset(hist, 0, (size_t)(4 * buckets) * sizeof(int64_t));
+        int64_t i = 0;
+        for (; i + 4 <= n; i += 4) {
+            h0[(a[i] >> shift) & dmask]++;
+            h1[(a[i + 1] >> shift) & dmask]++;
+            h2[(a[i + 2] >> shift) & dmask]++;
+            h3[(a[i + 3] >> shift) & dmask]++;
+        }
+        for (; i < n; i++)
+            h0[(a[i] >> shift) & dmask]++;
+        int64_t sum = 0;
+        for (int64_t v = 0; v < buckets; v++) {
+            int64_t c = h0[v] + h1[v] + h2[v] + h3[v];
+            single |= c == n;
+            h0[v] = sum;
+            sum += c;
+        }
+        if (single)
+            continue; /* every key has the same digit here: the pass would not move anything */
+        for (i = 0; i < n; i++)
+            b[h0[(a[i] >> shift) & dmask]++] = a[i];
+        uint64_t *tmp = a;
+        a = b;
+        b = tmp;
+    }
+    const uint64_t imask = ib ? (~0ULL >> (64 - ib)) : 0;
+    for (int64_t i = 0; i < n; i++)
+        o[i] = (int64_t)(a[i] & imask); /* in place when the last pass left the keys in the output */
+    if ((int64_t *)b == o)
+        b = a; /* free the malloc'd buffer, whichever the passes left it as */
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_True);
+done:
+    free(b);
+    free(hist);
+    free(sc);
+    if (src.obj)
+        PyBuffer_Release(&src);
+    PyBuffer_Release(&rkey);
+    PyBuffer_Release(&out);
+    if (tgt.obj)
+        PyBuffer_Release(&tgt);
+    return result;
+}
+
+/* ------------------------------------------------------------------------------------------- lengths */
+static int load_size(const char *base, char code, int64_t r, int64_t *v) {
+    switch (code) {
+    case 'H': *v = ((const uint16_t *)base)[r]; return 1;
+    case 'h': *v = ((const int16_t *)base)[r]; return 1;
+    case 'i': *v = ((const int32_t *)base)[r]; return 1;
+    case 'I': *v = ((const uint32_t *)base)[r]; return 1;
+    case 'q': case 'l': *v = ((const int64_t *)base)[r]; return 1;
+    }
+    return 0;
+}
+
+/* take_lengths(src_sizes, tgt_sizes, rows, src_plen, tgt_plen, pairs) -> bool
+ *
+ * pairs[i, 2] = src_sizes[rows[i]] + src_plen and, with tgt_sizes, pairs[i, 3] = tgt_sizes[rows[i]] + tgt_plen,
+ * as int32 (sizes 1-D and pairs an int32 [n, >= 4] view, any strides): Component.lengths in one pass whose random reads of
+ * the two size arrays are prefetched a few rows ahead. False (numpy answers) for a row outside the sizes or a
+ * size dtype it does not read. */
+#define AHEAD 16
+PyObject *plan_take_lengths(PyObject *self, PyObject *args) {
+    PyObject *src_obj, *tgt_obj, *rows_obj, *pairs_obj;
+    long long splen, tplen;
+    if (!PyArg_ParseTuple(args, "OOOLLO", &src_obj, &tgt_obj, &rows_obj, &splen, &tplen, &pairs_obj))
+        return NULL;
+    Py_buffer sz = {0}, tz = {0}, rows = {0}, pairs = {0};
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(src_obj, &sz, PyBUF_RECORDS_RO) < 0 ||
+        (tgt_obj != Py_None && PyObject_GetBuffer(tgt_obj, &tz, PyBUF_RECORDS_RO) < 0) ||
+        PyObject_GetBuffer(rows_obj, &rows, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0 ||
+        PyObject_GetBuffer(pairs_obj, &pairs, PyBUF_RECORDS) < 0)
+        goto done;
+    char sc = code_of(&sz), tc = tz.obj ? code_of(&tz) : 'H', rc = code_of(&rows);
+    int64_t n = rows.len / 8;
+    if (!known_code(sc) || !known_code(tc) || (rc != 'q' && rc != 'l') || sz.ndim != 1 || (tz.obj && tz.ndim != 1) ||
+        rows.itemsize != 8 || pairs.ndim != 2 || pairs.itemsize != 4 || code_of(&pairs) != 'i' ||
+        pairs.shape[0] != n || pairs.shape[1] < 4) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    /* sizes of any stride: both sides interleaved in one array read one cache line per row */
+    const int64_t *rw = rows.buf, slen = sz.shape[0], tlen = tz.obj ? tz.shape[0] : 0;
+    const Py_ssize_t sst = sz.strides[0], tst = tz.obj ? tz.strides[0] : 0;
+    const char *sb = sz.buf, *tb = tz.obj ? tz.buf : NULL;
+    char *pb = pairs.buf;
+    const Py_ssize_t s0 = pairs.strides[0], s1 = pairs.strides[1];
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; i < n; i++) {
+        if (i + AHEAD < n) {
+            int64_t ra = rw[i + AHEAD];
+            if (ra >= 0 && ra < slen)
+                __builtin_prefetch(sb + ra * sst);
+            if (tb && ra >= 0 && ra < tlen)
+                __builtin_prefetch(tb + ra * tst);
+        }
+        int64_t r = rw[i], v = 0;
+        if (r < 0 || r >= slen || (tb && r >= tlen)) {
+            ok = 0;
+            break;
+        }
+        load_size(sb + r * sst, sc, 0, &v);
+        *(int32_t *)(pb + i * s0 + 2 * s1) = (int32_t)(v + splen);
+        if (tb) {
+            load_size(tb + r * tst, tc, 0, &v);
+            *(int32_t *)(pb + i * s0 + 3 * s1) = (int32_t)(v + tplen);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(ok ? Py_True : Py_False);
+done:
+    if (sz.obj)
+        PyBuffer_Release(&sz);
+    if (tz.obj)
+        PyBuffer_Release(&tz);
+    if (rows.obj)
+        PyBuffer_Release(&rows);
+    if (pairs.obj)
+        PyBuffer_Release(&pairs);
+    return result;
+}
+
+/* take_rows(src, idx, out) -> bool
+ *
+ * out[i] = src[idx[i]] for C-contiguous 2-D arrays of the same row width (the planner's 24-byte sample rows):
+ * numpy's take, with the rows 16 ahead prefetched so that the random reads of a large window overlap. False
+ * (numpy answers) for an index outside [0, rows) or mismatched shapes. */
+PyObject *plan_take_rows(PyObject *self, PyObject *args) {
+    Py_buffer src, idx, out;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &src, &idx, &out))
+        return NULL;
+    int64_t n = idx.len / 8;
+    Py_ssize_t width = n ? out.len / n : 0;
+    int ok = width > 0 && out.len == n * width && src.len % width == 0;
+    if (n == 0)
+        ok = out.len == 0;
+    int64_t rows = ok && n ? src.len / width : 0;
+    const int64_t *ix = idx.buf;
+    const char *sb = src.buf;
+    char *ob = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 0; ok && i < n; i++) {
+        if (i + AHEAD < n) {
+            int64_t ra = ix[i + AHEAD];
+            if (ra >= 0 && ra < rows) {
+                __builtin_prefetch(sb + ra * width);
+                __builtin_prefetch(sb + ra * width + width - 1);
+            }
+        }
+        int64_t r = ix[i];
+        if (r < 0 || r >= rows) {
+            ok = 0;
+            break;
+        }
+        memcpy(ob + i * width, sb + r * width, (size_t)width);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&idx);
+    PyBuffer_Release(&out);
+    return Py_NewRef(ok ? Py_True : Py_False);
+}
+

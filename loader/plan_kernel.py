@@ -1,0 +1,97 @@
+"""The optional compiled planning kernel (``_plan.c``): the same integers as the numpy paths, faster.
+
+``permute.permute``/``permute_many``, ``mixing.StratifiedDraw.rows``/``stratified_rows``,
+``batching.length_order`` and ``batching.batch_sorted`` ask here first; each function returns None where the
+kernel is not built (setup.py builds it where a C compiler exists), ``BABELFEED_KERNEL=0`` is set, or the input
+is one the kernel does not take, and the caller's numpy path answers instead (tests/test_plan_kernel.py checks
+that both give the same arrays). ``KERNEL`` is read at every call, so tests can switch it off.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+try:
+    from . import _plan as _compiled
+except ImportError:
+    _compiled = None
+KERNEL = _compiled if os.environ.get("BABELFEED_KERNEL", "1") != "0" else None
+
+
+def stratified(positions, which, table, okeys, ekeys) -> np.ndarray | None:
+    """Rows of stratified draws: per position of corpus ``c = which[i]`` (row 0 of the tables when ``which`` is
+    None), ``table[c] = (n, count, full)`` and round keys ``okeys[c]``, ``ekeys[c]`` (uint64 [k, >=4])."""
+    kernel = KERNEL
+    if kernel is None:
+        return None
+    pos = np.ascontiguousarray(positions, dtype=np.int64)
+    okeys, ekeys = np.asarray(okeys, np.uint64).reshape(len(table), -1), np.asarray(ekeys, np.uint64).reshape(len(table), -1)
+    if okeys.shape[1] < 4 or ekeys.shape[1] < 4:
+        return None
+    out = np.empty(pos.shape, dtype=np.int64)
+    kernel.stratified(pos.reshape(-1), None if which is None else np.ascontiguousarray(which, dtype=np.int64),
+                      np.ascontiguousarray(table, dtype=np.int64), np.ascontiguousarray(okeys[:, :4]),
+                      np.ascontiguousarray(ekeys[:, :4]), out.reshape(-1))
+    return out
+
+
+def permute(positions, n: int, key) -> np.ndarray | None:
+    """``permute.permute`` (n > 1): a stratified draw whose count and size are both n."""
+    return stratified(positions, None, np.array([[n, n, n]], np.int64), key, key)
+
+
+def permute_many(positions, n, keys, which) -> np.ndarray | None:
+    """``permute.permute_many`` with per-corpus tables ``n``, ``keys`` and ``which``."""
+    n = np.asarray(n, dtype=np.int64).reshape(-1)
+    return stratified(positions, which, np.repeat(n[:, None], 3, axis=1), keys, keys)
+
+
+def length_order(src, tgt, rkey: np.ndarray) -> np.ndarray | None:
+    """``batching.length_order`` given its random key: order by (max(src, tgt), src, rkey, index)."""
+    kernel = KERNEL
+    if kernel is None:
+        return None
+    src = _lengths(src)
+    tgt = None if tgt is None else _lengths(tgt)
+    out = np.empty(len(src), dtype=np.int64)
+    return out if kernel.length_order(src, tgt, np.ascontiguousarray(rkey, dtype=np.uint16), out) else None
+
+
+def _lengths(x) -> np.ndarray:
+    """int32 or int64 1-D lengths as they are (any stride: the planner's int32 columns), else as int64."""
+    x = np.asarray(x)
+    return x if x.ndim == 1 and x.dtype in (np.int32, np.int64) else np.ascontiguousarray(x, dtype=np.int64)
+
+
+def batch_ends(cost, max_tokens: int, cap: int, multiple: int) -> np.ndarray | None:
+    """``batching.batch_sorted`` over costs already checked to lie in [1, max_tokens] at both ends; None where
+    they decrease somewhere (the numpy path raises)."""
+    kernel = KERNEL
+    if kernel is None or cap < 1 or multiple < 1:
+        return None
+    cost = np.ascontiguousarray(cost, dtype=np.int64)
+    out = np.empty(len(cost), dtype=np.int64)
+    nb = kernel.batch_ends(cost, int(max_tokens), int(cap), int(multiple), out)
+    return None if nb < 0 else out[:nb].copy()
+
+
+def take_lengths(src_sizes, tgt_sizes, rows, src_plen: int, tgt_plen: int, pairs: np.ndarray) -> bool:
+    """``sources.Component.lengths``: ``pairs[:, 2]`` (and ``[:, 3]`` with ``tgt_sizes``) = sizes of ``rows`` plus
+    the prefix lengths, as int32. False where the numpy path must answer (no kernel, or rows it does not take)."""
+    kernel = KERNEL
+    if kernel is None or not (pairs.dtype == np.int32 and pairs.ndim == 2):
+        return False
+    return kernel.take_lengths(src_sizes, tgt_sizes, np.ascontiguousarray(rows, dtype=np.int64), int(src_plen),
+                               int(tgt_plen), pairs)
+
+
+def take_rows(m: np.ndarray, idx) -> np.ndarray | None:
+    """``np.take(m, idx, axis=0)`` for a C-contiguous 2-D ``m``; None where numpy must answer."""
+    kernel = KERNEL
+    if kernel is None or m.ndim != 2 or not m.flags.c_contiguous or not isinstance(idx, np.ndarray) \
+            or idx.dtype != np.int64 or idx.ndim != 1:
+        return None
+    out = np.empty((len(idx), m.shape[1]), dtype=m.dtype)
+    return out if kernel.take_rows(m, np.ascontiguousarray(idx), out) else None

@@ -1,0 +1,166 @@
+"""The compiled planning kernel (loader/_plan.c) against the numpy paths it replaces, for random inputs: the
+Feistel permutations (one corpus and many), stratified draws, the length order and the greedy token-budget cut
+must give the same integers, and the same errors."""
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings, strategies as st
+
+from loader import batching, mixing, permute, plan_kernel
+
+pytestmark = pytest.mark.skipif(plan_kernel.KERNEL is None, reason="the planning kernel is not built")
+
+keys = st.integers(0, 2**63).map(lambda s: permute.derive_key(s, "test"))
+sizes = st.one_of(st.integers(0, 70), st.integers(0, 70_000), st.integers(2**31, 2**33), st.integers(2**40, 2**62))
+
+
+def both(fn, *args):
+    """fn(*args) with the kernel and without it."""
+    compiled = fn(*args)
+    kernel, plan_kernel.KERNEL = plan_kernel.KERNEL, None
+    try:
+        return compiled, fn(*args)
+    finally:
+        plan_kernel.KERNEL = kernel
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes, keys, st.integers(0, 2**32), st.integers(1, 300))
+@example(2, permute.derive_key(0), 0, 2)
+@example(2**32, permute.derive_key(1), 5, 50)   # 32 bits: the last narrow domain
+@example(2**32 + 1, permute.derive_key(1), 5, 50)  # 34 bits: the first wide one
+def test_permute(n, key, seed, m):
+    pos = np.random.default_rng(seed).integers(0, max(n, 1), m) if n else np.zeros(0, np.int64)
+    got, want = both(permute.permute, pos, n, key)
+    assert got.dtype == want.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(sizes.filter(lambda n: n < 2**53), st.integers(1, 3)), min_size=1, max_size=6),
+       st.integers(0, 2**32),
+       st.integers(0, 9000))
+def test_permute_many(corpora, seed, m):
+    # below 2**53 rows: the numpy path's bit lengths come from float64 (permute._bit_length), exact only there
+    rng = np.random.default_rng(seed)
+    n = np.array([c for c, _ in corpora], np.int64)
+    table_keys = np.stack([permute.derive_key(seed, i) for i in range(len(n))])
+    runs = rng.integers(0, len(n), max(1, m // 1000 + 1))
+    lens = rng.integers(0, 6000 if m > 4000 else 30, len(runs))  # long runs (scalar keys) and short ones
+    which = np.repeat(runs, lens)
+    pos = (rng.random(len(which)) * np.maximum(n[which], 1)).astype(np.int64)
+    got, want = both(permute.permute_many, pos, n, table_keys, which)
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5000), st.floats(0.01, 7.0), st.integers(0, 2**32), st.integers(1, 3000))
+def test_stratified_draw(n, scale, seed, m):
+    count = max(1, int(n * scale))
+    draw = mixing.StratifiedDraw(n, count, (seed, "mix", 1, "a-b"))
+    pos = np.random.default_rng(seed).integers(0, count, m)
+    got, want = both(draw.rows, pos)
+    np.testing.assert_array_equal(got, want)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3000), st.floats(0.05, 4.0)), min_size=1, max_size=8),
+       st.integers(0, 2**32))
+def test_stratified_rows(corpora, seed):
+    draws = [mixing.StratifiedDraw(n, max(1, int(n * f)), (seed, "mix", 1, i)) for i, (n, f) in enumerate(corpora)]
+    rng = np.random.default_rng(seed)
+    which = np.sort(rng.integers(0, len(draws), 4000)) if seed % 2 else rng.integers(0, len(draws), 4000)
+    pos = (rng.random(len(which)) * np.array([d.count for d in draws])[which]).astype(np.int64)
+    got, want = both(mixing.stratified_rows, draws, which, pos)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_out_of_range_positions_raise():
+    for n in (10, 2**40):
+        for pos in ([-1], [n]):
+            with pytest.raises(ValueError, match="positions must lie in"):
+                permute.permute(np.array(pos), n, permute.derive_key(1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 5000), st.sampled_from([3, 40, 300, 1100, 65_535]), st.booleans(), st.integers(0, 2**32))
+@example(1, 3, True, 0)
+@example(70_000, 65_535, True, 0)  # 16 + 16 + 16 + 17 bits: too wide to pack, the numpy path answers
+def test_length_order(n, top, with_tgt, seed):
+    rng = np.random.default_rng(seed)
+    src = rng.integers(0, top + 1, n)
+    tgt = rng.integers(0, top + 1, n) if with_tgt else None
+    got, want = both(lambda: batching.length_order(src, tgt, np.random.default_rng([seed, 7])))
+    np.testing.assert_array_equal(got, want)
+    rows = np.stack([src, src if tgt is None else tgt], axis=1).astype(np.int32)  # int32 columns, strided
+    got32 = batching.length_order(rows[:, 0], None if tgt is None else rows[:, 1], np.random.default_rng([seed, 7]))
+    np.testing.assert_array_equal(got32, want)
+
+
+def test_length_order_too_long_raises():
+    for kernel in (plan_kernel.KERNEL, None):
+        old, plan_kernel.KERNEL = plan_kernel.KERNEL, kernel
+        try:
+            with pytest.raises(ValueError, match="lengths above 65535"):
+                batching.length_order(np.array([3, 70_000]), None, np.random.default_rng(0))
+        finally:
+            plan_kernel.KERNEL = old
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 600), max_size=3000), st.integers(600, 20_000), st.sampled_from([None, 0, 1, 7, 64]),
+       st.sampled_from([1, 2, 8, 64]))
+def test_batch_sorted(costs, max_tokens, max_sentences, multiple):
+    cost = np.sort(np.array(costs, np.int64))
+    got, want = both(batching.batch_sorted, cost, max_tokens, max_sentences, multiple)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("cost, message", [([3, 2, 5], "non-decreasing"), ([0, 1], ">= 1"), ([5, 50], "exceeds")])
+def test_batch_sorted_errors(cost, message):
+    for kernel in (plan_kernel.KERNEL, None):
+        old, plan_kernel.KERNEL = plan_kernel.KERNEL, kernel
+        try:
+            with pytest.raises(ValueError, match=message):
+                batching.batch_sorted(np.array(cost), 20, None, 1)
+        finally:
+            plan_kernel.KERNEL = old
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([np.uint16, np.int32, np.uint32, np.int64]), st.booleans(), st.integers(1, 5000),
+       st.integers(0, 3), st.integers(0, 2), st.integers(0, 2**32))
+def test_take_lengths(dtype, with_tgt, n, splen, tplen, seed):
+    rng = np.random.default_rng(seed)
+    src, tgt = (rng.integers(0, 300, n).astype(dtype) for _ in range(2))
+    rows = rng.integers(0, n, int(rng.integers(0, 3000)))
+    got = np.zeros((len(rows), 3), np.int64)
+    pairs = got[:, :2].view(np.int32)
+    assert plan_kernel.take_lengths(src, tgt if with_tgt else None, rows, splen, tplen, pairs)
+    want = np.zeros_like(got)
+    want[:, :2].view(np.int32)[:, 2] = src[rows].astype(np.int64) + splen
+    if with_tgt:
+        want[:, :2].view(np.int32)[:, 3] = tgt[rows].astype(np.int64) + tplen
+    np.testing.assert_array_equal(got, want)
+    assert not plan_kernel.take_lengths(src, None, np.array([n]), 0, 0, np.zeros((1, 4), np.int32))  # numpy raises
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 3000), st.integers(1, 4), st.integers(0, 2**32))
+def test_take_rows(n, width, seed):
+    rng = np.random.default_rng(seed)
+    m = rng.integers(-2**62, 2**62, (n, width))
+    idx = rng.integers(0, max(n, 1), int(rng.integers(0, 4000))) if n else np.zeros(0, np.int64)
+    np.testing.assert_array_equal(plan_kernel.take_rows(m, idx), np.take(m, idx, axis=0))
+    if n:
+        assert plan_kernel.take_rows(m, np.array([n])) is None and plan_kernel.take_rows(m, np.array([-1])) is None
+
+
+def test_take_lengths_strided_sizes():
+    rng = np.random.default_rng(3)
+    pair = rng.integers(0, 300, (1000, 2)).astype(np.uint16)  # both sides interleaved, as Component pairs them
+    rows = rng.integers(0, 1000, 5000)
+    pairs = np.zeros((len(rows), 4), np.int32)
+    assert plan_kernel.take_lengths(pair[:, 0], pair[:, 1], rows, 1, 2, pairs)
+    np.testing.assert_array_equal(pairs[:, 2], pair[rows, 0] + 1)
+    np.testing.assert_array_equal(pairs[:, 3], pair[rows, 1] + 2)
