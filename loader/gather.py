@@ -123,10 +123,11 @@ def _window_rows(spaces: "TokenSpaces", sid: int, first: np.ndarray, width: int)
     tokens = spaces.tokens(sid)
     if width == 0 or len(first) == 0:
         return np.zeros((len(first), width), tokens.dtype)
-    if len(first) and (int(first.min()) < 0 or int(first.max()) + width > len(tokens)):
-        raise IndexError(f"a row's tokens lie outside token space {sid} ({len(tokens)} tokens): a corrupt index?")
-    if spaces.margin(sid) >= width:  # a strided view whose row k starts at token k: one fancy index copies every row
+    inside = int(first.min()) >= 0 and int(first.max()) + width <= len(tokens)
+    if inside and spaces.margin(sid) >= width:  # a strided view whose row k starts at token k: one fancy index
         return spaces.view(sid, width)[first]
+    # a window may reach past the ends of a space without margins (one file per space): the cells outside the
+    # row are padding the caller writes over, so clipped reads are harmless there
     return np.take(tokens, first[:, None] + np.arange(width, dtype=np.int64), mode="clip")
 
 
@@ -166,6 +167,8 @@ def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body
                 if prev is not None:
                     prev[rows] = part_prev
             continue
+        if n and (int(start[rows].min()) < 0 or int((start[rows] + body[rows]).max()) > len(tokens)):
+            raise IndexError(f"a row's tokens lie outside token space {sid} ({len(tokens)} tokens): a corrupt index?")
         vals = _window_rows(spaces, sid, start[rows] - col0[rows] - plen[rows], width)
         shift = spaces.shift(sid)
         if shift:

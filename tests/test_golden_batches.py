@@ -39,7 +39,8 @@ def test_every_case_is_recorded(root):
     assert sorted(golden.cases(root)) == sorted(WANT)
 
 
-@pytest.mark.parametrize("table, flat, kernel", [(True, False, True), (False, True, False), (True, True, False)])
+@pytest.mark.parametrize("table, flat, kernel", [(True, False, True), (False, True, False), (True, True, False),
+                                                (False, False, False)])
 def test_batches_match_on_every_gather_path(root, monkeypatch, table, flat, kernel):
     """The other planner and gather paths give the same batches: lengths and addresses from the flat row table
     (used with many components), gathering file by file (where flat spaces are unavailable), and the numpy
