@@ -154,7 +154,7 @@ def _permute_chunk(pos, n, keys) -> np.ndarray:
             k = (keys[sel, :_ROUNDS] & np.uint64(0xFFFFFFFF)).astype(np.uint32) if narrow else keys[sel, :_ROUNDS]
             half = (bits[sel] // 2).astype(dtype)
             mask = ((np.ones(len(sel), dtype) << half) - dtype(1)).astype(dtype)
-            limit = n[sel].astype(dtype)
+            limit = n[sel].astype(np.uint64)  # 2**32 rows fit 32-bit lanes but not a uint32 limit
             got = _feistel_many(pos[sel].astype(dtype), half, mask, k, narrow)
             bad = np.flatnonzero(got >= limit)
             while bad.size:  # cycle-walk, each element within its own permutation's domain

@@ -5,6 +5,14 @@ import tempfile
 
 import pytest
 
+# Property tests draw the same examples on every run (a CI result must not depend on the draw); explore new
+# ones with HYPOTHESIS_PROFILE=explore.
+from hypothesis import settings as _hypothesis_settings
+
+_hypothesis_settings.register_profile("ci", derandomize=True)
+_hypothesis_settings.register_profile("explore", derandomize=False)
+_hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
 # Verification stamps of the test run go to a folder of its own (inherited by subprocesses), never ~/.cache.
 os.environ.setdefault("BABELFEED_CACHE_DIR", tempfile.mkdtemp(prefix="babelfeed-test-cache-"))
 

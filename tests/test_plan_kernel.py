@@ -40,6 +40,7 @@ def test_permute(n, key, seed, m):
 @given(st.lists(st.tuples(sizes.filter(lambda n: n < 2**53), st.integers(1, 3)), min_size=1, max_size=6),
        st.integers(0, 2**32),
        st.integers(0, 9000))
+@example([(2**32, 1)], 1, 50)  # exactly 2**32 rows: 32-bit lanes, a limit that does not fit them
 def test_permute_many(corpora, seed, m):
     # below 2**53 rows: the numpy path's bit lengths come from float64 (permute._bit_length), exact only there
     rng = np.random.default_rng(seed)
