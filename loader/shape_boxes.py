@@ -5,8 +5,8 @@ Grouping pairs by ``max(src, tgt)`` cannot tell (short source, long target) from
 (100, 10) hold them with no padding. Choosing K boxes over a 2-D histogram is NP-hard in general; this is a
 local search that is exact in its evaluation and never worse than the max(src, tgt) plan it starts from:
 
-1. A weighted ``bincount`` of ``src * (T + 1) + tgt`` (O(n)) gives the occupied cells. Beyond 2^22 cells
-   (lengths over about 2048) lengths are binned by a power of two first, widths rounded up to the bin.
+1. A weighted ``bincount`` of ``src * T + tgt`` (O(n), one pass in blocks) gives the occupied cells. Beyond
+   2^22 cells (lengths over about 2048) lengths are binned by a power of two first, widths rounded up to the bin.
 2. The max(src, tgt) plan (the exact programme of :func:`loader.shapes.dp_plan` on the cells).
 3. Candidate widths per side ("levels"): every occupied length if at most ``LEVELS``, else weighted quantiles
    and evenly spaced lengths, plus the max plan's widths and the longest. Cells merge onto this coarse grid;
@@ -28,28 +28,65 @@ from .shapes import dp_plan, padded_rows
 GRID_CELLS = 1 << 22  # fine histogram cells at most; beyond, lengths are binned by a power of two
 LEVELS = 64  # candidate widths per side for the box search (256 gains < 0.1 point of fill, at 10x the time)
 MAX_SWEEPS = 25
+CHUNK = 1 << 16  # rows per block of the histogram pass
 
 
-def pair_cells(lengths: np.ndarray, tops, weights):
-    """Occupied cells of the (source, target) histogram (``tops``: the longest of each side): their lengths
-    int[C, 2] and weights float[C]."""
-    s, t = lengths[:, 0], lengths[:, 1]
-    top_s, top_t = int(tops[0]), int(tops[1])
-    q = 1
-    while (top_s // q + 2) * (top_t // q + 2) > GRID_CELLS:
-        q *= 2
-    if q > 1:
-        s, t = -(-s // q), -(-t // q)
-    ns, nt = -(-top_s // q) + 1, -(-top_t // q) + 1
-    key = np.multiply(s, nt, dtype=np.int64)
-    key += t
-    count = np.bincount(key, weights=weights, minlength=ns * nt).astype(np.float64)
-    occupied = count > 0 if weights is None else np.bincount(key, minlength=ns * nt) > 0
+def pair_cells(lengths: np.ndarray, weights, longest: int):
+    """Occupied cells of the (source, target) histogram: their lengths int[C, 2] and weights float[C], and
+    whether they are the samples' own lengths (not binned). ``longest``: the longest length of either side.
+
+    One pass over the samples, a block of rows at a time, so each block's keys ``src * T + tgt`` are counted
+    while in cache. Up to ``longest`` 2046 the histogram is square and each side's longest is read off it;
+    beyond, the columns are reduced and lengths binned through per-side lookup tables."""
+    longest = int(longest)
+    if (longest + 2) ** 2 <= GRID_CELLS:
+        n1 = longest + 1
+        count, occupied = _histogram(lengths, n1, n1, None, weights)
+        rows, cols = occupied.reshape(n1, n1).any(axis=1), occupied.reshape(n1, n1).any(axis=0)
+        tops, q = (int(np.flatnonzero(rows)[-1]), int(np.flatnonzero(cols)[-1])), 1
+        nt = n1
+    else:
+        tops = (int(lengths[:, 0].max()), int(lengths[:, 1].max()))
+        q = 1
+        while (tops[0] // q + 2) * (tops[1] // q + 2) > GRID_CELLS:
+            q *= 2
+        ns, nt = -(-tops[0] // q) + 1, -(-tops[1] // q) + 1
+        luts = None if q == 1 else (-(-np.arange(tops[0] + 1) // q) * nt, -(-np.arange(tops[1] + 1) // q))
+        count, occupied = _histogram(lengths, ns, nt, luts, weights)
     cells = np.flatnonzero(occupied)
     cs, ct = np.divmod(cells, nt)
     if q > 1:
-        cs, ct = np.minimum(cs * q, top_s), np.minimum(ct * q, top_t)
-    return np.stack([cs, ct], axis=1).astype(np.int64), count[cells]
+        cs, ct = np.minimum(cs * q, tops[0]), np.minimum(ct * q, tops[1])
+    return np.stack([cs, ct], axis=1).astype(np.int64), count[cells], q == 1
+
+
+def _histogram(lengths, ns: int, nt: int, luts, weights):
+    """Weights (float64, summed in sample order) and occupancy of the ns x nt cells ``(s, t)``, flat; ``luts``:
+    per-side tables mapping a length to its binned key part (the source's times nt), else the lengths as they are."""
+    size, n = ns * nt, len(lengths)
+    block = max(CHUNK, size)  # adding up a block's counts costs ``size``: no more than counting the block
+    hist = np.zeros(size, dtype=np.int64)
+    keys = np.empty(min(block, n) if weights is None else n, dtype=np.int64)
+    part = np.empty(min(block, n), dtype=np.int64) if luts is not None else None
+    for i in range(0, n, block):
+        b = lengths[i:i + block]
+        k = keys[:len(b)] if weights is None else keys[i:i + len(b)]
+        if luts is None:
+            np.multiply(b[:, 0], nt, out=k, dtype=np.int64)
+            k += b[:, 1]
+        else:
+            np.take(luts[0], b[:, 0], out=k, mode="clip")
+            k += np.take(luts[1], b[:, 1], out=part[:len(b)], mode="clip")
+        if weights is None:
+            hist += np.bincount(k, minlength=size)
+    if weights is None:
+        return hist.astype(np.float64), hist > 0
+    count = np.bincount(keys, weights=weights, minlength=size)
+    occupied = count > 0  # a cell of positive weights only has a positive sum; the others are counted
+    other = ~(weights > 0)
+    if other.any():
+        occupied |= np.bincount(keys[other], minlength=size) > 0
+    return count, occupied
 
 
 def max_plan(cells, count, num_shapes: int, sizes, windows: int) -> np.ndarray:
@@ -169,12 +206,13 @@ class _Grid:
         return [box for k, box in enumerate(boxes) if k in used]
 
 
-def plan_pairs(lengths, tops, weights, num_shapes: int, sizes, windows: int, method: str):
-    """Box widths int[K, 2] for these pairs, and the histogram cells and weights the plan is priced on."""
-    cells, count = pair_cells(lengths, tops, weights)
+def plan_pairs(lengths, longest: int, weights, num_shapes: int, sizes, windows: int, method: str):
+    """Box widths int[K, 2] for these pairs, the histogram cells and weights the plan is priced on, and whether
+    the cells are the samples' own lengths."""
+    cells, count, exact = pair_cells(lengths, weights, longest)
     start = max_plan(cells, count, num_shapes, sizes, windows)
     if method == "max":
-        return start, cells, count
+        return start, cells, count, exact
     grid = _Grid(cells, count, start, sizes, windows)
     first = grid.index(start)
     best, cost = first, grid.total(first)
@@ -182,4 +220,4 @@ def plan_pairs(lengths, tops, weights, num_shapes: int, sizes, windows: int, met
         found, found_cost = grid.search(boxes, num_shapes)
         if found_cost < cost:
             best, cost = found, found_cost
-    return grid.widths(grid.prune(best)), cells, count
+    return grid.widths(grid.prune(best)), cells, count, exact

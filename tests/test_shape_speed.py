@@ -88,7 +88,9 @@ def test_pair_cells_equal_the_previous_histogram(case):
     seed, n, top, skew, kind = case
     lengths = random_pairs(seed, n, top, skew)
     w = random_weights(seed, n, kind)
-    cells, count = pair_cells(lengths, lengths.max(axis=0), w)
+    cells, count, exact = pair_cells(lengths, w, lengths.max())
+    tops = lengths.max(axis=0)
+    assert exact == ((tops[0] + 2) * (tops[1] + 2) <= GRID_CELLS)  # not binned
     old_cells, old_count = previous_pair_cells(lengths, lengths.max(axis=0), w)
     assert cells.dtype == old_cells.dtype and np.array_equal(cells, old_cells)
     assert count.dtype == old_count.dtype and np.array_equal(count, old_count)
@@ -102,7 +104,7 @@ def test_plans_equal_the_plans_on_the_previous_histogram(case, k, windows):
     w = random_weights(seed, n, kind)
     plan = plan_shapes(lengths, k, 16384, windows=windows, weights=w)
     with pytest.MonkeyPatch.context() as m:
-        m.setattr(shape_boxes, "pair_cells", previous_pair_cells)
+        m.setattr(shape_boxes, "pair_cells", lambda x, w, longest: (*previous_pair_cells(x, x.max(axis=0), w), False))
         old = plan_shapes(lengths, k, 16384, windows=windows, weights=w)
     for name in ("edges", "widths", "batch_sizes", "share"):
         assert np.array_equal(getattr(plan, name), getattr(old, name)), name
