@@ -101,11 +101,15 @@ def padded_rows(n, batch, windows: int):
     return windows * np.ceil(x * (1 - 1e-12) - 1e-9) * batch
 
 
+ASSIGN_BLOCK = 1 << 14  # samples per block of assign()
+
+
 def assign(widths, src, tgt=None) -> np.ndarray:
     """Index of the first shape (in ``widths`` order) each sample fits, -1 where none does; O(n).
 
     Per side, a lookup table maps a length to the first distinct width that holds it; a (K+1)^d table then maps
-    those levels to the first shape holding both. ``tgt=None`` checks the first width only."""
+    those levels to the first shape holding both, 16,384 samples at a time so the three gathers work in cache.
+    ``tgt=None`` checks the first width only."""
     widths = np.asarray(widths, dtype=np.int64)
     widths = widths[:, None] if widths.ndim == 1 else widths
     cols = [np.asarray(src)] if tgt is None else [np.asarray(src), np.asarray(tgt)]
@@ -123,9 +127,19 @@ def assign(widths, src, tgt=None) -> np.ndarray:
     table = np.where(fits.any(axis=0), fits.argmax(axis=0), -1).ravel()
     if len(cols) == 1:  # one gather: length -> shape
         return np.take(table[luts[0]], cols[0], mode="clip")
-    cell = np.take(luts[0] * len(bounds[1]), cols[0], mode="clip")  # lengths past the table: its last entry
-    cell += np.take(luts[1], cols[1], mode="clip")
-    return np.take(table, cell)
+    row, col = (luts[0] * len(bounds[1])).astype(np.intp), luts[1].astype(np.intp)
+    src, tgt = cols
+    if src.ndim != 1 or src.shape != tgt.shape:
+        cell = np.take(row, src, mode="clip")  # lengths past the table: its last entry
+        cell += np.take(col, tgt, mode="clip")
+        return np.take(table, cell)
+    out = np.empty(len(src), dtype=table.dtype)  # a block at a time: the cells stay in cache
+    cell, part = np.empty(min(len(src), ASSIGN_BLOCK), np.intp), np.empty(min(len(src), ASSIGN_BLOCK), np.intp)
+    for i in range(0, len(src), ASSIGN_BLOCK):
+        c = np.take(row, src[i:i + ASSIGN_BLOCK], out=cell[:len(src[i:i + ASSIGN_BLOCK])], mode="clip")
+        c += np.take(col, tgt[i:i + ASSIGN_BLOCK], out=part[:len(c)], mode="clip")
+        np.take(table, c, out=out[i:i + len(c)])
+    return out
 
 
 def dp_plan(values, count, mx, sizes, windows: int, num_shapes: int) -> list[tuple[int, int]]:
