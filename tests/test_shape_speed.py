@@ -1,9 +1,8 @@
 """The fast pair histogram and assignment give exactly what the previous implementations gave.
 
-``previous_pair_cells`` and ``previous_assign`` are frozen copies of loader/shape_boxes.py and loader/shapes.py
-as of commit 589dbcb (one bincount over a whole int64 key array; three whole-array gathers). Plans, shares,
-padded and real tokens must not change, bit for bit, with or without weights, and with lengths long enough
-that the histogram is binned by a power of two.
+The previous implementations are frozen in tests/previous_shapes.py. Cells, counts, plans, shares, padded and
+real tokens must not change, bit for bit, with or without weights, and with lengths long enough that the
+histogram is binned by a power of two; nor may the shape index of any sample.
 """
 
 import numpy as np
@@ -14,49 +13,7 @@ from hypothesis import strategies as st
 import loader.shape_boxes as shape_boxes
 from loader.shape_boxes import GRID_CELLS, pair_cells
 from loader.shapes import assign, plan_shapes
-
-
-def previous_pair_cells(lengths, tops, weights):
-    s, t = lengths[:, 0], lengths[:, 1]
-    top_s, top_t = int(tops[0]), int(tops[1])
-    q = 1
-    while (top_s // q + 2) * (top_t // q + 2) > GRID_CELLS:
-        q *= 2
-    if q > 1:
-        s, t = -(-s // q), -(-t // q)
-    ns, nt = -(-top_s // q) + 1, -(-top_t // q) + 1
-    key = np.multiply(s, nt, dtype=np.int64)
-    key += t
-    count = np.bincount(key, weights=weights, minlength=ns * nt).astype(np.float64)
-    occupied = count > 0 if weights is None else np.bincount(key, minlength=ns * nt) > 0
-    cells = np.flatnonzero(occupied)
-    cs, ct = np.divmod(cells, nt)
-    if q > 1:
-        cs, ct = np.minimum(cs * q, top_s), np.minimum(ct * q, top_t)
-    return np.stack([cs, ct], axis=1).astype(np.int64), count[cells]
-
-
-def previous_assign(widths, src, tgt=None):
-    widths = np.asarray(widths, dtype=np.int64)
-    widths = widths[:, None] if widths.ndim == 1 else widths
-    cols = [np.asarray(src)] if tgt is None else [np.asarray(src), np.asarray(tgt)]
-    widths = widths[:, :len(cols)]
-    luts, bounds = [], []
-    for d in range(len(cols)):
-        u = np.unique(widths[:, d])
-        lut = np.searchsorted(u, np.arange(int(u[-1]) + 2), side="left")
-        luts.append(lut.astype(np.int32))
-        bounds.append(np.append(u, np.iinfo(np.int64).max))
-    grids = np.meshgrid(*bounds, indexing="ij")
-    fits = np.ones((len(widths),) + grids[0].shape, dtype=bool)
-    for d, g in enumerate(grids):
-        fits &= widths[:, d].reshape((-1,) + (1,) * len(grids)) >= g[None]
-    table = np.where(fits.any(axis=0), fits.argmax(axis=0), -1).ravel()
-    if len(cols) == 1:
-        return np.take(table[luts[0]], cols[0], mode="clip")
-    cell = np.take(luts[0] * len(bounds[1]), cols[0], mode="clip")
-    cell += np.take(luts[1], cols[1], mode="clip")
-    return np.take(table, cell)
+from previous_shapes import PreviousGrid, previous_assign, previous_pair_cells
 
 
 def random_pairs(seed, n, top, skew):
@@ -147,3 +104,31 @@ def test_bucket_equals_the_previous_assignment(n):
     lengths = random_pairs(n, n, 256, 1.8)
     plan = plan_shapes(lengths, 8, 16384)
     assert np.array_equal(plan.bucket(lengths), previous_assign(plan.widths, lengths[:, 0], lengths[:, 1]))
+
+
+def plans_with_both_searches(lengths, k, windows, w):
+    plan = plan_shapes(lengths, k, 16384, windows=windows, weights=w)
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(shape_boxes, "_Grid", PreviousGrid)
+        old = plan_shapes(lengths, k, 16384, windows=windows, weights=w)
+    return plan, old
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases, st.integers(1, 9), st.sampled_from([0, 1, 3]))
+def test_box_search_equals_the_previous_search(case, k, windows):
+    seed, n, top, skew, kind = case
+    lengths = random_pairs(seed, n, top, skew)
+    plan, old = plans_with_both_searches(lengths, k, windows, random_weights(seed, n, kind))
+    assert np.array_equal(plan.widths, old.widths) and plan.padded == old.padded
+
+
+@pytest.mark.parametrize("k", [2, 8, 16])
+def test_box_search_equals_the_previous_search_on_mixed_directions(k):
+    rng = np.random.default_rng(k)
+    src = np.clip(rng.lognormal(3.2, 0.7, 200_000), 2, 256)
+    tgt = np.clip(src * rng.choice([0.6, 1.0, 1.4, 2.0], len(src)) * rng.lognormal(0, 0.15, len(src)), 2, 256)
+    lengths = np.stack([src, tgt], axis=1).astype(np.int64)
+    for w in (None, rng.random(len(src))):
+        plan, old = plans_with_both_searches(lengths, k, 1, w)
+        assert np.array_equal(plan.widths, old.widths) and plan.padded == old.padded
