@@ -127,6 +127,8 @@ class _Grid:
         self.cost = (self.ls[:, None] + self.lt[None, :]).astype(np.float64)
         self.rows = sizes(np.maximum(self.ls[:, None], self.lt[None, :]))
         self.windows = windows
+        self._i, self._j = np.indices(self.hist.shape)
+        self._best = {}
 
     def index(self, widths) -> list[tuple[int, int]]:
         return [(int(np.searchsorted(self.ls, a)), int(np.searchsorted(self.lt, b))) for a, b in widths]
@@ -154,29 +156,41 @@ class _Grid:
         return float(padded_rows(n, self.rows[a, b], self.windows) @ self.cost[a, b])
 
     def best_box(self, others) -> tuple[int, int]:
-        """The box that, added to ``others``, gives the cheapest plan (every occupied cell held)."""
+        """The box that, added to ``others``, gives the cheapest plan (every occupied cell held); remembered."""
+        key = tuple(others)
+        if key not in self._best:
+            self._best[key] = self._best_box(others)
+        return self._best[key]
+
+    def _best_box(self, others) -> tuple[int, int]:
         owner = self.owner(others)
         m = len(others)
         split = np.zeros((m + 1,) + self.hist.shape)  # split[o + 1]: the weight of the cells box o owns
-        np.put_along_axis(split, (owner + 1)[None], self.hist[None], axis=0)
-        prefix = split.cumsum(axis=1).cumsum(axis=2)  # prefix[o + 1, a, b]: o's weight inside box (a, b)
+        split[owner + 1, self._i, self._j] = self.hist
+        held = split.sum(axis=1).cumsum(axis=1)[:, -1]  # o's weight: rows, then columns, as a prefix sums them
         loose = np.argwhere(self.occ & (owner < 0))
-        feasible = np.ones(self.hist.shape, dtype=bool)
-        if len(loose):
-            need_a, need_b = loose.max(axis=0)
-            feasible[:need_a] = False
-            feasible[:, :need_b] = False
+        a0, b0 = loose.max(axis=0) if len(loose) else (0, 0)  # a box must reach every loose cell: price those only
+        cost, rows = self.cost[a0:, b0:], self.rows[a0:, b0:]
+        c = np.array([self.cost[a, b] for a, b in others] + [0.0])
+        takes = np.flatnonzero(np.append(True, c[:m] > cost[0, 0]))  # 0 (loose) and boxes a candidate can undercut
+        prefix = split[takes].cumsum(axis=1)[:, a0:].cumsum(axis=2)[:, :, b0:]  # weight inside box (a, b)
         new = prefix[0].copy()
-        total = np.zeros(self.hist.shape)
-        for o, (a, b) in enumerate(others):
-            c, rows, held = self.cost[a, b], self.rows[a, b], prefix[o + 1, -1, -1]
-            moved = np.where(c > self.cost, prefix[o + 1], 0.0)  # cheaper per sample: the samples move
-            new += moved
-            total += padded_rows(held - moved, rows, self.windows) * c
-        total += padded_rows(new, self.rows, self.windows) * self.cost
-        total[~feasible] = np.inf
-        a, b = np.unravel_index(int(np.argmin(total)), total.shape)
-        return int(a), int(b)
+        total = np.zeros(cost.shape)
+        plane = dict(zip((takes[1:] - 1).tolist(), range(1, len(takes))))
+        for o, (a, b) in enumerate(others):  # summed box by box, in order (weights round as they always did)
+            size = self.rows[a, b]
+            if o in plane:
+                moved = np.where(c[o] > cost, prefix[plane[o]], 0.0)  # cheaper per sample: the samples move
+                new += moved
+                total += padded_rows(held[o + 1] - moved, size, self.windows) * c[o]
+            else:  # costs no more per sample than any candidate: keeps its samples
+                total += padded_rows(held[o + 1], size, self.windows) * c[o]
+        total += padded_rows(new, rows, self.windows) * cost
+        k = int(np.argmin(total))  # the first least in row order, as over the whole grid with the rest at inf
+        if total.flat[k] == np.inf:
+            return 0, 0
+        a, b = np.unravel_index(k, total.shape)
+        return int(a) + int(a0), int(b) + int(b0)
 
     def search(self, boxes, num_shapes: int) -> tuple[list, float]:
         boxes = list(boxes)
@@ -191,7 +205,10 @@ class _Grid:
             improved = False
             for k in range(len(boxes)):
                 others = boxes[:k] + boxes[k + 1:]
-                trial = others + [self.best_box(others)]
+                box = self.best_box(others)
+                if box == boxes[k]:  # the same boxes in another order: no change beyond rounding, not taken
+                    continue
+                trial = others + [box]
                 cost = self.total(trial)
                 if cost < current * (1 - 1e-12):
                     boxes, current, improved = trial, cost, True
