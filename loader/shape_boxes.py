@@ -16,7 +16,9 @@ local search that is exact in its evaluation and never worse than the max(src, t
    replacement lowers the cost. For one slot, every candidate box (a, b) is priced at once: with the other
    boxes fixed, each cell's current owner is known, the samples box (a, b) takes from owner m are a 2-D prefix
    sum of m's cells (those of m cost more per sample than the candidate), and the cost of the plan with the
-   candidate follows in closed form, masked rows and batch sizes included (O(K^2 G^2) per slot).
+   candidate follows in closed form, masked rows and batch sizes included (O(K^2 G^2) per slot). Only boxes
+   reaching every cell the others leave loose are priced, and prefix sums are taken only of the boxes some
+   candidate undercuts.
 """
 
 from __future__ import annotations

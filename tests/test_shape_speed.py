@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import loader.shape_boxes as shape_boxes
 from loader.shape_boxes import GRID_CELLS, pair_cells
-from loader.shapes import assign, plan_shapes
+from loader.shapes import assign, evaluate, plan_shapes
 from previous_shapes import PreviousGrid, previous_assign, previous_pair_cells
 
 
@@ -132,3 +132,7 @@ def test_box_search_equals_the_previous_search_on_mixed_directions(k):
     for w in (None, rng.random(len(src))):
         plan, old = plans_with_both_searches(lengths, k, 1, w)
         assert np.array_equal(plan.widths, old.widths) and plan.padded == old.padded
+    assert plan.real == float(w @ lengths[:, 0] + w @ lengths[:, 1])  # real tokens summed as they were
+    assert evaluate(plan, lengths, w).real == plan.real
+    one_side = lengths[:, 0].copy()
+    assert plan_shapes(one_side, k, 16384, weights=w).real == float(w @ one_side)
