@@ -169,12 +169,13 @@ class _Grid:
         m = len(others)
         split = np.zeros((m + 1,) + self.hist.shape)  # split[o + 1]: the weight of the cells box o owns
         split[owner + 1, self._i, self._j] = self.hist
-        held = split.sum(axis=1).cumsum(axis=1)[:, -1]  # o's weight: rows, then columns, as a prefix sums them
+        # o's weight: rows, then columns, as its prefix sums add them (a sum over a slow axis is sequential)
+        held = split.sum(axis=1).cumsum(axis=1)[:, -1]
         loose = np.argwhere(self.occ & (owner < 0))
         a0, b0 = loose.max(axis=0) if len(loose) else (0, 0)  # a box must reach every loose cell: price those only
         cost, rows = self.cost[a0:, b0:], self.rows[a0:, b0:]
-        c = np.array([self.cost[a, b] for a, b in others] + [0.0])
-        takes = np.flatnonzero(np.append(True, c[:m] > cost[0, 0]))  # 0 (loose) and boxes a candidate can undercut
+        c = np.array([self.cost[a, b] for a, b in others], dtype=np.float64)
+        takes = np.flatnonzero(np.append(True, c > cost[0, 0]))  # 0 (loose) and boxes a candidate can undercut
         prefix = split[takes].cumsum(axis=1)[:, a0:].cumsum(axis=2)[:, :, b0:]  # weight inside box (a, b)
         new = prefix[0].copy()
         total = np.zeros(cost.shape)
