@@ -6,7 +6,8 @@ On an NLLB-like lognormal(3.2, 0.7) length mixture clipped to [2, 256]:
   own shape) for contrast.
 * Encoder-decoder pairs: free (source, target) boxes (loader.plan_shapes) against the previous planner's buckets
   of max(src, tgt) (method="max"), measured in the same run, on correlated lognormal pairs and on a mix of
-  directions with different target/source length ratios; planning time for 20M lengths, 1-D and 2-D.
+  directions with different target/source length ratios; planning and assignment time for 20M lengths, 1-D
+  and 2-D (``--only timing``: just those rows, median of 3 interleaved runs).
 * Encoder-decoder pairs: the unpacked static buckets against pairs packed side by side into one or two shapes.
 * LM documents (lognormal(5, 1), 8 to 8192 tokens) into rows of 2048: document-aware best-fit packing against
   pad-to-max and Megatron's concatenate-and-slice (no padding, but attention crosses documents).
@@ -33,7 +34,12 @@ def main(argv=None) -> str:
     p = argparse.ArgumentParser()
     p.add_argument("--samples", type=int, default=1_000_000)
     p.add_argument("--timing-samples", type=int, default=20_000_000, help="lengths for the planning-time rows")
+    p.add_argument("--only", choices=["timing"], help="only the planning-time rows")
     a = p.parse_args(argv)
+    if a.only == "timing":
+        text = planning_time(np.random.default_rng(1), a.timing_samples)
+        print(text)
+        return text
     rng = np.random.default_rng(0)
     lengths = np.clip(rng.lognormal(3.2, 0.7, a.samples), 2, 256).astype(np.int64)
     parts = [f"# static shapes and packing ({a.samples:,} lognormal(3.2, 0.7) lengths clipped to [2, 256])"]
@@ -128,20 +134,33 @@ def pair_boxes(samples: int, timing_samples: int) -> str:
                   "16384, multiple 8; fill = real / padded tokens of both sides, masked rows included)", rows,
                   ["pairs", "shapes", "max(src, tgt) buckets", "boxes", "padded tokens, max / boxes",
                    "boxes planning time"])]
-    rows = []
+    text.append(planning_time(rng, timing_samples))
+    return "\n".join(text)
+
+
+def planning_time(rng, timing_samples: int, repeats: int = 3) -> str:
+    """plan_shapes and bucket on many lengths (2 directions, ratios 1 and 1.8), K=8: medians of interleaved runs."""
+    from loader.shapes import plan_shapes
+
     big = _pairs(rng, timing_samples, [1.0, 1.8])
-    for name, x in (("1-D lengths", np.ascontiguousarray(big[:, 0])), ("pairs, boxes", big)):
-        for k in (8,):
+    cases = (("1-D lengths", np.ascontiguousarray(big[:, 0])), ("pairs, boxes", big))
+    runs = {name: [] for name, _ in cases}
+    for _ in range(repeats):
+        for name, x in cases:
             t = time.perf_counter()
-            plan = plan_shapes(x, k, 16384)
+            plan = plan_shapes(x, 8, 16384)
             dt = time.perf_counter() - t
             t = time.perf_counter()
             plan.bucket(x)
-            db = time.perf_counter() - t
-            rows.append([name, f"K={k}", f"{dt:.2f} s", f"{db:.2f} s"])
-    text.append(table(f"planning time on {timing_samples:,} lengths", rows,
-                      ["lengths", "shapes", "plan_shapes", "bucket (every sample to its shape)"]))
-    return "\n".join(text)
+            runs[name].append((dt, time.perf_counter() - t))
+    rows = []
+    for name, v in runs.items():
+        dt, db = np.median(np.array(v), axis=0)
+        rows.append([name, "K=8", f"{dt:.2f} s", f"{db:.2f} s"])
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return table(f"planning time on {timing_samples:,} lengths (median of {repeats} interleaved runs; load "
+                 f"{load:.1f} on {os.cpu_count()} cores)", rows,
+                 ["lengths", "shapes", "plan_shapes", "bucket (every sample to its shape)"])
 
 
 if __name__ == "__main__":
