@@ -59,6 +59,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._base = 0  # global batches consumed before this run's first step of the epoch
         self.step = 0  # steps taken by every rank since _base
         self._hint = (0, 0)
+        self._ra_hint = (0, 0, 0)  # random access (batch_at, has_batch): (epoch, window, its first batch)
         self.total_steps = 0
         self.served: dict[int, np.ndarray] = {}  # epoch -> samples served by this rank, per direction
 
@@ -82,7 +83,15 @@ class BatchIterator(Reports, LoaderIterator):
             return False
         if self._base % self._per_step:  # resumed between steps on another world size: count them all
             return k < len(self)
-        return self.planner.locate(self.epoch, k * self._per_step) is not None
+        return self._locate(k * self._per_step) is not None
+
+    def _locate(self, g: int):
+        """``planner.locate`` for random access, starting from the window found last (not from window 0)."""
+        epoch, w, start = self._ra_hint
+        where = self.planner.locate(self.epoch, g, (w, start) if epoch == self.epoch else (0, 0))
+        if where is not None:
+            self._ra_hint = (self.epoch, where[0], g - where[1])
+        return where
 
     @property
     def iterations_in_epoch(self) -> int:
@@ -211,7 +220,7 @@ class BatchIterator(Reports, LoaderIterator):
         if not self.has_batch(k):
             raise IndexError(f"batch {k} out of range: this rank has {len(self)} batches in epoch {self.epoch}")
         g = k * self._per_step + (self.rank if self.split == "batches" else 0)
-        where = self.planner.locate(self.epoch, g)
+        where = self._locate(g)
         return self._dummy() if where is None else self._collate(*where)
 
     def _dummy(self) -> dict:
@@ -229,6 +238,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._base = 0
         self.step = 0
         self._hint = (0, 0)
+        self._ra_hint = (0, 0, 0)
 
     # ----------------------------------------------------------------------------------------- state
     def fingerprint(self) -> str:
@@ -268,6 +278,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._base = consumed
         self.step = 0
         self._hint = (0, 0)
+        self._ra_hint = (0, 0, 0)
         self.total_steps = int(state["total_steps"])
 
     def _check_stream(self, stream) -> None:
