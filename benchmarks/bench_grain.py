@@ -24,7 +24,7 @@ from common import HERE, REPO, collate_bin_config, table  # noqa: E402
 
 PADDED = {  # kind -> (label, steady batches measured after the first)
     "grain": ("plain grain: MapDataset.source.shuffle.map.batch, num_threads=0", 3_000),
-    "grain16": ("plain grain, grain's default ReadOptions (16 threads)", 1_000),
+    "grain16": ("plain grain, grain's default ReadOptions (16 threads)", 1_500),
     "plain": ("babelfeed plain iterator (no grain)", 40_000),
     "adapter": ("babelfeed grain adapter, 0 workers", 40_000),
 }
@@ -46,13 +46,14 @@ def padded(samples: int, repeats: int, workdir: str, kinds: list[str]) -> str:
             runs[kind].append(json.loads(out.stdout.strip().splitlines()[-1]))
             loads.append(os.getloadavg()[0])
     med = {k: (statistics.median(r["rate"] for r in v), statistics.median(r["first_s"] for r in v),
-               min(r["rate"] for r in v), max(r["rate"] for r in v)) for k, v in runs.items()}
-    base = med["grain"][0]
-    rows = [[PADDED[k][0], f"{m[0]:,.0f}", f"{m[2]:,.0f}-{m[3]:,.0f}", f"{m[0] / base:.1f}x", f"{m[1]:.3f} s"]
-            for k, m in med.items()]
+               min(r["rate"] for r in v), max(r["rate"] for r in v), statistics.median(r["cpu_us"] for r in v))
+           for k, v in runs.items()}
+    base, base_cpu = med["grain"][0], med["grain"][4]
+    rows = [[PADDED[k][0], f"{m[0]:,.0f}", f"{m[2]:,.0f}-{m[3]:,.0f}", f"{m[0] / base:.1f}x", f"{m[4]:,.0f}",
+             f"{base_cpu / m[4]:.1f}x", f"{m[1]:.3f} s"] for k, m in med.items()]
     text = table(f"[{grain_padded.ROWS}, {grain_padded.WIDTH}] padded batches, {samples:,}-pair epoch, median of "
                  f"{repeats} fresh processes (load {min(loads):.1f}-{max(loads):.1f}, {os.cpu_count()} cores)", rows,
-                 ["reader", "batches/s", "range", "vs grain", "first batch"])
+                 ["reader", "batches/s", "range", "vs grain", "CPU us/batch", "vs grain", "first batch"])
     for k in kinds:
         text += f"\n{k} leaves: " + ", ".join(runs[k][0]["leaves"])
     return text
