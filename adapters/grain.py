@@ -70,6 +70,16 @@ class BatchSource:
         """Whether batch k exists, planning only the windows up to it."""
         return self._it().has_batch(int(k))
 
+    def get(self, k: int) -> dict | None:
+        """Batch k, or None past the epoch's end (one lookup of the batch's window, where ``has`` and then
+        ``[k]`` take two)."""
+        try:
+            return self[k]
+        except IndexError:
+            if self.has(k):  # not the epoch's end: a real error
+                raise
+            return None
+
     def __getstate__(self):
         return {"config": self.config, "epoch": self.epoch, "rank": self.rank, "world_size": self.world_size,
                 "split": self.split, "len": self._len, "packed": self.packed}
@@ -116,9 +126,9 @@ class BatchDatasetIterator(grain.DatasetIterator):
 
     def __next__(self) -> dict:
         k = self._next
-        if not self._ds.source.has(k):
+        batch = self._ds.source.get(k)
+        if batch is None:
             raise StopIteration
-        batch = self._ds.source[k]
         self._next = k + self._ds.step
         return batch
 

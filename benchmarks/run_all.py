@@ -39,7 +39,7 @@ def main() -> None:  # run under __main__ only: grain's worker processes re-impo
     parts.append(bench_lm.main(["--batches", "20"] if a.quick else []))
     parts.append(bench_workers.main(["--batches", "120"] if a.quick else []))
     parts.append(bench_shapes.main(["--samples", "100000"] if a.quick else []))
-    parts.append(bench_grain.main(["--batches", "100"] if a.quick else []))
+    parts.append(bench_grain.main(["--batches", "100", "--samples", "200000", "--repeats", "1"] if a.quick else []))
     parts.append(bench_noise.main(["--batches", "50"] if a.quick else []))
     parts.append(bench_subword.main(["--sentences", "4000"] if a.quick else []))
     parts.append(bench_blending.main(["--samples", "2000000", "--fallback-samples", "100000", "--repeat", "1"]

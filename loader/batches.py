@@ -59,6 +59,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._base = 0  # global batches consumed before this run's first step of the epoch
         self.step = 0  # steps taken by every rank since _base
         self._hint = (0, 0)
+        self._ra_hint = (0, 0, 0)  # random access (batch_at, has_batch): (epoch, window, its first batch)
         self.total_steps = 0
         self.served: dict[int, np.ndarray] = {}  # epoch -> samples served by this rank, per direction
 
@@ -82,7 +83,15 @@ class BatchIterator(Reports, LoaderIterator):
             return False
         if self._base % self._per_step:  # resumed between steps on another world size: count them all
             return k < len(self)
-        return self.planner.locate(self.epoch, k * self._per_step) is not None
+        return self._locate(k * self._per_step) is not None
+
+    def _locate(self, g: int):
+        """``planner.locate`` for random access, starting from the window found last (not from window 0)."""
+        epoch, w, start = self._ra_hint
+        where = self.planner.locate(self.epoch, g, (w, start) if epoch == self.epoch else (0, 0))
+        if where is not None:
+            self._ra_hint = (self.epoch, where[0], g - where[1])
+        return where
 
     @property
     def iterations_in_epoch(self) -> int:
@@ -114,7 +123,7 @@ class BatchIterator(Reports, LoaderIterator):
         sl = win.batch(j)
         if win.packed is not None:
             return self._collate_packed(win, j, sl, weight)
-        s = self._samples(win, sl)
+        s = self._samples(win, sl, j)
         n = sl.stop - sl.start
         weight = np.ones(n, np.float32) if weight is None else np.asarray(weight, np.float32)
         shape_idx, masked = win.batch_shape(j)
@@ -145,32 +154,23 @@ class BatchIterator(Reports, LoaderIterator):
         self._count_served(s.direction[weight > 0])
         return batch
 
-    def _samples(self, win: Window, sl: slice):
-        """The planned samples of a batch, with their token addresses. The first batch of a window this rank
-        gathers looks up the addresses of every sample of the window's batches that this rank serves, grouped by
-        component (each component's pointers read once per window, not once per batch)."""
+    def _samples(self, win: Window, sl: slice, j: int):
+        """The planned samples of served batch j (slice ``sl``), with their token addresses. A batch whose
+        addresses are missing looks them up together with the batches this rank serves next: 256 batches the
+        first time in a window, twice as many each time after (grouped by component, each component's pointers
+        read once per lookup), so the first batch waits for a few thousand lookups, not the window's million,
+        and a window takes a handful of lookups. Random access looks up what it needs the same way."""
         if win.addr is None:
             win.addr = np.full((len(win.samples), 2), -1, np.int64)
-            mine = self._my_samples(win)
-            win.addr[mine] = self.collater.addresses(win.samples.comp[mine], win.samples.local[mine])
-        block = win.addr[sl]
-        missing = np.flatnonzero(block[:, 0] < 0)
-        if len(missing):  # a batch outside this rank's share (the epoch's padding batch, random access)
-            idx = sl.start + missing
+        if (win.addr[sl, 0] < 0).any():
+            step = 1 if self.split == "rows" or self.world_size == 1 else self.world_size
+            win.addr_ahead = min(max(256, 2 * win.addr_ahead), len(win))
+            idx = win.batch_rows(np.arange(j, min(len(win), j + step * win.addr_ahead), step))
+            idx = idx[win.addr[idx, 0] < 0]
             win.addr[idx] = self.collater.addresses(win.samples.comp[idx], win.samples.local[idx])
         s = win.samples[sl]
         s.addr = win.addr[sl]
         return s
-
-    def _my_samples(self, win: Window) -> np.ndarray:
-        """Indices (into the window's plan order) of the samples of the batches this rank serves."""
-        if self.split == "rows" or self.world_size == 1:
-            return np.arange(len(win.samples))
-        first = self.planner.window_start(self.epoch, win.index)
-        mine = [win.batch(j) for j in range((self.rank - first) % self.world_size, len(win), self.world_size)]
-        if not mine:
-            return np.zeros(0, np.int64)
-        return np.concatenate([np.arange(sl.start, sl.stop) for sl in mine])
 
     def _count_served(self, dirs: np.ndarray) -> None:
         n = len(self.planner.keys)
@@ -184,7 +184,7 @@ class BatchIterator(Reports, LoaderIterator):
         n_rows = self.planner.rows_per_packed_batch()
         masked = int(win.masked[b])
         real_rows = n_rows - masked
-        s = self._samples(win, sl)
+        s = self._samples(win, sl, j)
         place = {k: v[sl] for k, v in win.packed.items()}
         row_weight = np.concatenate([np.ones(real_rows, np.float32), np.zeros(masked, np.float32)])
         if weight is not None and not np.any(weight):
@@ -220,7 +220,7 @@ class BatchIterator(Reports, LoaderIterator):
         if not self.has_batch(k):
             raise IndexError(f"batch {k} out of range: this rank has {len(self)} batches in epoch {self.epoch}")
         g = k * self._per_step + (self.rank if self.split == "batches" else 0)
-        where = self.planner.locate(self.epoch, g)
+        where = self._locate(g)
         return self._dummy() if where is None else self._collate(*where)
 
     def _dummy(self) -> dict:
@@ -238,6 +238,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._base = 0
         self.step = 0
         self._hint = (0, 0)
+        self._ra_hint = (0, 0, 0)
 
     # ----------------------------------------------------------------------------------------- state
     def fingerprint(self) -> str:
@@ -277,6 +278,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._base = consumed
         self.step = 0
         self._hint = (0, 0)
+        self._ra_hint = (0, 0, 0)
         self.total_steps = int(state["total_steps"])
 
     def _check_stream(self, stream) -> None:

@@ -12,7 +12,7 @@ from .checks import check_rank, check_translation_config
 from .collate import CollateOptions, Collater
 from .corpus import ShardedCorpus
 from .plan import EpochPlanner, PlanOptions
-from .shapes import ShapePlan, plan_shapes, shapes_from_widths
+from .shapes import ShapePlan, plan_shapes, shapes_from_widths, shapes_ordered
 from .schedule import MixingSchedule
 from .sources import SourceSet, StreamSpec
 
@@ -298,7 +298,7 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
     check_rank(rank, world_size)
     sources, dictionary, opts = train_sources(config, world_size, split)
     planner = EpochPlanner(sources, opts)
-    plan = shape_plan(config, planner)
+    plan = shape_plan(config, planner, stats=False)
     if plan is not None:
         planner = EpochPlanner(sources, dataclasses.replace(opts, shapes=tuple(plan.shapes)))
     return BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, epoch, name="train",
@@ -328,23 +328,28 @@ def mixture_lengths(planner: EpochPlanner) -> tuple[np.ndarray, np.ndarray, bool
     return np.concatenate(lengths), np.concatenate(weights), stride > 1
 
 
-def shape_plan(config, planner: EpochPlanner) -> ShapePlan | None:
+def shape_plan(config, planner: EpochPlanner, stats: bool = True) -> ShapePlan | None:
     """The static shape plan of ``config.batching`` (explicit ``shapes`` or ``num_shapes`` chosen from the
-    mixture's length histogram), or None for dynamic batches."""
+    mixture's length histogram), or None for dynamic batches. ``stats=False`` (the iterator, which needs only
+    the shapes): explicit shapes of which one holds the filter's limits are taken as they are, without reading
+    the mixture's lengths (about 1 s for 20M samples) for a report nobody reads and a check that cannot fail."""
     b, f = config.batching, config.filter
     explicit = str(b.shapes).strip()
     if not explicit and b.num_shapes <= 0:
         return None
-    lengths, weights, sampled = mixture_lengths(planner)
     limits = (f.max_source_positions, f.max_target_positions)
+    if explicit:
+        widths = [[int(x) for x in item.split("x")] for item in explicit.split(",")]
+        if any(len(w) == 1 for w in widths):
+            widths = [[w[0], w[0]] for w in widths]
+        if not stats and any(w[0] >= limits[0] and w[1] >= limits[1] for w in widths):
+            return shapes_ordered(widths, b.max_tokens, b.required_batch_size_multiple, b.max_sentences or None)
+    lengths, weights, sampled = mixture_lengths(planner)
     fits = (lengths[:, 0] <= limits[0]) & (lengths[:, 1] <= limits[1])
     lengths, weights = lengths[fits], weights[fits]
     o = planner.opts  # each window ends every shape with a partial batch (masked rows): the plan prices them
     windows = max(1, -(-int(round(weights.sum())) // o.window)) if o.window else 1
     if explicit:
-        widths = [[int(x) for x in item.split("x")] for item in explicit.split(",")]
-        if any(len(w) == 1 for w in widths):
-            widths = [[w[0], w[0]] for w in widths]
         return shapes_from_widths(widths, lengths, b.max_tokens, b.required_batch_size_multiple,
                                   b.max_sentences or None, weights=weights, windows=windows)
     if sampled:  # a strided histogram may miss the longest samples: some shape must hold every allowed one

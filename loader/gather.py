@@ -143,6 +143,18 @@ def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body
     n = len(start)
     body = np.asarray(body, dtype=np.int64)
     plen = np.asarray(plen, dtype=np.int64)
+    if KERNEL is not None and isinstance(space, (int, np.integer)):  # one space, compiled: the common case, short
+        code, tokens = _OUT_CODES.get(np.dtype(dtype)), spaces.tokens(int(space))
+        if code and tokens.dtype.char in _SPACE_CODES:
+            out = np.empty((n, width), dtype=dtype)
+            prev = np.empty((n, width), dtype=dtype) if prev_eos is not None else None
+            col0 = (width - body - plen) if left_pad else np.zeros(n, np.int64)
+            pre = np.ascontiguousarray(prefix, dtype=np.int64)
+            KERNEL.fill_rows(tokens, tokens.dtype.char, spaces.shift(int(space)),
+                             np.ascontiguousarray(start, dtype=np.int64), np.ascontiguousarray(body),
+                             np.ascontiguousarray(col0), np.ascontiguousarray(plen), pre, pre.shape[1], pad, out,
+                             code, prev, prev_eos or 0)
+            return out if prev is None else (out, prev)
     total = body + plen
     col0 = (width - total) if left_pad else np.zeros(n, np.int64)
     start = np.asarray(start, dtype=np.int64)

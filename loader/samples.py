@@ -62,6 +62,7 @@ class Window:
     masked: np.ndarray | None = None  # static shapes and packing: rows added to fill each batch (weight 0)
     packed: dict | None = None  # packing: per sample "row" (in its batch), "src_offset", "tgt_offset"
     addr: np.ndarray | None = None  # token addresses [n, 2], -1 until a rank that gathers the sample looks them up
+    addr_ahead: int = 0  # served batches whose addresses the next lookup fetches (doubles at each lookup)
 
     direction = property(lambda self: self.samples.direction)
     src_len = property(lambda self: self.samples.src_len)
@@ -73,6 +74,14 @@ class Window:
     def batch(self, j: int) -> slice:
         b = int(self.order[j])
         return slice(int(self.ends[b - 1]) if b else 0, int(self.ends[b]))
+
+    def batch_rows(self, js: np.ndarray) -> np.ndarray:
+        """Indices (plan order) of the samples of served batches ``js``, batch after batch."""
+        b = self.order[np.asarray(js, dtype=np.int64)]
+        stop = self.ends[b].astype(np.int64)
+        start = np.where(b > 0, self.ends[np.maximum(b - 1, 0)], 0).astype(np.int64)
+        n = stop - start
+        return np.repeat(start - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
 
     def batch_shape(self, j: int) -> tuple[int, int]:
         """(shape index, masked rows) of the j-th served batch; (-1, 0) for dynamic batches."""

@@ -281,6 +281,12 @@ def shapes_from_widths(widths, lengths, max_tokens: int, multiple: int = 8, max_
     return evaluate(plan, lengths, weights)
 
 
+def shapes_ordered(widths, max_tokens: int, multiple: int = 8, max_sentences: int | None = None) -> ShapePlan:
+    """The plan of given widths as :func:`shapes_from_widths` orders them, without the statistics (no lengths
+    read: ``efficiency``, ``share``, ``padded`` and ``real`` stay 0)."""
+    return _ordered(widths, lambda longest: _batch_sizes(longest, max_tokens, multiple, max_sentences), max_tokens, 1)
+
+
 def evaluate(plan: ShapePlan, lengths, weights=None) -> ShapePlan:
     """Fill in ``efficiency``, ``padded`` and ``share`` of ``plan`` for these lengths (a sample that fits no
     shape: error)."""

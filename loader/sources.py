@@ -112,14 +112,19 @@ class Component:
 
     def lengths(self, rows, pairs: np.ndarray) -> None:
         """Write ``rows``' lengths (prefixes included) into int32 ``pairs[:, 2:4]`` (the planner's sample table)."""
-        src, tgt = self._paired_sizes()
+        if "src" in self._lengths or self._lengths.get("read_in_place"):
+            src, tgt = self._paired_sizes()
+        else:  # the first lookup (the first window drawing from this corpus) reads the index in place: copying
+            # every length of the corpus first held the first batch back (~0.3 s per 20M rows); later ones copy
+            self._lengths["read_in_place"] = True
+            src, tgt = self.src.sizes, (self.tgt.sizes if self.tgt is not None else None)
         tgt_plen = len(self.tgt_prefix) if tgt is not None else 0
         if plan_kernel.take_lengths(src, tgt, rows, len(self.src_prefix), tgt_plen, pairs):
             return  # the compiled kernel: both sides in one pass, random reads prefetched
-        pairs[:, 2] = self._sizes("src")[rows]
+        pairs[:, 2] = src[rows]
         pairs[:, 2] += len(self.src_prefix)
-        if self.tgt is not None:
-            pairs[:, 3] = self._sizes("tgt")[rows]
+        if tgt is not None:
+            pairs[:, 3] = tgt[rows]
             pairs[:, 3] += len(self.tgt_prefix)
 
     def addresses(self, rows, side: str) -> np.ndarray:

@@ -53,6 +53,22 @@ def test_explicit_shapes_and_resume(root):
     assert head + [digest(b) for b in it3] == full
 
 
+def test_explicit_shapes_holding_the_limits_read_no_lengths_at_build(root, monkeypatch):
+    """Explicit shapes of which one holds the filter limits are taken as given (the mixture's length histogram,
+    ~1 s for 20M samples, only priced the plan): the same shapes and the same batches as the priced plan."""
+    from loader import build
+    from loader.plan import EpochPlanner
+
+    cfg = config_for(root, batching__shapes="20x20,64x64", filter__max_source_positions=64,
+                     filter__max_target_positions=64)
+    priced = build.shape_plan(cfg, EpochPlanner(*build.train_sources(cfg)[::2]))
+    full = [digest(b) for b in loader.build_train_iterator(cfg)]
+    monkeypatch.setattr(build, "mixture_lengths", lambda planner: pytest.fail("lengths read at build"))
+    it = loader.build_train_iterator(cfg)
+    assert it.planner.opts.shapes == tuple(priced.shapes) == ((24, 20, 20), (8, 64, 64))
+    assert [digest(b) for b in it] == full
+
+
 def test_shapes_too_small_are_reported(root):
     with pytest.raises(ValueError, match="fit none of the shapes"):
         loader.build_train_iterator(config_for(root, batching__shapes="8x8"))
