@@ -1,7 +1,7 @@
 /* babelfeed's optional planning kernel: the integer loops of planning a window, compiled.
  *
- * Five functions (length_order, take_lengths and take_rows in _plan_rows.c), each the same integers as its
- * numpy path (plan_kernel.py says which):
+ * Six functions (length_order, take_lengths and take_rows in _plan_rows.c, sorted_rows in _plan_order.c), each
+ * the same integers as its numpy path (plan_kernel.py says which):
  *   stratified(pos, which, table, okeys, ekeys, out)  rows of stratified draws (mixing.StratifiedDraw.rows,
  *                                                     mixing.stratified_rows; permute.permute is the case
  *                                                     n = count = full): 4-round Feistel networks with
@@ -14,6 +14,8 @@
  *   take_lengths(src, tgt, rows, plens, pairs)        sources.Component.lengths, both sides in one prefetched
  *                                                     pass
  *   take_rows(src, idx, out)                          np.take(src, idx, axis=0), prefetched
+ *   sorted_rows(lens, has_t, keep, rkey, rows, ...)   length_order, then the window's rows taken in that order,
+ *                                                     rebuilt from the sort key, the spans and the row numbers
  *
  * Arrays come through the buffer protocol (int64 unless said otherwise); outputs are written into arrays the
  * caller allocated. The loops run without the GIL. Built by setup.py as an optional extension; when it is
@@ -300,6 +302,7 @@ static PyMethodDef methods[] = {
     {"take_rows", plan_take_rows, METH_VARARGS, "Rows of a 2-D array at indices, prefetched."},
     {"take_lengths", plan_take_lengths, METH_VARARGS, "Sample lengths of rows into the planner's int32 pairs."},
     {"stratified", stratified, METH_VARARGS, "Rows of stratified draws (keyed Feistel permutations)."},
+    {"sorted_rows", plan_sorted_rows, METH_VARARGS, "A window's planner rows written in length order."},
     {"length_order", plan_length_order, METH_VARARGS, "Order by (max(src, tgt), src, random key, index)."},
     {"batch_ends", batch_ends, METH_VARARGS, "Greedy token-budget batch ends over non-decreasing costs."},
     {NULL, NULL, 0, NULL},

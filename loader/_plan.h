@@ -1,5 +1,6 @@
-/* What the two files of babelfeed's planning kernel share (_plan.c: the module, the draws and the cut;
- * _plan_rows.c: a window's rows, their lengths, order and reorder). */
+/* What the three files of babelfeed's planning kernel share (_plan.c: the module, the draws and the cut;
+ * _plan_rows.c: a window's lengths, order by LSD passes and reorder; _plan_order.c: the order by buckets and
+ * a window's rows written in that order). */
 #ifndef BABELFEED_PLAN_H
 #define BABELFEED_PLAN_H
 #define PY_SSIZE_T_CLEAN
@@ -26,6 +27,11 @@ static inline char code_of(const Py_buffer *b) {
     return f[1] ? 0 : *f;
 }
 
+#define LENGTH_BITS 18 /* (cost, src) bits up to which the length order sorts by bucket (_plan_order.c) */
+#define AHEAD 16        /* how many samples ahead random reads are prefetched */
+
+int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t n, int sb, int ib, int64_t *o);
+PyObject *plan_sorted_rows(PyObject *self, PyObject *args);
 PyObject *plan_length_order(PyObject *self, PyObject *args);
 PyObject *plan_take_lengths(PyObject *self, PyObject *args);
 PyObject *plan_take_rows(PyObject *self, PyObject *args);

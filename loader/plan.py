@@ -21,13 +21,14 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import cutting
-from .batching import length_order
+from .batching import length_order, random_key
 from .mixing import (StratifiedDraw, fairseq_draw, fairseq_virtual_size, mixing_ratios, probability_sizes,
                      stratified_counts, stratified_rows, virtual_size)
 from .packing import ragged_arange
 from .plan_options import PlanOptions
 from .plan_stream import StreamPlanning
 from .rows import groups
+from . import plan_kernel
 from .samples import Samples, Window
 from .sources import Direction, SourceSet, data_digest, locate_many
 
@@ -200,11 +201,11 @@ class EpochPlanner(StreamPlanning):
     def _plan_window(self, setup: EpochSetup, epoch: int, w: int, dirs, rows, spans) -> Window:
         """A window's samples -> lengths and addresses, filter, order, batches, served order."""
         o = self.opts
-        s = self._describe(setup, dirs, rows, spans)
-        src_len, tgt_len = s.src_len, s.tgt_len  # int32 columns of the rows, read in place
         ndir = len(setup.directions)
         shape = masked = packed = None
         if o.compat == "fairseq":
+            s = self._describe(setup, dirs, rows, spans)
+            src_len, tgt_len = s.src_len, s.tgt_len  # int32 columns of the rows, read in place
             src_len, tgt_len = src_len.astype(np.int64), tgt_len.astype(np.int64)
             select, ends, served, dropped = cutting.fairseq(
                 src_len, tgt_len, self.sources.with_target, o.seed, epoch, o.max_tokens, o.max_sentences, o.multiple,
@@ -215,26 +216,8 @@ class EpochPlanner(StreamPlanning):
                                  f"max_source_positions/max_target_positions (filter.on_too_long='raise')")
             filtered = np.bincount(dirs[dropped], minlength=ndir).astype(np.int64)
             return self._finish(setup, epoch, w, s, select, ends, served, filtered)
-        too_long = (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)
-        filtered = np.bincount(dirs[too_long], minlength=ndir).astype(np.int64)
-        keep = None  # every sample
-        if too_long.any():
-            if o.on_too_long == "raise":
-                i = int(np.flatnonzero(too_long)[0])
-                d = setup.directions[int(dirs[i])]
-                raise ValueError(
-                    f"{d.key} row {int(rows[i])}: {int(src_len[i])} source / {int(tgt_len[i])} target tokens, over "
-                    f"max_source_positions={o.max_source_positions} / max_target_positions={o.max_target_positions} "
-                    f"(filter.on_too_long='raise'; 'skip' drops and counts such samples)")
-            keep = np.flatnonzero(~too_long)
-            src_len, tgt_len = src_len[keep], tgt_len[keep]
         rng = np.random.default_rng([o.seed, epoch, w, 7])
-        if o.shuffle:
-            order = length_order(src_len, tgt_len if self.sources.with_target else None, rng)
-        else:  # validation: by (cost, src), ties in sample order; no randomness
-            order = np.lexsort((src_len, np.maximum(src_len, tgt_len)))
-        select = order if keep is None else keep[order]
-        s = s[select]  # one reorder of the per-sample rows; the lengths are read back from them in order
+        s, filtered = self._ordered(setup, dirs, rows, spans, rng)
         src_len, tgt_len = (s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)) if o.pack_shape or o.shapes \
             else (s.src_len, s.tgt_len)  # dynamic batches read the int32 columns as they are
         sub = None
@@ -249,6 +232,65 @@ class EpochPlanner(StreamPlanning):
             ends = cutting.dynamic(src_len, tgt_len, o.max_tokens, o.max_sentences, o.multiple)
         served = cutting.block_shuffle(len(ends), o.balance_block, rng) if o.shuffle else np.arange(len(ends))
         return self._finish(setup, epoch, w, s, sub, ends, served, filtered, shape, masked, packed)
+
+    def _ordered(self, setup: EpochSetup, dirs, rows, spans, rng) -> tuple[Samples, np.ndarray]:
+        """The window's samples without the too-long ones, in length order, and the too-long count per direction.
+        Compiled, where each span is one component: the lengths into a [n, 2] table, then the rows written
+        straight in order (``plan_kernel.sorted_rows``) instead of built, sorted and moved at random."""
+        o = self.opts
+        lens = self._window_lengths(setup, rows, spans) if o.shuffle else None
+        s = self._describe(setup, dirs, rows, spans) if lens is None else None
+        src_len, tgt_len = (s.src_len, s.tgt_len) if lens is None else (lens[:, 0], lens[:, 1])  # int32, in place
+        too_long = (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)
+        filtered = np.bincount(dirs[too_long], minlength=len(setup.directions)).astype(np.int64)
+        keep = None  # every sample
+        if too_long.any():
+            if o.on_too_long == "raise":
+                i = int(np.flatnonzero(too_long)[0])
+                d = setup.directions[int(dirs[i])]
+                raise ValueError(
+                    f"{d.key} row {int(rows[i])}: {int(src_len[i])} source / {int(tgt_len[i])} target tokens, over "
+                    f"max_source_positions={o.max_source_positions} / max_target_positions={o.max_target_positions} "
+                    f"(filter.on_too_long='raise'; 'skip' drops and counts such samples)")
+            keep = np.flatnonzero(~too_long)
+            src_len, tgt_len = src_len[keep], tgt_len[keep]
+        tgt = tgt_len if self.sources.with_target else None
+        if not o.shuffle:  # validation: by (cost, src), ties in sample order; no randomness
+            order = np.lexsort((src_len, np.maximum(src_len, tgt_len)))
+        else:
+            rkey = random_key(rng, len(src_len))
+            if lens is not None:
+                ends, pairs = np.array([b for _, _, b in spans], np.int64), self._span_pairs(setup, spans)
+                m = plan_kernel.sorted_rows(lens, tgt is not None, keep, rkey, rows, ends, pairs)
+                if m is not None:
+                    return Samples(m), filtered
+                s = Samples.empty(len(rows))  # lengths or keys the kernel does not take: built, ordered, moved
+                s.m[:, 2] = rows
+                s.m[:, :2].view(np.int32)[:, 2:] = lens
+                s.m[:, 0] = np.repeat(pairs, np.diff(ends, prepend=0))
+            order = length_order(src_len, tgt, rng, rkey)
+        return s[order if keep is None else keep[order]], filtered  # one reorder of the per-sample rows
+
+    def _window_lengths(self, setup: EpochSetup, rows, spans) -> np.ndarray | None:
+        """The window's (src, tgt) lengths, int32 [n, 2], where the kernel is built, no row table is kept and each
+        span is one component; else None."""
+        dl = setup.directions
+        if plan_kernel.KERNEL is None or not spans or self.sources.row_table() is not None or \
+                any(len(dl[d].components) != 1 for d, _, _ in spans):
+            return None
+        lens = np.empty((len(rows), 2), np.int32)
+        for d, a, b in spans:
+            comp = dl[d].components[0]
+            if comp.tgt is None:
+                lens[a:b, 1] = 0
+            comp.lengths(rows[a:b], lens[a:b])
+        return lens
+
+    @staticmethod
+    def _span_pairs(setup: EpochSetup, spans) -> np.ndarray:
+        """Per span its (direction, component) int32 pair, viewed as the int64 that the planner's rows hold."""
+        pairs = np.array([[d, setup.directions[d].component_ids[0]] for d, _, _ in spans], np.int32)
+        return pairs.view(np.int64).reshape(-1)
 
     def _finish(self, setup, epoch, w, s, select, ends, served, filtered, shape=None, masked=None,
                 packed=None) -> Window:

@@ -111,16 +111,17 @@ class Component:
         return self._sizes("tgt")[rows].astype(np.int64) + len(self.tgt_prefix)
 
     def lengths(self, rows, pairs: np.ndarray) -> None:
-        """Write ``rows``' lengths (prefixes included) into int32 ``pairs[:, 2:4]`` (the planner's sample table)."""
+        """Write ``rows``' lengths (prefixes included) into int32 ``pairs[:, -2:]`` (source, target): the last two
+        columns of the planner's sample table, or a window's [n, 2] lengths."""
         src, tgt = self._paired_sizes()
         tgt_plen = len(self.tgt_prefix) if tgt is not None else 0
         if plan_kernel.take_lengths(src, tgt, rows, len(self.src_prefix), tgt_plen, pairs):
             return  # the compiled kernel: both sides in one pass, random reads prefetched
-        pairs[:, 2] = self._sizes("src")[rows]
-        pairs[:, 2] += len(self.src_prefix)
+        pairs[:, -2] = self._sizes("src")[rows]
+        pairs[:, -2] += len(self.src_prefix)
         if self.tgt is not None:
-            pairs[:, 3] = self._sizes("tgt")[rows]
-            pairs[:, 3] += len(self.tgt_prefix)
+            pairs[:, -1] = self._sizes("tgt")[rows]
+            pairs[:, -1] += len(self.tgt_prefix)
 
     def addresses(self, rows, side: str) -> np.ndarray:
         """Token-space addresses of ``rows``' tokens on one side (prefix not included; 0 for raw text). A record

@@ -164,3 +164,52 @@ def test_take_lengths_strided_sizes():
     assert plan_kernel.take_lengths(pair[:, 0], pair[:, 1], rows, 1, 2, pairs)
     np.testing.assert_array_equal(pairs[:, 2], pair[rows, 0] + 1)
     np.testing.assert_array_equal(pairs[:, 3], pair[rows, 1] + 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 4000), st.sampled_from([3, 40, 300, 600, 1100, 65_535, 70_000]), st.booleans(),
+       st.integers(1, 6), st.booleans(), st.integers(0, 2**32))
+@example(1, 3, True, 1, False, 0)
+@example(3000, 1100, True, 3, True, 1)  # (cost, src) over 18 bits: the caller orders them (None)
+def test_sorted_rows(n, top, with_tgt, spans, filtered, seed):
+    """The planner's rows written in length order = the rows built, ordered by length_order, and moved."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(0, top + 1, (n, 2)).astype(np.int32)
+    if not with_tgt and seed % 3 == 0:
+        lens[:, 1] = 0  # no target: the column the planner leaves at 0
+    rows = rng.integers(0, 2**40, n)
+    ends = np.sort(np.concatenate([rng.integers(0, n + 1, spans - 1), [n]]))
+    pairs = rng.integers(0, 2**31, (spans, 2)).astype(np.int32).view(np.int64).reshape(-1)
+    keep = np.flatnonzero(rng.random(n) < 0.8) if filtered else None
+    sel = np.arange(n) if keep is None else keep
+    rkey = batching.random_key(np.random.default_rng([seed, 7]), len(sel))
+    got = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs)
+    m = np.zeros((n, 3), np.int64)
+    m[:, 0] = np.repeat(pairs, np.diff(ends, prepend=0))
+    m[:, :2].view(np.int32)[:, 2:] = lens
+    m[:, 2] = rows
+    kernel, plan_kernel.KERNEL = plan_kernel.KERNEL, None
+    try:
+        order = batching.length_order(lens[sel, 0], lens[sel, 1] if with_tgt else None, None, rkey)
+    except ValueError:  # a cost over 16 bits: numpy raises, and the kernel leaves it to numpy
+        order = None
+    finally:
+        plan_kernel.KERNEL = kernel
+    cost = np.maximum(lens[sel, 0], lens[sel, 1]) if with_tgt else lens[sel, 0]
+    fits = not len(sel) or (lens[sel].max() <= 65_535 and
+                            int(cost.max()).bit_length() + (int(lens[sel, 0].max()).bit_length() if with_tgt else 0) <= 18)
+    if not fits:
+        assert got is None
+        return
+    assert got is not None and order is not None
+    np.testing.assert_array_equal(got, m[sel[order]])
+
+
+def test_take_lengths_into_two_columns():
+    """A window's [n, 2] length table: the last two columns, as for the planner's [n, 4] int32 pairs."""
+    rng = np.random.default_rng(4)
+    src, tgt = rng.integers(0, 300, (2, 1000)).astype(np.uint16)
+    rows = rng.integers(0, 1000, 3000)
+    lens = np.empty((len(rows), 2), np.int32)
+    assert plan_kernel.take_lengths(src, tgt, rows, 1, 2, lens)
+    np.testing.assert_array_equal(lens, np.stack([src[rows] + 1, tgt[rows] + 2], axis=1))

@@ -1,0 +1,213 @@
+/* babelfeed's planning kernel, part three: the length order by buckets of (cost, src), and a window's rows
+ * written straight into that order (sorted_rows), rebuilt rather than moved; the module is in _plan.c. */
+#include "_plan.h"
+
+/* Sort n values ascending by their bits below ``low`` (unique there: (rkey, index)), the 16 bits at ``shift``
+ * being the only ones not yet in order (the index below is): insertion for a few, else two stable 8-bit
+ * counting passes through ``tmp``. The bits above ``low`` ride along. */
+static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t low, uint64_t *tmp) {
+    if (n < 2)
+        return;
+    if (n <= 32) {
+        for (int64_t i = 1; i < n; i++) {
+            uint64_t x = v[i], xk = x & low;
+            int64_t j = i;
+            for (; j > 0 && (v[j - 1] & low) > xk; j--)
+                v[j] = v[j - 1];
+            v[j] = x;
+        }
+        return;
+    }
+    int64_t h[2][256];
+    memset(h, 0, sizeof(h));
+    for (int64_t i = 0; i < n; i++) {
+        h[0][(v[i] >> shift) & 255]++;
+        h[1][(v[i] >> (shift + 8)) & 255]++;
+    }
+    for (int p = 0; p < 2; p++) {
+        int64_t sum = 0;
+        for (int k = 0; k < 256; k++) {
+            int64_t c = h[p][k];
+            h[p][k] = sum;
+            sum += c;
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        tmp[h[0][(v[i] >> shift) & 255]++] = v[i];
+    for (int64_t i = 0; i < n; i++)
+        v[h[1][(tmp[i] >> (shift + 8)) & 255]++] = tmp[i];
+}
+
+/* One counting pass by bucket ck[i] < 2^LENGTH_BITS (stable: indices ascend within a bucket), then each bucket,
+ * small and in cache, sorted by (rkey, index): v receives (hi[i] << (ib + 16)) | (rk[i] << ib) | i (hi NULL: 0)
+ * in (ck, rkey, index) order, and end[k] the end of bucket k (2^LENGTH_BITS entries). -1: no memory. Runs
+ * without the GIL. */
+static int bucket_sort(const uint32_t *ck, const uint16_t *rk, const uint16_t *hi, int64_t n, int ib, uint64_t *v,
+                       int64_t *end) {
+    const int64_t nb = (int64_t)1 << LENGTH_BITS;
+    int64_t big = 0;
+    memset(end, 0, (size_t)nb * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        end[ck[i]]++;
+    for (int64_t k = 0, sum = 0; k < nb; k++) {
+        int64_t c = end[k];
+        big = c > big ? c : big;
+        end[k] = sum;
+        sum += c;
+    }
+    for (int64_t i = 0; i < n; i++)
+        v[end[ck[i]]++] = (hi ? (uint64_t)hi[i] << (ib + 16) : 0) | ((uint64_t)rk[i] << ib) | (uint64_t)i;
+    uint64_t *tmp = malloc((size_t)(big ? big : 1) * sizeof(uint64_t));
+    if (!tmp)
+        return -1;
+    const uint64_t low = ib + 16 < 64 ? (1ULL << (ib + 16)) - 1 : ~0ULL;
+    for (int64_t k = 0, lo = 0; k < nb; k++) { /* end[k] is now the end of bucket k */
+        sort_bucket(v + lo, end[k] - lo, ib, low, tmp);
+        lo = end[k];
+    }
+    free(tmp);
+    return 0;
+}
+
+/* length_order's order for lengths of at most LENGTH_BITS bits of (cost, src) together (sc[i] = cost << 16 | src,
+ * sb the bits of src, 0 without a target): the same order as its LSD passes, with one pass over memory at random
+ * instead of three. -1: no memory. */
+int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t n, int sb, int ib, int64_t *o) {
+    int64_t *end = malloc(((size_t)1 << LENGTH_BITS) * sizeof(int64_t));
+    uint32_t *ck = malloc((size_t)n * sizeof(uint32_t));
+    int rc = -1;
+    if (end && ck) {
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t i = 0; i < n; i++)
+            ck[i] = ((sc[i] >> 16) << sb) | (has_t ? (sc[i] & 0xFFFFU) : 0);
+        rc = bucket_sort(ck, rk, NULL, n, ib, (uint64_t *)o, end);
+        const uint64_t imask = ib ? (~0ULL >> (64 - ib)) : 0;
+        for (int64_t i = 0; rc == 0 && i < n; i++)
+            o[i] = (int64_t)((uint64_t)o[i] & imask);
+        Py_END_ALLOW_THREADS
+    }
+    free(end);
+    free(ck);
+    return rc;
+}
+
+/* sorted_rows(lens, has_t, keep, rkey, rows, span_ends, span_pairs, out) -> bool
+ *
+ * The planner's window rows in length order, written in place of sorting them and moving 24-byte rows at random.
+ * Sample j of the selection is window sample i = keep[j] (keep None: i = j), lengths lens[i] (int32 [N, 2]:
+ * src, tgt), row rows[i] (int64 [N]), in the span s with span_ends[s-1] <= i < span_ends[s] whose (direction,
+ * component) int32 pair is span_pairs[s] (as int64). The selection is ordered as batching.length_order orders it
+ * (by cost = max(src, tgt) (src when not has_t), src, rkey[j], j), and out [n, 3] receives per sample in that
+ * order the planner's row: (direction, component), (src, tgt), row. The lengths come back from the sort key and
+ * the target rides along in it; only the row is read at random (8 bytes, prefetched). False, with nothing
+ * written, where the bucket order does not apply (a length outside [0, 65535], (cost, src) over LENGTH_BITS
+ * bits, or more than 2^32 samples): the caller orders them its other way. */
+PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
+    Py_buffer lens, keep = {0}, rkey, rows, ends, pairs, out;
+    PyObject *keep_obj;
+    int has_t;
+    if (!PyArg_ParseTuple(args, "y*pOy*y*y*y*w*", &lens, &has_t, &keep_obj, &rkey, &rows, &ends, &pairs, &out))
+        return NULL;
+    PyObject *result = NULL;
+    uint32_t *ck = NULL;
+    uint16_t *tg = NULL;
+    uint64_t *v = NULL;
+    int64_t *end = NULL;
+    if (keep_obj != Py_None && PyObject_GetBuffer(keep_obj, &keep, PyBUF_SIMPLE) < 0)
+        goto done;
+    const int64_t N = rows.len / 8, n = rkey.len / 2, S = ends.len / 8;
+    if (lens.len != N * 8 || (keep.obj ? keep.len != n * 8 : n != N) || out.len != n * 24 || pairs.len != S * 8 ||
+        S < 1 || ((const int64_t *)ends.buf)[S - 1] != N) {
+        PyErr_SetString(PyExc_ValueError, "sorted_rows: mismatched argument lengths");
+        goto done;
+    }
+    const int32_t *ln = lens.buf;
+    const int64_t *kp = keep.obj ? keep.buf : NULL, *rw = rows.buf, *se = ends.buf, *sp = pairs.buf;
+    const uint16_t *rk = rkey.buf;
+    for (int64_t j = 0; kp && j < n; j++) {
+        if (kp[j] < 0 || kp[j] >= N) {
+            PyErr_SetString(PyExc_ValueError, "sorted_rows: a kept index outside the window");
+            goto done;
+        }
+    }
+    if (n == 0) {
+        result = Py_NewRef(Py_True);
+        goto done;
+    }
+    ck = malloc((size_t)n * sizeof(uint32_t));
+    tg = malloc((size_t)n * sizeof(uint16_t));
+    if (!ck || !tg) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint32_t orc = 0, ors = 0;
+    int ok = n <= ((int64_t)1 << 32);
+    for (int64_t j = 0; ok && j < n; j++) {
+        int64_t i = kp ? kp[j] : j;
+        int32_t s = ln[2 * i], t = ln[2 * i + 1], c = has_t && t > s ? t : s;
+        ok = s >= 0 && t >= 0 && s <= 65535 && t <= 65535;
+        orc |= (uint32_t)c;
+        ors |= (uint32_t)s;
+        ck[j] = ((uint32_t)c << 16) | (uint32_t)s;
+        tg[j] = (uint16_t)t;
+    }
+    const int cb = bit_length(orc), sb = has_t ? bit_length(ors) : 0, ib = bit_length((uint64_t)(n - 1));
+    if (!ok || cb + sb > LENGTH_BITS) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    v = malloc((size_t)n * sizeof(uint64_t));
+    end = malloc(((size_t)1 << LENGTH_BITS) * sizeof(int64_t));
+    if (!v || !end) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int rc;
+    uint64_t *o = out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t j = 0; j < n; j++)
+        ck[j] = ((ck[j] >> 16) << sb) | (has_t ? (ck[j] & 0xFFFFU) : 0);
+    rc = bucket_sort(ck, rk, tg, n, ib, v, end);
+    const uint64_t imask = ib ? (~0ULL >> (64 - ib)) : 0, smask = ((uint64_t)1 << sb) - 1;
+    for (int64_t k = 0, p = 0; rc == 0 && p < n; k++) {
+        const uint64_t cost = (uint64_t)k >> sb, src = has_t ? ((uint64_t)k & smask) : cost;
+        for (; p < end[k]; p++) {
+            if (p + AHEAD < n) {
+                int64_t ja = (int64_t)(v[p + AHEAD] & imask);
+                __builtin_prefetch(rw + (kp ? kp[ja] : ja));
+            }
+            const uint64_t x = v[p];
+            const int64_t j = (int64_t)(x & imask), i = kp ? kp[j] : j;
+            int64_t a = 0, b = S - 1; /* the first span ending after i */
+            while (a < b) {
+                int64_t m = (a + b) >> 1;
+                if (se[m] > i)
+                    b = m;
+                else
+                    a = m + 1;
+            }
+            o[3 * p] = (uint64_t)sp[a];
+            o[3 * p + 1] = src | ((x >> (ib + 16)) << 32);
+            o[3 * p + 2] = (uint64_t)rw[i];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (rc < 0)
+        PyErr_NoMemory();
+    else
+        result = Py_NewRef(Py_True);
+done:
+    free(ck);
+    free(tg);
+    free(v);
+    free(end);
+    PyBuffer_Release(&lens);
+    PyBuffer_Release(&rkey);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&pairs);
+    PyBuffer_Release(&out);
+    if (keep.obj)
+        PyBuffer_Release(&keep);
+    return result;
+}
