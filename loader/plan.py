@@ -23,7 +23,7 @@ import numpy as np
 from . import cutting
 from .batching import length_order, random_key
 from .mixing import (StratifiedDraw, fairseq_draw, fairseq_virtual_size, mixing_ratios, probability_sizes,
-                     stratified_counts, stratified_rows, virtual_size)
+                     stratified_counts, stratified_rows, stratified_span_rows, virtual_size)
 from .packing import ragged_arange
 from .plan_options import PlanOptions
 from .plan_stream import StreamPlanning
@@ -134,8 +134,9 @@ class EpochPlanner(StreamPlanning):
         return size_func(sizes, ratios, o.max_scale_up)
 
     # ------------------------------------------------------------------------------------------- windows
-    def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray, np.ndarray, list]:
-        """The window's samples as (direction, row) arrays, direction by direction, and each direction's span.
+    def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray | None, np.ndarray, list]:
+        """The window's samples as (direction, row) arrays, direction by direction, and each direction's span
+        (the directions None where every one is drawn: ``_directions`` spells them out from the spans).
 
         Window w takes positions ``[c w_lo / total, c w_hi / total)`` of every direction's sequence (c its count);
         the rows at those positions come from every direction's draw in one vectorised pass."""
@@ -147,17 +148,19 @@ class EpochPlanner(StreamPlanning):
         hi = np.array([c * hi_pos // total if total else 0 for c in counts], dtype=np.int64)
         take = np.maximum(hi - lo, 0)
         live = np.flatnonzero(take)
+        at = np.concatenate([[0], np.cumsum(take[live])])
+        spans = [(d, int(a), int(b)) for d, a, b in zip(live.tolist(), at[:-1].tolist(), at[1:].tolist())]
+        kinds = np.array([0 if d is None else 1 if isinstance(d, StratifiedDraw) else 2 for d in setup.draws])
+        if (kinds[live] == 1).all():  # every direction drawn: its run of positions, no per-sample arrays
+            return None, stratified_span_rows(setup.draws, np.stack([live, lo[live], take[live]], axis=1)), spans
         dirs = np.repeat(live, take[live]).astype(np.int32)
         pos = ragged_arange(lo[live], take[live])
         rows = pos.copy()  # directions without a draw are read in order
-        kinds = np.array([0 if d is None else 1 if isinstance(d, StratifiedDraw) else 2 for d in setup.draws])
         strat = kinds[dirs] == 1
         if strat.all():
             rows = stratified_rows(setup.draws, dirs, pos, used=live)
         elif strat.any():
             rows[strat] = stratified_rows(setup.draws, dirs[strat], pos[strat], used=live[kinds[live] == 1])
-        at = np.concatenate([[0], np.cumsum(take[live])])
-        spans = [(d, int(a), int(b)) for d, a, b in zip(live.tolist(), at[:-1].tolist(), at[1:].tolist())]
         for d, a, b in spans:
             if kinds[d] == 2:  # fairseq's draw: an index array per direction
                 rows[a:b] = np.asarray(setup.draws[d][lo[d]:hi[d]], dtype=np.int64)
@@ -179,7 +182,7 @@ class EpochPlanner(StreamPlanning):
         direction at once; each component's lengths are read once per window (or from the flat row table)."""
         s = Samples.empty(len(rows))
         pairs = s.m[:, :2].view(np.int32)
-        pairs[:, 0] = dirs
+        pairs[:, 0] = dirs = self._directions(dirs, spans)
         comp, local = locate_many(setup.directions, dirs, rows)
         pairs[:, 1] = comp
         s.m[:, 2] = local
@@ -204,6 +207,7 @@ class EpochPlanner(StreamPlanning):
         ndir = len(setup.directions)
         shape = masked = packed = None
         if o.compat == "fairseq":
+            dirs = self._directions(dirs, spans)
             s = self._describe(setup, dirs, rows, spans)
             src_len, tgt_len = s.src_len, s.tgt_len  # int32 columns of the rows, read in place
             src_len, tgt_len = src_len.astype(np.int64), tgt_len.astype(np.int64)
@@ -242,9 +246,11 @@ class EpochPlanner(StreamPlanning):
         s = self._describe(setup, dirs, rows, spans) if lens is None else None
         src_len, tgt_len = (s.src_len, s.tgt_len) if lens is None else (lens[:, 0], lens[:, 1])  # int32, in place
         too_long = (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)
-        filtered = np.bincount(dirs[too_long], minlength=len(setup.directions)).astype(np.int64)
+        filtered = np.zeros(len(setup.directions), np.int64)
         keep = None  # every sample
         if too_long.any():
+            dirs = self._directions(dirs, spans)
+            filtered = np.bincount(dirs[too_long], minlength=len(setup.directions)).astype(np.int64)
             if o.on_too_long == "raise":
                 i = int(np.flatnonzero(too_long)[0])
                 d = setup.directions[int(dirs[i])]
@@ -285,6 +291,13 @@ class EpochPlanner(StreamPlanning):
                 lens[a:b, 1] = 0
             comp.lengths(rows[a:b], lens[a:b])
         return lens
+
+    @staticmethod
+    def _directions(dirs, spans) -> np.ndarray:
+        """Each sample's direction (int32), spelled out from the spans where the slice left it out."""
+        if dirs is not None:
+            return dirs
+        return np.repeat([d for d, _, _ in spans], [b - a for _, a, b in spans]).astype(np.int32)
 
     @staticmethod
     def _span_pairs(setup: EpochSetup, spans) -> np.ndarray:

@@ -38,6 +38,22 @@ def stratified(positions, which, table, okeys, ekeys) -> np.ndarray | None:
     return out
 
 
+def stratified_spans(spans, table, okeys, ekeys) -> np.ndarray | None:
+    """``stratified`` over runs of consecutive positions: ``spans`` [S, 3] of (corpus, first position, count),
+    their rows one run after another, with no position array."""
+    kernel = KERNEL
+    if kernel is None:
+        return None
+    spans = np.ascontiguousarray(spans, dtype=np.int64).reshape(-1, 3)
+    okeys, ekeys = (np.asarray(k, np.uint64).reshape(len(table), -1) for k in (okeys, ekeys))
+    if okeys.shape[1] < 4 or ekeys.shape[1] < 4:
+        return None
+    out = np.empty(int(spans[:, 2].sum()), dtype=np.int64)
+    kernel.stratified_spans(spans, np.ascontiguousarray(table, dtype=np.int64), np.ascontiguousarray(okeys[:, :4]),
+                            np.ascontiguousarray(ekeys[:, :4]), out)
+    return out
+
+
 def permute(positions, n: int, key) -> np.ndarray | None:
     """``permute.permute`` (n > 1): a stratified draw whose count and size are both n."""
     return stratified(positions, None, np.array([[n, n, n]], np.int64), key, key)

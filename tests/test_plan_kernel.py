@@ -213,3 +213,26 @@ def test_take_lengths_into_two_columns():
     lens = np.empty((len(rows), 2), np.int32)
     assert plan_kernel.take_lengths(src, tgt, rows, 1, 2, lens)
     np.testing.assert_array_equal(lens, np.stack([src[rows] + 1, tgt[rows] + 2], axis=1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3000), st.floats(0.05, 4.0)), min_size=1, max_size=6),
+       st.integers(0, 2**32))
+@example([(1, 1.0)], 0)  # one row: the trivial permutation
+def test_stratified_span_rows(corpora, seed):
+    """Runs of consecutive positions (a window's slice of each direction) = the same positions spelled out."""
+    draws = [mixing.StratifiedDraw(n, max(1, int(n * f)), (seed, "mix", 1, i)) for i, (n, f) in enumerate(corpora)]
+    rng = np.random.default_rng(seed)
+    spans = []
+    for _ in range(int(rng.integers(1, 8))):
+        d = int(rng.integers(0, len(draws)))
+        lo = int(rng.integers(0, draws[d].count))
+        spans.append((d, lo, int(rng.integers(0, draws[d].count - lo + 1))))
+    got, want = both(mixing.stratified_span_rows, draws, spans)
+    np.testing.assert_array_equal(got, want)
+    which = np.repeat([d for d, _, _ in spans], [c for _, _, c in spans])
+    pos = np.concatenate([np.arange(lo, lo + c) for _, lo, c in spans])
+    np.testing.assert_array_equal(got, mixing.stratified_rows(draws, which, pos) if len(pos) else np.zeros(0))
+    with pytest.raises(ValueError, match="positions must lie in"):
+        d = spans[0][0]
+        mixing.stratified_span_rows(draws, [(d, draws[d].count - 1, 2)] if draws[d].count > 1 else [(d, -1, 1)])
