@@ -93,6 +93,10 @@ class Component:
     def _paired_sizes(self) -> tuple[np.ndarray, np.ndarray | None]:
         """Both sides' lengths; where both are in-memory copies of one dtype, interleaved in one [n, 2] array
         (the same bytes), so that looking a row up reads one cache line, not two."""
+        if self.tgt is not None and self.cache is not None and not self._lengths:
+            pair = self.cache.copy_pair(self.src.sizes, self.tgt.sizes)  # both copies written interleaved at once
+            if pair is not None:
+                self._lengths.update(src=pair[:, 0], tgt=pair[:, 1], copies=-1)
         src = self._sizes("src")
         if self.tgt is None:
             return src, None
