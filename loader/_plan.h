@@ -27,6 +27,28 @@ static inline char code_of(const Py_buffer *b) {
     return f[1] ? 0 : *f;
 }
 
+typedef struct {
+    const char *p;
+    Py_ssize_t stride;
+    int item;
+} column_t;
+
+/* a 1-D int32 or int64 array of any stride (the planner's int32 length columns, read in place) */
+static inline int column_of(Py_buffer *b, column_t *c) {
+    char code = code_of(b);
+    if (b->ndim != 1 || !((code == 'i' && b->itemsize == 4) || ((code == 'q' || code == 'l') && b->itemsize == 8)))
+        return 0;
+    c->p = b->buf;
+    c->stride = b->strides ? b->strides[0] : b->itemsize;
+    c->item = (int)b->itemsize;
+    return 1;
+}
+
+static inline int64_t column_get(const column_t *c, int64_t i) {
+    const char *q = c->p + i * c->stride;
+    return c->item == 4 ? (int64_t) * (const int32_t *)q : *(const int64_t *)q;
+}
+
 #define LENGTH_BITS 18 /* (cost, src) bits up to which the length order sorts by bucket (_plan_order.c) */
 #define AHEAD 16        /* how many samples ahead random reads are prefetched */
 

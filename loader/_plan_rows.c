@@ -10,28 +10,6 @@
  * four fields are packed into one uint64 and sorted by the bits above the index (the index is already in order
  * and LSD passes are stable), in passes of at most 12 bits. Returns True, or False where it cannot (a cost
  * above 65535, or more than 64 bits), leaving the numpy path to answer. */
-typedef struct {
-    const char *p;
-    Py_ssize_t stride;
-    int item;
-} column_t;
-
-/* a 1-D int32 or int64 array of any stride (the planner's int32 length columns, read in place) */
-static int column_of(Py_buffer *b, column_t *c) {
-    char code = code_of(b);
-    if (b->ndim != 1 || !((code == 'i' && b->itemsize == 4) || ((code == 'q' || code == 'l') && b->itemsize == 8)))
-        return 0;
-    c->p = b->buf;
-    c->stride = b->strides ? b->strides[0] : b->itemsize;
-    c->item = (int)b->itemsize;
-    return 1;
-}
-
-static inline int64_t column_get(const column_t *c, int64_t i) {
-    const char *q = c->p + i * c->stride;
-    return c->item == 4 ? (int64_t) * (const int32_t *)q : *(const int64_t *)q;
-}
-
 PyObject *plan_length_order(PyObject *self, PyObject *args) {
     PyObject *src_obj, *tgt_obj;
     Py_buffer src = {0}, rkey = {0}, out = {0}, tgt = {0};

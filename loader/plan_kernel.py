@@ -82,15 +82,17 @@ def _lengths(x) -> np.ndarray:
     return x if x.ndim == 1 and x.dtype in (np.int32, np.int64) else np.ascontiguousarray(x, dtype=np.int64)
 
 
-def batch_ends(cost, max_tokens: int, cap: int, multiple: int) -> np.ndarray | None:
+def batch_ends(cost, max_tokens: int, cap: int, multiple: int, other=None) -> np.ndarray | None:
     """``batching.batch_sorted`` over costs already checked to lie in [1, max_tokens] at both ends; None where
-    they decrease somewhere (the numpy path raises)."""
+    they decrease somewhere (the numpy path raises). ``other``: the costs are ``max(cost, other)`` (the planner's
+    source and target columns, read in place)."""
     kernel = KERNEL
     if kernel is None or cap < 1 or multiple < 1:
         return None
-    cost = np.ascontiguousarray(cost, dtype=np.int64)
+    cost = _lengths(cost)
+    other = None if other is None else _lengths(other)
     out = np.empty(len(cost), dtype=np.int64)
-    nb = kernel.batch_ends(cost, int(max_tokens), int(cap), int(multiple), out)
+    nb = kernel.batch_ends(cost, other, int(max_tokens), int(cap), int(multiple), out)
     return None if nb < 0 else out[:nb].copy()
 
 

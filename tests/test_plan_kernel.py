@@ -236,3 +236,21 @@ def test_stratified_span_rows(corpora, seed):
     with pytest.raises(ValueError, match="positions must lie in"):
         d = spans[0][0]
         mixing.stratified_span_rows(draws, [(d, draws[d].count - 1, 2)] if draws[d].count > 1 else [(d, -1, 1)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 600), max_size=3000), st.integers(600, 20_000), st.sampled_from([None, 0, 1, 7, 64]),
+       st.sampled_from([1, 2, 8, 64]), st.integers(0, 2**32))
+def test_dynamic_cut_reads_both_columns(costs, max_tokens, max_sentences, multiple, seed):
+    """cutting.dynamic with the kernel reading the planner's int32 (src, tgt) columns in place = numpy's max."""
+    from loader import cutting
+
+    cost = np.sort(np.array(costs, np.int64))
+    rng = np.random.default_rng(seed)
+    m = np.zeros((len(cost), 3), np.int64)
+    pairs = m[:, :2].view(np.int32)
+    side = rng.random(len(cost)) < 0.5  # which side is the longer one
+    pairs[:, 2] = np.where(side, cost, (cost * rng.random(len(cost))).astype(np.int64))
+    pairs[:, 3] = np.where(side, (cost * rng.random(len(cost))).astype(np.int64), cost)
+    got, want = both(cutting.dynamic, pairs[:, 2], pairs[:, 3], max_tokens, max_sentences, multiple)
+    np.testing.assert_array_equal(got, want)
