@@ -245,10 +245,12 @@ class EpochPlanner(StreamPlanning):
         lens = self._window_lengths(setup, rows, spans) if o.shuffle else None
         s = self._describe(setup, dirs, rows, spans) if lens is None else None
         src_len, tgt_len = (s.src_len, s.tgt_len) if lens is None else (lens[:, 0], lens[:, 1])  # int32, in place
-        too_long = (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)
         filtered = np.zeros(len(setup.directions), np.int64)
         keep = None  # every sample
-        if too_long.any():
+        limit = min(o.max_source_positions, o.max_target_positions)
+        too_long = None if lens is not None and (not len(lens) or int(lens.max()) <= limit) else \
+            (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)  # above: one flat max says none
+        if too_long is not None and too_long.any():
             dirs = self._directions(dirs, spans)
             filtered = np.bincount(dirs[too_long], minlength=len(setup.directions)).astype(np.int64)
             if o.on_too_long == "raise":
