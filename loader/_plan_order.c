@@ -1,5 +1,6 @@
 /* babelfeed's planning kernel, part three: the length order by buckets of (cost, src), and a window's rows
- * written straight into that order (sorted_rows), rebuilt rather than moved; the module is in _plan.c. */
+ * written straight into that order (sorted_rows), carried through the sort rather than moved at random
+ * afterwards; the module is in _plan.c. */
 #include "_plan.h"
 
 /* Sort n values ascending by their bits below ``low`` (unique there: (rkey, index)), the 16 bits at ``shift``
@@ -69,6 +70,46 @@ static int bucket_sort(const uint32_t *ck, const uint16_t *rk, const uint16_t *h
     return 0;
 }
 
+/* sorted_rows' entries: key = target << 48 | rkey << 32 | sample; rs = source << 48 | row. */
+typedef struct {
+    uint64_t key, rs;
+} entry_t;
+
+/* sort_bucket over entries: by the rkey bits (32..47) of the key, stably (the samples below are in order). */
+static void sort_entries(entry_t *v, int64_t n, entry_t *tmp) {
+    if (n < 2)
+        return;
+    if (n <= 32) {
+        for (int64_t i = 1; i < n; i++) {
+            entry_t x = v[i];
+            uint64_t xk = (x.key >> 32) & 0xFFFFU;
+            int64_t j = i;
+            for (; j > 0 && ((v[j - 1].key >> 32) & 0xFFFFU) > xk; j--)
+                v[j] = v[j - 1];
+            v[j] = x;
+        }
+        return;
+    }
+    int64_t h[2][256];
+    memset(h, 0, sizeof(h));
+    for (int64_t i = 0; i < n; i++) {
+        h[0][(v[i].key >> 32) & 255]++;
+        h[1][(v[i].key >> 40) & 255]++;
+    }
+    for (int p = 0; p < 2; p++) {
+        int64_t sum = 0;
+        for (int k = 0; k < 256; k++) {
+            int64_t c = h[p][k];
+            h[p][k] = sum;
+            sum += c;
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        tmp[h[0][(v[i].key >> 32) & 255]++] = v[i];
+    for (int64_t i = 0; i < n; i++)
+        v[h[1][(tmp[i].key >> 40) & 255]++] = tmp[i];
+}
+
 /* length_order's order for lengths of at most LENGTH_BITS bits of (cost, src) together (sc[i] = cost << 16 | src,
  * sb the bits of src, 0 without a target): the same order as its LSD passes, with one pass over memory at random
  * instead of three. -1: no memory. */
@@ -94,14 +135,18 @@ int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t
 /* sorted_rows(lens, has_t, keep, rkey, rows, span_ends, span_pairs, out) -> bool
  *
  * The planner's window rows in length order, written in place of sorting them and moving 24-byte rows at random.
- * Sample j of the selection is window sample i = keep[j] (keep None: i = j), lengths lens[i] (int32 [N, 2]:
- * src, tgt), row rows[i] (int64 [N]), in the span s with span_ends[s-1] <= i < span_ends[s] whose (direction,
- * component) int32 pair is span_pairs[s] (as int64). The selection is ordered as batching.length_order orders it
- * (by cost = max(src, tgt) (src when not has_t), src, rkey[j], j), and out [n, 3] receives per sample in that
- * order the planner's row: (direction, component), (src, tgt), row. The lengths come back from the sort key and
- * the target rides along in it; only the row is read at random (8 bytes, prefetched). False, with nothing
- * written, where the bucket order does not apply (a length outside [0, 65535], (cost, src) over LENGTH_BITS
- * bits, or more than 2^32 samples): the caller orders them its other way. */
+ * Sample j of the selection is window sample i = keep[j] (keep None: i = j; keep ascends), lengths lens[i] (int32
+ * [N, 2]: src, tgt), row rows[i] (int64 [N]), in the span s with span_ends[s-1] <= i < span_ends[s] whose
+ * (direction, component) int32 pair is span_pairs[s] (as int64). The selection is ordered as
+ * batching.length_order orders it (by cost = max(src, tgt) (src when not has_t), src, rkey[j], j), and out [n, 3]
+ * receives per sample in that order the planner's row: (direction, component), (src, tgt), row.
+ *
+ * Each sample travels as one 16-byte entry carrying its lengths, key and row: one stable scatter by cost (a few
+ * hundred streams, in cache), then per cost, in cache, a stable counting pass by src, the rkey sort of each
+ * (cost, src) group and the rows written out. Nothing is read at random. False, with nothing written, where
+ * this does not apply (a length outside [0, 65535], (cost, src) over LENGTH_BITS bits, a window over 2^32
+ * samples or a row over 2^48): the caller orders them its other way. */
+#define ROW_MASK ((1ULL << 48) - 1)
 PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
     Py_buffer lens, keep = {0}, rkey, rows, ends, pairs, out;
     PyObject *keep_obj;
@@ -109,10 +154,9 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*pOy*y*y*y*w*", &lens, &has_t, &keep_obj, &rkey, &rows, &ends, &pairs, &out))
         return NULL;
     PyObject *result = NULL;
-    uint32_t *ck = NULL;
-    uint16_t *tg = NULL;
-    uint64_t *v = NULL;
-    int64_t *end = NULL;
+    uint16_t *cost = NULL;
+    entry_t *v = NULL, *tmp = NULL, *tmp2 = NULL;
+    int64_t *at = NULL, *sh = NULL;
     if (keep_obj != Py_None && PyObject_GetBuffer(keep_obj, &keep, PyBUF_SIMPLE) < 0)
         goto done;
     const int64_t N = rows.len / 8, n = rkey.len / 2, S = ends.len / 8;
@@ -125,8 +169,8 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
     const int64_t *kp = keep.obj ? keep.buf : NULL, *rw = rows.buf, *se = ends.buf, *sp = pairs.buf;
     const uint16_t *rk = rkey.buf;
     for (int64_t j = 0; kp && j < n; j++) {
-        if (kp[j] < 0 || kp[j] >= N) {
-            PyErr_SetString(PyExc_ValueError, "sorted_rows: a kept index outside the window");
+        if (kp[j] < 0 || kp[j] >= N || (j && kp[j] <= kp[j - 1])) {
+            PyErr_SetString(PyExc_ValueError, "sorted_rows: kept indices must ascend inside the window");
             goto done;
         }
     }
@@ -134,73 +178,101 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
         result = Py_NewRef(Py_True);
         goto done;
     }
-    ck = malloc((size_t)n * sizeof(uint32_t));
-    tg = malloc((size_t)n * sizeof(uint16_t));
-    if (!ck || !tg) {
+    if (!(cost = malloc((size_t)n * sizeof(uint16_t)))) {
         PyErr_NoMemory();
         goto done;
     }
     uint32_t orc = 0, ors = 0;
-    int ok = n <= ((int64_t)1 << 32);
+    int ok = N <= ((int64_t)1 << 32);
     for (int64_t j = 0; ok && j < n; j++) {
         int64_t i = kp ? kp[j] : j;
         int32_t s = ln[2 * i], t = ln[2 * i + 1], c = has_t && t > s ? t : s;
-        ok = s >= 0 && t >= 0 && s <= 65535 && t <= 65535;
+        ok = s >= 0 && t >= 0 && s <= 65535 && t <= 65535 && (uint64_t)rw[i] <= ROW_MASK;
         orc |= (uint32_t)c;
         ors |= (uint32_t)s;
-        ck[j] = ((uint32_t)c << 16) | (uint32_t)s;
-        tg[j] = (uint16_t)t;
+        cost[j] = (uint16_t)c;
     }
-    const int cb = bit_length(orc), sb = has_t ? bit_length(ors) : 0, ib = bit_length((uint64_t)(n - 1));
+    const int cb = bit_length(orc), sb = has_t ? bit_length(ors) : 0;
     if (!ok || cb + sb > LENGTH_BITS) {
         result = Py_NewRef(Py_False);
         goto done;
     }
-    v = malloc((size_t)n * sizeof(uint64_t));
-    end = malloc(((size_t)1 << LENGTH_BITS) * sizeof(int64_t));
-    if (!v || !end) {
+    const int64_t nc = (int64_t)1 << cb, ns = (int64_t)1 << sb;
+    v = malloc((size_t)n * sizeof(entry_t));
+    at = calloc((size_t)nc + 1, sizeof(int64_t));
+    sh = malloc((size_t)ns * sizeof(int64_t));
+    if (!v || !at || !sh) {
         PyErr_NoMemory();
         goto done;
     }
-    int rc;
+    int64_t big = 0;
+    for (int64_t j = 0; j < n; j++)
+        at[cost[j] + 1]++;
+    for (int64_t c = 0; c < nc; c++) {
+        big = at[c + 1] > big ? at[c + 1] : big;
+        at[c + 1] += at[c];
+    }
+    if (!(tmp = malloc((size_t)big * sizeof(entry_t))) || !(tmp2 = malloc((size_t)big * sizeof(entry_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
     uint64_t *o = out.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t j = 0; j < n; j++)
-        ck[j] = ((ck[j] >> 16) << sb) | (has_t ? (ck[j] & 0xFFFFU) : 0);
-    rc = bucket_sort(ck, rk, tg, n, ib, v, end);
-    const uint64_t imask = ib ? (~0ULL >> (64 - ib)) : 0, smask = ((uint64_t)1 << sb) - 1;
-    for (int64_t k = 0, p = 0; rc == 0 && p < n; k++) {
-        const uint64_t cost = (uint64_t)k >> sb, src = has_t ? ((uint64_t)k & smask) : cost;
-        for (; p < end[k]; p++) {
-            if (p + AHEAD < n) {
-                int64_t ja = (int64_t)(v[p + AHEAD] & imask);
-                __builtin_prefetch(rw + (kp ? kp[ja] : ja));
+    for (int64_t j = 0; j < n; j++) { /* stable scatter by cost: samples ascend within a cost */
+        const int64_t i = kp ? kp[j] : j;
+        const uint64_t s = (uint32_t)ln[2 * i], t = (uint32_t)ln[2 * i + 1];
+        entry_t e = {(t << 48) | ((uint64_t)rk[j] << 32) | (uint64_t)i, (s << 48) | (uint64_t)rw[i]};
+        v[at[cost[j]]++] = e;
+    }
+    int64_t lo = 0; /* at[c] is now the end of cost c */
+    for (int64_t c = 0; c < nc; lo = at[c++]) {
+        const int64_t m = at[c] - lo;
+        entry_t *b = v + lo;
+        if (!m)
+            continue;
+        if (has_t) { /* stable counting pass by src into tmp, then each src group sorted by rkey */
+            memset(sh, 0, (size_t)ns * sizeof(int64_t));
+            for (int64_t k = 0; k < m; k++)
+                sh[b[k].rs >> 48]++;
+            for (int64_t k = 0, sum = 0; k < ns; k++) {
+                int64_t x = sh[k];
+                sh[k] = sum;
+                sum += x;
             }
-            const uint64_t x = v[p];
-            const int64_t j = (int64_t)(x & imask), i = kp ? kp[j] : j;
-            int64_t a = 0, b = S - 1; /* the first span ending after i */
-            while (a < b) {
-                int64_t m = (a + b) >> 1;
-                if (se[m] > i)
-                    b = m;
+            for (int64_t k = 0; k < m; k++)
+                tmp[sh[b[k].rs >> 48]++] = b[k];
+            b = tmp;
+            for (int64_t k = 0, g = 0; k < ns && g < m; g = sh[k++])
+                sort_entries(b + g, sh[k] - g, tmp2);
+        } else {
+            sort_entries(b, m, tmp2);
+        }
+        for (int64_t k = 0; k < m; k++) {
+            const uint64_t key = b[k].key;
+            const int64_t i = (int64_t)(key & 0xFFFFFFFFU);
+            int64_t a = 0, z = S - 1; /* the first span ending after i */
+            while (a < z) {
+                int64_t h = (a + z) >> 1;
+                if (se[h] > i)
+                    z = h;
                 else
-                    a = m + 1;
+                    a = h + 1;
             }
-            o[3 * p] = (uint64_t)sp[a];
-            o[3 * p + 1] = src | ((x >> (ib + 16)) << 32);
-            o[3 * p + 2] = (uint64_t)rw[i];
+            uint64_t *r = o + 3 * (lo + k);
+            r[0] = (uint64_t)sp[a];
+            r[1] = (b[k].rs >> 48) | ((key >> 48) << 32);
+            r[2] = b[k].rs & ROW_MASK;
         }
     }
     Py_END_ALLOW_THREADS
-    if (rc < 0)
-        PyErr_NoMemory();
-    else
-        result = Py_NewRef(Py_True);
+    result = Py_NewRef(Py_True);
 done:
-    free(ck);
-    free(tg);
+    free(cost);
     free(v);
-    free(end);
+    free(tmp);
+    free(tmp2);
+    free(at);
+    free(sh);
     PyBuffer_Release(&lens);
     PyBuffer_Release(&rkey);
     PyBuffer_Release(&rows);

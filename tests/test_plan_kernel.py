@@ -254,3 +254,13 @@ def test_dynamic_cut_reads_both_columns(costs, max_tokens, max_sentences, multip
     pairs[:, 3] = np.where(side, (cost * rng.random(len(cost))).astype(np.int64), cost)
     got, want = both(cutting.dynamic, pairs[:, 2], pairs[:, 3], max_tokens, max_sentences, multiple)
     np.testing.assert_array_equal(got, want)
+
+
+def test_sorted_rows_declines_rows_it_cannot_carry():
+    """Rows at or over 2^48 do not fit beside the source length in a sort entry: the caller orders them."""
+    lens = np.array([[3, 4], [5, 2]], np.int32)
+    args = (lens, True, None, np.array([1, 0], np.uint16))
+    spans = (np.array([2]), np.array([7]))
+    assert plan_kernel.sorted_rows(*args, np.array([2**48, 1]), *spans) is None
+    got = plan_kernel.sorted_rows(*args, np.array([2**48 - 1, 1]), *spans)
+    np.testing.assert_array_equal(got[:, 2], [2**48 - 1, 1])
