@@ -142,8 +142,8 @@ int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t
  * receives per sample in that order the planner's row: (direction, component), (src, tgt), row.
  *
  * Each sample travels as one 16-byte entry carrying its lengths, key and row: one stable scatter by cost (a few
- * hundred streams, in cache), then per cost, in cache, a stable counting pass by src, the rkey sort of each
- * (cost, src) group and the rows written out. Nothing is read at random. False, with nothing written, where
+ * hundred streams, in cache) into the output's memory, then per cost, in cache, a stable counting pass by src,
+ * the rkey sort of each (cost, src) group and the rows written out. Nothing is read at random. False, with nothing written, where
  * this does not apply (a length outside [0, 65535], (cost, src) over LENGTH_BITS bits, a window over 2^32
  * samples or a row over 2^48): the caller orders them its other way. */
 #define ROW_MASK ((1ULL << 48) - 1)
@@ -155,7 +155,7 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
         return NULL;
     PyObject *result = NULL;
     uint16_t *cost = NULL;
-    entry_t *v = NULL, *tmp = NULL, *tmp2 = NULL;
+    entry_t *tmp = NULL, *tmp2 = NULL;
     int64_t *at = NULL, *sh = NULL;
     if (keep_obj != Py_None && PyObject_GetBuffer(keep_obj, &keep, PyBUF_SIMPLE) < 0)
         goto done;
@@ -198,10 +198,9 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
         goto done;
     }
     const int64_t nc = (int64_t)1 << cb, ns = (int64_t)1 << sb;
-    v = malloc((size_t)n * sizeof(entry_t));
     at = calloc((size_t)nc + 1, sizeof(int64_t));
     sh = malloc((size_t)ns * sizeof(int64_t));
-    if (!v || !at || !sh) {
+    if (!at || !sh) {
         PyErr_NoMemory();
         goto done;
     }
@@ -216,7 +215,11 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
+    /* The entries (16 bytes a sample) are scattered into the output's own memory (24 bytes a sample), and the
+     * costs written out from the last: the rows of cost c land at or above 24 * start(c), the entries not yet
+     * written out lie below 16 * start(c). No other window-sized buffer. */
     uint64_t *o = out.buf;
+    entry_t *v = (entry_t *)out.buf;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t j = 0; j < n; j++) { /* stable scatter by cost: samples ascend within a cost */
         const int64_t i = kp ? kp[j] : j;
@@ -224,27 +227,26 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
         entry_t e = {(t << 48) | ((uint64_t)rk[j] << 32) | (uint64_t)i, (s << 48) | (uint64_t)rw[i]};
         v[at[cost[j]]++] = e;
     }
-    int64_t lo = 0; /* at[c] is now the end of cost c */
-    for (int64_t c = 0; c < nc; lo = at[c++]) {
-        const int64_t m = at[c] - lo;
-        entry_t *b = v + lo;
+    for (int64_t c = nc - 1; c >= 0; c--) { /* at[c] is now the end of cost c */
+        const int64_t lo = c ? at[c - 1] : 0, m = at[c] - lo;
+        entry_t *b = tmp;
         if (!m)
             continue;
         if (has_t) { /* stable counting pass by src into tmp, then each src group sorted by rkey */
             memset(sh, 0, (size_t)ns * sizeof(int64_t));
             for (int64_t k = 0; k < m; k++)
-                sh[b[k].rs >> 48]++;
+                sh[v[lo + k].rs >> 48]++;
             for (int64_t k = 0, sum = 0; k < ns; k++) {
                 int64_t x = sh[k];
                 sh[k] = sum;
                 sum += x;
             }
             for (int64_t k = 0; k < m; k++)
-                tmp[sh[b[k].rs >> 48]++] = b[k];
-            b = tmp;
+                tmp[sh[v[lo + k].rs >> 48]++] = v[lo + k];
             for (int64_t k = 0, g = 0; k < ns && g < m; g = sh[k++])
                 sort_entries(b + g, sh[k] - g, tmp2);
         } else {
+            memcpy(tmp, v + lo, (size_t)m * sizeof(entry_t));
             sort_entries(b, m, tmp2);
         }
         for (int64_t k = 0; k < m; k++) {
@@ -268,7 +270,6 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
     result = Py_NewRef(Py_True);
 done:
     free(cost);
-    free(v);
     free(tmp);
     free(tmp2);
     free(at);
