@@ -1,7 +1,7 @@
 /* babelfeed's optional planning kernel: the integer loops of planning a window, compiled.
  *
- * Seven functions (length_order, take_lengths and take_rows in _plan_rows.c, sorted_rows in _plan_order.c),
- * each the same integers as its numpy path (plan_kernel.py says which):
+ * Seven functions (length_order, batch_ends, take_lengths and take_rows in _plan_rows.c, sorted_rows in
+ * _plan_order.c), each the same integers as its numpy path (plan_kernel.py says which):
  *   stratified(pos, which, table, okeys, ekeys, out)  rows of stratified draws (mixing.StratifiedDraw.rows,
  *                                                     mixing.stratified_rows; permute.permute is the case
  *                                                     n = count = full): 4-round Feistel networks with
@@ -322,74 +322,6 @@ done:
     return result;
 }
 
-/* ------------------------------------------------------------------------------------------- batches */
-/* batch_ends(cost, other, max_tokens, cap, multiple, out) -> number of batches, or -1 where cost decreases somewhere
- *
- * batching.batch_sorted's greedy cut over non-decreasing costs in [1, max_tokens] (the caller checks the ends):
- * each batch takes the largest k <= cap with k * cost[i + k - 1] <= max_tokens, cut to a multiple of
- * ``multiple`` when k >= multiple. cost[i] is max(cost[i], other[i]) where ``other`` is given (the planner's
- * int32 source and target columns, read in place: 1-D int32 or int64, any stride). ``out`` has room for one end
- * per sample. */
-static PyObject *batch_ends(PyObject *self, PyObject *args) {
-    PyObject *cost_obj, *other_obj;
-    Py_buffer cost = {0}, other = {0}, out;
-    long long max_tokens, cap, multiple;
-    if (!PyArg_ParseTuple(args, "OOLLLw*", &cost_obj, &other_obj, &max_tokens, &cap, &multiple, &out))
-        return NULL;
-    column_t ca, cb;
-    if (PyObject_GetBuffer(cost_obj, &cost, PyBUF_RECORDS_RO) < 0 ||
-        (other_obj != Py_None && PyObject_GetBuffer(other_obj, &other, PyBUF_RECORDS_RO) < 0)) {
-        if (cost.obj)
-            PyBuffer_Release(&cost);
-        PyBuffer_Release(&out);
-        return NULL;
-    }
-    int64_t n = cost.ndim == 1 ? cost.shape[0] : 0, nb = 0, *o = out.buf;
-    if (!column_of(&cost, &ca) || (other.obj && (!column_of(&other, &cb) || other.shape[0] != n)) ||
-        out.len < n * 8 || multiple < 1 || cap < 1) {
-        PyBuffer_Release(&cost);
-        if (other.obj)
-            PyBuffer_Release(&other);
-        PyBuffer_Release(&out);
-        PyErr_SetString(PyExc_ValueError, "batch_ends: bad arguments");
-        return NULL;
-    }
-    const column_t *cob = other.obj ? &cb : &ca;
-#define COST(i) (column_get(&ca, i) > column_get(cob, i) ? column_get(&ca, i) : column_get(cob, i))
-    Py_BEGIN_ALLOW_THREADS
-    for (int64_t i = 1; i < n; i++) {
-        if (COST(i) < COST(i - 1)) {
-            nb = -1;
-            break;
-        }
-    }
-    for (int64_t i = 0; nb >= 0 && i < n;) {
-        int64_t lo = 1, hi = n - i;
-        if (cap < hi)
-            hi = cap;
-        if (max_tokens / COST(i) < hi)
-            hi = max_tokens / COST(i);
-        while (lo < hi) {
-            int64_t mid = (lo + hi + 1) >> 1;
-            if (mid * COST(i + mid - 1) <= max_tokens)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        if (lo >= multiple)
-            lo -= lo % multiple;
-        i += lo;
-        o[nb++] = i;
-    }
-    Py_END_ALLOW_THREADS
-#undef COST
-    PyBuffer_Release(&cost);
-    if (other.obj)
-        PyBuffer_Release(&other);
-    PyBuffer_Release(&out);
-    return PyLong_FromLongLong(nb);
-}
-
 static PyMethodDef methods[] = {
     {"take_rows", plan_take_rows, METH_VARARGS, "Rows of a 2-D array at indices, prefetched."},
     {"take_lengths", plan_take_lengths, METH_VARARGS, "Sample lengths of rows into the planner's int32 pairs."},
@@ -397,7 +329,7 @@ static PyMethodDef methods[] = {
     {"stratified_spans", stratified_spans, METH_VARARGS, "Rows of stratified draws over runs of positions."},
     {"sorted_rows", plan_sorted_rows, METH_VARARGS, "A window's planner rows written in length order."},
     {"length_order", plan_length_order, METH_VARARGS, "Order by (max(src, tgt), src, random key, index)."},
-    {"batch_ends", batch_ends, METH_VARARGS, "Greedy token-budget batch ends over non-decreasing costs."},
+    {"batch_ends", plan_batch_ends, METH_VARARGS, "Greedy token-budget batch ends over non-decreasing costs."},
     {NULL, NULL, 0, NULL},
 };
 

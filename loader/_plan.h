@@ -1,6 +1,6 @@
-/* What the three files of babelfeed's planning kernel share (_plan.c: the module, the draws and the cut;
- * _plan_rows.c: a window's lengths, order by LSD passes and reorder; _plan_order.c: the order by buckets and
- * a window's rows written in that order). */
+/* What the three files of babelfeed's planning kernel share (_plan.c: the module and the draws; _plan_rows.c:
+ * a window's lengths, order by LSD passes, reorder and cut; _plan_order.c: the order by buckets and a window's
+ * rows written in that order). */
 #ifndef BABELFEED_PLAN_H
 #define BABELFEED_PLAN_H
 #define PY_SSIZE_T_CLEAN
@@ -54,6 +54,7 @@ static inline int64_t column_get(const column_t *c, int64_t i) {
 
 int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t n, int sb, int ib, int64_t *o);
 PyObject *plan_sorted_rows(PyObject *self, PyObject *args);
+PyObject *plan_batch_ends(PyObject *self, PyObject *args);
 PyObject *plan_length_order(PyObject *self, PyObject *args);
 PyObject *plan_take_lengths(PyObject *self, PyObject *args);
 PyObject *plan_take_rows(PyObject *self, PyObject *args);

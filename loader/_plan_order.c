@@ -3,17 +3,16 @@
  * afterwards; the module is in _plan.c. */
 #include "_plan.h"
 
-/* Sort n values ascending by their bits below ``low`` (unique there: (rkey, index)), the 16 bits at ``shift``
- * being the only ones not yet in order (the index below is): insertion for a few, else two stable 8-bit
- * counting passes through ``tmp``. The bits above ``low`` ride along. */
-static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t low, uint64_t *tmp) {
+/* Sort n unique uint64 values ascending by their 16 bits at ``shift`` (the bits below are already in order):
+ * insertion for a few, else two stable 8-bit counting passes through ``tmp``. */
+static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t *tmp) {
     if (n < 2)
         return;
     if (n <= 32) {
         for (int64_t i = 1; i < n; i++) {
-            uint64_t x = v[i], xk = x & low;
+            uint64_t x = v[i];
             int64_t j = i;
-            for (; j > 0 && (v[j - 1] & low) > xk; j--)
+            for (; j > 0 && v[j - 1] > x; j--)
                 v[j] = v[j - 1];
             v[j] = x;
         }
@@ -40,11 +39,9 @@ static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t low, uint64_
 }
 
 /* One counting pass by bucket ck[i] < 2^LENGTH_BITS (stable: indices ascend within a bucket), then each bucket,
- * small and in cache, sorted by (rkey, index): v receives (hi[i] << (ib + 16)) | (rk[i] << ib) | i (hi NULL: 0)
- * in (ck, rkey, index) order, and end[k] the end of bucket k (2^LENGTH_BITS entries). -1: no memory. Runs
- * without the GIL. */
-static int bucket_sort(const uint32_t *ck, const uint16_t *rk, const uint16_t *hi, int64_t n, int ib, uint64_t *v,
-                       int64_t *end) {
+ * small and in cache, sorted by (rkey, index): v receives (rk[i] << ib) | i in (ck, rkey, index) order, using
+ * end (2^LENGTH_BITS entries). -1: no memory. Runs without the GIL. */
+static int bucket_sort(const uint32_t *ck, const uint16_t *rk, int64_t n, int ib, uint64_t *v, int64_t *end) {
     const int64_t nb = (int64_t)1 << LENGTH_BITS;
     int64_t big = 0;
     memset(end, 0, (size_t)nb * sizeof(int64_t));
@@ -57,13 +54,12 @@ static int bucket_sort(const uint32_t *ck, const uint16_t *rk, const uint16_t *h
         sum += c;
     }
     for (int64_t i = 0; i < n; i++)
-        v[end[ck[i]]++] = (hi ? (uint64_t)hi[i] << (ib + 16) : 0) | ((uint64_t)rk[i] << ib) | (uint64_t)i;
+        v[end[ck[i]]++] = ((uint64_t)rk[i] << ib) | (uint64_t)i;
     uint64_t *tmp = malloc((size_t)(big ? big : 1) * sizeof(uint64_t));
     if (!tmp)
         return -1;
-    const uint64_t low = ib + 16 < 64 ? (1ULL << (ib + 16)) - 1 : ~0ULL;
     for (int64_t k = 0, lo = 0; k < nb; k++) { /* end[k] is now the end of bucket k */
-        sort_bucket(v + lo, end[k] - lo, ib, low, tmp);
+        sort_bucket(v + lo, end[k] - lo, ib, tmp);
         lo = end[k];
     }
     free(tmp);
@@ -121,7 +117,7 @@ int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t
         Py_BEGIN_ALLOW_THREADS
         for (int64_t i = 0; i < n; i++)
             ck[i] = ((sc[i] >> 16) << sb) | (has_t ? (sc[i] & 0xFFFFU) : 0);
-        rc = bucket_sort(ck, rk, NULL, n, ib, (uint64_t *)o, end);
+        rc = bucket_sort(ck, rk, n, ib, (uint64_t *)o, end);
         const uint64_t imask = ib ? (~0ULL >> (64 - ib)) : 0;
         for (int64_t i = 0; rc == 0 && i < n; i++)
             o[i] = (int64_t)((uint64_t)o[i] & imask);
@@ -143,8 +139,8 @@ int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t
  *
  * Each sample travels as one 16-byte entry carrying its lengths, key and row: one stable scatter by cost (a few
  * hundred streams, in cache) into the output's memory, then per cost, in cache, a stable counting pass by src,
- * the rkey sort of each (cost, src) group and the rows written out. Nothing is read at random. False, with nothing written, where
- * this does not apply (a length outside [0, 65535], (cost, src) over LENGTH_BITS bits, a window over 2^32
+ * the rkey sort of each (cost, src) group and the rows written out. Nothing is read at random. False, with
+ * nothing written, where this does not apply (a length outside [0, 65535], (cost, src) over LENGTH_BITS bits, a window over 2^32
  * samples or a row over 2^48): the caller orders them its other way. */
 #define ROW_MASK ((1ULL << 48) - 1)
 PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {

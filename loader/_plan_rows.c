@@ -1,5 +1,6 @@
 /* babelfeed's planning kernel, part two: a window's rows (their lengths, their order by LSD passes, their
- * reorder); the module and the rest are in _plan.c, which says what each function matches in numpy. */
+ * reorder) and the batches cut from them; the module and the rest are in _plan.c, which says what each
+ * function matches in numpy. */
 #include "_plan.h"
 
 /* ------------------------------------------------------------------------------------------- order */
@@ -259,3 +260,70 @@ PyObject *plan_take_rows(PyObject *self, PyObject *args) {
     return Py_NewRef(ok ? Py_True : Py_False);
 }
 
+/* ------------------------------------------------------------------------------------------- batches */
+/* batch_ends(cost, other, max_tokens, cap, multiple, out) -> number of batches, or -1 where cost decreases somewhere
+ *
+ * batching.batch_sorted's greedy cut over non-decreasing costs in [1, max_tokens] (the caller checks the ends):
+ * each batch takes the largest k <= cap with k * cost[i + k - 1] <= max_tokens, cut to a multiple of
+ * ``multiple`` when k >= multiple. cost[i] is max(cost[i], other[i]) where ``other`` is given (the planner's
+ * int32 source and target columns, read in place: 1-D int32 or int64, any stride). ``out`` has room for one end
+ * per sample. */
+PyObject *plan_batch_ends(PyObject *self, PyObject *args) {
+    PyObject *cost_obj, *other_obj;
+    Py_buffer cost = {0}, other = {0}, out;
+    long long max_tokens, cap, multiple;
+    if (!PyArg_ParseTuple(args, "OOLLLw*", &cost_obj, &other_obj, &max_tokens, &cap, &multiple, &out))
+        return NULL;
+    column_t ca, cb;
+    if (PyObject_GetBuffer(cost_obj, &cost, PyBUF_RECORDS_RO) < 0 ||
+        (other_obj != Py_None && PyObject_GetBuffer(other_obj, &other, PyBUF_RECORDS_RO) < 0)) {
+        if (cost.obj)
+            PyBuffer_Release(&cost);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    int64_t n = cost.ndim == 1 ? cost.shape[0] : 0, nb = 0, *o = out.buf;
+    if (!column_of(&cost, &ca) || (other.obj && (!column_of(&other, &cb) || other.shape[0] != n)) ||
+        out.len < n * 8 || multiple < 1 || cap < 1) {
+        PyBuffer_Release(&cost);
+        if (other.obj)
+            PyBuffer_Release(&other);
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError, "batch_ends: bad arguments");
+        return NULL;
+    }
+    const column_t *cob = other.obj ? &cb : &ca;
+#define COST(i) (column_get(&ca, i) > column_get(cob, i) ? column_get(&ca, i) : column_get(cob, i))
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 1; i < n; i++) {
+        if (COST(i) < COST(i - 1)) {
+            nb = -1;
+            break;
+        }
+    }
+    for (int64_t i = 0; nb >= 0 && i < n;) {
+        int64_t lo = 1, hi = n - i;
+        if (cap < hi)
+            hi = cap;
+        if (max_tokens / COST(i) < hi)
+            hi = max_tokens / COST(i);
+        while (lo < hi) {
+            int64_t mid = (lo + hi + 1) >> 1;
+            if (mid * COST(i + mid - 1) <= max_tokens)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        if (lo >= multiple)
+            lo -= lo % multiple;
+        i += lo;
+        o[nb++] = i;
+    }
+    Py_END_ALLOW_THREADS
+#undef COST
+    PyBuffer_Release(&cost);
+    if (other.obj)
+        PyBuffer_Release(&other);
+    PyBuffer_Release(&out);
+    return PyLong_FromLongLong(nb);
+}

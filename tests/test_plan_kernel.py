@@ -196,8 +196,8 @@ def test_sorted_rows(n, top, with_tgt, spans, filtered, seed):
     finally:
         plan_kernel.KERNEL = kernel
     cost = np.maximum(lens[sel, 0], lens[sel, 1]) if with_tgt else lens[sel, 0]
-    fits = not len(sel) or (lens[sel].max() <= 65_535 and
-                            int(cost.max()).bit_length() + (int(lens[sel, 0].max()).bit_length() if with_tgt else 0) <= 18)
+    src_bits = int(lens[sel, 0].max()).bit_length() if with_tgt and len(sel) else 0
+    fits = not len(sel) or (lens[sel].max() <= 65_535 and int(cost.max()).bit_length() + src_bits <= 18)
     if not fits:
         assert got is None
         return
