@@ -1,19 +1,23 @@
 /* babelfeed's optional planning kernel: the integer loops of planning a window, compiled.
  *
- * Five functions (length_order, take_lengths and take_rows in _plan_rows.c), each the same integers as its
- * numpy path (plan_kernel.py says which):
+ * Seven functions (length_order, batch_ends, take_lengths and take_rows in _plan_rows.c, sorted_rows in
+ * _plan_order.c), each the same integers as its numpy path (plan_kernel.py says which):
  *   stratified(pos, which, table, okeys, ekeys, out)  rows of stratified draws (mixing.StratifiedDraw.rows,
  *                                                     mixing.stratified_rows; permute.permute is the case
  *                                                     n = count = full): 4-round Feistel networks with
  *                                                     cycle-walking, evaluated in blocks that stay in L1
+ *   stratified_spans(spans, table, okeys, ekeys, out) the same over runs of consecutive positions (a window's
+ *                                                     slice of each direction), no position array
  *   length_order(src, tgt, rkey, out)                 batching.length_order's three stable 16-bit sorts as
  *                                                     one counting pass by (cost, src) and bucket sorts in
  *                                                     cache (or LSD passes over the four fields packed into
  *                                                     64 bits), reading int32 lengths in place
- *   batch_ends(cost, max_tokens, cap, multiple, out)  batching.batch_sorted's greedy token-budget cut
+ *   batch_ends(cost, other, max_tokens, cap, mult, out) batching.batch_sorted's greedy token-budget cut
  *   take_lengths(src, tgt, rows, plens, pairs)        sources.Component.lengths, both sides in one prefetched
  *                                                     pass
  *   take_rows(src, idx, out)                          np.take(src, idx, axis=0), prefetched
+ *   sorted_rows(lens, has_t, keep, rkey, rows, ...)   length_order, then the window's rows taken in that order,
+ *                                                     rebuilt from the sort key, the spans and the row numbers
  *
  * Arrays come through the buffer protocol (int64 unless said otherwise); outputs are written into arrays the
  * caller allocated. The loops run without the GIL. Built by setup.py as an optional extension; when it is
@@ -157,6 +161,31 @@ WIDE_SIMD static void perm_block(const perm_t *p, const uint64_t *x, uint64_t *o
     }
 }
 
+/* Rows of m <= BLOCK positions x of corpus c (permutations po, pe; tb = its (n, count, full)): slot = pi_order(x);
+ * row = slot % n below full, else pi_extra(slot - full). */
+static void draw_block(const perm_t *po, const perm_t *pe, const int64_t *tb, const uint64_t *x, int64_t m,
+                       uint64_t *o) {
+    uint64_t slot[BLOCK], extra[BLOCK], walked[BLOCK];
+    int32_t at[BLOCK];
+    const uint64_t cn = (uint64_t)tb[0], full = (uint64_t)tb[2];
+    perm_block(po, x, slot, m);
+    int64_t ne = 0;
+    for (int64_t j = 0; j < m; j++) {
+        uint64_t s = slot[j];
+        if (s < full) {
+            o[j] = s < cn ? s : s % cn;
+        } else {
+            extra[ne] = s - full;
+            at[ne++] = (int32_t)j;
+        }
+    }
+    if (ne) {
+        perm_block(pe, extra, walked, ne);
+        for (int64_t j = 0; j < ne; j++)
+            o[at[j]] = walked[j];
+    }
+}
+
 /* stratified(pos, which, table, okeys, ekeys, out)
  *
  * Per position i of corpus c = which[i] (or 0 when which is None), with table[c] = (n, count, full) and round keys
@@ -204,30 +233,12 @@ static PyObject *stratified(PyObject *self, PyObject *args) {
     }
     uint64_t *o = out.buf;
     Py_BEGIN_ALLOW_THREADS
-    uint64_t slot[BLOCK], extra[BLOCK], walked[BLOCK];
-    int32_t at[BLOCK];
     int64_t i = 0;
     while (i < n) {
         int64_t c = wh ? wh[i] : 0, m = 1;
         while (i + m < n && m < BLOCK && (!wh || wh[i + m] == c))
             m++;
-        const uint64_t cn = (uint64_t)tb[3 * c], full = (uint64_t)tb[3 * c + 2];
-        perm_block(&po[c], (const uint64_t *)ps + i, slot, m);
-        int64_t ne = 0;
-        for (int64_t j = 0; j < m; j++) {
-            uint64_t s = slot[j];
-            if (s < full) {
-                o[i + j] = s < cn ? s : s % cn;
-            } else {
-                extra[ne] = s - full;
-                at[ne++] = (int32_t)j;
-            }
-        }
-        if (ne) {
-            perm_block(&pe[c], extra, walked, ne);
-            for (int64_t j = 0; j < ne; j++)
-                o[i + at[j]] = walked[j];
-        }
+        draw_block(&po[c], &pe[c], tb + 3 * c, (const uint64_t *)ps + i, m, o + i);
         i += m;
     }
     Py_END_ALLOW_THREADS
@@ -245,63 +256,80 @@ done:
     return result;
 }
 
-/* ------------------------------------------------------------------------------------------- batches */
-/* batch_ends(cost, max_tokens, cap, multiple, out) -> number of batches, or -1 where cost decreases somewhere
+/* stratified_spans(spans, table, okeys, ekeys, out)
  *
- * batching.batch_sorted's greedy cut over non-decreasing costs in [1, max_tokens] (the caller checks the ends):
- * each batch takes the largest k <= cap with k * cost[i + k - 1] <= max_tokens, cut to a multiple of
- * ``multiple`` when k >= multiple. ``out`` has room for one end per sample. */
-static PyObject *batch_ends(PyObject *self, PyObject *args) {
-    Py_buffer cost, out;
-    long long max_tokens, cap, multiple;
-    if (!PyArg_ParseTuple(args, "y*LLLw*", &cost, &max_tokens, &cap, &multiple, &out))
+ * stratified() over consecutive positions without a position array: spans [S, 3] of (corpus c, first position,
+ * count) fill out one after another with the rows of positions first .. first + count - 1 of corpus c. The
+ * same checks and errors. */
+static PyObject *stratified_spans(PyObject *self, PyObject *args) {
+    Py_buffer sp, tab, okeys, ekeys, out;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &sp, &tab, &okeys, &ekeys, &out))
         return NULL;
-    int64_t n = cost.len / 8, nb = 0;
-    const int64_t *c = cost.buf;
-    int64_t *o = out.buf;
-    if (out.len < cost.len || multiple < 1 || cap < 1) {
-        PyBuffer_Release(&cost);
-        PyBuffer_Release(&out);
-        PyErr_SetString(PyExc_ValueError, "batch_ends: bad arguments");
-        return NULL;
+    PyObject *result = NULL;
+    perm_t *po = NULL, *pe = NULL;
+    const int64_t S = sp.len / 24, k = tab.len / 24, *s = sp.buf, *tb = tab.buf;
+    int64_t n = 0;
+    for (int64_t j = 0; j < S; j++)
+        n += s[3 * j + 2];
+    if (out.len != n * 8 || okeys.len != k * 32 || ekeys.len != k * 32 || k < 1) {
+        PyErr_SetString(PyExc_ValueError, "stratified_spans: mismatched argument lengths");
+        goto done;
     }
+    for (int64_t j = 0; j < S; j++) {
+        int64_t c = s[3 * j], lo = s[3 * j + 1], m = s[3 * j + 2];
+        if (c < 0 || c >= k || m < 0) {
+            PyErr_SetString(PyExc_ValueError, "stratified_spans: corpus outside the table");
+            goto done;
+        }
+        if (m && (lo < 0 || (tb[3 * c + 1] > 1 && lo + m > tb[3 * c + 1]))) {
+            PyErr_Format(PyExc_ValueError, "positions must lie in [0, %lld)", (long long)tb[3 * c + 1]);
+            goto done;
+        }
+    }
+    po = malloc((size_t)k * sizeof(perm_t));
+    pe = malloc((size_t)k * sizeof(perm_t));
+    if (!po || !pe) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (int64_t c = 0; c < k; c++) {
+        perm_init(&po[c], tb[3 * c + 1], (const uint64_t *)okeys.buf + 4 * c);
+        perm_init(&pe[c], tb[3 * c], (const uint64_t *)ekeys.buf + 4 * c);
+    }
+    uint64_t *o = out.buf;
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t i = 1; i < n; i++) {
-        if (c[i] < c[i - 1]) {
-            nb = -1;
-            break;
+    uint64_t x[BLOCK];
+    for (int64_t j = 0; j < S; j++) {
+        const int64_t c = s[3 * j], lo = s[3 * j + 1], m = s[3 * j + 2];
+        for (int64_t a = 0; a < m; a += BLOCK) {
+            const int64_t b = m - a < BLOCK ? m - a : BLOCK;
+            for (int64_t t = 0; t < b; t++)
+                x[t] = (uint64_t)(lo + a + t);
+            draw_block(&po[c], &pe[c], tb + 3 * c, x, b, o + a);
         }
-    }
-    for (int64_t i = 0; nb >= 0 && i < n;) {
-        int64_t lo = 1, hi = n - i;
-        if (cap < hi)
-            hi = cap;
-        if (max_tokens / c[i] < hi)
-            hi = max_tokens / c[i];
-        while (lo < hi) {
-            int64_t mid = (lo + hi + 1) >> 1;
-            if (mid * c[i + mid - 1] <= max_tokens)
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        if (lo >= multiple)
-            lo -= lo % multiple;
-        i += lo;
-        o[nb++] = i;
+        o += m;
     }
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&cost);
+    result = Py_NewRef(Py_None);
+done:
+    free(po);
+    free(pe);
+    PyBuffer_Release(&sp);
+    PyBuffer_Release(&tab);
+    PyBuffer_Release(&okeys);
+    PyBuffer_Release(&ekeys);
     PyBuffer_Release(&out);
-    return PyLong_FromLongLong(nb);
+    return result;
 }
 
 static PyMethodDef methods[] = {
     {"take_rows", plan_take_rows, METH_VARARGS, "Rows of a 2-D array at indices, prefetched."},
     {"take_lengths", plan_take_lengths, METH_VARARGS, "Sample lengths of rows into the planner's int32 pairs."},
     {"stratified", stratified, METH_VARARGS, "Rows of stratified draws (keyed Feistel permutations)."},
+    {"stratified_spans", stratified_spans, METH_VARARGS, "Rows of stratified draws over runs of positions."},
+    {"sorted_rows", plan_sorted_rows, METH_VARARGS, "A window's planner rows written in length order."},
     {"length_order", plan_length_order, METH_VARARGS, "Order by (max(src, tgt), src, random key, index)."},
-    {"batch_ends", batch_ends, METH_VARARGS, "Greedy token-budget batch ends over non-decreasing costs."},
+    {"batch_ends", plan_batch_ends, METH_VARARGS, "Greedy token-budget batch ends over non-decreasing costs."},
     {NULL, NULL, 0, NULL},
 };
 

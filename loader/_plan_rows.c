@@ -1,93 +1,9 @@
-/* babelfeed's planning kernel, part two: a window's rows (their lengths, their order, their reorder); the
- * module and the rest are in _plan.c, which says what each function matches in numpy. */
+/* babelfeed's planning kernel, part two: a window's rows (their lengths, their order by LSD passes, their
+ * reorder) and the batches cut from them; the module and the rest are in _plan.c, which says what each
+ * function matches in numpy. */
 #include "_plan.h"
 
 /* ------------------------------------------------------------------------------------------- order */
-/* Sort n unique uint64 values ascending by their 16 bits at ``shift`` (the bits below are already in order):
- * insertion for a few, else two stable 8-bit counting passes through ``tmp``. */
-static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t *tmp) {
-    if (n < 2)
-        return;
-    if (n <= 32) {
-        for (int64_t i = 1; i < n; i++) {
-            uint64_t x = v[i];
-            int64_t j = i;
-            for (; j > 0 && v[j - 1] > x; j--)
-                v[j] = v[j - 1];
-            v[j] = x;
-        }
-        return;
-    }
-    int64_t h[2][256];
-    memset(h, 0, sizeof(h));
-    for (int64_t i = 0; i < n; i++) {
-        h[0][(v[i] >> shift) & 255]++;
-        h[1][(v[i] >> (shift + 8)) & 255]++;
-    }
-    for (int p = 0; p < 2; p++) {
-        int64_t sum = 0;
-        for (int k = 0; k < 256; k++) {
-            int64_t c = h[p][k];
-            h[p][k] = sum;
-            sum += c;
-        }
-    }
-    for (int64_t i = 0; i < n; i++)
-        tmp[h[0][(v[i] >> shift) & 255]++] = v[i];
-    for (int64_t i = 0; i < n; i++)
-        v[h[1][(tmp[i] >> (shift + 8)) & 255]++] = tmp[i];
-}
-
-/* length_order for lengths of at most LENGTH_BITS bits of (cost, src) together: one counting pass by (cost, src)
- * (stable: indices ascend within a bucket), then each bucket, small and in cache, sorted by (rkey, index). The
- * same order as the LSD passes below, with one pass over memory at random instead of three. -1: no memory. */
-#define LENGTH_BITS 18
-static int bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t n, int sb, int ib, int64_t *o) {
-    int64_t nb = (int64_t)1 << LENGTH_BITS;
-    int64_t *start = calloc((size_t)nb + 1, sizeof(int64_t));
-    uint32_t *ck = malloc((size_t)n * sizeof(uint32_t));
-    if (!start || !ck) {
-        free(start);
-        free(ck);
-        return -1;
-    }
-    uint64_t *v = (uint64_t *)o, *tmp = NULL;
-    int64_t big = 0;
-    Py_BEGIN_ALLOW_THREADS
-    for (int64_t i = 0; i < n; i++) {
-        ck[i] = ((sc[i] >> 16) << sb) | (has_t ? (sc[i] & 0xFFFFU) : 0);
-        start[ck[i] + 1]++;
-    }
-    for (int64_t k = 0; k < nb; k++) {
-        big = start[k + 1] > big ? start[k + 1] : big;
-        start[k + 1] += start[k];
-    }
-    for (int64_t i = 0; i < n; i++)
-        v[start[ck[i]]++] = ((uint64_t)rk[i] << ib) | (uint64_t)i;
-    Py_END_ALLOW_THREADS
-    tmp = malloc((size_t)(big ? big : 1) * sizeof(uint64_t));
-    if (!tmp) {
-        free(start);
-        free(ck);
-        return -1;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    int64_t lo = 0; /* start[k] is now the end of bucket k */
-    for (int64_t k = 0; k < nb; k++) {
-        int64_t hi = start[k];
-        sort_bucket(v + lo, hi - lo, ib, tmp);
-        lo = hi;
-    }
-    const uint64_t imask = ib ? (~0ULL >> (64 - ib)) : 0;
-    for (int64_t i = 0; i < n; i++)
-        o[i] = (int64_t)(v[i] & imask);
-    Py_END_ALLOW_THREADS
-    free(start);
-    free(ck);
-    free(tmp);
-    return 0;
-}
-
 /* length_order(src, tgt, rkey, out)
  *
  * The order of samples by (cost, src, rkey, index) ascending, cost = max(src, tgt) (src without tgt), each
@@ -95,28 +11,6 @@ static int bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64
  * four fields are packed into one uint64 and sorted by the bits above the index (the index is already in order
  * and LSD passes are stable), in passes of at most 12 bits. Returns True, or False where it cannot (a cost
  * above 65535, or more than 64 bits), leaving the numpy path to answer. */
-typedef struct {
-    const char *p;
-    Py_ssize_t stride;
-    int item;
-} column_t;
-
-/* a 1-D int32 or int64 array of any stride (the planner's int32 length columns, read in place) */
-static int column_of(Py_buffer *b, column_t *c) {
-    char code = code_of(b);
-    if (b->ndim != 1 || !((code == 'i' && b->itemsize == 4) || ((code == 'q' || code == 'l') && b->itemsize == 8)))
-        return 0;
-    c->p = b->buf;
-    c->stride = b->strides ? b->strides[0] : b->itemsize;
-    c->item = (int)b->itemsize;
-    return 1;
-}
-
-static inline int64_t column_get(const column_t *c, int64_t i) {
-    const char *q = c->p + i * c->stride;
-    return c->item == 4 ? (int64_t) * (const int32_t *)q : *(const int64_t *)q;
-}
-
 PyObject *plan_length_order(PyObject *self, PyObject *args) {
     PyObject *src_obj, *tgt_obj;
     Py_buffer src = {0}, rkey = {0}, out = {0}, tgt = {0};
@@ -167,7 +61,7 @@ PyObject *plan_length_order(PyObject *self, PyObject *args) {
         goto done;
     }
     if (cb + sb <= LENGTH_BITS) {
-        if (bucket_order(sc, has_t, rk, n, sb, ib, o) < 0) {
+        if (plan_bucket_order(sc, has_t, rk, n, sb, ib, o) < 0) {
             PyErr_NoMemory();
             goto done;
         }
@@ -258,11 +152,11 @@ static int load_size(const char *base, char code, int64_t r, int64_t *v) {
 
 /* take_lengths(src_sizes, tgt_sizes, rows, src_plen, tgt_plen, pairs) -> bool
  *
- * pairs[i, 2] = src_sizes[rows[i]] + src_plen and, with tgt_sizes, pairs[i, 3] = tgt_sizes[rows[i]] + tgt_plen,
- * as int32 (sizes 1-D and pairs an int32 [n, >= 4] view, any strides): Component.lengths in one pass whose random reads of
- * the two size arrays are prefetched a few rows ahead. False (numpy answers) for a row outside the sizes or a
- * size dtype it does not read. */
-#define AHEAD 16
+ * pairs[i, -2] = src_sizes[rows[i]] + src_plen and, with tgt_sizes, pairs[i, -1] = tgt_sizes[rows[i]] + tgt_plen,
+ * as int32 (sizes 1-D and pairs an int32 [n, >= 2] view, any strides: the last two columns of the planner's
+ * sample rows, or a window's [n, 2] lengths): Component.lengths in one pass whose random reads of the two size
+ * arrays are prefetched a few rows ahead. False (numpy answers) for a row outside the sizes or a size dtype it
+ * does not read. */
 PyObject *plan_take_lengths(PyObject *self, PyObject *args) {
     PyObject *src_obj, *tgt_obj, *rows_obj, *pairs_obj;
     long long splen, tplen;
@@ -279,7 +173,7 @@ PyObject *plan_take_lengths(PyObject *self, PyObject *args) {
     int64_t n = rows.len / 8;
     if (!known_code(sc) || !known_code(tc) || (rc != 'q' && rc != 'l') || sz.ndim != 1 || (tz.obj && tz.ndim != 1) ||
         rows.itemsize != 8 || pairs.ndim != 2 || pairs.itemsize != 4 || code_of(&pairs) != 'i' ||
-        pairs.shape[0] != n || pairs.shape[1] < 4) {
+        pairs.shape[0] != n || pairs.shape[1] < 2) {
         result = Py_NewRef(Py_False);
         goto done;
     }
@@ -288,7 +182,7 @@ PyObject *plan_take_lengths(PyObject *self, PyObject *args) {
     const Py_ssize_t sst = sz.strides[0], tst = tz.obj ? tz.strides[0] : 0;
     const char *sb = sz.buf, *tb = tz.obj ? tz.buf : NULL;
     char *pb = pairs.buf;
-    const Py_ssize_t s0 = pairs.strides[0], s1 = pairs.strides[1];
+    const Py_ssize_t s0 = pairs.strides[0], s1 = pairs.strides[1], c0 = pairs.shape[1] - 2;
     int ok = 1;
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = 0; i < n; i++) {
@@ -305,10 +199,10 @@ PyObject *plan_take_lengths(PyObject *self, PyObject *args) {
             break;
         }
         load_size(sb + r * sst, sc, 0, &v);
-        *(int32_t *)(pb + i * s0 + 2 * s1) = (int32_t)(v + splen);
+        *(int32_t *)(pb + i * s0 + c0 * s1) = (int32_t)(v + splen);
         if (tb) {
             load_size(tb + r * tst, tc, 0, &v);
-            *(int32_t *)(pb + i * s0 + 3 * s1) = (int32_t)(v + tplen);
+            *(int32_t *)(pb + i * s0 + (c0 + 1) * s1) = (int32_t)(v + tplen);
         }
     }
     Py_END_ALLOW_THREADS
@@ -366,3 +260,70 @@ PyObject *plan_take_rows(PyObject *self, PyObject *args) {
     return Py_NewRef(ok ? Py_True : Py_False);
 }
 
+/* ------------------------------------------------------------------------------------------- batches */
+/* batch_ends(cost, other, max_tokens, cap, multiple, out) -> number of batches, or -1 where cost decreases somewhere
+ *
+ * batching.batch_sorted's greedy cut over non-decreasing costs in [1, max_tokens] (the caller checks the ends):
+ * each batch takes the largest k <= cap with k * cost[i + k - 1] <= max_tokens, cut to a multiple of
+ * ``multiple`` when k >= multiple. cost[i] is max(cost[i], other[i]) where ``other`` is given (the planner's
+ * int32 source and target columns, read in place: 1-D int32 or int64, any stride). ``out`` has room for one end
+ * per sample. */
+PyObject *plan_batch_ends(PyObject *self, PyObject *args) {
+    PyObject *cost_obj, *other_obj;
+    Py_buffer cost = {0}, other = {0}, out;
+    long long max_tokens, cap, multiple;
+    if (!PyArg_ParseTuple(args, "OOLLLw*", &cost_obj, &other_obj, &max_tokens, &cap, &multiple, &out))
+        return NULL;
+    column_t ca, cb;
+    if (PyObject_GetBuffer(cost_obj, &cost, PyBUF_RECORDS_RO) < 0 ||
+        (other_obj != Py_None && PyObject_GetBuffer(other_obj, &other, PyBUF_RECORDS_RO) < 0)) {
+        if (cost.obj)
+            PyBuffer_Release(&cost);
+        PyBuffer_Release(&out);
+        return NULL;
+    }
+    int64_t n = cost.ndim == 1 ? cost.shape[0] : 0, nb = 0, *o = out.buf;
+    if (!column_of(&cost, &ca) || (other.obj && (!column_of(&other, &cb) || other.shape[0] != n)) ||
+        out.len < n * 8 || multiple < 1 || cap < 1) {
+        PyBuffer_Release(&cost);
+        if (other.obj)
+            PyBuffer_Release(&other);
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError, "batch_ends: bad arguments");
+        return NULL;
+    }
+    const column_t *cob = other.obj ? &cb : &ca;
+#define COST(i) (column_get(&ca, i) > column_get(cob, i) ? column_get(&ca, i) : column_get(cob, i))
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t i = 1; i < n; i++) {
+        if (COST(i) < COST(i - 1)) {
+            nb = -1;
+            break;
+        }
+    }
+    for (int64_t i = 0; nb >= 0 && i < n;) {
+        int64_t lo = 1, hi = n - i;
+        if (cap < hi)
+            hi = cap;
+        if (max_tokens / COST(i) < hi)
+            hi = max_tokens / COST(i);
+        while (lo < hi) {
+            int64_t mid = (lo + hi + 1) >> 1;
+            if (mid * COST(i + mid - 1) <= max_tokens)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        if (lo >= multiple)
+            lo -= lo % multiple;
+        i += lo;
+        o[nb++] = i;
+    }
+    Py_END_ALLOW_THREADS
+#undef COST
+    PyBuffer_Release(&cost);
+    if (other.obj)
+        PyBuffer_Release(&other);
+    PyBuffer_Release(&out);
+    return PyLong_FromLongLong(nb);
+}

@@ -25,16 +25,17 @@ from . import plan_kernel
 _U16 = np.iinfo(np.uint16).max
 
 
-def length_order(src_len: np.ndarray, tgt_len: np.ndarray | None, rng: np.random.Generator) -> np.ndarray:
+def length_order(src_len: np.ndarray, tgt_len: np.ndarray | None, rng: np.random.Generator,
+                 rkey: np.ndarray | None = None) -> np.ndarray:
     """Indices sorting samples by (max(src, tgt), src) ascending, ties in random order.
 
     Three stable 16-bit radix passes (random key, source length, cost): linear time, the fast path of
-    numpy's stable sort.
+    numpy's stable sort. ``rkey``: the random key, when the caller has drawn it (``random_key``).
     """
     src = np.asarray(src_len)
-    rkey = None
+    if rkey is None:
+        rkey = random_key(rng, len(src))
     if plan_kernel.KERNEL is not None:  # one radix sort of the four fields packed into 64 bits
-        rkey = rng.integers(0, _U16 + 1, size=len(src), dtype=np.uint16)
         order = plan_kernel.length_order(src, tgt_len, rkey)
         if order is not None:
             return order  # None: a cost over 16 bits (raised below), or keys too wide to pack
@@ -42,12 +43,15 @@ def length_order(src_len: np.ndarray, tgt_len: np.ndarray | None, rng: np.random
     n = len(src)
     if n and int(cost.max()) > _U16:
         raise ValueError(f"sample of {int(cost.max())} tokens: lengths above {_U16} are not supported")
-    if rkey is None:
-        rkey = rng.integers(0, _U16 + 1, size=n, dtype=np.uint16)
     order = np.argsort(rkey, kind="stable")
     if tgt_len is not None:
         order = order[np.argsort(src.astype(np.uint16)[order], kind="stable")]
     return order[np.argsort(cost.astype(np.uint16)[order], kind="stable")]
+
+
+def random_key(rng: np.random.Generator, n: int) -> np.ndarray:
+    """The uint16 key that orders samples of equal lengths (``length_order``'s first draw from ``rng``)."""
+    return rng.integers(0, _U16 + 1, size=n, dtype=np.uint16)
 
 
 def batch_sorted(cost: np.ndarray, max_tokens: int, max_sentences: int | None = None, multiple: int = 1) -> np.ndarray:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import plan_kernel
 from .batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices
 from .packing import pack_pairs
 from .shapes import assign
@@ -22,6 +23,11 @@ from .shapes import assign
 
 def dynamic(src_len, tgt_len, max_tokens: int, max_sentences: int, multiple: int) -> np.ndarray:
     """Batch ends over samples ordered by cost: batch b = ``[ends[b-1], ends[b])``."""
+    n = len(src_len)
+    if n and 1 <= max(int(src_len[0]), int(tgt_len[0])) and max(int(src_len[-1]), int(tgt_len[-1])) <= max_tokens:
+        compiled = plan_kernel.batch_ends(src_len, max_tokens, max_sentences or n, multiple, tgt_len)
+        if compiled is not None:  # the kernel reads both columns in place for the costs
+            return compiled
     return batch_sorted(np.maximum(src_len, tgt_len), max_tokens, max_sentences or None, multiple)
 
 

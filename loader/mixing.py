@@ -214,14 +214,7 @@ def stratified_rows(draws: list, which: np.ndarray, positions: np.ndarray, used=
     pos = np.asarray(positions, dtype=np.int64)
     if not len(pos):
         return np.zeros(0, np.int64)
-    used = np.unique(which) if used is None else np.asarray(used, dtype=np.int64)
-    table = np.zeros((int(used.max()) + 1, 3), np.int64)
-    okeys = np.zeros((len(table), 4), np.uint64)
-    ekeys = np.zeros((len(table), 4), np.uint64)
-    for d in used.tolist():
-        draw = draws[d]
-        table[d] = draw.n, draw.count, draw.q * draw.n
-        okeys[d], ekeys[d] = draw.order_key, draw.extra_key
+    table, okeys, ekeys = _draw_tables(draws, np.unique(which) if used is None else np.asarray(used, np.int64))
     compiled = plan_kernel.stratified(pos, which, table, okeys, ekeys)
     if compiled is not None:
         return compiled
@@ -234,6 +227,35 @@ def stratified_rows(draws: list, which: np.ndarray, positions: np.ndarray, used=
     if len(extra):
         out[extra] = permute_many(slot[extra] - full[extra], table[:, 0], ekeys, which[extra])
     return out
+
+
+def stratified_span_rows(draws: list, spans) -> np.ndarray:
+    """``stratified_rows`` over runs: per (corpus, first position, count) in ``spans``, the rows of those
+    consecutive positions, one run after another (a window's slice of each direction). The kernel walks the
+    positions itself; numpy spells them out."""
+    spans = np.asarray(spans, dtype=np.int64).reshape(-1, 3)
+    spans = spans[spans[:, 2] > 0]
+    if not len(spans):
+        return np.zeros(0, np.int64)
+    table, okeys, ekeys = _draw_tables(draws, np.unique(spans[:, 0]))
+    compiled = plan_kernel.stratified_spans(spans, table, okeys, ekeys)
+    if compiled is not None:
+        return compiled
+    which = np.repeat(spans[:, 0], spans[:, 2])
+    pos = np.concatenate([np.arange(lo, lo + c, dtype=np.int64) for _, lo, c in spans.tolist()])
+    return stratified_rows(draws, which, pos, used=np.unique(spans[:, 0]))
+
+
+def _draw_tables(draws: list, used: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per corpus up to the largest of ``used``: (n, count, full) and both round keys (zero where unused)."""
+    table = np.zeros((int(used.max()) + 1, 3), np.int64)
+    okeys = np.zeros((len(table), 4), np.uint64)
+    ekeys = np.zeros((len(table), 4), np.uint64)
+    for d in used.tolist():
+        draw = draws[d]
+        table[d] = draw.n, draw.count, draw.q * draw.n
+        okeys[d], ekeys[d] = draw.order_key, draw.extra_key
+    return table, okeys, ekeys
 
 
 # ------------------------------------------------------------------------------------------- fairseq

@@ -21,13 +21,14 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from . import cutting
-from .batching import length_order
+from .batching import length_order, random_key
 from .mixing import (StratifiedDraw, fairseq_draw, fairseq_virtual_size, mixing_ratios, probability_sizes,
-                     stratified_counts, stratified_rows, virtual_size)
+                     stratified_counts, stratified_rows, stratified_span_rows, virtual_size)
 from .packing import ragged_arange
 from .plan_options import PlanOptions
 from .plan_stream import StreamPlanning
 from .rows import groups
+from . import plan_kernel
 from .samples import Samples, Window
 from .sources import Direction, SourceSet, data_digest, locate_many
 
@@ -133,8 +134,9 @@ class EpochPlanner(StreamPlanning):
         return size_func(sizes, ratios, o.max_scale_up)
 
     # ------------------------------------------------------------------------------------------- windows
-    def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray, np.ndarray, list]:
-        """The window's samples as (direction, row) arrays, direction by direction, and each direction's span.
+    def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray | None, np.ndarray, list]:
+        """The window's samples as (direction, row) arrays, direction by direction, and each direction's span
+        (the directions None where every one is drawn: ``_directions`` spells them out from the spans).
 
         Window w takes positions ``[c w_lo / total, c w_hi / total)`` of every direction's sequence (c its count);
         the rows at those positions come from every direction's draw in one vectorised pass."""
@@ -146,17 +148,19 @@ class EpochPlanner(StreamPlanning):
         hi = np.array([c * hi_pos // total if total else 0 for c in counts], dtype=np.int64)
         take = np.maximum(hi - lo, 0)
         live = np.flatnonzero(take)
+        at = np.concatenate([[0], np.cumsum(take[live])])
+        spans = [(d, int(a), int(b)) for d, a, b in zip(live.tolist(), at[:-1].tolist(), at[1:].tolist())]
+        kinds = np.array([0 if d is None else 1 if isinstance(d, StratifiedDraw) else 2 for d in setup.draws])
+        if (kinds[live] == 1).all():  # every direction drawn: its run of positions, no per-sample arrays
+            return None, stratified_span_rows(setup.draws, np.stack([live, lo[live], take[live]], axis=1)), spans
         dirs = np.repeat(live, take[live]).astype(np.int32)
         pos = ragged_arange(lo[live], take[live])
         rows = pos.copy()  # directions without a draw are read in order
-        kinds = np.array([0 if d is None else 1 if isinstance(d, StratifiedDraw) else 2 for d in setup.draws])
         strat = kinds[dirs] == 1
         if strat.all():
             rows = stratified_rows(setup.draws, dirs, pos, used=live)
         elif strat.any():
             rows[strat] = stratified_rows(setup.draws, dirs[strat], pos[strat], used=live[kinds[live] == 1])
-        at = np.concatenate([[0], np.cumsum(take[live])])
-        spans = [(d, int(a), int(b)) for d, a, b in zip(live.tolist(), at[:-1].tolist(), at[1:].tolist())]
         for d, a, b in spans:
             if kinds[d] == 2:  # fairseq's draw: an index array per direction
                 rows[a:b] = np.asarray(setup.draws[d][lo[d]:hi[d]], dtype=np.int64)
@@ -178,7 +182,7 @@ class EpochPlanner(StreamPlanning):
         direction at once; each component's lengths are read once per window (or from the flat row table)."""
         s = Samples.empty(len(rows))
         pairs = s.m[:, :2].view(np.int32)
-        pairs[:, 0] = dirs
+        pairs[:, 0] = dirs = self._directions(dirs, spans)
         comp, local = locate_many(setup.directions, dirs, rows)
         pairs[:, 1] = comp
         s.m[:, 2] = local
@@ -200,11 +204,12 @@ class EpochPlanner(StreamPlanning):
     def _plan_window(self, setup: EpochSetup, epoch: int, w: int, dirs, rows, spans) -> Window:
         """A window's samples -> lengths and addresses, filter, order, batches, served order."""
         o = self.opts
-        s = self._describe(setup, dirs, rows, spans)
-        src_len, tgt_len = s.src_len, s.tgt_len  # int32 columns of the rows, read in place
         ndir = len(setup.directions)
         shape = masked = packed = None
         if o.compat == "fairseq":
+            dirs = self._directions(dirs, spans)
+            s = self._describe(setup, dirs, rows, spans)
+            src_len, tgt_len = s.src_len, s.tgt_len  # int32 columns of the rows, read in place
             src_len, tgt_len = src_len.astype(np.int64), tgt_len.astype(np.int64)
             select, ends, served, dropped = cutting.fairseq(
                 src_len, tgt_len, self.sources.with_target, o.seed, epoch, o.max_tokens, o.max_sentences, o.multiple,
@@ -215,26 +220,8 @@ class EpochPlanner(StreamPlanning):
                                  f"max_source_positions/max_target_positions (filter.on_too_long='raise')")
             filtered = np.bincount(dirs[dropped], minlength=ndir).astype(np.int64)
             return self._finish(setup, epoch, w, s, select, ends, served, filtered)
-        too_long = (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)
-        filtered = np.bincount(dirs[too_long], minlength=ndir).astype(np.int64)
-        keep = None  # every sample
-        if too_long.any():
-            if o.on_too_long == "raise":
-                i = int(np.flatnonzero(too_long)[0])
-                d = setup.directions[int(dirs[i])]
-                raise ValueError(
-                    f"{d.key} row {int(rows[i])}: {int(src_len[i])} source / {int(tgt_len[i])} target tokens, over "
-                    f"max_source_positions={o.max_source_positions} / max_target_positions={o.max_target_positions} "
-                    f"(filter.on_too_long='raise'; 'skip' drops and counts such samples)")
-            keep = np.flatnonzero(~too_long)
-            src_len, tgt_len = src_len[keep], tgt_len[keep]
         rng = np.random.default_rng([o.seed, epoch, w, 7])
-        if o.shuffle:
-            order = length_order(src_len, tgt_len if self.sources.with_target else None, rng)
-        else:  # validation: by (cost, src), ties in sample order; no randomness
-            order = np.lexsort((src_len, np.maximum(src_len, tgt_len)))
-        select = order if keep is None else keep[order]
-        s = s[select]  # one reorder of the per-sample rows; the lengths are read back from them in order
+        s, filtered = self._ordered(setup, dirs, rows, spans, rng)
         src_len, tgt_len = (s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)) if o.pack_shape or o.shapes \
             else (s.src_len, s.tgt_len)  # dynamic batches read the int32 columns as they are
         sub = None
@@ -249,6 +236,76 @@ class EpochPlanner(StreamPlanning):
             ends = cutting.dynamic(src_len, tgt_len, o.max_tokens, o.max_sentences, o.multiple)
         served = cutting.block_shuffle(len(ends), o.balance_block, rng) if o.shuffle else np.arange(len(ends))
         return self._finish(setup, epoch, w, s, sub, ends, served, filtered, shape, masked, packed)
+
+    def _ordered(self, setup: EpochSetup, dirs, rows, spans, rng) -> tuple[Samples, np.ndarray]:
+        """The window's samples without the too-long ones, in length order, and the too-long count per direction.
+        Compiled, where each span is one component: the lengths into a [n, 2] table, then the rows written
+        straight in order (``plan_kernel.sorted_rows``) instead of built, sorted and moved at random."""
+        o = self.opts
+        lens = self._window_lengths(setup, rows, spans) if o.shuffle else None
+        s = self._describe(setup, dirs, rows, spans) if lens is None else None
+        src_len, tgt_len = (s.src_len, s.tgt_len) if lens is None else (lens[:, 0], lens[:, 1])  # int32, in place
+        filtered = np.zeros(len(setup.directions), np.int64)
+        keep = None  # every sample
+        limit = min(o.max_source_positions, o.max_target_positions)
+        too_long = None if lens is not None and (not len(lens) or int(lens.max()) <= limit) else \
+            (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)  # above: one flat max says none
+        if too_long is not None and too_long.any():
+            dirs = self._directions(dirs, spans)
+            filtered = np.bincount(dirs[too_long], minlength=len(setup.directions)).astype(np.int64)
+            if o.on_too_long == "raise":
+                i = int(np.flatnonzero(too_long)[0])
+                d = setup.directions[int(dirs[i])]
+                raise ValueError(
+                    f"{d.key} row {int(rows[i])}: {int(src_len[i])} source / {int(tgt_len[i])} target tokens, over "
+                    f"max_source_positions={o.max_source_positions} / max_target_positions={o.max_target_positions} "
+                    f"(filter.on_too_long='raise'; 'skip' drops and counts such samples)")
+            keep = np.flatnonzero(~too_long)
+            src_len, tgt_len = src_len[keep], tgt_len[keep]
+        tgt = tgt_len if self.sources.with_target else None
+        if not o.shuffle:  # validation: by (cost, src), ties in sample order; no randomness
+            order = np.lexsort((src_len, np.maximum(src_len, tgt_len)))
+        else:
+            rkey = random_key(rng, len(src_len))
+            if lens is not None:
+                ends, pairs = np.array([b for _, _, b in spans], np.int64), self._span_pairs(setup, spans)
+                m = plan_kernel.sorted_rows(lens, tgt is not None, keep, rkey, rows, ends, pairs)
+                if m is not None:
+                    return Samples(m), filtered
+                s = Samples.empty(len(rows))  # lengths or keys the kernel does not take: built, ordered, moved
+                s.m[:, 2] = rows
+                s.m[:, :2].view(np.int32)[:, 2:] = lens
+                s.m[:, 0] = np.repeat(pairs, np.diff(ends, prepend=0))
+            order = length_order(src_len, tgt, rng, rkey)
+        return s[order if keep is None else keep[order]], filtered  # one reorder of the per-sample rows
+
+    def _window_lengths(self, setup: EpochSetup, rows, spans) -> np.ndarray | None:
+        """The window's (src, tgt) lengths, int32 [n, 2], where the kernel is built, no row table is kept and each
+        span is one component; else None."""
+        dl = setup.directions
+        if plan_kernel.KERNEL is None or not spans or self.sources.row_table() is not None or \
+                any(len(dl[d].components) != 1 for d, _, _ in spans):
+            return None
+        lens = np.empty((len(rows), 2), np.int32)
+        for d, a, b in spans:
+            comp = dl[d].components[0]
+            if comp.tgt is None:
+                lens[a:b, 1] = 0
+            comp.lengths(rows[a:b], lens[a:b])
+        return lens
+
+    @staticmethod
+    def _directions(dirs, spans) -> np.ndarray:
+        """Each sample's direction (int32), spelled out from the spans where the slice left it out."""
+        if dirs is not None:
+            return dirs
+        return np.repeat([d for d, _, _ in spans], [b - a for _, a, b in spans]).astype(np.int32)
+
+    @staticmethod
+    def _span_pairs(setup: EpochSetup, spans) -> np.ndarray:
+        """Per span its (direction, component) int32 pair, viewed as the int64 that the planner's rows hold."""
+        pairs = np.array([[d, setup.directions[d].component_ids[0]] for d, _, _ in spans], np.int32)
+        return pairs.view(np.int64).reshape(-1)
 
     def _finish(self, setup, epoch, w, s, select, ends, served, filtered, shape=None, masked=None,
                 packed=None) -> Window:

@@ -1,7 +1,8 @@
 """The optional compiled planning kernel (``_plan.c``): the same integers as the numpy paths, faster.
 
 ``permute.permute``/``permute_many``, ``mixing.StratifiedDraw.rows``/``stratified_rows``,
-``batching.length_order`` and ``batching.batch_sorted`` ask here first; each function returns None where the
+``batching.length_order``, ``batching.batch_sorted`` and the planner's window order (``sorted_rows``) ask here
+first; each function returns None where the
 kernel is not built (setup.py builds it where a C compiler exists), ``BABELFEED_KERNEL=0`` is set, or the input
 is one the kernel does not take, and the caller's numpy path answers instead (tests/test_plan_kernel.py checks
 that both give the same arrays). ``KERNEL`` is read at every call, so tests can switch it off.
@@ -37,6 +38,22 @@ def stratified(positions, which, table, okeys, ekeys) -> np.ndarray | None:
     return out
 
 
+def stratified_spans(spans, table, okeys, ekeys) -> np.ndarray | None:
+    """``stratified`` over runs of consecutive positions: ``spans`` [S, 3] of (corpus, first position, count),
+    their rows one run after another, with no position array."""
+    kernel = KERNEL
+    if kernel is None:
+        return None
+    spans = np.ascontiguousarray(spans, dtype=np.int64).reshape(-1, 3)
+    okeys, ekeys = (np.asarray(k, np.uint64).reshape(len(table), -1) for k in (okeys, ekeys))
+    if okeys.shape[1] < 4 or ekeys.shape[1] < 4:
+        return None
+    out = np.empty(int(spans[:, 2].sum()), dtype=np.int64)
+    kernel.stratified_spans(spans, np.ascontiguousarray(table, dtype=np.int64), np.ascontiguousarray(okeys[:, :4]),
+                            np.ascontiguousarray(ekeys[:, :4]), out)
+    return out
+
+
 def permute(positions, n: int, key) -> np.ndarray | None:
     """``permute.permute`` (n > 1): a stratified draw whose count and size are both n."""
     return stratified(positions, None, np.array([[n, n, n]], np.int64), key, key)
@@ -65,20 +82,22 @@ def _lengths(x) -> np.ndarray:
     return x if x.ndim == 1 and x.dtype in (np.int32, np.int64) else np.ascontiguousarray(x, dtype=np.int64)
 
 
-def batch_ends(cost, max_tokens: int, cap: int, multiple: int) -> np.ndarray | None:
+def batch_ends(cost, max_tokens: int, cap: int, multiple: int, other=None) -> np.ndarray | None:
     """``batching.batch_sorted`` over costs already checked to lie in [1, max_tokens] at both ends; None where
-    they decrease somewhere (the numpy path raises)."""
+    they decrease somewhere (the numpy path raises). ``other``: the costs are ``max(cost, other)`` (the planner's
+    source and target columns, read in place)."""
     kernel = KERNEL
     if kernel is None or cap < 1 or multiple < 1:
         return None
-    cost = np.ascontiguousarray(cost, dtype=np.int64)
+    cost = _lengths(cost)
+    other = None if other is None else _lengths(other)
     out = np.empty(len(cost), dtype=np.int64)
-    nb = kernel.batch_ends(cost, int(max_tokens), int(cap), int(multiple), out)
+    nb = kernel.batch_ends(cost, other, int(max_tokens), int(cap), int(multiple), out)
     return None if nb < 0 else out[:nb].copy()
 
 
 def take_lengths(src_sizes, tgt_sizes, rows, src_plen: int, tgt_plen: int, pairs: np.ndarray) -> bool:
-    """``sources.Component.lengths``: ``pairs[:, 2]`` (and ``[:, 3]`` with ``tgt_sizes``) = sizes of ``rows`` plus
+    """``sources.Component.lengths``: ``pairs[:, -2]`` (and ``[:, -1]`` with ``tgt_sizes``) = sizes of ``rows`` plus
     the prefix lengths, as int32. False where the numpy path must answer (no kernel, or rows it does not take)."""
     kernel = KERNEL
     if kernel is None or not (pairs.dtype == np.int32 and pairs.ndim == 2):
@@ -95,3 +114,21 @@ def take_rows(m: np.ndarray, idx) -> np.ndarray | None:
         return None
     out = np.empty((len(idx), m.shape[1]), dtype=m.dtype)
     return out if kernel.take_rows(m, np.ascontiguousarray(idx), out) else None
+
+
+def sorted_rows(lens: np.ndarray, has_t: bool, keep, rkey: np.ndarray, rows: np.ndarray, span_ends: np.ndarray,
+                span_pairs: np.ndarray) -> np.ndarray | None:
+    """The planner's sample rows [n, 3] of a window in ``batching.length_order``'s order given its random key:
+    sample j is window sample ``keep[j]`` (every one when ``keep`` is None), with lengths ``lens`` (int32 [N, 2]),
+    row ``rows`` (int64 [N]) and the (direction, component) int32 pair ``span_pairs`` (int64 view) of the span
+    (``span_ends``, cumulative) it lies in. None where the caller must order and gather them itself."""
+    kernel = KERNEL
+    if kernel is None:
+        return None
+    out = np.empty((len(rkey), 3), dtype=np.int64)
+    keep = None if keep is None else np.ascontiguousarray(keep, dtype=np.int64)
+    ok = kernel.sorted_rows(np.ascontiguousarray(lens, dtype=np.int32), bool(has_t), keep,
+                            np.ascontiguousarray(rkey, dtype=np.uint16), np.ascontiguousarray(rows, dtype=np.int64),
+                            np.ascontiguousarray(span_ends, dtype=np.int64),
+                            np.ascontiguousarray(span_pairs, dtype=np.int64), out)
+    return out if ok else None

@@ -39,6 +39,22 @@ class LengthCache:
         self.used += need
         return np.asarray(sizes).astype(dtype)
 
+    def copy_pair(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray | None:
+        """Both sides' copies interleaved in one [n, 2] array, written in place (no copies to stack): the same
+        arrays and budget as ``copy`` of each where both fit with one dtype; None (nothing spent) otherwise."""
+        if len(src) != len(tgt) or not len(src) or self.used + 4 * len(src) > self.budget:
+            return None
+        lo = min(int(src.min()), int(tgt.min()))
+        dtypes = {np.uint16 if int(x.max()) <= np.iinfo(np.uint16).max else np.int32 for x in (src, tgt)}
+        dtype = dtypes.pop()
+        if lo < 0 or dtypes or self.used + 2 * np.dtype(dtype).itemsize * len(src) > self.budget:
+            return None
+        pair = np.empty((len(src), 2), dtype)
+        np.copyto(pair[:, 0], src, casting="unsafe")
+        np.copyto(pair[:, 1], tgt, casting="unsafe")
+        self.used += pair.nbytes
+        return pair
+
 
 def check_records(ds, rows, sizes, ptr) -> None:
     """Every record ``rows`` (sizes, byte pointers) lies inside ``ds``'s ``.bin``, aligned; else raise naming the

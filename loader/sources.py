@@ -93,6 +93,10 @@ class Component:
     def _paired_sizes(self) -> tuple[np.ndarray, np.ndarray | None]:
         """Both sides' lengths; where both are in-memory copies of one dtype, interleaved in one [n, 2] array
         (the same bytes), so that looking a row up reads one cache line, not two."""
+        if self.tgt is not None and self.cache is not None and not {"src", "tgt"} & set(self._lengths):
+            pair = self.cache.copy_pair(self.src.sizes, self.tgt.sizes)  # both copies written interleaved at once
+            if pair is not None:
+                self._lengths.update(src=pair[:, 0], tgt=pair[:, 1], copies=-1)
         src = self._sizes("src")
         if self.tgt is None:
             return src, None
@@ -111,7 +115,8 @@ class Component:
         return self._sizes("tgt")[rows].astype(np.int64) + len(self.tgt_prefix)
 
     def lengths(self, rows, pairs: np.ndarray) -> None:
-        """Write ``rows``' lengths (prefixes included) into int32 ``pairs[:, 2:4]`` (the planner's sample table)."""
+        """Write ``rows``' lengths (prefixes included) into int32 ``pairs[:, -2:]`` (source, target): the last two
+        columns of the planner's sample table, or a window's [n, 2] lengths."""
         if "src" in self._lengths or self._lengths.get("read_in_place"):
             src, tgt = self._paired_sizes()
         else:  # the first lookup (the first window drawing from this corpus) reads the index in place: copying
@@ -121,11 +126,11 @@ class Component:
         tgt_plen = len(self.tgt_prefix) if tgt is not None else 0
         if plan_kernel.take_lengths(src, tgt, rows, len(self.src_prefix), tgt_plen, pairs):
             return  # the compiled kernel: both sides in one pass, random reads prefetched
-        pairs[:, 2] = src[rows]
-        pairs[:, 2] += len(self.src_prefix)
+        pairs[:, -2] = src[rows]
+        pairs[:, -2] += len(self.src_prefix)
         if tgt is not None:
-            pairs[:, 3] = tgt[rows]
-            pairs[:, 3] += len(self.tgt_prefix)
+            pairs[:, -1] = tgt[rows]
+            pairs[:, -1] += len(self.tgt_prefix)
 
     def addresses(self, rows, side: str) -> np.ndarray:
         """Token-space addresses of ``rows``' tokens on one side (prefix not included; 0 for raw text). A record

@@ -76,6 +76,19 @@ def test_batches_match_without_the_planning_kernel(root, monkeypatch):
         assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name
 
 
+def test_batches_match_where_the_kernel_declines_the_window_order(root, monkeypatch):
+    """Where plan_kernel.sorted_rows declines a window (lengths or keys it does not take), the planner builds the
+    rows and orders them its other way, with the same random key: the same batches."""
+    import loader.plan_kernel
+
+    declined = []
+    monkeypatch.setattr(loader.plan_kernel, "sorted_rows", lambda *a: declined.append(1))
+    for name, fn in golden.cases(root).items():
+        batches, _ = fn()
+        assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name
+    assert declined
+
+
 def test_the_compiled_kernel_is_built():
     """make test builds loader/_gather.c and loader/_plan.c (setup.py); without them every path above still runs,
     on numpy, slower. Set BABELFEED_KERNEL=0 to run without them on purpose."""

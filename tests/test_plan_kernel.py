@@ -165,3 +165,103 @@ def test_take_lengths_strided_sizes():
     assert plan_kernel.take_lengths(pair[:, 0], pair[:, 1], rows, 1, 2, pairs)
     np.testing.assert_array_equal(pairs[:, 2], pair[rows, 0] + 1)
     np.testing.assert_array_equal(pairs[:, 3], pair[rows, 1] + 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 4000), st.sampled_from([3, 40, 300, 600, 1100, 65_535, 70_000]), st.booleans(),
+       st.integers(1, 6), st.booleans(), st.integers(0, 2**32))
+@example(1, 3, True, 1, False, 0)
+@example(3000, 1100, True, 3, True, 1)  # (cost, src) over 18 bits: the caller orders them (None)
+def test_sorted_rows(n, top, with_tgt, spans, filtered, seed):
+    """The planner's rows written in length order = the rows built, ordered by length_order, and moved."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(0, top + 1, (n, 2)).astype(np.int32)
+    if not with_tgt and seed % 3 == 0:
+        lens[:, 1] = 0  # no target: the column the planner leaves at 0
+    rows = rng.integers(0, 2**40, n)
+    ends = np.sort(np.concatenate([rng.integers(0, n + 1, spans - 1), [n]]))
+    pairs = rng.integers(0, 2**31, (spans, 2)).astype(np.int32).view(np.int64).reshape(-1)
+    keep = np.flatnonzero(rng.random(n) < 0.8) if filtered else None
+    sel = np.arange(n) if keep is None else keep
+    rkey = batching.random_key(np.random.default_rng([seed, 7]), len(sel))
+    got = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs)
+    m = np.zeros((n, 3), np.int64)
+    m[:, 0] = np.repeat(pairs, np.diff(ends, prepend=0))
+    m[:, :2].view(np.int32)[:, 2:] = lens
+    m[:, 2] = rows
+    kernel, plan_kernel.KERNEL = plan_kernel.KERNEL, None
+    try:
+        order = batching.length_order(lens[sel, 0], lens[sel, 1] if with_tgt else None, None, rkey)
+    except ValueError:  # a cost over 16 bits: numpy raises, and the kernel leaves it to numpy
+        order = None
+    finally:
+        plan_kernel.KERNEL = kernel
+    cost = np.maximum(lens[sel, 0], lens[sel, 1]) if with_tgt else lens[sel, 0]
+    src_bits = int(lens[sel, 0].max()).bit_length() if with_tgt and len(sel) else 0
+    fits = not len(sel) or (lens[sel].max() <= 65_535 and int(cost.max()).bit_length() + src_bits <= 18)
+    if not fits:
+        assert got is None
+        return
+    assert got is not None and order is not None
+    np.testing.assert_array_equal(got, m[sel[order]])
+
+
+def test_take_lengths_into_two_columns():
+    """A window's [n, 2] length table: the last two columns, as for the planner's [n, 4] int32 pairs."""
+    rng = np.random.default_rng(4)
+    src, tgt = rng.integers(0, 300, (2, 1000)).astype(np.uint16)
+    rows = rng.integers(0, 1000, 3000)
+    lens = np.empty((len(rows), 2), np.int32)
+    assert plan_kernel.take_lengths(src, tgt, rows, 1, 2, lens)
+    np.testing.assert_array_equal(lens, np.stack([src[rows] + 1, tgt[rows] + 2], axis=1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3000), st.floats(0.05, 4.0)), min_size=1, max_size=6),
+       st.integers(0, 2**32))
+@example([(1, 1.0)], 0)  # one row: the trivial permutation
+def test_stratified_span_rows(corpora, seed):
+    """Runs of consecutive positions (a window's slice of each direction) = the same positions spelled out."""
+    draws = [mixing.StratifiedDraw(n, max(1, int(n * f)), (seed, "mix", 1, i)) for i, (n, f) in enumerate(corpora)]
+    rng = np.random.default_rng(seed)
+    spans = []
+    for _ in range(int(rng.integers(1, 8))):
+        d = int(rng.integers(0, len(draws)))
+        lo = int(rng.integers(0, draws[d].count))
+        spans.append((d, lo, int(rng.integers(0, draws[d].count - lo + 1))))
+    got, want = both(mixing.stratified_span_rows, draws, spans)
+    np.testing.assert_array_equal(got, want)
+    which = np.repeat([d for d, _, _ in spans], [c for _, _, c in spans])
+    pos = np.concatenate([np.arange(lo, lo + c) for _, lo, c in spans])
+    np.testing.assert_array_equal(got, mixing.stratified_rows(draws, which, pos) if len(pos) else np.zeros(0))
+    with pytest.raises(ValueError, match="positions must lie in"):
+        d = spans[0][0]
+        mixing.stratified_span_rows(draws, [(d, draws[d].count - 1, 2)] if draws[d].count > 1 else [(d, -1, 1)])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 600), max_size=3000), st.integers(600, 20_000), st.sampled_from([None, 0, 1, 7, 64]),
+       st.sampled_from([1, 2, 8, 64]), st.integers(0, 2**32))
+def test_dynamic_cut_reads_both_columns(costs, max_tokens, max_sentences, multiple, seed):
+    """cutting.dynamic with the kernel reading the planner's int32 (src, tgt) columns in place = numpy's max."""
+    from loader import cutting
+
+    cost = np.sort(np.array(costs, np.int64))
+    rng = np.random.default_rng(seed)
+    m = np.zeros((len(cost), 3), np.int64)
+    pairs = m[:, :2].view(np.int32)
+    side = rng.random(len(cost)) < 0.5  # which side is the longer one
+    pairs[:, 2] = np.where(side, cost, (cost * rng.random(len(cost))).astype(np.int64))
+    pairs[:, 3] = np.where(side, (cost * rng.random(len(cost))).astype(np.int64), cost)
+    got, want = both(cutting.dynamic, pairs[:, 2], pairs[:, 3], max_tokens, max_sentences, multiple)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_sorted_rows_declines_rows_it_cannot_carry():
+    """Rows at or over 2^48 do not fit beside the source length in a sort entry: the caller orders them."""
+    lens = np.array([[3, 4], [5, 2]], np.int32)
+    args = (lens, True, None, np.array([1, 0], np.uint16))
+    spans = (np.array([2]), np.array([7]))
+    assert plan_kernel.sorted_rows(*args, np.array([2**48, 1]), *spans) is None
+    got = plan_kernel.sorted_rows(*args, np.array([2**48 - 1, 1]), *spans)
+    np.testing.assert_array_equal(got[:, 2], [2**48 - 1, 1])

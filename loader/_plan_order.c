@@ -1,0 +1,282 @@
+/* babelfeed's planning kernel, part three: the length order by buckets of (cost, src), and a window's rows
+ * written straight into that order (sorted_rows), carried through the sort rather than moved at random
+ * afterwards; the module is in _plan.c. */
+#include "_plan.h"
+
+/* Sort n unique uint64 values ascending by their 16 bits at ``shift`` (the bits below are already in order):
+ * insertion for a few, else two stable 8-bit counting passes through ``tmp``. */
+static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t *tmp) {
+    if (n < 2)
+        return;
+    if (n <= 32) {
+        for (int64_t i = 1; i < n; i++) {
+            uint64_t x = v[i];
+            int64_t j = i;
+            for (; j > 0 && v[j - 1] > x; j--)
+                v[j] = v[j - 1];
+            v[j] = x;
+        }
+        return;
+    }
+    int64_t h[2][256];
+    memset(h, 0, sizeof(h));
+    for (int64_t i = 0; i < n; i++) {
+        h[0][(v[i] >> shift) & 255]++;
+        h[1][(v[i] >> (shift + 8)) & 255]++;
+    }
+    for (int p = 0; p < 2; p++) {
+        int64_t sum = 0;
+        for (int k = 0; k < 256; k++) {
+            int64_t c = h[p][k];
+            h[p][k] = sum;
+            sum += c;
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        tmp[h[0][(v[i] >> shift) & 255]++] = v[i];
+    for (int64_t i = 0; i < n; i++)
+        v[h[1][(tmp[i] >> (shift + 8)) & 255]++] = tmp[i];
+}
+
+/* One counting pass by bucket ck[i] < 2^LENGTH_BITS (stable: indices ascend within a bucket), then each bucket,
+ * small and in cache, sorted by (rkey, index): v receives (rk[i] << ib) | i in (ck, rkey, index) order, using
+ * end (2^LENGTH_BITS entries). -1: no memory. Runs without the GIL. */
+static int bucket_sort(const uint32_t *ck, const uint16_t *rk, int64_t n, int ib, uint64_t *v, int64_t *end) {
+    const int64_t nb = (int64_t)1 << LENGTH_BITS;
+    int64_t big = 0;
+    memset(end, 0, (size_t)nb * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++)
+        end[ck[i]]++;
+    for (int64_t k = 0, sum = 0; k < nb; k++) {
+        int64_t c = end[k];
+        big = c > big ? c : big;
+        end[k] = sum;
+        sum += c;
+    }
+    for (int64_t i = 0; i < n; i++)
+        v[end[ck[i]]++] = ((uint64_t)rk[i] << ib) | (uint64_t)i;
+    uint64_t *tmp = malloc((size_t)(big ? big : 1) * sizeof(uint64_t));
+    if (!tmp)
+        return -1;
+    for (int64_t k = 0, lo = 0; k < nb; k++) { /* end[k] is now the end of bucket k */
+        sort_bucket(v + lo, end[k] - lo, ib, tmp);
+        lo = end[k];
+    }
+    free(tmp);
+    return 0;
+}
+
+/* sorted_rows' entries: key = target << 48 | rkey << 32 | sample; rs = source << 48 | row. */
+typedef struct {
+    uint64_t key, rs;
+} entry_t;
+
+/* sort_bucket over entries: by the rkey bits (32..47) of the key, stably (the samples below are in order). */
+static void sort_entries(entry_t *v, int64_t n, entry_t *tmp) {
+    if (n < 2)
+        return;
+    if (n <= 32) {
+        for (int64_t i = 1; i < n; i++) {
+            entry_t x = v[i];
+            uint64_t xk = (x.key >> 32) & 0xFFFFU;
+            int64_t j = i;
+            for (; j > 0 && ((v[j - 1].key >> 32) & 0xFFFFU) > xk; j--)
+                v[j] = v[j - 1];
+            v[j] = x;
+        }
+        return;
+    }
+    int64_t h[2][256];
+    memset(h, 0, sizeof(h));
+    for (int64_t i = 0; i < n; i++) {
+        h[0][(v[i].key >> 32) & 255]++;
+        h[1][(v[i].key >> 40) & 255]++;
+    }
+    for (int p = 0; p < 2; p++) {
+        int64_t sum = 0;
+        for (int k = 0; k < 256; k++) {
+            int64_t c = h[p][k];
+            h[p][k] = sum;
+            sum += c;
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        tmp[h[0][(v[i].key >> 32) & 255]++] = v[i];
+    for (int64_t i = 0; i < n; i++)
+        v[h[1][(tmp[i].key >> 40) & 255]++] = tmp[i];
+}
+
+/* length_order's order for lengths of at most LENGTH_BITS bits of (cost, src) together (sc[i] = cost << 16 | src,
+ * sb the bits of src, 0 without a target): the same order as its LSD passes, with one pass over memory at random
+ * instead of three. -1: no memory. */
+int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t n, int sb, int ib, int64_t *o) {
+    int64_t *end = malloc(((size_t)1 << LENGTH_BITS) * sizeof(int64_t));
+    uint32_t *ck = malloc((size_t)n * sizeof(uint32_t));
+    int rc = -1;
+    if (end && ck) {
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t i = 0; i < n; i++)
+            ck[i] = ((sc[i] >> 16) << sb) | (has_t ? (sc[i] & 0xFFFFU) : 0);
+        rc = bucket_sort(ck, rk, n, ib, (uint64_t *)o, end);
+        const uint64_t imask = ib ? (~0ULL >> (64 - ib)) : 0;
+        for (int64_t i = 0; rc == 0 && i < n; i++)
+            o[i] = (int64_t)((uint64_t)o[i] & imask);
+        Py_END_ALLOW_THREADS
+    }
+    free(end);
+    free(ck);
+    return rc;
+}
+
+/* sorted_rows(lens, has_t, keep, rkey, rows, span_ends, span_pairs, out) -> bool
+ *
+ * The planner's window rows in length order, written in place of sorting them and moving 24-byte rows at random.
+ * Sample j of the selection is window sample i = keep[j] (keep None: i = j; keep ascends), lengths lens[i] (int32
+ * [N, 2]: src, tgt), row rows[i] (int64 [N]), in the span s with span_ends[s-1] <= i < span_ends[s] whose
+ * (direction, component) int32 pair is span_pairs[s] (as int64). The selection is ordered as
+ * batching.length_order orders it (by cost = max(src, tgt) (src when not has_t), src, rkey[j], j), and out [n, 3]
+ * receives per sample in that order the planner's row: (direction, component), (src, tgt), row.
+ *
+ * Each sample travels as one 16-byte entry carrying its lengths, key and row: one stable scatter by cost (a few
+ * hundred streams, in cache) into the output's memory, then per cost, in cache, a stable counting pass by src,
+ * the rkey sort of each (cost, src) group and the rows written out. Nothing is read at random. False, with
+ * nothing written, where this does not apply (a length outside [0, 65535], (cost, src) over LENGTH_BITS bits, a window over 2^32
+ * samples or a row over 2^48): the caller orders them its other way. */
+#define ROW_MASK ((1ULL << 48) - 1)
+PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
+    Py_buffer lens, keep = {0}, rkey, rows, ends, pairs, out;
+    PyObject *keep_obj;
+    int has_t;
+    if (!PyArg_ParseTuple(args, "y*pOy*y*y*y*w*", &lens, &has_t, &keep_obj, &rkey, &rows, &ends, &pairs, &out))
+        return NULL;
+    PyObject *result = NULL;
+    uint16_t *cost = NULL;
+    entry_t *tmp = NULL, *tmp2 = NULL;
+    int64_t *at = NULL, *sh = NULL;
+    if (keep_obj != Py_None && PyObject_GetBuffer(keep_obj, &keep, PyBUF_SIMPLE) < 0)
+        goto done;
+    const int64_t N = rows.len / 8, n = rkey.len / 2, S = ends.len / 8;
+    if (lens.len != N * 8 || (keep.obj ? keep.len != n * 8 : n != N) || out.len != n * 24 || pairs.len != S * 8 ||
+        S < 1 || ((const int64_t *)ends.buf)[S - 1] != N) {
+        PyErr_SetString(PyExc_ValueError, "sorted_rows: mismatched argument lengths");
+        goto done;
+    }
+    const int32_t *ln = lens.buf;
+    const int64_t *kp = keep.obj ? keep.buf : NULL, *rw = rows.buf, *se = ends.buf, *sp = pairs.buf;
+    const uint16_t *rk = rkey.buf;
+    for (int64_t j = 0; kp && j < n; j++) {
+        if (kp[j] < 0 || kp[j] >= N || (j && kp[j] <= kp[j - 1])) {
+            PyErr_SetString(PyExc_ValueError, "sorted_rows: kept indices must ascend inside the window");
+            goto done;
+        }
+    }
+    if (n == 0) {
+        result = Py_NewRef(Py_True);
+        goto done;
+    }
+    if (!(cost = malloc((size_t)n * sizeof(uint16_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint32_t orc = 0, ors = 0;
+    int ok = N <= ((int64_t)1 << 32);
+    for (int64_t j = 0; ok && j < n; j++) {
+        int64_t i = kp ? kp[j] : j;
+        int32_t s = ln[2 * i], t = ln[2 * i + 1], c = has_t && t > s ? t : s;
+        ok = s >= 0 && t >= 0 && s <= 65535 && t <= 65535 && (uint64_t)rw[i] <= ROW_MASK;
+        orc |= (uint32_t)c;
+        ors |= (uint32_t)s;
+        cost[j] = (uint16_t)c;
+    }
+    const int cb = bit_length(orc), sb = has_t ? bit_length(ors) : 0;
+    if (!ok || cb + sb > LENGTH_BITS) {
+        result = Py_NewRef(Py_False);
+        goto done;
+    }
+    const int64_t nc = (int64_t)1 << cb, ns = (int64_t)1 << sb;
+    at = calloc((size_t)nc + 1, sizeof(int64_t));
+    sh = malloc((size_t)ns * sizeof(int64_t));
+    if (!at || !sh) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t big = 0;
+    for (int64_t j = 0; j < n; j++)
+        at[cost[j] + 1]++;
+    for (int64_t c = 0; c < nc; c++) {
+        big = at[c + 1] > big ? at[c + 1] : big;
+        at[c + 1] += at[c];
+    }
+    if (!(tmp = malloc((size_t)big * sizeof(entry_t))) || !(tmp2 = malloc((size_t)big * sizeof(entry_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    /* The entries (16 bytes a sample) are scattered into the output's own memory (24 bytes a sample), and the
+     * costs written out from the last: the rows of cost c land at or above 24 * start(c), the entries not yet
+     * written out lie below 16 * start(c). No other window-sized buffer. */
+    uint64_t *o = out.buf;
+    entry_t *v = (entry_t *)out.buf;
+    Py_BEGIN_ALLOW_THREADS
+    for (int64_t j = 0; j < n; j++) { /* stable scatter by cost: samples ascend within a cost */
+        const int64_t i = kp ? kp[j] : j;
+        const uint64_t s = (uint32_t)ln[2 * i], t = (uint32_t)ln[2 * i + 1];
+        entry_t e = {(t << 48) | ((uint64_t)rk[j] << 32) | (uint64_t)i, (s << 48) | (uint64_t)rw[i]};
+        v[at[cost[j]]++] = e;
+    }
+    for (int64_t c = nc - 1; c >= 0; c--) { /* at[c] is now the end of cost c */
+        const int64_t lo = c ? at[c - 1] : 0, m = at[c] - lo;
+        entry_t *b = tmp;
+        if (!m)
+            continue;
+        if (has_t) { /* stable counting pass by src into tmp, then each src group sorted by rkey */
+            memset(sh, 0, (size_t)ns * sizeof(int64_t));
+            for (int64_t k = 0; k < m; k++)
+                sh[v[lo + k].rs >> 48]++;
+            for (int64_t k = 0, sum = 0; k < ns; k++) {
+                int64_t x = sh[k];
+                sh[k] = sum;
+                sum += x;
+            }
+            for (int64_t k = 0; k < m; k++)
+                tmp[sh[v[lo + k].rs >> 48]++] = v[lo + k];
+            for (int64_t k = 0, g = 0; k < ns && g < m; g = sh[k++])
+                sort_entries(b + g, sh[k] - g, tmp2);
+        } else {
+            memcpy(tmp, v + lo, (size_t)m * sizeof(entry_t));
+            sort_entries(b, m, tmp2);
+        }
+        for (int64_t k = 0; k < m; k++) {
+            const uint64_t key = b[k].key;
+            const int64_t i = (int64_t)(key & 0xFFFFFFFFU);
+            int64_t a = 0, z = S - 1; /* the first span ending after i */
+            while (a < z) {
+                int64_t h = (a + z) >> 1;
+                if (se[h] > i)
+                    z = h;
+                else
+                    a = h + 1;
+            }
+            uint64_t *r = o + 3 * (lo + k);
+            r[0] = (uint64_t)sp[a];
+            r[1] = (b[k].rs >> 48) | ((key >> 48) << 32);
+            r[2] = b[k].rs & ROW_MASK;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_True);
+done:
+    free(cost);
+    free(tmp);
+    free(tmp2);
+    free(at);
+    free(sh);
+    PyBuffer_Release(&lens);
+    PyBuffer_Release(&rkey);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&pairs);
+    PyBuffer_Release(&out);
+    if (keep.obj)
+        PyBuffer_Release(&keep);
+    return result;
+}
