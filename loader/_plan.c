@@ -163,6 +163,22 @@ WIDE_SIMD static void perm_block(const perm_t *p, const uint64_t *x, uint64_t *o
 
 /* Rows of m <= BLOCK positions x of corpus c (permutations po, pe; tb = its (n, count, full)): slot = pi_order(x);
  * row = slot % n below full, else pi_extra(slot - full). */
+/* Each corpus's two permutations (its order over the draws, its extra rows), from the table and key arrays;
+   -1 with MemoryError set when they cannot be allocated (the caller frees whatever was). */
+static int perm_tables(int64_t k, const int64_t *tb, const void *okeys, const void *ekeys, perm_t **po, perm_t **pe) {
+    *po = malloc((size_t)k * sizeof(perm_t));
+    *pe = malloc((size_t)k * sizeof(perm_t));
+    if (!*po || !*pe) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (int64_t c = 0; c < k; c++) {
+        perm_init(&(*po)[c], tb[3 * c + 1], (const uint64_t *)okeys + 4 * c);
+        perm_init(&(*pe)[c], tb[3 * c], (const uint64_t *)ekeys + 4 * c);
+    }
+    return 0;
+}
+
 static void draw_block(const perm_t *po, const perm_t *pe, const int64_t *tb, const uint64_t *x, int64_t m,
                        uint64_t *o) {
     uint64_t slot[BLOCK], extra[BLOCK], walked[BLOCK];
@@ -221,16 +237,8 @@ static PyObject *stratified(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    po = malloc((size_t)k * sizeof(perm_t));
-    pe = malloc((size_t)k * sizeof(perm_t));
-    if (!po || !pe) {
-        PyErr_NoMemory();
+    if (perm_tables(k, tb, okeys.buf, ekeys.buf, &po, &pe) < 0)
         goto done;
-    }
-    for (int64_t c = 0; c < k; c++) {
-        perm_init(&po[c], tb[3 * c + 1], (const uint64_t *)okeys.buf + 4 * c);
-        perm_init(&pe[c], tb[3 * c], (const uint64_t *)ekeys.buf + 4 * c);
-    }
     uint64_t *o = out.buf;
     Py_BEGIN_ALLOW_THREADS
     int64_t i = 0;
@@ -286,16 +294,8 @@ static PyObject *stratified_spans(PyObject *self, PyObject *args) {
             goto done;
         }
     }
-    po = malloc((size_t)k * sizeof(perm_t));
-    pe = malloc((size_t)k * sizeof(perm_t));
-    if (!po || !pe) {
-        PyErr_NoMemory();
+    if (perm_tables(k, tb, okeys.buf, ekeys.buf, &po, &pe) < 0)
         goto done;
-    }
-    for (int64_t c = 0; c < k; c++) {
-        perm_init(&po[c], tb[3 * c + 1], (const uint64_t *)okeys.buf + 4 * c);
-        perm_init(&pe[c], tb[3 * c], (const uint64_t *)ekeys.buf + 4 * c);
-    }
     uint64_t *o = out.buf;
     Py_BEGIN_ALLOW_THREADS
     uint64_t x[BLOCK];
