@@ -239,19 +239,22 @@ class BatchDataset(torch.utils.data.IterableDataset):
         it = self._iterator()
         ring = None
         # The DataLoader takes one batch from each worker in turn, starting with worker 0: batch k of this run is
-        # this rank's batch batches_seen + k, made by worker k % n.
-        mine = range(self.batches_seen + worker, len(it), n)
-        for k in mine:
+        # this rank's batch batches_seen + k, made by worker k % n. has_batch plans only the windows up to k, so a
+        # worker starts without planning the whole epoch (len(it) would).
+        k = self.batches_seen + worker
+        while it.has_batch(k):
             batch = it.batch_at(k)
+            last = not it.has_batch(k + n)
             if not self.tensors:
                 yield batch
             elif in_worker and self.ring_slots and _FENCE is not None:  # through the worker's shared slots (_Ring)
                 layout = transfer.layout(batch)
                 if ring is None or layout[2] > ring.slot_bytes:  # (a ring outgrown stays until its worker exits)
                     ring = _Ring(self.ring_slots, max(2 * layout[2], 1 << 20))
-                yield ring.put(batch, layout, last=k == mine[-1])
+                yield ring.put(batch, layout, last=last)
             else:
                 yield to_torch(batch)
+            k += n
 
     def state_dict(self, batches_seen: int) -> dict:
         """The position after this rank has taken ``batches_seen`` batches of the epoch from the DataLoader."""

@@ -43,3 +43,26 @@ def test_grain_dataset_starts_without_the_length(cfg):
     again = iter(grain_adapter.batch_dataset(cfg))
     again.set_state(state)
     assert len(list(again)) == len(rest) == len(loader.build_train_iterator(cfg)) - 1
+
+
+def test_the_torch_dataset_starts_without_the_length(cfg, monkeypatch):
+    from loader.adapters import torch as torch_adapter
+    from loader.batches import BatchIterator
+
+    built = []
+    original = BatchIterator.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        built.append(self)
+
+    monkeypatch.setattr(BatchIterator, "__init__", spy)
+    ds = torch_adapter.BatchDataset(cfg, tensors=False)
+    stream = iter(ds)
+    first = next(stream)
+    assert set(built[-1].planner.setup(1).window_batches) == {0}  # only window 0 planned for the first batch
+    rest = list(stream)
+    want = list(loader.build_train_iterator(cfg))
+    assert len(rest) + 1 == len(want)
+    assert first["id"].tolist() == want[0]["id"].tolist()
+    assert [b["id"].tolist() for b in rest] == [b["id"].tolist() for b in want[1:]]
