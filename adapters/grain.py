@@ -28,6 +28,7 @@ round-robin reads put them back in order. The state is the next batch's index (p
 from __future__ import annotations
 
 import pickle
+import threading
 
 import grain
 
@@ -43,6 +44,9 @@ class BatchSource:
         self.packed = packed  # one block per batch (loader.transfer), for the trip out of a worker process
         self._iterator = None
         self._len = None
+        # grain's read threads call one source at once: an iterator plans windows lazily and is not thread-safe,
+        # so its calls are serialised (the batch's packing for transfer still runs in parallel)
+        self._lock = threading.RLock()
 
     def _it(self):
         if self._iterator is None:  # opened lazily, in the process that reads
@@ -55,12 +59,14 @@ class BatchSource:
     def __len__(self) -> int:
         """This rank's batches in the epoch: plans every window the first time (grain's MapDataset needs it;
         :class:`BatchDataset` does not)."""
-        if self._len is None:
-            self._len = len(self._it())
-        return self._len
+        with self._lock:
+            if self._len is None:
+                self._len = len(self._it())
+            return self._len
 
     def __getitem__(self, k: int) -> dict:
-        batch = self._it().batch_at(int(k))
+        with self._lock:
+            batch = self._it().batch_at(int(k))
         if not self.packed:
             return batch
         block, plan, scalars = transfer.pack(batch)
@@ -68,7 +74,8 @@ class BatchSource:
 
     def has(self, k: int) -> bool:
         """Whether batch k exists, planning only the windows up to it."""
-        return self._it().has_batch(int(k))
+        with self._lock:
+            return self._it().has_batch(int(k))
 
     def get(self, k: int) -> dict | None:
         """Batch k, or None past the epoch's end (one lookup of the batch's window, where ``has`` and then

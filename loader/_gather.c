@@ -225,7 +225,7 @@ static void blend_scan(const double *w, int64_t k, int megatron, int64_t n, int1
         for (int64_t i = 1; i < k; i++)
             m = e[i] > m ? e[i] : m; /* errors are never NaN */
         int64_t b = 0;
-        while (e[b] != m)
+        while (b < k - 1 && e[b] != m) /* bounded: a NaN weight (refused by the caller) cannot run past e */
             b++;
         ds[s] = (int16_t)b;
         smp[s] = (int64_t)c[b];

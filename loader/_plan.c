@@ -164,8 +164,16 @@ WIDE_SIMD static void perm_block(const perm_t *p, const uint64_t *x, uint64_t *o
 /* Rows of m <= BLOCK positions x of corpus c (permutations po, pe; tb = its (n, count, full)): slot = pi_order(x);
  * row = slot % n below full, else pi_extra(slot - full). */
 /* Each corpus's two permutations (its order over the draws, its extra rows), from the table and key arrays;
-   -1 with MemoryError set when they cannot be allocated (the caller frees whatever was). */
+   -1 with ValueError (an inconsistent table: a draw could never land in [0, n)) or MemoryError set (the caller
+   frees whatever was allocated). */
 static int perm_tables(int64_t k, const int64_t *tb, const void *okeys, const void *ekeys, perm_t **po, perm_t **pe) {
+    for (int64_t c = 0; c < k; c++) { /* (n, count, full): rows to draw from, draws, draws covering every row */
+        if (tb[3 * c] < 0 || tb[3 * c + 1] < 0 || tb[3 * c + 2] < 0 || tb[3 * c + 2] > tb[3 * c + 1] ||
+            (tb[3 * c + 1] > 0 && tb[3 * c] < 1) || tb[3 * c + 1] - tb[3 * c + 2] > tb[3 * c]) {
+            PyErr_SetString(PyExc_ValueError, "stratified: a corpus's (n, count, full) is inconsistent");
+            return -1;
+        }
+    }
     *po = malloc((size_t)k * sizeof(perm_t));
     *pe = malloc((size_t)k * sizeof(perm_t));
     if (!*po || !*pe) {
@@ -289,7 +297,7 @@ static PyObject *stratified_spans(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "stratified_spans: corpus outside the table");
             goto done;
         }
-        if (m && (lo < 0 || (tb[3 * c + 1] > 1 && lo + m > tb[3 * c + 1]))) {
+        if (m && (lo < 0 || (tb[3 * c + 1] > 1 && lo > tb[3 * c + 1] - m))) {
             PyErr_Format(PyExc_ValueError, "positions must lie in [0, %lld)", (long long)tb[3 * c + 1]);
             goto done;
         }

@@ -294,6 +294,14 @@ PyObject *plan_batch_ends(PyObject *self, PyObject *args) {
     }
     const column_t *cob = other.obj ? &cb : &ca;
 #define COST(i) (column_get(&ca, i) > column_get(cob, i) ? column_get(&ca, i) : column_get(cob, i))
+    if (n > 0 && COST(0) < 1) { /* the first cost is the smallest (checked below): none may be 0 */
+        PyBuffer_Release(&cost);
+        if (other.obj)
+            PyBuffer_Release(&other);
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError, "batch_ends: costs must be >= 1");
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     for (int64_t i = 1; i < n; i++) {
         if (COST(i) < COST(i - 1)) {

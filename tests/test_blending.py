@@ -174,3 +174,9 @@ def test_blend_kernel_is_built_here():
     assert (blending.KERNEL is None) == (gather.KERNEL is None)
     if gather.KERNEL is not None:
         assert hasattr(gather.KERNEL, "blend")
+
+
+@pytest.mark.parametrize("weights", [None, 3.0, "ab", [[1, 2]], [1e308, 1e308, 1]])
+def test_weights_that_are_no_blend_are_refused(weights):
+    with pytest.raises(ValueError, match="weights"):
+        loader.blending_indices(weights, 6)

@@ -66,3 +66,35 @@ def test_the_torch_dataset_starts_without_the_length(cfg, monkeypatch):
     assert len(rest) + 1 == len(want)
     assert first["id"].tolist() == want[0]["id"].tolist()
     assert [b["id"].tolist() for b in rest] == [b["id"].tolist() for b in want[1:]]
+
+
+def test_a_grain_source_serves_many_threads_at_once(cfg, monkeypatch):
+    """grain's read threads share one source; its iterator plans windows lazily and is not thread-safe, so the
+    source lets one thread at a time into it (checked by an iterator that notices a second thread inside)."""
+    import concurrent.futures
+    import threading
+    import time
+
+    from loader.adapters import grain as grain_adapter
+
+    want = [b["id"].tolist() for b in loader.build_train_iterator(cfg)]
+    source = grain_adapter.BatchSource(cfg)
+    it = source._it()
+    inside, overlaps, real = [0], [0], it.batch_at
+    guard = threading.Lock()
+
+    def batch_at(k):
+        with guard:
+            inside[0] += 1
+            overlaps[0] += inside[0] > 1
+        time.sleep(0.002)  # long enough for another thread to come in, if it may
+        try:
+            return real(k)
+        finally:
+            with guard:
+                inside[0] -= 1
+
+    monkeypatch.setattr(it, "batch_at", batch_at)
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda k: source[k]["id"].tolist(), range(len(want))))
+    assert got == want and overlaps[0] == 0
