@@ -82,9 +82,16 @@ def check_data(d, where: str = "data") -> None:
     at_least(f"{where}.length_cache_mb", d.length_cache_mb, 0)
 
 
+# The planner orders samples by 16-bit lengths: a longer sample must be filtered, never planned.
+LONGEST = 65535
+
+
 def check_filter(f, where: str = "filter") -> None:
-    at_least(f"{where}.max_source_positions", f.max_source_positions, 1)
-    at_least(f"{where}.max_target_positions", f.max_target_positions, 1)
+    for key in ("max_source_positions", "max_target_positions"):
+        at_least(f"{where}.{key}", f[key], 1)
+        if f[key] > LONGEST:
+            raise ValueError(f"{where}.{key} must be at most {LONGEST} (the planner's longest sample), "
+                             f"got {f[key]!r}")
     one_of(f"{where}.on_too_long", f.on_too_long, ON_TOO_LONG)
     one_of(f"{where}.on_too_long_valid", f.on_too_long_valid, ON_TOO_LONG)
 

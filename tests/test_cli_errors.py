@@ -93,6 +93,7 @@ def test_usage_errors_are_one_line(capsys):
     ("batching.shapes=abc", "batching.shapes", "'abc'"),
     ("mixing.schedule.boundaries=5.5", "mixing.schedule.boundaries", "'5.5'"),
     ("seed=-1", "seed", "-1"),
+    ("filter.max_source_positions=65536", "filter.max_source_positions", "65536"),
 ])
 def test_plan_refuses_nonsense_config_values(data, capsys, override, key, value):
     line = fails(capsys, ["plan", NLLB, f"--config.data.path={data}", f"--config.{override}"], key, value)
