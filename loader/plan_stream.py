@@ -45,9 +45,13 @@ class StreamPlanning:
         for i, update in enumerate(phases):
             where = f"mixing.schedule weight list {i} {list(schedule.weights[i])}: " if len(phases) > 1 else ""
             try:
-                total = self._epoch_total(sizes, self.ratios(directions, update, 1))
+                ratios = self.ratios(directions, update, 1)
+                total = self._epoch_total(sizes, ratios)
             except ValueError as e:
                 raise ValueError(f"{where}{e}") from None
+            empty = [d.key for d, r in zip(directions, ratios) if r > 0 and not d.size]
+            if empty:
+                raise ValueError(f"{where}{empty[:5]} have no sentences in epoch 1 but are sampled")
             if not total > 0:
                 raise ValueError(f"{where}the epoch would hold no sample (mixing.virtual_size="
                                  f"{self.opts.virtual_size!r}, mixing.max_scale_up={self.opts.max_scale_up})")

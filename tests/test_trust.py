@@ -517,3 +517,12 @@ def test_the_prefetcher_holds_no_thread_between_epochs_and_close_keeps_the_posit
     assert p._thread is None and p not in _live  # the epoch ended: nothing runs until the next call
     got += list(p)
     assert got == want
+
+
+def test_an_empty_direction_that_is_sampled_is_refused_at_build_by_every_sampler(tmp_path):
+    root = tmp_path / "bin"
+    make_data_bin(root, directions={"aaa-bbb": [50], "aaa-ccc": [0]}, valid=False)
+    for sampler in ("stratified", "stream"):
+        with pytest.raises(ValueError, match=r"\['aaa-ccc'\] have no sentences in epoch 1 but are sampled"):
+            loader.build_train_iterator(config_for(root, data__shards="all", mixing__sampler=sampler,
+                                                   mixing__method="uniform"))
