@@ -110,6 +110,9 @@ class EpochPlanner(StreamPlanning):
                 draws.append(StratifiedDraw(d.size, d.size, (o.seed, "concat", epoch, d.key)) if shuffled else None)
         else:
             total = self._epoch_total(sizes, ratios)
+            empty = [d.key for d, r in zip(directions, ratios) if r > 0 and not d.size]
+            if empty:  # (a cycled shard that is empty: epoch 1 is checked at build, later epochs only here)
+                raise ValueError(f"{empty[:5]} have no sentences in epoch {epoch} but are sampled")
             if o.sampler == "fairseq":
                 idx = fairseq_draw(sizes, ratios, total, epoch, seed=o.fairseq_sampling_seed)
                 counts = np.array([len(i) for i in idx], dtype=np.int64)
@@ -117,8 +120,6 @@ class EpochPlanner(StreamPlanning):
             else:
                 counts = stratified_counts(probs, total)
                 for d, c in zip(directions, counts):
-                    if c and not d.size:
-                        raise ValueError(f"{d.key} has no sentences in epoch {epoch} but is sampled")
                     draws.append(StratifiedDraw(d.size, int(c), (o.seed, "mix", epoch, d.key)) if c else None)
         total = int(counts.sum())
         num_windows = 1 if not o.window or total <= o.window or o.compat == "fairseq" else -(-total // o.window)

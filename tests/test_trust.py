@@ -526,3 +526,12 @@ def test_an_empty_direction_that_is_sampled_is_refused_at_build_by_every_sampler
         with pytest.raises(ValueError, match=r"\['aaa-ccc'\] have no sentences in epoch 1 but are sampled"):
             loader.build_train_iterator(config_for(root, data__shards="all", mixing__sampler=sampler,
                                                    mixing__method="uniform"))
+
+
+def test_an_empty_cycled_shard_names_its_direction_in_fairseq_mode(tmp_path):
+    root = tmp_path / "bin"
+    make_data_bin(root, directions={"aaa-bbb": [60, 40], "aaa-ccc": [30, 0]}, valid=False)
+    it = loader.build_train_iterator(config_for(root, compat="fairseq", mixing__sampler="fairseq"))
+    assert list(it)  # epoch 1 reads shard 0
+    with pytest.raises(ValueError, match=r"\['aaa-ccc'\] have no sentences in epoch 2 but are sampled"):
+        list(it)
