@@ -5,6 +5,19 @@
 
 /* Sort n unique uint64 values ascending by their 16 bits at ``shift`` (the bits below are already in order):
  * insertion for a few, else two stable 8-bit counting passes through ``tmp``. */
+/* Two byte histograms -> the first output slot of every byte value (exclusive prefix sums), for two passes of
+   a least-significant-byte radix sort. */
+static void starts(int64_t h[2][256]) {
+    for (int p = 0; p < 2; p++) {
+        int64_t sum = 0;
+        for (int k = 0; k < 256; k++) {
+            int64_t c = h[p][k];
+            h[p][k] = sum;
+            sum += c;
+        }
+    }
+}
+
 static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t *tmp) {
     if (n < 2)
         return;
@@ -24,14 +37,7 @@ static void sort_bucket(uint64_t *v, int64_t n, int shift, uint64_t *tmp) {
         h[0][(v[i] >> shift) & 255]++;
         h[1][(v[i] >> (shift + 8)) & 255]++;
     }
-    for (int p = 0; p < 2; p++) {
-        int64_t sum = 0;
-        for (int k = 0; k < 256; k++) {
-            int64_t c = h[p][k];
-            h[p][k] = sum;
-            sum += c;
-        }
-    }
+    starts(h);
     for (int64_t i = 0; i < n; i++)
         tmp[h[0][(v[i] >> shift) & 255]++] = v[i];
     for (int64_t i = 0; i < n; i++)
@@ -92,14 +98,7 @@ static void sort_entries(entry_t *v, int64_t n, entry_t *tmp) {
         h[0][(v[i].key >> 32) & 255]++;
         h[1][(v[i].key >> 40) & 255]++;
     }
-    for (int p = 0; p < 2; p++) {
-        int64_t sum = 0;
-        for (int k = 0; k < 256; k++) {
-            int64_t c = h[p][k];
-            h[p][k] = sum;
-            sum += c;
-        }
-    }
+    starts(h);
     for (int64_t i = 0; i < n; i++)
         tmp[h[0][(v[i].key >> 32) & 255]++] = v[i];
     for (int64_t i = 0; i < n; i++)

@@ -212,14 +212,10 @@ class Collater:
     def _check_ids(self, batch: dict, comp: np.ndarray, local: np.ndarray) -> None:
         """Refuse a batch holding a token id outside the dictionary (a .bin from another vocabulary, a truncated
         dict.txt, corrupt data), naming the file and record it came from. One reduction per side."""
-        vocab = self.opts.vocab_size
         for name, arr in (("source", batch["net_input"]["src_tokens"]), ("target", batch.get("target"))):
-            # one reduction: viewed as unsigned, a negative id is huge
-            if arr is None or not arr.size or int(arr.view(f"u{arr.itemsize}").max()) < vocab:
-                continue
-            bad = (arr >= vocab) | (arr < 0)
-            row = int(np.flatnonzero(bad.any(axis=1))[0])
-            self._refuse(name, int(arr[row][bad[row]][0]), int(comp[row]), int(local[row]))
+            bad = gather.first_outside(arr, self.opts.vocab_size)
+            if bad is not None:
+                self._refuse(name, int(arr[bad]), int(comp[bad[0]]), int(local[bad[0]]))
 
     def _refuse(self, side: str, token: int, comp: int, local: int) -> None:
         c = self.sources.components[comp]
@@ -334,10 +330,11 @@ class Collater:
         if o.vocab_size:
             for side, arr, off, length in (("source", src, p["src_offset"], p["src_len"]),
                                            ("target", tgt, p["tgt_offset"], p["tgt_len"])):
-                if arr.size and int(arr.view(f"u{arr.itemsize}").max()) >= o.vocab_size:
-                    row, col = np.argwhere((arr >= o.vocab_size) | (arr < 0))[0]
+                bad = gather.first_outside(arr, o.vocab_size)
+                if bad is not None:
+                    row, col = bad
                     pair = int(np.flatnonzero((p["row"] == row) & (off <= col) & (col < off + length))[0])
-                    self._refuse(side, int(arr[row, col]), int(comp[pair]), int(s.local[pair]))
+                    self._refuse(side, int(arr[bad]), int(comp[pair]), int(s.local[pair]))
         return {
             "id": np.asarray(ids, dtype=np.int64),
             "nsentences": int(real_pairs.sum()),

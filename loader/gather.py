@@ -118,6 +118,15 @@ class TokenSpaces:
         self.__init__(state["datasets"], state["flat"])
 
 
+def first_outside(ids: np.ndarray | None, vocab: int) -> tuple[int, int] | None:
+    """(row, column) of the first id outside ``[0, vocab)`` in a 2-D id array, or None. The common case costs one
+    reduction: viewed as unsigned, a negative id is huge."""
+    if ids is None or not ids.size or int(ids.view(f"u{ids.itemsize}").max()) < vocab:
+        return None
+    row, col = np.argwhere((ids >= vocab) | (ids < 0))[0]
+    return int(row), int(col)
+
+
 def _window_rows(spaces: "TokenSpaces", sid: int, first: np.ndarray, width: int) -> np.ndarray:
     """``out[r] = tokens[first[r] : first[r] + width]`` for every r, in the space's dtype."""
     tokens = spaces.tokens(sid)

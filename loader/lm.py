@@ -166,10 +166,10 @@ class LMIterator(LoaderIterator):
         self._plan = (first, n_batches, count, ptr, pieces, self.row_blocks)
         return first, count, ptr, pieces
 
-    def _refuse_tokens(self, text: np.ndarray, rows: np.ndarray, p: dict, dataset: np.ndarray) -> None:
-        """A token id outside the vocabulary: name the file and record it came from."""
+    def _refuse_tokens(self, text: np.ndarray, bad: tuple, rows: np.ndarray, p: dict, dataset: np.ndarray) -> None:
+        """The token id at ``bad`` (row, column) is outside the vocabulary: name the file and record it came from."""
         width = text.shape[1]
-        flat = int(np.flatnonzero(((text >= self.vocab_size) | (text < 0)).ravel())[0])
+        flat = bad[0] * width + bad[1]
         dest = rows * width + p["column"]
         k = int(np.flatnonzero((dest <= flat) & (flat < dest + p["length"]))[0])
         source = self.sources[int(dataset[flat // width])]
@@ -185,8 +185,9 @@ class LMIterator(LoaderIterator):
         text = np.zeros((n, width), dtype=np.int64)
         space = p["space"] if len(self.spaces) > 1 else (int(self.space_of[0]) if len(self.space_of) else 0)
         gather.scatter(self.spaces, space, p["start"], p["length"], text, rows * width + p["column"])
-        if self.vocab_size and text.size and int(text.view(np.uint64).max()) >= self.vocab_size:  # < 0: huge
-            self._refuse_tokens(text, rows, p, dataset)
+        bad = gather.first_outside(text, self.vocab_size) if self.vocab_size else None
+        if bad is not None:
+            self._refuse_tokens(text, bad, rows, p, dataset)
         if self.mode == "pack":
             seg, pos, _, _ = segments(n, width, rows, p["column"], p["length"])
             mask = (seg > 0).astype(np.float32)

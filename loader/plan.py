@@ -110,9 +110,7 @@ class EpochPlanner(StreamPlanning):
                 draws.append(StratifiedDraw(d.size, d.size, (o.seed, "concat", epoch, d.key)) if shuffled else None)
         else:
             total = self._epoch_total(sizes, ratios)
-            empty = [d.key for d, r in zip(directions, ratios) if r > 0 and not d.size]
-            if empty:  # (a cycled shard that is empty: epoch 1 is checked at build, later epochs only here)
-                raise ValueError(f"{empty[:5]} have no sentences in epoch {epoch} but are sampled")
+            self._refuse_empty(directions, ratios, epoch)  # epoch 1 was checked at build, later epochs here
             if o.sampler == "fairseq":
                 idx = fairseq_draw(sizes, ratios, total, epoch, seed=o.fairseq_sampling_seed)
                 counts = np.array([len(i) for i in idx], dtype=np.int64)

@@ -49,12 +49,17 @@ class StreamPlanning:
                 total = self._epoch_total(sizes, ratios)
             except ValueError as e:
                 raise ValueError(f"{where}{e}") from None
-            empty = [d.key for d, r in zip(directions, ratios) if r > 0 and not d.size]
-            if empty:
-                raise ValueError(f"{where}{empty[:5]} have no sentences in epoch 1 but are sampled")
+            self._refuse_empty(directions, ratios, 1, where)
             if not total > 0:
                 raise ValueError(f"{where}the epoch would hold no sample (mixing.virtual_size="
                                  f"{self.opts.virtual_size!r}, mixing.max_scale_up={self.opts.max_scale_up})")
+
+    @staticmethod
+    def _refuse_empty(directions, ratios, epoch: int, where: str = "") -> None:
+        """Directions the mixture samples in ``epoch`` that have no sentences there (e.g. an empty cycled shard)."""
+        empty = [d.key for d, r in zip(directions, ratios) if r > 0 and not d.size]
+        if empty:
+            raise ValueError(f"{where}{empty[:5]} have no sentences in epoch {epoch} but are sampled")
 
     def _stream_setup(self, epoch: int, directions, sizes: np.ndarray):
         from .plan import EpochSetup

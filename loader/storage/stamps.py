@@ -89,18 +89,10 @@ def lookup_ids(idx_path: str, ids: list) -> dict:
     return dict(stamp.get("facts", {}))
 
 
-def record(idx_path: str, bin_path: str, **facts) -> None:
-    """Remember ``facts`` (JSON values) about the files as they are now, next to what is known already.
-
-    Nothing is recorded for files modified in the last ``RACY_SECONDS`` (see the module docstring)."""
-    ids = _ids(idx_path, bin_path)
-    if ids is not None:
-        record_ids(idx_path, ids, **facts)
-
-
 def record_ids(idx_path: str, ids: list, **facts) -> None:
-    """:func:`record` for the files as they were when the caller took ``ids``, before it read them: a file
-    changed since no longer matches the stamp."""
+    """Remember ``facts`` (JSON values) about the files as they were when the caller took ``ids`` (before it
+    read them: a file changed since no longer matches the stamp), next to what is known already. Nothing is
+    recorded for files modified in the last ``RACY_SECONDS`` (see the module docstring)."""
     newest = max(ids[0][3], ids[1][3], ids[0][4], ids[1][4]) / 1e9
     if time.time() - newest < RACY_SECONDS:
         return
