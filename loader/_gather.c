@@ -16,7 +16,16 @@
 #include <math.h>
 #include <string.h>
 
-#define AHEAD 8
+#define PREFETCH_ROWS 64
+
+/* Every cache line of [p, p + bytes): a row's tokens may span several, and rows lie at random in a space of
+ * gigabytes, so the reads of the next PREFETCH_ROWS rows are started before a row is copied (64 rows of a
+ * [64, 128] batch: 14 us instead of 25 with one line 8 rows ahead, on random rows of a 640 MB space). */
+static inline void prefetch_span(const char *p, int64_t bytes) {
+    const char *end = p + (bytes > 0 ? bytes : 1);
+    for (const char *q = (const char *)((uintptr_t)p & ~(uintptr_t)63); q < end; q += 64)
+        __builtin_prefetch(q);
+}
 
 static int item_of(char code) {
     switch (code) {
@@ -41,13 +50,32 @@ static int item_of(char code) {
     default: { const uint64_t *s_ = (const uint64_t *)(sp) + (at); for (int64_t k_ = 0; k_ < (len); k_++) (dst)[k_] = (OT)((int64_t)s_[k_] - (shift)); } break;   \
     }
 
+/* COPY_AS, also raising mx (uint64_t) to the largest value written, viewed as unsigned (a negative id is huge) */
+#define COPY_MAX_T(IT, OT, dst, sp, at, len, shift, mx)                                                          \
+    { const IT *s_ = (const IT *)(sp) + (at); uint64_t m_ = (mx);                                               \
+      for (int64_t k_ = 0; k_ < (len); k_++) { int64_t v_ = (int64_t)s_[k_] - (shift); (dst)[k_] = (OT)v_;      \
+          m_ = (uint64_t)v_ > m_ ? (uint64_t)v_ : m_; } (mx) = m_; }
+#define COPY_MAX(OT, dst, sp, at, len, code, shift, mx)                                                         \
+    switch (code) {                                                                                             \
+    case 'b': COPY_MAX_T(int8_t, OT, dst, sp, at, len, shift, mx) break;                                        \
+    case 'B': COPY_MAX_T(uint8_t, OT, dst, sp, at, len, shift, mx) break;                                       \
+    case 'h': COPY_MAX_T(int16_t, OT, dst, sp, at, len, shift, mx) break;                                       \
+    case 'H': COPY_MAX_T(uint16_t, OT, dst, sp, at, len, shift, mx) break;                                      \
+    case 'i': COPY_MAX_T(int32_t, OT, dst, sp, at, len, shift, mx) break;                                       \
+    case 'I': COPY_MAX_T(uint32_t, OT, dst, sp, at, len, shift, mx) break;                                      \
+    case 'q': case 'l': COPY_MAX_T(int64_t, OT, dst, sp, at, len, shift, mx) break;                             \
+    default: COPY_MAX_T(uint64_t, OT, dst, sp, at, len, shift, mx) break;                                       \
+    }
+
 /* fill_rows(space, code, shift, start, body, col0, plen, prefix, pmax, pad, out, out_code, prev, eos)
  *
  * Row r of out ([n, width], int64 'q' or int32 'i'): pad, then plen[r] prefix tokens at column col0[r], then
  * body[r] tokens read from space[start[r]:], then pad. Values read are reduced by shift. With ``prev`` (an
  * array like out, or None): fairseq's prev_output_tokens, each row's tokens shifted one column right behind
  * ``eos`` (an empty row stays all pad).
- * Returns None, or raises IndexError naming the first row whose tokens lie outside the space. */
+ * Returns the largest token id written (prefixes and tokens read, not pad), as unsigned: a negative id counts as
+ * huge, so one comparison with the dictionary's size checks every id of the rows. Raises IndexError naming the
+ * first row whose tokens lie outside the space. */
 static PyObject *fill_rows(PyObject *self, PyObject *args) {
     Py_buffer space, start, body, col0, plen, prefix, out, prev = {0};
     int code, out_code;
@@ -84,17 +112,23 @@ static PyObject *fill_rows(PyObject *self, PyObject *args) {
             goto done;
         }
     }
+    uint64_t mx = 0;
+    for (int64_t r = 0; r < n && r < PREFETCH_ROWS; r++)
+        prefetch_span(sp + st[r] * item, bd[r] * item);
     for (int64_t r = 0; r < n; r++) {
-        if (r + AHEAD < n)
-            __builtin_prefetch(sp + st[r + AHEAD] * item);
+        if (r + PREFETCH_ROWS < n)
+            prefetch_span(sp + st[r + PREFETCH_ROWS] * item, bd[r + PREFETCH_ROWS] * item);
         int64_t a = c0[r], p = pl[r], b = bd[r];
         const int64_t *pr = pre + r * pmax;
         if (oitem == 8) {
             int64_t *o = (int64_t *)out.buf + r * width;
             for (int64_t c = 0; c < a; c++) o[c] = pad;
-            for (int64_t k = 0; k < p; k++) o[a + k] = pr[k];
+            for (int64_t k = 0; k < p; k++) {
+                o[a + k] = pr[k];
+                mx = (uint64_t)pr[k] > mx ? (uint64_t)pr[k] : mx;
+            }
             int64_t *ob = o + a + p;
-            COPY_AS(int64_t, ob, sp, st[r], b, code, shift)
+            COPY_MAX(int64_t, ob, sp, st[r], b, code, shift, mx)
             for (int64_t c = a + p + b; c < width; c++) o[c] = pad;
             if (prev.obj) {
                 int64_t *q = (int64_t *)prev.buf + r * width, t = p + b;
@@ -107,9 +141,12 @@ static PyObject *fill_rows(PyObject *self, PyObject *args) {
         } else {
             int32_t *o = (int32_t *)out.buf + r * width;
             for (int64_t c = 0; c < a; c++) o[c] = (int32_t)pad;
-            for (int64_t k = 0; k < p; k++) o[a + k] = (int32_t)pr[k];
+            for (int64_t k = 0; k < p; k++) {
+                o[a + k] = (int32_t)pr[k];
+                mx = (uint64_t)pr[k] > mx ? (uint64_t)pr[k] : mx;
+            }
             int32_t *ob = o + a + p;
-            COPY_AS(int32_t, ob, sp, st[r], b, code, shift)
+            COPY_MAX(int32_t, ob, sp, st[r], b, code, shift, mx)
             for (int64_t c = a + p + b; c < width; c++) o[c] = (int32_t)pad;
             if (prev.obj) {
                 int32_t *q = (int32_t *)prev.buf + r * width;
@@ -122,8 +159,7 @@ static PyObject *fill_rows(PyObject *self, PyObject *args) {
             }
         }
     }
-    Py_INCREF(Py_None);
-    result = Py_None;
+    result = PyLong_FromUnsignedLongLong(mx);
 done:
     PyBuffer_Release(&space); PyBuffer_Release(&start); PyBuffer_Release(&body); PyBuffer_Release(&col0);
     PyBuffer_Release(&plen); PyBuffer_Release(&prefix); PyBuffer_Release(&out);
@@ -161,9 +197,11 @@ static PyObject *pieces(PyObject *self, PyObject *args) {
             goto done;
         }
     }
+    for (int64_t k = 0; k < n && k < PREFETCH_ROWS; k++)
+        prefetch_span(sp + st[k] * item, ln[k] * item);
     for (int64_t k = 0; k < n; k++) {
-        if (k + AHEAD < n)
-            __builtin_prefetch(sp + st[k + AHEAD] * item);
+        if (k + PREFETCH_ROWS < n)
+            prefetch_span(sp + st[k + PREFETCH_ROWS] * item, ln[k + PREFETCH_ROWS] * item);
         if (oitem == 8) {
             int64_t *dst = (int64_t *)out.buf + ds[k];
             COPY_AS(int64_t, dst, sp, st[k], ln[k], code, shift)

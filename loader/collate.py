@@ -81,11 +81,12 @@ class _Side:
         # every component in one token space, none raw: no per-batch lookup of spaces
         self.single = len(self.spaces_used) == 1 and bool((self.space >= 0).all())
 
-    def padded(self, spaces, comp, start, length, width: int, left_pad: bool, pad: int, dtype, prev_eos=None):
+    def padded(self, spaces, comp, start, length, width: int, left_pad: bool, pad: int, dtype, prev_eos=None,
+               largest: list | None = None):
         plen = self.plen[comp]
         if self.single:
             return gather.padded(spaces, self.spaces_used[0], start, length - plen, self.prefix[comp], plen, width,
-                                 left_pad, pad, dtype, prev_eos)
+                                 left_pad, pad, dtype, prev_eos, largest)
         sid = self.space[comp]
         if not len(self.spaces_used):  # raw text only: prefixes and padding, the caller writes the rest
             out = np.full((len(comp), width), pad, dtype=dtype)
@@ -169,6 +170,7 @@ class Collater:
             comp, local, ids, epoch, src_len, tgt_len)
         weight = np.ones(n, np.float32) if weight is None else np.asarray(weight, np.float32)
         src_ragged = None
+        seen = {"source": [], "target": []}  # the largest id of each side, where the compiled gather wrote it
         if self.any_noise and self.noised[comp].any():
             src_ragged, src_len, weight = self._noised_sources(addr[:, 0], comp, ids, src_len, raw_src, weight, epoch,
                                                                pad_to_length)
@@ -184,7 +186,8 @@ class Collater:
             gather.from_ragged(src, inverse, src_ragged[0], src_ragged[1], o.left_pad_source)
             src_len = np.minimum(src_len, width)
         else:
-            src = self._side(self.src, raw_src, comp, addr[:, 0], src_len, order, width, o.left_pad_source)
+            src = self._side(self.src, raw_src, comp, addr[:, 0], src_len, order, width, o.left_pad_source,
+                             largest=seen["source"])
         batch = {
             "id": ids[order],
             "nsentences": n,
@@ -196,7 +199,7 @@ class Collater:
             tgt_len = tgt_len[order]
             width = _width(tgt_len.max(initial=0), o.pad_to_multiple, ptl.get("target", 0))
             tgt, prev = self._side(self.tgt, raw_tgt, comp, addr[:, 1], tgt_len, order, width, o.left_pad_target,
-                                   lengths_sorted=True, prev_eos=o.eos)
+                                   lengths_sorted=True, prev_eos=o.eos, largest=seen["target"])
             if prev is None or raw_tgt:  # raw-text rows were written after the shift
                 col0 = (width - tgt_len) if o.left_pad_target else np.zeros(len(tgt_len), np.int64)
                 prev = gather.shifted(tgt, col0, tgt_len, o.pad, o.eos)
@@ -206,16 +209,21 @@ class Collater:
         else:
             batch["ntokens"] = int(src_len[order][batch["weight"] > 0].sum())
         if o.vocab_size:
-            self._check_ids(batch, comp[order], local[order])
+            self._check_ids(batch, comp, local, order, seen)
         return batch
 
-    def _check_ids(self, batch: dict, comp: np.ndarray, local: np.ndarray) -> None:
+    def _check_ids(self, batch: dict, comp: np.ndarray, local: np.ndarray, order: np.ndarray, seen: dict) -> None:
         """Refuse a batch holding a token id outside the dictionary (a .bin from another vocabulary, a truncated
-        dict.txt, corrupt data), naming the file and record it came from. One reduction per side."""
+        dict.txt, corrupt data), naming the file and record it came from. A side the compiled gather wrote whole
+        is checked by the largest id it saw; any other side by one reduction."""
+        vocab = self.opts.vocab_size
         for name, arr in (("source", batch["net_input"]["src_tokens"]), ("target", batch.get("target"))):
-            bad = gather.first_outside(arr, self.opts.vocab_size)
+            if len(seen[name]) == 1 and seen[name][0] < vocab:
+                continue
+            bad = gather.first_outside(arr, vocab)
             if bad is not None:
-                self._refuse(name, int(arr[bad]), int(comp[bad[0]]), int(local[bad[0]]))
+                row = int(order[bad[0]])
+                self._refuse(name, int(arr[bad]), int(comp[row]), int(local[row]))
 
     def _refuse(self, side: str, token: int, comp: int, local: int) -> None:
         c = self.sources.components[comp]
@@ -226,13 +234,13 @@ class Collater:
                                 f"with another dictionary, dict.txt was cut short, or the file is corrupt")
 
     def _side(self, side: _Side, raw: dict, comp, start, length, order, width: int, left_pad: bool,
-              lengths_sorted: bool = False, prev_eos=None):
+              lengths_sorted: bool = False, prev_eos=None, largest: list | None = None):
         """One side's padded rows in batch order: one gather from the token spaces, raw-text rows written over
         (with ``prev_eos``: also the rows shifted behind it, before raw-text rows are written)."""
         o = self.opts
         lengths = length if lengths_sorted else length[order]
         out = side.padded(self.sources.spaces, comp[order], start[order], lengths, width, left_pad, o.pad,
-                          np.dtype(o.dtype), prev_eos)
+                          np.dtype(o.dtype), prev_eos, None if raw else largest)
         if prev_eos is not None:
             out, prev = out
         if raw:

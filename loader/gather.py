@@ -141,13 +141,16 @@ def _window_rows(spaces: "TokenSpaces", sid: int, first: np.ndarray, width: int)
 
 
 def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body: np.ndarray, prefix: np.ndarray,
-           plen: np.ndarray, width: int, left_pad: bool, pad: int, dtype, prev_eos: int | None = None):
+           plen: np.ndarray, width: int, left_pad: bool, pad: int, dtype, prev_eos: int | None = None,
+           largest: list | None = None):
     """Rows of ``prefix + tokens`` padded to ``width``: int ``dtype`` [B, width].
 
     Row r holds ``prefix[r, :plen[r]]`` then the ``body[r]`` tokens at space address ``start[r]`` of space
     ``space[r]`` (or one space id for every row), right-aligned with ``left_pad``. Rows longer than ``width``
     are the caller's error (it sizes ``width`` from the lengths). With ``prev_eos``, returns ``(rows, prev)``:
     ``prev`` is fairseq's ``prev_output_tokens`` of the rows (each shifted one column right behind ``prev_eos``).
+    Where the compiled kernel wrote the rows, the largest id it wrote (as unsigned: a negative id is huge) is
+    appended to ``largest``, so the dictionary check needs no second pass over them.
     """
     n = len(start)
     body = np.asarray(body, dtype=np.int64)
@@ -159,10 +162,12 @@ def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body
             prev = np.empty((n, width), dtype=dtype) if prev_eos is not None else None
             col0 = (width - body - plen) if left_pad else np.zeros(n, np.int64)
             pre = np.ascontiguousarray(prefix, dtype=np.int64)
-            KERNEL.fill_rows(tokens, tokens.dtype.char, spaces.shift(int(space)),
-                             np.ascontiguousarray(start, dtype=np.int64), np.ascontiguousarray(body),
-                             np.ascontiguousarray(col0), np.ascontiguousarray(plen), pre, pre.shape[1], pad, out,
-                             code, prev, prev_eos or 0)
+            top = KERNEL.fill_rows(tokens, tokens.dtype.char, spaces.shift(int(space)),
+                                   np.ascontiguousarray(start, dtype=np.int64), np.ascontiguousarray(body),
+                                   np.ascontiguousarray(col0), np.ascontiguousarray(plen), pre, pre.shape[1], pad,
+                                   out, code, prev, prev_eos or 0)
+            if largest is not None:
+                largest.append(top)
             return out if prev is None else (out, prev)
     total = body + plen
     col0 = (width - total) if left_pad else np.zeros(n, np.int64)

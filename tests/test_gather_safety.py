@@ -138,3 +138,31 @@ def test_a_bin_that_shrank_before_mapping_is_refused(tmp_path):
     os.truncate(victim, victim.stat().st_size - 4)  # shrunk after the iterator planned on its size
     with pytest.raises(loader.TruncatedFileError, match="changed under the loader"):
         next(it)
+
+
+@pytest.mark.parametrize("code,dtype", [("H", np.uint16), ("i", np.int32), ("q", np.int64), ("B", np.uint8)])
+@pytest.mark.parametrize("out_code", ["q", "i"])
+def test_the_kernel_reports_the_largest_id_it_wrote(code, dtype, out_code):
+    """The dictionary check trusts fill_rows' largest id instead of a second pass: it must be the largest of the
+    prefixes and tokens written (pad excluded), a negative id counting as huge."""
+    if loader.gather.KERNEL is None:
+        pytest.skip("the compiled kernel is not built (tests/test_golden_batches.py says so)")
+    rng = np.random.default_rng(len(code) * 7 + ord(code) + ord(out_code))
+    hi = min(np.iinfo(dtype).max, 2**31 - 1)
+    for trial in range(60):
+        space = rng.integers(0, min(hi, 50 + trial * 1000), 500).astype(dtype)
+        if dtype in (np.int32, np.int64) and trial % 5 == 0:
+            space[rng.integers(0, 500)] = -3  # a corrupt negative id
+        n, width = int(rng.integers(1, 20)), 40
+        body = rng.integers(0, 30, n).astype(np.int64)
+        plen = rng.integers(0, 3, n).astype(np.int64)
+        prefix = rng.integers(0, 60_000, (n, 2)).astype(np.int64)
+        start = rng.integers(0, 500 - 30, n).astype(np.int64)
+        col0 = rng.integers(0, width - 32, n).astype(np.int64)
+        shift = int(rng.integers(0, 3)) if code in "iq" else 0
+        out = np.empty((n, width), np.int64 if out_code == "q" else np.int32)
+        top = loader.gather.KERNEL.fill_rows(space, code, shift, start, body, col0, plen, prefix, 2, 1, out, out_code,
+                                             None, 2)
+        written = [int(p) for r in range(n) for p in prefix[r, :plen[r]]]
+        written += [int(v) - shift for r in range(n) for v in space[start[r]:start[r] + body[r]]]
+        assert top == max((v % 2**64 for v in written), default=0)
