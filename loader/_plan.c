@@ -16,11 +16,14 @@
  *   take_lengths(src, tgt, rows, plens, pairs)        sources.Component.lengths, both sides in one prefetched
  *                                                     pass
  *   take_rows(src, idx, out)                          np.take(src, idx, axis=0), prefetched
- *   sorted_rows(lens, has_t, keep, rkey, rows, ...)   length_order, then the window's rows taken in that order,
- *                                                     rebuilt from the sort key, the spans and the row numbers
+ *   sorted_rows(lens, has_t, keep, rkey, rows, ...,   length_order, then the window's rows taken in that order,
+ *               threads)                              rebuilt from the sort key, the spans and the row numbers;
+ *                                                     its scatter and per-cost sorts shared among threads
  *
  * Arrays come through the buffer protocol (int64 unless said otherwise); outputs are written into arrays the
- * caller allocated. The loops run without the GIL. Built by setup.py as an optional extension; when it is
+ * caller allocated. The loops run without the GIL, so plan_kernel.split runs the per-element passes
+ * (stratified_spans, take_lengths) over parts of a big window in threads; every result is the same whatever
+ * the number of threads. Built by setup.py as an optional extension; when it is
  * missing, or BABELFEED_KERNEL=0, the numpy paths give the same plans.
  */
 #include "_plan.h"

@@ -2,6 +2,9 @@
  * written straight into that order (sorted_rows), carried through the sort rather than moved at random
  * afterwards; the module is in _plan.c. */
 #include "_plan.h"
+#ifndef _WIN32
+#include <pthread.h>
+#endif
 
 /* Sort n unique uint64 values ascending by their 16 bits at ``shift`` (the bits below are already in order):
  * insertion for a few, else two stable 8-bit counting passes through ``tmp``. */
@@ -127,7 +130,7 @@ int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t
     return rc;
 }
 
-/* sorted_rows(lens, has_t, keep, rkey, rows, span_ends, span_pairs, out) -> bool
+/* sorted_rows(lens, has_t, keep, rkey, rows, span_ends, span_pairs, out, threads=1) -> bool
  *
  * The planner's window rows in length order, written in place of sorting them and moving 24-byte rows at random.
  * Sample j of the selection is window sample i = keep[j] (keep None: i = j; keep ascends), lengths lens[i] (int32
@@ -137,21 +140,137 @@ int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t
  * receives per sample in that order the planner's row: (direction, component), (src, tgt), row.
  *
  * Each sample travels as one 16-byte entry carrying its lengths, key and row: one stable scatter by cost (a few
- * hundred streams, in cache) into the output's memory, then per cost, in cache, a stable counting pass by src,
- * the rkey sort of each (cost, src) group and the rows written out. Nothing is read at random. False, with
+ * hundred streams, in cache) into the output's memory, then per cost, in cache, a stable counting pass by src and
+ * the rkey sort of each (cost, src) group, in place (costs split between ``threads`` threads: they are
+ * independent), and last the rows written out from the highest cost down. Nothing is read at random. False, with
  * nothing written, where this does not apply (a length outside [0, 65535], (cost, src) over LENGTH_BITS bits, a window over 2^32
  * samples or a row over 2^48): the caller orders them its other way. */
+
+/* fn(jobs + t * size) for t < k: job 0 in the calling thread, the others in their own threads where they can
+ * be started (else here, one after another). */
+static void run_jobs(void *(*fn)(void *), char *jobs, size_t size, int k) {
+#ifndef _WIN32
+    enum { MAX_THREADS = 16 };
+    pthread_t ids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    for (int t = 1; t < k && t < MAX_THREADS; t++)
+        started[t] = pthread_create(&ids[t], NULL, fn, jobs + t * size) == 0;
+    fn(jobs);
+    for (int t = 1; t < k; t++) {
+        if (t < MAX_THREADS && started[t])
+            pthread_join(ids[t], NULL);
+        else
+            fn(jobs + t * size);
+    }
+#else
+    for (int t = 0; t < k; t++)
+        fn(jobs + t * size);
+#endif
+}
+
+/* The entries of costs [c_lo, c_hi) (bucket c at [at[c-1], at[c]) of v, at[-1] = 0), each sorted in place by
+ * (src, rkey, sample): a stable counting pass by src into tmp, the rkey sort of each src group there, copied back. */
+typedef struct {
+    entry_t *v;
+    const int64_t *at;
+    int64_t c_lo, c_hi, ns, big;
+    int has_t, failed;
+} sort_job_t;
+
+static void *sort_costs(void *arg) {
+    sort_job_t *job = arg;
+    entry_t *tmp = malloc((size_t)(job->big ? job->big : 1) * sizeof(entry_t));
+    entry_t *tmp2 = malloc((size_t)(job->big ? job->big : 1) * sizeof(entry_t));
+    int64_t *sh = malloc((size_t)job->ns * sizeof(int64_t));
+    if (!tmp || !tmp2 || !sh) {
+        job->failed = 1;
+        goto out;
+    }
+    for (int64_t c = job->c_lo; c < job->c_hi; c++) {
+        const int64_t lo = c ? job->at[c - 1] : 0, m = job->at[c] - lo;
+        entry_t *v = job->v + lo;
+        if (m < 2)
+            continue;
+        if (!job->has_t) {
+            sort_entries(v, m, tmp2);
+            continue;
+        }
+        memset(sh, 0, (size_t)job->ns * sizeof(int64_t));
+        for (int64_t k = 0; k < m; k++)
+            sh[v[k].rs >> 48]++;
+        for (int64_t k = 0, sum = 0; k < job->ns; k++) {
+            int64_t x = sh[k];
+            sh[k] = sum;
+            sum += x;
+        }
+        for (int64_t k = 0; k < m; k++)
+            tmp[sh[v[k].rs >> 48]++] = v[k];
+        for (int64_t k = 0, g = 0; k < job->ns && g < m; g = sh[k++])
+            sort_entries(tmp + g, sh[k] - g, tmp2);
+        memcpy(v, tmp, (size_t)m * sizeof(entry_t));
+    }
+out:
+    free(tmp);
+    free(tmp2);
+    free(sh);
+    return NULL;
+}
+
+/* sort_costs over ``threads`` threads (at most 16), each a run of costs holding about as many entries; 0, or
+ * -1: no memory, and nothing reliable sorted. */
+static int sort_all_costs(entry_t *v, const int64_t *at, int64_t nc, int64_t ns, int64_t big, int has_t, int threads) {
+    sort_job_t jobs[16];
+    const int64_t n = at[nc - 1];
+    threads = threads < 1 ? 1 : threads > 16 ? 16 : threads;
+    int64_t c = 0;
+    for (int t = 0; t < threads; t++) {
+        const int64_t goal = n * (t + 1) / threads;
+        int64_t e = c;
+        while (e < nc && (t == threads - 1 || at[e] <= goal))
+            e++;
+        jobs[t] = (sort_job_t){v, at, c, e, ns, big, has_t, 0};
+        c = e;
+    }
+    run_jobs(sort_costs, (char *)jobs, sizeof(sort_job_t), threads);
+    for (int t = 0; t < threads; t++)
+        if (jobs[t].failed)
+            return -1;
+    return 0;
+}
+
+/* The stable scatter by cost of samples [lo, hi) into entries: sample j goes to v[off[cost[j]]++], off being this
+ * part's first slot of every cost (after the slots of the parts before it: the same order as one pass). */
+typedef struct {
+    entry_t *v;
+    int64_t *off;
+    const uint16_t *cost, *rk;
+    const int64_t *kp, *rw;
+    const int32_t *ln;
+    int64_t lo, hi;
+} scatter_job_t;
+
+static void *scatter_costs(void *arg) {
+    const scatter_job_t *job = arg;
+    for (int64_t j = job->lo; j < job->hi; j++) {
+        const int64_t i = job->kp ? job->kp[j] : j;
+        const uint64_t s = (uint32_t)job->ln[2 * i], t = (uint32_t)job->ln[2 * i + 1];
+        const entry_t e = {(t << 48) | ((uint64_t)job->rk[j] << 32) | (uint64_t)i, (s << 48) | (uint64_t)job->rw[i]};
+        job->v[job->off[job->cost[j]]++] = e;
+    }
+    return NULL;
+}
+
 #define ROW_MASK ((1ULL << 48) - 1)
 PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
     Py_buffer lens, keep = {0}, rkey, rows, ends, pairs, out;
     PyObject *keep_obj;
-    int has_t;
-    if (!PyArg_ParseTuple(args, "y*pOy*y*y*y*w*", &lens, &has_t, &keep_obj, &rkey, &rows, &ends, &pairs, &out))
+    int has_t, threads = 1;
+    if (!PyArg_ParseTuple(args, "y*pOy*y*y*y*w*|i", &lens, &has_t, &keep_obj, &rkey, &rows, &ends, &pairs, &out,
+                          &threads))
         return NULL;
     PyObject *result = NULL;
     uint16_t *cost = NULL;
-    entry_t *tmp = NULL, *tmp2 = NULL;
-    int64_t *at = NULL, *sh = NULL;
+    int64_t *at = NULL, *offs = NULL;
     if (keep_obj != Py_None && PyObject_GetBuffer(keep_obj, &keep, PyBUF_SIMPLE) < 0)
         goto done;
     const int64_t N = rows.len / 8, n = rkey.len / 2, S = ends.len / 8;
@@ -193,60 +312,45 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
         goto done;
     }
     const int64_t nc = (int64_t)1 << cb, ns = (int64_t)1 << sb;
+    const int parts = threads < 1 ? 1 : threads > 16 ? 16 : threads;
     at = calloc((size_t)nc + 1, sizeof(int64_t));
-    sh = malloc((size_t)ns * sizeof(int64_t));
-    if (!at || !sh) {
+    offs = calloc((size_t)(parts * nc), sizeof(int64_t));
+    if (!at || !offs) {
         PyErr_NoMemory();
         goto done;
+    }
+    scatter_job_t jobs[16];
+    for (int p = 0; p < parts; p++) { /* each part's count of every cost */
+        int64_t *h = offs + p * nc;
+        jobs[p] = (scatter_job_t){(entry_t *)out.buf, h, cost, rk, kp, rw, ln, n * p / parts, n * (p + 1) / parts};
+        for (int64_t j = jobs[p].lo; j < jobs[p].hi; j++)
+            h[cost[j]]++;
     }
     int64_t big = 0;
-    for (int64_t j = 0; j < n; j++)
-        at[cost[j] + 1]++;
-    for (int64_t c = 0; c < nc; c++) {
-        big = at[c + 1] > big ? at[c + 1] : big;
-        at[c + 1] += at[c];
+    for (int64_t c = 0, run = 0; c < nc; c++) { /* each part's first slot of cost c; at[c]: the end of cost c */
+        const int64_t first = run;
+        for (int p = 0; p < parts; p++) {
+            const int64_t x = offs[p * nc + c];
+            offs[p * nc + c] = run;
+            run += x;
+        }
+        at[c] = run;
+        big = run - first > big ? run - first : big;
     }
-    if (!(tmp = malloc((size_t)big * sizeof(entry_t))) || !(tmp2 = malloc((size_t)big * sizeof(entry_t)))) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    /* The entries (16 bytes a sample) are scattered into the output's own memory (24 bytes a sample), and the
-     * costs written out from the last: the rows of cost c land at or above 24 * start(c), the entries not yet
-     * written out lie below 16 * start(c). No other window-sized buffer. */
+    /* The entries (16 bytes a sample) are scattered into the output's own memory (24 bytes a sample), sorted in
+     * place cost by cost, and the rows written out from the last: row g overwrites entries g and above only, which
+     * have been read by then. No other window-sized buffer. */
     uint64_t *o = out.buf;
     entry_t *v = (entry_t *)out.buf;
+    int sorted;
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t j = 0; j < n; j++) { /* stable scatter by cost: samples ascend within a cost */
-        const int64_t i = kp ? kp[j] : j;
-        const uint64_t s = (uint32_t)ln[2 * i], t = (uint32_t)ln[2 * i + 1];
-        entry_t e = {(t << 48) | ((uint64_t)rk[j] << 32) | (uint64_t)i, (s << 48) | (uint64_t)rw[i]};
-        v[at[cost[j]]++] = e;
-    }
-    for (int64_t c = nc - 1; c >= 0; c--) { /* at[c] is now the end of cost c */
-        const int64_t lo = c ? at[c - 1] : 0, m = at[c] - lo;
-        entry_t *b = tmp;
-        if (!m)
-            continue;
-        if (has_t) { /* stable counting pass by src into tmp, then each src group sorted by rkey */
-            memset(sh, 0, (size_t)ns * sizeof(int64_t));
-            for (int64_t k = 0; k < m; k++)
-                sh[v[lo + k].rs >> 48]++;
-            for (int64_t k = 0, sum = 0; k < ns; k++) {
-                int64_t x = sh[k];
-                sh[k] = sum;
-                sum += x;
-            }
-            for (int64_t k = 0; k < m; k++)
-                tmp[sh[v[lo + k].rs >> 48]++] = v[lo + k];
-            for (int64_t k = 0, g = 0; k < ns && g < m; g = sh[k++])
-                sort_entries(b + g, sh[k] - g, tmp2);
-        } else {
-            memcpy(tmp, v + lo, (size_t)m * sizeof(entry_t));
-            sort_entries(b, m, tmp2);
-        }
-        for (int64_t k = 0; k < m; k++) {
-            const uint64_t key = b[k].key;
-            const int64_t i = (int64_t)(key & 0xFFFFFFFFU);
+    run_jobs(scatter_costs, (char *)jobs, sizeof(scatter_job_t), parts);
+    sorted = sort_all_costs(v, at, nc, ns, big, has_t, threads); /* at[c] is now the end of cost c */
+    for (int64_t c = nc - 1; sorted == 0 && c >= 0; c--) {
+        const int64_t lo = c ? at[c - 1] : 0;
+        for (int64_t k = at[c] - lo - 1; k >= 0; k--) { /* from the last: row k overwrites entries >= k only */
+            const entry_t e = v[lo + k];
+            const int64_t i = (int64_t)(e.key & 0xFFFFFFFFU);
             int64_t a = 0, z = S - 1; /* the first span ending after i */
             while (a < z) {
                 int64_t h = (a + z) >> 1;
@@ -257,18 +361,20 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
             }
             uint64_t *r = o + 3 * (lo + k);
             r[0] = (uint64_t)sp[a];
-            r[1] = (b[k].rs >> 48) | ((key >> 48) << 32);
-            r[2] = b[k].rs & ROW_MASK;
+            r[1] = (e.rs >> 48) | ((e.key >> 48) << 32);
+            r[2] = e.rs & ROW_MASK;
         }
     }
     Py_END_ALLOW_THREADS
+    if (sorted < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
     result = Py_NewRef(Py_True);
 done:
     free(cost);
-    free(tmp);
-    free(tmp2);
     free(at);
-    free(sh);
+    free(offs);
     PyBuffer_Release(&lens);
     PyBuffer_Release(&rkey);
     PyBuffer_Release(&rows);

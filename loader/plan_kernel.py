@@ -5,12 +5,14 @@
 first; each function returns None where the
 kernel is not built (setup.py builds it where a C compiler exists), ``BABELFEED_KERNEL=0`` is set, or the input
 is one the kernel does not take, and the caller's numpy path answers instead (tests/test_plan_kernel.py checks
-that both give the same arrays). ``KERNEL`` is read at every call, so tests can switch it off.
+that both give the same arrays). ``KERNEL`` is read at every call, so tests can switch it off. Over big windows the
+kernel's passes use up to ``threads()`` cores (``BABELFEED_PLAN_THREADS``); the arrays do not depend on it.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -19,6 +21,47 @@ try:
 except ImportError:
     _compiled = None
 KERNEL = _compiled if os.environ.get("BABELFEED_KERNEL", "1") != "0" else None
+PARALLEL_MIN = 1 << 18  # elements per thread, at least: below it one thread answers
+
+
+def threads() -> int:
+    """Threads for the kernel's pure per-element passes (draws, length lookups) over big windows:
+    ``BABELFEED_PLAN_THREADS``, else the cores this process may use, at most 4."""
+    env = os.environ.get("BABELFEED_PLAN_THREADS")
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, min(4, len(os.sched_getaffinity(0))))
+    except AttributeError:
+        return max(1, min(4, os.cpu_count() or 1))
+
+
+def split(n: int, fn) -> list:
+    """``fn(a, b)`` over consecutive parts of ``[0, n)``, each in its own thread where n is large (the kernel
+    drops the GIL, and every element's result depends on that element alone: the same arrays whatever the
+    thread count). Threads are started per call, never pooled, so a forked worker process holds none."""
+    k = min(threads(), n // PARALLEL_MIN)
+    if k <= 1:
+        return [fn(0, n)]
+    bounds = [n * i // k for i in range(k + 1)]
+    results: list = [None] * k
+    errors: list = []
+
+    def run(i: int) -> None:
+        try:
+            results[i] = fn(bounds[i], bounds[i + 1])
+        except BaseException as e:  # re-raised in the caller
+            errors.append(e)
+
+    helpers = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(1, k)]
+    for t in helpers:
+        t.start()
+    run(0)
+    for t in helpers:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 def stratified(positions, which, table, okeys, ekeys) -> np.ndarray | None:
@@ -49,9 +92,22 @@ def stratified_spans(spans, table, okeys, ekeys) -> np.ndarray | None:
     if okeys.shape[1] < 4 or ekeys.shape[1] < 4:
         return None
     out = np.empty(int(spans[:, 2].sum()), dtype=np.int64)
-    kernel.stratified_spans(spans, np.ascontiguousarray(table, dtype=np.int64), np.ascontiguousarray(okeys[:, :4]),
-                            np.ascontiguousarray(ekeys[:, :4]), out)
+    table, okeys, ekeys = (np.ascontiguousarray(table, dtype=np.int64), np.ascontiguousarray(okeys[:, :4]),
+                           np.ascontiguousarray(ekeys[:, :4]))
+    split(len(out), lambda a, b: kernel.stratified_spans(_cut_spans(spans, a, b), table, okeys, ekeys, out[a:b]))
     return out
+
+
+def _cut_spans(spans: np.ndarray, a: int, b: int) -> np.ndarray:
+    """The (corpus, first position, count) runs covering outputs ``[a, b)`` of ``spans`` laid end to end."""
+    end = np.cumsum(spans[:, 2])
+    start = end - spans[:, 2]
+    keep = (end > a) & (start < b)
+    part = spans[keep].copy()
+    lo, hi = np.maximum(start[keep], a), np.minimum(end[keep], b)
+    part[:, 1] += lo - start[keep]
+    part[:, 2] = hi - lo
+    return np.ascontiguousarray(part)
 
 
 def permute(positions, n: int, key) -> np.ndarray | None:
@@ -102,8 +158,9 @@ def take_lengths(src_sizes, tgt_sizes, rows, src_plen: int, tgt_plen: int, pairs
     kernel = KERNEL
     if kernel is None or not (pairs.dtype == np.int32 and pairs.ndim == 2):
         return False
-    return kernel.take_lengths(src_sizes, tgt_sizes, np.ascontiguousarray(rows, dtype=np.int64), int(src_plen),
-                               int(tgt_plen), pairs)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    return all(split(len(rows), lambda a, b: kernel.take_lengths(src_sizes, tgt_sizes, rows[a:b], int(src_plen),
+                                                                 int(tgt_plen), pairs[a:b])))
 
 
 def take_rows(m: np.ndarray, idx) -> np.ndarray | None:
@@ -130,5 +187,6 @@ def sorted_rows(lens: np.ndarray, has_t: bool, keep, rkey: np.ndarray, rows: np.
     ok = kernel.sorted_rows(np.ascontiguousarray(lens, dtype=np.int32), bool(has_t), keep,
                             np.ascontiguousarray(rkey, dtype=np.uint16), np.ascontiguousarray(rows, dtype=np.int64),
                             np.ascontiguousarray(span_ends, dtype=np.int64),
-                            np.ascontiguousarray(span_pairs, dtype=np.int64), out)
+                            np.ascontiguousarray(span_pairs, dtype=np.int64), out,
+                            max(1, min(threads(), len(rkey) // PARALLEL_MIN)))
     return out if ok else None

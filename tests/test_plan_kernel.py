@@ -2,6 +2,9 @@
 Feistel permutations (one corpus and many), stratified draws, the length order and the greedy token-budget cut
 must give the same integers, and the same errors."""
 
+import contextlib
+import os
+
 import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
@@ -12,6 +15,21 @@ pytestmark = pytest.mark.skipif(plan_kernel.KERNEL is None, reason="the planning
 
 keys = st.integers(0, 2**63).map(lambda s: permute.derive_key(s, "test"))
 sizes = st.one_of(st.integers(0, 70), st.integers(0, 70_000), st.integers(2**31, 2**33), st.integers(2**40, 2**62))
+
+
+@contextlib.contextmanager
+def plan_threads(k: int):
+    """The kernel's passes split over k threads even for the few elements of a test (1: never split)."""
+    old_min, old_env = plan_kernel.PARALLEL_MIN, os.environ.get("BABELFEED_PLAN_THREADS")
+    plan_kernel.PARALLEL_MIN, os.environ["BABELFEED_PLAN_THREADS"] = 1, str(k)
+    try:
+        yield
+    finally:
+        plan_kernel.PARALLEL_MIN = old_min
+        if old_env is None:
+            del os.environ["BABELFEED_PLAN_THREADS"]
+        else:
+            os.environ["BABELFEED_PLAN_THREADS"] = old_env
 
 
 def both(fn, *args):
@@ -130,14 +148,15 @@ def test_batch_sorted_errors(cost, message):
 
 @settings(max_examples=200, deadline=None)
 @given(st.sampled_from([np.uint16, np.int32, np.uint32, np.int64]), st.booleans(), st.integers(1, 5000),
-       st.integers(0, 3), st.integers(0, 2), st.integers(0, 2**32))
-def test_take_lengths(dtype, with_tgt, n, splen, tplen, seed):
+       st.integers(0, 3), st.integers(0, 2), st.integers(0, 2**32), st.integers(1, 5))
+def test_take_lengths(dtype, with_tgt, n, splen, tplen, seed, threads):
     rng = np.random.default_rng(seed)
     src, tgt = (rng.integers(0, 300, n).astype(dtype) for _ in range(2))
     rows = rng.integers(0, n, int(rng.integers(0, 3000)))
     got = np.zeros((len(rows), 3), np.int64)
     pairs = got[:, :2].view(np.int32)
-    assert plan_kernel.take_lengths(src, tgt if with_tgt else None, rows, splen, tplen, pairs)
+    with plan_threads(threads):
+        assert plan_kernel.take_lengths(src, tgt if with_tgt else None, rows, splen, tplen, pairs)
     want = np.zeros_like(got)
     want[:, :2].view(np.int32)[:, 2] = src[rows].astype(np.int64) + splen
     if with_tgt:
@@ -169,10 +188,11 @@ def test_take_lengths_strided_sizes():
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(0, 4000), st.sampled_from([3, 40, 300, 600, 1100, 65_535, 70_000]), st.booleans(),
-       st.integers(1, 6), st.booleans(), st.integers(0, 2**32))
-@example(1, 3, True, 1, False, 0)
-@example(3000, 1100, True, 3, True, 1)  # (cost, src) over 18 bits: the caller orders them (None)
-def test_sorted_rows(n, top, with_tgt, spans, filtered, seed):
+       st.integers(1, 6), st.booleans(), st.integers(0, 2**32), st.integers(1, 5))
+@example(1, 3, True, 1, False, 0, 1)
+@example(3000, 1100, True, 3, True, 1, 1)  # (cost, src) over 18 bits: the caller orders them (None)
+@example(4000, 300, True, 4, True, 2, 3)  # costs shared out among three threads
+def test_sorted_rows(n, top, with_tgt, spans, filtered, seed, threads):
     """The planner's rows written in length order = the rows built, ordered by length_order, and moved."""
     rng = np.random.default_rng(seed)
     lens = rng.integers(0, top + 1, (n, 2)).astype(np.int32)
@@ -184,7 +204,8 @@ def test_sorted_rows(n, top, with_tgt, spans, filtered, seed):
     keep = np.flatnonzero(rng.random(n) < 0.8) if filtered else None
     sel = np.arange(n) if keep is None else keep
     rkey = batching.random_key(np.random.default_rng([seed, 7]), len(sel))
-    got = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs)
+    with plan_threads(threads):  # scatter and per-cost sorts in parallel: the same rows
+        got = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs)
     m = np.zeros((n, 3), np.int64)
     m[:, 0] = np.repeat(pairs, np.diff(ends, prepend=0))
     m[:, :2].view(np.int32)[:, 2:] = lens
@@ -218,9 +239,10 @@ def test_take_lengths_into_two_columns():
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 3000), st.floats(0.05, 4.0)), min_size=1, max_size=6),
-       st.integers(0, 2**32))
-@example([(1, 1.0)], 0)  # one row: the trivial permutation
-def test_stratified_span_rows(corpora, seed):
+       st.integers(0, 2**32), st.integers(1, 4))
+@example([(1, 1.0)], 0, 1)  # one row: the trivial permutation
+@example([(3000, 2.0), (500, 0.5)], 3, 3)  # runs cut between threads
+def test_stratified_span_rows(corpora, seed, threads):
     """Runs of consecutive positions (a window's slice of each direction) = the same positions spelled out."""
     draws = [mixing.StratifiedDraw(n, max(1, int(n * f)), (seed, "mix", 1, i)) for i, (n, f) in enumerate(corpora)]
     rng = np.random.default_rng(seed)
@@ -229,7 +251,8 @@ def test_stratified_span_rows(corpora, seed):
         d = int(rng.integers(0, len(draws)))
         lo = int(rng.integers(0, draws[d].count))
         spans.append((d, lo, int(rng.integers(0, draws[d].count - lo + 1))))
-    got, want = both(mixing.stratified_span_rows, draws, spans)
+    with plan_threads(threads):
+        got, want = both(mixing.stratified_span_rows, draws, spans)
     np.testing.assert_array_equal(got, want)
     which = np.repeat([d for d, _, _ in spans], [c for _, _, c in spans])
     pos = np.concatenate([np.arange(lo, lo + c) for _, lo, c in spans])
