@@ -32,24 +32,15 @@ def lengths(n: int, seed: int = 0):
 
 
 # ------------------------------------------------------------------------------------------------- 1. plan
-def bench_plan(n: int, max_tokens: int = 16384, mult: int = 8, window: int = 1_000_000, workdir: str | None = None) -> str:
+def bench_plan(n: int, max_tokens: int = 16384, mult: int = 8, window: int = 1_000_000, workdir: str | None = None,
+               rounds: int = 3) -> str:
+    """Every planner once per round, rounds interleaved (this machine's speed drifts), medians printed."""
     from loader.batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
 
     src, tgt = lengths(n)
-    rows = []
-    t = time.perf_counter()
-    order = fairseq_ordered_indices(src, tgt, seed=1)
-    t_order = time.perf_counter() - t
-    rows.append(["fairseq ordering (permutation + 2 stable sorts)", f"{t_order:.2f} s", "1.00x"])
     cost = np.maximum(src, tgt)
-    t = time.perf_counter()
-    fs_batches = fairseq_batch_by_size(order, cost, max_tokens, None, mult)
-    t_fs_batch = time.perf_counter() - t
-    rows.append([f"fairseq batch_by_size, our pure-Python port ({len(fs_batches):,} batches)", f"{t_fs_batch:.2f} s",
-                 "(fairseq's Cython: ~0.19 s, not run here)"])
 
-    def ours(win: int) -> tuple[float, int]:
-        t = time.perf_counter()
+    def ours(win: int) -> int:
         nb = 0
         step = win or n
         for s in range(0, n, step):
@@ -59,21 +50,45 @@ def bench_plan(n: int, max_tokens: int = 16384, mult: int = 8, window: int = 1_0
             ends = batch_sorted(np.maximum(ws, wt)[o], max_tokens, None, mult)
             served = rng.permutation(len(ends))  # batch order (block shuffle is a permutation of the same size)
             nb += len(served)
-        return time.perf_counter() - t, nb
+        return nb
 
-    for label, win in ((f"babelfeed, windows of {window:,}", window), ("babelfeed, one global window", 0)):
-        dt, nb = ours(win)
-        rows.append([f"{label} (order + batches, {nb:,} batches)", f"{dt:.2f} s", f"{t_order / dt:.1f}x faster"])
+    runs = {"order": lambda: fairseq_ordered_indices(src, tgt, seed=1), "ours-win": lambda: ours(window),
+            "ours-global": lambda: ours(0)}
     if workdir:
-        for label, win in ((f"windows of {window:,}", window), ("one global window", 0)):
-            dt, nb = full_planner(workdir, n, max_tokens, mult, win)
-            rows.append([f"babelfeed EpochPlanner, whole epoch from a data_bin, {label} (draws + length lookups + "
-                         f"order + batches, {nb:,} batches)", f"{dt:.2f} s", f"{dt / t_order:.2f}x of its time"])
-    return table(f"plan one epoch of {n:,} sentences (max_tokens {max_tokens}, multiple {mult})", rows,
+        runs["planner-win"] = lambda: full_planner(workdir, n, max_tokens, mult, window)
+        runs["planner-global"] = lambda: full_planner(workdir, n, max_tokens, mult, 0)
+        full_planner(workdir, n, max_tokens, mult, window)  # builds the data_bin and stamps it, untimed
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    counts: dict[str, int] = {}
+    for _ in range(rounds):
+        for name, fn in runs.items():
+            t = time.perf_counter()
+            out = fn()
+            times[name].append(time.perf_counter() - t)
+            counts[name] = out if isinstance(out, int) else len(out)
+            del out
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    span = lambda k: f"{med[k]:.2f} s ({min(times[k]):.2f}-{max(times[k]):.2f})"  # noqa: E731
+    t_order = med["order"]
+    rows = [["fairseq ordering (permutation + 2 stable sorts)", span("order"), "1.00x"]]
+    t = time.perf_counter()
+    fs_batches = fairseq_batch_by_size(fairseq_ordered_indices(src, tgt, seed=1), cost, max_tokens, None, mult)
+    rows.append([f"fairseq batch_by_size, our pure-Python port ({len(fs_batches):,} batches, once)",
+                 f"{time.perf_counter() - t:.2f} s", "(fairseq's Cython: ~0.19 s, not run here)"])
+    for key, label in (("ours-win", f"windows of {window:,}"), ("ours-global", "one global window")):
+        rows.append([f"babelfeed, {label} (order + batches, {counts[key]:,} batches)", span(key),
+                     f"{t_order / med[key]:.1f}x faster"])
+    for key, label in (("planner-win", f"windows of {window:,}"), ("planner-global", "one global window")):
+        if key in med:
+            rows.append([f"babelfeed EpochPlanner, whole epoch from a data_bin, {label} (open + draws + length "
+                         f"lookups + order + batches, {counts[key]:,} batches)", span(key),
+                         f"{med[key] / t_order:.2f}x of its time"])
+    return table(f"plan one epoch of {n:,} sentences (max_tokens {max_tokens}, multiple {mult}); median (min-max) "
+                 f"of {rounds} interleaved rounds, {os.cpu_count()} cores", rows,
                  ["planner", "time", "vs fairseq ordering"])
 
 
-def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) -> tuple[float, int]:
+def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) -> int:
     """The real planner over a data_bin whose one direction is the storage benchmark's n-sentence index."""
     import loader
     from bench_storage import build_index
@@ -95,12 +110,10 @@ def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) 
     d.add_language_tokens(["xx", "yy"])
     d.save(os.path.join(root, "dict.txt"))
     corpus = loader.ShardedCorpus(root)
-    t = time.perf_counter()
     sources = SourceSet(corpus, d, "train", ["xx-yy"])
     planner = EpochPlanner(sources, PlanOptions(max_tokens=max_tokens, multiple=mult, window=window,
                                                 max_source_positions=300, max_target_positions=300))
-    nb = planner.num_batches(1)
-    return time.perf_counter() - t, nb
+    return planner.num_batches(1)
 
 
 # ------------------------------------------------------------------------------------------------- 2. 1B
