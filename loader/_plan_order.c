@@ -261,6 +261,54 @@ static void *scatter_costs(void *arg) {
 }
 
 #define ROW_MASK ((1ULL << 48) - 1)
+/* Entries [lo, hi) written out as the planner's rows (three uint64 each, over the same memory), from the last:
+ * row g covers the bytes of entries g and above only. */
+typedef struct {
+    uint64_t *o;
+    const entry_t *v;
+    const int64_t *se, *sp;
+    int64_t S, lo, hi;
+} expand_job_t;
+
+static void *expand_rows(void *arg) {
+    const expand_job_t *job = arg;
+    for (int64_t g = job->hi - 1; g >= job->lo; g--) {
+        const entry_t e = job->v[g];
+        const int64_t i = (int64_t)(e.key & 0xFFFFFFFFU);
+        int64_t a = 0, z = job->S - 1; /* the first span ending after i */
+        while (a < z) {
+            int64_t h = (a + z) >> 1;
+            if (job->se[h] > i)
+                z = h;
+            else
+                a = h + 1;
+        }
+        uint64_t *r = job->o + 3 * g;
+        r[0] = (uint64_t)job->sp[a];
+        r[1] = (e.rs >> 48) | ((e.key >> 48) << 32);
+        r[2] = e.rs & ROW_MASK;
+    }
+    return NULL;
+}
+
+/* All n entries written out as rows, in chunks from the top: chunk [g1, g2) with g2 <= 1.5 g1 lands at bytes
+ * 24 g1 and up, above every entry not yet read (below 16 g2), so its rows are written by ``threads`` threads at
+ * once; the last small chunk by one. */
+static void expand_all(uint64_t *o, const entry_t *v, const int64_t *se, const int64_t *sp, int64_t S, int64_t n,
+                       int threads) {
+    threads = threads < 1 ? 1 : threads > 16 ? 16 : threads;
+    expand_job_t jobs[16];
+    int64_t g2 = n;
+    while (g2 > 0) {
+        const int64_t g1 = threads > 1 && g2 >= 4096 ? g2 - g2 / 3 : 0; /* g2 - g2/3 >= 2 g2 / 3 */
+        const int k = g1 ? threads : 1;
+        for (int t = 0; t < k; t++)
+            jobs[t] = (expand_job_t){o, v, se, sp, S, g1 + (g2 - g1) * t / k, g1 + (g2 - g1) * (t + 1) / k};
+        run_jobs(expand_rows, (char *)jobs, sizeof(expand_job_t), k);
+        g2 = g1;
+    }
+}
+
 PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
     Py_buffer lens, keep = {0}, rkey, rows, ends, pairs, out;
     PyObject *keep_obj;
@@ -346,25 +394,8 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     run_jobs(scatter_costs, (char *)jobs, sizeof(scatter_job_t), parts);
     sorted = sort_all_costs(v, at, nc, ns, big, has_t, threads); /* at[c] is now the end of cost c */
-    for (int64_t c = nc - 1; sorted == 0 && c >= 0; c--) {
-        const int64_t lo = c ? at[c - 1] : 0;
-        for (int64_t k = at[c] - lo - 1; k >= 0; k--) { /* from the last: row k overwrites entries >= k only */
-            const entry_t e = v[lo + k];
-            const int64_t i = (int64_t)(e.key & 0xFFFFFFFFU);
-            int64_t a = 0, z = S - 1; /* the first span ending after i */
-            while (a < z) {
-                int64_t h = (a + z) >> 1;
-                if (se[h] > i)
-                    z = h;
-                else
-                    a = h + 1;
-            }
-            uint64_t *r = o + 3 * (lo + k);
-            r[0] = (uint64_t)sp[a];
-            r[1] = (e.rs >> 48) | ((e.key >> 48) << 32);
-            r[2] = e.rs & ROW_MASK;
-        }
-    }
+    if (sorted == 0)
+        expand_all(o, v, se, sp, S, n, threads);
     Py_END_ALLOW_THREADS
     if (sorted < 0) {
         PyErr_NoMemory();

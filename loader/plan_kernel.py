@@ -27,9 +27,11 @@ PARALLEL_MIN = 1 << 18  # elements per thread, at least: below it one thread ans
 def threads() -> int:
     """Threads for the kernel's pure per-element passes (draws, length lookups) over big windows:
     ``BABELFEED_PLAN_THREADS``, else the cores this process may use, at most 4."""
-    env = os.environ.get("BABELFEED_PLAN_THREADS")
+    env = os.environ.get("BABELFEED_PLAN_THREADS", "").strip()
     if env:
-        return max(1, int(env))
+        if not env.isdigit() or int(env) < 1:
+            raise ValueError(f"BABELFEED_PLAN_THREADS={env!r}: expected a whole number of threads, 1 or more")
+        return min(int(env), 16)  # the kernel's limit
     try:
         return max(1, min(4, len(os.sched_getaffinity(0))))
     except AttributeError:

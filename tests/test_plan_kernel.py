@@ -288,3 +288,33 @@ def test_sorted_rows_declines_rows_it_cannot_carry():
     assert plan_kernel.sorted_rows(*args, np.array([2**48, 1]), *spans) is None
     got = plan_kernel.sorted_rows(*args, np.array([2**48 - 1, 1]), *spans)
     np.testing.assert_array_equal(got[:, 2], [2**48 - 1, 1])
+
+
+@pytest.mark.parametrize("threads", [2, 3, 4])
+def test_sorted_rows_in_threads_equal_one_thread(threads):
+    """Windows big enough for every parallel pass (scatter parts, per-cost sorts, rows written out in chunks
+    from the top): the same rows as one thread, with and without a target, filtered or not, several spans."""
+    rng = np.random.default_rng(threads)
+    n = 60_000
+    lens = rng.integers(1, 300, (n, 2)).astype(np.int32)
+    rows = rng.integers(0, 2**40, n)
+    ends = np.array([7_000, 31_000, n], np.int64)
+    pairs = rng.integers(0, 2**31, (3, 2)).astype(np.int32).view(np.int64).reshape(-1)
+    for with_tgt in (True, False):
+        for keep in (None, np.flatnonzero(rng.random(n) < 0.7)):
+            rkey = batching.random_key(np.random.default_rng(5), n if keep is None else len(keep))
+            with plan_threads(1):
+                one = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs)
+            with plan_threads(threads):
+                many = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs)
+            assert one is not None and one.shape == many.shape
+            np.testing.assert_array_equal(many, one)
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
+def test_a_bad_thread_count_is_refused_naming_the_variable(value, monkeypatch):
+    monkeypatch.setenv("BABELFEED_PLAN_THREADS", value)
+    with pytest.raises(ValueError, match="BABELFEED_PLAN_THREADS"):
+        plan_kernel.threads()
+    monkeypatch.setenv("BABELFEED_PLAN_THREADS", "64")
+    assert plan_kernel.threads() == 16
