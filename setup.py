@@ -8,7 +8,7 @@ every multiply and subtract as Megatron does, never fused.
 from setuptools import Extension, setup
 
 setup(ext_modules=[
-    Extension("loader._gather", ["loader/_gather.c"], optional=True, extra_compile_args=["-O3", "-ffp-contract=off"]),
-    Extension("loader._plan", ["loader/_plan.c", "loader/_plan_rows.c", "loader/_plan_order.c"], depends=["loader/_plan.h"], optional=True,
+    Extension("babelfeed._gather", ["loader/_gather.c"], optional=True, extra_compile_args=["-O3", "-ffp-contract=off"]),
+    Extension("babelfeed._plan", ["loader/_plan.c", "loader/_plan_rows.c", "loader/_plan_order.c"], depends=["loader/_plan.h"], optional=True,
               extra_compile_args=["-O3"]),
 ])

@@ -1,4 +1,4 @@
-"""Framework glue (torch, jax, grain), installed as ``loader.adapters``.
+"""Framework glue (torch, jax, grain), installed as ``babelfeed.adapters``.
 
 Each adapter module imports its framework itself; importing this package imports none of them.
 """

@@ -1,6 +1,6 @@
 """grain adapter: the pipeline as a grain dataset, so grain's worker processes do the gathering.
 
-    ds = loader.adapters.grain.batch_dataset(config, epoch=1, rank=r, world_size=w, num_workers=2)  # MT or LM config
+    ds = babelfeed.adapters.grain.batch_dataset(config, epoch=1, rank=r, world_size=w, num_workers=2)  # MT or LM config
     it = iter(ds)
     for batch in it: ...
     state = it.get_state()          # grain's checkpoint; it.set_state(state) (or orbax's
@@ -22,7 +22,7 @@ round-robin reads put them back in order. The state is the next batch's index (p
 * grain's default 16 read threads made cheap reads ~12x slower on a 2-core machine: ``num_threads=0`` unless
   asked otherwise;
 * grain sends every array through a shared-memory segment of its own (~0.7 ms each here): with workers, a
-  batch crosses as one block (``loader.transfer``) and is a plain dict again after ``mp_prefetch``.
+  batch crosses as one block (``babelfeed.transfer``) and is a plain dict again after ``mp_prefetch``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import threading
 
 import grain
 
-from loader import transfer
+from babelfeed import transfer
 
 
 class BatchSource:
@@ -41,7 +41,7 @@ class BatchSource:
     def __init__(self, config, epoch: int = 1, rank: int = 0, world_size: int = 1, split: str | None = None,
                  packed: bool = False):
         self.config, self.epoch, self.rank, self.world_size, self.split = config, epoch, rank, world_size, split
-        self.packed = packed  # one block per batch (loader.transfer), for the trip out of a worker process
+        self.packed = packed  # one block per batch (babelfeed.transfer), for the trip out of a worker process
         self._iterator = None
         self._len = None
         # grain's read threads call one source at once: an iterator plans windows lazily and is not thread-safe,
@@ -50,7 +50,7 @@ class BatchSource:
 
     def _it(self):
         if self._iterator is None:  # opened lazily, in the process that reads
-            from loader.build import build_iterator
+            from babelfeed.build import build_iterator
 
             self._iterator = build_iterator(self.config, rank=self.rank, world_size=self.world_size,
                                             epoch=self.epoch, split=self.split)

@@ -1,7 +1,7 @@
 """JAX adapter: each host's numpy rows -> global ``jax.Array``s sharded over a Mesh, prefetched to the devices.
 
     mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(-1, 2), ("data", "model"))
-    batches = loader.adapters.jax.global_batches(config, mesh, data_axes=("data",), prefetch=2)
+    batches = babelfeed.adapters.jax.global_batches(config, mesh, data_axes=("data",), prefetch=2)
     # config: a translation config (configs/tpu_static.py) or a language-model one (configs/lm_packing.py)
     for batch in batches:                      # dict of jax.Array, batch dimension sharded over "data"
         state = train_step(state, batch)
@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from loader.prefetch import Prefetcher
+from babelfeed.prefetch import Prefetcher
 
 
 def data_sharding(mesh: Mesh, data_axes=None) -> NamedSharding:
@@ -99,8 +99,8 @@ def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch:
     single-process ones whatever the mesh's device order. Translation batches get masked rows (weight 0) up to a
     multiple of the data-axis devices, so every batch shards; an LM ``global_batch`` must be such a multiple.
     """
-    from loader.build import build_iterator
-    from loader.iterator import LoaderIterator
+    from babelfeed.build import build_iterator
+    from babelfeed.iterator import LoaderIterator
 
     if isinstance(config, LoaderIterator):
         iterator = config

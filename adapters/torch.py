@@ -1,11 +1,11 @@
 """PyTorch adapter: batches as torch tensors, copied to the GPU ahead of time, and a DataLoader path.
 
-    batches = loader.adapters.torch.TorchBatches(loader.build_train_iterator(config, rank, world), prefetch=2)
+    batches = babelfeed.adapters.torch.TorchBatches(babelfeed.build_train_iterator(config, rank, world), prefetch=2)
     for batch in batches:            # tensors on cuda (pinned host memory, non_blocking copies on a side stream)
         loss = model(**batch["net_input"]) ...
     state = batches.get_state()
 
-    dataset = loader.adapters.torch.BatchDataset(config)       # rank/world from torch.distributed if initialised;
+    dataset = babelfeed.adapters.torch.BatchDataset(config)       # rank/world from torch.distributed if initialised;
                                                                # a translation or an LM config
     dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=4, pin_memory=True)
     for batch in dl: ...
@@ -23,8 +23,8 @@ import time
 import numpy as np
 import torch
 
-from loader import transfer
-from loader.prefetch import Prefetcher
+from babelfeed import transfer
+from babelfeed.prefetch import Prefetcher
 
 
 def to_torch(batch, device=None, non_blocking: bool = True, pin: bool = False, stream=None):
@@ -131,7 +131,7 @@ class _InRing:
 def _fence_function():
     """A memory barrier for the ring's sequence numbers: the kernel's, or none needed on x86 (stores are seen in
     order); None where neither holds, and the ring is not used."""
-    from loader.gather import KERNEL
+    from babelfeed.gather import KERNEL
 
     if KERNEL is not None and hasattr(KERNEL, "fence"):
         return KERNEL.fence
@@ -190,7 +190,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
     """One epoch of this rank's batches for a DataLoader with ``batch_size=None`` and any ``num_workers``.
 
     Any config: translation (``build_train_iterator``) or language model (``LMIterator``), through
-    ``loader.build_iterator``. Worker w of N takes this rank's batches k with ``k % N == w``, gathering them by
+    ``babelfeed.build_iterator``. Worker w of N takes this rank's batches k with ``k % N == w``, gathering them by
     random access (``batch_at``); the DataLoader hands out the workers' batches in turn, so the batches arrive in
     exactly the order the iterator serves them in-process, whatever N. ``state_dict(k)`` /
     ``BatchDataset(config, state=...)`` resumes after this rank's k-th batch, with any number of workers.
@@ -228,7 +228,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return info.id, info.num_workers
 
     def _iterator(self):
-        from loader.build import build_iterator
+        from babelfeed.build import build_iterator
 
         return build_iterator(self.config, rank=self.rank, world_size=self.world_size, epoch=self.epoch,
                               split=self.split)

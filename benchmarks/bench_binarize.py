@@ -23,11 +23,11 @@ from common import table  # noqa: E402
 def baseline(raw_dir: str, out_dir: str, model: str) -> tuple[int, float]:
     import sentencepiece as spm
 
-    import loader
-    from loader.rawtext import discover
+    import babelfeed
+    from babelfeed.rawtext import discover
 
     sp = spm.SentencePieceProcessor(model_file=model)
-    d = loader.Dictionary()
+    d = babelfeed.Dictionary()
     for i in range(sp.get_piece_size()):
         if not (sp.is_control(i) or sp.is_unknown(i)):
             d.add_symbol(sp.id_to_piece(i))
@@ -37,7 +37,7 @@ def baseline(raw_dir: str, out_dir: str, model: str) -> tuple[int, float]:
     t = time.perf_counter()
     for inp in inputs:
         for lang, path in zip(inp.langs, inp.paths):
-            b = loader.IndexedDatasetBuilder(os.path.join(out_dir, f"{inp.split}.{inp.key}.{lang}"), np.uint16,
+            b = babelfeed.IndexedDatasetBuilder(os.path.join(out_dir, f"{inp.split}.{inp.key}.{lang}"), np.uint16,
                                              format="fairseq")
             with open(path, encoding="utf-8", errors="replace") as f:
                 for line in f:
@@ -49,7 +49,7 @@ def baseline(raw_dir: str, out_dir: str, model: str) -> tuple[int, float]:
 
 
 def ours(raw_dir: str, out_dir: str, model: str, workers: int) -> tuple[int, float, float]:
-    from loader.binarize import BinarizeOptions, binarize
+    from babelfeed.binarize import BinarizeOptions, binarize
 
     shutil.rmtree(out_dir, ignore_errors=True)
     t = time.perf_counter()
@@ -65,8 +65,8 @@ def main(argv=None) -> str:
     p.add_argument("--scale", type=float, default=10.0, help="demo corpus scale (1.0 = 43.8k lines)")
     p.add_argument("--workdir", default=os.path.join("build", "bench"))
     a = p.parse_args(argv)
-    from loader.binarize import BinarizeOptions, binarize
-    from loader.demo import build_corpus
+    from babelfeed.binarize import BinarizeOptions, binarize
+    from babelfeed.demo import build_corpus
 
     raw = os.path.join(a.workdir, f"raw-{a.scale}")
     build_corpus(raw, scale=a.scale)

@@ -23,8 +23,8 @@ def main(argv=None) -> str:
         text = "# cuda: no CUDA device here; run on a GPU machine (the torch adapter's CPU path is tested instead)"
         print(text)
         return text
-    import loader
-    from loader.adapters.torch import TorchBatches
+    import babelfeed
+    from babelfeed.adapters.torch import TorchBatches
 
     p = argparse.ArgumentParser()
     p.add_argument("--batches", type=int, default=300)
@@ -32,7 +32,7 @@ def main(argv=None) -> str:
     a = p.parse_args(argv)
     cfg = collate_bin_config(a.workdir)
     host = []
-    for b in loader.build_train_iterator(cfg):
+    for b in babelfeed.build_train_iterator(cfg):
         host.append(b)
         if len(host) >= a.batches:
             break

@@ -79,8 +79,8 @@ def main(argv=None) -> str:
 
 
 def workers(a) -> str:
-    import loader
-    from loader.adapters import grain as grain_adapter
+    import babelfeed
+    from babelfeed.adapters import grain as grain_adapter
 
     cfg = collate_bin_config(a.workdir)
 
@@ -100,7 +100,7 @@ def workers(a) -> str:
             it.close()  # stops grain's workers and frees their shared memory
         return rate, first
 
-    it = loader.build_train_iterator(cfg)  # plans window 0 at its first batch, as batch_dataset does
+    it = babelfeed.build_train_iterator(cfg)  # plans window 0 at its first batch, as batch_dataset does
     base, first = timed(it)
     rows = [["plain iterator, this process (baseline)", f"{base:,.1f}", "1.00x", f"{first * 1e3:,.0f} ms"]]
     for workers, threads in ((0, 0), (0, 16), (1, 0), (2, 0)):

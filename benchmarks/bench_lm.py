@@ -21,7 +21,7 @@ from common import table  # noqa: E402
 
 def build_data(root: str, tokens_per_dataset: int = 20_000_000) -> str:
     """Two Megatron-format datasets (web, books) of documents made of log-normal sentences (uint16)."""
-    import loader
+    import babelfeed
 
     os.makedirs(root, exist_ok=True)
     for i, name in enumerate(("web", "books")):
@@ -29,7 +29,7 @@ def build_data(root: str, tokens_per_dataset: int = 20_000_000) -> str:
         if os.path.exists(prefix + ".idx"):
             continue
         rng = np.random.default_rng(10 + i)
-        with loader.IndexedDatasetBuilder(prefix, np.uint16, format="megatron") as b:
+        with babelfeed.IndexedDatasetBuilder(prefix, np.uint16, format="megatron") as b:
             written = 0
             while written < tokens_per_dataset:
                 k = int(rng.integers(1, 9))
@@ -102,7 +102,7 @@ def main(argv=None) -> str:
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--global-batch", type=int, default=64)
     a = p.parse_args(argv)
-    from loader.lm import LMIterator
+    from babelfeed.lm import LMIterator
 
     try:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})

@@ -32,16 +32,16 @@ root, nofile, baseline = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 if nofile:
     resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
 import numpy as np
-import loader
+import babelfeed
 
-cfg = loader.load_config(os.path.join(sys.argv[4], "configs", "nllb_like.py"))
+cfg = babelfeed.load_config(os.path.join(sys.argv[4], "configs", "nllb_like.py"))
 cfg.data.path = root
 cfg.mixing.temperature = 1.0
 cfg.batching.max_tokens = 16384
 cfg.filter.max_source_positions = cfg.filter.max_target_positions = 256
 anon0, file0 = rss_mb("RssAnon"), rss_mb("RssFile")
 t0 = time.perf_counter()
-it = loader.build_train_iterator(cfg)
+it = babelfeed.build_train_iterator(cfg)
 first = next(it)
 t_first = time.perf_counter() - t0
 anon1, file1 = rss_mb("RssAnon"), rss_mb("RssFile")
@@ -62,7 +62,7 @@ t_epoch2 = time.perf_counter() - t0
 out = {"directions": len(it.planner.keys), "first_s": t_first, "anon_mb": anon1 - anon0, "file_mb": file1 - file0,
        "end_anon_mb": rss_mb("RssAnon") - anon0, "batches": n, "tokens": tokens, "epoch_s": t_epoch,
        "tokens2": tokens2, "epoch2_s": t_epoch2, "written": written, "open_files": len(os.listdir("/proc/self/fd")),
-       "kernel": __import__("loader.gather").gather.KERNEL is not None}
+       "kernel": __import__("babelfeed.gather").gather.KERNEL is not None}
 
 if baseline:  # the same rows, one sample at a time, as a plain numpy loop would gather them
     planner, collater = it.planner, it.collater

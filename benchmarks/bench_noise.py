@@ -19,7 +19,7 @@ FULL = ("token_drop:rate=0.1;local_reorder:k=3;insert_tokens:rate=0.05,low=4,hig
 
 
 def main(argv=None) -> str:
-    import loader
+    import babelfeed
 
     p = argparse.ArgumentParser()
     p.add_argument("--batches", type=int, default=300)
@@ -30,7 +30,7 @@ def main(argv=None) -> str:
                          ("full noise: drop, reorder, insert, replace, infill", FULL)):
         cfg = collate_bin_config(a.workdir)
         cfg.data.noise = noise
-        it = loader.build_train_iterator(cfg)
+        it = babelfeed.build_train_iterator(cfg)
         len(it)  # plan first: time the gather, collate and noise only
         n = tokens = 0
         t = time.perf_counter()

@@ -35,7 +35,7 @@ def lengths(n: int, seed: int = 0):
 def bench_plan(n: int, max_tokens: int = 16384, mult: int = 8, window: int = 1_000_000, workdir: str | None = None,
                rounds: int = 3) -> str:
     """Every planner once per round, rounds interleaved (this machine's speed drifts), medians printed."""
-    from loader.batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
+    from babelfeed.batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
 
     src, tgt = lengths(n)
     cost = np.maximum(src, tgt)
@@ -90,10 +90,10 @@ def bench_plan(n: int, max_tokens: int = 16384, mult: int = 8, window: int = 1_0
 
 def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) -> int:
     """The real planner over a data_bin whose one direction is the storage benchmark's n-sentence index."""
-    import loader
+    import babelfeed
     from bench_storage import build_index
-    from loader.plan import EpochPlanner, PlanOptions
-    from loader.sources import SourceSet
+    from babelfeed.plan import EpochPlanner, PlanOptions
+    from babelfeed.sources import SourceSet
 
     prefix = os.path.abspath(os.path.join(workdir, f"idx{n}"))
     if not os.path.exists(prefix + ".idx"):
@@ -106,10 +106,10 @@ def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) 
             link = os.path.join(shard, f"train.xx-yy.{lang}{ext}")
             if not os.path.exists(link):
                 os.symlink(prefix + ext, link)
-    d = loader.Dictionary()
+    d = babelfeed.Dictionary()
     d.add_language_tokens(["xx", "yy"])
     d.save(os.path.join(root, "dict.txt"))
-    corpus = loader.ShardedCorpus(root)
+    corpus = babelfeed.ShardedCorpus(root)
     sources = SourceSet(corpus, d, "train", ["xx-yy"])
     planner = EpochPlanner(sources, PlanOptions(max_tokens=max_tokens, multiple=mult, window=window,
                                                 max_source_positions=300, max_target_positions=300))
@@ -121,8 +121,8 @@ BILLION_CHILD = RSS_SNIPPET + """
 import json, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[1])
-from loader.plan import EpochPlanner, PlanOptions
-from loader.sources import Direction
+from babelfeed.plan import EpochPlanner, PlanOptions
+from babelfeed.sources import Direction
 
 class SimulatedComponent:
     # Lengths are a hash of the row: a billion-row corpus that takes no memory and no disk.
@@ -237,15 +237,15 @@ def _per_sample_items(comps, dirs, rows, xp=np):
 
 
 def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300) -> str:
-    import loader
-    from loader import gather
-    from loader.collate import CollateOptions, Collater
-    from loader.sources import SourceSet
+    import babelfeed
+    from babelfeed import gather
+    from babelfeed.collate import CollateOptions, Collater
+    from babelfeed.sources import SourceSet
 
     root = os.path.join(workdir, "collate_bin")
     if not os.path.exists(os.path.join(root, "dict.txt")):
         os.makedirs(os.path.join(root, "shard000"), exist_ok=True)
-        d = loader.Dictionary()
+        d = babelfeed.Dictionary()
         for i in range(32000):
             d.add_symbol(f"p{i}")
         d.add_language_tokens(["xx", "yy", "zz"])
@@ -254,14 +254,14 @@ def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300
         for key in ("xx-yy", "xx-zz"):
             src_len, tgt_len = lengths(n_sentences // 2, seed=hash(key) % 1000)
             for lang, lens in zip(key.split("-"), (src_len, tgt_len)):
-                b = loader.IndexedDatasetBuilder(os.path.join(root, "shard000", f"train.{key}.{lang}"), np.uint16,
+                b = babelfeed.IndexedDatasetBuilder(os.path.join(root, "shard000", f"train.{key}.{lang}"), np.uint16,
                                                  format="fairseq")
                 b.add_items(rng.integers(4, 32000, int(lens.sum()), dtype=np.uint16), lens)
                 b.finalize()
-    corpus = loader.ShardedCorpus(root)
+    corpus = babelfeed.ShardedCorpus(root)
     dictionary = corpus.dictionary()
     sources = SourceSet(corpus, dictionary, "train", ["xx-yy", "xx-zz"])
-    from loader.plan import EpochPlanner, PlanOptions
+    from babelfeed.plan import EpochPlanner, PlanOptions
 
     planner = EpochPlanner(sources, PlanOptions(max_tokens=16384, window=0, max_source_positions=300,
                                                 max_target_positions=300))
@@ -360,7 +360,7 @@ def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300
 def bench_balance(n: int = 2_000_000, max_tokens: int = 16384) -> str:
     """Per-step and per-epoch load across ranks, for three loads of a batch: real tokens, padded tokens
     (B x longest, both sides) and attention cost (B x longest^2, both sides: what makes a step slow)."""
-    from loader.batching import batch_sorted, length_order
+    from babelfeed.batching import batch_sorted, length_order
 
     src, tgt = lengths(n, seed=3)
     rng = np.random.default_rng(5)

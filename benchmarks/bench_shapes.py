@@ -1,10 +1,10 @@
 """Static shapes and packing: padding efficiency of each way to cut waste, measured in the same run.
 
 On an NLLB-like lognormal(3.2, 0.7) length mixture clipped to [2, 256]:
-* K static lengths: optimal edges (loader.plan_shapes) against fairseq's percentile edges (get_buckets),
+* K static lengths: optimal edges (babelfeed.plan_shapes) against fairseq's percentile edges (get_buckets),
   Lhotse's equal-token-mass edges and pad-to-max; and fairseq's unconstrained dynamic batching (every batch its
   own shape) for contrast.
-* Encoder-decoder pairs: free (source, target) boxes (loader.plan_shapes) against the previous planner's buckets
+* Encoder-decoder pairs: free (source, target) boxes (babelfeed.plan_shapes) against the previous planner's buckets
   of max(src, tgt) (method="max"), measured in the same run, on correlated lognormal pairs and on a mix of
   directions with different target/source length ratios; planning and assignment time for 20M lengths, 1-D
   and 2-D (``--only timing``: just those rows, median of 3 interleaved runs).
@@ -27,9 +27,9 @@ from common import table  # noqa: E402
 
 
 def main(argv=None) -> str:
-    from loader.batching import batch_sorted
-    from loader.packing import pack, pack_pairs
-    from loader.shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
+    from babelfeed.batching import batch_sorted
+    from babelfeed.packing import pack, pack_pairs
+    from babelfeed.shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
 
     p = argparse.ArgumentParser()
     p.add_argument("--samples", type=int, default=1_000_000)
@@ -111,7 +111,7 @@ def _pairs(rng, n: int, ratios) -> np.ndarray:
 
 def pair_boxes(samples: int, timing_samples: int) -> str:
     """(source, target) boxes against buckets of max(src, tgt), and planning time on many lengths."""
-    from loader.shapes import plan_shapes
+    from babelfeed.shapes import plan_shapes
 
     rng = np.random.default_rng(1)
     data = {"correlated (ratio 1)": _pairs(rng, samples, [1.0]),
@@ -140,7 +140,7 @@ def pair_boxes(samples: int, timing_samples: int) -> str:
 
 def planning_time(rng, timing_samples: int, repeats: int = 3) -> str:
     """plan_shapes and bucket on many lengths (2 directions, ratios 1 and 1.8), K=8: medians of interleaved runs."""
-    from loader.shapes import plan_shapes
+    from babelfeed.shapes import plan_shapes
 
     big = _pairs(rng, timing_samples, [1.0, 1.8])
     cases = (("1-D lengths", np.ascontiguousarray(big[:, 0])), ("pairs, boxes", big))

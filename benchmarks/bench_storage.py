@@ -30,12 +30,12 @@ import json, mmap, os, sys, tempfile, time, numpy as np
 prefix, how, cache = sys.argv[1], sys.argv[2], sys.argv[3]
 # "first": the full check with no stamp (a cache folder of its own); the others find the stamp left in `cache`
 os.environ["BABELFEED_CACHE_DIR"] = tempfile.mkdtemp() if how == "first" else cache
-import loader
-from loader.storage import stamps
+import babelfeed
+from babelfeed.storage import stamps
 
 def open_once():
     if how in ("first", "stamped", "quick"):
-        ds = loader.IndexedDataset(prefix, verify="quick" if how == "quick" else "full")
+        ds = babelfeed.IndexedDataset(prefix, verify="quick" if how == "quick" else "full")
         return len(ds), int(ds.sizes[0])
     if how == "raw-memmap":  # np.memmap of the .idx and its header read, nothing else
         m = np.memmap(prefix + ".idx", dtype=np.uint8, mode="r")
@@ -70,12 +70,12 @@ print(json.dumps(out))
 
 
 def build_index(prefix: str, n: int, seed: int = 0) -> float:
-    import loader
+    import babelfeed
 
     rng = np.random.default_rng(seed)
     lengths = np.clip(rng.lognormal(3.2, 0.7, n), 2, 256).astype(np.int64)
     t = time.perf_counter()
-    b = loader.IndexedDatasetBuilder(prefix, np.uint16, format="fairseq")
+    b = babelfeed.IndexedDatasetBuilder(prefix, np.uint16, format="fairseq")
     step = 1 << 22
     for s in range(0, n, step):
         part = lengths[s : s + step]
@@ -85,9 +85,9 @@ def build_index(prefix: str, n: int, seed: int = 0) -> float:
 
 
 def reads(prefix: str, count: int, seed: int = 1) -> list[list]:
-    import loader
+    import babelfeed
 
-    ds = loader.IndexedDataset(prefix, verify="quick")
+    ds = babelfeed.IndexedDataset(prefix, verify="quick")
     rng = np.random.default_rng(seed)
     idx = rng.integers(0, len(ds), count).tolist()
     mm = np.memmap(prefix + ".bin", dtype=ds.dtype, mode="r")
@@ -129,7 +129,7 @@ def _timed(fn) -> float:
 
 
 def main(argv=None) -> str:
-    import loader
+    import babelfeed
 
     p = argparse.ArgumentParser()
     p.add_argument("--sentences", type=int, default=20_000_000)
@@ -148,7 +148,7 @@ def main(argv=None) -> str:
     cache = os.path.join(a.workdir, "stamps")
     saved_env = os.environ.get("BABELFEED_CACHE_DIR")
     os.environ["BABELFEED_CACHE_DIR"] = cache
-    loader.IndexedDataset(prefix)  # the stamp every "stamped" open finds (the files are older than 2 s)
+    babelfeed.IndexedDataset(prefix)  # the stamp every "stamped" open finds (the files are older than 2 s)
     if saved_env is None:
         del os.environ["BABELFEED_CACHE_DIR"]
     else:

@@ -22,10 +22,10 @@ _SAMPLER = None
 
 def _init(model, dict_path):
     global _SAMPLER
-    import loader
-    from loader.subword import SubwordSampler
+    import babelfeed
+    from babelfeed.subword import SubwordSampler
 
-    _SAMPLER = SubwordSampler(model, loader.Dictionary.load(dict_path), alpha=0.1, seed=1)
+    _SAMPLER = SubwordSampler(model, babelfeed.Dictionary.load(dict_path), alpha=0.1, seed=1)
 
 
 def _work(chunk):
@@ -38,8 +38,8 @@ def _work(chunk):
 def main(argv=None) -> str:
     import numpy as np
 
-    import loader
-    from loader.subword import RawText, SubwordSampler
+    import babelfeed
+    from babelfeed.subword import RawText, SubwordSampler
 
     p = argparse.ArgumentParser()
     p.add_argument("--sentences", type=int, default=40000)
@@ -49,8 +49,8 @@ def main(argv=None) -> str:
     data = os.path.join(a.workdir, "subword")
     model, dict_path = os.path.join(data, "bin", "spm.model"), os.path.join(data, "bin", "dict.txt")
     if not os.path.exists(model):
-        from loader.binarize import BinarizeOptions, binarize
-        from loader.demo import build_corpus
+        from babelfeed.binarize import BinarizeOptions, binarize
+        from babelfeed.demo import build_corpus
 
         build_corpus(os.path.join(data, "raw"), scale=0.5)
         binarize(BinarizeOptions(input_dir=os.path.join(data, "raw"), output_dir=os.path.join(data, "bin"),
@@ -58,7 +58,7 @@ def main(argv=None) -> str:
     text = RawText(os.path.join(data, "raw", "eng_Latn-deu_Latn.eng_Latn"))
     n = min(a.sentences, len(text))
     lines = text.lines(np.arange(n))
-    sampler = SubwordSampler(model, loader.Dictionary.load(dict_path), alpha=0.1, seed=1)
+    sampler = SubwordSampler(model, babelfeed.Dictionary.load(dict_path), alpha=0.1, seed=1)
     rows = []
     t = time.perf_counter()
     sampler.deterministic(lines)
@@ -89,10 +89,10 @@ def _tokens(batch) -> int:
 
 
 def _pipeline_config(data: str, raw: bool):
-    import loader
-    from loader.config import task
+    import babelfeed
+    from babelfeed.config import task
 
-    cfg = loader.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+    cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                                           "nllb_like.py"))
     cfg.data.path = os.path.join(data, "bin")
     cfg.data.shards = "all"
@@ -107,7 +107,7 @@ def _pipeline_config(data: str, raw: bool):
 def pipeline(data: str, epochs: int) -> str:
     """Real tokens/s of whole training batches: binarized data in this process (baseline), raw text with
     SentencePiece sampling in this process, and through a torch DataLoader with 1 and 2 worker processes."""
-    import loader
+    import babelfeed
 
     rows = []
 
@@ -126,13 +126,13 @@ def pipeline(data: str, epochs: int) -> str:
 
     def in_process(raw):
         cfg = _pipeline_config(data, raw)
-        return lambda e: loader.build_train_iterator(cfg, epoch=e)
+        return lambda e: babelfeed.build_train_iterator(cfg, epoch=e)
 
     base = timed(in_process(False), "binarized, this process (baseline)")
     timed(in_process(True), "raw text + sampling, this process", base)
     try:
         import torch
-        from loader.adapters.torch import BatchDataset
+        from babelfeed.adapters.torch import BatchDataset
     except ImportError:
         rows.append(["raw text + sampling, DataLoader workers", "torch not installed", "-"])
     else:

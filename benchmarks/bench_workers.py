@@ -21,11 +21,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def mt_config(workdir: str):
-    import loader
+    import babelfeed
     import many_data
 
     root = many_data.build(os.path.join(workdir, "many", "4"), 4)
-    cfg = loader.load_config(os.path.join(REPO, "configs", "nllb_like.py"))
+    cfg = babelfeed.load_config(os.path.join(REPO, "configs", "nllb_like.py"))
     cfg.data.path = root
     cfg.mixing.temperature = 1.0
     cfg.batching.max_tokens = 16384
@@ -35,10 +35,10 @@ def mt_config(workdir: str):
 
 def lm_config(workdir: str, batches: int):
     import bench_lm
-    import loader
+    import babelfeed
 
     root = bench_lm.build_data(os.path.join(workdir, "lm"))
-    cfg = loader.load_config(os.path.join(REPO, "configs", "lm_packing.py"))
+    cfg = babelfeed.load_config(os.path.join(REPO, "configs", "lm_packing.py"))
     cfg.data_path = f"0.6 {root}/web 0.4 {root}/books"
     cfg.seq_len, cfg.global_batch, cfg.num_samples = 2048, 64, 64 * batches
     cfg.split, cfg.mode, cfg.cache_dir = "100,0,0", "pack", os.path.join(root, "cache")
@@ -62,7 +62,7 @@ def rate(batches, skip: int, count: int) -> float:
 def torch_rate(cfg, workers: int, skip: int, count: int) -> float:
     import torch
 
-    from loader.adapters.torch import BatchDataset
+    from babelfeed.adapters.torch import BatchDataset
 
     dl = torch.utils.data.DataLoader(BatchDataset(cfg), batch_size=None, num_workers=workers,
                                      multiprocessing_context="fork" if workers else None, prefetch_factor=4 if workers else None)
@@ -70,7 +70,7 @@ def torch_rate(cfg, workers: int, skip: int, count: int) -> float:
 
 
 def grain_rate(cfg, workers: int, skip: int, count: int) -> float:
-    from loader.adapters import grain as grain_adapter
+    from babelfeed.adapters import grain as grain_adapter
 
     return rate(grain_adapter.batch_dataset(cfg, num_workers=workers, per_worker_buffer_size=4), skip, count)
 

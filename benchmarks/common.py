@@ -50,14 +50,14 @@ def table(title: str, rows: list[list], heads: list[str]) -> str:
 
 def collate_bin_config(workdir: str, max_tokens: int = 16384):
     """configs/nllb_like.py pointed at the collate benchmark's data_bin (built on first use)."""
-    import loader
+    import babelfeed
 
     root = os.path.join(workdir, "collate_bin")
     if not os.path.exists(os.path.join(root, "dict.txt")):
         import bench_pipeline
 
         bench_pipeline.bench_collate(workdir)
-    cfg = loader.load_config(os.path.join(REPO, "configs", "nllb_like.py"))
+    cfg = babelfeed.load_config(os.path.join(REPO, "configs", "nllb_like.py"))
     cfg.data.path = root
     cfg.batching.max_tokens = max_tokens
     cfg.filter.max_source_positions = cfg.filter.max_target_positions = 300

@@ -8,7 +8,7 @@ The same sentence pairs (one direction, ``n`` pairs, lognormal(3.2, 0.7) lengths
   (language token + sentence, padded to 128: source left-padded, target right-padded, prev_output_tokens with
   </s> moved to the front, as fairseq collates), ``.batch(64, drop_remainder=True)``, read through
   ``to_iter_dataset`` with ``num_threads=0`` (its best setting on 2 cores) or grain's default 16 threads;
-* babelfeed: ``loader.adapters.grain.batch_dataset(config, num_workers=0)`` with one static shape 128 x 128
+* babelfeed: ``babelfeed.adapters.grain.batch_dataset(config, num_workers=0)`` with one static shape 128 x 128
   (``batching.shapes``) and ``max_tokens`` 8192, so every batch is [64, 128] (the last batch of a window is
   completed with masked rows, ``weight`` 0).
 
@@ -34,7 +34,7 @@ def build(root: str, n: int, log=print) -> str:
     """A data_bin of n (xx, yy) pairs, written chunk by chunk in fairseq's layout (cached)."""
     if os.path.exists(os.path.join(root, "dict.txt")):
         return root
-    import loader
+    import babelfeed
 
     log(f"writing {n:,} sentence pairs to {root} ...")
     shard = os.path.join(root, "shard000")
@@ -54,20 +54,20 @@ def build(root: str, n: int, log=print) -> str:
         with open(prefix + ".idx", "wb") as f:
             f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", 8) + struct.pack("<Q", n))
             f.write(lens.tobytes() + ptr.tobytes())
-    d = loader.Dictionary()
+    d = babelfeed.Dictionary()
     for i in range(VOCAB - 4):
         d.add_symbol(f"p{i}")
     d.add_language_tokens(["xx", "yy"])
     d.save(os.path.join(root, "dict.txt"))
-    it = loader.build_train_iterator(config(root))  # the first open checks every pointer and stamps the files
+    it = babelfeed.build_train_iterator(config(root))  # the first open checks every pointer and stamps the files
     next(it)
     return root
 
 
 def config(root: str):
-    import loader
+    import babelfeed
 
-    cfg = loader.load_config(os.path.join(os.path.dirname(HERE), "configs", "nllb_like.py"))
+    cfg = babelfeed.load_config(os.path.join(os.path.dirname(HERE), "configs", "nllb_like.py"))
     cfg.data.path = root
     cfg.batching.shapes = f"{WIDTH}x{WIDTH}"
     cfg.batching.max_tokens = ROWS * WIDTH  # 64 rows of 128
@@ -136,9 +136,9 @@ def pad_pair_transform(src_lang: int, tgt_lang: int, pad: int = 1, eos: int = 2)
 def grain_dataset(root: str, threads: int):
     import grain
 
-    import loader
+    import babelfeed
 
-    d = loader.Dictionary.load(os.path.join(root, "dict.txt"))
+    d = babelfeed.Dictionary.load(os.path.join(root, "dict.txt"))
     ds = (grain.MapDataset.source(PairSource(root)).shuffle(seed=1)
           .map(pad_pair_transform(d.index("__xx__"), d.index("__yy__"), d.pad(), d.eos()))
           .batch(ROWS, drop_remainder=True))
@@ -151,8 +151,8 @@ def child(kind: str, root: str, batches: int) -> dict:
     batches/s over the next ``batches`` batches, and the first batch's leaves (key, dtype, shape)."""
     import json
 
-    import loader
-    from loader.adapters import grain as grain_adapter
+    import babelfeed
+    from babelfeed.adapters import grain as grain_adapter
 
     import grain  # noqa: F401  (imported before the clock starts, as the adapter is)
 
@@ -161,7 +161,7 @@ def child(kind: str, root: str, batches: int) -> dict:
     if kind == "adapter":
         ds = grain_adapter.batch_dataset(cfg, num_workers=0)
     elif kind == "plain":
-        ds = loader.build_train_iterator(cfg)
+        ds = babelfeed.build_train_iterator(cfg)
     else:
         ds = grain_dataset(root, threads={"grain": 0, "grain16": -1}[kind])
     it = iter(ds)

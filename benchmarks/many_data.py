@@ -60,7 +60,7 @@ def build(root: str, k: int, total: int = TOTAL, shards: int = 1, log=print) -> 
     done = os.path.join(root, "dict.txt")
     if os.path.exists(done):
         return root
-    from loader import Dictionary
+    from babelfeed import Dictionary
 
     log(f"writing {total:,} sentence pairs in {k:,} directions x {shards} shard(s) to {root} ...")
     src_len, tgt_len = lengths(total)

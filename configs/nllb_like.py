@@ -1,6 +1,6 @@
 """An NLLB-style multilingual training setup: every direction of a data_bin, temperature 5, shard cycling.
 
-    it = loader.build_train_iterator(loader.load_config("configs/nllb_like.py"), rank=0, world_size=8)
+    it = babelfeed.build_train_iterator(babelfeed.load_config("configs/nllb_like.py"), rank=0, world_size=8)
 """
 
 import ml_collections
@@ -55,7 +55,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.mixing.schedule.mode = "step"  # "step" | "linear"
 
     # Tasks group corpora that get the same treatment (prefix, transforms, weight); empty: every direction and
-    # monolingual language above is a task of its own. Entries are loader.config.task(...) (see its docstring):
+    # monolingual language above is a task of its own. Entries are babelfeed.config.task(...) (see its docstring):
     #   c.tasks.mt = task(corpora="eng_Latn-deu_Latn,eng_Latn-fra_Latn", weight=1.0)
     #   c.tasks.bt = task(corpora="eng_Latn-deu_Latn", weight=0.3, source_prefix="__bt__ __{src}__")
     #   c.tasks.dae = task(corpora="swh_Latn", kind="denoise", transforms="span_mask:ratio=0.3,mask_id=<unk>")

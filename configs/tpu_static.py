@@ -1,6 +1,6 @@
 """Static shapes for XLA (TPU/GPU with jax.jit): every batch takes one of 8 shapes, split by rows over hosts.
 
-    batches = loader.adapters.jax.global_batches(loader.load_config("configs/tpu_static.py"), mesh)
+    batches = babelfeed.adapters.jax.global_batches(babelfeed.load_config("configs/tpu_static.py"), mesh)
 """
 
 import importlib.util

@@ -1,7 +1,7 @@
 """babelfeed: a numpy data loader core for many-corpus sequence training.
 
 The core imports numpy (and sentencepiece / ml_collections where needed) only; torch, jax, flax and grain
-live in ``loader.adapters``.
+live in ``babelfeed.adapters``.
 """
 
 from .errors import (

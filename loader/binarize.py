@@ -1,6 +1,6 @@
 """``babelfeed binarize``: raw text -> SentencePiece -> a sharded data_bin of ``.idx``/``.bin`` files.
 
-Output (Open-NLLB's layout, readable by fairseq and by :class:`loader.ShardedCorpus`)::
+Output (Open-NLLB's layout, readable by fairseq and by :class:`babelfeed.ShardedCorpus`)::
 
     DATA_BIN/dict.txt                                 fairseq dictionary, language tokens __xx__ last
     DATA_BIN/spm.model                                the SentencePiece model used

@@ -2,7 +2,7 @@
 
 Samples are split into length bins, each bin has its own batch size, bins are drawn in proportion to their
 size, and every sample of a bin is seen before the bin reshuffles. The bins are a shape plan
-(:mod:`loader.shapes`): seed 004's quarters of the maximum length (``bins="quarters"``: edges L/4, L/2, 3L/4, L),
+(:mod:`babelfeed.shapes`): seed 004's quarters of the maximum length (``bins="quarters"``: edges L/4, L/2, 3L/4, L),
 or the padding-optimal K edges (``bins=K``); a bin's batch size is the token budget over its edge, so every
 batch of a bin has the same padded size.
 
@@ -12,10 +12,10 @@ count is not a multiple of W the list wraps around (the first batches are repeat
 DistributedSampler pads, so every rank takes the same number of steps.
 
     sampler = LengthBinSampler(lengths, max_tokens=8192, bins=8, seed=0)
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=pad_collate)
+    dl = torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=pad_collate)
     for epoch in range(3):
         sampler.set_epoch(epoch)
-        for step, batch in enumerate(loader, 1):
+        for step, batch in enumerate(dl, 1):
             ...
             state = sampler.state_dict(step)   # the batches received so far, whatever num_workers
     # resume: sampler.load_state_dict(state) on a fresh sampler, then iterate the DataLoader again

@@ -257,7 +257,7 @@ def is_lm_config(config) -> bool:
 
 
 def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, split: str | None = None):
-    """The training iterator of any config: :class:`~loader.lm.LMIterator` for a language-model config, else
+    """The training iterator of any config: :class:`~babelfeed.lm.LMIterator` for a language-model config, else
     :func:`build_train_iterator`. ``split=None`` takes the iterator's own default: ``"batches"`` for translation
     (a whole batch per rank), ``"rows"`` for LM (every global batch split into rows per rank).
 
@@ -294,7 +294,7 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
     """The training iterator of ``config`` for one rank (raises ValueError on invalid settings).
 
     ``split="batches"``: one whole batch per rank and step (torch DDP). ``split="rows"``: every rank takes its
-    rows of each global batch (JAX global arrays; see ``loader.adapters.jax``)."""
+    rows of each global batch (JAX global arrays; see ``babelfeed.adapters.jax``)."""
     check_rank(rank, world_size)
     sources, dictionary, opts = train_sources(config, world_size, split)
     planner = EpochPlanner(sources, opts)

@@ -158,7 +158,7 @@ class Collater:
     # ------------------------------------------------------------------------------------ padded batches
     def __call__(self, s, weight=None, pad_to_length: dict | None = None, sort: bool | None = None,
                  epoch: int = 1) -> dict:
-        """``s``: the batch's planned :class:`~loader.plan.Samples` (stream, component, row, lengths, addresses)."""
+        """``s``: the batch's planned :class:`~babelfeed.plan.Samples` (stream, component, row, lengths, addresses)."""
         o = self.opts
         comp, local = s.comp.astype(np.int64), s.local
         ids = self.ids(comp, local)

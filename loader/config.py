@@ -10,11 +10,34 @@ import os
 import ml_collections
 
 
+def shipped_configs() -> dict[str, str]:
+    """The configs that come with babelfeed (``babelfeed.configs``): name -> file."""
+    from importlib import resources
+
+    root = resources.files("babelfeed.configs")
+    return {p.name[:-3]: str(p) for p in root.iterdir() if p.name.endswith(".py") and not p.name.startswith("_")}
+
+
+def config_path(name_or_path) -> str:
+    """The file of a config: ``name_or_path`` itself where it exists, else the shipped config it names
+    (``nllb_like``, ``nllb_like.py`` or ``configs/nllb_like.py``, so the README's commands work outside the
+    checkout too)."""
+    path = os.fspath(name_or_path)
+    if os.path.exists(path):
+        return path
+    shipped = shipped_configs()
+    head, tail = os.path.split(path)
+    stem = tail[:-3] if tail.endswith(".py") else tail
+    if os.path.normpath(head or ".") in (".", "configs") and stem in shipped:
+        return shipped[stem]
+    raise FileNotFoundError(2, f"config file not found, and not the name of a shipped config "
+                               f"({', '.join(sorted(shipped))})", path)
+
+
 def load_config(path) -> ml_collections.ConfigDict:
-    """Import ``path`` and return its ``get_config()``, locked so a misspelt key raises instead of being added."""
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(2, "config file not found", path)
+    """Import a config file (or a shipped config by name: ``load_config("nllb_like")``) and return its
+    ``get_config()``, locked so a misspelt key raises instead of being added."""
+    path = config_path(path)
     spec = importlib.util.spec_from_file_location(f"babelfeed_config_{abs(hash(path))}", path)
     if spec is None or spec.loader is None:
         raise ValueError(f"{path}: not a Python config file (a .py file defining get_config())")

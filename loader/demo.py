@@ -178,7 +178,7 @@ def build_corpus(raw_dir: str, scale: float = 1.0, seed: int = 1234) -> dict:
     return written
 
 
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo.py")
+DEFAULT_CONFIG = "demo"  # the shipped configs/demo.py
 
 
 def run_demo(config=None, workdir: str | None = None, scale: float | None = None, workers: int | None = None,
@@ -225,12 +225,10 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
     steps = config.model.steps if train_steps is None else train_steps
     if steps <= 0:
         return 0
-    # the model trains on static shapes: smaller batches for the CPU, int32 tokens for JAX
-    config.train.batching.max_tokens = config.model.max_tokens
-    config.train.batching.num_shapes = config.model.num_shapes
-    config.train.collate.dtype = "int32"
     example = _example(trainer)
-    print(f"== 5/5 {trainer} training, {steps} steps ({os.path.relpath(example.__file__)})")
+    shapes = f", {config.model.num_shapes} static shapes (one compilation each)" if trainer == "flax" else ""
+    print(f"== 5/5 {trainer} training, {steps} steps ({os.path.relpath(example.__file__)}): batches of "
+          f"max_tokens {config.model.max_tokens}{shapes}, so padding differs from step 4")
     sys.stdout.flush()
     example.train(config, steps, log=lambda m: (print("   " + m), sys.stdout.flush()))
     return 0

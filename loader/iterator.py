@@ -19,8 +19,8 @@ An iterator serves one rank's batches (dicts of numpy arrays) and is fully descr
 Global batches never depend on the world size, so a job resumes elastically on another number of ranks.
 An iterator plans its windows lazily and is not thread-safe: call it from one thread at a time (the grain
 adapter's source serialises grain's read threads).
-:class:`~loader.batches.BatchIterator` (translation, ``build_train_iterator``) and
-:class:`~loader.lm.LMIterator` (language modelling) implement it; ``loader.build_iterator(config, ...)`` builds
+:class:`~babelfeed.batches.BatchIterator` (translation, ``build_train_iterator``) and
+:class:`~babelfeed.lm.LMIterator` (language modelling) implement it; ``babelfeed.build_iterator(config, ...)`` builds
 either from its config, and the JAX, torch and grain adapters take any of them.
 """
 

@@ -15,7 +15,7 @@ A dataset's split is read as its sequences, shuffled anew every epoch, and cut i
 Samples of an epoch are served in a keyed pseudorandom order. :meth:`LMSource.pieces` turns any set of
 (epoch, sample) pairs into pieces in one vectorised pass, checking that every record it reads lies inside the
 ``.bin``; the gather then copies every piece of a batch at once (``gather.scatter``). The per-epoch arrays (sequence order, sample index, pack plan) are cached by
-:class:`~loader.blending.IndexCache` under names derived from everything they depend on.
+:class:`~babelfeed.blending.IndexCache` under names derived from everything they depend on.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ each window's *mark* (sample offset in the epoch, every stream's position, globa
 its weights come from) follows from planning the one before it. With a ``step`` schedule a window that would run
 past a boundary is re-planned, cut where the boundary falls, so the next window starts on the new weights.
 
-:class:`StreamPlanning` is a part of :class:`~loader.plan.EpochPlanner`; it uses the planner's ``setup``,
+:class:`StreamPlanning` is a part of :class:`~babelfeed.plan.EpochPlanner`; it uses the planner's ``setup``,
 ``window``, ``probabilities`` and ``_plan_window``.
 """
 

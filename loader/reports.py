@@ -6,7 +6,7 @@ import numpy as np
 
 
 class Reports:
-    """Part of :class:`~loader.batches.BatchIterator` (uses its planner, epoch, served counts and position)."""
+    """Part of :class:`~babelfeed.batches.BatchIterator` (uses its planner, epoch, served counts and position)."""
 
     def update(self) -> float:
         """Stream sampler: the optimizer update the next batch belongs to, as the mixing schedule counts it

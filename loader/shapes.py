@@ -15,7 +15,7 @@ batch size, rounded down to the multiple, enters the cost. Lengths are histogram
   This is the optimum over every plan of at most K shapes whose widths are observed lengths (tested against
   brute force). It is compared in ``benchmarks/`` with fairseq's percentile edges (``get_buckets``) and Lhotse's
   equal-token-mass edges.
-* Pairs: boxes over the 2-D (source, target) histogram (:mod:`loader.shape_boxes`), a local search started from
+* Pairs: boxes over the 2-D (source, target) histogram (:mod:`babelfeed.shape_boxes`), a local search started from
   the previous planner's answer (the same programme on ``max(src, tgt)``, ``method="max"``), so it never pads
   more than that plan; (short source, long target) and (long source, short target) get boxes of their own.
 """

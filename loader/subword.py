@@ -6,7 +6,7 @@ probabilities ~ ``P^alpha``, so "unreasonable" can come out as "un + reasonable"
 next time. Each choice is a pure function of (seed, epoch, sample id) through babelfeed's own counter-based
 randomness, so a resumed run, and any worker process, sees the same segmentations and every epoch sees new
 ones. It costs tens of microseconds per sentence: heavy enough to run in worker processes
-(``loader.adapters.grain`` or a torch DataLoader) rather than in the training loop. ``SampledText`` serves a raw
+(``babelfeed.adapters.grain`` or a torch DataLoader) rather than in the training loop. ``SampledText`` serves a raw
 text file to the planner (length bounds) and the collate (segmentations within those bounds).
 """
 

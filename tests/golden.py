@@ -73,14 +73,14 @@ def raw_lines(lang: str, n: int, salt: int) -> list[str]:
 
 
 def make_golden_data(root) -> None:
-    import loader
+    import babelfeed
     import sentencepiece as spm
     from helpers import write_tntidx
 
     root = os.fspath(root)
     os.makedirs(root, exist_ok=True)
     sp = spm.SentencePieceProcessor(model_file=SPM)
-    d = loader.Dictionary()
+    d = babelfeed.Dictionary()
     for i in range(sp.get_piece_size()):
         if not (sp.is_control(i) or sp.is_unknown(i)):
             d.add_symbol(sp.id_to_piece(i))
@@ -99,7 +99,7 @@ def make_golden_data(root) -> None:
                 for side, lang in enumerate(key.split("-")):
                     salt = 1000 * di + 100 * shard + 10 * side + (5 if split == "valid" else 0)
                     lens = _lengths(n, salt)
-                    with loader.IndexedDatasetBuilder(os.path.join(folder, f"{split}.{key}.{lang}"), dtype,
+                    with babelfeed.IndexedDatasetBuilder(os.path.join(folder, f"{split}.{key}.{lang}"), dtype,
                                                       format=fmt) as b:
                         b.add_items(_tokens(lens, salt, low, high).astype(dtype), lens)
                         b.finalize()
@@ -149,19 +149,19 @@ def _epochs(it, n: int) -> list:
 
 
 def _train(root, epochs=1, rank=0, world=1, split="batches", tasks=None, **overrides):
-    import loader
+    import babelfeed
 
     cfg = _cfg(root, **overrides)
     if tasks:
         with cfg.unlocked():
             for name, t in tasks.items():
                 cfg.tasks[name] = t
-    it = loader.build_train_iterator(cfg, rank=rank, world_size=world, split=split)
+    it = babelfeed.build_train_iterator(cfg, rank=rank, world_size=world, split=split)
     return _epochs(it, epochs), it.get_state()
 
 
 def _lm(root, mode, rank=0, world=1, **kw):
-    from loader.lm import LMIterator
+    from babelfeed.lm import LMIterator
 
     # the shuffles are keyed by the dataset paths as given: relative ones keep the digests independent of root
     here = os.getcwd()
@@ -176,11 +176,11 @@ def _lm(root, mode, rank=0, world=1, **kw):
 
 
 def make_lm_data(root) -> None:
-    import loader
+    import babelfeed
 
     os.makedirs(os.path.join(root, "lm"), exist_ok=True)
     for di, (name, n_docs) in enumerate((("web", 40), ("books", 25))):
-        with loader.IndexedDatasetBuilder(os.path.join(root, "lm", name), np.int32, format="megatron") as b:
+        with babelfeed.IndexedDatasetBuilder(os.path.join(root, "lm", name), np.int32, format="megatron") as b:
             for doc in range(n_docs):
                 for s in range(1 + int(_hash(di, doc, 21) % np.uint64(4))):
                     n = int(_lengths(1, 500 + 50 * di + doc * 7 + s)[0])
@@ -191,7 +191,7 @@ def make_lm_data(root) -> None:
 
 def cases(root) -> dict:
     """name -> a function returning (batches, final state)."""
-    from loader.config import task
+    from babelfeed.config import task
 
     noise = "token_drop:rate=0.1;local_reorder:k=3;insert_tokens:rate=0.05,low=10,high=50;" \
             "token_replace:rate=0.05,low=10,high=50;span_mask:ratio=0.3,mask_id=<unk>"
@@ -232,9 +232,9 @@ def cases(root) -> dict:
 
 
 def _valid(root):
-    import loader
+    import babelfeed
 
-    it = loader.build_valid_iterator(_cfg(root, data__monolingual="eee", filter__on_too_long_valid="skip"))
+    it = babelfeed.build_valid_iterator(_cfg(root, data__monolingual="eee", filter__on_too_long_valid="skip"))
     return list(it), it.get_state()
 
 

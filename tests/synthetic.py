@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 
-import loader
+import babelfeed
 
 LANGS = ["aaa", "bbb", "ccc", "ddd"]
 # direction -> sentences per shard
@@ -15,7 +15,7 @@ VOCAB = 300
 def make_data_bin(root, seed=0, valid=True, long_every=0, directions=None, fmt="fairseq"):
     """Tokens of sentence r of direction d in shard s encode (d, s, r) so tests can check what they got."""
     rng = np.random.default_rng(seed)
-    d = loader.Dictionary()
+    d = babelfeed.Dictionary()
     for i in range(VOCAB):
         d.add_symbol(f"w{i}")
     d.add_language_tokens(LANGS + ["bt"])
@@ -33,7 +33,7 @@ def make_data_bin(root, seed=0, valid=True, long_every=0, directions=None, fmt="
                 folder = os.path.join(root, f"shard{shard:03d}")
                 os.makedirs(folder, exist_ok=True)
                 for side, lang in enumerate((src, tgt)):
-                    with loader.IndexedDatasetBuilder(os.path.join(folder, f"{split}.{key}.{lang}"), np.uint16,
+                    with babelfeed.IndexedDatasetBuilder(os.path.join(folder, f"{split}.{key}.{lang}"), np.uint16,
                                                       format=fmt) as b:
                         for r in range(n):
                             length = int(np.clip(rng.lognormal(2.3, 0.6), 1, 60))
@@ -49,7 +49,7 @@ def make_data_bin(root, seed=0, valid=True, long_every=0, directions=None, fmt="
 
 
 def config_for(root, **overrides):
-    cfg = loader.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+    cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                                           "nllb_like.py"))
     cfg.data.path = str(root)
     cfg.batching.max_tokens = 512

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader.batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
+from babelfeed.batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
 
 L = np.array([3, 3, 3, 4, 4, 5, 5, 5, 6, 7, 8, 9, 10, 12, 16, 20])
 

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-import loader
-from loader import binarize as bz
-from loader.binarize import BinarizeOptions, binarize
-from loader.rawtext import BinarizeError
+import babelfeed
+from babelfeed import binarize as bz
+from babelfeed.binarize import BinarizeOptions, binarize
+from babelfeed.rawtext import BinarizeError
 
 WORDS = "the cat sat on a mat and dog ran far away under blue sky with green hat".split()
 
@@ -71,11 +71,11 @@ def read_all(out):
 def test_layout_content_and_report(raw, tmp_path):
     out = tmp_path / "data_bin"
     report = binarize(opts(raw, out), log=quiet)
-    corpus = loader.ShardedCorpus(out)
+    corpus = babelfeed.ShardedCorpus(out)
     assert corpus.splits == ["train", "valid"]
     assert corpus.directions() == ["en-de"] and corpus.monolingual() == ["fr"]
     assert corpus.shard_ids("train", "en-de") == [0, 1] and corpus.shard_ids("valid", "en-de") == [0]
-    d = loader.Dictionary.load(out / "dict.txt")
+    d = babelfeed.Dictionary.load(out / "dict.txt")
     assert list(d.language_tokens) == ["de", "en", "fr"]  # appended last, sorted
     assert max(d.language_tokens.values()) == len(d) - 1
     sp = spm.SentencePieceProcessor(model_file=str(out / "spm.model"))
@@ -118,7 +118,7 @@ def test_line_count_mismatch_names_both_files(tmp_path):
         binarize(opts(raw, tmp_path / "out"), log=quiet)
     msg = str(info.value)
     assert str(raw / "en-de.en") in msg and "3 lines" in msg and str(raw / "en-de.de") in msg and "has 2" in msg
-    r = subprocess.run([sys.executable, "-m", "loader.cli", "binarize", str(raw), "-o", str(tmp_path / "o"),
+    r = subprocess.run([sys.executable, "-m", "babelfeed.cli", "binarize", str(raw), "-o", str(tmp_path / "o"),
                         "--train-spm", "50"], capture_output=True, text=True)
     assert r.returncode == 2 and "line counts differ" in r.stderr and "Traceback" not in r.stderr
 
@@ -139,7 +139,7 @@ def test_keep_truncate_replace_policies(raw, tmp_path):
     report = binarize(opts(raw, out, empty="keep", overlong="truncate", bad_utf8="replace", shards=1), log=quiet)
     e = [x for x in report["inputs"] if x["key"] == "en-de" and x["split"] == "train"][0]
     assert (e["kept"], e["dropped"], e["truncated"], e["replaced_utf8"]) == (400, 0, 1, 1)
-    src, tgt = loader.ShardedCorpus(out).open_pair("train", "en-de", 0)
+    src, tgt = babelfeed.ShardedCorpus(out).open_pair("train", "en-de", 0)
     assert src[3].tolist() == [2]  # an empty sentence is just </s>
     assert len(src[9]) == 200 and src[9][-1] == 2  # truncated to max_len, </s> kept
     assert int(src.sizes.max()) == 200
@@ -148,24 +148,24 @@ def test_keep_truncate_replace_policies(raw, tmp_path):
 def test_megatron_format_one_document_per_sentence(raw, tmp_path):
     out = tmp_path / "out"
     binarize(opts(raw, out, format="megatron", shards=1), log=quiet)
-    ds = loader.ShardedCorpus(out).open("train", "en-de", "en", 0)
+    ds = babelfeed.ShardedCorpus(out).open("train", "en-de", "en", 0)
     assert ds.format == "megatron" and ds.doc_idx.tolist() == list(range(len(ds) + 1))
 
 
 def test_existing_spm_and_dict(raw, tmp_path):
     binarize(opts(raw, tmp_path / "a"), log=quiet)
-    d = loader.Dictionary.load(tmp_path / "a" / "dict.txt")
+    d = babelfeed.Dictionary.load(tmp_path / "a" / "dict.txt")
     # A user dictionary in another order (as NLLB's is): pieces map through it by string.
-    custom = loader.Dictionary()
+    custom = babelfeed.Dictionary()
     syms = [s for s in d.symbols[d.nspecial:] if not s.startswith("__")]
     for s in reversed(syms):
         custom.add_symbol(s)
     custom.save(tmp_path / "custom.txt")
     binarize(opts(raw, tmp_path / "b", train_spm=None, spm_model=str(tmp_path / "a" / "spm.model"),
                   dict_path=str(tmp_path / "custom.txt")), log=quiet)
-    db = loader.Dictionary.load(tmp_path / "b" / "dict.txt")
-    a_ds = loader.ShardedCorpus(tmp_path / "a").open("train", "en-de", "en", 0)
-    b_ds = loader.ShardedCorpus(tmp_path / "b").open("train", "en-de", "en", 0)
+    db = babelfeed.Dictionary.load(tmp_path / "b" / "dict.txt")
+    a_ds = babelfeed.ShardedCorpus(tmp_path / "a").open("train", "en-de", "en", 0)
+    b_ds = babelfeed.ShardedCorpus(tmp_path / "b").open("train", "en-de", "en", 0)
     for x, y in zip(a_ds, b_ds):
         assert [d[int(t)] for t in x] == [db[int(t)] for t in y]
         assert x.tolist() != y.tolist() or len(x) == 1
@@ -207,8 +207,8 @@ def test_changed_input_redoes_its_shards(raw, tmp_path):
     (raw / "train.fr").write_bytes(b"un\ndeux\n")
     logs = []
     binarize(opts(raw, out, spm_model=str(out / "spm.model"), train_spm=None), log=logs.append)
-    assert len(loader.ShardedCorpus(out).open("train", "fr", shard=0)) + len(
-        loader.ShardedCorpus(out).open("train", "fr", shard=1)) == 2
+    assert len(babelfeed.ShardedCorpus(out).open("train", "fr", shard=0)) + len(
+        babelfeed.ShardedCorpus(out).open("train", "fr", shard=1)) == 2
 
 
 def test_stale_outputs_refused_then_overwritten(raw, tmp_path):
@@ -217,12 +217,12 @@ def test_stale_outputs_refused_then_overwritten(raw, tmp_path):
     with pytest.raises(BinarizeError, match="would not write"):
         binarize(opts(raw, out, shards=1), log=quiet)
     binarize(opts(raw, out, shards=1, overwrite=True), log=quiet)
-    assert loader.ShardedCorpus(out).shards == [0]
+    assert babelfeed.ShardedCorpus(out).shards == [0]
 
 
 KILL_SCRIPT = """
 import sys
-from loader.binarize import BinarizeOptions, binarize
+from babelfeed.binarize import BinarizeOptions, binarize
 binarize(BinarizeOptions(input_dir=sys.argv[1], output_dir=sys.argv[2], spm_model=sys.argv[3], shards=6,
                          workers=1, max_len=200, chunk_lines=50, progress=False), log=lambda m: None)
 """
@@ -247,8 +247,8 @@ def test_sigkill_then_rerun_gives_the_clean_output(tmp_path):
     done = [n for n in os.listdir(records) if n.endswith(".json") and "shard" in n]
     assert 1 <= len(done) < 8  # killed with finished and unfinished shards on disk
     # Whatever the kill interrupted is either complete or invisible.
-    for prefix in (p for p in loader.ShardedCorpus(out, check=False).files):
-        loader.IndexedDataset(prefix.prefix)
+    for prefix in (p for p in babelfeed.ShardedCorpus(out, check=False).files):
+        babelfeed.IndexedDataset(prefix.prefix)
     subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(raw), str(out), str(clean / "spm.model")], check=True)
     assert read_all(out) == read_all(clean)
     assert not [n for d, _, ns in os.walk(out) for n in ns if n.endswith(".partial")]

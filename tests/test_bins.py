@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from loader.bins import LengthBinSampler
+from babelfeed.bins import LengthBinSampler
 
 
 @pytest.fixture
@@ -73,10 +73,10 @@ def test_torch_dataloader_uses_it(lengths):
         return torch.stack([torch.nn.functional.pad(x, (0, width - len(x)), value=-1) for x in items])
 
     sampler = LengthBinSampler(lengths[:600], max_tokens=2048, bins=4, seed=0)
-    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, collate_fn=collate)
-    assert len(loader) == len(sampler)
+    dl = torch.utils.data.DataLoader(data, batch_sampler=sampler, collate_fn=collate)
+    assert len(dl) == len(sampler)
     seen = []
-    for batch in loader:
+    for batch in dl:
         assert batch.numel() <= 2048  # padded to the batch's longest, within its bin's edge
         seen += batch[:, 0].tolist()
     assert sorted(seen) == list(range(600))
@@ -86,7 +86,7 @@ RESUME = r"""
 import json, sys
 import numpy as np
 import torch
-from loader.bins import LengthBinSampler
+from babelfeed.bins import LengthBinSampler
 
 
 def collate(items):

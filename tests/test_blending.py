@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import loader
-from loader.blending import (IndexCache, blending_indices, document_splits, parse_data_path, parse_split,
+import babelfeed
+from babelfeed.blending import (IndexCache, blending_indices, document_splits, parse_data_path, parse_split,
                              split_ranges)
 
 
@@ -68,7 +68,7 @@ def test_split_semantics():
 
 
 def test_document_splits_on_megatron_fixture(fixtures_dir, expected):
-    ds = loader.IndexedDataset(fixtures_dir / "megatron/uint16_docs")
+    ds = babelfeed.IndexedDataset(fixtures_dir / "megatron/uint16_docs")
     doc_idx = expected["datasets"]["megatron/uint16_docs"]["document_indices"]  # 6 documents
     parts = document_splits(ds, "4,1,1")
     assert parts["train"][0] == range(0, 4) and parts["train"][1] == range(0, doc_idx[4])
@@ -123,7 +123,7 @@ def _helpers_cpp_blend(weights, size, megatron=True):
 
 def _both_paths(weights, size, megatron, monkeypatch):
     """[kernel result, kernel result without AVX2 (where the kernel is built), numpy fallback result]."""
-    import loader.blending as blending
+    import babelfeed.blending as blending
 
     out = []
     if blending.KERNEL is not None:
@@ -168,8 +168,8 @@ def test_blend_matches_helpers_cpp_loop_at_1e5(weights, megatron, monkeypatch):
 
 def test_blend_kernel_is_built_here():
     """The compiled blend is present wherever the gather kernel is (it lives in the same extension)."""
-    import loader.blending as blending
-    from loader import gather
+    import babelfeed.blending as blending
+    from babelfeed import gather
 
     assert (blending.KERNEL is None) == (gather.KERNEL is None)
     if gather.KERNEL is not None:
@@ -179,4 +179,4 @@ def test_blend_kernel_is_built_here():
 @pytest.mark.parametrize("weights", [None, 3.0, "ab", [[1, 2]], [1e308, 1e308, 1]])
 def test_weights_that_are_no_blend_are_refused(weights):
     with pytest.raises(ValueError, match="weights"):
-        loader.blending_indices(weights, 6)
+        babelfeed.blending_indices(weights, 6)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import loader
-from loader.storage import builder as builder_mod
+import babelfeed
+from babelfeed.storage import builder as builder_mod
 
 INT_DTYPES = {
     "fairseq": [np.uint8, np.int8, np.int16, np.int32, np.int64, np.uint16, np.uint32, np.uint64],
@@ -42,7 +42,7 @@ def test_round_trip(tmp_path_factory, corpus, vectorised):
     fmt, dtype, docs = corpus
     prefix = tmp_path_factory.mktemp("rt") / "ds"
     seqs = [s for d in docs for s in d]
-    with loader.IndexedDatasetBuilder(prefix, dtype, format=fmt) as b:
+    with babelfeed.IndexedDatasetBuilder(prefix, dtype, format=fmt) as b:
         for d in docs:
             if vectorised:
                 flat = np.array([t for s in d for t in s], dtype=np.int64) if d else np.zeros(0, np.int64)
@@ -53,7 +53,7 @@ def test_round_trip(tmp_path_factory, corpus, vectorised):
             b.end_document()
         b.finalize()
     for verify in ("full", "quick"):
-        ds = loader.IndexedDataset(prefix, verify=verify)
+        ds = babelfeed.IndexedDataset(prefix, verify=verify)
         assert ds.format == fmt and ds.dtype == dtype and len(ds) == len(seqs)
         assert [s.tolist() for s in ds] == seqs
         assert ds.num_tokens == sum(map(len, seqs))
@@ -64,21 +64,21 @@ def test_round_trip(tmp_path_factory, corpus, vectorised):
 
 
 def test_open_document_is_closed_at_finalize(tmp_path):
-    with loader.IndexedDatasetBuilder(tmp_path / "d", np.uint16, format="megatron") as b:
+    with babelfeed.IndexedDatasetBuilder(tmp_path / "d", np.uint16, format="megatron") as b:
         b.add_item([1, 2])
         b.end_document()
         b.add_item([3])
         b.finalize()
-    assert loader.IndexedDataset(tmp_path / "d").doc_idx.tolist() == [0, 1, 2]
+    assert babelfeed.IndexedDataset(tmp_path / "d").doc_idx.tolist() == [0, 1, 2]
 
 
 def test_multimodal_modes(tmp_path):
-    with loader.IndexedDatasetBuilder(tmp_path / "m", np.int32, format="megatron", multimodal=True) as b:
+    with babelfeed.IndexedDatasetBuilder(tmp_path / "m", np.int32, format="megatron", multimodal=True) as b:
         b.add_item([1, 2], mode=0)
         b.add_item([3], mode=1)
         b.end_document()
         b.finalize()
-    ds = loader.IndexedDataset(tmp_path / "m")
+    ds = babelfeed.IndexedDataset(tmp_path / "m")
     assert ds.modes.tolist() == [0, 1]
     assert [s.tolist() for s in ds] == [[1, 2], [3]]
 
@@ -87,13 +87,13 @@ def test_multimodal_modes(tmp_path):
     "fmt,dtype", [("megatron", np.uint32), ("megatron", np.uint64), ("fairseq", np.float32), ("fairseq", np.complex64)]
 )
 def test_refuses_dtype_the_format_cannot_hold(tmp_path, fmt, dtype):
-    with pytest.raises(loader.UnsupportedDtypeError, match=np.dtype(dtype).name):
-        loader.IndexedDatasetBuilder(tmp_path / "x", dtype, format=fmt)
+    with pytest.raises(babelfeed.UnsupportedDtypeError, match=np.dtype(dtype).name):
+        babelfeed.IndexedDatasetBuilder(tmp_path / "x", dtype, format=fmt)
     assert os.listdir(tmp_path) == []
 
 
 def test_refuses_values_that_do_not_fit(tmp_path):
-    with loader.IndexedDatasetBuilder(tmp_path / "x", np.uint16, format="fairseq") as b:
+    with babelfeed.IndexedDatasetBuilder(tmp_path / "x", np.uint16, format="fairseq") as b:
         with pytest.raises(ValueError, match="70000 does not fit uint16"):
             b.add_item([1, 70000])
         with pytest.raises(ValueError, match="-1 does not fit uint16"):
@@ -104,42 +104,42 @@ def test_refuses_values_that_do_not_fit(tmp_path):
             b.add_items([1, 2, 3], [1, 1])
         b.add_item([65535])
         b.finalize()
-    assert loader.IndexedDataset(tmp_path / "x")[0].tolist() == [65535]
+    assert babelfeed.IndexedDataset(tmp_path / "x")[0].tolist() == [65535]
 
 
 def test_dtype_for_vocab_thresholds():
-    assert loader.dtype_for_vocab(65499) == np.uint16
-    assert loader.dtype_for_vocab(65500) == np.uint32  # 65500, not 65536, in both libraries
-    assert loader.dtype_for_vocab(256206) == np.uint32  # NLLB
-    assert loader.dtype_for_vocab(256206, "megatron") == np.int32
-    assert loader.dtype_for_vocab(2**32) == np.int64
+    assert babelfeed.dtype_for_vocab(65499) == np.uint16
+    assert babelfeed.dtype_for_vocab(65500) == np.uint32  # 65500, not 65536, in both libraries
+    assert babelfeed.dtype_for_vocab(256206) == np.uint32  # NLLB
+    assert babelfeed.dtype_for_vocab(256206, "megatron") == np.int32
+    assert babelfeed.dtype_for_vocab(2**32) == np.int64
 
 
 def test_add_index_merges_documents(tmp_path):
     for name, docs in (("a", [[[1], [2, 3]], [[4]]]), ("b", [[[5, 6]], [[7], [8]]])):
-        with loader.IndexedDatasetBuilder(tmp_path / name, np.int32, format="megatron") as b:
+        with babelfeed.IndexedDatasetBuilder(tmp_path / name, np.int32, format="megatron") as b:
             for d in docs:
                 for s in d:
                     b.add_item(s)
                 b.end_document()
             b.finalize()
-    with loader.IndexedDatasetBuilder(tmp_path / "ab", np.int32, format="megatron") as b:
+    with babelfeed.IndexedDatasetBuilder(tmp_path / "ab", np.int32, format="megatron") as b:
         b.add_index(tmp_path / "a")
         b.add_index(tmp_path / "b")
         b.finalize()
-    ds = loader.IndexedDataset(tmp_path / "ab")
+    ds = babelfeed.IndexedDataset(tmp_path / "ab")
     assert [s.tolist() for s in ds] == [[1], [2, 3], [4], [5, 6], [7], [8]]
     assert ds.doc_idx.tolist() == [0, 2, 3, 4, 6]
 
 
 # -------------------------------------------------------------------------------------------- atomicity
 def test_abort_and_exception_leave_nothing(tmp_path):
-    b = loader.IndexedDatasetBuilder(tmp_path / "x", np.uint16, format="fairseq")
+    b = babelfeed.IndexedDatasetBuilder(tmp_path / "x", np.uint16, format="fairseq")
     b.add_item([1, 2, 3])
     b.abort()
     assert os.listdir(tmp_path) == []
     with pytest.raises(KeyError):
-        with loader.IndexedDatasetBuilder(tmp_path / "y", np.uint16, format="fairseq") as b:
+        with babelfeed.IndexedDatasetBuilder(tmp_path / "y", np.uint16, format="fairseq") as b:
             b.add_item([1])
             raise KeyError("boom")
     assert os.listdir(tmp_path) == []
@@ -147,15 +147,15 @@ def test_abort_and_exception_leave_nothing(tmp_path):
 
 def test_leaving_with_block_without_finalize_is_an_error(tmp_path):
     with pytest.raises(RuntimeError, match="without finalize"):
-        with loader.IndexedDatasetBuilder(tmp_path / "x", np.uint16, format="fairseq") as b:
+        with babelfeed.IndexedDatasetBuilder(tmp_path / "x", np.uint16, format="fairseq") as b:
             b.add_item([1])
     assert os.listdir(tmp_path) == []
 
 
 KILLED_WRITER = textwrap.dedent(
     """
-    import sys, time, numpy as np, loader
-    b = loader.IndexedDatasetBuilder(sys.argv[1], np.uint16, format=sys.argv[2])
+    import sys, time, numpy as np, babelfeed
+    b = babelfeed.IndexedDatasetBuilder(sys.argv[1], np.uint16, format=sys.argv[2])
     for i in range(2000):
         b.add_item(np.arange(50) % 300)
     b._data.flush()
@@ -177,13 +177,13 @@ def test_killed_writer_leaves_nothing_openable(tmp_path, fmt):
     leftovers = os.listdir(tmp_path)
     assert leftovers and all(name.endswith(".partial") for name in leftovers)
     with pytest.raises(FileNotFoundError):
-        loader.IndexedDataset(prefix)
+        babelfeed.IndexedDataset(prefix)
 
 
 def test_crash_between_renames_leaves_no_index(tmp_path, monkeypatch):
     """Overwriting: the old .idx goes first, so a crash mid-rename never pairs an old index with a new .bin."""
     prefix = tmp_path / "shard"
-    with loader.IndexedDatasetBuilder(prefix, np.uint16, format="fairseq") as b:
+    with babelfeed.IndexedDatasetBuilder(prefix, np.uint16, format="fairseq") as b:
         b.add_item([1, 2, 3])
         b.finalize()
     real_replace = os.replace
@@ -196,9 +196,9 @@ def test_crash_between_renames_leaves_no_index(tmp_path, monkeypatch):
         real_replace(src, dst)
 
     monkeypatch.setattr(builder_mod.os, "replace", failing_replace)
-    b = loader.IndexedDatasetBuilder(prefix, np.uint16, format="fairseq")
+    b = babelfeed.IndexedDatasetBuilder(prefix, np.uint16, format="fairseq")
     b.add_item([4, 5])
     with pytest.raises(OSError, match="simulated"):
         b.finalize()
     with pytest.raises(FileNotFoundError):
-        loader.IndexedDataset(prefix)
+        babelfeed.IndexedDataset(prefix)

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-import loader
-from loader.cli import main
+import babelfeed
+from babelfeed.cli import main
 from synthetic import make_data_bin
 from test_binarize import make_raw
 
@@ -166,11 +166,11 @@ def test_rank_and_world_size_are_checked_first(data, rank, world_size, match):
 
     cfg = config_for(data)
     with pytest.raises(ValueError, match=match):
-        loader.build_train_iterator(cfg, rank=rank, world_size=world_size)
+        babelfeed.build_train_iterator(cfg, rank=rank, world_size=world_size)
     with pytest.raises(ValueError, match=match):
-        loader.build_valid_iterator(cfg, rank=rank, world_size=world_size)
+        babelfeed.build_valid_iterator(cfg, rank=rank, world_size=world_size)
     with pytest.raises(ValueError, match=match):
-        loader.build_iterator(loader.load_config(LM), rank=rank, world_size=world_size)
+        babelfeed.build_iterator(babelfeed.load_config(LM), rank=rank, world_size=world_size)
 
 
 def test_library_builds_refuse_nonsense_config_values(data):
@@ -179,23 +179,23 @@ def test_library_builds_refuse_nonsense_config_values(data):
     for key, value in [("filter.max_source_positions", 0), ("batching.max_tokens", -1), ("mixing.temperature", 0.0)]:
         cfg = config_for(data, **{key.replace(".", "__"): value})
         with pytest.raises(ValueError, match=rf"{key} must .*got {value}"):
-            loader.build_train_iterator(cfg)
+            babelfeed.build_train_iterator(cfg)
 
 
 # ------------------------------------------------------------------------------------ one handler, --debug
 def test_an_unexpected_error_is_one_line_too(data, monkeypatch, capsys):
-    import loader.plan_report
+    import babelfeed.plan_report
 
     def broken(*_a, **_k):
         raise AttributeError("'NoneType' object has no attribute 'shapes'")
 
-    monkeypatch.setattr(loader.plan_report, "plan_report", broken)
+    monkeypatch.setattr(babelfeed.plan_report, "plan_report", broken)
     fails(capsys, ["plan", NLLB, f"--config.data.path={data}"], "internal error", "AttributeError", "--debug",
           status=1)
 
 
 def run_cli(*argv):
-    return subprocess.run([sys.executable, "-m", "loader.cli", *argv], capture_output=True, text=True, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "babelfeed.cli", *argv], capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "BABELFEED_DEBUG": ""})
 
 
@@ -211,7 +211,7 @@ def test_debug_shows_the_traceback(data):
 
 def test_a_closed_pipe_is_not_an_error(data):
     """`babelfeed plan ... | head` printed 'error: [Errno 32] Broken pipe'."""
-    p = subprocess.Popen([sys.executable, "-m", "loader.cli", "plan", NLLB, f"--config.data.path={data}"],
+    p = subprocess.Popen([sys.executable, "-m", "babelfeed.cli", "plan", NLLB, f"--config.data.path={data}"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
     p.stdout.close()  # the reader is gone before the report is printed
     err = p.stderr.read().decode()

@@ -4,14 +4,14 @@ import shutil
 import numpy as np
 import pytest
 
-import loader
-from loader import ShardedCorpus
-from loader.corpus import parse_name
+import babelfeed
+from babelfeed import ShardedCorpus
+from babelfeed.corpus import parse_name
 
 
 def write(prefix, seqs, fmt="fairseq"):
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
-    with loader.IndexedDatasetBuilder(prefix, np.uint16, format=fmt) as b:
+    with babelfeed.IndexedDatasetBuilder(prefix, np.uint16, format=fmt) as b:
         for s in seqs:
             b.add_item(s)
         b.finalize()
@@ -40,32 +40,32 @@ def test_side_count_mismatch_names_both_files(fixtures_dir, tmp_path):
     for ext in ("bin", "idx"):  # pair shard001's eng side with shard000's tur side
         os.chmod(d / f"train.eng_Latn-tur_Latn.tur_Latn.{ext}", 0o644)
         shutil.copy(root / "shard000" / f"train.eng_Latn-tur_Latn.tur_Latn.{ext}", d / f"train.eng_Latn-tur_Latn.tur_Latn.{ext}")
-    with pytest.raises(loader.SideMismatchError) as info:
+    with pytest.raises(babelfeed.SideMismatchError) as info:
         ShardedCorpus(root)
     msg = str(info.value)
     assert "shard001/train.eng_Latn-tur_Latn.eng_Latn.idx" in msg and "25 sentences" in msg
     assert "shard001/train.eng_Latn-tur_Latn.tur_Latn.idx has 40" in msg and "shard 1" in msg
     ShardedCorpus(root, check=False)  # opt out for inspection
-    cfg = loader.load_config(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "nllb_like.py"))
+    cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "nllb_like.py"))
     cfg.data.path = str(root)
-    d = loader.Dictionary()
+    d = babelfeed.Dictionary()
     d.add_language_tokens(["eng_Latn", "tur_Latn"])
     d.save(str(root / "dict.txt"))
-    with pytest.raises(loader.SideMismatchError, match="has 40"):  # the iterator checks what it opens
-        loader.build_train_iterator(cfg)
+    with pytest.raises(babelfeed.SideMismatchError, match="has 40"):  # the iterator checks what it opens
+        babelfeed.build_train_iterator(cfg)
 
 
 def test_missing_side_and_missing_bin(tmp_path):
     write(str(tmp_path / "shard000/train.en-de.en"), [[5, 2]])
-    with pytest.raises(loader.SideMismatchError, match="no de side"):
+    with pytest.raises(babelfeed.SideMismatchError, match="no de side"):
         ShardedCorpus(tmp_path)
-    d = loader.Dictionary()
+    d = babelfeed.Dictionary()
     d.add_language_tokens(["en", "de"])
     d.save(str(tmp_path / "dict.txt"))
-    cfg = loader.load_config(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "nllb_like.py"))
+    cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "nllb_like.py"))
     cfg.data.path = str(tmp_path)
-    with pytest.raises(loader.SideMismatchError, match="no de side"):
-        loader.build_train_iterator(cfg)
+    with pytest.raises(babelfeed.SideMismatchError, match="no de side"):
+        babelfeed.build_train_iterator(cfg)
     os.unlink(tmp_path / "dict.txt")
     write(str(tmp_path / "shard000/train.en-de.de"), [[6, 2]])
     os.unlink(tmp_path / "shard000/train.en-de.de.bin")
@@ -95,12 +95,12 @@ def test_flat_layout_monolingual_and_splits(tmp_path):
 def test_mixed_layout_rejected(tmp_path):
     write(str(tmp_path / "train.en-de.en"), [[5, 2]])
     write(str(tmp_path / "shard000/train.en-de.en"), [[5, 2]])
-    with pytest.raises(loader.FormatError, match="mixes"):
+    with pytest.raises(babelfeed.FormatError, match="mixes"):
         ShardedCorpus(tmp_path)
 
 
 def test_empty_or_missing_root(tmp_path):
-    with pytest.raises(loader.FormatError, match="no .idx files"):
+    with pytest.raises(babelfeed.FormatError, match="no .idx files"):
         ShardedCorpus(tmp_path)
     with pytest.raises(FileNotFoundError):
         ShardedCorpus(tmp_path / "absent")

@@ -6,9 +6,9 @@ import sys
 
 import numpy as np
 
-import loader
-from loader.demo import DIRECTIONS, build_corpus, run_demo
-from loader.stats import _percentile, corpus_stats
+import babelfeed
+from babelfeed.demo import DIRECTIONS, build_corpus, run_demo
+from babelfeed.stats import _percentile, corpus_stats
 
 
 def digest(folder):
@@ -40,7 +40,7 @@ def test_run_demo_small(tmp_path, capsys):
     assert "padding efficiency" in out and "served share" in out
     # the planted bad lines of the three directions with >= 100 pairs, each reported
     assert "dropped 6 empty, 3 over 256 tokens, 3 undecodable" in out
-    corpus = loader.ShardedCorpus(tmp_path / "demo" / "data_bin")
+    corpus = babelfeed.ShardedCorpus(tmp_path / "demo" / "data_bin")
     assert len(corpus.directions("train")) == 4 and corpus.monolingual("train") == ["swh_Latn"]
 
 
@@ -57,10 +57,10 @@ def test_inspect_on_fairseq_fixture(fixtures_dir, expected):
         for q in (50, 90, 99):  # nearest-rank percentiles
             assert r[f"p{q}"] == srt[int(np.ceil(q / 100 * len(srt))) - 1]
         assert r["max"] == max(sizes)
-    cli = subprocess.run([sys.executable, "-m", "loader.cli", "inspect", str(fixtures_dir / "data_bin"), "--json"],
+    cli = subprocess.run([sys.executable, "-m", "babelfeed.cli", "inspect", str(fixtures_dir / "data_bin"), "--json"],
                          capture_output=True, text=True, check=True)
     assert json.loads(cli.stdout) == rows
-    table = subprocess.run([sys.executable, "-m", "loader.cli", "inspect", str(fixtures_dir / "data_bin")],
+    table = subprocess.run([sys.executable, "-m", "babelfeed.cli", "inspect", str(fixtures_dir / "data_bin")],
                            capture_output=True, text=True, check=True).stdout
     assert "eng_Latn-tur_Latn" in table and "p99" in table and "uint32" in table
 
@@ -77,7 +77,7 @@ def test_cli_reports_format_errors_without_traceback(tmp_path):
     (tmp_path / "shard000" / "train.en-de.en.bin").write_bytes(b"")
     (tmp_path / "shard000" / "train.en-de.de.idx").write_bytes(b"garbage!!" * 4)
     (tmp_path / "shard000" / "train.en-de.de.bin").write_bytes(b"")
-    r = subprocess.run([sys.executable, "-m", "loader.cli", "inspect", str(tmp_path)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "babelfeed.cli", "inspect", str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "train.en-de.en.idx" in r.stderr
 
@@ -101,7 +101,7 @@ def test_read_data_bin_example_decodes_the_demo(tmp_path, capsys):
 
 
 def test_config_is_locked(tmp_path):
-    from loader.config import load_config
+    from babelfeed.config import load_config
 
     c = load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo.py"))
     assert c.binarize.train_spm == 4000
@@ -130,11 +130,11 @@ def test_demo_trains_flax_and_loss_falls(tmp_path, capsys):
 
 def test_torch_example_learns(tmp_path, capsys):
     run_demo(None, workdir=str(tmp_path / "demo"), scale=0.1, workers=1, train_steps=0)
-    from loader.demo import _example
+    from babelfeed.demo import _example
 
-    import loader
+    import babelfeed
 
-    cfg = loader.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+    cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                                           "demo.py"))
     cfg.train.data.path = str(tmp_path / "demo" / "data_bin")
     cfg.train.batching.max_tokens = 2048

@@ -1,7 +1,7 @@
 import pytest
 
-import loader
-from loader import Dictionary
+import babelfeed
+from babelfeed import Dictionary
 
 
 def test_specials_and_file_order(tmp_path):
@@ -26,7 +26,7 @@ def test_language_tokens_appended_last(tmp_path):
     assert d.lang_token_index("tur_Latn") == 7
     with pytest.raises(KeyError, match="__fra_Latn__"):
         d.lang_token_index("fra_Latn")
-    assert loader.lang_token("eng_Latn", "mbart") == "[eng_Latn]"
+    assert babelfeed.lang_token("eng_Latn", "mbart") == "[eng_Latn]"
 
 
 def test_save_load_round_trip(tmp_path):
@@ -53,7 +53,7 @@ def test_overwrite_flag(tmp_path):
 )
 def test_bad_files_name_the_line(tmp_path, text, match):
     (tmp_path / "dict.txt").write_text(text)
-    with pytest.raises(loader.FormatError, match=match) as info:
+    with pytest.raises(babelfeed.FormatError, match=match) as info:
         Dictionary.load(tmp_path / "dict.txt")
     assert str(tmp_path / "dict.txt") in str(info.value)
 

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from loader.plan import EpochPlanner
-from loader.plan_options import PlanOptions
-from loader.sources import Direction
+from babelfeed.plan import EpochPlanner
+from babelfeed.plan_options import PlanOptions
+from babelfeed.sources import Direction
 
 SAMPLED_MULTI_DATASET = 1944279108  # sha1("SampledMultiDataset") % 2**32
 

@@ -11,10 +11,10 @@ import stat
 import numpy as np
 import pytest
 
-import loader
-from loader.binarize import binarize
-from loader.blending import IndexCache
-from loader.fileio import atomic_open, atomic_write
+import babelfeed
+from babelfeed.binarize import binarize
+from babelfeed.blending import IndexCache
+from babelfeed.fileio import atomic_open, atomic_write
 from test_binarize import make_raw, opts
 
 UMASKS = [0o022, 0o002]
@@ -49,14 +49,14 @@ def test_atomic_writes(tmp_path, umask):
 
 @pytest.mark.parametrize("fmt", ["fairseq", "megatron"])
 def test_indexed_dataset_builder(tmp_path, umask, fmt):
-    with loader.IndexedDatasetBuilder(tmp_path / "ds", np.uint16, format=fmt) as b:
+    with babelfeed.IndexedDatasetBuilder(tmp_path / "ds", np.uint16, format=fmt) as b:
         b.add_item([5, 6, 2])
         b.finalize()
     assert_modes([tmp_path / "ds.bin", tmp_path / "ds.idx"], umask)
 
 
 def test_dictionary_and_index_cache(tmp_path, umask):
-    d = loader.Dictionary()
+    d = babelfeed.Dictionary()
     d.add_symbol("hello")
     d.save(tmp_path / "dict.txt")
     cache = IndexCache(str(tmp_path / "cache"))

@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import loader
+import babelfeed
 
 SEEDS = ["fairseq/uint16", "megatron/uint16_docs", "megatron/int32_docs", "fairseq/int32"]
 
@@ -20,8 +20,8 @@ def _exercise(prefix, verify):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # trailing .bin bytes only warn; the fuzzer makes many
-            ds = loader.IndexedDataset(prefix, verify=verify)
-    except loader.FormatError:
+            ds = babelfeed.IndexedDataset(prefix, verify=verify)
+    except babelfeed.FormatError:
         return
     n = len(ds)
     bin_size = os.path.getsize(f"{prefix}.bin")
@@ -29,13 +29,13 @@ def _exercise(prefix, verify):
     for i in range(min(n, 64)):
         try:
             tokens = ds[i]
-        except loader.FormatError:
+        except babelfeed.FormatError:
             continue
         assert tokens.ndim == 1 and len(tokens) == int(ds.sizes[i])
     if n:
         try:
             ds[n - 1]
-        except loader.FormatError:
+        except babelfeed.FormatError:
             pass
 
 

@@ -7,8 +7,8 @@ from unittest import mock
 import numpy as np
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-import loader
-import loader.gather
+import babelfeed
+import babelfeed.gather
 from helpers import write_tntidx
 from synthetic import config_for
 
@@ -38,7 +38,7 @@ def make(root, k: int, shards: int, seed: int):
     rng = np.random.default_rng(seed)
     langs = [f"l{i}" for i in range(int(np.ceil(np.sqrt(k))) + 2)]
     pairs = [(a, b) for a in langs for b in langs if a != b][:k]
-    d = loader.Dictionary()
+    d = babelfeed.Dictionary()
     for i in range(200):
         d.add_symbol(f"w{i}")
     d.add_language_tokens(langs)
@@ -99,10 +99,10 @@ def test_every_row_holds_its_files_tokens(tmp_path_factory, k, shards, seed, fla
     cfg = config_for(root, batching__max_tokens=max_tokens, mixing__temperature=temperature,
                      batching__window=window, data__shards="all" if shards > 1 and seed % 2 else "cycle",
                      batching__shapes=shapes, filter__max_source_positions=64, filter__max_target_positions=64)
-    with mock.patch.object(loader.gather, "native_available", lambda: flat):
+    with mock.patch.object(babelfeed.gather, "native_available", lambda: flat):
         served = 0
         for rank in range(world):
-            it = loader.build_train_iterator(cfg, rank=rank, world_size=world)
+            it = babelfeed.build_train_iterator(cfg, rank=rank, world_size=world)
             spaces = it.planner.sources.spaces
             assert spaces.flat == flat
             if flat and k > 20:  # several dtypes and index formats: several spaces, each holding many files

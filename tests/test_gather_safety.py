@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-import loader
-import loader.gather
-import loader.rows
+import babelfeed
+import babelfeed.gather
+import babelfeed.rows
 from synthetic import config_for
 from test_gather_property import make
 
@@ -28,48 +28,48 @@ def corrupt_pointer(prefix: str, record: int, value: int) -> None:
 
 @pytest.mark.parametrize("table", [True, False])
 def test_a_record_outside_its_bin_raises_naming_file_and_record(tmp_path, monkeypatch, table):
-    monkeypatch.setattr(loader.rows.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
+    monkeypatch.setattr(babelfeed.rows.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
     root = tmp_path / "bin"
     os.makedirs(root / "shard000")
-    d = loader.Dictionary()
+    d = babelfeed.Dictionary()
     for i in range(50):
         d.add_symbol(f"w{i}")
     d.add_language_tokens(["aa", "bb"])
     d.save(str(root / "dict.txt"))
     rng = np.random.default_rng(0)
     for lang in ("aa", "bb"):
-        with loader.IndexedDatasetBuilder(str(root / "shard000" / f"train.aa-bb.{lang}"), np.uint16,
+        with babelfeed.IndexedDatasetBuilder(str(root / "shard000" / f"train.aa-bb.{lang}"), np.uint16,
                                           format="fairseq") as b:
             for _ in range(1000):
                 b.add_item(np.append(rng.integers(4, 50, int(rng.integers(1, 20))), 2))
             b.finalize()
     corrupt_pointer(str(root / "shard000" / "train.aa-bb.bb"), 5, 10**9)
     # the default full check refuses it at open; with verify="quick" every record a window reads is still checked
-    with pytest.raises(loader.InconsistentIndexError, match=r"train\.aa-bb\.bb\.idx.*pointer of record 5 "):
-        loader.build_train_iterator(config_for(root, mixing__sampler="concat"))
+    with pytest.raises(babelfeed.InconsistentIndexError, match=r"train\.aa-bb\.bb\.idx.*pointer of record 5 "):
+        babelfeed.build_train_iterator(config_for(root, mixing__sampler="concat"))
     cfg = config_for(root, mixing__sampler="concat", data__verify="quick")
-    with pytest.raises(loader.InconsistentIndexError, match=r"train\.aa-bb\.bb\.idx.*record 5 .*outside"):
-        for _ in loader.build_train_iterator(cfg):
+    with pytest.raises(babelfeed.InconsistentIndexError, match=r"train\.aa-bb\.bb\.idx.*record 5 .*outside"):
+        for _ in babelfeed.build_train_iterator(cfg):
             pass
 
 
 def test_the_kernel_refuses_addresses_outside_the_space():
-    if loader.gather.KERNEL is None:
+    if babelfeed.gather.KERNEL is None:
         pytest.skip("the compiled kernel is not built (tests/test_golden_batches.py says so)")
     space = np.arange(100, dtype=np.uint16)
     out = np.empty((2, 8), np.int64)
     args = lambda start: (space, "H", 0, np.array(start, np.int64), np.array([4, 4], np.int64),  # noqa: E731
                           np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros((2, 0), np.int64), 0, 1, out, "q",
                           None, 2)
-    loader.gather.KERNEL.fill_rows(*args([0, 96]))
+    babelfeed.gather.KERNEL.fill_rows(*args([0, 96]))
     assert out[1, :4].tolist() == [96, 97, 98, 99] and (out[1, 4:] == 1).all()
     with pytest.raises(IndexError, match="row 1"):
-        loader.gather.KERNEL.fill_rows(*args([0, 97]))
+        babelfeed.gather.KERNEL.fill_rows(*args([0, 97]))
     with pytest.raises(IndexError, match="row 0"):
-        loader.gather.KERNEL.fill_rows(*args([-1, 0]))
+        babelfeed.gather.KERNEL.fill_rows(*args([-1, 0]))
     dest = np.zeros(10, np.int64)
     with pytest.raises(IndexError, match="piece 0"):
-        loader.gather.KERNEL.pieces(space, "H", 0, np.array([98], np.int64), np.array([3], np.int64),
+        babelfeed.gather.KERNEL.pieces(space, "H", 0, np.array([98], np.int64), np.array([3], np.int64),
                                     np.array([0], np.int64), dest, "q")
 
 
@@ -77,10 +77,10 @@ FD_CHILD = r"""
 import json, os, resource, sys
 sys.path.insert(0, sys.argv[1])
 resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-import loader
+import babelfeed
 from synthetic import config_for
 cfg = config_for(sys.argv[2], data__shards="all", batching__max_tokens=2048)
-it = loader.build_train_iterator(cfg)
+it = babelfeed.build_train_iterator(cfg)
 fds, batches = set(), 0
 for batch in it:
     batches += 1
@@ -105,12 +105,12 @@ def test_open_files_do_not_grow_with_corpora(tmp_path):
 def test_lm_records_outside_the_bin_raise(tmp_path, mode, field):
     prefix = str(tmp_path / "web")
     rng = np.random.default_rng(0)
-    with loader.IndexedDatasetBuilder(prefix, np.uint16, format="megatron") as b:
+    with babelfeed.IndexedDatasetBuilder(prefix, np.uint16, format="megatron") as b:
         for _ in range(5000):
             b.add_item(np.append(rng.integers(10, 500, int(rng.integers(3, 40))), 2))
             b.end_document()
         b.finalize()
-    ds = loader.IndexedDataset(prefix)
+    ds = babelfeed.IndexedDataset(prefix)
     n = len(ds)
     with open(prefix + ".idx", "r+b") as f:  # record 1010: neither sampled by the quick check at open nor beside one
         if field == "pointer":
@@ -119,13 +119,13 @@ def test_lm_records_outside_the_bin_raise(tmp_path, mode, field):
         else:
             f.seek(34 + 4 * 1010)
             f.write(np.int32(10**6).tobytes())
-    loader.IndexedDataset(prefix, verify="quick")  # opens: the corruption is where the quick check does not look
-    with pytest.raises(loader.InconsistentIndexError, match=r"web\.idx: "):  # the default full check refuses it
-        loader.LMIterator.build(f"1 {prefix}", seq_len=32, global_batch=4, num_samples=400, split="100,0,0",
+    babelfeed.IndexedDataset(prefix, verify="quick")  # opens: the corruption is where the quick check does not look
+    with pytest.raises(babelfeed.InconsistentIndexError, match=r"web\.idx: "):  # the default full check refuses it
+        babelfeed.LMIterator.build(f"1 {prefix}", seq_len=32, global_batch=4, num_samples=400, split="100,0,0",
                                 mode=mode)
-    it = loader.LMIterator.build(f"1 {prefix}", seq_len=32, global_batch=4, num_samples=400, split="100,0,0",
+    it = babelfeed.LMIterator.build(f"1 {prefix}", seq_len=32, global_batch=4, num_samples=400, split="100,0,0",
                                  mode=mode, verify="quick")
-    with pytest.raises(loader.InconsistentIndexError, match=r"web\.idx: record 1010 .*outside"):
+    with pytest.raises(babelfeed.InconsistentIndexError, match=r"web\.idx: record 1010 .*outside"):
         for _ in it:
             pass
 
@@ -133,10 +133,10 @@ def test_lm_records_outside_the_bin_raise(tmp_path, mode, field):
 def test_a_bin_that_shrank_before_mapping_is_refused(tmp_path):
     root = tmp_path
     make(str(root), 3, 1, seed=1)
-    it = loader.build_train_iterator(config_for(root, mixing__sampler="concat"))
+    it = babelfeed.build_train_iterator(config_for(root, mixing__sampler="concat"))
     victim = next(p for p in sorted((root / "shard000").iterdir()) if p.suffix == ".bin" and p.stat().st_size > 8)
     os.truncate(victim, victim.stat().st_size - 4)  # shrunk after the iterator planned on its size
-    with pytest.raises(loader.TruncatedFileError, match="changed under the loader"):
+    with pytest.raises(babelfeed.TruncatedFileError, match="changed under the loader"):
         next(it)
 
 
@@ -145,7 +145,7 @@ def test_a_bin_that_shrank_before_mapping_is_refused(tmp_path):
 def test_the_kernel_reports_the_largest_id_it_wrote(code, dtype, out_code):
     """The dictionary check trusts fill_rows' largest id instead of a second pass: it must be the largest of the
     prefixes and tokens written (pad excluded), a negative id counting as huge."""
-    if loader.gather.KERNEL is None:
+    if babelfeed.gather.KERNEL is None:
         pytest.skip("the compiled kernel is not built (tests/test_golden_batches.py says so)")
     rng = np.random.default_rng(len(code) * 7 + ord(code) + ord(out_code))
     hi = min(np.iinfo(dtype).max, 2**31 - 1)
@@ -161,7 +161,7 @@ def test_the_kernel_reports_the_largest_id_it_wrote(code, dtype, out_code):
         col0 = rng.integers(0, width - 32, n).astype(np.int64)
         shift = int(rng.integers(0, 3)) if code in "iq" else 0
         out = np.empty((n, width), np.int64 if out_code == "q" else np.int32)
-        top = loader.gather.KERNEL.fill_rows(space, code, shift, start, body, col0, plen, prefix, 2, 1, out, out_code,
+        top = babelfeed.gather.KERNEL.fill_rows(space, code, shift, start, body, col0, plen, prefix, 2, 1, out, out_code,
                                              None, 2)
         written = [int(p) for r in range(n) for p in prefix[r, :plen[r]]]
         written += [int(v) - shift for r in range(n) for v in space[start[r]:start[r] + body[r]]]

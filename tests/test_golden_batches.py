@@ -45,21 +45,21 @@ def test_batches_match_on_every_gather_path(root, monkeypatch, table, flat, kern
     """The other planner and gather paths give the same batches: lengths and addresses from the flat row table
     (used with many components), gathering file by file (where flat spaces are unavailable), and the numpy
     gather (where the compiled kernel is not built)."""
-    import loader.gather
-    import loader.rows
+    import babelfeed.gather
+    import babelfeed.rows
 
-    monkeypatch.setattr(loader.rows.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
-    monkeypatch.setattr(loader.gather, "native_available", lambda: flat)
+    monkeypatch.setattr(babelfeed.rows.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
+    monkeypatch.setattr(babelfeed.gather, "native_available", lambda: flat)
     if not kernel:
-        monkeypatch.setattr(loader.gather, "KERNEL", None)
+        monkeypatch.setattr(babelfeed.gather, "KERNEL", None)
     built = []
-    original = loader.rows.RowTable.__init__
+    original = babelfeed.rows.RowTable.__init__
 
     def spy(self, *args):
         built.append(self)
         original(self, *args)
 
-    monkeypatch.setattr(loader.rows.RowTable, "__init__", spy)
+    monkeypatch.setattr(babelfeed.rows.RowTable, "__init__", spy)
     for name, fn in golden.cases(root).items():
         batches, _ = fn()
         assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name
@@ -68,9 +68,9 @@ def test_batches_match_on_every_gather_path(root, monkeypatch, table, flat, kern
 
 def test_batches_match_without_the_planning_kernel(root, monkeypatch):
     """The numpy planner (where loader/_plan.c is not built) plans the same batches as the compiled one."""
-    import loader.plan_kernel
+    import babelfeed.plan_kernel
 
-    monkeypatch.setattr(loader.plan_kernel, "KERNEL", None)
+    monkeypatch.setattr(babelfeed.plan_kernel, "KERNEL", None)
     for name, fn in golden.cases(root).items():
         batches, _ = fn()
         assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name
@@ -79,10 +79,10 @@ def test_batches_match_without_the_planning_kernel(root, monkeypatch):
 def test_batches_match_where_the_kernel_declines_the_window_order(root, monkeypatch):
     """Where plan_kernel.sorted_rows declines a window (lengths or keys it does not take), the planner builds the
     rows and orders them its other way, with the same random key: the same batches."""
-    import loader.plan_kernel
+    import babelfeed.plan_kernel
 
     declined = []
-    monkeypatch.setattr(loader.plan_kernel, "sorted_rows", lambda *a: declined.append(1))
+    monkeypatch.setattr(babelfeed.plan_kernel, "sorted_rows", lambda *a: declined.append(1))
     for name, fn in golden.cases(root).items():
         batches, _ = fn()
         assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name
@@ -94,10 +94,10 @@ def test_the_compiled_kernel_is_built():
     on numpy, slower. Set BABELFEED_KERNEL=0 to run without them on purpose."""
     import os
 
-    import loader.gather
-    import loader.plan_kernel
+    import babelfeed.gather
+    import babelfeed.plan_kernel
 
     if os.environ.get("BABELFEED_KERNEL", "1") == "0":
         pytest.skip("BABELFEED_KERNEL=0: the numpy gather was asked for")
-    assert loader.gather.KERNEL is not None, "loader/_gather.c was not compiled: is a C compiler installed?"
-    assert loader.plan_kernel.KERNEL is not None, "loader/_plan.c was not compiled: is a C compiler installed?"
+    assert babelfeed.gather.KERNEL is not None, "loader/_gather.c was not compiled: is a C compiler installed?"
+    assert babelfeed.plan_kernel.KERNEL is not None, "loader/_plan.c was not compiled: is a C compiler installed?"

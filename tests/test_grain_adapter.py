@@ -1,4 +1,4 @@
-"""loader.adapters.grain: grain workers gather the batches; grain's state resumes at the exact batch, in a fresh
+"""babelfeed.adapters.grain: grain workers gather the batches; grain's state resumes at the exact batch, in a fresh
 process, with 0, 1 or 2 workers (every leaf of every batch compared).
 
 Runs as a plain script in a fresh process, as users run grain: absl flags unparsed, worker processes that
@@ -22,12 +22,12 @@ from golden import digest  # every leaf: key path, dtype, shape, bytes; scalars 
 
 
 if __name__ == "__main__":
-    import loader
-    from loader.adapters import grain as grain_adapter
+    import babelfeed
+    from babelfeed.adapters import grain as grain_adapter
     from synthetic import config_for
 
     cfg = config_for(sys.argv[2])
-    plain = [digest(b) for b in loader.build_train_iterator(cfg, rank=1, world_size=2)]
+    plain = [digest(b) for b in babelfeed.build_train_iterator(cfg, rank=1, world_size=2)]
     if sys.argv[4] == "resume":  # a fresh process: continue from the states the first process saved
         saved = pickle.load(open(sys.argv[3], "rb"))
         report = {}

@@ -1,4 +1,4 @@
-"""loader.adapters.jax on 8 fake CPU devices (in a subprocess: XLA_FLAGS must be set before jax starts)."""
+"""babelfeed.adapters.jax on 8 fake CPU devices (in a subprocess: XLA_FLAGS must be set before jax starts)."""
 
 import json
 import os
@@ -18,8 +18,8 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np
 import jax
 from jax.sharding import Mesh
-import loader
-from loader.adapters import jax as jax_adapter
+import babelfeed
+from babelfeed.adapters import jax as jax_adapter
 from synthetic import config_for
 
 assert len(jax.devices()) == 8, jax.devices()
@@ -27,7 +27,7 @@ cfg = config_for(sys.argv[2], batching__num_shapes=3)
 report = {}
 for name, shape, axes in (("data8", (8,), ("data",)), ("data4_model2", (4, 2), ("data",))):
     mesh = Mesh(np.array(jax.devices()).reshape(shape), ("data",) if len(shape) == 1 else ("data", "model"))
-    reference = loader.build_train_iterator(cfg, split="rows")  # the numpy global batches
+    reference = babelfeed.build_train_iterator(cfg, split="rows")  # the numpy global batches
     batches = jax_adapter.global_batches(cfg, mesh, data_axes=axes, prefetch=2)
     n = checked = 0
     for want, got in zip(reference, batches, strict=True):
@@ -48,7 +48,7 @@ for name, shape, axes in (("data8", (8,), ("data",)), ("data4_model2", (4, 2), (
 # dynamic batches (any row count) on 8 data devices: masked rows fill each global batch up to a multiple of 8
 dyn = config_for(sys.argv[2])
 mesh = Mesh(np.array(jax.devices()), ("data",))
-reference = loader.build_train_iterator(dyn, split="rows")
+reference = babelfeed.build_train_iterator(dyn, split="rows")
 n = odd = 0
 for want, got in zip(reference, jax_adapter.global_batches(dyn, mesh, prefetch=2), strict=True):
     rows = got["net_input"]["src_tokens"].shape[0]
@@ -94,7 +94,7 @@ def test_sharded_global_batches_on_8_devices(root):
 
 
 def test_core_does_not_import_jax():
-    code = "import sys, loader, loader.adapters; print('jax' in sys.modules, 'torch' in sys.modules)"
+    code = "import sys, babelfeed, babelfeed.adapters; print('jax' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
 
@@ -109,12 +109,12 @@ if mode == "multi":
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(coordinator_address=sys.argv[5], num_processes=2, process_id=int(sys.argv[6]))
 from jax.sharding import Mesh
-import loader
-from loader.adapters import jax as jax_adapter
+import babelfeed
+from babelfeed.adapters import jax as jax_adapter
 from synthetic import config_for
 
 assert len(jax.devices()) == 8
-tpu = loader.load_config(os.path.join(sys.argv[1], "..", "configs", "tpu_static.py"))
+tpu = babelfeed.load_config(os.path.join(sys.argv[1], "..", "configs", "tpu_static.py"))
 tpu.data.path, tpu.batching.max_tokens, tpu.batching.window = root, 512, 0  # static batches below 8 rows
 configs = {"static": config_for(root, batching__num_shapes=3), "dynamic": config_for(root), "tpu": tpu}
 p0 = [d for d in jax.devices() if d.process_index == 0]

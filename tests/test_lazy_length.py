@@ -1,6 +1,6 @@
 """Random access and grain's dataset plan only the windows they reach: the epoch's length is not needed first."""
 
-import loader
+import babelfeed
 import pytest
 
 from synthetic import config_for, make_data_bin
@@ -16,7 +16,7 @@ def cfg(tmp_path):
 
 @pytest.mark.parametrize("world", [1, 3])
 def test_batch_at_plans_only_the_windows_up_to_the_batch(cfg, world):
-    it = loader.build_train_iterator(cfg, rank=world - 1, world_size=world)
+    it = babelfeed.build_train_iterator(cfg, rank=world - 1, world_size=world)
     setup = it.planner.setup(1)
     assert setup.num_windows > 2
     first = it.batch_at(0)
@@ -25,13 +25,13 @@ def test_batch_at_plans_only_the_windows_up_to_the_batch(cfg, world):
     assert [it.has_batch(k) for k in (-1, 0, n - 1, n)] == [False, True, True, False]
     with pytest.raises(IndexError):
         it.batch_at(n)
-    plain = loader.build_train_iterator(cfg, rank=world - 1, world_size=world)
+    plain = babelfeed.build_train_iterator(cfg, rank=world - 1, world_size=world)
     assert all((first[k] == v).all() if hasattr(v, "shape") else first[k] == v for k, v in next(plain).items()
                if k != "net_input")
 
 
 def test_grain_dataset_starts_without_the_length(cfg):
-    from loader.adapters import grain as grain_adapter
+    from babelfeed.adapters import grain as grain_adapter
 
     it = iter(grain_adapter.batch_dataset(cfg))
     next(it)
@@ -42,12 +42,12 @@ def test_grain_dataset_starts_without_the_length(cfg):
     rest = list(it)
     again = iter(grain_adapter.batch_dataset(cfg))
     again.set_state(state)
-    assert len(list(again)) == len(rest) == len(loader.build_train_iterator(cfg)) - 1
+    assert len(list(again)) == len(rest) == len(babelfeed.build_train_iterator(cfg)) - 1
 
 
 def test_the_torch_dataset_starts_without_the_length(cfg, monkeypatch):
-    from loader.adapters import torch as torch_adapter
-    from loader.batches import BatchIterator
+    from babelfeed.adapters import torch as torch_adapter
+    from babelfeed.batches import BatchIterator
 
     built = []
     original = BatchIterator.__init__
@@ -62,7 +62,7 @@ def test_the_torch_dataset_starts_without_the_length(cfg, monkeypatch):
     first = next(stream)
     assert set(built[-1].planner.setup(1).window_batches) == {0}  # only window 0 planned for the first batch
     rest = list(stream)
-    want = list(loader.build_train_iterator(cfg))
+    want = list(babelfeed.build_train_iterator(cfg))
     assert len(rest) + 1 == len(want)
     assert first["id"].tolist() == want[0]["id"].tolist()
     assert [b["id"].tolist() for b in rest] == [b["id"].tolist() for b in want[1:]]
@@ -75,9 +75,9 @@ def test_a_grain_source_serves_many_threads_at_once(cfg, monkeypatch):
     import threading
     import time
 
-    from loader.adapters import grain as grain_adapter
+    from babelfeed.adapters import grain as grain_adapter
 
-    want = [b["id"].tolist() for b in loader.build_train_iterator(cfg)]
+    want = [b["id"].tolist() for b in babelfeed.build_train_iterator(cfg)]
     source = grain_adapter.BatchSource(cfg)
     it = source._it()
     inside, overlaps, real = [0], [0], it.batch_at

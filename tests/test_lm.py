@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-import loader
-from loader.lm import LMIterator
+import babelfeed
+from babelfeed.lm import LMIterator
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,7 @@ def corpora(tmp_path_factory):
     for name, n_docs in (("web", 60), ("books", 30)):
         prefix = root / name
         seqs = []
-        with loader.IndexedDatasetBuilder(prefix, np.int32, format="megatron") as b:
+        with babelfeed.IndexedDatasetBuilder(prefix, np.int32, format="megatron") as b:
             for d in range(n_docs):
                 for _ in range(int(rng.integers(1, 4))):
                     s = rng.integers(10, 1000, int(rng.integers(3, 40)))
@@ -48,8 +48,8 @@ def test_concat_samples_are_slices_of_the_shuffled_stream(corpora):
             seen.append(j)
     assert len(seen) == len(set(seen)) == min(per_epoch, 40)  # epoch 1 serves distinct samples, all if it can
     # the train split holds the first 90% of documents only
-    ds = loader.IndexedDataset(prefix)
-    train_docs = loader.document_splits(ds, "90,10,0")["train"][1]
+    ds = babelfeed.IndexedDataset(prefix)
+    train_docs = babelfeed.document_splits(ds, "90,10,0")["train"][1]
     assert set(order.tolist()) == set(range(train_docs.start, train_docs.stop))
     assert src.epoch(2)["order"].tolist() != order.tolist()  # reshuffled per epoch, not once for all epochs
 
@@ -115,7 +115,7 @@ def test_sentence_mode_keeps_documents_whole(corpora):
     it = LMIterator.build(str(prefix), seq_len=48, global_batch=2, num_samples=20, split="100,0,0",
                           mode="sentences", cache_dir=root / "cache")
     src = it.sources[0]
-    ds = loader.IndexedDataset(prefix)
+    ds = babelfeed.IndexedDataset(prefix)
     doc_of = np.searchsorted(ds.doc_idx, np.arange(len(ds)), side="right") - 1
     ranges = src.epoch(1)["sentence_ranges"]
     assert sorted(i for a, b in ranges for i in range(a, b)) == list(range(len(ds)))  # every sentence once

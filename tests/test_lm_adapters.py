@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import golden
-import loader
-from loader.lm import LMIterator
+import babelfeed
+from babelfeed.lm import LMIterator
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LEAVES = ("tokens", "labels", "loss_mask", "segment_ids", "positions", "dataset")
@@ -26,7 +26,7 @@ def root(tmp_path_factory):
 
 
 def lm_config(root, mode="pack", global_batch=24, batches=20):
-    cfg = loader.load_config(os.path.join(os.path.dirname(HERE), "configs", "lm_packing.py"))
+    cfg = babelfeed.load_config(os.path.join(os.path.dirname(HERE), "configs", "lm_packing.py"))
     cfg.data_path = f"0.4 {root}/lm/web 0.6 {root}/lm/books"
     cfg.seq_len, cfg.global_batch, cfg.num_samples = 24, global_batch, global_batch * batches
     cfg.split, cfg.mode, cfg.cache_dir = "90,10,0", mode, str(root / "cache")
@@ -46,25 +46,25 @@ def digest(batch) -> str:
 
 def test_build_iterator_takes_an_lm_config(root):
     cfg = lm_config(root)
-    it = loader.build_iterator(cfg, rank=1, world_size=3)
+    it = babelfeed.build_iterator(cfg, rank=1, world_size=3)
     assert isinstance(it, LMIterator) and (it.rank, it.world_size, it.split) == (1, 3, "rows")
     assert next(it)["tokens"].shape == (8, 24)
     with pytest.raises(ValueError, match="rows per rank"):
-        loader.build_iterator(cfg, split="batches")
+        babelfeed.build_iterator(cfg, split="batches")
     with pytest.raises(ValueError, match="multiple of world_size"):
-        loader.build_iterator(cfg, world_size=5)
+        babelfeed.build_iterator(cfg, world_size=5)
 
 
 ELASTIC = r"""
 import json, pathlib, sys
 sys.path.insert(0, sys.argv[1])
 import numpy as np
-import loader
+import babelfeed
 from test_lm_adapters import digest, lm_config
 out = []
 for mode, world, state in json.loads(sys.argv[3]):
     cfg = lm_config(pathlib.Path(sys.argv[2]), mode)
-    its = [loader.build_iterator(cfg, rank=r, world_size=world) for r in range(world)]
+    its = [babelfeed.build_iterator(cfg, rank=r, world_size=world) for r in range(world)]
     for it in its:
         it.set_state(state)
     steps = [list(it) for it in its]
@@ -81,10 +81,10 @@ def test_elastic_resume_at_many_cut_points_in_a_fresh_process(root):
     jobs, heads, fulls = [], [], {}
     for mode in ("concat", "pack", "sentences"):
         cfg = lm_config(root, mode)
-        fulls[mode] = full = [digest(b) for b in loader.build_iterator(cfg)]
+        fulls[mode] = full = [digest(b) for b in babelfeed.build_iterator(cfg)]
         for _ in range(4):
             w, w2 = (int(x) for x in rng.choice([1, 2, 3, 4, 6, 8], 2, replace=False))
-            its = [loader.build_iterator(cfg, rank=r, world_size=w) for r in range(w)]
+            its = [babelfeed.build_iterator(cfg, rank=r, world_size=w) for r in range(w)]
             cut = int(rng.integers(1, len(full)))
             head = []
             for _ in range(cut):
@@ -105,10 +105,10 @@ def test_elastic_resume_at_many_cut_points_in_a_fresh_process(root):
 
 def test_state_is_checked(root):
     cfg = lm_config(root)
-    it = loader.build_iterator(cfg)
+    it = babelfeed.build_iterator(cfg)
     next(it)
     state = it.get_state()
-    other = loader.build_iterator(lm_config(root, mode="concat"))
+    other = babelfeed.build_iterator(lm_config(root, mode="concat"))
     with pytest.raises(ValueError, match="fingerprint"):
         other.set_state(state)
     with pytest.raises(ValueError, match="multiple of global_batch"):
@@ -130,11 +130,11 @@ def test_state_is_checked(root):
 def test_torch_dataloader_workers_serve_the_in_process_batches(root, workers):
     import torch
 
-    from loader.adapters.torch import BatchDataset
+    from babelfeed.adapters.torch import BatchDataset
 
     cfg = lm_config(root)
     for rank in range(2):
-        want = [digest(b) for b in loader.build_iterator(cfg, rank=rank, world_size=2)]
+        want = [digest(b) for b in babelfeed.build_iterator(cfg, rank=rank, world_size=2)]
         ds = BatchDataset(cfg, rank=rank, world_size=2)
         dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers,
                                          multiprocessing_context="forkserver")
@@ -153,8 +153,8 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np
 import jax
 from jax.sharding import Mesh
-import loader
-from loader.adapters import jax as jax_adapter
+import babelfeed
+from babelfeed.adapters import jax as jax_adapter
 from test_lm_adapters import LEAVES, digest, lm_config
 
 assert len(jax.devices()) == 8
@@ -162,7 +162,7 @@ cfg = lm_config(pathlib.Path(sys.argv[2]))
 report = {}
 for name, shape, axes in (("data8", (8,), ("data",)), ("data4_model2", (4, 2), ("data",))):
     mesh = Mesh(np.array(jax.devices()).reshape(shape), ("data",) if len(shape) == 1 else ("data", "model"))
-    want_all = list(loader.build_iterator(cfg))
+    want_all = list(babelfeed.build_iterator(cfg))
     got_all = list(jax_adapter.global_batches(cfg, mesh, data_axes=axes, prefetch=2))
     assert len(got_all) == len(want_all)
     checked = 0
@@ -213,12 +213,12 @@ import json, pathlib, sys
 sys.path.insert(0, sys.argv[1])
 
 if __name__ == "__main__":
-    import loader
-    from loader.adapters import grain as grain_adapter
+    import babelfeed
+    from babelfeed.adapters import grain as grain_adapter
     from test_lm_adapters import digest, lm_config
 
     cfg = lm_config(pathlib.Path(sys.argv[2]))
-    want = [digest(b) for b in loader.build_iterator(cfg, rank=1, world_size=2)]
+    want = [digest(b) for b in babelfeed.build_iterator(cfg, rank=1, world_size=2)]
     report = {"batches": len(want)}
     for workers in (0, 2):
         ds = grain_adapter.batch_dataset(cfg, rank=1, world_size=2, num_workers=workers)

@@ -5,9 +5,9 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-import loader
-from loader.lm import LMIterator
-from loader.packing import gpt_sample_index
+import babelfeed
+from babelfeed.lm import LMIterator
+from babelfeed.packing import gpt_sample_index
 
 
 def megatron_build_sample_idx(sizes, doc_idx, seq_length, num_epochs, tokens_per_epoch, drop_last_partial_sequence,
@@ -82,7 +82,7 @@ def test_gpt_sample_index_is_megatrons_array(sizes, seq_length, num_epochs, extr
 def _dataset(tmp_path, lengths, seed=0):
     rng = np.random.default_rng(seed)
     prefix = tmp_path / "lm"
-    with loader.IndexedDatasetBuilder(prefix, np.int32, format="megatron") as b:
+    with babelfeed.IndexedDatasetBuilder(prefix, np.int32, format="megatron") as b:
         for n in lengths:
             b.add_item(rng.integers(10, 1000, int(n)))
             b.end_document()
@@ -111,7 +111,7 @@ def test_concat_epochs_carry_their_leftover_tokens_into_the_next(tmp_path):
         count, p = src.pieces(e, np.arange(n), L + 1)
         text = np.zeros((n, L + 1), np.int64)
         rows = np.repeat(np.arange(n), count)
-        loader.gather.scatter(it.spaces, int(it.space_of[0]), p["start"], p["length"], text,
+        babelfeed.gather.scatter(it.spaces, int(it.space_of[0]), p["start"], p["length"], text,
                               rows * (L + 1) + p["column"])
         assert (p["length"].reshape(-1) >= 0).all() and np.bincount(rows, weights=p["length"],
                                                                     minlength=n).tolist() == [L + 1] * n

@@ -3,26 +3,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import loader
-from loader.mixing import (StratifiedDraw, fairseq_class_hash, fairseq_draw, stratified_counts, virtual_size,
+import babelfeed
+from babelfeed.mixing import (StratifiedDraw, fairseq_class_hash, fairseq_draw, stratified_counts, virtual_size,
                            weight_probabilities)
-from loader.permute import derive_key, permute
+from babelfeed.permute import derive_key, permute
 
 
 def test_probabilities_formula():
     s = [1000, 100, 10]
-    assert np.allclose(loader.sampling_probabilities(s, 1.0), np.array(s) / 1110)
-    p = loader.sampling_probabilities(s, 2.0)
+    assert np.allclose(babelfeed.sampling_probabilities(s, 1.0), np.array(s) / 1110)
+    p = babelfeed.sampling_probabilities(s, 2.0)
     assert np.allclose(p, np.sqrt(s) / np.sqrt(s).sum())
     assert np.allclose(p.round(3), [0.706, 0.223, 0.071])
-    assert np.allclose(loader.sampling_probabilities(s, 1e9), 1 / 3)
-    assert loader.sampling_probabilities([10**12, 1], 100.0).sum() == pytest.approx(1.0)
-    assert loader.sampling_probabilities([5, 0], 2.0).tolist() == [1.0, 0.0]
+    assert np.allclose(babelfeed.sampling_probabilities(s, 1e9), 1 / 3)
+    assert babelfeed.sampling_probabilities([10**12, 1], 100.0).sum() == pytest.approx(1.0)
+    assert babelfeed.sampling_probabilities([5, 0], 2.0).tolist() == [1.0, 0.0]
     for bad in ([], [-1, 2], [0, 0]):
         with pytest.raises(ValueError):
-            loader.sampling_probabilities(bad)
+            babelfeed.sampling_probabilities(bad)
     with pytest.raises(ValueError, match="temperature"):
-        loader.sampling_probabilities([1, 2], 0)
+        babelfeed.sampling_probabilities([1, 2], 0)
     assert weight_probabilities([1, 3]).tolist() == [0.25, 0.75]
 
 
@@ -31,7 +31,7 @@ def test_probabilities_formula():
 def test_fairseq_reference_values(T, V, counts):
     """The table fairseq's own SampledMultiDataset produced (shared/reference §3.2)."""
     s = [1000, 100, 10]
-    p = loader.sampling_probabilities(s, T)
+    p = babelfeed.sampling_probabilities(s, T)
     v = virtual_size(s, p)
     assert v == V
     if T > 1:  # T=1 is fairseq's concat path (no draw)
@@ -42,14 +42,14 @@ def test_fairseq_draw_details():
     assert fairseq_class_hash() == 1944279108
     assert fairseq_class_hash("SampledMultiEpochDataset") == 2770590817
     s = [1000, 100, 10]
-    p = loader.sampling_probabilities(s, 2)
+    p = babelfeed.sampling_probabilities(s, 2)
     a = fairseq_draw(s, p, 1416, epoch=1)
     b = fairseq_draw(s, p, 1416, epoch=1)
     assert all((x == y).all() for x, y in zip(a, b))
     assert not all(len(x) == len(y) and (x == y).all() for x, y in zip(a, fairseq_draw(s, p, 1416, epoch=2)))
     # c > n: the whole draw is with replacement; about a third of the rows are never seen
     assert len(a[0]) == 1001 and 550 < len(np.unique(a[0])) < 720
-    p5 = loader.sampling_probabilities(s, 5)
+    p5 = babelfeed.sampling_probabilities(s, 5)
     d5 = fairseq_draw(s, p5, 1665, epoch=1)
     assert len(d5[0]) == 822 and len(np.unique(d5[0])) == 822  # c <= n: without replacement
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-import loader
+import babelfeed
 from synthetic import config_for, make_data_bin
 from test_pipeline import decode_ids, digest
 
@@ -26,8 +26,8 @@ def test_noised_sources_clean_targets_per_task(data):
     root, truth = data
     cfg = config_for(root, mixing__sampler="concat", data__shards="all",
                      data__noise_by_task="aaa-bbb=token_drop:rate=0.5")
-    it = loader.build_train_iterator(cfg)
-    d = loader.ShardedCorpus(root).dictionary()
+    it = babelfeed.build_train_iterator(cfg)
+    d = babelfeed.ShardedCorpus(root).dictionary()
     who = decode_ids(it)
     changed = untouched = 0
     for batch in it:
@@ -51,17 +51,17 @@ def test_noised_sources_clean_targets_per_task(data):
 def test_noise_is_deterministic_resumable_and_fresh_each_epoch(data):
     root, _ = data
     cfg = config_for(root, mixing__sampler="concat", data__shards="all", data__noise="local_reorder:k=3")
-    a = loader.build_train_iterator(cfg)
+    a = babelfeed.build_train_iterator(cfg)
     epoch1 = [digest(b) for b in a]
     epoch2 = [digest(b) for b in a]
-    assert [digest(b) for b in loader.build_train_iterator(cfg)] == epoch1
-    b = loader.build_train_iterator(cfg)
+    assert [digest(b) for b in babelfeed.build_train_iterator(cfg)] == epoch1
+    b = babelfeed.build_train_iterator(cfg)
     head = [digest(next(b)) for _ in range(5)]
-    c = loader.build_train_iterator(cfg)
+    c = babelfeed.build_train_iterator(cfg)
     c.set_state(json.loads(json.dumps(b.get_state())))
     assert head + [digest(x) for x in c] == epoch1
     # the same samples in epoch 2 (concat, every shard) get other noise
-    same_order = loader.build_train_iterator(cfg)
+    same_order = babelfeed.build_train_iterator(cfg)
     assert epoch1 != epoch2 and len(epoch1) == len(epoch2) == len(list(same_order))
 
 
@@ -69,7 +69,7 @@ def test_sources_that_outgrow_the_limit_are_masked_and_counted(data):
     root, _ = data
     cfg = config_for(root, mixing__sampler="concat", data__shards="all", filter__max_source_positions=64,
                      filter__max_target_positions=64, data__noise="insert_tokens:rate=0.9,low=10,high=20")
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     masked = 0
     for batch in it:
         assert batch["net_input"]["src_tokens"].shape[1] <= 64
@@ -80,6 +80,6 @@ def test_sources_that_outgrow_the_limit_are_masked_and_counted(data):
 def test_bad_noise_settings(data):
     root, _ = data
     with pytest.raises(ValueError, match="unknown transform"):
-        loader.build_train_iterator(config_for(root, data__noise="scramble:x=1"))
+        babelfeed.build_train_iterator(config_for(root, data__noise="scramble:x=1"))
     with pytest.raises(ValueError, match="not used"):
-        loader.build_train_iterator(config_for(root, data__noise_by_task="zzz-yyy=token_drop:rate=0.1"))
+        babelfeed.build_train_iterator(config_for(root, data__noise_by_task="zzz-yyy=token_drop:rate=0.1"))

@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import loader
+import babelfeed
 from synthetic import config_for, make_data_bin
 from test_pipeline import decode_ids
 
@@ -25,8 +25,8 @@ def packed_config(root, **kw):
 
 def test_packed_rows_hold_each_pair_intact(data):
     root, truth = data
-    it = loader.build_train_iterator(packed_config(root, mixing__sampler="concat", data__shards="all"))
-    d = loader.ShardedCorpus(root).dictionary()
+    it = babelfeed.build_train_iterator(packed_config(root, mixing__sampler="concat", data__shards="all"))
+    d = babelfeed.ShardedCorpus(root).dictionary()
     who = decode_ids(it)
     seen = Counter()
     for batch in it:
@@ -56,10 +56,10 @@ def test_packed_mode_resumes_exactly(data):
     root, _ = data
     cfg = packed_config(root)
     full = [json.dumps(b["id"].tolist()) + str(b["net_input"]["src_tokens"].sum()) for b in
-            loader.build_train_iterator(cfg)]
-    a = loader.build_train_iterator(cfg)
+            babelfeed.build_train_iterator(cfg)]
+    a = babelfeed.build_train_iterator(cfg)
     head = [json.dumps(next(a)["id"].tolist()) for _ in range(3)]
-    b = loader.build_train_iterator(cfg)
+    b = babelfeed.build_train_iterator(cfg)
     b.set_state(a.get_state())
     rest = [json.dumps(x["id"].tolist()) + str(x["net_input"]["src_tokens"].sum()) for x in b]
     assert [h for h in head] == [f.split("]")[0] + "]" for f in full[:3]] and rest == full[3:]
@@ -68,4 +68,4 @@ def test_packed_mode_resumes_exactly(data):
 def test_pack_shape_must_hold_the_longest_allowed_pair(data):
     root, _ = data
     with pytest.raises(ValueError, match="must fit the packed row"):
-        loader.build_train_iterator(config_for(root, batching__pack="32x32"))
+        babelfeed.build_train_iterator(config_for(root, batching__pack="32x32"))

@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import loader
-from loader.packing import gpt_sample_index, pack, pack_pairs, pack_sentences
+import babelfeed
+from babelfeed.packing import gpt_sample_index, pack, pack_pairs, pack_sentences
 
 
 @settings(max_examples=200, deadline=None)
@@ -84,4 +84,4 @@ def test_pack_pairs_keeps_pairs_together():
 
 
 def test_public_names():
-    assert loader.pack is pack and callable(loader.blending_indices)
+    assert babelfeed.pack is pack and callable(babelfeed.blending_indices)

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import loader
+import babelfeed
 from synthetic import DIRECTIONS, config_for, make_data_bin
 
 
@@ -49,8 +49,8 @@ def epoch_batches(it):
 def test_rows_hold_the_right_tokens(data):
     root, truth = data
     cfg = config_for(root)
-    it = loader.build_train_iterator(cfg)
-    d = loader.ShardedCorpus(root).dictionary()
+    it = babelfeed.build_train_iterator(cfg)
+    d = babelfeed.ShardedCorpus(root).dictionary()
     who = decode_ids(it)
     pad, eos = d.pad(), d.eos()
     n = 0
@@ -77,7 +77,7 @@ def test_rows_hold_the_right_tokens(data):
 def test_budget_and_multiple(data):
     root, _ = data
     cfg = config_for(root, batching__max_tokens=300, batching__max_sentences=24)
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     odd = 0
     for batch in it:
         b = batch["nsentences"]
@@ -92,7 +92,7 @@ def test_concat_every_sample_exactly_once_on_any_world_size(data):
     cfg = config_for(root, mixing__sampler="concat", data__shards="all")
     expected = Counter((k[1], k[3], k[4]) for k in truth if k[0] == "train" and k[2] == k[1].split("-")[0])
     for world in (1, 3):
-        its = [loader.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
+        its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
         per_rank = [epoch_batches(it) for it in its]
         assert len({len(b) for b in per_rank}) == 1  # same number of steps on every rank
         assert all(len(b) == len(it) for b, it in zip(per_rank, its))
@@ -107,25 +107,25 @@ def test_concat_every_sample_exactly_once_on_any_world_size(data):
 def test_global_order_does_not_depend_on_world_size(data):
     root, _ = data
     cfg = config_for(root)
-    single = [digest(b) for b in epoch_batches(loader.build_train_iterator(cfg))]
+    single = [digest(b) for b in epoch_batches(babelfeed.build_train_iterator(cfg))]
     for world in (2, 4):
-        ranks = [epoch_batches(loader.build_train_iterator(cfg, rank=r, world_size=world)) for r in range(world)]
+        ranks = [epoch_batches(babelfeed.build_train_iterator(cfg, rank=r, world_size=world)) for r in range(world)]
         interleaved = [digest(ranks[g % world][g // world]) for g in range(len(single))]
         assert interleaved == single
 
 
 def test_deterministic_and_seeded(data):
     root, _ = data
-    a = [digest(b) for b in epoch_batches(loader.build_train_iterator(config_for(root)))]
-    b = [digest(b) for b in epoch_batches(loader.build_train_iterator(config_for(root)))]
-    c = [digest(b) for b in epoch_batches(loader.build_train_iterator(config_for(root, seed=2)))]
+    a = [digest(b) for b in epoch_batches(babelfeed.build_train_iterator(config_for(root)))]
+    b = [digest(b) for b in epoch_batches(babelfeed.build_train_iterator(config_for(root)))]
+    c = [digest(b) for b in epoch_batches(babelfeed.build_train_iterator(config_for(root, seed=2)))]
     assert a == b and a != c
 
 
 def test_windows_plan_the_same_samples(data):
     root, truth = data
     cfg = config_for(root, mixing__sampler="concat", data__shards="all", batching__window=97)
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     assert it.planner.setup(1).num_windows > 5
     who = decode_ids(it)
     seen = Counter(who(i) for b in it for i in b["id"])
@@ -138,11 +138,11 @@ def test_windows_plan_the_same_samples(data):
 def test_resume_at_random_points_is_bit_identical(data, window):
     root, _ = data
     cfg = config_for(root, batching__window=window)
-    full_it = loader.build_train_iterator(cfg)
+    full_it = babelfeed.build_train_iterator(cfg)
     full = [digest(b) for _ in range(3) for b in epoch_batches(full_it)]  # three epochs
     rng = np.random.default_rng(0)
     for cut in sorted(set(rng.integers(0, len(full), 12).tolist()) | {0, len(full) - 1}):
-        it = loader.build_train_iterator(cfg)
+        it = babelfeed.build_train_iterator(cfg)
         got = []
         while len(got) < cut:
             try:
@@ -150,7 +150,7 @@ def test_resume_at_random_points_is_bit_identical(data, window):
             except StopIteration:
                 pass
         state = json.loads(json.dumps(it.get_state()))
-        resumed = loader.build_train_iterator(cfg)
+        resumed = babelfeed.build_train_iterator(cfg)
         resumed.set_state(state)
         while len(got) < len(full):
             try:
@@ -163,7 +163,7 @@ def test_resume_at_random_points_is_bit_identical(data, window):
 def test_resume_in_a_fresh_process(data, tmp_path):
     root, _ = data
     cfg = config_for(root)
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     for _ in range(7):
         next(it)
     state = it.get_state()
@@ -171,10 +171,10 @@ def test_resume_in_a_fresh_process(data, tmp_path):
     script = f"""
 import json, sys
 sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
-import loader
+import babelfeed
 from synthetic import config_for
 from test_pipeline import digest
-it = loader.build_train_iterator(config_for({str(root)!r}))
+it = babelfeed.build_train_iterator(config_for({str(root)!r}))
 it.set_state(json.loads(sys.argv[1]))
 print(json.dumps([digest(next(it)) for _ in range(10)]))
 """
@@ -187,16 +187,16 @@ def test_resume_on_another_world_size(data, before, after):
     """No sample skipped or repeated across the change; the global order continues."""
     root, _ = data
     cfg = config_for(root)
-    single = [digest(b) for b in epoch_batches(loader.build_train_iterator(cfg))]
+    single = [digest(b) for b in epoch_batches(babelfeed.build_train_iterator(cfg))]
     steps = 5
-    ranks = [loader.build_train_iterator(cfg, rank=r, world_size=before) for r in range(before)]
+    ranks = [babelfeed.build_train_iterator(cfg, rank=r, world_size=before) for r in range(before)]
     got = {}
     for s in range(steps):
         for r, it in enumerate(ranks):
             got[s * before + r] = digest(next(it))
     states = [it.get_state() for it in ranks]
     assert all(s == states[0] for s in states)  # rank-independent
-    new = [loader.build_train_iterator(cfg, rank=r, world_size=after) for r in range(after)]
+    new = [babelfeed.build_train_iterator(cfg, rank=r, world_size=after) for r in range(after)]
     for it in new:
         it.set_state(states[0])
     base = steps * before
@@ -209,10 +209,10 @@ def test_resume_on_another_world_size(data, before, after):
 
 def test_state_refuses_other_settings(data):
     root, _ = data
-    it = loader.build_train_iterator(config_for(root))
+    it = babelfeed.build_train_iterator(config_for(root))
     next(it)
     state = it.get_state()
-    other = loader.build_train_iterator(config_for(root, batching__max_tokens=640))
+    other = babelfeed.build_train_iterator(config_for(root, batching__max_tokens=640))
     with pytest.raises(ValueError, match="different data or settings"):
         other.set_state(state)
     other.set_state(state, strict=False)
@@ -222,7 +222,7 @@ def test_state_refuses_other_settings(data):
 # ------------------------------------------------------------------------------------------- epochs
 def test_shard_cycling(data):
     root, _ = data
-    it = loader.build_train_iterator(config_for(root))
+    it = babelfeed.build_train_iterator(config_for(root))
     who = decode_ids(it)
     shards_per_epoch = []
     for _ in range(3):
@@ -232,10 +232,10 @@ def test_shard_cycling(data):
 
 def test_counts_follow_temperature(data):
     root, _ = data
-    it = loader.build_train_iterator(config_for(root))
+    it = babelfeed.build_train_iterator(config_for(root))
     st = it.stats()
     sizes = [sum(v) for v in DIRECTIONS.values()]
-    p = loader.sampling_probabilities(sizes, 5.0)
+    p = babelfeed.sampling_probabilities(sizes, 5.0)
     assert [round(st[k]["probability"], 6) for k in DIRECTIONS] == [round(x, 6) for x in p]
     setup = it.planner.setup(1)
     assert np.abs(setup.counts / setup.counts.sum() - p).max() < 1e-3
@@ -243,14 +243,14 @@ def test_counts_follow_temperature(data):
 
 def test_too_long_samples_are_counted_or_raise(tmp_path):
     make_data_bin(tmp_path, long_every=10)
-    it = loader.build_train_iterator(config_for(tmp_path, mixing__sampler="concat", batching__max_tokens=1024,
+    it = babelfeed.build_train_iterator(config_for(tmp_path, mixing__sampler="concat", batching__max_tokens=1024,
                                                 filter__max_source_positions=150, filter__max_target_positions=150))
     total = sum(b["nsentences"] for b in it)
     filtered = it.planner.filtered(1)
     assert filtered.tolist() == [600 // 10, 120 // 10, 12 // 10] and total == 600 + 120 + 12 - filtered.sum()
     assert [v["filtered"] for v in it.stats(epoch=1).values()] == filtered.tolist()  # still known in epoch 2
     with pytest.raises(ValueError, match="over max_source_positions=150"):
-        list(loader.build_train_iterator(config_for(tmp_path, filter__on_too_long="raise", batching__max_tokens=1024,
+        list(babelfeed.build_train_iterator(config_for(tmp_path, filter__on_too_long="raise", batching__max_tokens=1024,
                                                     filter__max_source_positions=150,
                                                     filter__max_target_positions=150)))
 
@@ -258,8 +258,8 @@ def test_too_long_samples_are_counted_or_raise(tmp_path):
 def test_prefix_overrides(data):
     root, truth = data
     cfg = config_for(root, data__prefix_overrides="aaa-ddd:source=__bt__ __{src}__")
-    it = loader.build_train_iterator(cfg)
-    d = loader.ShardedCorpus(root).dictionary()
+    it = babelfeed.build_train_iterator(cfg)
+    d = babelfeed.ShardedCorpus(root).dictionary()
     comps = {c.key: c for c in it.planner.sources.components}
     assert comps["aaa-ddd"].src_prefix.tolist() == [d.index("__bt__"), d.index("__aaa__")]
     assert comps["aaa-bbb"].src_prefix.tolist() == [d.index("__aaa__")]
@@ -278,7 +278,7 @@ def test_prefix_overrides(data):
 def test_invalid_config_is_rejected_at_build_time(data, override, match):
     root, _ = data
     with pytest.raises(ValueError, match=match):
-        loader.build_train_iterator(config_for(root, **override))
+        babelfeed.build_train_iterator(config_for(root, **override))
 
 
 # ------------------------------------------------------------------------------------------- validation
@@ -286,13 +286,13 @@ def test_valid_iterator_every_sample_once_in_fixed_order(data):
     root, truth = data
     cfg = config_for(root)
     expected = Counter((k[1], k[3], k[4]) for k in truth if k[0] == "valid" and k[2] == k[1].split("-")[0])
-    a = loader.build_valid_iterator(cfg)
+    a = babelfeed.build_valid_iterator(cfg)
     who = decode_ids(a)
     batches = epoch_batches(a)
     assert Counter(who(i) for b in batches for i in b["id"]) == expected
-    assert [digest(b) for b in batches] == [digest(b) for b in epoch_batches(loader.build_valid_iterator(cfg))]
+    assert [digest(b) for b in batches] == [digest(b) for b in epoch_batches(babelfeed.build_valid_iterator(cfg))]
     assert list(a) == []  # one pass only
-    ranks = [epoch_batches(loader.build_valid_iterator(cfg, rank=r, world_size=2)) for r in range(2)]
+    ranks = [epoch_batches(babelfeed.build_valid_iterator(cfg, rank=r, world_size=2)) for r in range(2)]
     assert Counter(who(i) for bs in ranks for b in bs for i, w in zip(b["id"], b["weight"]) if w) == expected
 
 
@@ -300,34 +300,34 @@ def test_length_cache_budget_changes_nothing_but_speed(data):
     root, _ = data
     plans = []
     for mb in (0, 512):
-        it = loader.build_train_iterator(config_for(root, data__length_cache_mb=mb))
+        it = babelfeed.build_train_iterator(config_for(root, data__length_cache_mb=mb))
         plans.append([digest(b) for _ in range(3) for b in it])  # a corpus's first lookup reads in place
         cached = [c._lengths.get("src") for c in it.planner.sources.components if "src" in c._lengths]
         assert cached and all((isinstance(x, np.ndarray) and x.dtype == np.uint16) == (mb > 0) for x in cached)
     assert plans[0] == plans[1]
-    cache = loader.rows.LengthCache(budget_bytes=100)
+    cache = babelfeed.rows.LengthCache(budget_bytes=100)
     assert cache.copy(np.arange(40, dtype=np.int32)).dtype == np.uint16 and cache.used == 80
     assert cache.copy(np.arange(40, dtype=np.int32)) is None  # over budget: the caller reads the memmap
-    assert loader.rows.LengthCache(10**6).copy(np.array([70000], np.int32)).dtype == np.int32
+    assert babelfeed.rows.LengthCache(10**6).copy(np.array([70000], np.int32)).dtype == np.int32
 
 
 @pytest.mark.parametrize("sampler", ["fairseq", "concat"])
 def test_fairseq_compat_epoch(data, sampler):
     """compat='fairseq' composes fairseq's stages exactly as its multilingual task does; each stage is checked
     against fairseq's own outputs in test_mixing / test_batching, here the composition is rebuilt by hand."""
-    from loader.batching import fairseq_batch_by_size
-    from loader.mixing import fairseq_draw
+    from babelfeed.batching import fairseq_batch_by_size
+    from babelfeed.mixing import fairseq_draw
 
     root, _ = data
     seed, epoch, world = 3, 2, 2
     cfg = config_for(root, compat="fairseq", mixing__sampler=sampler, seed=seed, mixing__temperature=2.0)
-    its = [loader.build_train_iterator(cfg, rank=r, world_size=world, epoch=epoch) for r in range(world)]
+    its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world, epoch=epoch) for r in range(world)]
     setup = its[0].planner.setup(epoch)
     comps = [d.components[0] for d in setup.directions]
     sizes = [len(c) for c in comps]
     if sampler == "fairseq":
-        p = loader.sampling_probabilities([d.total_size for d in setup.directions], 2.0)
-        v = loader.mixing.virtual_size(sizes, p)
+        p = babelfeed.sampling_probabilities([d.total_size for d in setup.directions], 2.0)
+        v = babelfeed.mixing.virtual_size(sizes, p)
         draws = fairseq_draw(sizes, p, v, epoch)  # RandomState([sha1 % 2**32, 2, epoch])
     else:
         draws = [np.arange(n) for n in sizes]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from loader import batching, mixing, permute, plan_kernel
+from babelfeed import batching, mixing, permute, plan_kernel
 
 pytestmark = pytest.mark.skipif(plan_kernel.KERNEL is None, reason="the planning kernel is not built")
 
@@ -267,7 +267,7 @@ def test_stratified_span_rows(corpora, seed, threads):
        st.sampled_from([1, 2, 8, 64]), st.integers(0, 2**32))
 def test_dynamic_cut_reads_both_columns(costs, max_tokens, max_sentences, multiple, seed):
     """cutting.dynamic with the kernel reading the planner's int32 (src, tgt) columns in place = numpy's max."""
-    from loader import cutting
+    from babelfeed import cutting
 
     cost = np.sort(np.array(costs, np.int64))
     rng = np.random.default_rng(seed)

@@ -8,9 +8,9 @@ import shutil
 import numpy as np
 import pytest
 
-import loader
-from loader.config import task
-from loader.demo import build_corpus
+import babelfeed
+from babelfeed.config import task
+from babelfeed.demo import build_corpus
 from synthetic import config_for
 from test_pipeline import digest
 
@@ -19,7 +19,7 @@ KEY = "eng_Latn-deu_Latn"
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from loader.binarize import BinarizeOptions, binarize
+    from babelfeed.binarize import BinarizeOptions, binarize
 
     root = tmp_path_factory.mktemp("rawtask")
     build_corpus(str(root / "raw"), scale=0.05)
@@ -55,7 +55,7 @@ def raw_rows(it, batch):
 
 def test_raw_text_is_segmented_anew_each_epoch_within_the_budget(corpus):
     cfg = raw_config(corpus, mixing__sampler="concat")  # every sentence once per epoch
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     d = it.planner.sources.dictionary
     comp = next(c for c in it.planner.sources.components if c.key == f"raw/{KEY}")
     lines = {lang: comp_side.text.lines(np.arange(len(comp_side))) for lang, comp_side in
@@ -91,10 +91,10 @@ def test_raw_text_is_segmented_anew_each_epoch_within_the_budget(corpus):
 
 def test_raw_batches_are_deterministic_resumable_and_the_same_in_worker_processes(corpus):
     cfg = raw_config(corpus)
-    ref = [digest(b) for b in loader.build_train_iterator(cfg)]
-    a = loader.build_train_iterator(cfg)
+    ref = [digest(b) for b in babelfeed.build_train_iterator(cfg)]
+    a = babelfeed.build_train_iterator(cfg)
     head = [digest(next(a)) for _ in range(3)]
-    b = loader.build_train_iterator(cfg)
+    b = babelfeed.build_train_iterator(cfg)
     b.set_state(json.loads(json.dumps(a.get_state())))
     assert head + [digest(x) for x in b] == ref
     with mp.get_context("spawn").Pool(2) as pool:  # gathered in other processes (grain / DataLoader workers)
@@ -106,16 +106,16 @@ def _digest_at(config_json, k):
     import ml_collections
 
     cfg = ml_collections.ConfigDict(json.loads(config_json))
-    return digest(loader.build_train_iterator(cfg).batch_at(k))
+    return digest(babelfeed.build_train_iterator(cfg).batch_at(k))
 
 
 def test_validation_reads_raw_text_with_the_best_segmentation(corpus):
     cfg = raw_config(corpus)
-    it = loader.build_valid_iterator(cfg)
+    it = babelfeed.build_valid_iterator(cfg)
     keys = {s.name for s in it.planner.sources.streams}
     assert f"raw/{KEY}" in keys
     first = [digest(b) for b in it]
-    again = [digest(b) for b in loader.build_valid_iterator(cfg)]
+    again = [digest(b) for b in babelfeed.build_valid_iterator(cfg)]
     assert first == again
     comp = next(c for c in it.planner.sources.components if c.key == f"raw/{KEY}")
     assert comp.src.factor == 1.0 and (comp.src.sizes == comp.src.best).all()
@@ -125,16 +125,16 @@ def test_raw_task_errors(corpus):
     with pytest.raises(FileNotFoundError, match="SentencePiece model"):
         cfg = raw_config(corpus)
         cfg.tasks.raw.spm_model = "nope.model"
-        loader.build_train_iterator(cfg)
+        babelfeed.build_train_iterator(cfg)
     with pytest.raises(ValueError, match="cannot be packed"):
-        loader.build_train_iterator(raw_config(corpus, batching__pack="256x256"))
+        babelfeed.build_train_iterator(raw_config(corpus, batching__pack="256x256"))
     with pytest.raises(FileNotFoundError, match="raw text of stream"):
         cfg = raw_config(corpus)
         cfg.tasks.raw.text = "text/{split}/missing.{lang}"
-        loader.build_train_iterator(cfg)
+        babelfeed.build_train_iterator(cfg)
     with pytest.raises(ValueError, match="unknown placeholder"):
         cfg = raw_config(corpus)
         cfg.tasks.raw.text = "text/{splat}/{key}.{lang}"
-        loader.build_train_iterator(cfg)
+        babelfeed.build_train_iterator(cfg)
     with pytest.raises(ValueError, match="alpha"):
-        loader.build_train_iterator(raw_config(corpus, alpha=0.0))
+        babelfeed.build_train_iterator(raw_config(corpus, alpha=0.0))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-import loader
+import babelfeed
 from synthetic import config_for, make_data_bin
 from test_pipeline import digest
 
@@ -19,9 +19,9 @@ def root(tmp_path_factory):
 @pytest.mark.parametrize("static", [False, True])
 def test_ranks_hold_the_rows_of_the_same_global_batch(root, world, static):
     cfg = config_for(root, batching__num_shapes=3 if static else 0)
-    single = list(loader.build_train_iterator(cfg))
-    single_rows = list(loader.build_train_iterator(cfg, split="rows"))
-    ranks = [list(loader.build_train_iterator(cfg, rank=r, world_size=world, split="rows")) for r in range(world)]
+    single = list(babelfeed.build_train_iterator(cfg))
+    single_rows = list(babelfeed.build_train_iterator(cfg, split="rows"))
+    ranks = [list(babelfeed.build_train_iterator(cfg, rank=r, world_size=world, split="rows")) for r in range(world)]
     assert all(len(x) == len(single) for x in ranks)
     for g, whole in enumerate(single):
         pieces = [ranks[r][g] for r in range(world)]
@@ -41,10 +41,10 @@ def test_ranks_hold_the_rows_of_the_same_global_batch(root, world, static):
 
 def test_rows_state_resumes_in_batches_mode(root):
     cfg = config_for(root)
-    full = [digest(b) for b in loader.build_train_iterator(cfg)]
-    it = loader.build_train_iterator(cfg, rank=0, world_size=2, split="rows")
+    full = [digest(b) for b in babelfeed.build_train_iterator(cfg)]
+    it = babelfeed.build_train_iterator(cfg, rank=0, world_size=2, split="rows")
     for _ in range(4):
         next(it)
-    resumed = loader.build_train_iterator(cfg)
+    resumed = babelfeed.build_train_iterator(cfg)
     resumed.set_state(it.get_state())
     assert [digest(b) for b in resumed] == full[4:]

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from loader.schedule import MixingSchedule, update_of
+from babelfeed.schedule import MixingSchedule, update_of
 
 
 def test_step_schedule_is_piecewise_constant():

@@ -5,8 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import loader.shapes as shapes
-from loader.shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
+import babelfeed.shapes as shapes
+from babelfeed.shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
 
 
 def brute_force(lengths, k):

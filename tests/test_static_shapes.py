@@ -6,7 +6,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-import loader
+import babelfeed
 from synthetic import config_for, make_data_bin
 from test_pipeline import decode_ids, digest
 
@@ -25,7 +25,7 @@ def batch_shape(b):
 @pytest.mark.parametrize("k", [1, 3, 6])
 def test_every_batch_has_a_planned_shape_and_nothing_is_lost(root, k):
     cfg = config_for(root, batching__num_shapes=k, mixing__sampler="concat", data__shards="all")
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     shapes = it.planner.opts.shapes
     assert 1 <= len(shapes) <= k and all(b * max(ls, lt) <= 512 for b, ls, lt in shapes)
     who = decode_ids(it)
@@ -43,12 +43,12 @@ def test_every_batch_has_a_planned_shape_and_nothing_is_lost(root, k):
 
 def test_explicit_shapes_and_resume(root):
     cfg = config_for(root, batching__shapes="20x20,64x64")
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     assert it.planner.opts.shapes == ((24, 20, 20), (8, 64, 64))
     full = [digest(b) for b in it]
-    it2 = loader.build_train_iterator(cfg)
+    it2 = babelfeed.build_train_iterator(cfg)
     head = [digest(next(it2)) for _ in range(5)]
-    it3 = loader.build_train_iterator(cfg)
+    it3 = babelfeed.build_train_iterator(cfg)
     it3.set_state(json.loads(json.dumps(it2.get_state())))
     assert head + [digest(b) for b in it3] == full
 
@@ -56,22 +56,22 @@ def test_explicit_shapes_and_resume(root):
 def test_explicit_shapes_holding_the_limits_read_no_lengths_at_build(root, monkeypatch):
     """Explicit shapes of which one holds the filter limits are taken as given (the mixture's length histogram,
     ~1 s for 20M samples, only priced the plan): the same shapes and the same batches as the priced plan."""
-    from loader import build
-    from loader.plan import EpochPlanner
+    from babelfeed import build
+    from babelfeed.plan import EpochPlanner
 
     cfg = config_for(root, batching__shapes="20x20,64x64", filter__max_source_positions=64,
                      filter__max_target_positions=64)
     priced = build.shape_plan(cfg, EpochPlanner(*build.train_sources(cfg)[::2]))
-    full = [digest(b) for b in loader.build_train_iterator(cfg)]
+    full = [digest(b) for b in babelfeed.build_train_iterator(cfg)]
     monkeypatch.setattr(build, "mixture_lengths", lambda planner: pytest.fail("lengths read at build"))
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     assert it.planner.opts.shapes == tuple(priced.shapes) == ((24, 20, 20), (8, 64, 64))
     assert [digest(b) for b in it] == full
 
 
 def test_shapes_too_small_are_reported(root):
     with pytest.raises(ValueError, match="fit none of the shapes"):
-        loader.build_train_iterator(config_for(root, batching__shapes="8x8"))
+        babelfeed.build_train_iterator(config_for(root, batching__shapes="8x8"))
 
 
 def test_jit_compiles_once_per_shape(root):
@@ -86,7 +86,7 @@ def test_jit_compiles_once_per_shape(root):
         return jnp.sum(jnp.where(tgt != 1, 1.0, 0.0) * weight[:, None]) + jnp.sum(src * 0)
 
     k = 4
-    it = loader.build_train_iterator(config_for(root, batching__num_shapes=k))
+    it = babelfeed.build_train_iterator(config_for(root, batching__num_shapes=k))
     used = set()
     for _ in range(2):  # two epochs: shard cycling changes the data, never the shapes
         for batch in it:
@@ -99,7 +99,7 @@ def test_plan_command(root):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "loader.cli", "plan", "configs/nllb_like.py", "--shapes", "3",
+    out = subprocess.run([sys.executable, "-m", "babelfeed.cli", "plan", "configs/nllb_like.py", "--shapes", "3",
                           "--set", f"data.path={root}", "--set", "batching.max_tokens=512",
                           "--set", "filter.max_source_positions=128", "--set", "filter.max_target_positions=128"],
                          capture_output=True, text=True, check=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))

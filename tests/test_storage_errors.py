@@ -7,8 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-import loader
-from loader.storage.indexed import IndexedDataset
+import babelfeed
+from babelfeed.storage.indexed import IndexedDataset
 
 from helpers import write_tntidx
 
@@ -46,39 +46,39 @@ def test_missing_files(tmp_path, fs):
 
 def test_bad_magic(fs):
     patch(f"{fs}.idx", 0, b"NOTANIDX!")
-    with pytest.raises(loader.BadMagicError, match=r"fs\.idx.*not a fairseq/Megatron index"):
+    with pytest.raises(babelfeed.BadMagicError, match=r"fs\.idx.*not a fairseq/Megatron index"):
         IndexedDataset(fs)
 
 
 @pytest.mark.parametrize("size", [0, 4, 20])
 def test_truncated_header(fs, size):
     os.truncate(f"{fs}.idx", size)
-    with pytest.raises(loader.TruncatedFileError, match=r"fs\.idx"):
+    with pytest.raises(babelfeed.TruncatedFileError, match=r"fs\.idx"):
         IndexedDataset(fs)
 
 
 def test_unknown_version(fs):
     patch(f"{fs}.idx", 9, struct.pack("<Q", 2))
-    with pytest.raises(loader.UnsupportedVersionError, match="version 2"):
+    with pytest.raises(babelfeed.UnsupportedVersionError, match="version 2"):
         IndexedDataset(fs)
 
 
 def test_unknown_dtype_code(fs):
     patch(f"{fs}.idx", 17, bytes([42]))
-    with pytest.raises(loader.UnknownDtypeError, match="dtype code 42"):
+    with pytest.raises(babelfeed.UnknownDtypeError, match="dtype code 42"):
         IndexedDataset(fs)
 
 
 def test_fairseq_only_code_in_megatron_layout(mg):
     patch(f"{mg}.idx", 17, bytes([9]))
-    with pytest.raises(loader.UnknownDtypeError, match="uint32 in fairseq"):
+    with pytest.raises(babelfeed.UnknownDtypeError, match="uint32 in fairseq"):
         IndexedDataset(mg)
 
 
 def test_code_7_differs_between_libraries(tmp_path):
     """Code 7 is float32 in Megatron-LM and float64 in fairseq; each layout reads its own table."""
     for fmt, dtype in (("megatron", np.float32), ("fairseq", np.float64)):
-        b = loader.IndexedDatasetBuilder(tmp_path / fmt, dtype, format=fmt)
+        b = babelfeed.IndexedDatasetBuilder(tmp_path / fmt, dtype, format=fmt)
         b.add_item(np.array([1.5, 2.5]))
         b.finalize()
         patch(tmp_path / f"{fmt}.idx", 17, bytes([7]))
@@ -90,7 +90,7 @@ def test_code_7_differs_between_libraries(tmp_path):
 def test_bin_shorter_than_index(fs):
     os.truncate(f"{fs}.bin", os.path.getsize(f"{fs}.bin") - 2)
     for verify in ("full", "quick"):
-        with pytest.raises(loader.TruncatedFileError, match=r"fs\.bin.*cut short"):
+        with pytest.raises(babelfeed.TruncatedFileError, match=r"fs\.bin.*cut short"):
             IndexedDataset(fs, verify=verify)
 
 
@@ -104,27 +104,27 @@ def test_bin_longer_than_index_warns(fs):
 def test_idx_size_matches_no_layout(fs):
     with open(f"{fs}.idx", "ab") as f:
         f.write(b"\0" * 3)
-    with pytest.raises(loader.InconsistentIndexError, match="declares 20 sequences"):
+    with pytest.raises(babelfeed.InconsistentIndexError, match="declares 20 sequences"):
         IndexedDataset(fs)
 
 
 def test_negative_size(fs):
     patch(f"{fs}.idx", 26 + 4 * 3, struct.pack("<i", -5))
-    with pytest.raises(loader.InconsistentIndexError, match="record 3 has negative size -5"):
+    with pytest.raises(babelfeed.InconsistentIndexError, match="record 3 has negative size -5"):
         IndexedDataset(fs)
 
 
 def test_overlapping_records(fs):
     n = 20
     patch(f"{fs}.idx", 26 + 4 * n + 8 * 5, struct.pack("<q", 2))
-    with pytest.raises(loader.InconsistentIndexError, match="record 5.*overlap"):
+    with pytest.raises(babelfeed.InconsistentIndexError, match="record 5.*overlap"):
         IndexedDataset(fs)
 
 
 def _overflowed_fairseq(tmp_path, n=6):
     """A fairseq file whose pointers wrapped like fairseq issue #5532 (int32 arithmetic)."""
     seqs = [np.arange(i, i + 5, dtype=np.int64) for i in range(n)]
-    b = loader.IndexedDatasetBuilder(tmp_path / "wrap", np.uint16, format="fairseq")
+    b = babelfeed.IndexedDatasetBuilder(tmp_path / "wrap", np.uint16, format="fairseq")
     for s in seqs:
         b.add_item(s)
     b.finalize()
@@ -139,9 +139,9 @@ def _overflowed_fairseq(tmp_path, n=6):
 
 def test_pointer_overflow_detected_and_recomputed(tmp_path):
     prefix, seqs = _overflowed_fairseq(tmp_path)
-    with pytest.raises(loader.InconsistentIndexError, match=r"record 3.*#5532.*recompute_pointers=True"):
+    with pytest.raises(babelfeed.InconsistentIndexError, match=r"record 3.*#5532.*recompute_pointers=True"):
         IndexedDataset(prefix)
-    with pytest.raises(loader.InconsistentIndexError):
+    with pytest.raises(babelfeed.InconsistentIndexError):
         IndexedDataset(prefix, verify="quick")
     ds = IndexedDataset(prefix, recompute_pointers=True)
     assert [s.tolist() for s in ds] == [s.tolist() for s in seqs]
@@ -150,7 +150,7 @@ def test_pointer_overflow_detected_and_recomputed(tmp_path):
 def test_quick_mode_still_bounds_every_read(tmp_path):
     """A corrupt pointer that the sampled check misses is caught when that record is read."""
     n = 5000
-    b = loader.IndexedDatasetBuilder(tmp_path / "big", np.uint16, format="fairseq")
+    b = babelfeed.IndexedDatasetBuilder(tmp_path / "big", np.uint16, format="fairseq")
     b.add_items(np.ones(n * 3, np.uint16), np.full(n, 3))
     b.finalize()
     idx = tmp_path / "big.idx"
@@ -159,29 +159,29 @@ def test_quick_mode_still_bounds_every_read(tmp_path):
     assert victim not in probes and victim - 1 not in probes
     patch(idx, 26 + 4 * n + 8 * victim, struct.pack("<q", 10**9))
     ds = IndexedDataset(tmp_path / "big", verify="quick")
-    with pytest.raises(loader.InconsistentIndexError, match=f"record {victim}"):
+    with pytest.raises(babelfeed.InconsistentIndexError, match=f"record {victim}"):
         ds[victim]
-    with pytest.raises(loader.InconsistentIndexError, match=f"record {victim}"):
+    with pytest.raises(babelfeed.InconsistentIndexError, match=f"record {victim}"):
         IndexedDataset(tmp_path / "big", verify="full")
 
 
 def test_document_index_must_end_at_sequence_count(mg):
     n, d = 17, 7
     patch(f"{mg}.idx", 34 + 12 * n + 8 * (d - 1), struct.pack("<q", 16))
-    with pytest.raises(loader.InconsistentIndexError, match="document index runs from 0 to 16"):
+    with pytest.raises(babelfeed.InconsistentIndexError, match="document index runs from 0 to 16"):
         IndexedDataset(mg)
 
 
 def test_document_index_must_not_decrease(mg):
     n = 17
     patch(f"{mg}.idx", 34 + 12 * n + 8 * 2, struct.pack("<q", 1))
-    with pytest.raises(loader.InconsistentIndexError, match="decreases at document 1: 5 then 1"):
+    with pytest.raises(babelfeed.InconsistentIndexError, match="decreases at document 1: 5 then 1"):
         IndexedDataset(mg)
 
 
 def test_messages_are_format_errors(fs):
     patch(f"{fs}.idx", 0, b"garbage!!")
-    with pytest.raises(loader.FormatError) as info:
+    with pytest.raises(babelfeed.FormatError) as info:
         IndexedDataset(fs)
     assert info.value.path == f"{fs}.idx"
     assert isinstance(info.value, ValueError)
@@ -211,13 +211,13 @@ def test_legacy_three_item_example_is_136_bytes(tmp_path):
 def test_legacy_errors(tmp_path):
     write_tntidx(tmp_path / "lz", [[5, 6], [7]])
     patch(tmp_path / "lz.idx", 24, struct.pack("<Q", 8))  # element size 8 for int32
-    with pytest.raises(loader.InconsistentIndexError, match="element size 8"):
+    with pytest.raises(babelfeed.InconsistentIndexError, match="element size 8"):
         IndexedDataset(tmp_path / "lz")
     write_tntidx(tmp_path / "lz", [[5, 6], [7]])
     os.truncate(tmp_path / "lz.idx", 60)
-    with pytest.raises(loader.TruncatedFileError, match="implies"):
+    with pytest.raises(babelfeed.TruncatedFileError, match="implies"):
         IndexedDataset(tmp_path / "lz")
     write_tntidx(tmp_path / "lz", [[5, 6], [7]])
     patch(tmp_path / "lz.idx", 48 + 24 + 8, struct.pack("<q", 1))  # data offset of item 1
-    with pytest.raises(loader.InconsistentIndexError, match="data offset of record 1"):
+    with pytest.raises(babelfeed.InconsistentIndexError, match="data offset of record 1"):
         IndexedDataset(tmp_path / "lz")

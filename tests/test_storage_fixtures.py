@@ -8,7 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
-import loader
+import babelfeed
 
 from helpers import write_tntidx
 
@@ -32,7 +32,7 @@ def test_every_fixture_is_covered(expected):
 @pytest.mark.parametrize("verify", ["full", "quick"])
 def test_reads_every_record(fixtures_dir, expected, name, verify):
     e = expected["datasets"][name]
-    ds = loader.IndexedDataset(fixtures_dir / name, verify=verify)
+    ds = babelfeed.IndexedDataset(fixtures_dir / name, verify=verify)
     assert ds.format == e["format"].split("+")[0]
     assert ds.dtype == np.dtype(e["dtype"])
     assert ds.dtype_code == e["dtype_code"]
@@ -55,7 +55,7 @@ def test_reads_every_record(fixtures_dir, expected, name, verify):
 @pytest.mark.parametrize("name", NAMES)
 def test_get_slices_one_record(fixtures_dir, expected, name):
     seqs = expected["datasets"][name]["sequences"]
-    ds = loader.IndexedDataset(fixtures_dir / name)
+    ds = babelfeed.IndexedDataset(fixtures_dir / name)
     for i, seq in enumerate(seqs):
         for offset in range(len(seq) + 1):
             assert ds.get(i, offset=offset).tolist() == seq[offset:]
@@ -76,7 +76,7 @@ def test_builder_reproduces_library_bytes(fixtures_dir, expected, tmp_path, name
     fmt = e["format"].split("+")[0]
     docs = e["document_indices"] or list(range(e["num_sequences"] + 1))
     prefix = tmp_path / "out"
-    with loader.IndexedDatasetBuilder(prefix, np.dtype(e["dtype"]), format=fmt) as b:
+    with babelfeed.IndexedDatasetBuilder(prefix, np.dtype(e["dtype"]), format=fmt) as b:
         for d in range(len(docs) - 1):
             for i in range(docs[d], docs[d + 1]):
                 b.add_item(np.array(e["sequences"][i], dtype=np.int64))  # the fixtures were fed int64 tensors
@@ -95,7 +95,7 @@ def test_add_items_matches_library_bytes(fixtures_dir, expected, tmp_path, name)
     e = expected["datasets"][name]
     fmt = e["format"]
     seqs = e["sequences"]
-    with loader.IndexedDatasetBuilder(tmp_path / "out", np.dtype(e["dtype"]), format=fmt) as b:
+    with babelfeed.IndexedDatasetBuilder(tmp_path / "out", np.dtype(e["dtype"]), format=fmt) as b:
         b.add_items(np.concatenate([np.array(s, dtype=np.int64) for s in seqs]), [len(s) for s in seqs])
         b.finalize()
     assert (tmp_path / "out.idx").read_bytes() == (fixtures_dir / f"{name}.idx").read_bytes()
@@ -108,30 +108,30 @@ def test_convert_between_layouts(fixtures_dir, expected, tmp_path, name):
     e = expected["datasets"][name]
     src_fmt = e["format"]
     dst_fmt = "megatron" if src_fmt == "fairseq" else "fairseq"
-    loader.convert_index(fixtures_dir / name, tmp_path / "conv", dst_fmt)
-    ds = loader.IndexedDataset(tmp_path / "conv")
+    babelfeed.convert_index(fixtures_dir / name, tmp_path / "conv", dst_fmt)
+    ds = babelfeed.IndexedDataset(tmp_path / "conv")
     assert ds.format == dst_fmt
     assert [s.tolist() for s in ds] == e["sequences"]
     assert (tmp_path / "conv.bin").read_bytes() == (fixtures_dir / f"{name}.bin").read_bytes()
     if dst_fmt == "megatron":
         assert ds.doc_idx.tolist() == list(range(len(ds) + 1))
         # Back again gives the library's own fairseq bytes.
-        loader.convert_index(tmp_path / "conv", tmp_path / "back", "fairseq")
+        babelfeed.convert_index(tmp_path / "conv", tmp_path / "back", "fairseq")
         assert (tmp_path / "back.idx").read_bytes() == (fixtures_dir / f"{name}.idx").read_bytes()
 
 
 def test_uint32_parallel_fixture_is_fairseq_only(fixtures_dir, tmp_path):
     """NLLB-size vocabularies are stored as uint32 (code 9); Megatron's table cannot hold it."""
     name = fixtures_dir / "data_bin/shard000/train.eng_Latn-tur_Latn.eng_Latn"
-    with pytest.raises(loader.UnsupportedDtypeError, match="uint32"):
-        loader.convert_index(name, tmp_path / "conv", "megatron")
+    with pytest.raises(babelfeed.UnsupportedDtypeError, match="uint32"):
+        babelfeed.convert_index(name, tmp_path / "conv", "megatron")
     assert not os.listdir(tmp_path)
 
 
 def test_every_sentence_ends_with_eos(fixtures_dir, expected):
     for name, e in expected["datasets"].items():
         if "eos" in e:
-            ds = loader.IndexedDataset(fixtures_dir / name)
+            ds = babelfeed.IndexedDataset(fixtures_dir / name)
             assert all(int(s[-1]) == e["eos"] for s in ds)
 
 
@@ -145,7 +145,7 @@ def test_legacy_fixture_written_by_fairseq(tmp_path):
         data = (LEGACY / f"lazy_int32.{ext}").read_bytes()
         assert hashlib.sha256(data).hexdigest() == e["files"][f"lazy_int32.{ext}"]["sha256"]
     for verify in ("full", "quick"):
-        ds = loader.IndexedDataset(LEGACY / "lazy_int32", verify=verify)
+        ds = babelfeed.IndexedDataset(LEGACY / "lazy_int32", verify=verify)
         assert ds.format == "legacy" and ds.dtype == np.int32 and ds.dtype_code == 4
         assert ds.sizes.tolist() == e["sequence_lengths"]
         assert [s.tolist() for s in ds] == e["sequences"]
@@ -160,7 +160,7 @@ def test_pickles_for_worker_processes(fixtures_dir, expected):
     import pickle
 
     name = "megatron/uint16_docs"
-    ds = loader.IndexedDataset(fixtures_dir / name)
+    ds = babelfeed.IndexedDataset(fixtures_dir / name)
     clone = pickle.loads(pickle.dumps(ds))
     assert [s.tolist() for s in clone] == expected["datasets"][name]["sequences"]
     assert clone.doc_idx.tolist() == expected["datasets"][name]["document_indices"]

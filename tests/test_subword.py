@@ -3,10 +3,10 @@ import pickle
 import numpy as np
 import pytest
 
-import loader
-from loader.blending import IndexCache
-from loader.demo import build_corpus
-from loader.subword import RawText, SubwordSampler
+import babelfeed
+from babelfeed.blending import IndexCache
+from babelfeed.demo import build_corpus
+from babelfeed.subword import RawText, SubwordSampler
 
 
 def test_raw_text_random_access(tmp_path):
@@ -24,7 +24,7 @@ def test_raw_text_random_access(tmp_path):
 
 @pytest.fixture(scope="module")
 def spm_bin(tmp_path_factory):
-    from loader.binarize import BinarizeOptions, binarize
+    from babelfeed.binarize import BinarizeOptions, binarize
 
     root = tmp_path_factory.mktemp("sw")
     build_corpus(str(root / "raw"), scale=0.05)
@@ -34,7 +34,7 @@ def spm_bin(tmp_path_factory):
 
 
 def test_sampled_segmentations_are_seeded_per_sample(spm_bin):
-    d = loader.Dictionary.load(spm_bin / "bin" / "dict.txt")
+    d = babelfeed.Dictionary.load(spm_bin / "bin" / "dict.txt")
     sampler = SubwordSampler(spm_bin / "bin" / "spm.model", d, alpha=0.1, seed=3)
     text = RawText(spm_bin / "raw" / "eng_Latn-deu_Latn.eng_Latn")
     rows = np.arange(40)
@@ -56,6 +56,6 @@ def test_sampled_segmentations_are_seeded_per_sample(spm_bin):
 
 
 def test_full_lattice_sampling_is_refused(spm_bin):
-    d = loader.Dictionary.load(spm_bin / "bin" / "dict.txt")
+    d = babelfeed.Dictionary.load(spm_bin / "bin" / "dict.txt")
     with pytest.raises(ValueError, match="not reproducible across processes"):
         SubwordSampler(spm_bin / "bin" / "spm.model", d, nbest=-1)

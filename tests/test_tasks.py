@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-import loader
-from loader.config import task
+import babelfeed
+from babelfeed.config import task
 from synthetic import config_for, make_data_bin
 from test_pipeline import digest
 
@@ -19,7 +19,7 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("tasks")
     truth = make_data_bin(root)
     rng = np.random.default_rng(5)
-    with loader.IndexedDatasetBuilder(os.path.join(root, "shard000", "train.ccc"), np.uint16, format="fairseq") as b:
+    with babelfeed.IndexedDatasetBuilder(os.path.join(root, "shard000", "train.ccc"), np.uint16, format="fairseq") as b:
         for r in range(MONO):
             toks = np.concatenate([[100 + r % 50], rng.integers(4, 300, int(rng.integers(3, 30))), [2]])
             truth[("train", "ccc", "ccc", 0, r)] = toks
@@ -52,7 +52,7 @@ def test_two_tasks_share_one_corpus_without_copies(data):
              "dae_mask": task("ccc", weight=1.0, kind="denoise", transforms="span_mask:ratio=0.5,mask_id=w0",
                               source_prefix="__bt__ __{lang}__"),
              "mt": task("aaa-bbb", weight=1.0)}
-    it = loader.build_train_iterator(task_config(root, tasks, mixing__sampler="concat"))
+    it = babelfeed.build_train_iterator(task_config(root, tasks, mixing__sampler="concat"))
     sources = it.planner.sources
     assert sources.keys == ["dae_drop/ccc", "dae_mask/ccc", "mt/aaa-bbb"]
     assert sources.tasks == ["dae_drop", "dae_mask", "mt"]
@@ -91,16 +91,16 @@ def test_task_settings_are_checked(data):
              ({"x": task("ccc", transforms="scramble:x=1")}, "unknown transform")]
     for tasks, match in cases:
         with pytest.raises(ValueError, match=match):
-            loader.build_train_iterator(task_config(root, tasks))
+            babelfeed.build_train_iterator(task_config(root, tasks))
     with pytest.raises(ValueError, match="per task"):
-        loader.build_train_iterator(task_config(root, TWO, data__noise="token_drop:rate=0.1"))
+        babelfeed.build_train_iterator(task_config(root, TWO, data__noise="token_drop:rate=0.1"))
     with pytest.raises(ValueError, match="must stay 'temperature'"):
-        loader.build_train_iterator(task_config(root, TWO, mixing__method="uniform"))
+        babelfeed.build_train_iterator(task_config(root, TWO, mixing__method="uniform"))
 
 
 def test_task_weights_set_the_mix_and_temperature_splits_a_task(data):
     root, _ = data
-    it = loader.build_train_iterator(task_config(root, TWO, mixing__temperature=1.0, mixing__virtual_size="40000"))
+    it = babelfeed.build_train_iterator(task_config(root, TWO, mixing__temperature=1.0, mixing__virtual_size="40000"))
     setup = it.planner.setup(1)
     p = dict(zip(it.planner.sources.keys, setup.probs))
     assert p["mt/aaa-bbb"] + p["mt/aaa-ccc"] == pytest.approx(0.75)
@@ -113,7 +113,7 @@ def test_task_weights_set_the_mix_and_temperature_splits_a_task(data):
 def test_each_stream_cycles_its_own_data(data):
     root, _ = data
     cfg = task_config(root, TWO, mixing__sampler="stream", mixing__virtual_size="1000", batching__window=300)
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     rows = {}
     for _ in range(4):
         for batch in it:
@@ -137,7 +137,7 @@ def test_each_stream_cycles_its_own_data(data):
 
 
 def run_steps(cfg, steps, world_size=1, split="batches"):
-    its = [loader.build_train_iterator(cfg, rank=r, world_size=world_size, split=split) for r in range(world_size)]
+    its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world_size, split=split) for r in range(world_size)]
     out = []
     while len(out) < steps:
         got, ended = [], 0
@@ -189,7 +189,7 @@ def test_linear_schedule_moves_the_mix_window_by_window(data):
     cfg = task_config(root, TWO, mixing__schedule__boundaries="60",
                       mixing__schedule__weights="mt:1,dae:0 | mt:0,dae:1", mixing__schedule__mode="linear",
                       mixing__virtual_size="4000", batching__window=200)
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     planner, share = it.planner, []
     for w in range(12):
         mark = planner.stream_mark(1, w)
@@ -204,7 +204,7 @@ def test_resume_lands_on_the_same_weights_and_batches(data, cut):
     root, _ = data
     cfg = task_config(root, TWO, **SCHED)
     _, ref = run_steps(cfg, 200)
-    a = loader.build_train_iterator(cfg)
+    a = babelfeed.build_train_iterator(cfg)
     _, head = run_steps(cfg, cut)
     for _ in range(cut):
         try:
@@ -213,7 +213,7 @@ def test_resume_lands_on_the_same_weights_and_batches(data, cut):
             next(a)
     state = json.loads(json.dumps(a.get_state()))
     assert "stream" in state
-    b = loader.build_train_iterator(cfg)
+    b = babelfeed.build_train_iterator(cfg)
     b.set_state(state)
     assert b.update() == pytest.approx(a.update())
     tail = []
@@ -226,7 +226,7 @@ def test_resume_lands_on_the_same_weights_and_batches(data, cut):
     # without the stream positions (an edited or older state) strict refuses; strict=False re-plans the earlier
     # epochs to find them
     del state["stream"]
-    c = loader.build_train_iterator(cfg)
+    c = babelfeed.build_train_iterator(cfg)
     with pytest.raises(ValueError, match="lacks 'stream'"):
         c.set_state(state)
     c.set_state(state, strict=False)
@@ -236,25 +236,25 @@ def test_resume_lands_on_the_same_weights_and_batches(data, cut):
 def test_schedule_settings_are_checked(data):
     root, _ = data
     with pytest.raises(ValueError, match="every task"):
-        loader.build_train_iterator(task_config(root, TWO, mixing__schedule__boundaries="5",
+        babelfeed.build_train_iterator(task_config(root, TWO, mixing__schedule__boundaries="5",
                                                 mixing__schedule__weights="mt:1 | mt:1,dae:1"))
     with pytest.raises(ValueError, match="weights is empty"):
-        loader.build_train_iterator(task_config(root, TWO, mixing__schedule__boundaries="5"))
+        babelfeed.build_train_iterator(task_config(root, TWO, mixing__schedule__boundaries="5"))
     with pytest.raises(ValueError, match="needs 2 weight lists|needs mixing.sampler"):
-        loader.build_train_iterator(task_config(root, TWO, mixing__sampler="stratified", **SCHED))
+        babelfeed.build_train_iterator(task_config(root, TWO, mixing__sampler="stratified", **SCHED))
     with pytest.raises(ValueError, match="data.shards='all'"):
-        loader.build_train_iterator(config_for(root, mixing__sampler="stream"))
+        babelfeed.build_train_iterator(config_for(root, mixing__sampler="stream"))
     with pytest.raises(ValueError, match="accumulation"):
-        loader.build_train_iterator(task_config(root, TWO, batching__accumulation=0))
+        babelfeed.build_train_iterator(task_config(root, TWO, batching__accumulation=0))
     # without a tasks section, every direction is a task and the schedule names directions
     cfg = config_for(root, data__shards="all", mixing__schedule__boundaries="10",
                      mixing__schedule__weights="aaa-bbb:1,aaa-ccc:1,aaa-ddd:0 | aaa-bbb:0,aaa-ccc:1,aaa-ddd:1")
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     assert it.planner.sources.tasks == ["aaa-bbb", "aaa-ccc", "aaa-ddd"] and it.planner.opts.sampler == "stream"
 
 
 def test_preview_uses_a_tasks_own_corpus_prefix_and_transforms(data):
-    from loader.preview import preview
+    from babelfeed.preview import preview
 
     root, _ = data
     tasks = {**TWO, "bt": task("aaa-bbb", weight=1.0, source_prefix="__bt__ __{src}__",

@@ -1,4 +1,4 @@
-"""loader.adapters.torch on the CPU: tensors, prefetch state, DataLoader workers, a 2-process gloo run."""
+"""babelfeed.adapters.torch on the CPU: tensors, prefetch state, DataLoader workers, a 2-process gloo run."""
 
 import json
 import os
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-import loader
-from loader.adapters.torch import BatchDataset, TorchBatches, to_torch
+import babelfeed
+from babelfeed.adapters.torch import BatchDataset, TorchBatches, to_torch
 from synthetic import config_for, make_data_bin
 from test_pipeline import decode_ids
 
@@ -39,16 +39,16 @@ def flat_ids(batches):
 
 def test_tensors_and_prefetch_state(root):
     cfg = config_for(root)
-    reference = list(loader.build_train_iterator(cfg))
-    got = list(TorchBatches(loader.build_train_iterator(cfg), device="cpu", prefetch=3))
+    reference = list(babelfeed.build_train_iterator(cfg))
+    got = list(TorchBatches(babelfeed.build_train_iterator(cfg), device="cpu", prefetch=3))
     assert len(got) == len(reference)
     for t, n in zip(got, reference):
         assert isinstance(t["net_input"]["src_tokens"], torch.Tensor) and t["net_input"]["src_tokens"].dtype == torch.int64
         assert np.array_equal(t["net_input"]["src_tokens"].numpy(), n["net_input"]["src_tokens"])
         assert np.array_equal(t["target"].numpy(), n["target"]) and t["ntokens"] == n["ntokens"]
-    a = TorchBatches(loader.build_train_iterator(cfg), device="cpu", prefetch=4)
+    a = TorchBatches(babelfeed.build_train_iterator(cfg), device="cpu", prefetch=4)
     head = [next(a) for _ in range(5)]
-    b = TorchBatches(loader.build_train_iterator(cfg), device="cpu")
+    b = TorchBatches(babelfeed.build_train_iterator(cfg), device="cpu")
     b.set_state(a.get_state())
     rest = list(b)
     assert flat_ids(head + rest) == flat_ids(reference)
@@ -64,7 +64,7 @@ def test_dataloader_workers_cover_the_epoch_once(root, workers):
         per_rank.append(list(loader_for(ds, workers)))
     assert len(per_rank[0]) == len(per_rank[1]) == len(BatchDataset(cfg, rank=0, world_size=2,
                                                                       num_workers=workers or None))
-    who = decode_ids(loader.build_train_iterator(cfg))
+    who = decode_ids(babelfeed.build_train_iterator(cfg))
     seen = Counter(who(i) for b in per_rank[0] + per_rank[1] for i, w in zip(b["id"].tolist(), b["weight"].tolist())
                    if w > 0)
     assert max(seen.values()) == 1 and sum(seen.values()) == 600 + 500 + 120 + 80 + 12 + 9
@@ -75,7 +75,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import torch, torch.distributed as dist
 dist.init_process_group("gloo", init_method=sys.argv[3], rank=int(sys.argv[4]), world_size=2)
-from loader.adapters.torch import BatchDataset
+from babelfeed.adapters.torch import BatchDataset
 from synthetic import config_for
 cfg = config_for(sys.argv[2], mixing__sampler="concat", data__shards="all")
 ds = BatchDataset(cfg)  # rank and world size from torch.distributed
@@ -126,7 +126,7 @@ def test_dataloader_serves_exactly_the_in_process_batches(root, workers):
 
     cfg = config_for(root, batching__window=300)
     for rank in range(2):
-        want = [digest(b) for b in loader.build_train_iterator(cfg, rank=rank, world_size=2)]
+        want = [digest(b) for b in babelfeed.build_train_iterator(cfg, rank=rank, world_size=2)]
         got = [digest(as_numpy(b)) for b in loader_for(BatchDataset(cfg, rank=rank, world_size=2), workers)]
         assert got == want
 
@@ -135,7 +135,7 @@ def test_dataloader_serves_exactly_the_in_process_batches(root, workers):
 def test_worker_ring_is_released_and_refuses_a_batch_written_over(root):
     import time
 
-    import loader.adapters.torch as bf_torch
+    import babelfeed.adapters.torch as bf_torch
 
     cfg = config_for(root)
     list(loader_for(BatchDataset(cfg), 2))
@@ -157,7 +157,7 @@ sys.path.insert(0, sys.argv[1])
 import numpy as np
 import torch
 from golden import digest
-from loader.adapters.torch import BatchDataset
+from babelfeed.adapters.torch import BatchDataset
 from synthetic import config_for
 
 
@@ -191,7 +191,7 @@ def test_dataloader_resumes_in_a_fresh_process_with_0_1_2_workers(root, tmp_path
     rng = np.random.default_rng(7)
     jobs, want = [], []
     for rank, world in ((0, 1), (1, 2)):
-        full = [digest(b) for b in loader.build_train_iterator(cfg, rank=rank, world_size=world)]
+        full = [digest(b) for b in babelfeed.build_train_iterator(cfg, rank=rank, world_size=world)]
         for workers in (0, 1, 2, 3):
             cuts = sorted(rng.choice(np.arange(1, len(full) - 1), 2, replace=False))
             cuts = [0, cuts[0]] if workers == 3 else cuts
@@ -220,12 +220,12 @@ def test_elastic_resume_at_many_cut_points(root, tmp_path, sampler):
 
     extra = {"data__shards": "all"} if sampler == "stream" else {}  # streams read every shard
     cfg = config_for(root, batching__window=300, mixing__sampler=sampler, **extra)
-    ref = [digest(b) for b in loader.build_train_iterator(cfg)]
+    ref = [digest(b) for b in babelfeed.build_train_iterator(cfg)]
     rng = np.random.default_rng(3 if sampler == "stream" else 4)
     jobs, heads = [], []
     for _ in range(6):
         w, w2 = (int(x) for x in rng.choice([1, 2, 3, 4], 2, replace=False))
-        its = [loader.build_train_iterator(cfg, rank=r, world_size=w) for r in range(w)]
+        its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=w) for r in range(w)]
         steps = int(rng.integers(1, len(its[0])))
         head = [digest(next(it)) for _ in range(steps) for it in its]
         states = [it.get_state() for it in its]
@@ -235,14 +235,14 @@ def test_elastic_resume_at_many_cut_points(root, tmp_path, sampler):
     code = r"""
 import json, sys
 sys.path.insert(0, sys.argv[1])
-import loader
+import babelfeed
 from golden import digest
 from synthetic import config_for
 extra = {"data__shards": "all"} if sys.argv[3] == "stream" else {}
 cfg = config_for(sys.argv[2], batching__window=300, mixing__sampler=sys.argv[3], **extra)
 out = []
 for world, state in json.loads(sys.argv[4]):
-    its = [loader.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
+    its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
     for it in its:
         it.set_state(state)
     steps = [list(it) for it in its]

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loader.transforms import (NoiseContext, Ragged, apply, insert_tokens, local_reorder, span_mask, token_drop,
+from babelfeed.transforms import (NoiseContext, Ragged, apply, insert_tokens, local_reorder, span_mask, token_drop,
                                token_replace)
 
 MASK = 9999
@@ -88,11 +88,11 @@ def test_parse_steps_and_preview_command(tmp_path):
     import subprocess
     import sys
 
-    import loader
-    from loader.transforms import parse_steps
+    import babelfeed
+    from babelfeed.transforms import parse_steps
     from synthetic import make_data_bin
 
-    d = loader.Dictionary()
+    d = babelfeed.Dictionary()
     d.add_symbol("<mask>")
     steps = parse_steps("token_drop:rate=0.1; local_reorder:k=3;span_mask:ratio=0.3,mask_id=<mask>", d)
     assert steps == [("token_drop", {"rate": 0.1}), ("local_reorder", {"k": 3}),
@@ -103,7 +103,7 @@ def test_parse_steps_and_preview_command(tmp_path):
             parse_steps(bad, d)
     make_data_bin(tmp_path)
     repo = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-m", "loader.cli", "preview", "--config=configs/nllb_like.py",
+    out = subprocess.run([sys.executable, "-m", "babelfeed.cli", "preview", "--config=configs/nllb_like.py",
                           f"--config.data.path={tmp_path}", "--task", "aaa-bbb", "-n", "3",
                           "--transforms", "token_drop:rate=0.5;local_reorder:k=2"],
                          capture_output=True, text=True, cwd=repo)

@@ -8,11 +8,11 @@ import struct
 import numpy as np
 import pytest
 
-import loader
-from loader.errors import FormatError, InconsistentIndexError
-from loader.storage import stamps
-from loader.storage.indexed import IndexedDataset
-from loader.stats import corpus_stats
+import babelfeed
+from babelfeed.errors import FormatError, InconsistentIndexError
+from babelfeed.storage import stamps
+from babelfeed.storage.indexed import IndexedDataset
+from babelfeed.stats import corpus_stats
 
 from synthetic import config_for, make_data_bin
 
@@ -20,7 +20,7 @@ PREFIX = "shard000/train.aaa-bbb.aaa"
 
 
 def _epoch(config):
-    it = loader.build_train_iterator(config)
+    it = babelfeed.build_train_iterator(config)
     return [b for b in it]
 
 
@@ -199,8 +199,8 @@ def test_one_foreign_token_in_one_record_is_found(tmp_path):
 
 def test_a_dtype_that_cannot_hold_the_vocabulary_is_refused_at_build(data):
     with pytest.raises(ValueError, match=r"collate.dtype"):
-        loader.build_train_iterator(config_for(data, collate__dtype="int8"))
-    from loader.collate import CollateOptions
+        babelfeed.build_train_iterator(config_for(data, collate__dtype="int8"))
+    from babelfeed.collate import CollateOptions
 
     with pytest.raises(ValueError, match=r"collate.dtype='int16' cannot hold token ids up to 69999"):
         CollateOptions(dtype="int16", vocab_size=70_000)
@@ -211,15 +211,15 @@ def test_a_dtype_that_cannot_hold_the_vocabulary_is_refused_at_build(data):
 def test_the_fingerprint_changes_when_the_lengths_change_with_the_same_counts(tmp_path):
     make_data_bin(tmp_path / "a", seed=0)
     make_data_bin(tmp_path / "b", seed=1)  # the same sentence counts, other lengths (another tokenizer)
-    a = loader.build_train_iterator(config_for(tmp_path / "a"))
-    b = loader.build_train_iterator(config_for(tmp_path / "b"))
+    a = babelfeed.build_train_iterator(config_for(tmp_path / "a"))
+    b = babelfeed.build_train_iterator(config_for(tmp_path / "b"))
     state = a.get_state()
     assert a.fingerprint() != b.fingerprint()
     with pytest.raises(ValueError, match="different data or settings"):
         b.set_state(state)
     # the same data under another path is the same data
     os.rename(tmp_path / "a", tmp_path / "moved")
-    assert loader.build_train_iterator(config_for(tmp_path / "moved")).fingerprint() == state["fingerprint"]
+    assert babelfeed.build_train_iterator(config_for(tmp_path / "moved")).fingerprint() == state["fingerprint"]
 
 
 # ----------------------------------------------------------------------------------------- LM identity
@@ -227,7 +227,7 @@ def _lm_corpus(root, seed=0, docs=80):
     rng = np.random.default_rng(seed)
     os.makedirs(root, exist_ok=True)
     for name in ("web", "books"):
-        with loader.IndexedDatasetBuilder(os.path.join(root, name), np.int32, format="megatron") as b:
+        with babelfeed.IndexedDatasetBuilder(os.path.join(root, name), np.int32, format="megatron") as b:
             for _ in range(docs):
                 for _ in range(int(rng.integers(1, 4))):
                     b.add_item(rng.integers(10, 1000, int(rng.integers(3, 40))))
@@ -236,7 +236,7 @@ def _lm_corpus(root, seed=0, docs=80):
 
 
 def _lm_batches(data_path, **kw):
-    it = loader.LMIterator.build(data_path, seq_len=16, global_batch=4, num_samples=200, split="90,10,0",
+    it = babelfeed.LMIterator.build(data_path, seq_len=16, global_batch=4, num_samples=200, split="90,10,0",
                                  mode="pack", **kw)
     return it.fingerprint(), [b for b in it]
 
@@ -266,8 +266,8 @@ def test_lm_batches_do_not_depend_on_how_the_path_is_spelled(tmp_path, monkeypat
 def test_lm_state_refuses_other_data_with_the_same_counts(tmp_path):
     _lm_corpus(tmp_path / "a", seed=0)
     _lm_corpus(tmp_path / "b", seed=1)
-    a = loader.LMIterator.build(f"1 {tmp_path}/a/web", seq_len=16, global_batch=4, num_samples=200, split="90,10,0")
-    b = loader.LMIterator.build(f"1 {tmp_path}/b/web", seq_len=16, global_batch=4, num_samples=200, split="90,10,0")
+    a = babelfeed.LMIterator.build(f"1 {tmp_path}/a/web", seq_len=16, global_batch=4, num_samples=200, split="90,10,0")
+    b = babelfeed.LMIterator.build(f"1 {tmp_path}/b/web", seq_len=16, global_batch=4, num_samples=200, split="90,10,0")
     next(a)
     with pytest.raises(ValueError, match="different data or settings"):
         b.set_state(a.get_state())
@@ -292,10 +292,10 @@ BAD_TRANSLATION_STATES = [
 
 @pytest.mark.parametrize("key,value,message", BAD_TRANSLATION_STATES)
 def test_every_field_of_a_translation_state_is_validated(data, key, value, message):
-    it = loader.build_train_iterator(config_for(data))
+    it = babelfeed.build_train_iterator(config_for(data))
     next(it)
     state = dict(it.get_state(), **{key: value})
-    fresh = loader.build_train_iterator(config_for(data))
+    fresh = babelfeed.build_train_iterator(config_for(data))
     with pytest.raises(ValueError, match=message):
         fresh.set_state(state)
     with pytest.raises(ValueError, match=message):  # not a fingerprint question: refused without strict too
@@ -304,42 +304,42 @@ def test_every_field_of_a_translation_state_is_validated(data, key, value, messa
 
 @pytest.mark.parametrize("key", ["version", "name", "epoch", "consumed", "total_steps"])
 def test_a_missing_field_is_named(data, key):
-    it = loader.build_train_iterator(config_for(data))
+    it = babelfeed.build_train_iterator(config_for(data))
     state = it.get_state()
     del state[key]
     with pytest.raises(ValueError, match=f"lacks \\['{key}'\\]" if key != "version" else "version None"):
-        loader.build_train_iterator(config_for(data)).set_state(state, strict=False)
+        babelfeed.build_train_iterator(config_for(data)).set_state(state, strict=False)
 
 
 @pytest.mark.parametrize("state,message", [(None, "got NoneType"), ('{"epoch": 1}', "JSON string"),
                                            ([1, 2], "got list")])
 def test_a_state_that_is_not_a_dict_is_refused(data, state, message):
     with pytest.raises(ValueError, match=message):
-        loader.build_train_iterator(config_for(data)).set_state(state)
+        babelfeed.build_train_iterator(config_for(data)).set_state(state)
 
 
 def test_a_stream_state_is_validated(data):
     config = config_for(data, mixing__sampler="stream", data__shards="all")
-    it = loader.build_train_iterator(config)
+    it = babelfeed.build_train_iterator(config)
     next(it)
     state = it.get_state()
     assert "stream" in state
     for bad in ({"positions": [-1] * len(state["stream"]["positions"]), "batches": 0}, {"positions": "x"},
                 {"positions": state["stream"]["positions"], "batches": 1.5}):
         with pytest.raises(ValueError, match="'stream'"):
-            loader.build_train_iterator(config).set_state(dict(state, stream=bad))
+            babelfeed.build_train_iterator(config).set_state(dict(state, stream=bad))
     with pytest.raises(ValueError, match="needs \\d+ non-negative positions"):
-        loader.build_train_iterator(config).set_state(dict(state, stream={"positions": [0], "batches": 0}))
+        babelfeed.build_train_iterator(config).set_state(dict(state, stream={"positions": [0], "batches": 0}))
     del state["stream"]
     with pytest.raises(ValueError, match="lacks 'stream'"):
-        loader.build_train_iterator(config).set_state(state)
+        babelfeed.build_train_iterator(config).set_state(state)
 
 
 @pytest.mark.parametrize("value,message", [(-4, "must be an integer >= 0"), (6, "multiple of global_batch=4"),
                                            (4.0, "must be an integer >= 0"), (10**9, "at most num_samples=200")])
 def test_every_field_of_an_lm_state_is_validated(tmp_path, value, message):
     _lm_corpus(tmp_path)
-    build = lambda: loader.LMIterator.build(f"1 {tmp_path}/web", seq_len=16, global_batch=4,  # noqa: E731
+    build = lambda: babelfeed.LMIterator.build(f"1 {tmp_path}/web", seq_len=16, global_batch=4,  # noqa: E731
                                             num_samples=200, split="90,10,0")
     state = build().get_state()
     with pytest.raises(ValueError, match=message):
@@ -355,15 +355,15 @@ def _scheduled(data, weights, boundaries="5", **kw):
     cfg = config_for(data, data__shards="all", mixing__schedule__boundaries=boundaries,
                      mixing__schedule__weights=weights, **kw)
     with cfg.unlocked():
-        cfg.tasks.big = loader.config.task("aaa-bbb", weight=1.0)
-        cfg.tasks.small = loader.config.task("aaa-ccc,aaa-ddd", weight=1.0)
+        cfg.tasks.big = babelfeed.config.task("aaa-bbb", weight=1.0)
+        cfg.tasks.small = babelfeed.config.task("aaa-ccc,aaa-ddd", weight=1.0)
     return cfg
 
 
 @pytest.mark.parametrize("virtual", ["fairseq", "sum"])
 def test_a_schedule_that_zeroes_the_largest_stream_runs_past_epoch_boundaries(data, virtual):
     cfg = _scheduled(data, "big:1,small:1 | big:0,small:1", mixing__virtual_size=virtual)
-    it = loader.build_train_iterator(cfg)
+    it = babelfeed.build_train_iterator(cfg)
     epochs = 0
     for _ in range(400):
         try:
@@ -381,7 +381,7 @@ def test_a_schedule_that_zeroes_the_largest_stream_runs_past_epoch_boundaries(da
 def test_every_schedule_phase_is_checked_at_build(data):
     cfg = _scheduled(data, "big:1,small:1 | big:1,small:0 | big:0,small:0", boundaries="5,10")
     with pytest.raises(ValueError, match=r"mixing.schedule weight list 2: .*not all 0"):
-        loader.build_train_iterator(cfg)
+        babelfeed.build_train_iterator(cfg)
 
 
 # ----------------------------------------------------------------------------------------- transforms
@@ -403,19 +403,19 @@ def test_every_schedule_phase_is_checked_at_build(data):
     ("token_drop:rate=0.1,rate=0.9", "sets 'rate' twice"),
 ])
 def test_transform_parameters_are_checked_when_parsed(data, spec, message):
-    from loader.transforms import parse_steps
+    from babelfeed.transforms import parse_steps
 
-    dictionary = loader.ShardedCorpus(data).dictionary()
+    dictionary = babelfeed.ShardedCorpus(data).dictionary()
     with pytest.raises(ValueError, match=message):
         parse_steps(spec, dictionary)
     with pytest.raises(ValueError, match=message):  # at build, before any batch
-        loader.build_train_iterator(config_for(data, data__noise=spec))
+        babelfeed.build_train_iterator(config_for(data, data__noise=spec))
 
 
 def test_good_transform_parameters_parse(data):
-    from loader.transforms import parse_steps
+    from babelfeed.transforms import parse_steps
 
-    dictionary = loader.ShardedCorpus(data).dictionary()
+    dictionary = babelfeed.ShardedCorpus(data).dictionary()
     assert parse_steps("token_drop:rate=0.1;span_mask:ratio=0.3,mask_id=<unk>,infill=0;local_reorder:k=3",
                        dictionary) == [("token_drop", {"rate": 0.1}),
                                        ("span_mask", {"ratio": 0.3, "mask_id": dictionary.unk(), "infill": 0}),
@@ -425,13 +425,13 @@ def test_good_transform_parameters_parse(data):
 def test_limits_that_filter_out_a_whole_direction_are_refused(data):
     with pytest.raises(ValueError, match=r"filter.max_source_positions=2 filters out every sample of aaa-\w+: its "
                                          r"shortest source has \d+ tokens"):
-        loader.build_train_iterator(config_for(data, filter__max_source_positions=2))
+        babelfeed.build_train_iterator(config_for(data, filter__max_source_positions=2))
 
 
 @pytest.mark.parametrize("mode", ["concat", "pack", "sentences"])
 def test_lm_token_ids_beyond_the_vocabulary_name_their_record(tmp_path, mode):
     _lm_corpus(tmp_path)
-    it = loader.LMIterator.build(f"0.5 {tmp_path}/web 0.5 {tmp_path}/books", seq_len=16, global_batch=4,
+    it = babelfeed.LMIterator.build(f"0.5 {tmp_path}/web 0.5 {tmp_path}/books", seq_len=16, global_batch=4,
                                  num_samples=200, split="90,10,0", mode=mode, vocab_size=900)
     with pytest.raises(FormatError) as e:
         for _ in it:
@@ -440,7 +440,7 @@ def test_lm_token_ids_beyond_the_vocabulary_name_their_record(tmp_path, mode):
     assert m, str(e.value)
     record = IndexedDataset(m.group(1))[int(m.group(2))]
     assert int(m.group(3)) >= 900 and int(m.group(3)) in record.tolist()
-    assert [b for b in loader.LMIterator.build(f"1 {tmp_path}/web", seq_len=16, global_batch=4, num_samples=40,
+    assert [b for b in babelfeed.LMIterator.build(f"1 {tmp_path}/web", seq_len=16, global_batch=4, num_samples=40,
                                                split="90,10,0", mode=mode, vocab_size=1000)]
 
 
@@ -448,7 +448,7 @@ def test_lm_token_ids_beyond_the_vocabulary_name_their_record(tmp_path, mode):
 def test_packed_batches_refuse_source_noise_and_check_token_ids(data):
     packed = dict(batching__pack="128x128", batching__max_tokens=1024)
     with pytest.raises(ValueError, match="batching.pack places sources as stored, without transforms"):
-        loader.build_train_iterator(config_for(data, data__noise="token_drop:rate=0.5", **packed))
+        babelfeed.build_train_iterator(config_for(data, data__noise="token_drop:rate=0.5", **packed))
     assert _epoch(config_for(data, **packed))
     _truncate_dictionary(data, 100)
     with pytest.raises(FormatError, match=r"\.bin: record \d+ \((source|target) of aaa-\w+, shard \d\) holds token id "
@@ -462,12 +462,12 @@ def test_a_collate_dtype_narrower_than_the_stored_ids_is_refused(tmp_path):
     for lang in ("aaa", "bbb"):  # the same ids, stored as int64
         prefix = str(root / f"shard000/train.aaa-bbb.{lang}")
         seqs = [np.array(s, dtype=np.int64) for s in IndexedDataset(prefix)]
-        with loader.IndexedDatasetBuilder(prefix, np.int64, format="fairseq") as b:
+        with babelfeed.IndexedDatasetBuilder(prefix, np.int64, format="fairseq") as b:
             for s in seqs:
                 b.add_item(s)
             b.finalize()
     with pytest.raises(ValueError, match=r"collate.dtype='int32' is narrower than the int64 token ids of .*\.bin"):
-        loader.build_train_iterator(config_for(root, collate__dtype="int32"))
+        babelfeed.build_train_iterator(config_for(root, collate__dtype="int32"))
     assert _epoch(config_for(root))  # int64, the default
 
 
@@ -488,28 +488,28 @@ def test_a_worker_reopens_unchanged_files_without_a_check_and_checks_replaced_on
 
 
 def test_state_version_and_epoch_bounds(data):
-    it = loader.build_train_iterator(config_for(data))
+    it = babelfeed.build_train_iterator(config_for(data))
     state = it.get_state()
     for bad in (dict(version=True), dict(version=1.0), dict(version="1")):
         with pytest.raises(ValueError, match="unknown iterator state version"):
-            loader.build_train_iterator(config_for(data)).set_state(dict(state, **bad))
+            babelfeed.build_train_iterator(config_for(data)).set_state(dict(state, **bad))
     with pytest.raises(ValueError, match="must be below 2\\*\\*31"):
-        loader.build_train_iterator(config_for(data)).set_state(dict(state, epoch=2**32 + 1))
+        babelfeed.build_train_iterator(config_for(data)).set_state(dict(state, epoch=2**32 + 1))
 
 
 def test_an_empty_epoch_is_refused_at_build(data):
     with pytest.raises(ValueError, match=r"the epoch would hold no sample \(mixing.virtual_size='fairseq', "
                                          r"mixing.max_scale_up=1e-300\)"):
-        loader.build_train_iterator(config_for(data, mixing__max_scale_up=1e-300))
+        babelfeed.build_train_iterator(config_for(data, mixing__max_scale_up=1e-300))
 
 
 # ----------------------------------------------------------------------------------------- prefetcher
 def test_the_prefetcher_holds_no_thread_between_epochs_and_close_keeps_the_position(data):
-    from loader.prefetch import Prefetcher, _live
+    from babelfeed.prefetch import Prefetcher, _live
 
-    it = loader.build_train_iterator(config_for(data))
+    it = babelfeed.build_train_iterator(config_for(data))
     want = [b["id"].tolist() for b in it] + [b["id"].tolist() for b in it]  # epochs 1 and 2
-    p = Prefetcher(loader.build_train_iterator(config_for(data)), lambda b: b["id"].tolist(), depth=3)
+    p = Prefetcher(babelfeed.build_train_iterator(config_for(data)), lambda b: b["id"].tolist(), depth=3)
     got = [next(p) for _ in range(5)]
     p.close()  # drops the read-ahead; the next call continues after the 5th batch
     assert p._thread is None and p not in _live
@@ -524,14 +524,14 @@ def test_an_empty_direction_that_is_sampled_is_refused_at_build_by_every_sampler
     make_data_bin(root, directions={"aaa-bbb": [50], "aaa-ccc": [0]}, valid=False)
     for sampler in ("stratified", "stream"):
         with pytest.raises(ValueError, match=r"\['aaa-ccc'\] have no sentences in epoch 1 but are sampled"):
-            loader.build_train_iterator(config_for(root, data__shards="all", mixing__sampler=sampler,
+            babelfeed.build_train_iterator(config_for(root, data__shards="all", mixing__sampler=sampler,
                                                    mixing__method="uniform"))
 
 
 def test_an_empty_cycled_shard_names_its_direction_in_fairseq_mode(tmp_path):
     root = tmp_path / "bin"
     make_data_bin(root, directions={"aaa-bbb": [60, 40], "aaa-ccc": [30, 0]}, valid=False)
-    it = loader.build_train_iterator(config_for(root, compat="fairseq", mixing__sampler="fairseq"))
+    it = babelfeed.build_train_iterator(config_for(root, compat="fairseq", mixing__sampler="fairseq"))
     assert list(it)  # epoch 1 reads shard 0
     with pytest.raises(ValueError, match=r"\['aaa-ccc'\] have no sentences in epoch 2 but are sampled"):
         list(it)

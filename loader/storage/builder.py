@@ -3,7 +3,7 @@
 Writes are atomic: tokens go to a temporary file beside the target, the index is written to another, both
 are fsynced, any old index is removed, and the two are renamed into place ``.bin`` first and ``.idx`` last.
 A writer killed at any point leaves either the complete new pair or no ``.idx`` at all, so nothing that
-:class:`~loader.IndexedDataset` would open. Temporaries end in ``.partial``.
+:class:`~babelfeed.IndexedDataset` would open. Temporaries end in ``.partial``.
 """
 
 from __future__ import annotations

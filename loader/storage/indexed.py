@@ -59,7 +59,7 @@ class IndexedDataset(IndexChecks):
     * ``"full"`` (default): every size is >= 0 and every pointer equals the running sum of the sizes before it
       (vectorised, in bounded chunks; about 10 ms per million records), document indices are monotone and end
       at the sequence count, and the ``.bin`` holds every byte the index refers to. A passed check is
-      remembered by a stamp of the files' identity (:mod:`~loader.storage.stamps`), so later opens of the same
+      remembered by a stamp of the files' identity (:mod:`~babelfeed.storage.stamps`), so later opens of the same
       unchanged files cost O(1); a file rewritten, replaced or touched is checked again.
     * ``"quick"``: O(1) checks only (header, file sizes, first and last pointer, the document-index endpoints,
       and 256 evenly spaced records). Every read checks that its record lies inside the ``.bin``, but a size or
