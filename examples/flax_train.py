@@ -1,21 +1,28 @@
 """Train a small Flax encoder-decoder transformer on babelfeed batches (static shapes, JAX adapter).
 
     python examples/flax_train.py --config=configs/demo.py [--steps=300] [--config.model.d_model=256]
+        [--config.train.mixing.temperature=2]   (the demo config keeps the pipeline under ``train``)
 
-Batches come from ``loader.adapters.jax.global_batches``: global jax.Arrays on a mesh of the local devices,
+Batches come from ``babelfeed.adapters.jax.global_batches``: global jax.Arrays on a mesh of the local devices,
 each of one of the config's K static shapes, so the jitted step compiles at most K times (printed at the end).
 Runs on the CPU in a couple of minutes with the demo config.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+def model_pipeline(config):
+    """The demo config's pipeline (``config.train``) as this model trains on it: ``model.max_tokens`` per batch
+    (small, for the CPU), ``model.num_shapes`` static shapes (one compilation each) and int32 token ids."""
+    train = config.train
+    train.batching.max_tokens = config.model.max_tokens
+    train.batching.num_shapes = config.model.num_shapes
+    train.collate.dtype = "int32"
+    return train
 
 
 def build_model(vocab: int, d: int, heads: int, layers: int, ff: int, max_len: int, pad: int):
@@ -64,11 +71,11 @@ def train(config, steps: int, log_every: int = 25, log=print) -> dict:
     import optax
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    import loader
-    from loader.adapters import jax as jax_adapter
+    import babelfeed
+    from babelfeed.adapters import jax as jax_adapter
 
-    train_cfg = config.train
-    dictionary = loader.ShardedCorpus(train_cfg.data.path).dictionary()
+    train_cfg = model_pipeline(config)
+    dictionary = babelfeed.ShardedCorpus(train_cfg.data.path).dictionary()
     pad = dictionary.pad()
     m = config.model
     model = build_model(len(dictionary), m.d_model, m.heads, m.layers, m.ff, m.max_len, pad)
@@ -146,7 +153,7 @@ if __name__ == "__main__":
     from absl import app, flags
     from ml_collections import config_flags
 
-    # --config=configs/demo.py --config.model.steps=100 --config.mixing.temperature=2 (type-checked)
+    # --config=configs/demo.py --config.model.steps=100 --config.train.mixing.temperature=2 (type-checked)
     config_flags.DEFINE_config_file("config", "configs/demo.py", "ml-collections config file", lock_config=True)
     flags.DEFINE_integer("steps", None, "training steps (default: config.model.steps)")
     flags.DEFINE_string("data", None, "data_bin (default: config.train.data.path)")

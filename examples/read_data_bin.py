@@ -11,7 +11,7 @@ import os
 
 import sentencepiece as spm
 
-import loader
+import babelfeed
 
 
 def main() -> None:
@@ -19,7 +19,7 @@ def main() -> None:
     p.add_argument("data_bin")
     p.add_argument("-n", type=int, default=3, help="pairs to show per direction")
     a = p.parse_args()
-    corpus = loader.ShardedCorpus(a.data_bin)
+    corpus = babelfeed.ShardedCorpus(a.data_bin)
     print(corpus)
     d = corpus.dictionary()
     sp = spm.SentencePieceProcessor(model_file=os.path.join(a.data_bin, "spm.model"))

@@ -1,21 +1,26 @@
 """Train a small torch.nn.Transformer on babelfeed batches (torch adapter).
 
     python examples/torch_train.py --config=configs/demo.py [--steps=300] [--config.model.d_model=256]
+        [--config.train.mixing.temperature=2]   (the demo config keeps the pipeline under ``train``)
     make demo ARGS="--trainer torch"
 
-Batches come from ``loader.adapters.torch.TorchBatches``: tensors prefetched to the device (pinned memory and
+Batches come from ``babelfeed.adapters.torch.TorchBatches``: tensors prefetched to the device (pinned memory and
 non_blocking copies on a side stream on a GPU; the CPU otherwise).
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+def model_pipeline(config):
+    """The demo config's pipeline (``config.train``) as this model trains on it: ``model.max_tokens`` per batch,
+    small for the CPU (torch takes any shape: no static shapes here)."""
+    train = config.train
+    train.batching.max_tokens = config.model.max_tokens
+    return train
 
 
 def build_model(vocab: int, d: int, heads: int, layers: int, ff: int, max_len: int, pad: int):
@@ -26,6 +31,11 @@ def build_model(vocab: int, d: int, heads: int, layers: int, ff: int, max_len: i
         def __init__(self):
             super().__init__()
             self.embed = nn.Embedding(vocab, d, padding_idx=pad)
+            # the output layer shares this table: N(0, 1/d) entries give logits of unit scale, so an untrained
+            # model starts near ln(vocab), not at ~70 (nn.Embedding's default is N(0, 1))
+            nn.init.normal_(self.embed.weight, 0.0, d ** -0.5)
+            with torch.no_grad():
+                self.embed.weight[pad].zero_()
             self.pos = nn.Embedding(max_len, d)
             # the nested-tensor fast path does not apply to pre-LayerNorm layers: build the encoder without it
             layer = nn.TransformerEncoderLayer(d, heads, ff, dropout=0.0, batch_first=True, norm_first=True)
@@ -37,8 +47,8 @@ def build_model(vocab: int, d: int, heads: int, layers: int, ff: int, max_len: i
         def forward(self, src, prev):
             src_pad, prev_pad = src == pad, prev == pad
             src_pos = ((~src_pad).cumsum(dim=1) - 1).clamp(0, max_len - 1)  # left-padded source starts at 0
-            x = self.embed(src) + self.pos(src_pos)
-            y = self.embed(prev) + self.pos(torch.arange(prev.shape[1], device=prev.device))[None]
+            x = self.embed(src) * d ** 0.5 + self.pos(src_pos)
+            y = self.embed(prev) * d ** 0.5 + self.pos(torch.arange(prev.shape[1], device=prev.device))[None]
             n = prev.shape[1]
             causal = torch.ones(n, n, dtype=torch.bool, device=prev.device).triu(1)  # True: may not attend
             h = self.core(x, y, tgt_mask=causal, src_key_padding_mask=src_pad, tgt_key_padding_mask=prev_pad,
@@ -51,19 +61,19 @@ def build_model(vocab: int, d: int, heads: int, layers: int, ff: int, max_len: i
 def train(config, steps: int, log_every: int = 25, log=print) -> dict:
     import torch
 
-    import loader
-    from loader.adapters.torch import TorchBatches
+    import babelfeed
+    from babelfeed.adapters.torch import TorchBatches
 
     torch.manual_seed(config.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    dictionary = loader.ShardedCorpus(config.train.data.path).dictionary()
+    dictionary = babelfeed.ShardedCorpus(config.train.data.path).dictionary()
     pad = dictionary.pad()
     m = config.model
     model = build_model(len(dictionary), m.d_model, m.heads, m.layers, m.ff, m.max_len, pad).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=m.learning_rate, weight_decay=0.01)
     warmup = min(100, steps // 5 + 1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
-    batches = TorchBatches(loader.build_train_iterator(config.train), device=device, prefetch=2)
+    batches = TorchBatches(babelfeed.build_train_iterator(model_pipeline(config)), device=device, prefetch=2)
     log(f"model: {m.layers}+{m.layers} layers, d_model {m.d_model}, vocabulary {len(dictionary):,}, on {device}")
     losses, tokens, done = [], 0, 0
     t0 = time.perf_counter()
@@ -108,7 +118,7 @@ if __name__ == "__main__":
     from absl import app, flags
     from ml_collections import config_flags
 
-    # --config=configs/demo.py --config.model.steps=100 --config.mixing.temperature=2 (type-checked)
+    # --config=configs/demo.py --config.model.steps=100 --config.train.mixing.temperature=2 (type-checked)
     config_flags.DEFINE_config_file("config", "configs/demo.py", "ml-collections config file", lock_config=True)
     flags.DEFINE_integer("steps", None, "training steps (default: config.model.steps)")
     flags.DEFINE_string("data", None, "data_bin (default: config.train.data.path)")

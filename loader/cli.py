@@ -7,6 +7,19 @@ user can fix (arguments, config values, input files), 1 for an internal error. `
 
 from __future__ import annotations
 
+HELP = """babelfeed: prepare, inspect and plan the data of multilingual and language-model training.
+
+  babelfeed binarize RAW -o data_bin --train-spm 8000   raw text -> SentencePiece -> sharded .idx/.bin
+  babelfeed inspect data_bin                           sentences, tokens and lengths per direction
+  babelfeed plan nllb_like --set data.path=data_bin    the static batch shapes a config gets
+  babelfeed preview --config CONFIG --task TASK        samples before and after a task's noise
+  babelfeed demo                                       the whole pipeline on an embedded corpus
+
+Configs are files or the names of shipped ones (demo, nllb_like, lm_packing, tpu_static). An error is one
+line on stderr and exit status 2 for what you can fix (arguments, config values, input files), 1 for an
+internal error; --debug (or BABELFEED_DEBUG=1) shows the traceback instead.
+"""
+
 import argparse
 import json
 import os
@@ -122,7 +135,7 @@ def _with_parents(add_parser, parents):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="babelfeed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="babelfeed", description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="show the traceback of an error (also BABELFEED_DEBUG=1)")
     sub = p.add_subparsers(dest="command", required=True)
     # --debug is taken after the command too; SUPPRESS keeps a subcommand from resetting the flag given before it
@@ -141,26 +154,32 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--workers", type=count(0), default=0, help="worker processes (default: every core)")
     b.add_argument("--format", choices=("fairseq", "megatron"), default="fairseq", help="index layout (default fairseq)")
     b.add_argument("--max-len", type=count(2), default=1024, help="longest sentence in tokens, </s> included (default 1024)")
-    b.add_argument("--on-empty", choices=("drop", "keep", "error"), default="drop")
-    b.add_argument("--on-overlong", choices=("drop", "truncate", "keep", "error"), default="drop")
-    b.add_argument("--on-bad-utf8", choices=("drop", "replace", "error"), default="drop")
+    b.add_argument("--on-empty", choices=("drop", "keep", "error"), default="drop",
+                   help="an empty line, or a pair with an empty side: drop the pair and count it (default), keep "
+                        "it, or stop with an error naming the file and line")
+    b.add_argument("--on-overlong", choices=("drop", "truncate", "keep", "error"), default="drop",
+                   help="a sentence over --max-len tokens: drop the pair and count it (default), cut it to "
+                        "--max-len (</s> kept), keep it, or stop with an error")
+    b.add_argument("--on-bad-utf8", choices=("drop", "replace", "error"), default="drop",
+                   help="a line that is not UTF-8: drop the pair and count it (default), decode with U+FFFD, or "
+                        "stop with an error")
     b.add_argument("--spm-sample", type=count(1), default=1_000_000, help="sentences sampled to train SentencePiece")
     b.add_argument("--chunk-lines", type=count(1), default=20000, help="lines per unit of parallel work")
-    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--seed", type=int, default=1, help="seed of the SentencePiece training sample (default 1)")
     b.add_argument("--overwrite", action="store_true", help="delete datasets in the output that this run would not write")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(func=_binarize)
 
     i = sub.add_parser("inspect", help="sentences, tokens, shards and length percentiles of a data_bin")
-    i.add_argument("data_bin")
+    i.add_argument("data_bin", help="a data_bin folder (dict.txt and shard*/ of .idx/.bin files)")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--verify", action="store_true",
                    help="also read every token and refuse ids outside the dictionary (reads all the data)")
     i.set_defaults(func=_inspect)
 
     pl = sub.add_parser("plan", help="the static batch shapes a config gets, their padding, the alternatives")
-    pl.add_argument("config", nargs="?", default="configs/nllb_like.py",
-                    help="ml-collections config file (default configs/nllb_like.py)")
+    pl.add_argument("config", nargs="?", default="nllb_like",
+                    help="ml-collections config: a file, or the name of a shipped config (default nllb_like)")
     pl.add_argument("--config", dest="config_file", default=None, help="the same, as --config=FILE")
     pl.add_argument("--shapes", type=count(1), default=None, help="number of shapes (default: the config's, else 8)")
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (same as "
@@ -179,8 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     pv.add_argument("--side", choices=("source", "target"), default="source")
     pv.set_defaults(func=_preview)
 
-    d = sub.add_parser("demo", help="build the embedded demo corpus, binarize it and inspect it")
-    d.add_argument("--config", default=None, help="ml-collections config file (default: configs/demo.py)")
+    d = sub.add_parser("demo", help="the whole pipeline on an embedded corpus: write it, binarize, inspect, stream "
+                                    "an epoch, train a small model")
+    d.add_argument("--config", default=None, help="ml-collections config: a file, or the name of a shipped config "
+                   "(default: demo)")
     d.add_argument("--workdir", default=None, help="overrides config.workdir")
     d.add_argument("--scale", type=positive_float, default=None, help="multiply the corpus sizes (overrides config.corpus.scale)")
     d.add_argument("--workers", type=count(0), default=None, help="overrides config.binarize.workers")
