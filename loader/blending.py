@@ -209,6 +209,9 @@ class IndexCache:
         return arrays
 
     def save(self, name: str, description: dict, arrays: dict) -> None:
+        if not isinstance(arrays, dict) or not all(isinstance(k, str) for k in arrays):
+            raise TypeError(f"IndexCache {name!r}: the arrays to cache must be a dict of name -> array (what build() "
+                            f"returns for get()), got {type(arrays).__name__}")
         key = self.key(description)
         meta = {}
         for array, values in arrays.items():

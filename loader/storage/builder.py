@@ -58,6 +58,7 @@ class IndexedDatasetBuilder:
         self.prefix = os.fspath(prefix)
         self.multimodal = multimodal
         directory = os.path.dirname(self.prefix) or "."
+        os.makedirs(directory, exist_ok=True)  # the prefix's folder, as `open` would not: "out/train" just works
         base = os.path.basename(self.prefix)
         fd, self._tmp_bin = create_temp(directory, f".{base}.", ".bin.partial")
         self._data = os.fdopen(fd, "wb")
