@@ -259,7 +259,9 @@ def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, lo
     import sentencepiece as spm
 
     sample = _sample_for_spm(inputs, opts)
-    log(f"training SentencePiece ({opts.spm_model_type}, vocab {opts.train_spm}) on {len(sample):,} sampled sentences")
+    log(f"training SentencePiece ({opts.spm_model_type}, vocab {opts.train_spm}) on {len(sample):,} sampled sentences "
+        f"(no progress is shown until it ends)")
+    t0 = time.perf_counter()
     model = io.BytesIO()
     spm.set_random_generator_seed(opts.seed)
     try:
@@ -275,6 +277,9 @@ def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, lo
         )
     except RuntimeError as e:
         raise BinarizeError(f"SentencePiece training failed: {e}") from None
+    pieces = spm.SentencePieceProcessor(model_proto=model.getvalue()).get_piece_size()
+    fewer = f", fewer than the {opts.train_spm:,} asked: the sample holds no more" if pieces < opts.train_spm else ""
+    log(f"SentencePiece trained in {time.perf_counter() - t0:.1f} s: {pieces:,} pieces{fewer}")
     atomic_write(model_path, model.getvalue())
 
 
@@ -464,6 +469,7 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
     bar = tqdm(total=total_lines, unit="sent", unit_scale=True, desc="binarize", disable=opts.progress is False
                if opts.progress is not None else None)
     args = (sp.serialized_model_proto(), table, cfg)
+    t_encode = time.perf_counter()
     try:
         if workers == 1 or len(chunks) <= 1:
             _init_worker(*args)
@@ -480,6 +486,7 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
 
     elapsed = time.perf_counter() - t0
     report = _report(totals, inputs, opts, dictionary, dtype, elapsed, workers, total_lines)
+    report["encode_seconds"] = round(time.perf_counter() - t_encode, 3)  # without SentencePiece training
     atomic_write(os.path.join(out, REPORT), json.dumps(report, indent=2).encode())
     return report
 
@@ -544,7 +551,8 @@ def format_report(report: dict) -> str:
         tot.add(st)
         lines.append(f"{e['split'] + '.' + e['key']:<{w}}  {st.lines:>10,} {st.kept:>10,} {st.empty:>7,} "
                      f"{st.overlong:>8,} {st.bad_utf8:>8,} {st.unk_tokens:>8,}")
-    rate = report["lines_processed_this_run"] / report["seconds"] if report["seconds"] else 0.0
+    encode = report.get("encode_seconds", report["seconds"])
+    rate = report["lines_processed_this_run"] / encode if encode else 0.0
     p = report["policies"]
     lines.append(
         f"{tot.kept:,} of {tot.lines:,} sentences (pairs) kept; dropped {tot.empty:,} empty, {tot.overlong:,} over "
@@ -552,8 +560,8 @@ def format_report(report: dict) -> str:
         f"overlong={p['overlong']}, bad_utf8={p['bad_utf8']}); truncated {tot.truncated:,}, replaced {tot.replaced_utf8:,}"
     )
     lines.append(
-        f"{report['lines_processed_this_run']:,} lines encoded in {report['seconds']:.1f} s "
-        f"({rate:,.0f} sentences/s, {report['workers']} worker(s)); vocabulary {report['vocab_size']:,} -> "
+        f"{report['lines_processed_this_run']:,} lines encoded in {encode:.1f} s ({rate:,.0f} sentences/s, "
+        f"{report['workers']} worker(s); {report['seconds']:.1f} s in all); vocabulary {report['vocab_size']:,} -> "
         f"{report['dtype']} {report['format']} files in {report['output']}"
     )
     return "\n".join(lines)

@@ -224,6 +224,7 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
     sys.stdout.flush()
     steps = config.model.steps if train_steps is None else train_steps
     if steps <= 0:
+        _summary(raw, data_bin, t0, data_bin != os.path.join(config.workdir, "data_bin"))
         return 0
     example = _example(trainer)
     shapes = f", {config.model.num_shapes} static shapes (one compilation each)" if trainer == "flax" else ""
@@ -231,7 +232,24 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
           f"max_tokens {config.model.max_tokens}{shapes}, so padding differs from step 4")
     sys.stdout.flush()
     example.train(config, steps, log=lambda m: (print("   " + m), sys.stdout.flush()))
+    _summary(raw, data_bin, t0, data_bin != os.path.join(config.workdir, "data_bin"))
     return 0
+
+
+def _summary(raw: str, data_bin: str, t0: float, moved: bool) -> None:
+    """What the demo made and where, and what to try next (``moved``: not where the config says)."""
+    cfg = "configs/demo.py" if os.path.exists("configs/demo.py") else "demo"
+    if moved:
+        cfg += f" --config.train.data.path={data_bin}"
+    print(f"== done in {time.perf_counter() - t0:.0f} s\n"
+          f"   {raw}: the demo corpus (raw text, 4 directions and swh_Latn monolingual)\n"
+          f"   {data_bin}: dict.txt, spm.model, binarize_report.json and shard*/ of fairseq .idx/.bin files\n"
+          f"   try next:\n"
+          f"     babelfeed inspect {data_bin} --verify        # every token checked against dict.txt\n"
+          f"     babelfeed plan {cfg} --shapes 8              # static shapes, padding, the alternatives\n"
+          f"     babelfeed preview --config {cfg} --task eng_Latn-tur_Latn -n 3 --transforms \"token_drop:rate=0.15\"\n"
+          f"     python examples/torch_train.py --config=configs/demo.py --steps=100   # the same data in PyTorch\n"
+          f"   README.md explains each step; every command takes --help.")
 
 
 def _example(trainer: str):

@@ -13,7 +13,7 @@ import sentencepiece as spm
 
 import babelfeed
 from babelfeed import binarize as bz
-from babelfeed.binarize import BinarizeOptions, binarize
+from babelfeed.binarize import BinarizeOptions, binarize, format_report
 from babelfeed.rawtext import BinarizeError
 
 WORDS = "the cat sat on a mat and dog ran far away under blue sky with green hat".split()
@@ -222,7 +222,7 @@ def test_stale_outputs_refused_then_overwritten(raw, tmp_path):
 
 KILL_SCRIPT = """
 import sys
-from babelfeed.binarize import BinarizeOptions, binarize
+from babelfeed.binarize import BinarizeOptions, binarize, format_report
 binarize(BinarizeOptions(input_dir=sys.argv[1], output_dir=sys.argv[2], spm_model=sys.argv[3], shards=6,
                          workers=1, max_len=200, chunk_lines=50, progress=False), log=lambda m: None)
 """
@@ -252,3 +252,16 @@ def test_sigkill_then_rerun_gives_the_clean_output(tmp_path):
     subprocess.run([sys.executable, "-c", KILL_SCRIPT, str(raw), str(out), str(clean / "spm.model")], check=True)
     assert read_all(out) == read_all(clean)
     assert not [n for d, _, ns in os.walk(out) for n in ns if n.endswith(".partial")]
+
+
+def test_sentencepiece_training_is_timed_apart_and_a_smaller_vocabulary_is_said(raw, tmp_path):
+    logs = []
+    report = binarize(opts(raw, tmp_path / "big", train_spm=5000), log=logs.append)
+    trained = [m for m in logs if m.startswith("SentencePiece trained in")]
+    assert len(trained) == 1 and "fewer than the 5,000 asked" in trained[0], logs
+    assert any("no progress is shown until it ends" in m for m in logs)
+    assert 0 < report["encode_seconds"] <= report["seconds"]
+    assert f"{report['seconds']:.1f} s in all" in format_report(report)
+    logs = []
+    binarize(opts(raw, tmp_path / "small", train_spm=60), log=logs.append)
+    assert not any("fewer than" in m for m in logs)

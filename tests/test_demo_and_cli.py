@@ -1,6 +1,7 @@
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -42,6 +43,16 @@ def test_run_demo_small(tmp_path, capsys):
     assert "dropped 6 empty, 3 over 256 tokens, 3 undecodable" in out
     corpus = babelfeed.ShardedCorpus(tmp_path / "demo" / "data_bin")
     assert len(corpus.directions("train")) == 4 and corpus.monolingual("train") == ["swh_Latn"]
+    # it ends on what it made and where, and commands to try next that run as printed
+    summary = out[out.index("== done in"):]
+    data_bin = str(tmp_path / "demo" / "data_bin")
+    assert f"{data_bin}: dict.txt, spm.model" in summary and "try next:" in summary
+    commands = [line.strip().split("  #")[0] for line in summary.splitlines() if line.strip().startswith("babelfeed ")]
+    assert len(commands) == 3 and all(f"data.path={data_bin}" in c for c in commands[1:])
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        r = subprocess.run([sys.executable, "-m", "babelfeed.cli", *argv], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, (command, r.stderr)
 
 
 def test_inspect_on_fairseq_fixture(fixtures_dir, expected):
