@@ -94,8 +94,17 @@ def _binarize(args) -> int:
 def _inspect(args) -> int:
     from .stats import corpus_stats, format_stats
 
-    rows = corpus_stats(args.data_bin, check_tokens=args.verify)
+    rows = corpus_stats(args.data_bin, check_tokens=args.verify, histograms=bool(args.plot))
+    files = []
+    if args.plot:
+        from .plots import inspect_figures
+
+        files = inspect_figures(rows, args.plot)
+        for row in rows:
+            del row["histogram"]
     print(json.dumps(rows, indent=2) if args.json else format_stats(rows))
+    if files and not args.json:
+        print("wrote " + ", ".join(files))
     return 0
 
 
@@ -103,7 +112,7 @@ def _plan(args) -> int:
     from . import plan_report
 
     config = _translation_config(args.config_file or args.config, (args.set or []) + args.overrides)
-    print(plan_report.plan_report(config, args.shapes))
+    print(plan_report.plan_report(config, args.shapes, plot_dir=args.plot))
     return 0
 
 
@@ -175,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--verify", action="store_true",
                    help="also read every token and refuse ids outside the dictionary (reads all the data)")
+    i.add_argument("--plot", metavar="DIR", help="also draw lengths.png (length histograms per direction and "
+                   "side) and sentences.png (sentences per direction, log scale) into DIR; needs matplotlib")
     i.set_defaults(func=_inspect)
 
     pl = sub.add_parser("plan", help="the static batch shapes a config gets, their padding, the alternatives")
@@ -184,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--shapes", type=count(1), default=None, help="number of shapes (default: the config's, else 8)")
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (same as "
                     "--config.KEY=VALUE), e.g. data.path=data_bin")
+    pl.add_argument("--plot", metavar="DIR", help="also draw shapes.png (the shapes over the length histogram, "
+                    "padding per shape, the alternatives) and mixing.png (probability against size, served "
+                    "share) into DIR; needs matplotlib")
     pl.set_defaults(func=_plan)
 
     pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text")

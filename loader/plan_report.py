@@ -10,8 +10,9 @@ import numpy as np
 from .shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
 
 
-def _epoch_summary(planner) -> tuple[Counter, int, float, int]:
-    """Batches per shape, batches, padding efficiency (real / padded tokens, masked rows as padding), masked rows."""
+def _epoch_summary(planner, per_shape: dict | None = None) -> tuple[Counter, int, float, int]:
+    """Batches per shape, batches, padding efficiency (real / padded tokens, masked rows as padding), masked rows;
+    ``per_shape`` receives each shape's [real, padded] tokens."""
     shapes = Counter()
     real = padded = masked = 0
     setup = planner.setup(1)
@@ -30,10 +31,15 @@ def _epoch_summary(planner) -> tuple[Counter, int, float, int]:
             shapes[tuple(shape)] += 1
             real += int(src.sum() + tgt.sum())
             padded += rows * (ls + lt)
+            if per_shape is not None:
+                tokens = per_shape.setdefault(tuple(shape), [0, 0])
+                tokens[0] += int(src.sum() + tgt.sum())
+                tokens[1] += rows * (ls + lt)
     return shapes, sum(shapes.values()), real / max(padded, 1), masked
 
 
-def plan_report(config, num_shapes: int | None = None) -> str:
+def plan_report(config, num_shapes: int | None = None, plot_dir: str | None = None) -> str:
+    """The report's text; with ``plot_dir``, also shapes.png and mixing.png there (plots.py)."""
     from .build import mixture_lengths, shape_plan
     from .checks import at_least, check_translation_config
     from .plan import EpochPlanner
@@ -59,12 +65,13 @@ def plan_report(config, num_shapes: int | None = None) -> str:
     k = plan.num_shapes
     reps = np.repeat(cost, np.maximum(np.round(weights / weights.min()).astype(np.int64), 1)) \
         if len(cost) < 2_000_000 else cost
-    optimal_1d = plan_shapes(reps, k, config.batching.max_tokens, multiple=1).efficiency
+    alternatives = {"optimal edges (dynamic programme)": plan_shapes(reps, k, config.batching.max_tokens,
+                                                                     multiple=1).efficiency,
+                    "percentile edges (fairseq get_buckets)": edges_efficiency(reps, percentile_edges(reps, k)),
+                    "equal token mass (Lhotse)": edges_efficiency(reps, equal_mass_edges(reps, k)),
+                    "pad to the longest": edges_efficiency(reps, [reps.max()])}
     lines.append(f"{k} length edges on max(src, tgt), every sample padded to its edge (padding efficiency):")
-    lines.append(f"  optimal edges (dynamic programme)        {optimal_1d:.1%}")
-    lines.append(f"  percentile edges (fairseq get_buckets)   {edges_efficiency(reps, percentile_edges(reps, k)):.1%}")
-    lines.append(f"  equal token mass (Lhotse)                {edges_efficiency(reps, equal_mass_edges(reps, k)):.1%}")
-    lines.append(f"  pad to the longest                       {edges_efficiency(reps, [reps.max()]):.1%}")
+    lines += [f"  {name:<40} {value:.1%}" for name, value in alternatives.items()]
     old = plan_shapes(lengths, k, config.batching.max_tokens, config.batching.required_batch_size_multiple,
                       config.batching.max_sentences or None, weights=weights, windows=plan.windows, method="max")
     lines.append("(source, target) widths per shape, real / padded tokens of both sides (with masked rows):")
@@ -72,7 +79,8 @@ def plan_report(config, num_shapes: int | None = None) -> str:
                  f"({old.fill:.1%})")
     lines.append(f"  this plan, free (source, target) boxes                         {plan.efficiency:.1%} "
                  f"({plan.fill:.1%})")
-    s_shapes, s_batches, s_eff, masked = _epoch_summary(static)
+    tokens: dict = {}
+    s_shapes, s_batches, s_eff, masked = _epoch_summary(static, tokens)
     d_shapes, d_batches, d_eff, _ = _epoch_summary(dynamic)
     lines.append("")
     lines.append(f"epoch 1 with these shapes: {s_batches:,} batches, padding efficiency {s_eff:.1%} "
@@ -82,4 +90,19 @@ def plan_report(config, num_shapes: int | None = None) -> str:
                      f"of batches")
     lines.append(f"epoch 1 with dynamic batches: {d_batches:,} batches in {len(d_shapes):,} distinct shapes "
                  f"(one XLA compilation each), padding efficiency {d_eff:.1%}")
+    if plot_dir:
+        from . import plots
+
+        per_shape = {s: (r / max(p, 1), s_shapes.get(s, 0) / max(s_batches, 1)) for s, (r, p) in tokens.items()}
+        compared = {**{f"{name}, 1-D": v for name, v in alternatives.items()},
+                    "buckets of max(src, tgt), 2-D widths": old.fill,
+                    f"this plan: {k} (source, target) boxes": plan.fill,
+                    f"this plan, epoch 1 ({s_batches:,} batches)": s_eff,
+                    f"dynamic batches ({len(d_shapes):,} shapes)": d_eff}
+        files = plots.plan_figures(lengths, weights, [tuple(s) for s in plan.shapes], per_shape, compared, plot_dir)
+        setup = dynamic.setup(1)
+        served = setup.counts - dynamic.filtered(1)
+        files += plots.mixing_figure([d.key for d in setup.directions], [d.size for d in setup.directions],
+                                     np.asarray(setup.probs, np.float64), served, config.mixing.temperature, plot_dir)
+        lines.append("wrote " + ", ".join(files))
     return "\n".join(lines)

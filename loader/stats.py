@@ -43,9 +43,10 @@ def _dictionary_size(corpus: ShardedCorpus, lang: str | None) -> int:
         return 0
 
 
-def corpus_stats(root, verify: str = "full", check_tokens: bool = False) -> list[dict]:
+def corpus_stats(root, verify: str = "full", check_tokens: bool = False, histograms: bool = False) -> list[dict]:
     """Per split, direction and side: sentences, tokens, shards, length percentiles, dtype. ``check_tokens``
-    also reads every token and refuses ids outside the dictionary."""
+    also reads every token and refuses ids outside the dictionary; ``histograms`` adds each row's sentence count
+    per length (``"histogram"``, a list: entry L counts sentences of L tokens)."""
     corpus = ShardedCorpus(root)
     rows = []
     for split in corpus.splits:
@@ -76,6 +77,8 @@ def corpus_stats(root, verify: str = "full", check_tokens: bool = False) -> list
                 for q in PERCENTILES:
                     row[f"p{q}"] = _percentile(hist, q)
                 row["max"] = int(np.flatnonzero(hist)[-1]) if hist.any() else 0
+                if histograms:
+                    row["histogram"] = hist.tolist()
                 rows.append(row)
     return rows
 
