@@ -5,10 +5,12 @@
         loss = model(**batch["net_input"]) ...
     state = batches.get_state()
 
-    dataset = babelfeed.adapters.torch.BatchDataset(config)       # rank/world from torch.distributed if initialised;
-                                                               # a translation or an LM config
+    loader = babelfeed.adapters.torch.BatchLoader(config, num_workers=4, pin_memory=True)  # a torch DataLoader;
+    for batch in loader: ...                                   # rank/world from torch.distributed if initialised
+    state = loader.state_dict()                                # resume: loader.load_state_dict(state)
+
+    dataset = babelfeed.adapters.torch.BatchDataset(config)    # the dataset under it, for a DataLoader of your own
     dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=4, pin_memory=True)
-    for batch in dl: ...
     state = dataset.state_dict(batches_seen)                   # resume: BatchDataset(config, state=state)
 
 Without CUDA the same code runs on the CPU (tests do), with zero-copy ``torch.from_numpy`` tensors.
@@ -265,3 +267,75 @@ class BatchDataset(torch.utils.data.IterableDataset):
         if self._len is None:
             self._len = len(self._iterator())
         return max(self._len - self.batches_seen, 0)
+
+
+class BatchLoader(torch.utils.data.DataLoader):
+    """A ``torch.utils.data.DataLoader`` over ``BatchDataset`` that knows its position: ``state_dict()`` and
+    ``load_state_dict()`` as torchdata's ``StatefulDataLoader`` has them, counting the batches the loop has
+    received (not those the workers made ahead), and ``len()`` = the batches one pass yields, whatever
+    ``num_workers``.
+
+        loader = BatchLoader(config, num_workers=4, pin_memory=True)    # rank/world from torch.distributed
+        for epoch in range(3):
+            for batch in loader:          # this rank's batches of the current epoch; then the next epoch
+                ...
+                checkpoint["data"] = loader.state_dict()
+        # resume, in a fresh process and with any num_workers:
+        loader = BatchLoader(config, num_workers=2); loader.load_state_dict(checkpoint["data"])
+
+    A pass that ends moves the loader to the next epoch; ``set_epoch(e)`` chooses one. The state holds the
+    data's fingerprint: a state of other data (another tokenizer, other files) is refused.
+    """
+
+    def __init__(self, config, *, epoch: int = 1, rank: int | None = None, world_size: int | None = None,
+                 split: str | None = None, tensors: bool = True, **dataloader_kwargs):
+        for key in ("batch_size", "shuffle", "sampler", "batch_sampler", "collate_fn", "drop_last"):
+            if key in dataloader_kwargs:
+                raise ValueError(f"BatchLoader makes its own batches: {key}= does not apply (batch size, order and "
+                                 f"padding come from the config)")
+        if dataloader_kwargs.get("persistent_workers"):
+            raise ValueError("BatchLoader starts its workers at each pass, from the position it holds: "
+                             "persistent_workers=True would keep the first pass's position in them")
+        self.batches = BatchDataset(config, epoch=epoch, rank=rank, world_size=world_size, split=split,
+                                    tensors=tensors)
+        super().__init__(self.batches, batch_size=None, **dataloader_kwargs)
+        self._fingerprint = None
+
+    def __iter__(self):
+        ds = self.batches
+        for batch in super().__iter__():
+            ds.batches_seen += 1  # the loop has it now
+            yield batch
+        ds.set_epoch(ds.epoch + 1)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batches.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        return self.batches.epoch
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = self.batches._iterator().fingerprint()
+        return self._fingerprint
+
+    def state_dict(self) -> dict:
+        """``{"epoch", "batches_seen", "fingerprint"}``: the batches of the epoch this rank's loop has received."""
+        return {"epoch": self.batches.epoch, "batches_seen": self.batches.batches_seen,
+                "fingerprint": self.fingerprint()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue after ``state_dict()``'s batch, from the next iteration on."""
+        if not isinstance(state, dict) or not {"epoch", "batches_seen"} <= set(state):
+            raise ValueError(f"not a BatchLoader state (expected epoch, batches_seen, fingerprint): {state!r}")
+        epoch, seen = state["epoch"], state["batches_seen"]
+        if not (isinstance(epoch, int) and epoch >= 1 and isinstance(seen, int) and seen >= 0):
+            raise ValueError(f"BatchLoader state: epoch must be an int >= 1 and batches_seen an int >= 0, got "
+                             f"{state!r}")
+        saved = state.get("fingerprint")
+        if saved is not None and saved != self.fingerprint():
+            raise ValueError(f"this state was saved for other data or settings (fingerprint {saved}, this loader "
+                             f"{self.fingerprint()}): resume with the config and data_bin it was saved with")
+        self.batches.set_epoch(epoch)
+        self.batches.batches_seen = seen

@@ -257,3 +257,89 @@ print(json.dumps(out))
     assert len(rests) == len(heads) == 6
     for (w2, state), head, rest in zip(jobs, heads, rests):
         assert head + rest == ref, (w2, state)
+
+
+LOADER = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+from golden import digest
+from babelfeed.adapters.torch import BatchLoader
+from synthetic import config_for
+
+
+def as_numpy(b):
+    return {k: as_numpy(v) for k, v in b.items()} if isinstance(b, dict) else (
+        b.numpy() if isinstance(b, torch.Tensor) else b)
+
+
+if __name__ == "__main__":
+    import warnings
+
+    warnings.filterwarnings("ignore", "This DataLoader will create")
+    workers, take, state = json.loads(sys.argv[3])
+    loader = BatchLoader(config_for(sys.argv[2], batching__window=300), num_workers=workers,
+                         multiprocessing_context="forkserver" if workers else None)
+    if state is not None:
+        loader.load_state_dict(state)
+    passes = []
+    for _ in range(2 if take is None else 1):
+        n = len(loader)
+        got = []
+        for batch in loader:
+            got.append(digest(as_numpy(batch)))
+            if take is not None and len(got) == take:
+                break
+        passes.append({"len": n, "batches": got, "epoch_after": loader.epoch})
+    print(json.dumps({"passes": passes, "state": loader.state_dict()}))
+"""
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_batch_loader_state_counts_what_the_loop_received_and_resumes_with_other_workers(root, tmp_path):
+    """The loop breaks after k batches (workers have made more by then); state_dict() in that process, then
+    load_state_dict() in a fresh process with another num_workers serves the rest of epoch 1, then epoch 2
+    whole: every leaf equal to the in-process iterator, and len(loader) the count each pass yields."""
+    from golden import digest
+
+    cfg = config_for(root, batching__window=300)
+    it = babelfeed.build_train_iterator(cfg)
+    epoch1 = [digest(b) for b in it]
+    epoch2 = [digest(b) for b in it]
+    script = tmp_path / "loader.py"
+    script.write_text(LOADER)
+    rng = np.random.default_rng(11)
+
+    def run(workers, take, state):
+        out = subprocess.run([sys.executable, str(script), HERE, str(root), json.dumps([workers, take, state])],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    for first, second in ((0, 2), (2, 0), (1, 3)):
+        k = int(rng.integers(1, len(epoch1) - 1))
+        a = run(first, k, None)
+        assert a["passes"][0]["batches"] == epoch1[:k] and a["passes"][0]["len"] == len(epoch1)
+        assert a["state"]["epoch"] == 1 and a["state"]["batches_seen"] == k, (first, k, a["state"])
+        b = run(second, None, a["state"])
+        rest, whole = b["passes"]
+        assert rest["len"] == len(rest["batches"]) == len(epoch1) - k and rest["batches"] == epoch1[k:]
+        assert rest["epoch_after"] == 2
+        assert whole["len"] == len(whole["batches"]) == len(epoch2) and whole["batches"] == epoch2
+        assert b["state"] == {**a["state"], "epoch": 3, "batches_seen": 0}
+
+
+def test_batch_loader_refuses_a_state_of_other_data_and_settings_that_do_not_apply(root, tmp_path):
+    from babelfeed.adapters.torch import BatchLoader
+
+    other = tmp_path / "other"
+    make_data_bin(other, seed=5)
+    state = BatchLoader(config_for(root)).state_dict()
+    with pytest.raises(ValueError, match="saved for other data or settings"):
+        BatchLoader(config_for(other)).load_state_dict(state)
+    with pytest.raises(ValueError, match="batches_seen an int >= 0"):
+        BatchLoader(config_for(root)).load_state_dict({**state, "batches_seen": -1})
+    with pytest.raises(ValueError, match="batch_size= does not apply"):
+        BatchLoader(config_for(root), batch_size=8)
+    with pytest.raises(ValueError, match="persistent_workers"):
+        BatchLoader(config_for(root), num_workers=1, persistent_workers=True)
