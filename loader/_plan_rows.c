@@ -139,13 +139,16 @@ done:
 }
 
 /* ------------------------------------------------------------------------------------------- lengths */
+/* One size, read with memcpy: a fairseq .idx holds its int32 sizes from byte 26 (Megatron's from 34), so a
+ * mapped sizes array need not be aligned (the compiler makes this one plain load). */
+#define LOAD_AS(T) { T x_; memcpy(&x_, base + r * (int64_t)sizeof(T), sizeof(T)); *v = (int64_t)x_; return 1; }
 static int load_size(const char *base, char code, int64_t r, int64_t *v) {
     switch (code) {
-    case 'H': *v = ((const uint16_t *)base)[r]; return 1;
-    case 'h': *v = ((const int16_t *)base)[r]; return 1;
-    case 'i': *v = ((const int32_t *)base)[r]; return 1;
-    case 'I': *v = ((const uint32_t *)base)[r]; return 1;
-    case 'q': case 'l': *v = ((const int64_t *)base)[r]; return 1;
+    case 'H': LOAD_AS(uint16_t)
+    case 'h': LOAD_AS(int16_t)
+    case 'i': LOAD_AS(int32_t)
+    case 'I': LOAD_AS(uint32_t)
+    case 'q': case 'l': LOAD_AS(int64_t)
     }
     return 0;
 }

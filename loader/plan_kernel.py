@@ -29,7 +29,7 @@ def threads() -> int:
     ``BABELFEED_PLAN_THREADS``, else the cores this process may use, at most 4."""
     env = os.environ.get("BABELFEED_PLAN_THREADS", "").strip()
     if env:
-        if not env.isdigit() or int(env) < 1:
+        if not (env.isascii() and env.isdigit()) or int(env) < 1:
             raise ValueError(f"BABELFEED_PLAN_THREADS={env!r}: expected a whole number of threads, 1 or more")
         return min(int(env), 16)  # the kernel's limit
     try:
@@ -55,11 +55,17 @@ def split(n: int, fn) -> list:
         except BaseException as e:  # re-raised in the caller
             errors.append(e)
 
-    helpers = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(1, k)]
-    for t in helpers:
-        t.start()
+    started = []
+    for i in range(1, k):
+        t = threading.Thread(target=run, args=(i,), daemon=True)
+        try:
+            t.start()
+        except RuntimeError:  # no thread to be had (a container at its process limit): this thread does the part
+            run(i)
+            continue
+        started.append(t)
     run(0)
-    for t in helpers:
+    for t in started:
         t.join()
     if errors:
         raise errors[0]

@@ -318,3 +318,18 @@ def test_a_bad_thread_count_is_refused_naming_the_variable(value, monkeypatch):
         plan_kernel.threads()
     monkeypatch.setenv("BABELFEED_PLAN_THREADS", "64")
     assert plan_kernel.threads() == 16
+
+
+def test_split_does_the_parts_itself_when_no_thread_can_start(monkeypatch):
+    import threading
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(threading.Thread, "start", refuse)
+    with plan_threads(4):
+        parts = plan_kernel.split(40, lambda a, b: (a, b))
+    assert parts == [(0, 10), (10, 20), (20, 30), (30, 40)]
+    monkeypatch.setenv("BABELFEED_PLAN_THREADS", "²")
+    with pytest.raises(ValueError, match="BABELFEED_PLAN_THREADS"):
+        plan_kernel.threads()
