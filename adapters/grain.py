@@ -6,6 +6,9 @@
     state = it.get_state()          # grain's checkpoint; it.set_state(state) (or orbax's
                                     # grain.checkpoint.CheckpointSave/Restore) resumes at the exact batch
 
+    it = iter(babelfeed.adapters.grain.EpochsDataset(config, num_workers=2))   # every epoch, one after another;
+    state = it.get_state()          # {"epoch", "batches_seen", "fingerprint"}: restores with any num_workers
+
 The source is this rank's batches of one epoch, by index, as a grain ``IterDataset`` (:class:`BatchDataset`):
 grain's ``MapDataset`` must know its length before it hands out a record (its prefetch iterator and its worker
 slices call ``len``), and the length of a translation epoch is known only once every window is planned (1.6 s
@@ -181,6 +184,100 @@ def batch_dataset(config, epoch: int = 1, rank: int = 0, world_size: int = 1, nu
                                                         per_worker_buffer_size=per_worker_buffer_size))
         ds = ds.map(_unpack)  # each batch crossed as one shared-memory block; a plain dict again
     return ds
+
+
+class EpochsDataset(grain.IterDataset):
+    """This rank's batches of every epoch from ``epoch`` on (``num_epochs`` of them, or without end), gathered in
+    ``num_workers`` grain worker processes. Its iterator's state is ``{"epoch", "batches_seen", "fingerprint"}``:
+    the batches the consumer has received, whatever the number of workers, so a state saved with 2 workers
+    restores with 0 or 4 (grain's own ``mp_prefetch`` state holds one entry per worker and restores only with as
+    many). A state of other data (another tokenizer, other files) is refused.
+
+        ds = EpochsDataset(config, num_workers=2)
+        it = iter(ds)
+        for step, batch in zip(range(steps), it): ...
+        state = it.get_state()                     # JSON; or orbax through grain.checkpoint.CheckpointSave
+        it = iter(EpochsDataset(config, num_workers=0)); it.set_state(state)   # the next batch, exactly
+    """
+
+    def __init__(self, config, epoch: int = 1, num_epochs: int | None = None, rank: int = 0, world_size: int = 1,
+                 num_workers: int = 0, per_worker_buffer_size: int = 2, split: str | None = None):
+        super().__init__()
+        if num_epochs is not None and num_epochs < 1:
+            raise ValueError(f"num_epochs must be >= 1 (or None: no end), got {num_epochs}")
+        self.config, self.epoch, self.num_epochs = config, int(epoch), num_epochs
+        self.rank, self.world_size, self.split = rank, world_size, split
+        self.num_workers, self.per_worker_buffer_size = num_workers, per_worker_buffer_size
+        self._fingerprint = None
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = BatchSource(self.config, self.epoch, self.rank, self.world_size,
+                                            self.split)._it().fingerprint()
+        return self._fingerprint
+
+    def epoch_batches(self, epoch: int, start: int):
+        """One epoch's grain pipeline from batch ``start`` on."""
+        source = BatchSource(self.config, epoch, self.rank, self.world_size, self.split, packed=self.num_workers > 0)
+        ds = BatchDataset(source, start=start)
+        if self.num_workers > 0:
+            _flags_parsed()
+            ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=self.num_workers,
+                                                            per_worker_buffer_size=self.per_worker_buffer_size))
+            ds = ds.map(_unpack)
+        return ds
+
+    def __iter__(self) -> "EpochsIterator":
+        return EpochsIterator(self)
+
+    def __str__(self) -> str:
+        return (f"EpochsDataset(epoch={self.epoch}, num_epochs={self.num_epochs}, rank={self.rank}, "
+                f"world_size={self.world_size}, num_workers={self.num_workers})")
+
+
+class EpochsIterator(grain.DatasetIterator):
+    def __init__(self, ds: EpochsDataset):
+        super().__init__()
+        self._ds = ds
+        self._epoch, self._seen, self._inner = ds.epoch, 0, None
+
+    def __next__(self) -> dict:
+        ds = self._ds
+        while True:
+            if ds.num_epochs is not None and self._epoch >= ds.epoch + ds.num_epochs:
+                raise StopIteration
+            if self._inner is None:
+                self._inner = iter(ds.epoch_batches(self._epoch, self._seen))
+            try:
+                batch = next(self._inner)
+            except StopIteration:
+                self._close()
+                self._epoch, self._seen = self._epoch + 1, 0
+                continue
+            self._seen += 1
+            return batch
+
+    def _close(self) -> None:
+        inner, self._inner = self._inner, None
+        close = getattr(inner, "close", None)
+        if close is not None:
+            close()
+
+    def get_state(self) -> dict:
+        return {"epoch": self._epoch, "batches_seen": self._seen, "fingerprint": self._ds.fingerprint()}
+
+    def set_state(self, state: dict) -> None:
+        if not isinstance(state, dict) or not {"epoch", "batches_seen"} <= set(state):
+            raise ValueError(f"not an EpochsDataset state (epoch, batches_seen, fingerprint): {state!r}")
+        epoch, seen = state["epoch"], state["batches_seen"]
+        if not (isinstance(epoch, int) and epoch >= 1 and isinstance(seen, int) and seen >= 0):
+            raise ValueError(f"EpochsDataset state: epoch must be an int >= 1 and batches_seen an int >= 0, got "
+                             f"{state!r}")
+        if state.get("fingerprint") not in (None, self._ds.fingerprint()):
+            raise ValueError(f"this state was saved for other data or settings (fingerprint {state['fingerprint']}, "
+                             f"this dataset {self._ds.fingerprint()}): resume with the config it was saved with")
+        self._close()
+        self._epoch, self._seen = epoch, seen
 
 
 def _unpack(element: dict) -> dict:

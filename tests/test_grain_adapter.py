@@ -86,3 +86,73 @@ def test_grain_workers_and_checkpoint(tmp_path):
     assert len(resumed) == 3  # 0, 1 and 2 workers, each from its own random cut
     for key, (n, want, same) in resumed.items():
         assert n == want and same, key
+
+
+EPOCHS = r'''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from golden import digest
+
+
+if __name__ == "__main__":
+    import babelfeed
+    from babelfeed.adapters.grain import EpochsDataset
+    from synthetic import config_for
+
+    cfg = config_for(sys.argv[2])
+    workers, take, state, epochs = json.loads(sys.argv[3])
+    it = iter(EpochsDataset(cfg, rank=1, world_size=2, num_workers=workers, num_epochs=epochs))
+    if state is not None:
+        it.set_state(state)
+    got = []
+    for batch in it:
+        got.append(digest(batch))
+        if take is not None and len(got) == take:
+            break
+    print(json.dumps({"batches": got, "state": it.get_state()}))
+'''
+
+
+def test_epochs_dataset_spans_epochs_and_its_state_restores_with_any_worker_count(tmp_path):
+    """A state saved with 2 workers mid-epoch-2 restores with 0 (and 0 -> 2, 1 -> 3) in a fresh process: the
+    batches before and after the cut are epochs 1-3 of the plain iterator, every leaf; a whole run without a cut
+    ends after num_epochs; a state of other data is refused."""
+    import numpy as np
+
+    import babelfeed
+    from golden import digest
+    from synthetic import config_for
+
+    root = tmp_path / "bin"
+    make_data_bin(root)
+    it = babelfeed.build_train_iterator(config_for(root), rank=1, world_size=2)
+    epochs = [[digest(b) for b in it] for _ in range(3)]
+    plain = [d for e in epochs for d in e]
+    script = tmp_path / "epochs_job.py"
+    script.write_text(EPOCHS)
+
+    def run(workers, take, state, num_epochs=3):
+        out = subprocess.run([sys.executable, str(script), HERE, str(root),
+                              json.dumps([workers, take, state, num_epochs])],
+                             capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    rng = np.random.default_rng(4)
+    n1 = len(epochs[0])
+    for first, second in ((2, 0), (0, 2), (1, 3)):
+        cut = int(rng.integers(n1 + 1, 2 * n1 - 1)) if first == 2 else int(rng.integers(1, n1))
+        a = run(first, cut, None)
+        assert a["batches"] == plain[:cut]
+        epoch = 1 + (cut >= n1) + (cut >= n1 + len(epochs[1]))
+        assert a["state"]["epoch"] == epoch and a["state"]["batches_seen"] == cut - sum(map(len, epochs[:epoch - 1]))
+        b = run(second, None, a["state"])
+        assert len(b["batches"]) == len(plain) - cut and b["batches"] == plain[cut:], (first, second, cut)
+        assert b["state"]["epoch"] == 4 and b["state"]["batches_seen"] == 0
+    other = tmp_path / "other"
+    make_data_bin(other, seed=9)
+    from babelfeed.adapters.grain import EpochsDataset
+
+    state = iter(EpochsDataset(config_for(root))).get_state()
+    with __import__("pytest").raises(ValueError, match="saved for other data or settings"):
+        iter(EpochsDataset(config_for(other))).set_state(state)
