@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # torch requirement pulls a multi-GB CUDA build.
 EXTRAS ?= test
 TORCH_PIN := torch==2.13.0
-NEEDS_TORCH := $(if $(filter torch all test,$(subst $(comma), ,$(EXTRAS))),yes,)
+NEEDS_TORCH := $(if $(filter torch all test hf,$(subst $(comma), ,$(EXTRAS))),yes,)
 ARGS ?=
 
 .PHONY: demo test bench venv clean

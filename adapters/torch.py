@@ -204,7 +204,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
 
     def __init__(self, config, epoch: int = 1, rank: int | None = None, world_size: int | None = None,
                  num_workers: int | None = None, state: dict | None = None, tensors: bool = True,
-                 split: str | None = None, ring_slots: int = 8):
+                 split: str | None = None, ring_slots: int = 8, transform=None):
         super().__init__()
         # num_workers: accepted for older callers; the batches no longer depend on the number of workers
         self.ring_slots = ring_slots  # shared slots per worker (> the DataLoader's prefetch_factor); 0: off
@@ -216,6 +216,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.batches_seen = int(state["batches_seen"]) if state else 0
         self.tensors = tensors
         self.split = split
+        self.transform = transform  # numpy batch -> numpy batch, in the worker (picklable), e.g. babelfeed.hf.HFView
         self._len = None
 
     def set_epoch(self, epoch: int) -> None:
@@ -246,6 +247,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
         k = self.batches_seen + worker
         while it.has_batch(k):
             batch = it.batch_at(k)
+            if self.transform is not None:
+                batch = self.transform(batch)
             last = not it.has_batch(k + n)
             if not self.tensors:
                 yield batch
@@ -288,7 +291,7 @@ class BatchLoader(torch.utils.data.DataLoader):
     """
 
     def __init__(self, config, *, epoch: int = 1, rank: int | None = None, world_size: int | None = None,
-                 split: str | None = None, tensors: bool = True, **dataloader_kwargs):
+                 split: str | None = None, tensors: bool = True, transform=None, **dataloader_kwargs):
         for key in ("batch_size", "shuffle", "sampler", "batch_sampler", "collate_fn", "drop_last"):
             if key in dataloader_kwargs:
                 raise ValueError(f"BatchLoader makes its own batches: {key}= does not apply (batch size, order and "
@@ -297,7 +300,7 @@ class BatchLoader(torch.utils.data.DataLoader):
             raise ValueError("BatchLoader starts its workers at each pass, from the position it holds: "
                              "persistent_workers=True would keep the first pass's position in them")
         self.batches = BatchDataset(config, epoch=epoch, rank=rank, world_size=world_size, split=split,
-                                    tensors=tensors)
+                                    tensors=tensors, transform=transform)
         super().__init__(self.batches, batch_size=None, **dataloader_kwargs)
         self._fingerprint = None
 

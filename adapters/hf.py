@@ -1,0 +1,56 @@
+"""Hugging Face: a ``Seq2SeqTrainer`` that trains on babelfeed's batches.
+
+    from babelfeed.adapters.hf import Seq2SeqTrainer
+    trainer = Seq2SeqTrainer(model=model, args=Seq2SeqTrainingArguments(...), babelfeed_config=config)
+    trainer.train()
+
+Its training DataLoader is :class:`babelfeed.adapters.torch.BatchLoader` with :class:`babelfeed.hf.HFView` applied
+in the workers: the model gets ``input_ids``, ``attention_mask``, ``decoder_input_ids`` and ``labels`` (-100 on
+padding and masked rows), batches keep babelfeed's mixing, token budgets and static shapes, and a batch with no
+real row (an epoch-padding batch) adds nothing to the loss. Set ``per_device_train_batch_size`` aside: the batch
+size is the config's token budget. Outside the Trainer, ``HFView(pad)(batch)`` is the view of one numpy batch.
+"""
+
+from __future__ import annotations
+
+import transformers
+
+from babelfeed.adapters.torch import BatchLoader
+from babelfeed.hf import HFView
+
+
+class _TrainerLoader(BatchLoader):
+    """BatchLoader with the Trainer's epochs, which count from 0 (babelfeed's from 1)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(int(epoch) + 1)
+
+
+class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
+    """``transformers.Seq2SeqTrainer`` whose training batches come from a babelfeed translation config.
+
+    ``babelfeed_config``: the pipeline (``configs/nllb_like.py``-style, or a config's ``train`` section);
+    ``num_workers``: DataLoader worker processes. Rank and world size come from torch.distributed, as the
+    Trainer launches them. Every other argument is the Trainer's."""
+
+    def __init__(self, *args, babelfeed_config, num_workers: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        from babelfeed.corpus import ShardedCorpus
+
+        self.babelfeed_config = babelfeed_config
+        self.babelfeed_workers = num_workers
+        self.babelfeed_pad = ShardedCorpus(babelfeed_config.data.path).dictionary().pad()
+        self._babelfeed_loader = None
+
+    def get_train_dataloader(self) -> BatchLoader:
+        if self._babelfeed_loader is None:
+            self._babelfeed_loader = _TrainerLoader(self.babelfeed_config, num_workers=self.babelfeed_workers,
+                                                    transform=HFView(self.babelfeed_pad, loss_scale=True))
+        return self._babelfeed_loader
+
+    def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):
+        scale = inputs.pop("loss_scale", None)
+        # the labels' own count is the right normaliser for every batch (masked rows carry -100)
+        out = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=None)
+        loss = out[0] if scale is None else out[0] * scale
+        return (loss, out[1]) if return_outputs else loss

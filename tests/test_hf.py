@@ -1,0 +1,101 @@
+"""Hugging Face: the HF view of a batch feeds a seq2seq model (a tiny BART built from a config, no download),
+masked rows and epoch-padding batches add nothing to the loss, and Seq2SeqTrainer trains on babelfeed batches."""
+
+import numpy as np
+import pytest
+
+import babelfeed
+from babelfeed.hf import IGNORE, HFView
+from synthetic import config_for, make_data_bin
+
+transformers = pytest.importorskip("transformers", reason="transformers is in the test extra: make test has it")
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("hfbin")
+    make_data_bin(r)
+    return r
+
+
+def _batches(root, **overrides):
+    cfg = config_for(root, **overrides)
+    # world size 3: the epoch's last step is completed with fully masked (epoch-padding) batches
+    out = []
+    for rank in range(3):
+        out += list(babelfeed.build_train_iterator(cfg, rank=rank, world_size=3))
+    return out
+
+
+def _tiny_bart(vocab: int):
+    config = transformers.BartConfig(vocab_size=vocab, d_model=16, encoder_layers=1, decoder_layers=1,
+                                     encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                     decoder_ffn_dim=32, max_position_embeddings=256, pad_token_id=1,
+                                     bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)
+    torch.manual_seed(0)
+    return transformers.BartForConditionalGeneration(config)
+
+
+def test_the_view_moves_padding_right_and_masks_what_must_not_count(root):
+    pad = babelfeed.ShardedCorpus(root).dictionary().pad()
+    view = HFView(pad, loss_scale=True)
+    batches = _batches(root, batching__num_shapes=2)  # static shapes: masked rows inside real batches too
+    kinds = set()
+    for b in batches:
+        v = view(b)
+        assert set(v) == {"input_ids", "attention_mask", "decoder_input_ids", "labels", "loss_scale"}
+        src, weight = b["net_input"]["src_tokens"], b["weight"]
+        for row, ids, mask in zip(src, v["input_ids"], v["attention_mask"]):
+            tokens = row[row != pad]
+            assert ids[:len(tokens)].tolist() == tokens.tolist() and (ids[len(tokens):] == pad).all()
+            assert mask.tolist() == [1] * len(tokens) + [0] * (len(row) - len(tokens))
+        assert (v["decoder_input_ids"] == b["net_input"]["prev_output_tokens"]).all()
+        tgt = b["target"]
+        if (weight > 0).any():
+            kinds.add("masked rows" if (weight == 0).any() else "real")
+            want = np.where((tgt == pad) | (weight[:, None] <= 0), IGNORE, tgt)
+            assert v["loss_scale"] == 1.0
+        else:  # an epoch-padding batch: labels kept (a loss over no token is NaN), scaled to nothing
+            kinds.add("padding batch")
+            want = np.where(tgt == pad, IGNORE, tgt)
+            assert v["loss_scale"] == 0.0
+        assert (v["labels"] == want).all()
+        assert all(v[k].dtype == np.int64 for k in ("input_ids", "attention_mask", "decoder_input_ids", "labels"))
+    assert kinds == {"real", "masked rows", "padding batch"}, kinds
+
+
+def test_a_seq2seq_model_takes_the_view_and_masked_rows_change_nothing(root):
+    d = babelfeed.ShardedCorpus(root).dictionary()
+    model = _tiny_bart(len(d)).eval()
+    b = next(iter(babelfeed.build_train_iterator(config_for(root))))
+    v = {k: torch.from_numpy(x) for k, x in HFView(d.pad())(b).items()}
+    with torch.no_grad():
+        loss = model(**v).loss
+        assert torch.isfinite(loss) and 0.5 * np.log(len(d)) < loss < 2 * np.log(len(d))
+        # a copy of the batch with a masked duplicate row: the same loss
+        dup = dict(b, weight=np.concatenate([b["weight"], [0.0]]), target=np.concatenate([b["target"], b["target"][:1]]))
+        dup["net_input"] = {k: np.concatenate([x, x[:1]]) for k, x in b["net_input"].items()}
+        v2 = {k: torch.from_numpy(x) for k, x in HFView(d.pad())(dup).items()}
+        assert torch.allclose(model(**v2).loss, loss, atol=1e-6)
+
+
+def test_seq2seq_trainer_trains_on_babelfeed_batches(root, tmp_path):
+    from babelfeed.adapters.hf import Seq2SeqTrainer
+
+    d = babelfeed.ShardedCorpus(root).dictionary()
+    args = transformers.Seq2SeqTrainingArguments(output_dir=str(tmp_path / "out"), max_steps=12, learning_rate=3e-3,
+                                                 logging_steps=1, report_to=[], use_cpu=True, save_strategy="no")
+    trainer = Seq2SeqTrainer(model=_tiny_bart(len(d)), args=args, babelfeed_config=config_for(root))
+    loader = trainer.get_train_dataloader()
+    assert len(loader) == len(babelfeed.build_train_iterator(config_for(root)))
+    result = trainer.train()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert trainer.state.global_step == 12 and len(losses) == 12 and np.isfinite(losses).all()
+    assert np.mean(losses[-3:]) < np.mean(losses[:3]), losses
+    assert np.isfinite(result.training_loss)
+    # an epoch-padding batch adds nothing: the loss the Trainer gets is 0, not NaN
+    b = next(iter(babelfeed.build_train_iterator(config_for(root))))
+    v = HFView(d.pad(), loss_scale=True)(dict(b, weight=np.zeros_like(b["weight"])))
+    inputs = {k: torch.as_tensor(x) for k, x in v.items()}
+    assert trainer.compute_loss(trainer.model, inputs).item() == 0.0
