@@ -2,6 +2,7 @@
 
     python examples/flax_train.py --config=configs/demo.py [--steps=300] [--config.model.d_model=256]
         [--config.train.mixing.temperature=2]   (the demo config keeps the pipeline under ``train``)
+        [--checkpoint_dir=build/ckpt --save_every=100]   (kill it, run it again: it continues exactly)
 
 Batches come from ``babelfeed.adapters.jax.global_batches``: global jax.Arrays on a mesh of the local devices,
 each of one of the config's K static shapes, so the jitted step compiles at most K times (printed at the end).
@@ -65,7 +66,11 @@ def build_model(vocab: int, d: int, heads: int, layers: int, ff: int, max_len: i
     return Seq2Seq()
 
 
-def train(config, steps: int, log_every: int = 25, log=print) -> dict:
+def train(config, steps: int, log_every: int = 25, log=print, checkpoint_dir: str | None = None,
+          save_every: int = 100, stop_after: int | None = None) -> dict:
+    """``steps`` optimizer steps on the config's batches. With ``checkpoint_dir``: the train state and the data
+    position are saved together with orbax every ``save_every`` steps, and a run finding a checkpoint there
+    continues from it, at the batch after the last one trained on. ``stop_after``: end early (as a killed run)."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -110,15 +115,32 @@ def train(config, steps: int, log_every: int = 25, log=print) -> dict:
         updates, opt_state = opt.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    losses, real, padded, tokens = [], 0, 0, 0
+    losses, real, padded, tokens, ids = [], 0, 0, 0, []
     t0 = time.perf_counter()
     done = 0
     pending = [first]
-    while done < steps:
+    mngr = None
+    if checkpoint_dir:  # the train state and the data position, one orbax checkpoint
+        import os
+
+        import orbax.checkpoint as ocp
+
+        mngr = ocp.CheckpointManager(os.path.abspath(checkpoint_dir))
+        if mngr.latest_step() is not None:
+            done = mngr.latest_step()
+            restored = mngr.restore(done, args=ocp.args.Composite(
+                state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
+                data=jax_adapter.orbax_restore()))
+            params, opt_state = restored.state["params"], restored.state["opt_state"]
+            batches.set_state(restored.data)  # the next batch is the one after the last trained on
+            pending = []
+            log(f"resumed from {checkpoint_dir} at step {done}")
+    while done < steps and (stop_after is None or done < stop_after):
         for batch in pending or batches:
             src, prev = batch["net_input"]["src_tokens"], batch["net_input"]["prev_output_tokens"]
             params, opt_state, loss = step(params, opt_state, src, prev, batch["target"], batch["weight"])
             losses.append(float(loss))
+            ids.append(int(np.asarray(batch["id"]).sum()))
             tokens += batch["ntokens"]
             real += int(batch["net_input"]["src_lengths"].sum()) + batch["ntokens"]
             padded += src.size + batch["target"].size
@@ -127,16 +149,25 @@ def train(config, steps: int, log_every: int = 25, log=print) -> dict:
                 window = losses[-log_every:]
                 log(f"step {done:>5}  loss {np.mean(window):.3f}  "
                     f"{tokens / (time.perf_counter() - t0):,.0f} target tokens/s  compilations {len(traces)}")
-            if done >= steps:
+            if mngr is not None and (done % save_every == 0 or done == steps):
+                mngr.save(done, args=ocp.args.Composite(
+                    state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),
+                    data=jax_adapter.orbax_save(batches)))
+            if done >= steps or (stop_after is not None and done >= stop_after):
                 break
         pending = []
     elapsed = time.perf_counter() - t0
     batches.close()
+    if mngr is not None:
+        mngr.wait_until_finished()
+        mngr.close()
+    losses = losses or [float("nan")]
     head, tail = np.mean(losses[: max(1, steps // 10)]), np.mean(losses[-max(1, steps // 10):])
     log(f"trained {done} steps in {elapsed:.0f} s: loss {head:.3f} -> {tail:.3f}; padding efficiency "
         f"{real / max(padded, 1):.1%}; {len(traces)} compilations for {len(shapes)} shapes "
         f"({len(set(traces))} used)")
-    return {"losses": losses, "compilations": len(traces), "shapes": len(shapes), "first": head, "last": tail}
+    return {"losses": losses, "compilations": len(traces), "shapes": len(shapes), "first": head, "last": tail,
+            "batch_ids": ids, "steps": done}
 
 
 def main(argv) -> int:
@@ -145,7 +176,8 @@ def main(argv) -> int:
     config = flags.FLAGS.config
     if flags.FLAGS.data:
         config.train.data.path = flags.FLAGS.data
-    train(config, flags.FLAGS.steps or config.model.steps)
+    train(config, flags.FLAGS.steps or config.model.steps, checkpoint_dir=flags.FLAGS.checkpoint_dir,
+          save_every=flags.FLAGS.save_every)
     return 0
 
 
@@ -157,4 +189,7 @@ if __name__ == "__main__":
     config_flags.DEFINE_config_file("config", "configs/demo.py", "ml-collections config file", lock_config=True)
     flags.DEFINE_integer("steps", None, "training steps (default: config.model.steps)")
     flags.DEFINE_string("data", None, "data_bin (default: config.train.data.path)")
+    flags.DEFINE_string("checkpoint_dir", None, "save the train state and the data position there with orbax, and "
+                        "continue from the latest checkpoint found there")
+    flags.DEFINE_integer("save_every", 100, "steps between checkpoints")
     app.run(main)

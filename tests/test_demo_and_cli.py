@@ -151,3 +151,28 @@ def test_torch_example_learns(tmp_path, capsys):
     cfg.train.batching.max_tokens = 2048
     result = _example("torch").train(cfg, 50, log=lambda m: None)
     assert result["last"] < result["first"] - 1.0
+
+
+def test_flax_example_killed_and_rerun_continues_exactly_from_its_orbax_checkpoint(tmp_path):
+    """The train state and the data position saved together with orbax: a run stopped at step 4 and run again
+    trains steps 5-8 on the same batches, to the same losses, as a run that was never stopped."""
+    run_demo(None, workdir=str(tmp_path / "demo"), scale=0.05, workers=1, train_steps=0)
+    from babelfeed.demo import _example
+
+    import babelfeed
+
+    def config():
+        cfg = babelfeed.load_config("demo")
+        cfg.train.data.path = str(tmp_path / "demo" / "data_bin")
+        cfg.model.d_model, cfg.model.ff, cfg.model.layers, cfg.model.max_tokens = 32, 64, 1, 1024
+        return cfg
+
+    flax = _example("flax")
+    whole = flax.train(config(), 8, log=lambda m: None)
+    ckpt = str(tmp_path / "ckpt")
+    first = flax.train(config(), 8, log=lambda m: None, checkpoint_dir=ckpt, save_every=2, stop_after=4)
+    logs = []
+    rest = flax.train(config(), 8, log=logs.append, checkpoint_dir=ckpt, save_every=2)
+    assert first["steps"] == 4 and f"resumed from {ckpt} at step 4" in logs
+    assert first["batch_ids"] + rest["batch_ids"] == whole["batch_ids"] and len(whole["batch_ids"]) == 8
+    np.testing.assert_allclose(first["losses"] + rest["losses"], whole["losses"], rtol=1e-5)
