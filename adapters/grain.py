@@ -7,7 +7,7 @@
                                     # grain.checkpoint.CheckpointSave/Restore) resumes at the exact batch
 
     it = iter(babelfeed.adapters.grain.EpochsDataset(config, num_workers=2))   # every epoch, one after another;
-    state = it.get_state()          # {"epoch", "batches_seen", "fingerprint"}: restores with any num_workers
+    state = it.get_state()          # {"epoch", "consumed", "fingerprint"}: any num_workers, any world size
 
 The source is this rank's batches of one epoch, by index, as a grain ``IterDataset`` (:class:`BatchDataset`):
 grain's ``MapDataset`` must know its length before it hands out a record (its prefetch iterator and its worker
@@ -42,8 +42,9 @@ class BatchSource:
     """A grain RandomAccessDataSource: record k is this rank's k-th batch of ``epoch`` (a dict of arrays)."""
 
     def __init__(self, config, epoch: int = 1, rank: int = 0, world_size: int = 1, split: str | None = None,
-                 packed: bool = False):
+                 packed: bool = False, base: int = 0):
         self.config, self.epoch, self.rank, self.world_size, self.split = config, epoch, rank, world_size, split
+        self.base = int(base)  # record k is this rank's k-th batch from global batch base of the epoch
         self.packed = packed  # one block per batch (babelfeed.transfer), for the trip out of a worker process
         self._iterator = None
         self._len = None
@@ -64,12 +65,12 @@ class BatchSource:
         :class:`BatchDataset` does not)."""
         with self._lock:
             if self._len is None:
-                self._len = len(self._it())
+                self._len = self._it().steps_after(self.base)
             return self._len
 
     def __getitem__(self, k: int) -> dict:
         with self._lock:
-            batch = self._it().batch_at(int(k))
+            batch = self._it().batch_at(int(k), base=self.base)
         if not self.packed:
             return batch
         block, plan, scalars = transfer.pack(batch)
@@ -78,7 +79,7 @@ class BatchSource:
     def has(self, k: int) -> bool:
         """Whether batch k exists, planning only the windows up to it."""
         with self._lock:
-            return self._it().has_batch(int(k))
+            return self._it().has_batch(int(k), base=self.base)
 
     def get(self, k: int) -> dict | None:
         """Batch k, or None past the epoch's end (one lookup of the batch's window, where ``has`` and then
@@ -92,15 +93,16 @@ class BatchSource:
 
     def __getstate__(self):
         return {"config": self.config, "epoch": self.epoch, "rank": self.rank, "world_size": self.world_size,
-                "split": self.split, "len": self._len, "packed": self.packed}
+                "split": self.split, "len": self._len, "packed": self.packed, "base": self.base}
 
     def __setstate__(self, state):
         self.__init__(state["config"], state["epoch"], state["rank"], state["world_size"], state["split"],
-                      state["packed"])
+                      state["packed"], state.get("base", 0))
         self._len = state["len"]
 
     def __repr__(self) -> str:  # grain writes it into its checkpoints
-        return f"BatchSource(epoch={self.epoch}, rank={self.rank}, world_size={self.world_size}, split={self.split})"
+        return (f"BatchSource(epoch={self.epoch}, rank={self.rank}, world_size={self.world_size}, split={self.split}"
+                + (f", base={self.base})" if self.base else ")"))
 
 
 class BatchDataset(grain.IterDataset):
@@ -188,10 +190,11 @@ def batch_dataset(config, epoch: int = 1, rank: int = 0, world_size: int = 1, nu
 
 class EpochsDataset(grain.IterDataset):
     """This rank's batches of every epoch from ``epoch`` on (``num_epochs`` of them, or without end), gathered in
-    ``num_workers`` grain worker processes. Its iterator's state is ``{"epoch", "batches_seen", "fingerprint"}``:
-    the batches the consumer has received, whatever the number of workers, so a state saved with 2 workers
-    restores with 0 or 4 (grain's own ``mp_prefetch`` state holds one entry per worker and restores only with as
-    many). A state of other data (another tokenizer, other files) is refused.
+    ``num_workers`` grain worker processes. Its iterator's state is ``{"epoch", "consumed", "fingerprint"}``: the
+    global batches of the epoch taken once every rank has received as many as this consumer, so a state saved with
+    2 workers restores with 0 or 4 (grain's own ``mp_prefetch`` state holds one entry per worker and restores only
+    with as many), and one saved on 8 ranks restores on 6. A state of other data (another tokenizer, other files)
+    is refused. An LM config is one pass over its ``num_samples`` (one epoch).
 
         ds = EpochsDataset(config, num_workers=2)
         it = iter(ds)
@@ -203,23 +206,40 @@ class EpochsDataset(grain.IterDataset):
     def __init__(self, config, epoch: int = 1, num_epochs: int | None = None, rank: int = 0, world_size: int = 1,
                  num_workers: int = 0, per_worker_buffer_size: int = 2, split: str | None = None):
         super().__init__()
-        if num_epochs is not None and num_epochs < 1:
-            raise ValueError(f"num_epochs must be >= 1 (or None: no end), got {num_epochs}")
+        from babelfeed.build import is_lm_config
+        from babelfeed.iterator import check_rank
+
+        check_rank(rank, world_size)
+        if num_epochs is not None and not (isinstance(num_epochs, int) and num_epochs >= 1):
+            raise ValueError(f"num_epochs must be an int >= 1 (or None: no end), got {num_epochs!r}")
+        if not (isinstance(num_workers, int) and num_workers >= 0):
+            raise ValueError(f"num_workers must be an int >= 0 (0: batches made in this process), got {num_workers!r}")
+        if not (isinstance(per_worker_buffer_size, int) and per_worker_buffer_size >= 1):
+            raise ValueError(f"per_worker_buffer_size must be an int >= 1, got {per_worker_buffer_size!r}")
+        if is_lm_config(config):
+            if epoch != 1:
+                raise ValueError("an LM config is one pass over num_samples: epoch must be 1")
+            num_epochs = 1
         self.config, self.epoch, self.num_epochs = config, int(epoch), num_epochs
         self.rank, self.world_size, self.split = rank, world_size, split
         self.num_workers, self.per_worker_buffer_size = num_workers, per_worker_buffer_size
-        self._fingerprint = None
+        self._position = None
+
+    def position(self):
+        if self._position is None:
+            from babelfeed.position import Position
+
+            self._position = Position(self.config, self.rank, self.world_size, self.split, "EpochsDataset")
+        return self._position
 
     def fingerprint(self) -> str:
-        if self._fingerprint is None:
-            self._fingerprint = BatchSource(self.config, self.epoch, self.rank, self.world_size,
-                                            self.split)._it().fingerprint()
-        return self._fingerprint
+        return self.position().iterator(self.epoch).fingerprint()
 
-    def epoch_batches(self, epoch: int, start: int):
-        """One epoch's grain pipeline from batch ``start`` on."""
-        source = BatchSource(self.config, epoch, self.rank, self.world_size, self.split, packed=self.num_workers > 0)
-        ds = BatchDataset(source, start=start)
+    def epoch_batches(self, epoch: int, base: int):
+        """One epoch's grain pipeline from global batch ``base`` on."""
+        source = BatchSource(self.config, epoch, self.rank, self.world_size, self.split,
+                             packed=self.num_workers > 0, base=base)
+        ds = BatchDataset(source)
         if self.num_workers > 0:
             _flags_parsed()
             ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=self.num_workers,
@@ -239,7 +259,8 @@ class EpochsIterator(grain.DatasetIterator):
     def __init__(self, ds: EpochsDataset):
         super().__init__()
         self._ds = ds
-        self._epoch, self._seen, self._inner = ds.epoch, 0, None
+        self._epoch, self._base, self._seen, self._inner = ds.epoch, 0, 0, None
+        self._per_step = ds.position().iterator(ds.epoch).batches_per_step
 
     def __next__(self) -> dict:
         ds = self._ds
@@ -247,12 +268,13 @@ class EpochsIterator(grain.DatasetIterator):
             if ds.num_epochs is not None and self._epoch >= ds.epoch + ds.num_epochs:
                 raise StopIteration
             if self._inner is None:
-                self._inner = iter(ds.epoch_batches(self._epoch, self._seen))
+                self._inner = iter(ds.epoch_batches(self._epoch, self._base + self._seen * self._per_step))
+                self._base, self._seen = self._base + self._seen * self._per_step, 0
             try:
                 batch = next(self._inner)
             except StopIteration:
                 self._close()
-                self._epoch, self._seen = self._epoch + 1, 0
+                self._epoch, self._base, self._seen = self._epoch + 1, 0, 0
                 continue
             self._seen += 1
             return batch
@@ -264,20 +286,12 @@ class EpochsIterator(grain.DatasetIterator):
             close()
 
     def get_state(self) -> dict:
-        return {"epoch": self._epoch, "batches_seen": self._seen, "fingerprint": self._ds.fingerprint()}
+        return self._ds.position().state(self._epoch, self._base + self._seen * self._per_step)
 
     def set_state(self, state: dict) -> None:
-        if not isinstance(state, dict) or not {"epoch", "batches_seen"} <= set(state):
-            raise ValueError(f"not an EpochsDataset state (epoch, batches_seen, fingerprint): {state!r}")
-        epoch, seen = state["epoch"], state["batches_seen"]
-        if not (isinstance(epoch, int) and epoch >= 1 and isinstance(seen, int) and seen >= 0):
-            raise ValueError(f"EpochsDataset state: epoch must be an int >= 1 and batches_seen an int >= 0, got "
-                             f"{state!r}")
-        if state.get("fingerprint") not in (None, self._ds.fingerprint()):
-            raise ValueError(f"this state was saved for other data or settings (fingerprint {state['fingerprint']}, "
-                             f"this dataset {self._ds.fingerprint()}): resume with the config it was saved with")
+        epoch, consumed = self._ds.position().load(state)
         self._close()
-        self._epoch, self._seen = epoch, seen
+        self._epoch, self._base, self._seen = epoch, consumed, 0
 
 
 def _unpack(element: dict) -> dict:

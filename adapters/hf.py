@@ -34,9 +34,15 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
     Trainer launches them. Every other argument is the Trainer's."""
 
     def __init__(self, *args, babelfeed_config, num_workers: int = 0, **kwargs):
-        super().__init__(*args, **kwargs)
+        from babelfeed.build import is_lm_config
+        from babelfeed.config import translation_section
         from babelfeed.corpus import ShardedCorpus
 
+        if is_lm_config(babelfeed_config):
+            raise ValueError("Seq2SeqTrainer trains on translation batches; this is a language-model config "
+                             "(data_path, seq_len): feed LM batches through babelfeed.adapters.torch.BatchLoader")
+        babelfeed_config, _ = translation_section(babelfeed_config)  # configs/demo.py: its train section
+        super().__init__(*args, **kwargs)
         self.babelfeed_config = babelfeed_config
         self.babelfeed_workers = num_workers
         self.babelfeed_pad = ShardedCorpus(babelfeed_config.data.path).dictionary().pad()
@@ -50,7 +56,17 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
 
     def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):
         scale = inputs.pop("loss_scale", None)
-        # the labels' own count is the right normaliser for every batch (masked rows carry -100)
+        # Each batch's loss is the mean over its own labels (masked rows carry -100): babelfeed's batches hold a
+        # token budget each, so micro-batches weigh alike, and an epoch-padding batch (every label kept, scale 0)
+        # stays finite. The Trainer divides by the gradient accumulation steps only when it believes the model
+        # normalised by num_items_in_batch itself (a model taking **kwargs, given the count): it is not given the
+        # count here, so the division is done here, or accumulating 4 micro-batches would give 4x the loss.
         out = super().compute_loss(model, inputs, return_outputs=True, num_items_in_batch=None)
         loss = out[0] if scale is None else out[0] * scale
+        told = getattr(self, "loss_is_scaled_for_ga", None)
+        trainer_skips_division = told if told is not None else (
+            getattr(self, "model_accepts_loss_kwargs", False) and num_items_in_batch is not None)
+        if model.training and trainer_skips_division:
+            loss = loss / max(int(getattr(self, "current_gradient_accumulation_steps",
+                                          self.args.gradient_accumulation_steps)), 1)
         return (loss, out[1]) if return_outputs else loss

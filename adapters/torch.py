@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from babelfeed import transfer
+from babelfeed.position import Position, _int
 from babelfeed.prefetch import Prefetcher
 
 
@@ -195,7 +196,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
     ``babelfeed.build_iterator``. Worker w of N takes this rank's batches k with ``k % N == w``, gathering them by
     random access (``batch_at``); the DataLoader hands out the workers' batches in turn, so the batches arrive in
     exactly the order the iterator serves them in-process, whatever N. ``state_dict(k)`` /
-    ``BatchDataset(config, state=...)`` resumes after this rank's k-th batch, with any number of workers.
+    ``BatchDataset(config, state=...)`` resumes after this rank's k-th batch, with any number of workers and on any
+    world size (the state counts global batches).
 
     If the process has loaded a multithreaded library such as JAX, give the DataLoader
     ``multiprocessing_context="forkserver"`` (or ``"spawn"``): forking a multithreaded process can deadlock.
@@ -207,22 +209,47 @@ class BatchDataset(torch.utils.data.IterableDataset):
                  split: str | None = None, ring_slots: int = 8, transform=None):
         super().__init__()
         # num_workers: accepted for older callers; the batches no longer depend on the number of workers
+        if not (_int(ring_slots) and ring_slots >= 0):
+            raise ValueError(f"ring_slots must be an int >= 0 (0: no shared slots), got {ring_slots!r}")
         self.ring_slots = ring_slots  # shared slots per worker (> the DataLoader's prefetch_factor); 0: off
         r, w = dist_rank_world()
         self.config = config
         self.rank = r if rank is None else rank
         self.world_size = w if world_size is None else world_size
-        self.epoch = int(state["epoch"]) if state else epoch
-        self.batches_seen = int(state["batches_seen"]) if state else 0
-        self.tensors = tensors
         self.split = split
+        self.epoch, self.base, self.batches_seen = int(epoch), 0, 0
+        self.tensors = tensors
         self.transform = transform  # numpy batch -> numpy batch, in the worker (picklable), e.g. babelfeed.hf.HFView
         self._len = None
+        self._position = None
+        if state is not None:
+            self.load_state_dict(state)
+
+    def position(self) -> Position:
+        if self._position is None:
+            self._position = Position(self.config, self.rank, self.world_size, self.split, "BatchDataset")
+        return self._position
+
+    def __getstate__(self):  # to the workers: without the training process's iterator
+        return {k: (None if k == "_position" else v) for k, v in self.__dict__.items()}
+
+    @property
+    def batches_per_step(self) -> int:
+        from babelfeed.build import is_lm_config
+
+        if is_lm_config(self.config):
+            return 1
+        return self.world_size if (self.split or "batches") == "batches" else 1
 
     def set_epoch(self, epoch: int) -> None:
         """Serve ``epoch`` from the next iteration on (from its start)."""
-        self.epoch, self.batches_seen = int(epoch), 0
+        self.epoch, self.base, self.batches_seen = int(epoch), 0, 0
         self._len = None
+
+    def consumed(self, batches_seen: int | None = None) -> int:
+        """Global batches of the epoch taken once this rank has taken ``batches_seen`` (default: those counted)."""
+        seen = self.batches_seen if batches_seen is None else batches_seen
+        return self.base + seen * self.batches_per_step
 
     def _workers(self) -> tuple[int, int]:
         info = torch.utils.data.get_worker_info()
@@ -241,15 +268,16 @@ class BatchDataset(torch.utils.data.IterableDataset):
         in_worker = torch.utils.data.get_worker_info() is not None
         it = self._iterator()
         ring = None
+        base = self.base
         # The DataLoader takes one batch from each worker in turn, starting with worker 0: batch k of this run is
-        # this rank's batch batches_seen + k, made by worker k % n. has_batch plans only the windows up to k, so a
-        # worker starts without planning the whole epoch (len(it) would).
+        # this rank's batch batches_seen + k (counted from global batch base), made by worker k % n. has_batch
+        # plans only the windows up to k, so a worker starts without planning the whole epoch (len(it) would).
         k = self.batches_seen + worker
-        while it.has_batch(k):
-            batch = it.batch_at(k)
+        while it.has_batch(k, base=base):
+            batch = it.batch_at(k, base=base)
             if self.transform is not None:
                 batch = self.transform(batch)
-            last = not it.has_batch(k + n)
+            last = not it.has_batch(k + n, base=base)
             if not self.tensors:
                 yield batch
             elif in_worker and self.ring_slots and _FENCE is not None:  # through the worker's shared slots (_Ring)
@@ -261,14 +289,21 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 yield to_torch(batch)
             k += n
 
-    def state_dict(self, batches_seen: int) -> dict:
-        """The position after this rank has taken ``batches_seen`` batches of the epoch from the DataLoader."""
-        return {"epoch": self.epoch, "batches_seen": int(batches_seen)}
+    def state_dict(self, batches_seen: int | None = None) -> dict:
+        """``{"epoch", "consumed", "fingerprint"}``: the position after this rank has taken ``batches_seen``
+        batches (default: those counted in ``batches_seen``) of this iteration from the DataLoader."""
+        return self.position().state(self.epoch, self.consumed(batches_seen))
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continue after ``state_dict()``'s batch, from the next iteration on (any world size, any workers)."""
+        epoch, consumed = self.position().load(state)
+        self.set_epoch(epoch)
+        self.base = consumed
 
     def __len__(self) -> int:
-        """The batches an iteration yields: this rank's batches of the epoch after the ``batches_seen`` ones."""
+        """The batches an iteration yields: this rank's batches of the epoch after the position held."""
         if self._len is None:
-            self._len = len(self._iterator())
+            self._len = self._iterator().steps_after(self.base)
         return max(self._len - self.batches_seen, 0)
 
 
@@ -283,15 +318,19 @@ class BatchLoader(torch.utils.data.DataLoader):
             for batch in loader:          # this rank's batches of the current epoch; then the next epoch
                 ...
                 checkpoint["data"] = loader.state_dict()
-        # resume, in a fresh process and with any num_workers:
+        # resume, in a fresh process, with any num_workers and on any world size:
         loader = BatchLoader(config, num_workers=2); loader.load_state_dict(checkpoint["data"])
 
-    A pass that ends moves the loader to the next epoch; ``set_epoch(e)`` chooses one. The state holds the
-    data's fingerprint: a state of other data (another tokenizer, other files) is refused.
+    A pass that ends moves the loader to the next epoch; ``set_epoch(e)`` chooses one. An LM config is one pass
+    over its ``num_samples``: a pass after it raises. The state (``{"epoch", "consumed", "fingerprint"}``)
+    counts the global batches every rank together has taken, so it restores on another world size; a state of
+    other data (another tokenizer, other files) is refused. ``ring_slots``: shared-memory slots per worker, more
+    than ``prefetch_factor``.
     """
 
     def __init__(self, config, *, epoch: int = 1, rank: int | None = None, world_size: int | None = None,
-                 split: str | None = None, tensors: bool = True, transform=None, **dataloader_kwargs):
+                 split: str | None = None, tensors: bool = True, transform=None, ring_slots: int = 8,
+                 **dataloader_kwargs):
         for key in ("batch_size", "shuffle", "sampler", "batch_sampler", "collate_fn", "drop_last"):
             if key in dataloader_kwargs:
                 raise ValueError(f"BatchLoader makes its own batches: {key}= does not apply (batch size, order and "
@@ -299,17 +338,26 @@ class BatchLoader(torch.utils.data.DataLoader):
         if dataloader_kwargs.get("persistent_workers"):
             raise ValueError("BatchLoader starts its workers at each pass, from the position it holds: "
                              "persistent_workers=True would keep the first pass's position in them")
+        prefetch = dataloader_kwargs.get("prefetch_factor")
+        if dataloader_kwargs.get("num_workers", 0) and ring_slots and (prefetch or 2) >= ring_slots:
+            raise ValueError(f"ring_slots={ring_slots} must exceed prefetch_factor={prefetch or 2}: a worker has "
+                             f"that many batches in flight, each in a slot of its own (ring_slots=0 turns the slots "
+                             f"off, at ~5 ms a batch)")
         self.batches = BatchDataset(config, epoch=epoch, rank=rank, world_size=world_size, split=split,
-                                    tensors=tensors, transform=transform)
+                                    tensors=tensors, transform=transform, ring_slots=ring_slots)
         super().__init__(self.batches, batch_size=None, **dataloader_kwargs)
-        self._fingerprint = None
 
     def __iter__(self):
         ds = self.batches
+        pos = ds.position()
+        if pos.is_lm and not pos.iterator(1).has_batch(0, base=ds.consumed()):
+            raise RuntimeError(f"this LM run is over: it is one pass of {len(pos.iterator(1))} global batches "
+                               f"(num_samples), all taken; raise num_samples in the config for a longer run")
         for batch in super().__iter__():
             ds.batches_seen += 1  # the loop has it now
             yield batch
-        ds.set_epoch(ds.epoch + 1)
+        if not pos.is_lm:
+            ds.set_epoch(ds.epoch + 1)
 
     def set_epoch(self, epoch: int) -> None:
         self.batches.set_epoch(epoch)
@@ -319,26 +367,13 @@ class BatchLoader(torch.utils.data.DataLoader):
         return self.batches.epoch
 
     def fingerprint(self) -> str:
-        if self._fingerprint is None:
-            self._fingerprint = self.batches._iterator().fingerprint()
-        return self._fingerprint
+        return self.batches.position().iterator(self.batches.epoch).fingerprint()
 
     def state_dict(self) -> dict:
-        """``{"epoch", "batches_seen", "fingerprint"}``: the batches of the epoch this rank's loop has received."""
-        return {"epoch": self.batches.epoch, "batches_seen": self.batches.batches_seen,
-                "fingerprint": self.fingerprint()}
+        """``{"epoch", "consumed", "fingerprint"}``: the global batches of the epoch taken once every rank has
+        received as many as this rank's loop."""
+        return self.batches.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
         """Continue after ``state_dict()``'s batch, from the next iteration on."""
-        if not isinstance(state, dict) or not {"epoch", "batches_seen"} <= set(state):
-            raise ValueError(f"not a BatchLoader state (expected epoch, batches_seen, fingerprint): {state!r}")
-        epoch, seen = state["epoch"], state["batches_seen"]
-        if not (isinstance(epoch, int) and epoch >= 1 and isinstance(seen, int) and seen >= 0):
-            raise ValueError(f"BatchLoader state: epoch must be an int >= 1 and batches_seen an int >= 0, got "
-                             f"{state!r}")
-        saved = state.get("fingerprint")
-        if saved is not None and saved != self.fingerprint():
-            raise ValueError(f"this state was saved for other data or settings (fingerprint {saved}, this loader "
-                             f"{self.fingerprint()}): resume with the config and data_bin it was saved with")
-        self.batches.set_epoch(epoch)
-        self.batches.batches_seen = seen
+        self.batches.load_state_dict(state)

@@ -76,11 +76,24 @@ class BatchIterator(Reports, LoaderIterator):
         before_resume = -(-self._base // self._per_step)
         return before_resume + -(-max(n - self._base, 0) // self._per_step)
 
-    def has_batch(self, k: int) -> bool:
+    @property
+    def batches_per_step(self) -> int:
+        """Global batches one step takes from the epoch (the world size for ``split="batches"``, else 1)."""
+        return self._per_step
+
+    def steps_after(self, base: int) -> int:
+        """This rank's batches from global batch ``base`` of the current epoch to its end (plans every window)."""
+        n = self.planner.num_batches(self.epoch)
+        return -(-max(n - int(base), 0) // self._per_step)
+
+    def has_batch(self, k: int, base: int | None = None) -> bool:
         """Whether this rank has a k-th batch in the current epoch: ``0 <= k < len(self)``, planning only the
-        windows up to it."""
+        windows up to it. With ``base``: the k-th batch counted from global batch ``base`` of the epoch (a
+        position saved at another world size), as :meth:`batch_at` takes it."""
         if k < 0:
             return False
+        if base is not None:
+            return base >= 0 and self._locate(int(base) + k * self._per_step) is not None
         if self._base % self._per_step:  # resumed between steps on another world size: count them all
             return k < len(self)
         return self._locate(k * self._per_step) is not None
@@ -210,16 +223,18 @@ class BatchIterator(Reports, LoaderIterator):
         self._count_served(s.direction[row_weight[place["row"]] > 0])
         return batch
 
-    def batch_at(self, k: int) -> dict:
-        """This rank's k-th batch of the current epoch, by random access (for worker pools such as grain's).
+    def batch_at(self, k: int, base: int = 0) -> dict:
+        """This rank's k-th batch of the current epoch, by random access (for worker pools such as grain's);
+        counted from global batch ``base`` of the epoch (0: its start).
 
         Does not move the iterator; batches of one window are cheapest when asked for in order. Plans only the
         windows up to batch k (``IndexError`` past the epoch's end), so a worker pool starts without the epoch's
         length.
         """
-        if not self.has_batch(k):
-            raise IndexError(f"batch {k} out of range: this rank has {len(self)} batches in epoch {self.epoch}")
-        g = k * self._per_step + (self.rank if self.split == "batches" else 0)
+        if not self.has_batch(k, base if base else None):
+            raise IndexError(f"batch {k} (from global batch {base}) out of range: this rank has "
+                             f"{self.steps_after(base)} batches from there in epoch {self.epoch}")
+        g = base + k * self._per_step + (self.rank if self.split == "batches" else 0)
         where = self._locate(g)
         return self._dummy() if where is None else self._collate(*where)
 

@@ -272,6 +272,9 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
         if epoch != 1:
             raise ValueError("an LM iterator is one pass over num_samples (epochs happen inside each dataset)")
         return LMIterator.from_config(config, rank=rank, world_size=world_size)
+    from .config import translation_section
+
+    config, _ = translation_section(config)  # configs/demo.py keeps its pipeline under train
     return build_train_iterator(config, rank=rank, world_size=world_size, epoch=epoch, split=split or "batches")
 
 

@@ -32,6 +32,11 @@ class HFView:
         self.pad, self.loss_scale = int(pad), loss_scale
 
     def __call__(self, batch: dict) -> dict:
+        if not isinstance(batch, dict) or "net_input" not in batch or "target" not in batch:
+            keys = sorted(batch) if isinstance(batch, dict) else type(batch).__name__
+            raise ValueError(f"HFView takes a translation batch (net_input, target); this one has {keys}"
+                             + (": an LM batch (tokens, labels) is already in the shape causal LMs take"
+                                if isinstance(batch, dict) and "tokens" in batch else ""))
         src = np.asarray(batch["net_input"]["src_tokens"], dtype=np.int64)
         tgt = np.asarray(batch["target"], dtype=np.int64)
         prev = np.asarray(batch["net_input"]["prev_output_tokens"], dtype=np.int64)

@@ -8,7 +8,9 @@ An iterator serves one rank's batches (dicts of numpy arrays) and is fully descr
 * ``len(it)`` -> this rank's steps in the current epoch; ``it.batch_at(k)`` -> this rank's k-th batch of the
   current epoch by random access, without moving (worker pools: grain, DataLoader workers); ``it.has_batch(k)``
   whether it exists. Neither needs ``len``: they plan only the windows up to batch k (``len`` of a translation
-  epoch plans every window);
+  epoch plans every window). Both take ``base=``: count k from global batch ``base`` of the epoch instead of its
+  start (a position saved at another world size); ``it.batches_per_step`` is the global batches one step takes
+  and ``it.steps_after(base)`` this rank's batches from there to the epoch's end;
 * ``it.get_state()`` -> a small JSON-serialisable dict, the same on every rank at the same step;
   ``it.set_state(state, strict=True)`` on a fresh iterator, in any process and on any world size, continues
   with the same global batches. The state names the iterator (``name``) and carries a ``fingerprint`` of the

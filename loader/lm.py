@@ -111,8 +111,14 @@ class LMIterator(LoaderIterator):
     def __len__(self) -> int:
         return self.num_samples // self.global_batch
 
-    def has_batch(self, k: int) -> bool:
-        return 0 <= k < len(self)
+    batches_per_step = 1  # every step takes one global batch, split into rows per rank
+
+    def steps_after(self, base: int) -> int:
+        """The global batches from ``base`` to the end of the run."""
+        return max(len(self) - int(base), 0)
+
+    def has_batch(self, k: int, base: int | None = None) -> bool:
+        return k >= 0 and 0 <= (base or 0) + k < len(self)
 
     def __next__(self) -> dict:
         if self.consumed >= self.num_samples:
@@ -121,8 +127,9 @@ class LMIterator(LoaderIterator):
         self.consumed += self.global_batch
         return batch
 
-    def batch_at(self, k: int) -> dict:
-        """This rank's rows of global batch k, without moving the iterator."""
+    def batch_at(self, k: int, base: int = 0) -> dict:
+        """This rank's rows of global batch ``base + k``, without moving the iterator."""
+        k = int(base) + k
         if not 0 <= k < len(self):
             raise IndexError(f"batch {k} out of range: the run has {len(self)} global batches")
         first, count, ptr, pieces = self._window(k)

@@ -145,10 +145,11 @@ def test_epochs_dataset_spans_epochs_and_its_state_restores_with_any_worker_coun
         a = run(first, cut, None)
         assert a["batches"] == plain[:cut]
         epoch = 1 + (cut >= n1) + (cut >= n1 + len(epochs[1]))
-        assert a["state"]["epoch"] == epoch and a["state"]["batches_seen"] == cut - sum(map(len, epochs[:epoch - 1]))
+        # consumed: global batches of the epoch (2 ranks), so the state is the same on every rank
+        assert a["state"]["epoch"] == epoch and a["state"]["consumed"] == 2 * (cut - sum(map(len, epochs[:epoch - 1])))
         b = run(second, None, a["state"])
         assert len(b["batches"]) == len(plain) - cut and b["batches"] == plain[cut:], (first, second, cut)
-        assert b["state"]["epoch"] == 4 and b["state"]["batches_seen"] == 0
+        assert b["state"]["epoch"] == 4 and b["state"]["consumed"] == 0
     other = tmp_path / "other"
     make_data_bin(other, seed=9)
     from babelfeed.adapters.grain import EpochsDataset
@@ -156,3 +157,61 @@ def test_epochs_dataset_spans_epochs_and_its_state_restores_with_any_worker_coun
     state = iter(EpochsDataset(config_for(root))).get_state()
     with __import__("pytest").raises(ValueError, match="saved for other data or settings"):
         iter(EpochsDataset(config_for(other))).set_state(state)
+
+
+def test_epochs_dataset_state_restores_on_another_world_size_and_refuses_bad_states(tmp_path):
+    """Saved by every rank of 3 after a random number of steps (the same state on each), restored by every rank
+    of 2 (and of 1): the global stream, each step's batches in rank order with the epoch's padding batches left
+    out, is the one-rank stream, every leaf, across the epoch boundary. Malformed states are refused by name."""
+    import json
+
+    import numpy as np
+    import pytest
+
+    import babelfeed
+    from babelfeed.adapters.grain import EpochsDataset
+    from golden import digest
+    from synthetic import config_for
+
+    root = tmp_path / "bin"
+    make_data_bin(root)
+    cfg = config_for(root)
+    it = babelfeed.build_train_iterator(cfg)
+    ref = [digest(b) for b in it] + [digest(b) for b in it]
+
+    def real(b):
+        return b["nsentences"] or b["id"].min() >= 0
+
+    def stream(world, state, steps=None):
+        its = [iter(EpochsDataset(cfg, rank=r, world_size=world, num_epochs=2)) for r in range(world)]
+        if state is not None:
+            for i in its:
+                i.set_state(json.loads(json.dumps(state)))
+        out, k = [], 0
+        while steps is None or k < steps:
+            step = [next(i, None) for i in its]
+            if step[0] is None:
+                assert all(b is None for b in step)
+                break
+            out += [digest(b) for b in step if real(b)]
+            k += 1
+        states = [i.get_state() for i in its]
+        assert all(s == states[0] for s in states), states
+        return out, states[0]
+
+    rng = np.random.default_rng(12)
+    n3 = -(-len(ref) // 2 // 3)
+    for w, w2 in ((3, 2), (2, 1), (1, 3)):
+        steps = int(rng.integers(1, 2 * n3))
+        head, state = stream(w, None, steps)
+        rest, _ = stream(w2, state)
+        assert head + rest == ref, (w, w2, steps, state)
+    bad = dict(state, consumed=10 ** 6)
+    with pytest.raises(ValueError, match="past the end of epoch"):
+        iter(EpochsDataset(cfg)).set_state(bad)
+    with pytest.raises(ValueError, match="epoch must be an int"):
+        iter(EpochsDataset(cfg)).set_state(dict(state, epoch=True))
+    with pytest.raises(ValueError, match="not a EpochsDataset state"):
+        iter(EpochsDataset(cfg)).set_state({k: v for k, v in state.items() if k != "fingerprint"})
+    with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
+        EpochsDataset(cfg, num_workers=-1)

@@ -99,3 +99,46 @@ def test_seq2seq_trainer_trains_on_babelfeed_batches(root, tmp_path):
     v = HFView(d.pad(), loss_scale=True)(dict(b, weight=np.zeros_like(b["weight"])))
     inputs = {k: torch.as_tensor(x) for k, x in v.items()}
     assert trainer.compute_loss(trainer.model, inputs).item() == 0.0
+
+
+def test_gradient_accumulation_gives_the_mean_of_the_micro_batches_losses(root, tmp_path):
+    """With gradient_accumulation_steps=2 the loss of a step (what is logged and what gradients come from) is the
+    mean of its two micro-batches' losses, as with one batch a step, not their sum (the Trainer divides only
+    when it believes the model normalised the loss itself)."""
+    from babelfeed.adapters.hf import Seq2SeqTrainer
+
+    d = babelfeed.ShardedCorpus(root).dictionary()
+
+    def losses(ga, steps):
+        args = transformers.Seq2SeqTrainingArguments(
+            output_dir=str(tmp_path / f"ga{ga}"), max_steps=steps, learning_rate=0.0, logging_steps=1,
+            report_to=[], use_cpu=True, save_strategy="no", gradient_accumulation_steps=ga)
+        trainer = Seq2SeqTrainer(model=_tiny_bart(len(d)), args=args, babelfeed_config=config_for(root))
+        trainer.train()
+        return [h["loss"] for h in trainer.state.log_history if "loss" in h]
+
+    one = losses(1, 4)  # learning rate 0: the model does not move, so each batch's loss is fixed
+    two = losses(2, 2)
+    assert len(one) == 4 and len(two) == 2
+    assert two == pytest.approx([(one[0] + one[1]) / 2, (one[2] + one[3]) / 2], rel=1e-4), (one, two)
+
+
+def test_the_trainer_takes_the_demo_config_and_refuses_an_lm_config_by_name(root, tmp_path):
+    import os
+
+    from babelfeed.adapters.hf import Seq2SeqTrainer
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    d = babelfeed.ShardedCorpus(root).dictionary()
+    args = transformers.Seq2SeqTrainingArguments(output_dir=str(tmp_path / "o"), max_steps=1, report_to=[],
+                                                 use_cpu=True, save_strategy="no")
+    demo = babelfeed.load_config(os.path.join(here, "configs", "demo.py"))
+    demo.unlock()
+    demo.train = config_for(root)
+    trainer = Seq2SeqTrainer(model=_tiny_bart(len(d)), args=args, babelfeed_config=demo)
+    assert len(trainer.get_train_dataloader()) == len(babelfeed.build_train_iterator(config_for(root)))
+    lm = babelfeed.load_config(os.path.join(here, "configs", "lm_packing.py"))
+    with pytest.raises(ValueError, match="language-model config"):
+        Seq2SeqTrainer(model=_tiny_bart(len(d)), args=args, babelfeed_config=lm)
+    with pytest.raises(ValueError, match="an LM batch"):
+        HFView(1)({"tokens": np.zeros((2, 3)), "labels": np.zeros((2, 3))})

@@ -240,3 +240,36 @@ def test_grain_workers_serve_the_in_process_batches(root, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report == {"batches": 20, "same_0": True, "same_2": True, "resume": True}
+
+
+def test_batch_loader_over_an_lm_config_is_one_pass_and_resumes_on_another_world_size(root):
+    """An LM run is one pass of num_samples: BatchLoader serves it once, says so if asked for a second pass, and
+    its state (global batches) restores on another world size: rows of each global batch, every rank."""
+    import torch
+
+    from babelfeed.adapters.torch import BatchLoader
+
+    cfg = lm_config(root)
+    want = [digest(b) for b in babelfeed.build_iterator(cfg)]
+    loaders = [BatchLoader(cfg, rank=r, world_size=2) for r in range(2)]
+    cut = 1 + int(np.random.default_rng(5).integers(len(want) - 2))
+    iters = [iter(loader) for loader in loaders]
+    halves = [[next(i) for _ in range(cut)] for i in iters]
+    state = loaders[0].state_dict()
+    assert state == loaders[1].state_dict() and state["consumed"] == cut and state["epoch"] == 1
+
+    def joined(parts):  # the rows of both ranks' k-th batches, as one global batch
+        return [digest({k: np.concatenate([p[j][k].numpy() for p in parts]) for k in LEAVES})
+                for j in range(len(parts[0]))]
+
+    assert joined(halves) == want[:cut]
+    one = BatchLoader(cfg, world_size=1)
+    one.load_state_dict(json.loads(json.dumps(state)))
+    rest = [{k: v.numpy() for k, v in b.items()} for b in one]
+    assert [digest(b) for b in rest] == want[cut:] and len(rest) == len(want) - cut
+    assert one.state_dict()["consumed"] == len(want) and one.epoch == 1
+    with pytest.raises(RuntimeError, match="this LM run is over"):
+        next(iter(one))
+    with pytest.raises(ValueError, match="one pass"):
+        one.load_state_dict(dict(state, epoch=2))
+    assert isinstance(rest[0]["tokens"], np.ndarray) and torch.is_tensor(next(iter(BatchLoader(cfg)))["tokens"])

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import babelfeed
-from babelfeed.adapters.torch import BatchDataset, TorchBatches, to_torch
+from babelfeed.adapters.torch import BatchDataset, BatchLoader, TorchBatches, to_torch
 from synthetic import config_for, make_data_bin
 from test_pipeline import decode_ids
 
@@ -320,13 +320,13 @@ def test_batch_loader_state_counts_what_the_loop_received_and_resumes_with_other
         k = int(rng.integers(1, len(epoch1) - 1))
         a = run(first, k, None)
         assert a["passes"][0]["batches"] == epoch1[:k] and a["passes"][0]["len"] == len(epoch1)
-        assert a["state"]["epoch"] == 1 and a["state"]["batches_seen"] == k, (first, k, a["state"])
+        assert a["state"]["epoch"] == 1 and a["state"]["consumed"] == k, (first, k, a["state"])
         b = run(second, None, a["state"])
         rest, whole = b["passes"]
         assert rest["len"] == len(rest["batches"]) == len(epoch1) - k and rest["batches"] == epoch1[k:]
         assert rest["epoch_after"] == 2
         assert whole["len"] == len(whole["batches"]) == len(epoch2) and whole["batches"] == epoch2
-        assert b["state"] == {**a["state"], "epoch": 3, "batches_seen": 0}
+        assert b["state"] == {**a["state"], "epoch": 3, "consumed": 0}
 
 
 def test_batch_loader_refuses_a_state_of_other_data_and_settings_that_do_not_apply(root, tmp_path):
@@ -337,9 +337,81 @@ def test_batch_loader_refuses_a_state_of_other_data_and_settings_that_do_not_app
     state = BatchLoader(config_for(root)).state_dict()
     with pytest.raises(ValueError, match="saved for other data or settings"):
         BatchLoader(config_for(other)).load_state_dict(state)
-    with pytest.raises(ValueError, match="batches_seen an int >= 0"):
-        BatchLoader(config_for(root)).load_state_dict({**state, "batches_seen": -1})
+    with pytest.raises(ValueError, match="consumed an int >= 0"):
+        BatchLoader(config_for(root)).load_state_dict({**state, "consumed": -1})
+    with pytest.raises(ValueError, match="epoch must be an int"):
+        BatchLoader(config_for(root)).load_state_dict({**state, "epoch": True})
+    with pytest.raises(ValueError, match="past the end of epoch 1"):
+        BatchLoader(config_for(root)).load_state_dict({**state, "consumed": 10 ** 6})
+    with pytest.raises(ValueError, match="has epoch, consumed, fingerprint"):  # no fingerprint: no check of the data
+        BatchLoader(config_for(other)).load_state_dict({"epoch": 1, "consumed": 3})
+    with pytest.raises(ValueError, match="must exceed prefetch_factor=8"):
+        BatchLoader(config_for(root), num_workers=1, prefetch_factor=8)
+    BatchLoader(config_for(root), num_workers=1, prefetch_factor=8, ring_slots=9)
     with pytest.raises(ValueError, match="batch_size= does not apply"):
         BatchLoader(config_for(root), batch_size=8)
     with pytest.raises(ValueError, match="persistent_workers"):
         BatchLoader(config_for(root), num_workers=1, persistent_workers=True)
+
+
+def to_numpy(b):
+    return {k: to_numpy(v) for k, v in b.items()} if isinstance(b, dict) else (
+        b.numpy() if isinstance(b, torch.Tensor) else b)
+
+
+ELASTIC_LOADER = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import torch
+from golden import digest
+from babelfeed.adapters.torch import BatchLoader
+from synthetic import config_for
+
+
+def as_numpy(b):
+    return {k: as_numpy(v) for k, v in b.items()} if isinstance(b, dict) else (
+        b.numpy() if isinstance(b, torch.Tensor) else b)
+
+
+if __name__ == "__main__":
+    world, state = json.loads(sys.argv[3])
+    loaders = [BatchLoader(config_for(sys.argv[2], batching__window=300), rank=r, world_size=world,
+                           num_workers=r % 2, multiprocessing_context="forkserver" if r % 2 else None)
+               for r in range(world)]
+    for loader in loaders:
+        loader.load_state_dict(state)
+    passes = [[as_numpy(b) for b in loader] for loader in loaders]
+    out = [digest(b) for step in zip(*passes) for b in step if b["nsentences"] or b["id"].min() >= 0]
+    print(json.dumps({"lens": [len(p) for p in passes], "batches": out,
+                      "states": [l.state_dict() for l in loaders]}))
+"""
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")
+def test_batch_loader_state_restores_on_another_world_size(root, tmp_path):
+    """Every rank of W takes a random number of steps through its BatchLoader and saves (the same state on each);
+    a fresh process restores it on every rank of W' (workers 0 and 1 mixed): the global stream, each step's
+    batches in rank order with the epoch's padding batches left out, is the one-rank epoch, every leaf."""
+    from golden import digest
+
+    cfg = config_for(root, batching__window=300)
+    ref = [digest(b) for b in babelfeed.build_train_iterator(cfg)]
+    script = tmp_path / "elastic_loader.py"
+    script.write_text(ELASTIC_LOADER)
+    rng = np.random.default_rng(21)
+    for w, w2 in ((2, 3), (3, 2), (4, 1)):
+        loaders = [BatchLoader(cfg, rank=r, world_size=w) for r in range(w)]
+        steps = int(rng.integers(1, len(loaders[0]) - 1))
+        head = []
+        iters = [iter(loader) for loader in loaders]
+        for _ in range(steps):
+            head += [digest(b) for b in (to_numpy(next(i)) for i in iters) if b["nsentences"] or b["id"].min() >= 0]
+        states = [loader.state_dict() for loader in loaders]
+        assert all(s == states[0] for s in states) and states[0]["consumed"] == steps * w
+        out = subprocess.run([sys.executable, str(script), HERE, str(root), json.dumps([w2, states[0]])],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        assert len(set(got["lens"])) == 1, got["lens"]
+        assert head + got["batches"] == ref, (w, w2, steps)
+        assert all(s == {**states[0], "epoch": 2, "consumed": 0} for s in got["states"]), got["states"]
