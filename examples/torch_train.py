@@ -119,7 +119,11 @@ if __name__ == "__main__":
     from ml_collections import config_flags
 
     # --config=configs/demo.py --config.model.steps=100 --config.train.mixing.temperature=2 (type-checked)
-    config_flags.DEFINE_config_file("config", "configs/demo.py", "ml-collections config file", lock_config=True)
+    from babelfeed.config import config_path
+
+    # configs/demo.py of the checkout, else the shipped one (python -m babelfeed.examples.NAME, outside it)
+    config_flags.DEFINE_config_file("config", config_path("configs/demo.py"), "ml-collections config file",
+                                    lock_config=True)
     flags.DEFINE_integer("steps", None, "training steps (default: config.model.steps)")
     flags.DEFINE_string("data", None, "data_bin (default: config.train.data.path)")
     app.run(main)

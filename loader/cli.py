@@ -25,9 +25,11 @@ import json
 import os
 import sys
 
+from .errors import MissingExtraError
+
 # What a user can fix: arguments, config values and files (FormatError, BinarizeError and the config checks
 # are ValueErrors; missing and unreadable files OSErrors; a key a config file lacks a KeyError).
-USER_ERRORS = (ValueError, OSError, KeyError, TypeError)
+USER_ERRORS = (ValueError, OSError, KeyError, TypeError, MissingExtraError)
 
 
 class Parser(argparse.ArgumentParser):
@@ -126,11 +128,12 @@ def _preview(args) -> int:
 
 def _demo(args) -> int:
     from .config import apply_overrides, load_config
-    from .demo import DEFAULT_CONFIG, run_demo
-
     from .checks import check_translation_config
+    from .demo import DEFAULT_CONFIG, check_demo_config, run_demo
 
-    config = apply_overrides(load_config(args.config or DEFAULT_CONFIG), args.overrides)
+    config = load_config(args.config or DEFAULT_CONFIG)
+    check_demo_config(config)
+    config = apply_overrides(config, args.overrides)
     check_translation_config(config.train, "train")
     return run_demo(config, workdir=args.workdir, scale=args.scale, workers=args.workers,
                     train_steps=args.train_steps, trainer=args.trainer)
@@ -152,7 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub.add_parser = _with_parents(sub.add_parser, [debug])
 
-    b = sub.add_parser("binarize", help="raw text -> SentencePiece -> sharded .idx/.bin data_bin")
+    b = sub.add_parser("binarize", help="raw text -> SentencePiece -> a sharded data_bin of .idx/.bin",
+                       description="Encode a folder of raw text files with SentencePiece (trained here with "
+                                   "--train-spm, or given with --spm) into a data_bin: dict.txt, spm.model, "
+                                   "shard*/ of .idx/.bin files and binarize_report.json. Parallel, and resumable: "
+                                   "a killed run keeps its finished shards and a re-run redoes only the rest.")
     b.add_argument("input_dir", help="folder of {src}-{tgt}.{lang}, {split}.{src}-{tgt}.{lang} and {split}.{lang} files")
     b.add_argument("-o", "--output", required=True, help="data_bin folder to write")
     g = b.add_mutually_exclusive_group(required=True)
@@ -172,14 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--on-bad-utf8", choices=("drop", "replace", "error"), default="drop",
                    help="a line that is not UTF-8: drop the pair and count it (default), decode with U+FFFD, or "
                         "stop with an error")
-    b.add_argument("--spm-sample", type=count(1), default=1_000_000, help="sentences sampled to train SentencePiece")
-    b.add_argument("--chunk-lines", type=count(1), default=20000, help="lines per unit of parallel work")
+    b.add_argument("--spm-sample", type=count(1), default=1_000_000, help="sentences sampled to train SentencePiece (default 1000000)")
+    b.add_argument("--chunk-lines", type=count(1), default=20000, help="lines per unit of parallel work (default 20000)")
     b.add_argument("--seed", type=int, default=1, help="seed of the SentencePiece training sample (default 1)")
     b.add_argument("--overwrite", action="store_true", help="delete datasets in the output that this run would not write")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(func=_binarize)
 
-    i = sub.add_parser("inspect", help="sentences, tokens, shards and length percentiles of a data_bin")
+    i = sub.add_parser("inspect", help="sentences, tokens, shards and length percentiles of a data_bin",
+                       description="What a data_bin holds: sentences, tokens, shards and length percentiles per "
+                                   "direction and split; --verify checks every token against the dictionary.")
     i.add_argument("data_bin", help="a data_bin folder (dict.txt and shard*/ of .idx/.bin files)")
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--verify", action="store_true",
@@ -188,7 +197,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "side) and sentences.png (sentences per direction, log scale) into DIR; needs matplotlib")
     i.set_defaults(func=_inspect)
 
-    pl = sub.add_parser("plan", help="the static batch shapes a config gets, their padding, the alternatives")
+    pl = sub.add_parser("plan", help="the static batch shapes a config gets, their padding, the alternatives",
+                        description="Plan a translation config's static batch shapes from its data without "
+                                    "training: each shape's batch size and padding, epoch 1's mixture, and the "
+                                    "plan against the alternatives.")
     pl.add_argument("config", nargs="?", default="nllb_like",
                     help="ml-collections config: a file, or the name of a shipped config (default nllb_like)")
     pl.add_argument("--config", dest="config_file", default=None, help="the same, as --config=FILE")
@@ -200,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "share) into DIR; needs matplotlib")
     pl.set_defaults(func=_plan)
 
-    pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text")
+    pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text",
+                        description="A task's samples before and after each of its transforms (noise, subword "
+                                    "sampling), decoded to text.")
     pv.add_argument("--config", required=True, help="ml-collections config (its data.path, prefixes, seed)")
     pv.add_argument("--task", required=True, help="a task of the config's tasks section (TASK or TASK/CORPUS), "
                                                   "or a direction (eng_Latn-deu_Latn) or monolingual language")
@@ -213,14 +227,25 @@ def build_parser() -> argparse.ArgumentParser:
     pv.set_defaults(func=_preview)
 
     d = sub.add_parser("demo", help="the whole pipeline on an embedded corpus: write it, binarize, inspect, stream "
-                                    "an epoch, train a small model")
+                                    "an epoch, train a small model",
+                       description="The main job, end to end, on an embedded corpus (~2 min on 2 cores): write a "
+                                   "multilingual corpus (4 directions, 120x between the largest and smallest), "
+                                   "train SentencePiece and binarize it, inspect it, stream one training epoch "
+                                   "(served shares against the temperature's probabilities, padding, speed), "
+                                   "then train a small model on the batches. Settings come from the demo config; "
+                                   "--config.KEY=VALUE overrides one (e.g. --config.train.mixing.temperature=2).")
     d.add_argument("--config", default=None, help="ml-collections config: a file, or the name of a shipped config "
                    "(default: demo)")
-    d.add_argument("--workdir", default=None, help="overrides config.workdir")
-    d.add_argument("--scale", type=positive_float, default=None, help="multiply the corpus sizes (overrides config.corpus.scale)")
-    d.add_argument("--workers", type=count(0), default=None, help="overrides config.binarize.workers")
-    d.add_argument("--train-steps", type=count(0), default=None, help="overrides config.model.steps (0: no training)")
-    d.add_argument("--trainer", choices=("flax", "torch"), default="flax", help="the example that trains (default flax)")
+    d.add_argument("--workdir", default=None, help="where the corpus and data_bin go (default: config.workdir, "
+                   "build/demo)")
+    d.add_argument("--scale", type=positive_float, default=None,
+                   help="multiply the corpus sizes (default: config.corpus.scale, 1.0)")
+    d.add_argument("--workers", type=count(0), default=None,
+                   help="binarize worker processes (default: config.binarize.workers, 0: every core)")
+    d.add_argument("--train-steps", type=count(0), default=None,
+                   help="training steps (default: config.model.steps, 300; 0: no training)")
+    d.add_argument("--trainer", choices=("flax", "torch"), default="flax",
+                   help="the example that trains: flax (jax) or torch (default flax)")
     d.set_defaults(func=_demo)
     return p
 

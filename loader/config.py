@@ -28,7 +28,7 @@ def config_path(name_or_path) -> str:
     shipped = shipped_configs()
     head, tail = os.path.split(path)
     stem = tail[:-3] if tail.endswith(".py") else tail
-    if os.path.normpath(head or ".") in (".", "configs") and stem in shipped:
+    if head.rstrip("/") in ("", "configs") and stem in shipped:  # not ./name.py: that names a file here
         return shipped[stem]
     raise FileNotFoundError(2, f"config file not found, and not the name of a shipped config "
                                f"({', '.join(sorted(shipped))})", path)

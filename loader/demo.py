@@ -181,6 +181,12 @@ def build_corpus(raw_dir: str, scale: float = 1.0, seed: int = 1234) -> dict:
 DEFAULT_CONFIG = "demo"  # the shipped configs/demo.py
 
 
+def check_demo_config(config) -> None:
+    if not all(k in config for k in ("corpus", "binarize", "train", "model", "workdir")):
+        raise ValueError("babelfeed demo takes a demo config (configs/demo.py: workdir, corpus, binarize, train and "
+                         "model sections); for a pipeline config such as nllb_like use babelfeed plan or preview")
+
+
 def run_demo(config=None, workdir: str | None = None, scale: float | None = None, workers: int | None = None,
              train_steps: int | None = None, trainer: str = "flax") -> int:
     """Corpus, SentencePiece, binarize, inspect, one streamed epoch, then a model trained on the batches;
@@ -191,6 +197,14 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
 
     if config is None or isinstance(config, (str, os.PathLike)):
         config = load_config(config or DEFAULT_CONFIG)
+    check_demo_config(config)
+    try:
+        import babel  # noqa: F401  (the demo corpus is real text from babel's CLDR data)
+    except ImportError:
+        raise ValueError("babelfeed demo writes its corpus from the babel package's CLDR data: pip install "
+                         "'babelfeed[demo]'") from None
+    steps = config.model.steps if train_steps is None else train_steps
+    example = _example(trainer) if steps > 0 else None  # a missing framework is said now, not after the corpus
     workdir = workdir or config.workdir
     scale = config.corpus.scale if scale is None else scale
     b = config.binarize
@@ -222,11 +236,9 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
     config.train.data.path = data_bin
     print(stream_epoch(config.train))
     sys.stdout.flush()
-    steps = config.model.steps if train_steps is None else train_steps
     if steps <= 0:
         _summary(raw, data_bin, t0, data_bin != os.path.join(config.workdir, "data_bin"))
         return 0
-    example = _example(trainer)
     shapes = f", {config.model.num_shapes} static shapes (one compilation each)" if trainer == "flax" else ""
     print(f"== 5/5 {trainer} training, {steps} steps ({os.path.relpath(example.__file__)}): batches of "
           f"max_tokens {config.model.max_tokens}{shapes}, so padding differs from step 4")
@@ -236,39 +248,53 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
     return 0
 
 
+def _command(name: str) -> str:
+    """How to run ``name`` (``babelfeed``, ``python``) from here: the bare name where it is this environment's on
+    PATH, else its path (a venv not activated: ``.venv/bin/babelfeed``)."""
+    import shutil
+
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    if not os.path.exists(here):
+        return name if name != "python" else "python3"
+    found = shutil.which(name)
+    if found and os.path.realpath(found) == os.path.realpath(here):
+        return name
+    rel = os.path.relpath(here)
+    return rel if not rel.startswith("..") else here
+
+
 def _summary(raw: str, data_bin: str, t0: float, moved: bool) -> None:
-    """What the demo made and where, and what to try next (``moved``: not where the config says)."""
-    cfg = "configs/demo.py" if os.path.exists("configs/demo.py") else "demo"
-    if moved:
-        cfg += f" --config.train.data.path={data_bin}"
+    """What the demo made and where, and what to try next (``moved``: not where the config says), as commands
+    that run from here as printed."""
+    checkout = os.path.exists("configs/demo.py") and os.path.exists("examples/torch_train.py")
+    cfg = "configs/demo.py" if checkout else "demo"
+    data = f" --config.train.data.path={data_bin}" if moved else ""
+    bf, py = _command("babelfeed"), _command("python")
+    torch_line = (f"{py} examples/torch_train.py --config=configs/demo.py --steps=100{data}" if checkout else
+                  f"{py} -m babelfeed.examples.torch_train --steps=100{data}")
     print(f"== done in {time.perf_counter() - t0:.0f} s\n"
           f"   {raw}: the demo corpus (raw text, 4 directions and swh_Latn monolingual)\n"
           f"   {data_bin}: dict.txt, spm.model, binarize_report.json and shard*/ of fairseq .idx/.bin files\n"
           f"   try next:\n"
-          f"     babelfeed inspect {data_bin} --verify        # every token checked against dict.txt\n"
-          f"     babelfeed plan {cfg} --shapes 8              # static shapes, padding, the alternatives\n"
-          f"     babelfeed preview --config {cfg} --task eng_Latn-tur_Latn -n 3 --transforms \"token_drop:rate=0.15\"\n"
-          f"     python examples/torch_train.py --config=configs/demo.py --steps=100   # the same data in PyTorch\n"
+          f"     {bf} inspect {data_bin} --verify        # every token checked against dict.txt\n"
+          f"     {bf} plan {cfg}{data} --shapes 8              # static shapes, padding, the alternatives\n"
+          f"     {bf} preview --config {cfg}{data} --task eng_Latn-tur_Latn -n 3 --transforms \"token_drop:rate=0.15\"\n"
+          f"     {torch_line}   # the same data in PyTorch (pip install 'babelfeed[torch]')\n"
           f"   README.md explains each step; every command takes --help.")
 
 
 def _example(trainer: str):
-    """examples/{trainer}_train.py of the repository (the demo runs from a checkout)."""
-    import importlib.util
+    """babelfeed.examples.{trainer}_train: the examples/ folder, shipped with the package."""
+    import importlib
 
     if trainer not in ("flax", "torch"):
         raise ValueError(f"trainer must be 'flax' or 'torch', got {trainer!r}")
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", f"{trainer}_train.py")
-    if not os.path.exists(path):
-        raise FileNotFoundError(2, "the demo trains with the repository's examples/", path)
-    name = f"babelfeed_{trainer}_train"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses (Flax modules) look their module up here
-    spec.loader.exec_module(module)
-    return module
+    try:
+        return importlib.import_module(f"babelfeed.examples.{trainer}_train")
+    except ImportError as e:
+        extra = "demo" if trainer == "flax" else "torch"
+        raise ValueError(f"the demo's {trainer} training needs {e.name or e}: pip install 'babelfeed[{extra}]' "
+                         f"(or run the demo with --train-steps 0)") from e
 
 
 def stream_epoch(train_config, epoch_limit: int = 1) -> str:

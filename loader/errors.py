@@ -44,3 +44,8 @@ class SideMismatchError(FormatError):
 
 class UnsupportedDtypeError(ValueError):
     """A builder was asked to write a dtype that the target format cannot encode."""
+
+
+class MissingExtraError(ImportError):
+    """An optional dependency is not installed; the message names the extra that brings it
+    (``pip install 'babelfeed[plot]'``). The command line reports it as a user error (exit 2)."""

@@ -16,7 +16,9 @@ def _figure(width: float, height: float):
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        raise ImportError("--plot needs matplotlib: pip install 'babelfeed[plot]' (or matplotlib)") from None
+        from .errors import MissingExtraError
+
+        raise MissingExtraError("--plot needs matplotlib: pip install 'babelfeed[plot]' (or matplotlib)") from None
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 

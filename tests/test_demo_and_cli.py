@@ -47,12 +47,20 @@ def test_run_demo_small(tmp_path, capsys):
     summary = out[out.index("== done in"):]
     data_bin = str(tmp_path / "demo" / "data_bin")
     assert f"{data_bin}: dict.txt, spm.model" in summary and "try next:" in summary
-    commands = [line.strip().split("  #")[0] for line in summary.splitlines() if line.strip().startswith("babelfeed ")]
+    from babelfeed.demo import _command
+
+    bf, py = _command("babelfeed"), _command("python")  # the venv's own, by path where it is not on PATH
+    lines = [line.strip().split("  #")[0].strip() for line in summary.splitlines()]
+    commands = [line for line in lines if line.startswith(bf + " ")]
     assert len(commands) == 3 and all(f"data.path={data_bin}" in c for c in commands[1:])
     for command in commands:
-        argv = shlex.split(command)[1:]
-        r = subprocess.run([sys.executable, "-m", "babelfeed.cli", *argv], capture_output=True, text=True, timeout=300)
+        r = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, (command, r.stderr)
+    trains = [line for line in lines if line.startswith(py + " ")]
+    assert len(trains) == 1 and trains[0].endswith(f"--steps=100 --config.train.data.path={data_bin}"), trains
+    r = subprocess.run(shlex.split(trains[0].replace("--steps=100", "--steps=2")), capture_output=True, text=True,
+                       timeout=300)  # as printed, 2 steps instead of 100
+    assert r.returncode == 0 and "trained 2 steps" in r.stdout, (trains[0], r.stdout[-1000:], r.stderr[-2000:])
 
 
 def test_inspect_on_fairseq_fixture(fixtures_dir, expected):
@@ -176,3 +184,16 @@ def test_flax_example_killed_and_rerun_continues_exactly_from_its_orbax_checkpoi
     assert first["steps"] == 4 and f"resumed from {ckpt} at step 4" in logs
     assert first["batch_ids"] + rest["batch_ids"] == whole["batch_ids"] and len(whole["batch_ids"]) == 8
     np.testing.assert_allclose(first["losses"] + rest["losses"], whole["losses"], rtol=1e-5)
+
+
+def test_demo_says_what_to_install_and_which_config_it_takes(tmp_path):
+    """Without babel (pip install babelfeed without the demo extra) the demo stops at once with the extra to
+    install, exit 2; a pipeline config is refused by name, not with an internal error."""
+    code = ("import sys; sys.modules['babel'] = None; from babelfeed.cli import main; "
+            f"sys.exit(main(['demo', '--workdir', {str(tmp_path / 'd')!r}]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "pip install 'babelfeed[demo]'" in out.stderr, out.stderr
+    assert not (tmp_path / "d").exists()  # nothing written before the refusal
+    out = subprocess.run([sys.executable, "-m", "babelfeed.cli", "demo", "--config", "nllb_like"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 2 and "takes a demo config" in out.stderr, out.stderr

@@ -57,4 +57,4 @@ def test_without_matplotlib_the_plot_flag_says_what_to_install(tmp_path):
     code = ("import sys; sys.modules['matplotlib'] = None; from babelfeed.cli import main; "
             f"sys.exit(main(['inspect', {str(tmp_path / 'bin')!r}, '--plot', {str(tmp_path / 'p')!r}]))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode != 0 and "pip install 'babelfeed[plot]'" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "pip install 'babelfeed[plot]'" in out.stderr and "Traceback" not in out.stderr
