@@ -11,6 +11,7 @@ Runs on the CPU in a couple of minutes with the demo config.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -125,16 +126,40 @@ def train(config, steps: int, log_every: int = 25, log=print, checkpoint_dir: st
 
         import orbax.checkpoint as ocp
 
-        mngr = ocp.CheckpointManager(os.path.abspath(checkpoint_dir))
+        mngr = ocp.CheckpointManager(os.path.abspath(checkpoint_dir), item_handlers={
+            "state": ocp.StandardCheckpointHandler(), "data": ocp.JsonCheckpointHandler()})
         if mngr.latest_step() is not None:
             done = mngr.latest_step()
-            restored = mngr.restore(done, args=ocp.args.Composite(
-                state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
-                data=jax_adapter.orbax_restore()))
+            from collections import Counter
+
+            def leaf_shapes(tree):
+                return Counter(tuple(getattr(x, "shape", ())) for x in jax.tree_util.tree_leaves(tree))
+
+            saved = mngr.item_metadata(done)["state"]
+            saved = leaf_shapes(getattr(saved, "tree", saved))
+            if saved != leaf_shapes({"params": params, "opt_state": opt_state}):  # checked before orbax reads a byte
+                raise ValueError(f"{checkpoint_dir}: its step {done} checkpoint holds another model's arrays (saved "
+                                 f"with another config's model or optimizer); use another --checkpoint_dir, or the "
+                                 f"config it was saved with")
+            try:
+                restored = mngr.restore(done, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
+                    data=jax_adapter.orbax_restore()))
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{checkpoint_dir}: its step {done} checkpoint does not fit this config's model "
+                                 f"(saved with another model or optimizer: {str(e).splitlines()[0][:200]}); use "
+                                 f"another --checkpoint_dir, or the config it was saved with") from None
             params, opt_state = restored.state["params"], restored.state["opt_state"]
-            batches.set_state(restored.data)  # the next batch is the one after the last trained on
+            try:
+                batches.set_state(restored.data)  # the next batch is the one after the last trained on
+            except ValueError as e:
+                raise ValueError(f"{checkpoint_dir}: its data position does not fit this config: {e}") from None
             pending = []
-            log(f"resumed from {checkpoint_dir} at step {done}")
+            if done >= steps:
+                log(f"{checkpoint_dir} already holds step {done} of {steps}: nothing to train (raise --steps to "
+                    f"go on, or use another --checkpoint_dir)")
+            else:
+                log(f"resumed from {checkpoint_dir} at step {done}")
     while done < steps and (stop_after is None or done < stop_after):
         for batch in pending or batches:
             src, prev = batch["net_input"]["src_tokens"], batch["net_input"]["prev_output_tokens"]
@@ -161,11 +186,13 @@ def train(config, steps: int, log_every: int = 25, log=print, checkpoint_dir: st
     if mngr is not None:
         mngr.wait_until_finished()
         mngr.close()
-    losses = losses or [float("nan")]
+    if not losses:  # a finished run started again: nothing trained in this process
+        return {"losses": [], "compilations": len(traces), "shapes": len(shapes), "first": None, "last": None,
+                "batch_ids": [], "steps": done}
     head, tail = np.mean(losses[: max(1, steps // 10)]), np.mean(losses[-max(1, steps // 10):])
-    log(f"trained {done} steps in {elapsed:.0f} s: loss {head:.3f} -> {tail:.3f}; padding efficiency "
-        f"{real / max(padded, 1):.1%}; {len(traces)} compilations for {len(shapes)} shapes "
-        f"({len(set(traces))} used)")
+    log(f"trained {len(losses)} steps in {elapsed:.0f} s: loss {head:.3f} -> {tail:.3f} (means of the first and "
+        f"last tenth); padding efficiency {real / max(padded, 1):.1%}; {len(traces)} compilations for "
+        f"{len(shapes)} shapes ({len(set(traces))} used)")
     return {"losses": losses, "compilations": len(traces), "shapes": len(shapes), "first": head, "last": tail,
             "batch_ids": ids, "steps": done}
 
@@ -176,8 +203,12 @@ def main(argv) -> int:
     config = flags.FLAGS.config
     if flags.FLAGS.data:
         config.train.data.path = flags.FLAGS.data
-    train(config, flags.FLAGS.steps or config.model.steps, checkpoint_dir=flags.FLAGS.checkpoint_dir,
-          save_every=flags.FLAGS.save_every)
+    try:
+        train(config, flags.FLAGS.steps or config.model.steps, checkpoint_dir=flags.FLAGS.checkpoint_dir,
+              save_every=flags.FLAGS.save_every)
+    except (ValueError, FileNotFoundError) as e:  # a config, data or checkpoint that does not fit: one line
+        print(f"flax_train: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 

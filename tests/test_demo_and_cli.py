@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import babelfeed
 from babelfeed.demo import DIRECTIONS, build_corpus, run_demo
@@ -184,6 +185,14 @@ def test_flax_example_killed_and_rerun_continues_exactly_from_its_orbax_checkpoi
     assert first["steps"] == 4 and f"resumed from {ckpt} at step 4" in logs
     assert first["batch_ids"] + rest["batch_ids"] == whole["batch_ids"] and len(whole["batch_ids"]) == 8
     np.testing.assert_allclose(first["losses"] + rest["losses"], whole["losses"], rtol=1e-5)
+    # started again once finished: says so and trains nothing; another model in the same folder: a clear error
+    logs = []
+    again = flax.train(config(), 8, log=logs.append, checkpoint_dir=ckpt)
+    assert again["losses"] == [] and any("already holds step 8 of 8: nothing to train" in m for m in logs), logs
+    wider = config()
+    wider.model.d_model = 48
+    with pytest.raises(ValueError, match="holds another model's arrays"):
+        flax.train(wider, 10, log=lambda m: None, checkpoint_dir=ckpt)
 
 
 def test_demo_says_what_to_install_and_which_config_it_takes(tmp_path):
