@@ -99,10 +99,15 @@ def plan_report(config, num_shapes: int | None = None, plot_dir: str | None = No
                     f"this plan: {k} (source, target) boxes": plan.fill,
                     f"this plan, epoch 1 ({s_batches:,} batches)": s_eff,
                     f"dynamic batches ({len(d_shapes):,} shapes)": d_eff}
-        files = plots.plan_figures(lengths, weights, [tuple(s) for s in plan.shapes], per_shape, compared, plot_dir)
+        limits = (config.filter.max_source_positions, config.filter.max_target_positions)
+        files = plots.plan_figures(lengths, weights, [tuple(s) for s in plan.shapes], per_shape, compared, plot_dir,
+                                   limits=limits)
         setup = dynamic.setup(1)
         served = setup.counts - dynamic.filtered(1)
         files += plots.mixing_figure([d.key for d in setup.directions], [d.size for d in setup.directions],
-                                     np.asarray(setup.probs, np.float64), served, config.mixing.temperature, plot_dir)
+                                     np.asarray(setup.probs, np.float64), served, config.mixing.temperature, plot_dir,
+                                     size_label=("sentences of the direction in epoch 1's shard (log; data.shards="
+                                                 f"{config.data.shards!r})" if config.data.shards == "cycle" else
+                                                 "sentences of the direction, every shard (log)"))
         lines.append("wrote " + ", ".join(files))
     return "\n".join(lines)

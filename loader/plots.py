@@ -60,8 +60,9 @@ def inspect_figures(rows: list[dict], out_dir: str) -> list[str]:
     height = 0.8 / max(len(splits), 1)
     for i, split in enumerate(splits):
         count = {r["key"]: r["sentences"] for r in rows if r["split"] == split}  # both sides: the same count
-        values = [max(count.get(k, 0), 0.5) for k in all_keys]
-        ax.barh(np.arange(len(all_keys)) + i * height, values, height=height, label=split, log=True)
+        at = [j for j, k in enumerate(all_keys) if count.get(k, 0) > 0]  # a split a direction lacks: no bar
+        ax.barh(np.asarray(at, np.float64) + i * height, [count[all_keys[j]] for j in at], height=height,
+                label=split, log=True, color=f"C{i % 10}")
     ax.set_yticks(np.arange(len(all_keys)) + height * (len(splits) - 1) / 2, all_keys, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("sentences (log scale)")
@@ -72,9 +73,10 @@ def inspect_figures(rows: list[dict], out_dir: str) -> list[str]:
 
 
 def plan_figures(lengths: np.ndarray, weights: np.ndarray, shapes: list, per_shape: dict, alternatives: dict,
-                 out_dir: str) -> list[str]:
-    """``shapes.png``: the mixture's (source, target) length histogram with every static shape's box over it,
-    the padding efficiency of each shape's batches, and the plan against the alternatives."""
+                 out_dir: str, limits: tuple | None = None) -> list[str]:
+    """``shapes.png``: the mixture's (source, target) length histogram with every static shape's box over it
+    (``limits``: the filter's (source, target) limits, drawn dashed: longer samples are dropped), the padding
+    efficiency of each shape's batches, and the plan against the alternatives."""
     fig = _figure(15, 4.6)
     ax_hist, ax_shape, ax_alt = fig.subplots(1, 3, width_ratios=[1.3, 1, 1.2])
     top = int(max(lengths.max(), max(s[1] for s in shapes), max(s[-1] for s in shapes))) + 1
@@ -84,10 +86,15 @@ def plan_figures(lengths: np.ndarray, weights: np.ndarray, shapes: list, per_sha
 
     mesh = ax_hist.pcolormesh(xe, ye, np.where(h > 0, h, np.nan).T, norm=LogNorm(), cmap="viridis")
     fig.colorbar(mesh, ax=ax_hist, label="samples")
-    for k, s in enumerate(shapes):
-        ax_hist.add_patch(_box(s[1], s[-1], f"C{k % 10}"))
-        ax_hist.annotate(" x ".join(map(str, s)), (s[1], s[-1]), fontsize=7, color=f"C{k % 10}",
-                         xytext=(-2, -2), textcoords="offset points", ha="right", va="top")
+    for k, s in enumerate(shapes):  # named in a legend: labels in the corners of small boxes overlap
+        ax_hist.add_patch(_box(s[1], s[-1], f"C{k % 10}", " x ".join(map(str, s))))
+    if limits is not None:
+        src_max, tgt_max = limits
+        if src_max < top:
+            ax_hist.axvline(src_max, color="C3", linestyle="--", linewidth=1, label=f"filter: source > {src_max} dropped")
+        if tgt_max < top:
+            ax_hist.axhline(tgt_max, color="C3", linestyle=":", linewidth=1, label=f"filter: target > {tgt_max} dropped")
+    ax_hist.legend(fontsize=6, loc="upper left", title="B x src x tgt", title_fontsize=6)
     ax_hist.set_xlabel("source tokens")
     ax_hist.set_ylabel("target tokens")
     ax_hist.set_title("lengths of an epoch, and each shape's box")
@@ -118,14 +125,14 @@ def plan_figures(lengths: np.ndarray, weights: np.ndarray, shapes: list, per_sha
     return [_save(fig, out_dir, "shapes.png")]
 
 
-def _box(width: int, height: int, color: str):
+def _box(width: int, height: int, color: str, label: str | None = None):
     from matplotlib.patches import Rectangle
 
-    return Rectangle((0, 0), width, height, fill=False, edgecolor=color, linewidth=1.3)
+    return Rectangle((0, 0), width, height, fill=False, edgecolor=color, linewidth=1.3, label=label)
 
 
 def mixing_figure(keys: list[str], sizes: np.ndarray, probs: np.ndarray, served: np.ndarray, temperature: float,
-                  out_dir: str) -> list[str]:
+                  out_dir: str, size_label: str = "sentences in the direction (log)") -> list[str]:
     """``mixing.png``: each direction's sampling probability against its size at the configured temperature,
     the share it was served in epoch 1, and the two ends of the temperature scale (proportional and uniform)."""
     sizes = np.maximum(np.asarray(sizes, np.float64), 1)
@@ -143,7 +150,7 @@ def mixing_figure(keys: list[str], sizes: np.ndarray, probs: np.ndarray, served:
         ax.annotate(k, (s, p), fontsize=7, xytext=(4, 3), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("sentences in the direction (log)")
+    ax.set_xlabel(size_label)
     ax.set_ylabel("share of the mixture (log)")
     ax.set_title("temperature sampling: small directions up-sampled, large ones down")
     ax.legend(fontsize=8)
