@@ -30,8 +30,10 @@ round-robin reads put them back in order. The state is the next batch's index (p
 
 from __future__ import annotations
 
+import atexit
 import pickle
 import threading
+import weakref
 
 import grain
 
@@ -155,6 +157,63 @@ class BatchDatasetIterator(grain.DatasetIterator):
         self._next = int(k)
 
 
+# Iterators over worker processes still open when the interpreter exits: closed first, while the modules their
+# cleanup needs are still there (grain's own __del__ then runs during teardown and prints tracebacks and
+# "leaked shared_memory objects" warnings).
+_OPEN = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_iterators() -> None:
+    for it in list(_OPEN):
+        try:
+            it.close()
+        except Exception:  # exiting anyway; the worker processes end with the interpreter
+            pass
+
+
+class _ClosedAtExit(grain.IterDataset):
+    """Its parent, whose iterators are closed at interpreter exit if the program has not closed them."""
+
+    def __init__(self, parent):
+        super().__init__(parent)
+
+    def __iter__(self) -> "_ClosingIterator":
+        return _ClosingIterator(self._parent.__iter__())
+
+    def __str__(self) -> str:
+        return str(self._parent)
+
+
+class _ClosingIterator(grain.DatasetIterator):
+    """grain's iterator, let go of once closed: closed at exit, it is collected while the modules its own cleanup
+    needs are still loaded (a global iterator is otherwise cleaned up during teardown, printing tracebacks)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self._inner = inner
+        _OPEN.add(self)
+
+    def __next__(self):
+        if self._inner is None:
+            raise ValueError("this iterator was closed")
+        return next(self._inner)
+
+    def get_state(self):
+        return self._inner.get_state()
+
+    def set_state(self, state) -> None:
+        self._inner.set_state(state)
+
+    def close(self) -> None:
+        inner, self._inner = getattr(self, "_inner", None), None
+        if inner is not None:
+            inner.close()
+
+    def __str__(self) -> str:
+        return str(self._inner)
+
+
 def _flags_parsed() -> None:
     try:
         from absl import flags
@@ -184,7 +243,7 @@ def batch_dataset(config, epoch: int = 1, rank: int = 0, world_size: int = 1, nu
         _flags_parsed()
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers,
                                                         per_worker_buffer_size=per_worker_buffer_size))
-        ds = ds.map(_unpack)  # each batch crossed as one shared-memory block; a plain dict again
+        ds = _ClosedAtExit(ds.map(_unpack))  # each batch crossed as one shared-memory block; a plain dict again
     return ds
 
 
@@ -260,6 +319,7 @@ class EpochsIterator(grain.DatasetIterator):
         super().__init__()
         self._ds = ds
         self._epoch, self._base, self._seen, self._inner = ds.epoch, 0, 0, None
+        _OPEN.add(self)
         self._per_step = ds.position().iterator(ds.epoch).batches_per_step
 
     def __next__(self) -> dict:
@@ -284,6 +344,11 @@ class EpochsIterator(grain.DatasetIterator):
         close = getattr(inner, "close", None)
         if close is not None:
             close()
+
+    def close(self) -> None:
+        """Stop the current epoch's worker processes (also done at interpreter exit); the position is kept, and
+        the next batch starts them again."""
+        self._close()
 
     def get_state(self) -> dict:
         return self._ds.position().state(self._epoch, self._base + self._seen * self._per_step)
