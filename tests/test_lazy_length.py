@@ -83,7 +83,7 @@ def test_a_grain_source_serves_many_threads_at_once(cfg, monkeypatch):
     inside, overlaps, real = [0], [0], it.batch_at
     guard = threading.Lock()
 
-    def batch_at(k):
+    def batch_at(k, base=0):
         with guard:
             inside[0] += 1
             overlaps[0] += inside[0] > 1
