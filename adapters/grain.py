@@ -353,6 +353,10 @@ class EpochsIterator(grain.DatasetIterator):
     def get_state(self) -> dict:
         return self._ds.position().state(self._epoch, self._base + self._seen * self._per_step)
 
+    def ledger(self, prefix: str = "ledger") -> dict:
+        """What every rank together has consumed, per stream, at this position (``babelfeed.ledger``)."""
+        return self._ds.position().ledger(self._epoch, self._base + self._seen * self._per_step, prefix)
+
     def set_state(self, state: dict) -> None:
         epoch, consumed = self._ds.position().load(state)
         self._close()

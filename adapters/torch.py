@@ -377,3 +377,9 @@ class BatchLoader(torch.utils.data.DataLoader):
     def load_state_dict(self, state: dict) -> None:
         """Continue after ``state_dict()``'s batch, from the next iteration on."""
         self.batches.load_state_dict(state)
+
+    def ledger(self, prefix: str = "ledger") -> dict:
+        """What every rank together has consumed, per stream, once every rank has received as many batches as
+        this loop: a flat dict to log (``babelfeed.ledger``; translation configs)."""
+        ds = self.batches
+        return ds.position().ledger(ds.epoch, ds.consumed(), prefix)

@@ -58,6 +58,7 @@ class BatchIterator(Reports, LoaderIterator):
         self.epoch = epoch
         self._base = 0  # global batches consumed before this run's first step of the epoch
         self.step = 0  # steps taken by every rank since _base
+        self._ledger_start: dict[int, np.ndarray] = {1: np.zeros((3, len(planner.keys)), np.int64)}
         self._hint = (0, 0)
         self._ra_hint = (0, 0, 0)  # random access (batch_at, has_batch): (epoch, window, its first batch)
         self.total_steps = 0
@@ -255,6 +256,55 @@ class BatchIterator(Reports, LoaderIterator):
         self._hint = (0, 0)
         self._ra_hint = (0, 0, 0)
 
+    # ----------------------------------------------------------------------------------------- ledger
+    def ledger_start(self, epoch: int) -> np.ndarray:
+        """The ledger's totals when ``epoch`` began (from the state, or every earlier epoch's plan)."""
+        if epoch not in self._ledger_start:
+            known = max(e for e in self._ledger_start if e < epoch)
+            totals = self._ledger_start[known].copy()
+            for e in range(known, epoch):
+                totals += self.planner.consumed_totals(e, self.planner.num_batches(e))
+                self._ledger_start[e + 1] = totals.copy()
+        return self._ledger_start[epoch]
+
+    def ledger_totals(self, epoch: int | None = None, consumed: int | None = None) -> tuple[int, np.ndarray, int]:
+        """``(epoch, int64[3, streams] totals, steps)`` at this iterator's position (or at ``epoch``,
+        ``consumed``): what :meth:`ledger` reports, as arrays (cheap to take after every batch)."""
+        epoch = self.epoch if epoch is None else epoch
+        consumed = self.consumed if consumed is None else consumed
+        return epoch, self.ledger_start(epoch) + self.planner.consumed_totals(epoch, consumed), self.total_steps
+
+    def ledger(self, prefix: str = "ledger", at: tuple | None = None) -> dict:
+        """What every rank together has consumed up to this iterator's position, per stream, since training
+        began: a flat dict of numbers to log as is (``{prefix}/{stream}/samples``, ``src_tokens``,
+        ``tgt_tokens``, ``passes``; ``{prefix}/samples``, ``tokens``, ``epoch``, ``step``). The same on every
+        rank at the same step; counted from the plan (see ``babelfeed.ledger``). ``at``: a
+        :meth:`ledger_totals` taken earlier (the adapters' read-ahead threads take one per batch)."""
+        from .ledger import flat
+
+        epoch, totals, steps = self.ledger_totals() if at is None else at
+        rows = np.zeros(len(self.planner.keys), np.int64)
+        index = {k: i for i, k in enumerate(self.planner.keys)}
+        for c in self.planner.sources.components:
+            rows[index[c.key]] += len(c)
+        return flat(totals, self.planner.keys, rows, epoch, steps, prefix)
+
+    def describe_ids(self, ids) -> list:
+        """Where each sample of a batch came from: per ``id``, ``{"id", "stream", "task", "corpus", "shard",
+        "row"}`` (``None`` for -1, an epoch-padding row). ``row`` is the record in that shard's ``.idx``."""
+        from .ledger import describe_ids
+
+        return describe_ids(self.planner.sources, self.collater.id_base, ids)
+
+    def trace(self, step: int, state: dict | None = None) -> list:
+        """The samples of training step ``step`` (1-based, since training began) on every rank: where each came
+        from (stream, task, corpus, shard, row) and its lengths. ``state``: a state of the run, which anchors the
+        step count (needed once the run was resumed on another world size). Sets this iterator's position to
+        ``state``'s. See ``babelfeed.ledger.trace``."""
+        from .ledger import trace
+
+        return trace(self, step, state)
+
     # ----------------------------------------------------------------------------------------- state
     def fingerprint(self) -> str:
         return self.planner.fingerprint()
@@ -270,12 +320,15 @@ class BatchIterator(Reports, LoaderIterator):
         if self.planner.opts.sampler == "stream":  # where every stream stood when this epoch began
             positions, batches = self.planner.epoch_start(epoch)
             state["stream"] = {"positions": positions.tolist(), "batches": int(batches)}
+        from .ledger import as_state
+
+        state["ledger"] = as_state(self.ledger_start(epoch), self.planner.keys)  # consumed before this epoch
         return state
 
     def set_state(self, state: dict, strict: bool = True) -> None:
         stream = self.planner.opts.sampler == "stream"
         self._check_state(state, strict, {"epoch": 1, "consumed": 0, "total_steps": 0},
-                          optional=("stream",) if stream else ())
+                          optional=("stream", "ledger") if stream else ("ledger",))
         if stream and "stream" in state:
             self._check_stream(state["stream"])
         elif stream and strict:
@@ -289,6 +342,12 @@ class BatchIterator(Reports, LoaderIterator):
         if consumed and self.planner.locate(epoch, consumed - 1) is None:
             raise ValueError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
                              f"{self.planner.num_batches(epoch)} global batches")
+        if "ledger" in state:
+            from .ledger import from_state
+
+            self._ledger_start = {epoch: from_state(state["ledger"], self.planner.keys)}
+        else:  # a state without a ledger (an older babelfeed): counted from every earlier epoch's plan
+            self._ledger_start = {1: np.zeros((3, len(self.planner.keys)), np.int64)}
         self.epoch = epoch
         self._base = consumed
         self.step = 0

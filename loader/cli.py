@@ -1,4 +1,4 @@
-"""The ``babelfeed`` command: ``binarize``, ``inspect``, ``plan``, ``preview``, ``demo``.
+"""The ``babelfeed`` command: ``binarize``, ``inspect``, ``plan``, ``preview``, ``trace``, ``demo``.
 
 Every error is one line on stderr (``babelfeed COMMAND: error: ...``) and a non-zero exit status: 2 for what the
 user can fix (arguments, config values, input files), 1 for an internal error. ``--debug`` (or
@@ -13,6 +13,7 @@ HELP = """babelfeed: prepare, inspect and plan the data of multilingual and lang
   babelfeed inspect data_bin                           sentences, tokens and lengths per direction
   babelfeed plan nllb_like --set data.path=data_bin    the static batch shapes a config gets
   babelfeed preview --config CONFIG --task TASK        samples before and after a task's noise
+  babelfeed trace CONFIG --state STATE --step N        the samples of a training step, and their files
   babelfeed demo                                       the whole pipeline on an embedded corpus
 
 Configs are files or the names of shipped ones (demo, nllb_like, lm_packing, tpu_static). An error is one
@@ -126,6 +127,54 @@ def _preview(args) -> int:
     return 0
 
 
+def _trace(args) -> int:
+    import numpy as np
+
+    from .build import build_train_iterator
+    from .ledger import trace
+
+    if not (args.config_file or args.config):
+        raise ValueError("name the run's config (a file or a shipped config's name), e.g. babelfeed trace "
+                         "configs/demo.py --step 10")
+
+    config = _translation_config(args.config_file or args.config, (args.set or []) + args.overrides)
+    state = None
+    if args.state:
+        with open(args.state) as f:
+            try:
+                state = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{args.state}: not a JSON iterator state ({e})") from None
+        if isinstance(state, dict) and isinstance(state.get("data"), dict):  # a checkpoint dict holding it
+            state = state["data"]
+    it = build_train_iterator(config, world_size=args.world_size, split=args.split)
+    rows = trace(it, args.step, state)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    text = None
+    if args.decode:
+        from .preview import _decoder
+
+        text = _decoder(config.data.path, it.planner.sources.dictionary)
+    comps = {(c.key, c.shard): c for c in it.planner.sources.components}
+    print(f"step {args.step}: epoch {rows[0]['epoch'] if rows else '-'}, {len(rows)} samples "
+          f"(world size {args.world_size}, split {args.split})")
+    width = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("stream", "task", "corpus")}
+    print(f"{'rank':>4} {'batch':>6} {'stream':<{width['stream']}} {'task':<{width['task']}} "
+          f"{'corpus':<{width['corpus']}} {'shard':>5} {'row':>9} {'src':>4} {'tgt':>4}")
+    for r in rows:
+        rank = "-" if r["rank"] is None else r["rank"]
+        print(f"{rank:>4} {r['batch']:>6} {r['stream']:<{width['stream']}} {r['task']:<{width['task']}} "
+              f"{r['corpus']:<{width['corpus']}} {r['shard']:>5} {r['row']:>9} {r['src_len']:>4} {r['tgt_len']:>4}")
+        if text is not None:
+            c = comps[(r["stream"], r["shard"])]
+            print(f"       source: {text(np.asarray(c.src[r['row']]).tolist())}")
+            if c.tgt is not None and c.tgt is not c.src:
+                print(f"       target: {text(np.asarray(c.tgt[r['row']]).tolist())}")
+    return 0
+
+
 def _demo(args) -> int:
     from .config import apply_overrides, load_config
     from .checks import check_translation_config
@@ -212,6 +261,27 @@ def build_parser() -> argparse.ArgumentParser:
                     "share) into DIR; needs matplotlib")
     pl.set_defaults(func=_plan)
 
+    tr = sub.add_parser("trace", help="the samples of a training step: stream, task, corpus, shard and row",
+                        description="Which samples a training step held, on every rank, and where each lies "
+                                    "(stream, task, corpus, shard, row of the .idx), so a loss spike can be traced "
+                                    "to its data. Steps count from 1 since training began, as loggers number "
+                                    "them; --state (an iterator state saved during the run, JSON) anchors the "
+                                    "count and checks the data is the run's.")
+    tr.add_argument("config", nargs="?", default=None, help="the run's config: a file or a shipped config's name")
+    tr.add_argument("--config", dest="config_file", default=None, help="the same, as --config=FILE")
+    tr.add_argument("--step", type=count(1), required=True, help="the training step (from 1)")
+    tr.add_argument("--state", default=None, help="a JSON file holding an iterator state of the run "
+                    "(get_state(), or a dict with it under 'data')")
+    tr.add_argument("--world-size", type=count(1), default=1, help="the run's world size (default 1)")
+    tr.add_argument("--split", choices=("batches", "rows"), default="batches",
+                    help="batches: a whole batch per rank (torch DDP, default); rows: every rank's rows of one "
+                         "global batch (JAX)")
+    tr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
+                    "data.path=data_bin")
+    tr.add_argument("--decode", action="store_true", help="also print each sample's text")
+    tr.add_argument("--json", action="store_true", help="one JSON list of the samples instead of a table")
+    tr.set_defaults(func=_trace)
+
     pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text",
                         description="A task's samples before and after each of its transforms (noise, subword "
                                     "sampling), decoded to text.")
@@ -276,8 +346,8 @@ def main(argv=None) -> int:
     args.overrides = overrides
     debug = args.debug or bool(os.environ.get("BABELFEED_DEBUG"))
     prog = f"babelfeed {args.command}"
-    if overrides and args.command not in ("plan", "demo", "preview"):
-        print(f"{prog}: error: --config.* overrides apply to plan, preview and demo only", file=sys.stderr)
+    if overrides and args.command not in ("plan", "demo", "preview", "trace"):
+        print(f"{prog}: error: --config.* overrides apply to plan, preview, trace and demo only", file=sys.stderr)
         return 2
     try:
         return args.func(args)

@@ -27,6 +27,7 @@ from .mixing import (StratifiedDraw, fairseq_draw, fairseq_virtual_size, mixing_
 from .packing import ragged_arange
 from .plan_options import PlanOptions
 from .plan_stream import StreamPlanning
+from .ledger import window_totals
 from .rows import groups
 from . import plan_kernel
 from .samples import Samples, Window
@@ -60,6 +61,8 @@ class EpochPlanner(StreamPlanning):
         self._window_cache: tuple | None = None
         self._filtered: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> too-long per direction
         self._masked: dict[int, dict[int, int]] = {}  # epoch -> window -> rows added to fill static shapes
+        self._totals: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> ledger.window_totals
+        self._ledger_hint: tuple | None = None  # consumed_totals' last position and its totals
         self._starts: dict[int, tuple[np.ndarray, int]] = {1: (np.zeros(len(sources.keys), np.int64), 0)}
         if opts.schedule is not None and len(opts.schedule.weights[0]) != len(sources.tasks):
             raise ValueError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
@@ -312,6 +315,9 @@ class EpochPlanner(StreamPlanning):
         win = Window(epoch, w, s if select is None else s[select], ends=ends, order=served, shape=shape,
                      masked=masked, packed=packed)
         self._filtered.setdefault(win.epoch, {})[win.index] = filtered
+        if win.index not in self._totals.get(win.epoch, {}):
+            self._totals.setdefault(win.epoch, {})[win.index] = window_totals(
+                win.samples.direction, win.samples.src_len, win.samples.tgt_len, len(setup.directions))
         if win.masked is not None:
             self._masked.setdefault(win.epoch, {})[win.index] = int(win.masked.sum())  # rows (packing: of pairs)
         setup.window_batches[win.index] = len(win)
@@ -366,6 +372,42 @@ class EpochPlanner(StreamPlanning):
             return w < setup.num_windows
         self._plan_marks(setup, w)
         return w in setup.stream and setup.stream[w].sample < setup.samples
+
+    def window_totals(self, epoch: int, w: int) -> np.ndarray:
+        """``int64[3, streams]``: samples, source and target tokens per stream of window w (planned if needed)."""
+        totals = self._totals.get(epoch, {}).get(w)
+        if totals is None:
+            self.window(epoch, w)
+            totals = self._totals[epoch][w]
+        return totals
+
+    def consumed_totals(self, epoch: int, consumed: int) -> np.ndarray:
+        """The ledger's totals of global batches ``[0, consumed)`` of ``epoch`` (every batch of it when
+        ``consumed`` is past its end): the windows before the position whole, and its window's served batches.
+        Incremental: a position at or after the one asked for last adds only the batches in between."""
+        zeros = np.zeros((3, len(self.keys)), np.int64)
+        hint = self._ledger_hint
+        if hint is None or hint[0] != epoch or consumed < hint[2] + hint[4]:
+            hint = (epoch, 0, 0, zeros, 0, zeros)
+        _, w, start, base, j, part = hint
+        setup = self.setup(epoch)
+        while consumed > start and self._exists(setup, w):
+            n = setup.window_batches.get(w)
+            if n is None:
+                self.window(epoch, w)
+                n = setup.window_batches[w]
+            if consumed >= start + n:  # the whole window
+                base, start, w, j, part = base + self.window_totals(epoch, w), start + n, w + 1, 0, zeros
+                continue
+            if consumed - start > j:  # its served batches since the last call
+                win = self.window(epoch, w)
+                rows = win.batch_rows(np.arange(j, consumed - start))
+                s = win.samples
+                part = part + window_totals(s.direction[rows], s.src_len[rows], s.tgt_len[rows], len(self.keys))
+                j = consumed - start
+            break
+        self._ledger_hint = (epoch, w, start, base, j, part)
+        return base + part
 
     def masked_rows(self, epoch: int) -> int:
         """Rows added to fill static-shape batches in ``epoch``, over the windows planned so far."""

@@ -77,3 +77,13 @@ class Position:
                              f"{it.steps_after(0) * it.batches_per_step if self.is_lm else it.planner.num_batches(epoch)}"
                              f" global batches")
         return epoch, consumed
+
+    def ledger(self, epoch: int, consumed: int, prefix: str = "ledger") -> dict:
+        """The run's ledger (``babelfeed.ledger``) at this position: what every rank together has consumed, per
+        stream, since training began (a translation config; earlier epochs are counted from their plan)."""
+        it = self.iterator(epoch)
+        if not hasattr(it, "ledger_totals"):
+            raise TypeError("an LM iterator keeps no ledger: its consumed_samples and the blend give the counts")
+        e, totals, _ = it.ledger_totals(epoch, consumed)
+        return it.ledger(prefix, at=(e, totals, None))
+

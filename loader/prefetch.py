@@ -33,6 +33,7 @@ class Prefetcher:
             raise ValueError(f"prefetch depth must be >= 1, got {depth}")
         self.iterator, self.convert, self.depth, self.name = iterator, convert, depth, name
         self._state = iterator.get_state() if hasattr(iterator, "get_state") else None
+        self._ledger = iterator.ledger_totals() if hasattr(iterator, "ledger_totals") else None
         self._start()
 
     def _start(self) -> None:
@@ -49,6 +50,8 @@ class Prefetcher:
                 if self._stop.is_set():
                     return
                 state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else None
+                if hasattr(self.iterator, "ledger_totals"):  # taken here: the iterator is this thread's
+                    state = (state, self.iterator.ledger_totals())
                 item = (self.convert(batch), state)
                 while not self._stop.is_set():
                     try:
@@ -76,6 +79,8 @@ class Prefetcher:
             raise StopIteration
         if isinstance(item, BaseException):
             raise item
+        if hasattr(self.iterator, "ledger_totals"):
+            state, self._ledger = state
         self._state = state
         return self.ready(item)
 
@@ -86,10 +91,17 @@ class Prefetcher:
     def get_state(self):
         return self._state
 
+    def ledger(self, prefix: str = "ledger") -> dict:
+        """The wrapped iterator's ledger after the last batch handed out (not the read-ahead)."""
+        if not hasattr(self.iterator, "ledger_totals"):
+            raise TypeError(f"{type(self.iterator).__name__} keeps no ledger")
+        return self.iterator.ledger(prefix, at=self._ledger)
+
     def set_state(self, state) -> None:
         self.close()
         self.iterator.set_state(state)
         self._state = state
+        self._ledger = self.iterator.ledger_totals() if hasattr(self.iterator, "ledger_totals") else None
         self._start()
 
     def close(self) -> None:
