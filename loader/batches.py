@@ -296,6 +296,25 @@ class BatchIterator(Reports, LoaderIterator):
 
         return describe_ids(self.planner.sources, self.collater.id_base, ids)
 
+    def set_weights(self, weights: dict) -> None:
+        """Change the mixture from the next planning window on: ``{task: weight}`` for every task (the tasks of
+        the config's tasks section, or every direction), normalised; the temperature still splits a task's
+        weight among its corpora. Stream sampler only (``mixing.sampler="stream"``). The change is recorded in
+        the state with the global batch it was made at, so a resumed run mixes exactly as this one, whether it
+        resumes before the change (and makes it again) or after it. Call it on every rank at the same step."""
+        tasks = self.planner.sources.tasks
+        if not isinstance(weights, dict) or sorted(weights) != sorted(tasks):
+            have = sorted(weights) if isinstance(weights, dict) else type(weights).__name__
+            raise ValueError(f"set_weights takes {{task: weight}} for every task {tasks}; got {have}")
+        bad = {k: v for k, v in weights.items()
+               if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0}
+        if bad:
+            raise ValueError(f"set_weights: weights must be numbers >= 0, got {bad}")
+        at = self.planner.epoch_start(self.epoch)[1] + self.consumed if self.planner.opts.sampler == "stream" else 0
+        self.planner.set_weights(at, [float(weights[t]) for t in tasks])
+        self._hint = (0, 0)
+        self._ra_hint = (0, 0, 0)
+
     def trace(self, step: int, state: dict | None = None) -> list:
         """The samples of training step ``step`` (1-based, since training began) on every rank: where each came
         from (stream, task, corpus, shard, row) and its lengths. ``state``: a state of the run, which anchors the
@@ -323,12 +342,15 @@ class BatchIterator(Reports, LoaderIterator):
         from .ledger import as_state
 
         state["ledger"] = as_state(self.ledger_start(epoch), self.planner.keys)  # consumed before this epoch
+        if self.planner.weight_changes:  # set_weights: at which global batch, which task weights
+            tasks = self.planner.sources.tasks
+            state["weights"] = [[at, dict(zip(tasks, w.tolist()))] for at, w in self.planner.weight_changes]
         return state
 
     def set_state(self, state: dict, strict: bool = True) -> None:
         stream = self.planner.opts.sampler == "stream"
         self._check_state(state, strict, {"epoch": 1, "consumed": 0, "total_steps": 0},
-                          optional=("stream", "ledger") if stream else ("ledger",))
+                          optional=("stream", "ledger", "weights") if stream else ("ledger",))
         if stream and "stream" in state:
             self._check_stream(state["stream"])
         elif stream and strict:
@@ -337,6 +359,12 @@ class BatchIterator(Reports, LoaderIterator):
         epoch, consumed = int(state["epoch"]), int(state["consumed"])
         if epoch >= 1 << 31:
             raise ValueError(f"iterator state field 'epoch' must be below 2**31 (epochs seed the shuffles), got {epoch}")
+        changes = self._check_weights(state.get("weights", []))
+        if changes or self.planner.weight_changes:  # plans made with other weights are not this state's
+            self.planner.forget_plans()
+            self.planner.weight_changes = []
+            for at, w in changes:
+                self.planner.set_weights(at, w)
         if stream and "stream" in state:
             self.planner.set_epoch_start(epoch, state["stream"]["positions"], state["stream"]["batches"])
         if consumed and self.planner.locate(epoch, consumed - 1) is None:
@@ -354,6 +382,25 @@ class BatchIterator(Reports, LoaderIterator):
         self._hint = (0, 0)
         self._ra_hint = (0, 0, 0)
         self.total_steps = int(state["total_steps"])
+
+    def _check_weights(self, changes) -> list:
+        """A state's ``weights`` (set_weights' changes): ``[[global batch, {task: weight}], ...]`` in order."""
+        tasks = self.planner.sources.tasks
+        out = []
+        if not isinstance(changes, list):
+            raise ValueError(f"iterator state field 'weights' must be a list of [global batch, {{task: weight}}], "
+                             f"got {str(changes)[:200]}")
+        for change in changes:
+            ok = (isinstance(change, list) and len(change) == 2 and isinstance(change[0], int)
+                  and not isinstance(change[0], bool) and change[0] >= 0 and isinstance(change[1], dict)
+                  and sorted(change[1]) == sorted(tasks)
+                  and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                          for v in change[1].values()))
+            if not ok:
+                raise ValueError(f"iterator state field 'weights' holds {str(change)[:200]}: each change must be "
+                                 f"[global batch >= 0, {{task: weight >= 0}} for the tasks {tasks}]")
+            out.append((change[0], [float(change[1][t]) for t in tasks]))
+        return out
 
     def _check_stream(self, stream) -> None:
         ok = (isinstance(stream, dict) and set(stream) == {"positions", "batches"}

@@ -45,6 +45,7 @@ class EpochSetup:
     samples: int = 0  # stream sampler: samples in the epoch
     stream: dict = field(default_factory=dict)  # stream sampler: window -> StreamMark at its start
     expected: np.ndarray | None = None  # stream sampler: per-stream counts at the epoch's starting weights
+    window_counts: dict = field(default_factory=dict)  # stream sampler: window -> samples per stream it drew
 
     @property
     def total(self) -> int:
@@ -63,6 +64,9 @@ class EpochPlanner(StreamPlanning):
         self._masked: dict[int, dict[int, int]] = {}  # epoch -> window -> rows added to fill static shapes
         self._totals: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> ledger.window_totals
         self._ledger_hint: tuple | None = None  # consumed_totals' last position and its totals
+        # set_weights: (global batch since training began, task weights) in order; a stream window whose first
+        # batch is at or after a change's batch mixes with its weights
+        self.weight_changes: list[tuple[int, np.ndarray]] = []
         self._starts: dict[int, tuple[np.ndarray, int]] = {1: (np.zeros(len(sources.keys), np.int64), 0)}
         if opts.schedule is not None and len(opts.schedule.weights[0]) != len(sources.tasks):
             raise ValueError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
@@ -83,17 +87,81 @@ class EpochPlanner(StreamPlanning):
     def keys(self) -> list[str]:
         return self.sources.keys
 
-    def probabilities(self, directions: list[Direction], update: float = 0.0, epoch: int = 0) -> np.ndarray:
-        """Per-direction (stream) sampling probabilities at an optimizer update (of ``epoch``, if known)."""
-        r = self.ratios(directions, update, epoch)
+    def probabilities(self, directions: list[Direction], update: float = 0.0, epoch: int = 0,
+                      batches: int | None = None) -> np.ndarray:
+        """Per-direction (stream) sampling probabilities at an optimizer update (of ``epoch``, if known);
+        ``batches``: the global batches since training began there, for the weights set by ``set_weights``."""
+        r = self.ratios(directions, update, epoch, batches)
         return r / r.sum() if self.opts.sampler == "fairseq" else r
 
-    def ratios(self, directions: list[Direction], update: float = 0.0, epoch: int = 0) -> np.ndarray:
+    def ratios(self, directions: list[Direction], update: float = 0.0, epoch: int = 0,
+               batches: int | None = None) -> np.ndarray:
         """The probabilities, or for the fairseq sampler fairseq's unnormalised ratios (``mixing.mixing_ratios``)."""
         o = self.opts
         sizes = probability_sizes(o, directions, epoch, self.sources.shards == "cycle")
         weights = o.schedule.weights_at(update) if o.schedule is not None else None
+        if batches is not None:
+            for at, w in self.weight_changes:  # the last change at or before this point wins
+                if at <= batches:
+                    weights = w
         return mixing_ratios(o, sizes, [d.key for d in directions], self.sources.task_of, weights)
+
+    def set_weights(self, at: int, weights) -> None:
+        """Task weights (one per task, in ``sources.tasks`` order) for the stream windows whose first batch is at
+        global batch ``at`` (since training began) or later; the plans of those already made are dropped."""
+        if self.opts.sampler != "stream":
+            raise ValueError("set_weights changes the mixture window by window, which mixing.sampler='stream' does "
+                             "(the other samplers fix an epoch's counts when it begins): set mixing.sampler='stream' "
+                             "and data.shards='all'")
+        w = np.asarray(weights, np.float64)
+        if w.shape != (len(self.sources.tasks),) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+            raise ValueError(f"set_weights needs a weight >= 0 for each of the {len(self.sources.tasks)} tasks "
+                             f"{self.sources.tasks}, not all 0; got {w.tolist()}")
+        at = int(at)
+        if self.weight_changes and at < self.weight_changes[-1][0]:
+            raise ValueError(f"weight changes come in training order: global batch {at} is before the last change's "
+                             f"{self.weight_changes[-1][0]}")
+        self.weight_changes.append((at, w / w.sum()))
+        self._drop_plans_from(at)
+
+    def forget_plans(self) -> None:
+        """Drop every plan and what was built on them (they are made again, identical, when asked for)."""
+        self._setup, self._window_cache, self._ledger_hint = None, None, None
+        self._filtered, self._masked, self._totals = {}, {}, {}
+        self._starts = {1: self._starts[1]}
+
+    def _drop_plans_from(self, at: int) -> None:
+        """Forget what was planned with weights that a change at global batch ``at`` replaces: the stream windows
+        starting at or after it (and everything after them), later epochs' starts, and the caches built on them."""
+        self._window_cache = None
+        self._ledger_hint = None
+        setup = self._setup
+        if setup is not None and setup.stream:
+            first = setup.stream[0]
+            if first.batches >= at:  # the epoch itself begins with the new weights: plan it anew
+                epoch, self._setup = setup.epoch, None
+                drop_from = (epoch, 0)
+            else:
+                w = min((k for k, m in setup.stream.items() if m.batches >= at), default=None)
+                drop_from = (setup.epoch, w) if w is not None else (setup.epoch + 1, 0)
+                if w is not None:
+                    for k in [k for k in setup.stream if k > w]:
+                        del setup.stream[k]
+                    for k in [k for k in setup.window_counts if k >= w]:
+                        setup.counts -= setup.window_counts.pop(k)
+                    for k in [k for k in setup.window_batches if k >= w]:
+                        del setup.window_batches[k]
+                    setup.num_windows = -1
+        else:
+            drop_from = (min(self._starts), 0) if self._setup is None else (self._setup.epoch, 0)
+        epoch, w = drop_from
+        for cache in (self._filtered, self._masked, self._totals):
+            for e in [e for e in cache if e > epoch]:
+                del cache[e]
+            for k in [k for k in cache.get(epoch, {}) if k >= w]:
+                del cache[epoch][k]
+        for e in [e for e in self._starts if e > epoch]:
+            del self._starts[e]
 
     def setup(self, epoch: int) -> EpochSetup:
         if self._setup is not None and self._setup.epoch == epoch:

@@ -66,7 +66,7 @@ class StreamPlanning:
 
         positions, batches = self.epoch_start(epoch)
         update = batches / self.opts.batches_per_update
-        probs = self.probabilities(directions, update)
+        probs = self.probabilities(directions, update, batches=batches)
         total = self._epoch_total(sizes, probs)
         draws = [StreamDraw(d.size, (self.opts.seed, "stream", d.key)) for d in directions]
         setup = EpochSetup(epoch, directions, probs, np.zeros(len(directions), np.int64), draws, -1,
@@ -116,6 +116,7 @@ class StreamPlanning:
                 next_update = max((mark.batches + len(win)) / o.batches_per_update, crossed[0])
         if w + 1 not in setup.stream:
             setup.counts += counts
+            setup.window_counts[w] = counts
             nxt = StreamMark(mark.sample + size, mark.positions + counts, mark.batches + len(win), next_update)
             setup.stream[w + 1] = nxt
             if nxt.sample >= setup.samples:
@@ -124,7 +125,7 @@ class StreamPlanning:
         return win
 
     def _stream_plan(self, setup, epoch, w, mark: StreamMark, size: int):
-        probs = self.probabilities(setup.directions, mark.update)
+        probs = self.probabilities(setup.directions, mark.update, batches=mark.batches)
         counts = stratified_counts(probs, size)
         live = np.flatnonzero(counts)
         dirs = np.repeat(live, counts[live]).astype(np.int32)

@@ -91,6 +91,19 @@ class Prefetcher:
     def get_state(self):
         return self._state
 
+    def set_weights(self, weights: dict) -> None:
+        """The wrapped iterator's ``set_weights``, at the position of the last batch handed out: the read-ahead is
+        dropped (it may hold batches of a window the change re-plans) and made again from there."""
+        if not hasattr(self.iterator, "set_weights"):
+            raise TypeError(f"{type(self.iterator).__name__} has no set_weights")
+        self.close()
+        if self._dropped and self._state is not None:
+            self.iterator.set_state(self._state)
+        self._dropped = False
+        self.iterator.set_weights(weights)
+        self._state = self.iterator.get_state()
+        self._ledger = self.iterator.ledger_totals() if hasattr(self.iterator, "ledger_totals") else None
+
     def ledger(self, prefix: str = "ledger") -> dict:
         """The wrapped iterator's ledger after the last batch handed out (not the read-ahead)."""
         if not hasattr(self.iterator, "ledger_totals"):

@@ -35,7 +35,7 @@ class Reports:
             taken = [win.direction[win.batch(k)] for k in range(j)]
             done = np.concatenate(taken) if taken else np.zeros(0, np.int64)
             positions = mark.positions + np.bincount(done, minlength=len(mark.positions))
-        probs = planner.probabilities(setup.directions, mark.update)
+        probs = planner.probabilities(setup.directions, mark.update, batches=mark.batches)
         sizes = np.array([d.size for d in setup.directions], np.int64)
         served = np.zeros(len(sizes), np.int64)
         for per_epoch in self.served.values():

@@ -1,0 +1,168 @@
+"""Steering a run: set_weights changes the mixture from the next planning window, is recorded in the state, and a
+run killed and resumed at random points (in a fresh process, before or after a change) is bit-identical to one
+never stopped."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import babelfeed
+from golden import digest
+from synthetic import config_for, make_data_bin
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STREAM = {"mixing__sampler": "stream", "data__shards": "all", "batching__window": 200}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("steer")
+    make_data_bin(r)
+    return r
+
+
+def lockstep(its, steps: int, changes: dict, start: int = 0) -> list:
+    """Every rank's batch digests, step by step (epoch ends skipped), calling set_weights on every rank before
+    the steps named in ``changes``."""
+    out, step = [], start
+    while step < start + steps:
+        if step in changes:
+            for it in its:
+                it.set_weights(changes[step])
+        batches = [next(it, None) for it in its]
+        if batches[0] is None:
+            assert all(b is None for b in batches)
+            continue
+        out.append([digest(b) for b in batches])
+        step += 1
+    return out
+
+
+def random_changes(rng, tasks, steps: int) -> dict:
+    at = sorted(rng.choice(np.arange(1, steps), 3, replace=False).tolist())
+    return {int(s): {t: float(rng.choice([0.0, 0.2, 1.0, 4.0])) if i else 1.0 for i, t in enumerate(tasks)}
+            for s in at}
+
+
+CHILD = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import babelfeed
+from synthetic import config_for
+from test_steering import STREAM, lockstep
+
+world, state, start, steps, changes = json.loads(sys.argv[3])
+cfg = config_for(sys.argv[2], **STREAM)
+its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
+for it in its:
+    it.set_state(state)
+print(json.dumps(lockstep(its, steps, {int(k): v for k, v in changes.items()}, start)))
+"""
+
+
+def test_weight_changes_resume_bit_identically_at_random_points(root, tmp_path):
+    """Three changes at random steps over 2.5 epochs on 2 ranks; the run is cut at random points (before, at and
+    after changes) and resumed in a fresh process: every rank's every batch equals the uninterrupted run's, and
+    the changes moved the mixture (the runs differ from one without them)."""
+    cfg = config_for(root, **STREAM)
+    world = 2
+    its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
+    tasks = its[0].planner.sources.tasks
+    steps = int(2.5 * len(its[0]))
+    rng = np.random.default_rng(17)
+    changes = random_changes(rng, tasks, steps)
+    whole = lockstep(its, steps, changes)
+    plain = lockstep([babelfeed.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)], steps, {})
+    first = min(changes)
+    assert whole[:first] == plain[:first] and whole != plain
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    cuts = sorted({first, first + 1, *rng.choice(np.arange(1, steps - 1), 3, replace=False).tolist()})
+    for cut in cuts:
+        its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
+        head = lockstep(its, cut, changes)
+        state = its[0].get_state()
+        assert all(it.get_state() == state for it in its)
+        assert len(state.get("weights", [])) == sum(1 for s in changes if s < cut)
+        rest = {s: w for s, w in changes.items() if s >= cut}
+        out = subprocess.run([sys.executable, str(script), HERE, str(root),
+                              json.dumps([world, state, cut, steps - cut, rest])],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        tail = json.loads(out.stdout.strip().splitlines()[-1])
+        assert len(head) + len(tail) == steps and head + tail == whole, cut
+
+
+def test_a_change_moves_the_mixture_from_the_next_window(root):
+    """A task's weight set to 0 mid-window: the window being served keeps its mix, and from the next window on
+    the task's streams are not drawn; the ledger and task_stats follow."""
+    cfg = config_for(root, **STREAM)
+    it = babelfeed.build_train_iterator(cfg)
+    tasks = it.planner.sources.tasks
+    planner = it.planner
+    for _ in range(3):
+        next(it)
+    epoch, consumed = it.epoch, it.consumed
+    w, j = planner.locate(epoch, consumed)
+    assert j > 0  # mid-window
+    before = planner.window(epoch, w).samples.direction.copy()
+    it.set_weights({t: (0.0 if t == tasks[-1] else 1.0) for t in tasks})
+    dead = tasks.index(tasks[-1])
+    assert np.array_equal(planner.window(epoch, w).samples.direction, before)  # the window being served: as it was
+    assert (before == dead).any()
+    nxt = planner.window(epoch, w + 1).samples.direction
+    assert len(nxt) and not (nxt == dead).any()
+    assert it.task_stats()[tasks[-1]]["probability"] > 0  # "now": the window being served
+    while planner.locate(it.epoch, it.consumed)[0] == w:
+        next(it)
+    assert it.task_stats()[tasks[-1]]["probability"] == 0.0
+
+
+def test_set_weights_refuses_what_it_cannot_do(root):
+    it = babelfeed.build_train_iterator(config_for(root))
+    tasks = it.planner.sources.tasks
+    with pytest.raises(ValueError, match="mixing.sampler='stream'"):
+        it.set_weights({t: 1.0 for t in tasks})
+    it = babelfeed.build_train_iterator(config_for(root, **STREAM))
+    with pytest.raises(ValueError, match="for every task"):
+        it.set_weights({tasks[0]: 1.0})
+    with pytest.raises(ValueError, match="numbers >= 0"):
+        it.set_weights({t: -1.0 for t in tasks})
+    with pytest.raises(ValueError, match="not all 0"):
+        it.set_weights({t: 0.0 for t in tasks})
+    next(it)
+    it.set_weights({t: 1.0 for t in tasks})
+    state = it.get_state()
+    fresh = babelfeed.build_train_iterator(config_for(root, **STREAM))
+    with pytest.raises(ValueError, match="field 'weights' holds"):
+        fresh.set_state({**state, "weights": [[0, {tasks[0]: 1.0}]]})
+
+
+def test_the_torch_read_ahead_applies_a_change_where_the_loop_stands(root):
+    """TorchBatches reads ahead on a thread: set_weights there drops the read-ahead and applies the change at
+    the last batch handed out, so the batches equal the plain iterator's with the same change."""
+    pytest.importorskip("torch")
+    from babelfeed.adapters.torch import TorchBatches
+
+    cfg = config_for(root, **STREAM)
+    tasks = babelfeed.build_train_iterator(cfg).planner.sources.tasks
+    change = {t: (3.0 if t == tasks[-1] else 1.0) for t in tasks}
+    plain = babelfeed.build_train_iterator(cfg)
+    want = lockstep([plain], 30, {7: change})
+    tb = TorchBatches(babelfeed.build_train_iterator(cfg), device="cpu", prefetch=4)
+    got = []
+    while len(got) < 30:
+        if len(got) == 7:
+            tb.set_weights(change)
+        b = next(tb, None)
+        if b is not None:
+            got.append([digest({k: (v.numpy() if hasattr(v, "numpy") else
+                                    {kk: vv.numpy() for kk, vv in v.items()} if isinstance(v, dict) else v)
+                                for k, v in b.items()})])
+    tb.close()
+    assert got == want
+    assert tb.get_state()["weights"] == plain.get_state()["weights"]
