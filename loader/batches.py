@@ -328,6 +328,9 @@ class BatchIterator(Reports, LoaderIterator):
     def fingerprint(self) -> str:
         return self.planner.fingerprint()
 
+    def fingerprints(self) -> tuple:
+        return (self.planner.fingerprint(), self.planner.fingerprint(legacy=True))
+
     def get_state(self) -> dict:
         """A small JSON-serialisable dict; the same on every rank at the same step."""
         c = self.consumed
@@ -339,6 +342,8 @@ class BatchIterator(Reports, LoaderIterator):
         if self.planner.opts.sampler == "stream":  # where every stream stood when this epoch began
             positions, batches = self.planner.epoch_start(epoch)
             state["stream"] = {"positions": positions.tolist(), "batches": int(batches)}
+            if self.planner.changing_schedule:  # how updates were counted: [first global batch, update, per]
+                state["stream"]["updates"] = [[b, u, p] for b, u, p in self.planner.update_segments]
         from .ledger import as_state
 
         state["ledger"] = as_state(self.ledger_start(epoch), self.planner.keys)  # consumed before this epoch
@@ -365,8 +370,18 @@ class BatchIterator(Reports, LoaderIterator):
             self.planner.weight_changes = []
             for at, w in changes:
                 self.planner.set_weights(at, w)
+        planner = self.planner
+        if stream and planner.changing_schedule:
+            saved = [tuple(x) for x in state.get("stream", {}).get("updates", [])] or \
+                [(0, 0.0, planner.opts.batches_per_update)]  # an older state: its fingerprint held the count
+            if [tuple(x) for x in planner.update_segments] != saved:  # plans counted otherwise are not this state's
+                planner.forget_plans()
+                planner.update_segments = [(int(b), float(u), int(p)) for b, u, p in saved]
         if stream and "stream" in state:
             self.planner.set_epoch_start(epoch, state["stream"]["positions"], state["stream"]["batches"])
+        if stream and planner.changing_schedule and planner.update_segments[-1][2] != planner.opts.batches_per_update:
+            # resumed on another world size or accumulation: from the next window on, an update is this run's
+            planner.count_updates_from_here(planner.epoch_start(epoch)[1] + consumed, planner.opts.batches_per_update)
         if consumed and self.planner.locate(epoch, consumed - 1) is None:
             raise ValueError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
                              f"{self.planner.num_batches(epoch)} global batches")
@@ -403,7 +418,15 @@ class BatchIterator(Reports, LoaderIterator):
         return out
 
     def _check_stream(self, stream) -> None:
-        ok = (isinstance(stream, dict) and set(stream) == {"positions", "batches"}
+        updates = stream.get("updates", [[0, 0.0, 1]]) if isinstance(stream, dict) else None
+        ok_updates = (isinstance(updates, list) and updates and all(
+            isinstance(x, list) and len(x) == 3 and type(x[0]) is int and x[0] >= 0
+            and type(x[1]) in (int, float) and x[1] >= 0 and type(x[2]) is int and x[2] >= 1 for x in updates)
+            and updates[0][:2] in ([0, 0.0], [0, 0]) and all(a[0] < b[0] for a, b in zip(updates, updates[1:])))
+        if not ok_updates:
+            raise ValueError(f"iterator state field stream['updates'] must be [[first global batch, update, batches "
+                             f"per update], ...] from [0, 0, n], increasing; got {str(updates)[:200]}")
+        ok = (isinstance(stream, dict) and set(stream) - {"updates"} == {"positions", "batches"}
               and isinstance(stream["positions"], list) and isinstance(stream["batches"], int)
               and not isinstance(stream["batches"], bool) and stream["batches"] >= 0
               and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in stream["positions"]))

@@ -77,6 +77,10 @@ class LoaderIterator:
     def fingerprint(self) -> str:
         raise NotImplementedError
 
+    def fingerprints(self) -> tuple:
+        """Every fingerprint a state of this data and these settings may carry (older babelfeeds' included)."""
+        return (self.fingerprint(),)
+
     def _check_state(self, state, strict: bool, fields: dict, optional: tuple = ()) -> None:
         """Refuse a state that is not a well-formed state of this iterator: not a dict, another version, kind or
         name, a missing or unknown field, an integer field (``fields``: name -> smallest value) that is not an
@@ -108,7 +112,7 @@ class LoaderIterator:
         if strict and "fingerprint" not in state:
             raise ValueError("iterator state has no fingerprint (saved by an older babelfeed): nothing proves it "
                              "belongs to this data and these settings. Pass strict=False to resume anyway.")
-        if strict and state.get("fingerprint") != fp:
+        if strict and state.get("fingerprint") != fp and state.get("fingerprint") not in self.fingerprints():
             raise ValueError(
                 f"iterator state was saved with different data or settings (fingerprint {state.get('fingerprint')} "
                 f"!= {fp}): resuming would not continue the same stream. Pass strict=False to resume anyway.")

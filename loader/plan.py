@@ -67,6 +67,7 @@ class EpochPlanner(StreamPlanning):
         # set_weights: (global batch since training began, task weights) in order; a stream window whose first
         # batch is at or after a change's batch mixes with its weights
         self.weight_changes: list[tuple[int, np.ndarray]] = []
+        self.update_segments: list[tuple[int, float, int]] = [(0, 0.0, opts.batches_per_update)]
         self._starts: dict[int, tuple[np.ndarray, int]] = {1: (np.zeros(len(sources.keys), np.int64), 0)}
         if opts.schedule is not None and len(opts.schedule.weights[0]) != len(sources.tasks):
             raise ValueError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
@@ -123,6 +124,34 @@ class EpochPlanner(StreamPlanning):
                              f"{self.weight_changes[-1][0]}")
         self.weight_changes.append((at, w / w.sum()))
         self._drop_plans_from(at)
+
+    @property
+    def changing_schedule(self) -> bool:
+        """A mixing schedule whose weights change with the update count (so how updates are counted matters)."""
+        return self.opts.schedule is not None and bool(self.opts.schedule.boundaries)
+
+    def count_updates_from_here(self, batches: int, per: int) -> int:
+        """From the first stream window starting at global batch ``batches`` or later, an update is ``per``
+        global batches (a run resumed on another world size or accumulation). Returns where that is."""
+        if per == self.update_segments[-1][2]:
+            return batches
+        epoch = next(e for e in sorted(self._starts, reverse=True) if self._starts[e][1] <= batches)
+        setup = self.setup(epoch)
+        w = 0
+        while True:  # the first window mark at or after the position (planning the windows before it)
+            self._plan_marks(setup, w)
+            if w not in setup.stream:  # past the epoch's last window: the next epoch's start
+                self.num_batches(epoch)
+                epoch += 1
+                setup, w = self.setup(epoch), 0
+                continue
+            if setup.stream[w].batches >= batches:
+                break
+            w += 1
+        at = setup.stream[w].batches
+        self.update_segments.append((at, self.update_at(at), int(per)))
+        self._drop_plans_from(at)
+        return at
 
     def forget_plans(self) -> None:
         """Drop every plan and what was built on them (they are made again, identical, when asked for)."""
@@ -488,14 +517,17 @@ class EpochPlanner(StreamPlanning):
             out += counts
         return out
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, legacy: bool = False) -> str:
         """The data (each component's size hashes: another tokenizer or an edited file changes them, a moved
-        folder does not) and every setting that shapes the plan."""
+        folder does not) and every setting that shapes the plan. ``legacy``: as babelfeed wrote it before states
+        recorded how updates were counted (with the batches per update of a changing schedule)."""
         comps = [(c.key, c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist(), data_digest(c.src),
                   data_digest(c.tgt)) for c in self.sources.components]
         opts = asdict(self.opts)
-        if self.opts.schedule is None or not self.opts.schedule.boundaries:
-            opts.pop("batches_per_update")  # only a changing schedule makes the plan depend on it
+        # the world size and accumulation count updates, which a state records (update_segments): a run resumes
+        # on another world size, schedule or not
+        if not (legacy and self.changing_schedule):
+            opts.pop("batches_per_update")
         blob = json.dumps({"opts": opts, "split": self.sources.split, "shards": self.sources.shards,
                            "components": comps}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -65,7 +65,7 @@ class StreamPlanning:
         from .plan import EpochSetup
 
         positions, batches = self.epoch_start(epoch)
-        update = batches / self.opts.batches_per_update
+        update = self.update_at(batches)
         probs = self.probabilities(directions, update, batches=batches)
         total = self._epoch_total(sizes, probs)
         draws = [StreamDraw(d.size, (self.opts.seed, "stream", d.key)) for d in directions]
@@ -75,6 +75,27 @@ class StreamPlanning:
         self._setup = setup
         self._window_cache = None
         return setup
+
+    # The optimizer update of a position (global batches since training began): batches / batches_per_update,
+    # piecewise once the run was resumed with another world size or accumulation. ``update_segments`` holds
+    # (first global batch, its update, batches per update) per segment; a segment begins at a window's first
+    # batch, so every window is planned with the updates the run it belongs to counted.
+    def update_at(self, batches: float) -> float:
+        segs = self.update_segments
+        k = len(segs) - 1
+        while k > 0 and segs[k][0] > batches:
+            k -= 1
+        b0, u0, per = segs[k]
+        return u0 + (batches - b0) / per if k else batches / per
+
+    def batches_at(self, update: float) -> float:
+        """The inverse of :meth:`update_at`: global batches since training began at an update."""
+        segs = self.update_segments
+        k = len(segs) - 1
+        while k > 0 and segs[k][1] > update:
+            k -= 1
+        b0, u0, per = segs[k]
+        return b0 + (update - u0) * per if k else update * per
 
     def epoch_start(self, epoch: int) -> tuple[np.ndarray, int]:
         """Stream sampler: (every stream's position, global batches since training began) at the start of
@@ -105,15 +126,15 @@ class StreamPlanning:
         mark = setup.stream[w]
         size = min(o.window or setup.samples, setup.samples - mark.sample)
         win, counts = self._stream_plan(setup, epoch, w, mark, size)
-        next_update = (mark.batches + len(win)) / o.batches_per_update
+        next_update = self.update_at(mark.batches + len(win))
         sched = o.schedule
         if sched is not None and sched.mode == "step" and len(win):
             crossed = [b for b in sched.boundaries if mark.update < b < next_update]
             if crossed and size > 1:
-                at = crossed[0] * o.batches_per_update - mark.batches  # batches until the boundary
+                at = self.batches_at(crossed[0]) - mark.batches  # batches until the boundary
                 size = max(1, size * at // len(win))
                 win, counts = self._stream_plan(setup, epoch, w, mark, size)
-                next_update = max((mark.batches + len(win)) / o.batches_per_update, crossed[0])
+                next_update = max(self.update_at(mark.batches + len(win)), crossed[0])
         if w + 1 not in setup.stream:
             setup.counts += counts
             setup.window_counts[w] = counts

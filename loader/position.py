@@ -60,8 +60,12 @@ class Position:
         it = self.iterator(epoch)
         if consumed and not self.is_lm and not it.has_batch(0, base=consumed):
             epoch, consumed = epoch + 1, 0
-        return {"epoch": epoch, "consumed": int(min(consumed, len(it))) if self.is_lm else int(consumed),
-                "fingerprint": self.iterator(epoch).fingerprint()}
+        state = {"epoch": epoch, "consumed": int(min(consumed, len(it))) if self.is_lm else int(consumed),
+                 "fingerprint": self.iterator(epoch).fingerprint()}
+        planner = getattr(it, "planner", None)
+        if planner is not None and planner.changing_schedule:  # how many global batches an update was
+            state["batches_per_update"] = planner.opts.batches_per_update
+        return state
 
     def load(self, state) -> tuple[int, int]:
         epoch, consumed = check_position(state, self.what)
@@ -72,6 +76,14 @@ class Position:
             raise ValueError(f"this {self.what} state was saved for other data or settings (fingerprint "
                              f"{state['fingerprint']}, this config's {it.fingerprint()}): resume with the config "
                              f"and data it was saved with")
+        planner = getattr(it, "planner", None)
+        if planner is not None and planner.changing_schedule:
+            per = state.get("batches_per_update", planner.opts.batches_per_update)
+            if per != planner.opts.batches_per_update:
+                raise ValueError(f"{self.what} state: saved where an optimizer update was {per} global batches (world "
+                                 f"size x accumulation), here {planner.opts.batches_per_update}; the mixing schedule "
+                                 f"counts updates, so this loader resumes it only with the same count. The core "
+                                 f"iterator's get_state()/set_state() resume a schedule on any world size")
         if consumed and not it.has_batch(0, base=consumed - 1):
             raise ValueError(f"{self.what} state: consumed={consumed} is past the end of epoch {epoch}, which has "
                              f"{it.steps_after(0) * it.batches_per_step if self.is_lm else it.planner.num_batches(epoch)}"

@@ -14,7 +14,7 @@ class Reports:
         o = self.planner.opts
         if o.sampler != "stream":
             raise ValueError("the update count is kept by mixing.sampler='stream' (or 'auto' with a schedule)")
-        return (self.planner.epoch_start(self.epoch)[1] + self.consumed) / o.batches_per_update
+        return self.planner.update_at(self.planner.epoch_start(self.epoch)[1] + self.consumed)
 
     def task_stats(self) -> dict:
         """Per task: its probability now, the samples drawn from it since training began (up to the current

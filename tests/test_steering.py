@@ -166,3 +166,117 @@ def test_the_torch_read_ahead_applies_a_change_where_the_loop_stands(root):
     tb.close()
     assert got == want
     assert tb.get_state()["weights"] == plain.get_state()["weights"]
+
+
+SCHEDULED = dict(STREAM, mixing__schedule__boundaries="6,14", mixing__schedule__mode="step",
+                 mixing__schedule__weights="aaa-bbb:1,aaa-ccc:0,aaa-ddd:1 | aaa-bbb:1,aaa-ccc:1,aaa-ddd:0 | "
+                                           "aaa-bbb:0,aaa-ccc:1,aaa-ddd:1",
+                 batching__accumulation=2)
+
+ELASTIC = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+import babelfeed
+from golden import digest
+from synthetic import config_for
+from test_steering import SCHEDULED
+
+world, state = json.loads(sys.argv[3])
+cfg = config_for(sys.argv[2], **SCHEDULED)
+its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
+for it in its:
+    it.set_state(state)
+p = its[0].planner
+start = p.epoch_start(its[0].epoch)[1] + its[0].consumed
+batches, ids, updates = [], [], []
+while its[0].epoch < 3:
+    step = [next(it, None) for it in its]
+    if step[0] is None:
+        continue
+    for b in step:
+        if b["nsentences"] or b["id"].min() >= 0:
+            batches.append(digest(b))
+            ids += b["id"][b["weight"] > 0].tolist()
+    updates.append([p.epoch_start(its[0].epoch)[1] + its[0].consumed, its[0].update()])
+print(json.dumps({"start": start, "segments": p.update_segments, "batches": batches, "ids": ids,
+                  "updates": updates, "end": p.epoch_start(3)[0].tolist(), "state": its[0].get_state()}))
+"""
+
+
+def test_a_scheduled_run_resumes_on_another_world_size(root, tmp_path):
+    """A step schedule counted in optimizer updates (accumulation 2), saved on 2 ranks mid-epoch and resumed on 3
+    (and 3 -> 1) in a fresh process: the window in progress finishes as planned (the global batches up to its end
+    equal the uninterrupted run's), from the next window an update is the new world size's batches (the update
+    count goes on from where it stood), and per stream, the rows served over both runs plus those the length
+    filter dropped are exactly the stream's sequence up to where it stands at the end of epoch 2."""
+    cfg = config_for(root, **SCHEDULED)
+    script = tmp_path / "elastic.py"
+    script.write_text(ELASTIC)
+    rng = np.random.default_rng(5)
+    for w, w2 in ((2, 3), (3, 1)):
+        its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=w) for r in range(w)]
+        planner = its[0].planner
+        steps = int(rng.integers(2, len(its[0]) - 2))
+        head, head_ids, taken = [], [], 0
+        while taken < steps:
+            step = [next(it) for it in its]
+            taken += 1
+            for b in step:
+                if b["nsentences"] or b["id"].min() >= 0:
+                    head.append(digest(b))
+                    head_ids += b["id"][b["weight"] > 0].tolist()
+        state = its[0].get_state()
+        assert state["stream"]["updates"] == [[0, 0.0, 2 * w]]
+        uninterrupted = list(head)
+        while its[0].epoch < 2:  # the same run, on: its global batches to compare the window in progress with
+            step = [next(it, None) for it in its]
+            uninterrupted += [digest(b) for b in step if b is not None and (b["nsentences"] or b["id"].min() >= 0)]
+        out = subprocess.run([sys.executable, str(script), HERE, str(root), json.dumps([w2, state])],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        got = json.loads(out.stdout.strip().splitlines()[-1])
+        (b0, u0, p0), (b1, u1, p1) = got["segments"]
+        assert (b0, u0, p0) == (0, 0.0, 2 * w) and p1 == 2 * w2 and got["start"] <= b1
+        assert u1 == pytest.approx(b1 / (2 * w))
+        first_window = b1 - got["start"]  # global batches of the window in progress, still as planned
+        assert got["batches"][:first_window] == uninterrupted[len(head):len(head) + first_window]
+        for at, update in got["updates"]:
+            expect = at / (2 * w) if at < b1 else u1 + (at - b1) / (2 * w2)
+            assert update == pytest.approx(expect), (at, b1)
+        assert got["state"]["stream"]["updates"] == [[b0, u0, p0], [b1, u1, p1]]
+        # per stream: served + filtered == the stream's own sequence up to its position at the end of epoch 2
+        it = babelfeed.build_train_iterator(cfg)
+        served = it.describe_ids(head_ids + got["ids"])
+        setup = it.planner.setup(1)
+        comps = it.planner.sources.components
+        for d, key in enumerate(it.planner.keys):
+            first = next(i for i, c in enumerate(comps) if c.key == key)
+            mine = sorted(s["row"] + sum(len(c) for c in comps[first:first + s["shard"]]) for s in served
+                          if s["stream"] == key)
+            from babelfeed.mixing import stream_rows
+
+            n = got["end"][d]
+            seq = stream_rows(setup.draws, np.full(n, d, np.int32), np.arange(n)).tolist()
+            left = list(seq)
+            for r in mine:
+                left.remove(r)  # raises if served more often than the sequence holds it
+            lengths = np.concatenate([np.maximum(c.src.sizes + len(c.src_prefix), c.tgt.sizes + len(c.tgt_prefix))
+                                      for c in comps if c.key == key])
+            assert all(lengths[r] > 128 for r in left), (key, left[:5])
+
+
+def test_a_dataloader_position_refuses_a_schedule_counted_on_another_world_size(root):
+    """BatchLoader's position counts global batches only: with a mixing schedule (counted in updates) a state
+    from another world size would re-plan earlier epochs with the wrong update count, so it is refused by name."""
+    pytest.importorskip("torch")
+    from babelfeed.adapters.torch import BatchLoader
+
+    cfg = config_for(root, **SCHEDULED)
+    loader = BatchLoader(cfg, rank=0, world_size=2)
+    next(iter(loader))
+    state = loader.state_dict()
+    assert state["batches_per_update"] == 4
+    BatchLoader(cfg, rank=1, world_size=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="an optimizer update was 4 global batches"):
+        BatchLoader(cfg, rank=0, world_size=3).load_state_dict(state)
