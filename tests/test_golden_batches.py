@@ -101,3 +101,22 @@ def test_the_compiled_kernel_is_built():
         pytest.skip("BABELFEED_KERNEL=0: the numpy gather was asked for")
     assert babelfeed.gather.KERNEL is not None, "loader/_gather.c was not compiled: is a C compiler installed?"
     assert babelfeed.plan_kernel.KERNEL is not None, "loader/_plan.c was not compiled: is a C compiler installed?"
+
+
+def test_a_scheduled_state_recorded_before_updates_were_counted_in_it_still_matches(root):
+    """The recording's stream_schedule_tasks state carried fingerprint 1cf2d3df4adfd1de before states recorded
+    how updates were counted (the fingerprint then held the batches per update): that value is still accepted."""
+    import re
+
+    import babelfeed
+    from babelfeed.config import task
+
+    src = open(golden.__file__).read()
+    sched = eval("dict(" + re.search(r"sched = dict\((.*?)\)\n", src, re.S).group(1) + ")")
+    cfg = golden._cfg(root, **sched)
+    with cfg.unlocked():
+        cfg.tasks["mt"] = task("aaa-bbb,aaa-ccc", weight=1.0)
+        cfg.tasks["dae"] = task("eee", kind="denoise", transforms="token_drop:rate=0.2", source_prefix="__bt__")
+    it = babelfeed.build_train_iterator(cfg, rank=0, world_size=2)
+    assert "1cf2d3df4adfd1de" in it.fingerprints() and it.fingerprint() == WANT["stream_schedule_tasks"]["state"][
+        "fingerprint"]

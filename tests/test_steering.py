@@ -280,3 +280,20 @@ def test_a_dataloader_position_refuses_a_schedule_counted_on_another_world_size(
     BatchLoader(cfg, rank=1, world_size=2).load_state_dict(state)
     with pytest.raises(ValueError, match="an optimizer update was 4 global batches"):
         BatchLoader(cfg, rank=0, world_size=3).load_state_dict(state)
+
+
+def test_a_state_written_before_updates_were_recorded_still_resumes(root):
+    """Before states recorded how updates were counted, a scheduled run's fingerprint held its batches per
+    update and its state had no stream['updates']: such a state resumes, on the same count, to the same batches."""
+    cfg = config_for(root, **SCHEDULED)
+    it = babelfeed.build_train_iterator(cfg, world_size=2)
+    for _ in range(5):
+        next(it)
+    state = it.get_state()
+    want = [digest(next(it)) for _ in range(8)]
+    old = {**state, "fingerprint": it.planner.fingerprint(legacy=True),
+           "stream": {k: v for k, v in state["stream"].items() if k != "updates"}}
+    assert old["fingerprint"] != state["fingerprint"]
+    fresh = babelfeed.build_train_iterator(cfg, world_size=2)
+    fresh.set_state(old)
+    assert [digest(next(fresh)) for _ in range(8)] == want
