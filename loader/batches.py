@@ -59,6 +59,11 @@ class BatchIterator(Reports, LoaderIterator):
         self._base = 0  # global batches consumed before this run's first step of the epoch
         self.step = 0  # steps taken by every rank since _base
         self._ledger_start: dict[int, np.ndarray] = {1: np.zeros((3, len(planner.keys)), np.int64)}
+        self.config_snapshot: dict | None = None  # the config as JSON (build_train_iterator sets it): edits
+        self._handover = None  # edits.Handover: the saved run's window in progress, after an edited resume
+        self.dormant: dict = {}  # streams an edit removed: name -> position and ledger counts, kept in the state
+        self.edits: list = []  # the mixture edits of this run: step, global batch, epoch, what changed
+        self._former = None  # (sources, id_base) of the run before the last edit, for its removed streams' ids
         self._hint = (0, 0)
         self._ra_hint = (0, 0, 0)  # random access (batch_at, has_batch): (epoch, window, its first batch)
         self.total_steps = 0
@@ -73,7 +78,8 @@ class BatchIterator(Reports, LoaderIterator):
     def __len__(self) -> int:
         """Steps of the current epoch for this rank, counted from the epoch's start (the first call plans the
         integers of every window of the epoch)."""
-        n = self.planner.num_batches(self.epoch)
+        h = self._handover
+        n = h.end if h is not None and self.epoch == h.epoch else self.planner.num_batches(self.epoch)
         before_resume = -(-self._base // self._per_step)
         return before_resume + -(-max(n - self._base, 0) // self._per_step)
 
@@ -93,11 +99,17 @@ class BatchIterator(Reports, LoaderIterator):
         position saved at another world size), as :meth:`batch_at` takes it."""
         if k < 0:
             return False
+        self._no_random_access_in_handover()
         if base is not None:
             return base >= 0 and self._locate(int(base) + k * self._per_step) is not None
         if self._base % self._per_step:  # resumed between steps on another world size: count them all
             return k < len(self)
         return self._locate(k * self._per_step) is not None
+
+    def _no_random_access_in_handover(self) -> None:
+        if self._handover is not None and self.epoch == self._handover.epoch:
+            raise ValueError("this iterator is finishing the saved run's planning window after a mixture edit: "
+                             "iterate it (random access resumes with the next epoch)")
 
     def _locate(self, g: int):
         """``planner.locate`` for random access, starting from the window found last (not from window 0)."""
@@ -114,6 +126,17 @@ class BatchIterator(Reports, LoaderIterator):
     def __next__(self) -> dict:
         if self.max_epochs is not None and self.epoch > self.max_epochs:
             raise StopIteration
+        h = self._handover
+        if h is not None and self.epoch == h.epoch:  # the rest of the saved run's window, then the edited mixture
+            start = self.consumed
+            if start >= h.end:
+                self._handover = None
+                self._next_epoch()
+                raise StopIteration
+            batch = h.batch(start + (self.rank if self.split == "batches" else 0), start)
+            self.step += 1
+            self.total_steps += 1
+            return batch
         start = self.consumed
         if self.planner.locate(self.epoch, start, self._hint) is None:
             self._next_epoch()
@@ -272,6 +295,9 @@ class BatchIterator(Reports, LoaderIterator):
         ``consumed``): what :meth:`ledger` reports, as arrays (cheap to take after every batch)."""
         epoch = self.epoch if epoch is None else epoch
         consumed = self.consumed if consumed is None else consumed
+        h = self._handover
+        if h is not None and epoch == h.epoch:
+            return epoch, h.totals(consumed), self.total_steps
         return epoch, self.ledger_start(epoch) + self.planner.consumed_totals(epoch, consumed), self.total_steps
 
     def ledger(self, prefix: str = "ledger", at: tuple | None = None) -> dict:
@@ -294,7 +320,16 @@ class BatchIterator(Reports, LoaderIterator):
         "row"}`` (``None`` for -1, an epoch-padding row). ``row`` is the record in that shard's ``.idx``."""
         from .ledger import describe_ids
 
-        return describe_ids(self.planner.sources, self.collater.id_base, ids)
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        total = int(self.collater.id_base[-1])
+        former = self._former
+        if former is None or not (ids >= total).any():
+            return describe_ids(self.planner.sources, self.collater.id_base, ids)
+        out = describe_ids(self.planner.sources, self.collater.id_base, np.where(ids >= total, -1, ids))
+        late = np.flatnonzero(ids >= total)  # rows of a stream an edit removed, served while finishing its window
+        for i, d in zip(late.tolist(), describe_ids(former[0], former[1], ids[late] - total)):
+            out[i] = dict(d, id=int(ids[i]))
+        return out
 
     def set_weights(self, weights: dict) -> None:
         """Change the mixture from the next planning window on: ``{task: weight}`` for every task (the tasks of
@@ -310,6 +345,9 @@ class BatchIterator(Reports, LoaderIterator):
                if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0}
         if bad:
             raise ValueError(f"set_weights: weights must be numbers >= 0, got {bad}")
+        if self._handover is not None and self.epoch == self._handover.epoch:
+            raise ValueError("set_weights after the saved run's planning window is finished (a mixture edit was "
+                             f"resumed): {len(self) - self.iterations_in_epoch} more steps")
         at = self.planner.epoch_start(self.epoch)[1] + self.consumed if self.planner.opts.sampler == "stream" else 0
         self.planner.set_weights(at, [float(weights[t]) for t in tasks])
         self._hint = (0, 0)
@@ -335,7 +373,12 @@ class BatchIterator(Reports, LoaderIterator):
         """A small JSON-serialisable dict; the same on every rank at the same step."""
         c = self.consumed
         epoch = self.epoch
-        if self.planner.locate(epoch, c, self._hint) is None and c > 0:
+        h = self._handover
+        if h is not None and epoch == h.epoch:
+            if c < h.end:  # the saved run's state, where it stands: resuming repeats the edit from here
+                return {**h.state, "consumed": c, "total_steps": self.total_steps}
+            epoch, c = epoch + 1, 0
+        elif self.planner.locate(epoch, c, self._hint) is None and c > 0:
             epoch, c = epoch + 1, 0  # finished epoch: resume at the start of the next
         state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
                  "total_steps": self.total_steps, "fingerprint": self.planner.fingerprint()}
@@ -350,14 +393,36 @@ class BatchIterator(Reports, LoaderIterator):
         if self.planner.weight_changes:  # set_weights: at which global batch, which task weights
             tasks = self.planner.sources.tasks
             state["weights"] = [[at, dict(zip(tasks, w.tolist()))] for at, w in self.planner.weight_changes]
+        if self.planner.opts.sampler == "stream":
+            state["stream"]["keys"] = list(self.planner.keys)  # positions by name: an edit maps them
+            if self.config_snapshot is not None:  # to finish a window in progress under an edited config
+                from .edits import stream_identities
+
+                state["config"] = self.config_snapshot
+                state["stream"]["data"] = stream_identities(self.planner)  # per stream: what its sequence reads
+            if self.dormant:
+                state["dormant"] = self.dormant
+            if self.edits:
+                state["edits"] = self.edits
         return state
 
-    def set_state(self, state: dict, strict: bool = True) -> None:
+    STREAM_FIELDS = ("stream", "ledger", "weights", "config", "dormant", "edits")
+
+    def set_state(self, state: dict, strict: bool = True, mixture_change: str = "refuse") -> None:
+        """Continue after ``state`` (from ``get_state()``). ``mixture_change="allow"``: the config was edited
+        (weights, temperature, tasks added or removed...; stream sampler): every stream goes on from its
+        position, after the saved run's planning window in progress is finished as planned (``babelfeed.edits``).
+        A change to a kept stream's data or to the seed is refused either way."""
+        if mixture_change not in ("refuse", "allow"):
+            raise ValueError(f"mixture_change must be 'refuse' or 'allow', got {mixture_change!r}")
         stream = self.planner.opts.sampler == "stream"
+        if (mixture_change == "allow" and stream and isinstance(state, dict)
+                and state.get("fingerprint") not in self.fingerprints()):
+            return self._resume_edited(state)
         self._check_state(state, strict, {"epoch": 1, "consumed": 0, "total_steps": 0},
-                          optional=("stream", "ledger", "weights") if stream else ("ledger",))
+                          optional=self.STREAM_FIELDS if stream else ("ledger",))
         if stream and "stream" in state:
-            self._check_stream(state["stream"])
+            self._check_stream(state["stream"], self.planner.keys)
         elif stream and strict:
             raise ValueError("iterator state lacks 'stream' (where each stream stood when the epoch began), which "
                              "get_state() writes for mixing.sampler='stream'")
@@ -391,12 +456,79 @@ class BatchIterator(Reports, LoaderIterator):
             self._ledger_start = {epoch: from_state(state["ledger"], self.planner.keys)}
         else:  # a state without a ledger (an older babelfeed): counted from every earlier epoch's plan
             self._ledger_start = {1: np.zeros((3, len(self.planner.keys)), np.int64)}
+        self._handover = None
+        self.dormant = dict(state.get("dormant", {}))
+        self.edits = list(state.get("edits", []))
         self.epoch = epoch
         self._base = consumed
         self.step = 0
         self._hint = (0, 0)
         self._ra_hint = (0, 0, 0)
         self.total_steps = int(state["total_steps"])
+
+    def _resume_edited(self, state: dict) -> None:
+        """set_state with mixture_change="allow" for a state of another config (see ``babelfeed.edits``)."""
+        import ml_collections
+
+        from .build import build_train_iterator
+        from .edits import Handover, check_data, config_changes, map_totals
+        from .ledger import FIELDS, from_state
+
+        self._check_state(state, False, {"epoch": 1, "consumed": 0, "total_steps": 0}, optional=self.STREAM_FIELDS)
+        snap = state.get("config")
+        if not isinstance(snap, dict) or not isinstance(state.get("stream"), dict) or "keys" not in state["stream"]:
+            raise ValueError("this state carries no config of its run (saved by an older babelfeed, or without the "
+                             "stream sampler): resume with the config it was saved with, then edit at a later state")
+        check_data(state["stream"].get("data", {}), snap, self.planner)
+        old_cfg = ml_collections.ConfigDict(snap)
+        if self.config_snapshot is not None:
+            old_cfg.data.path = self.config_snapshot["data"]["path"]  # the data as this run finds it
+        old = build_train_iterator(old_cfg, rank=self.rank, world_size=self.world_size, split=self.split)
+        try:
+            old.set_state(state)  # the saved config reproduces the saved run
+        except ValueError as e:
+            raise ValueError(f"the config this state was saved with does not reproduce its run on the data at "
+                             f"{old_cfg.data.path} (a stream the edit removed reads other data now?): {e}") from None
+        planner, P = self.planner, old.planner
+        epoch, consumed = old.epoch, old.consumed
+        where = P.locate(epoch, consumed)
+        w, j = where if where is not None else (None, 0)
+        if where is None:  # (a state at an epoch's end is written as the next epoch's start; for safety)
+            end, positions, batches = consumed, *P.epoch_start(epoch + 1)
+        else:
+            end = consumed if j == 0 else P.window_start(epoch, w) + len(P.window(epoch, w))
+            mark = P.stream_mark(epoch, w if j == 0 else w + 1)
+            positions, batches = mark.positions, mark.batches
+        pos = {k: int(p) for k, p in zip(P.keys, positions.tolist())}
+        _, totals, _ = old.ledger_totals(epoch, end)
+        counts = {k: {f: int(totals[i, n]) for i, f in enumerate(FIELDS)} for n, k in enumerate(P.keys)}
+        for name, kept in old.dormant.items():
+            pos.setdefault(name, int(kept["position"]))
+            counts.setdefault(name, {f: int(kept[f]) for f in FIELDS})
+        segs = list(P.update_segments)
+        if segs[-1][2] != planner.opts.batches_per_update:
+            if segs[-1][0] >= batches:
+                segs.pop()
+            segs.append((int(batches), float(P.update_at(batches)), int(planner.opts.batches_per_update)))
+        planner.forget_plans()
+        planner.weight_changes = []  # the edited config's weights rule from here
+        planner.update_segments = segs
+        planner.set_epoch_start(epoch + 1, [pos.get(k, 0) for k in planner.keys], int(batches))
+        self._ledger_start = {epoch + 1: map_totals(np.zeros((3, 0), np.int64), [], planner.keys, counts)}
+        self.dormant = {k: {"position": pos[k], **counts[k]} for k in pos if k not in planner.keys}
+        finishing = -(-(end - consumed) // self._per_step)  # steps that finish the saved run's window
+        self.edits = list(state.get("edits", [])) + [{
+            "saved_at_step": int(state["total_steps"]), "step": int(state["total_steps"]) + finishing,
+            "global_batch": int(batches), "epoch": epoch + 1, "changes": config_changes(snap, self.config_snapshot or {})}]
+        self.total_steps = int(state["total_steps"])
+        self._hint, self._ra_hint, self.step = (0, 0), (0, 0, 0), 0
+        self._former = (P.sources, old.collater.id_base)
+        if end > consumed:
+            self._handover = Handover(old, epoch, end, state, self)
+            self.epoch, self._base = epoch, consumed
+        else:
+            self._handover = None
+            self.epoch, self._base = epoch + 1, 0
 
     def _check_weights(self, changes) -> list:
         """A state's ``weights`` (set_weights' changes): ``[[global batch, {task: weight}], ...]`` in order."""
@@ -417,7 +549,11 @@ class BatchIterator(Reports, LoaderIterator):
             out.append((change[0], [float(change[1][t]) for t in tasks]))
         return out
 
-    def _check_stream(self, stream) -> None:
+    def _check_stream(self, stream, keys=None) -> None:
+        if isinstance(stream, dict) and "keys" in stream and keys is not None and stream["keys"] != list(keys):
+            raise ValueError(f"iterator state field stream['keys'] names the streams {str(stream['keys'])[:200]}, "
+                             f"this config's are {str(list(keys))[:200]}: an edited mixture resumes with "
+                             f"set_state(state, mixture_change='allow')")
         updates = stream.get("updates", [[0, 0.0, 1]]) if isinstance(stream, dict) else None
         ok_updates = (isinstance(updates, list) and updates and all(
             isinstance(x, list) and len(x) == 3 and type(x[0]) is int and x[0] >= 0
@@ -426,7 +562,7 @@ class BatchIterator(Reports, LoaderIterator):
         if not ok_updates:
             raise ValueError(f"iterator state field stream['updates'] must be [[first global batch, update, batches "
                              f"per update], ...] from [0, 0, n], increasing; got {str(updates)[:200]}")
-        ok = (isinstance(stream, dict) and set(stream) - {"updates"} == {"positions", "batches"}
+        ok = (isinstance(stream, dict) and set(stream) - {"updates", "keys", "data"} == {"positions", "batches"}
               and isinstance(stream["positions"], list) and isinstance(stream["batches"], int)
               and not isinstance(stream["batches"], bool) and stream["batches"] >= 0
               and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in stream["positions"]))

@@ -304,8 +304,13 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
     plan = shape_plan(config, planner, stats=False)
     if plan is not None:
         planner = EpochPlanner(sources, dataclasses.replace(opts, shapes=tuple(plan.shapes)))
-    return BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, epoch, name="train",
-                         split=split)
+    it = BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, epoch, name="train",
+                       split=split)
+    if opts.sampler == "stream":  # the state carries it, so an edited config can finish this run's window
+        from .edits import snapshot
+
+        it.config_snapshot = snapshot(config)
+    return it
 
 
 MAX_HISTOGRAM_SAMPLES = 4_000_000

@@ -115,4 +115,6 @@ class LoaderIterator:
         if strict and state.get("fingerprint") != fp and state.get("fingerprint") not in self.fingerprints():
             raise ValueError(
                 f"iterator state was saved with different data or settings (fingerprint {state.get('fingerprint')} "
-                f"!= {fp}): resuming would not continue the same stream. Pass strict=False to resume anyway.")
+                f"!= {fp}): resuming would not continue the same stream. Pass strict=False to resume anyway"
+                + (", or, for an edited mixture with mixing.sampler='stream', mixture_change='allow' (every stream "
+                   "goes on from its position)." if getattr(self, "config_snapshot", None) is not None else "."))

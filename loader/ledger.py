@@ -112,6 +112,13 @@ def step_position(it, step: int, state: dict | None = None) -> tuple[int, int]:
     epoch, first = 1, 1  # the epoch and the step it begins with
     if state is not None:
         it.set_state(state)  # checks the state against this data and these settings
+    edits = getattr(it, "edits", [])
+    if edits:  # an edited run: this config's plan begins with the epoch after the last edit
+        if step <= edits[-1]["step"]:
+            raise ValueError(f"step {step} is before this run's last mixture edit (its mixture begins after step "
+                             f"{edits[-1]['step']}): trace it with the config and a state from before the edit")
+        epoch, first = int(edits[-1]["epoch"]), int(edits[-1]["step"]) + 1
+    elif state is not None:
         epoch, consumed, total = int(state["epoch"]), int(state["consumed"]), int(state["total_steps"])
         first = total - -(-consumed // per) + 1
         while step < first and epoch > 1:

@@ -297,3 +297,137 @@ def test_a_state_written_before_updates_were_recorded_still_resumes(root):
     fresh = babelfeed.build_train_iterator(cfg, world_size=2)
     fresh.set_state(old)
     assert [digest(next(fresh)) for _ in range(8)] == want
+
+
+EDITS = [dict(data__directions="aaa-bbb,aaa-ccc"),                                   # the run starts with two
+         dict(data__directions="all", mixing__temperature=1.5),                      # a corpus added, T changed
+         dict(data__directions="aaa-bbb,aaa-ddd", mixing__temperature=1.5),          # one removed
+         dict(data__directions="all", mixing__temperature=3.0)]                      # and added back
+
+SEGMENT = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import babelfeed
+from synthetic import config_for
+from test_steering import STREAM, EDITS
+
+edit, world, state, steps = json.loads(sys.argv[3])
+cfg = config_for(sys.argv[2], **STREAM, **EDITS[edit])
+its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
+if state is not None:
+    for it in its:
+        it.set_state(state, mixture_change="allow")
+served, taken, epoch = [], 0, its[0].epoch
+while True:
+    if steps is not None and taken == steps:
+        break
+    batches = [next(it, None) for it in its]
+    if batches[0] is None:
+        if steps is None:  # the last segment runs to an epoch's end: every stream at an exact position
+            break
+        continue
+    taken += 1
+    for b in batches:
+        real = b["weight"] > 0
+        for d in its[0].describe_ids(b["id"][real]):
+            served.append([d["stream"], d["shard"], d["row"]])
+state = its[0].get_state()
+assert all(it.get_state() == state for it in its)
+print(json.dumps({"served": served, "state": state, "edits": its[0].edits}))
+"""
+
+
+def test_mixture_edits_on_resume_lose_and_repeat_nothing(root, tmp_path):
+    """A run edited three times (a corpus added and the temperature changed, one removed, it added back), each
+    segment in a fresh process and cut at a random step (mid-window), on 2 then 3 then 1 then 2 ranks: per
+    stream, the rows served over all segments are exactly the stream's own sequence up to where it stands (a
+    removed stream keeps its position and goes on from it when added back); the edits are in the state."""
+    script = tmp_path / "segment.py"
+    script.write_text(SEGMENT)
+    rng = np.random.default_rng(23)
+
+    def segment(edit, world, state, steps):
+        out = subprocess.run([sys.executable, str(script), HERE, str(root), json.dumps([edit, world, state, steps])],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    served, state = [], None
+    for edit, world in zip(range(4), (2, 3, 1, 2)):
+        last = edit == 3
+        got = segment(edit, world, state, None if last else int(rng.integers(5, 40)))
+        served += got["served"]
+        state = got["state"]
+    assert [e["epoch"] for e in state["edits"]] == sorted(e["epoch"] for e in state["edits"]) and len(
+        state["edits"]) == 3
+    assert state["edits"][0]["changes"]["data.directions"] == ["aaa-bbb,aaa-ccc", "all"]
+    assert state["edits"][0]["changes"]["mixing.temperature"] == [5.0, 1.5]
+    full = babelfeed.build_train_iterator(config_for(root, **STREAM))
+    keys = full.planner.keys
+    setup = full.planner.setup(1)
+    comps = full.planner.sources.components
+    final = dict(zip(state["stream"]["keys"], state["stream"]["positions"]))
+    assert set(final) == set(keys) and state["epoch"] >= 2 and state["consumed"] == 0
+    from babelfeed.mixing import stream_rows
+
+    for d, key in enumerate(keys):
+        shard_start = {c.shard: sum(len(x) for x in comps if x.key == key and x.shard < c.shard)
+                       for c in comps if c.key == key}
+        mine = sorted(shard_start[s] + r for k, s, r in served if k == key)
+        n = final[key]
+        want = sorted(stream_rows(setup.draws, np.full(n, d, np.int32), np.arange(n)).tolist())
+        assert n > 0 and mine == want, (key, n, len(mine))
+
+
+def test_an_edit_that_changes_a_streams_data_or_the_seed_is_refused_by_name(root, tmp_path):
+    it = babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[0]))
+    for _ in range(3):
+        next(it)
+    state = it.get_state()
+    other = tmp_path / "other"
+    make_data_bin(other, seed=4)  # the same stream names over other sentences
+    moved = babelfeed.build_train_iterator(config_for(other, **STREAM, **EDITS[1]))
+    with pytest.raises(ValueError, match=r"the data of stream\(s\) \['aaa-bbb', 'aaa-ccc'\] changed"):
+        moved.set_state(state, mixture_change="allow")
+    reseeded = babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1], seed=9))
+    with pytest.raises(ValueError, match="the seed changed"):
+        reseeded.set_state(state, mixture_change="allow")
+    with pytest.raises(ValueError, match="mixture_change='allow'"):  # without it: refused, and told how
+        babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1])).set_state(state)
+    legacy = {k: v for k, v in state.items() if k != "config"}
+    with pytest.raises(ValueError, match="carries no config of its run"):
+        babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1])).set_state(legacy, mixture_change="allow")
+    with pytest.raises(ValueError, match="mixture_change must be"):
+        it.set_state(state, mixture_change="yes")
+
+
+def test_trace_after_an_edit_counts_steps_from_the_edited_mixture(root):
+    """After an edited resume, trace(step) names the samples the ranks served at that step (steps after the
+    edit's); a step before the edit is refused, by name."""
+    world = 2
+    its = [babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[0]), rank=r, world_size=world)
+           for r in range(world)]
+    for _ in range(9):
+        for it in its:
+            next(it)
+    state = its[0].get_state()
+    cfg = config_for(root, **STREAM, **EDITS[1])
+    its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
+    for it in its:
+        it.set_state(state, mixture_change="allow")
+    by_step, step = {}, 9
+    while len(by_step) < 25:
+        batches = [next(it, None) for it in its]
+        if batches[0] is None:
+            continue
+        step += 1
+        by_step[step] = [sorted(b["id"][b["weight"] > 0].tolist()) for b in batches]
+    later = its[0].get_state()
+    edit_step = later["edits"][-1]["step"]
+    assert 9 < edit_step < 34
+    probe = babelfeed.build_train_iterator(cfg, world_size=world)
+    for s in (edit_step + 1, edit_step + 5, step):
+        rows = probe.trace(s, later)
+        assert [sorted(r["id"] for r in rows if r["rank"] == k) for k in range(world)] == by_step[s], s
+    with pytest.raises(ValueError, match="before this run's last mixture edit"):
+        probe.trace(edit_step, later)
