@@ -171,7 +171,10 @@ class EpochPlanner(StreamPlanning):
                 epoch, self._setup = setup.epoch, None
                 drop_from = (epoch, 0)
             else:
-                w = min((k for k, m in setup.stream.items() if m.batches >= at), default=None)
+                # the first window starting at or after the change (the epoch's end mark is no window: the change
+                # then begins with the next epoch, whose start positions stand)
+                w = min((k for k, m in setup.stream.items() if m.batches >= at and m.sample < setup.samples),
+                        default=None)
                 drop_from = (setup.epoch, w) if w is not None else (setup.epoch + 1, 0)
                 if w is not None:
                     for k in [k for k in setup.stream if k > w]:

@@ -431,3 +431,61 @@ def test_trace_after_an_edit_counts_steps_from_the_edited_mixture(root):
         assert [sorted(r["id"] for r in rows if r["rank"] == k) for k in range(world)] == by_step[s], s
     with pytest.raises(ValueError, match="before this run's last mixture edit"):
         probe.trace(edit_step, later)
+
+
+def test_an_exponentiated_gradient_policy_moves_weight_to_the_high_loss_task(root):
+    """The policy's weights follow exp(eta * loss), normalised and floored; fed to set_weights every 10 steps
+    with one task's loss held high, that task's share of the served samples grows, and the policy built from a
+    state continues from the last weights the state recorded."""
+    from babelfeed.policy import ExponentiatedGradient
+
+    p = ExponentiatedGradient(["a", "b"], eta=1.0, floor=0.0)
+    w = p.update({"a": 1.0, "b": 2.0})
+    assert w["b"] / w["a"] == pytest.approx(np.e)
+    assert p.update({"a": 1.0})["b"] / p.weights["a"] == pytest.approx(np.e)  # b as the mean: unchanged ratio
+    floored = ExponentiatedGradient(["a", "b"], eta=50.0, floor=0.1).update({"a": 0.0, "b": 10.0})
+    assert floored["a"] == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="not among"):
+        p.update({"c": 1.0})
+    with pytest.raises(ValueError, match="finite"):
+        p.update({"a": float("nan")})
+
+    it = babelfeed.build_train_iterator(config_for(root, **STREAM))
+    tasks = it.planner.sources.tasks
+    hard = tasks[0]
+    policy = ExponentiatedGradient(tasks, eta=1.0)
+    shares = []
+    for step in range(1, 121):
+        b = next(it, None) or next(it)
+        real = b["weight"] > 0
+        shares.append(np.mean(np.asarray(b["direction"])[real] == tasks.index(hard)))
+        if step % 10 == 0:
+            it.set_weights(policy.update({t: (3.0 if t == hard else 1.0) for t in tasks}))
+    assert np.mean(shares[-30:]) > np.mean(shares[:20]) + 0.2, (np.mean(shares[:20]), np.mean(shares[-30:]))
+    again = ExponentiatedGradient.from_state(tasks, it.get_state(), eta=1.0)
+    assert again.weights == pytest.approx(policy.weights)
+
+
+def test_a_change_at_an_epochs_last_batch_takes_effect_with_the_next_epoch(root):
+    """set_weights when the epoch's last step has been taken (the end of its last window): the next epoch starts
+    where the streams stood and mixes with the new weights; a run resumed from the state is identical."""
+    cfg = config_for(root, **STREAM)
+    it = babelfeed.build_train_iterator(cfg)
+    tasks = it.planner.sources.tasks
+    n = len(it)
+    for _ in range(n):
+        next(it)
+    change = {t: (5.0 if t == tasks[0] else 1.0) for t in tasks}
+    it.set_weights(change)
+    state = it.get_state()
+    with pytest.raises(StopIteration):
+        next(it)
+    got = [digest(next(it)) for _ in range(12)]
+    fresh = babelfeed.build_train_iterator(cfg)
+    fresh.set_state(json.loads(json.dumps(state)))
+    assert [digest(next(fresh)) for _ in range(12)] == got
+    plain = babelfeed.build_train_iterator(cfg)
+    for _ in range(n):
+        next(plain)
+    next(plain, None)
+    assert [digest(next(plain)) for _ in range(12)] != got  # the weights did change epoch 2

@@ -1,0 +1,69 @@
+"""Mixture policies: task weights computed from what training reports, for ``it.set_weights``.
+
+    policy = babelfeed.policy.ExponentiatedGradient(it.planner.sources.tasks, eta=0.5)
+    for step, batch in enumerate(it, 1):
+        ...
+        if step % 500 == 0:
+            it.set_weights(policy.update(mean_loss_per_task))   # {task: loss} since the last update
+
+The iterator records every change in its state, so a resumed run replays the same weights (see
+``BatchIterator.set_weights``); the policy itself holds nothing the state does not: ``ExponentiatedGradient.
+from_state(tasks, state)`` continues from the last weights a state recorded. A static schedule
+(``mixing.schedule``) is the policy that ignores losses.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+class ExponentiatedGradient:
+    """Multiplicative weights toward the tasks whose loss is high (as in DoReMi's and online data mixing's
+    updates): ``w_t <- w_t * exp(eta * loss_t)``, normalised, then mixed with the uniform distribution by
+    ``floor`` so that no task is starved. ``losses`` may leave out a task (it moves as if its loss were the
+    mean of the others)."""
+
+    def __init__(self, tasks, eta: float = 0.5, floor: float = 0.05, weights: dict | None = None):
+        self.tasks = list(tasks)
+        if not self.tasks:
+            raise ValueError("ExponentiatedGradient needs at least one task")
+        if not (isinstance(eta, (int, float)) and math.isfinite(eta) and eta >= 0):
+            raise ValueError(f"eta must be a finite number >= 0, got {eta!r}")
+        if not (isinstance(floor, (int, float)) and 0 <= floor < 1):
+            raise ValueError(f"floor must be in [0, 1), got {floor!r}")
+        self.eta, self.floor = float(eta), float(floor)
+        start = weights or {t: 1.0 for t in self.tasks}
+        self.weights = self._normalised({t: float(start.get(t, 0.0)) for t in self.tasks})
+
+    @classmethod
+    def from_state(cls, tasks, state: dict, **kwargs) -> "ExponentiatedGradient":
+        """The policy where a run's state left it: its last recorded weights (uniform if none)."""
+        changes = state.get("weights") or []
+        policy = cls(tasks, **kwargs)
+        if changes:  # as the policy returned them (already floored), normalised by set_weights
+            last = {t: float(changes[-1][1].get(t, 0.0)) for t in policy.tasks}
+            total = sum(last.values())
+            policy.weights = {t: v / total for t, v in last.items()}
+        return policy
+
+    def _normalised(self, w: dict) -> dict:
+        total = sum(w.values())
+        if not total > 0:
+            raise ValueError(f"weights must not all be 0: {w}")
+        k = len(self.tasks)
+        return {t: (1 - self.floor) * w[t] / total + self.floor / k for t in self.tasks}
+
+    def update(self, losses: dict) -> dict:
+        """New weights from ``{task: loss}`` (finite numbers); returns them, ready for ``it.set_weights``."""
+        unknown = sorted(set(losses) - set(self.tasks))
+        if unknown:
+            raise ValueError(f"losses name tasks {unknown} that are not among {self.tasks}")
+        bad = {t: v for t, v in losses.items() if not (isinstance(v, (int, float)) and math.isfinite(v))}
+        if bad:
+            raise ValueError(f"losses must be finite numbers, got {bad}")
+        mean = sum(losses.values()) / len(losses) if losses else 0.0
+        full = {t: float(losses.get(t, mean)) for t in self.tasks}  # a task not reported: as the mean
+        top = max(full.values())  # subtracted: exp stays in range, the ratios are the same
+        raised = {t: w * math.exp(self.eta * (full[t] - top)) for t, w in self.weights.items()}
+        self.weights = self._normalised(raised)
+        return dict(self.weights)
