@@ -18,14 +18,14 @@ POLICIES = {
 
 @dataclass
 class BinarizeOptions:
-    input_dir: str
+    input_dir: str | None  # a folder of inputs (None: only --input globs)
     output_dir: str
     spm_model: str | None = None  # an existing SentencePiece model
     train_spm: int | None = None  # or train one with this vocabulary size
     dict_path: str | None = None  # an existing fairseq dict.txt to map pieces through (default: spm order)
     shards: int = 1
     workers: int = 0  # 0: every core
-    format: str = "fairseq"
+    format: str | None = None  # None: fairseq for sentences, megatron for documents
     max_len: int = 1024  # tokens per sentence, </s> included
     empty: str = "drop"
     overlong: str = "drop"
@@ -38,10 +38,41 @@ class BinarizeOptions:
     seed: int = 1
     overwrite: bool = False
     progress: bool | None = None  # None: a bar when stderr is a terminal
+    inputs: tuple = ()  # "KEY=GLOB" specs beside (or instead of) input_dir
+    engine: str = "local"  # "local" or "ray"
+    ray_address: str | None = None  # --ray-address: "auto", HOST:PORT, ray://...; None: a local Ray instance
+    documents: bool = False  # JSONL / plain-text documents -> Megatron LM data
+    json_keys: tuple = ("text",)
+    split_sentences: bool = False
+    append_eod: bool = True
+    bad_record: str = "error"  # documents: a line that is no JSON object with the keys
 
     def validate(self) -> None:
+        if self.format is None:
+            self.format = "megatron" if self.documents else "fairseq"
         for name, allowed in POLICIES.items():
             one_of(f"--on-{name.replace('_', '-')}", getattr(self, name), allowed)
+        one_of("--engine", self.engine, ("local", "ray"))
+        if self.ray_address is not None and self.engine != "ray":
+            raise ValueError("--ray-address is for --engine ray")
+        if self.input_dir is None and not self.inputs:
+            raise ValueError("give an input folder, or --input KEY=GLOB (or both)")
+        if isinstance(self.inputs, str) or isinstance(self.json_keys, str):
+            raise ValueError("inputs and json_keys are lists of strings")
+        if self.documents:
+            if self.format != "megatron":
+                raise ValueError("--documents writes Megatron's format (a document index); leave --format out or "
+                                 "give --format megatron")
+            if self.empty not in ("drop", "error"):
+                raise ValueError(f"--on-empty {self.empty} is not for documents: an empty document is dropped "
+                                 f"(drop) or an error (error)")
+            if self.overlong != "drop" or self.max_len != 1024 or self.dict_path:
+                raise ValueError("--on-overlong, --max-len and --dict are for sentences, not --documents")
+            if not self.json_keys or len(set(self.json_keys)) != len(self.json_keys):
+                raise ValueError(f"--json-keys must name distinct keys, got {list(self.json_keys)}")
+            one_of("--on-bad-record", self.bad_record, ("drop", "error"))
+        elif self.split_sentences or tuple(self.json_keys) != ("text",) or not self.append_eod:
+            raise ValueError("--split-sentences, --json-keys and --no-append-eod are for --documents")
         if (self.spm_model is None) == (self.train_spm is None):
             raise ValueError("give exactly one of spm_model (--spm) and train_spm (--train-spm VOCAB)")
         if self.train_spm is not None:

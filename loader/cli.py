@@ -87,7 +87,9 @@ def _binarize(args) -> int:
         dict_path=args.dict, shards=args.shards, workers=args.workers, format=args.format, max_len=args.max_len,
         empty=args.on_empty, overlong=args.on_overlong, bad_utf8=args.on_bad_utf8, spm_sample=args.spm_sample,
         seed=args.seed, overwrite=args.overwrite, progress=False if args.no_progress else None,
-        chunk_lines=args.chunk_lines,
+        chunk_lines=args.chunk_lines, inputs=tuple(args.input or ()), engine=args.engine,
+        ray_address=args.ray_address, documents=args.documents, json_keys=tuple(args.json_keys),
+        split_sentences=args.split_sentences, append_eod=not args.no_append_eod, bad_record=args.on_bad_record,
     )
     report = binarize(opts, log=lambda m: print(m, file=sys.stderr))
     print(format_report(report))
@@ -205,29 +207,63 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser = _with_parents(sub.add_parser, [debug])
 
     b = sub.add_parser("binarize", help="raw text -> SentencePiece -> a sharded data_bin of .idx/.bin",
-                       description="Encode a folder of raw text files with SentencePiece (trained here with "
-                                   "--train-spm, or given with --spm) into a data_bin: dict.txt, spm.model, "
-                                   "shard*/ of .idx/.bin files and binarize_report.json. Parallel, and resumable: "
-                                   "a killed run keeps its finished shards and a re-run redoes only the rest.")
-    b.add_argument("input_dir", help="folder of {src}-{tgt}.{lang}, {split}.{src}-{tgt}.{lang} and {split}.{lang} files")
+                       description="Encode raw text with SentencePiece (trained here with --train-spm, or given "
+                                   "with --spm) into a data_bin: dict.txt, spm.model, shard*/ of .idx/.bin files and "
+                                   "binarize_report.json. Inputs may be compressed (.gz .zst .xz .bz2) and many files "
+                                   "per direction (a folder, or --input KEY=GLOB). With --documents, JSONL or "
+                                   "plain-text documents become Megatron-LM data (a document index, end-of-document "
+                                   "tokens). Parallel on this machine or on Ray (--engine ray) with the same bytes, "
+                                   "and resumable: a killed run keeps its finished shards and a re-run redoes only "
+                                   "the rest.")
+    b.add_argument("input_dir", nargs="?",
+                   help="folder of {src}-{tgt}.{lang}, {split}.{src}-{tgt}.{lang} and {split}.{lang} files (or "
+                        "folders of that name holding many files); with --documents, NAME.jsonl, NAME.json and "
+                        "NAME.txt files or NAME/ folders of them")
     b.add_argument("-o", "--output", required=True, help="data_bin folder to write")
+    b.add_argument("--input", action="append", metavar="KEY=GLOB",
+                   help="an input given by a glob, repeatable: [split.]src-tgt=GLOB with {lang} where each side's "
+                        "language goes (train.en-de=/data/en-de/*.{lang}.gz), split.lang=GLOB, or with --documents "
+                        "NAME=GLOB (web=/data/web/*.jsonl.zst)")
     g = b.add_mutually_exclusive_group(required=True)
     g.add_argument("--spm", help="an existing SentencePiece model")
     g.add_argument("--train-spm", type=count(1), metavar="VOCAB", help="train a SentencePiece model of this vocabulary size")
     b.add_argument("--dict", help="an existing fairseq dict.txt to map pieces through (default: SentencePiece order)")
-    b.add_argument("--shards", type=count(1), default=1, help="shards per train direction (default 1)")
-    b.add_argument("--workers", type=count(0), default=0, help="worker processes (default: every core)")
-    b.add_argument("--format", choices=("fairseq", "megatron"), default="fairseq", help="index layout (default fairseq)")
+    b.add_argument("--shards", type=count(1), default=1, help="shards per train direction or corpus (default 1)")
+    b.add_argument("--workers", type=count(0), default=0,
+                   help="worker processes (default: every core); with --engine ray and no --ray-address, the CPUs "
+                        "of the local Ray instance")
+    b.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="where the work runs: worker processes here (default) or Ray tasks (pip install "
+                        "'babelfeed[ray]'); the output is the same bytes")
+    b.add_argument("--ray-address", metavar="ADDR",
+                   help="the Ray cluster to run on: auto, HOST:PORT or ray://HOST:PORT (default: start a local Ray "
+                        "instance); inputs and output must be on a filesystem every node sees")
+    b.add_argument("--format", choices=("fairseq", "megatron"), default=None,
+                   help="index layout (default fairseq; megatron with --documents)")
     b.add_argument("--max-len", type=count(2), default=1024, help="longest sentence in tokens, </s> included (default 1024)")
     b.add_argument("--on-empty", choices=("drop", "keep", "error"), default="drop",
-                   help="an empty line, or a pair with an empty side: drop the pair and count it (default), keep "
-                        "it, or stop with an error naming the file and line")
+                   help="an empty line, or a pair with an empty side (with --documents: a document with no text): "
+                        "drop it and count it (default), keep it, or stop with an error naming the file and line")
     b.add_argument("--on-overlong", choices=("drop", "truncate", "keep", "error"), default="drop",
                    help="a sentence over --max-len tokens: drop the pair and count it (default), cut it to "
                         "--max-len (</s> kept), keep it, or stop with an error")
     b.add_argument("--on-bad-utf8", choices=("drop", "replace", "error"), default="drop",
-                   help="a line that is not UTF-8: drop the pair and count it (default), decode with U+FFFD, or "
-                        "stop with an error")
+                   help="a line that is not UTF-8: drop the pair (or document) and count it (default), decode with "
+                        "U+FFFD, or stop with an error")
+    d = b.add_argument_group("documents (Megatron-LM language-model data)")
+    d.add_argument("--documents", action="store_true",
+                   help="read documents (JSONL objects, or plain text with blank lines between documents) and write "
+                        "Megatron's .bin/.idx: shardNNN/{NAME}_{key}_document, one sequence per document")
+    d.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY",
+                   help="JSON keys to write, a dataset each (default: text)")
+    d.add_argument("--split-sentences", action="store_true",
+                   help="one sequence per sentence (a line of the document's text), documents kept in the index "
+                        "(files named _sentence)")
+    d.add_argument("--no-append-eod", action="store_true",
+                   help="do not append the end-of-document token (SentencePiece's </s>) to each document")
+    d.add_argument("--on-bad-record", choices=("drop", "error"), default="error",
+                   help="a JSONL line that is not an object holding every key as a string: stop with an error "
+                        "naming the file and line (default), or drop it and count it")
     b.add_argument("--spm-sample", type=count(1), default=1_000_000, help="sentences sampled to train SentencePiece (default 1000000)")
     b.add_argument("--chunk-lines", type=count(1), default=20000, help="lines per unit of parallel work (default 20000)")
     b.add_argument("--seed", type=int, default=1, help="seed of the SentencePiece training sample (default 1)")

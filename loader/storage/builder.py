@@ -124,6 +124,17 @@ class IndexedDatasetBuilder:
             m = np.zeros(len(lengths), np.int8) if modes is None else np.asarray(modes, np.int8)
             self._modes.frombytes(m.tobytes())
 
+    def add_documents(self, tokens, lengths, sequences_per_document) -> None:
+        """Append whole documents: ``tokens`` and ``lengths`` as in :meth:`add_items`, and how many of those
+        sequences each document holds (each at least one)."""
+        counts = np.asarray(sequences_per_document, dtype=np.int64)
+        if counts.ndim != 1 or (counts.size and counts.min() < 1) or int(counts.sum()) != len(lengths):
+            raise ValueError(f"{self.prefix}: sequences_per_document must be >= 1 each and add up to the "
+                             f"{len(lengths)} sequences given")
+        first = len(self._sizes)
+        self.add_items(tokens, lengths)
+        self._doc_idx.frombytes((first + np.cumsum(counts)).astype("<i8").tobytes())
+
     def end_document(self) -> None:
         """Close the current document (Megatron); a no-op boundary for the fairseq format."""
         self._check_open()

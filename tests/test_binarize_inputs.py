@@ -1,0 +1,146 @@
+"""binarize inputs past one flat folder: many files per direction, compressed files, globs; the same bytes as one
+plain file per side whatever the split into files, the compression, the chunking or the workers; a worker that
+dies mid-chunk is replaced and leaves nothing behind."""
+
+import bz2
+import gzip
+import lzma
+import os
+
+import numpy as np
+import pytest
+import zstandard
+
+from babelfeed.binarize import binarize
+from babelfeed.rawtext import BinarizeError, discover
+from babelfeed.textio import RecordReader, count_records
+
+from test_binarize import make_raw, opts, quiet, read_all
+
+COMPRESS = {"": lambda b: b, ".gz": gzip.compress, ".zst": lambda b: zstandard.ZstdCompressor().compress(b),
+            ".xz": lzma.compress, ".bz2": bz2.compress}
+
+
+def split_into_files(lines: list[bytes], cuts: list[int]) -> list[bytes]:
+    bounds = [0] + cuts + [len(lines)]
+    return [b"".join(ln + b"\n" for ln in lines[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+
+def spread(raw, dest, rng):
+    """The inputs of ``raw`` again, each direction and monolingual split as a folder of randomly cut, randomly
+    compressed files (an empty file among them), and the valid split given by a glob."""
+    os.makedirs(dest / "en-de")
+    os.makedirs(dest / "train.fr")
+    en = (raw / "en-de.en").read_bytes().split(b"\n")[:-1]
+    de = (raw / "en-de.de").read_bytes().split(b"\n")[:-1]
+    cuts = sorted(rng.choice(np.arange(1, len(en)), size=int(rng.integers(1, 6)), replace=False).tolist())
+    cuts = sorted(cuts + [cuts[int(rng.integers(0, len(cuts)))]])  # an empty part
+    for k, (a, b) in enumerate(zip(split_into_files(en, cuts), split_into_files(de, cuts))):
+        ext = list(COMPRESS)[int(rng.integers(0, len(COMPRESS)))]
+        (dest / "en-de" / f"part-{k:03d}.en{ext}").write_bytes(COMPRESS[ext](a))
+        (dest / "en-de" / f"part-{k:03d}.de{ext}").write_bytes(COMPRESS[ext](b))
+    fr = (raw / "train.fr").read_bytes().split(b"\n")[:-1]
+    for k, part in enumerate(split_into_files(fr, [7, 30])):
+        (dest / "train.fr" / f"{k}.txt.gz").write_bytes(gzip.compress(part))
+    os.makedirs(dest / "elsewhere")
+    for lang in ("en", "de"):
+        (dest / "elsewhere" / f"valid.{lang}.zst").write_bytes(COMPRESS[".zst"]((raw / f"valid.en-de.{lang}").read_bytes()))
+    return [f"valid.en-de={dest}/elsewhere/valid.{{lang}}.zst"]
+
+
+@pytest.mark.parametrize("seed,shards,chunk_lines,workers", [(0, 2, 64, 1), (1, 3, 7, 2), (2, 1, 1000, 1)])
+def test_many_compressed_files_give_the_bytes_of_one_plain_file(tmp_path, seed, shards, chunk_lines, workers):
+    raw = tmp_path / "raw"
+    make_raw(raw)
+    clean = tmp_path / "clean"
+    binarize(opts(raw, clean, shards=shards), log=quiet)
+    many = tmp_path / "many"
+    specs = spread(raw, many, np.random.default_rng(seed))
+    out = tmp_path / "out"
+    report = binarize(opts(many, out, shards=shards, chunk_lines=chunk_lines, workers=workers, inputs=tuple(specs),
+                           spm_model=str(clean / "spm.model"), train_spm=None), log=quiet)
+    assert read_all(out) == read_all(clean)
+    assert len(read_all(out)) == len(read_all(clean)) > 6
+    # SentencePiece trained on the spread files samples the same sentences
+    out2 = tmp_path / "out2"
+    binarize(opts(many, out2, shards=shards, inputs=tuple(specs)), log=quiet)
+    assert read_all(out2) == read_all(clean)
+    entry = next(e for e in report["inputs"] if e["key"] == "en-de" and e["split"] == "train")
+    assert len(entry["files"]) > 2 and entry["lines"] == 400
+
+
+def test_reader_enters_plain_files_at_marks_and_skips_in_compressed_ones(tmp_path):
+    lines = [f"line {i} ".encode() * (i % 5) for i in range(1001)]
+    lines[-1] = b"last"
+    data = b"\n".join(lines)  # the last line has no newline
+    for ext, fn in COMPRESS.items():
+        path = tmp_path / f"t.txt{ext}"
+        path.write_bytes(fn(data))
+        c = count_records(str(path), "line", every=100)
+        assert c["records"] == 1001
+        if ext:
+            assert c["marks"] is None and c["compression"]
+            with RecordReader(str(path), skip=950) as r:
+                assert r.take(100) == lines[950:]
+        else:
+            assert [m[1] for m in c["marks"]] == list(range(0, 1001, 100))
+            for b, ln in c["marks"]:
+                with RecordReader(str(path), start_byte=b, start_line=ln, skip=3) as r:
+                    assert r.take(2) == lines[ln + 3:ln + 5] and r.line == min(ln + 5, 1001)
+
+
+def test_input_errors_name_the_file(tmp_path):
+    raw = tmp_path / "raw"
+    (raw / "en-de").mkdir(parents=True)
+    (raw / "en-de" / "a.en").write_bytes(b"x\n")
+    (raw / "en-de" / "a.de").write_bytes(b"y\n")
+    (raw / "en-de" / "b.en.gz").write_bytes(gzip.compress(b"x\n"))
+    with pytest.raises(BinarizeError, match=r"b\.en\.gz: no de file beside it"):
+        discover(raw)
+    (raw / "en-de" / "b.de.gz").write_bytes(b"plain text\n")
+    (raw / "en-de.en").write_bytes(b"x\n")
+    (raw / "en-de.de").write_bytes(b"y\n")
+    with pytest.raises(BinarizeError, match="two inputs for train en-de"):
+        discover(raw)
+    for f in ("en-de.en", "en-de.de"):
+        (raw / f).unlink()
+    with pytest.raises(BinarizeError, match=r"b\.de\.gz: named as gzip but holds no compressed data"):
+        binarize(opts(raw, tmp_path / "o1", shards=1, train_spm=20), log=quiet)
+    (raw / "en-de" / "b.de.gz").write_bytes(gzip.compress(os.urandom(50000).hex().encode())[:1000])
+    with pytest.raises(BinarizeError, match=r"b\.de\.gz: the gzip data is damaged or cut short"):
+        binarize(opts(raw, tmp_path / "o2", shards=1, train_spm=20), log=quiet)
+    (raw / "en-de" / "b.de.gz").write_bytes(gzip.compress(b"y\nz\n"))
+    with pytest.raises(BinarizeError, match=r"line counts differ in train en-de: .*b\.en\.gz has 1 lines, .*b\.de\.gz has 2"):
+        binarize(opts(raw, tmp_path / "o3", shards=1, train_spm=20), log=quiet)
+    with pytest.raises(BinarizeError, match="must hold {lang}"):
+        discover(None, ["en-de=/data/*.gz"])
+    with pytest.raises(BinarizeError, match="matches no file"):
+        discover(None, [f"train.en-de={tmp_path}/nothing/*.{{lang}}"])
+
+
+def test_a_compressed_file_without_its_suffix_is_read_as_what_it_holds(tmp_path):
+    raw = tmp_path / "raw"
+    make_raw(raw)
+    clean = tmp_path / "clean"
+    binarize(opts(raw, clean), log=quiet)
+    (raw / "en-de.en").write_bytes(gzip.compress((raw / "en-de.en").read_bytes()))
+    out = tmp_path / "out"
+    binarize(opts(raw, out, spm_model=str(clean / "spm.model"), train_spm=None), log=quiet)
+    assert read_all(out) == read_all(clean)
+
+
+def test_a_worker_killed_mid_chunk_is_replaced_and_the_bytes_are_the_same(tmp_path, monkeypatch):
+    raw = tmp_path / "raw"
+    make_raw(raw, n=3000, seed=5)
+    clean = tmp_path / "clean"
+    binarize(opts(raw, clean, shards=3, chunk_lines=100, workers=1), log=quiet)
+    marker = tmp_path / "died"
+    # the worker dies after writing part of its chunk's files (blocks of chunk_lines lines: 2 blocks here)
+    monkeypatch.setenv("_BABELFEED_TEST_FAIL", f"encode:train.en-de.shard001.chunk3={marker}")
+    out = tmp_path / "out"
+    binarize(opts(raw, out, shards=3, chunk_lines=100, workers=2, spm_model=str(clean / "spm.model"),
+                  train_spm=None), log=quiet)
+    assert marker.exists()  # the fault happened
+    assert read_all(out) == read_all(clean)
+    assert not [n for d, _, ns in os.walk(out) for n in ns if n.endswith(".partial")]
+    assert not (out / ".binarize" / "work").exists()
