@@ -93,7 +93,8 @@ class Stats:
 class Chunk:
     shard_key: tuple  # (split, key, shard)
     index: int  # chunk number within its shard
-    sides: list  # per side: (path, start_byte, start_line, skip) -- where the reader enters, records to pass
+    sides: list  # per side: (path, start_byte, start_line, skip, end_byte) -- where the reader enters, records to
+    # pass, and where a plain file's next mark after the chunk is (None: read on to the end)
     count: int  # records to read
     langs: list
     format: str = "lines"  # "lines", "jsonl" or "text"
@@ -104,8 +105,9 @@ class Chunk:
         return f"{split}.{key}.shard{shard:03d}.chunk{self.index}"
 
     def reader(self, side: int) -> RecordReader:
-        path, start_byte, start_line, skip = self.sides[side]
-        return RecordReader(path, "block" if self.format == "text" else "line", start_byte, start_line, skip)
+        path, start_byte, start_line, skip, end_byte = self.sides[side]
+        return RecordReader(path, "block" if self.format == "text" else "line", start_byte, start_line, skip,
+                            end_byte)
 
 
 @dataclass
@@ -155,11 +157,12 @@ def plan_jobs(inputs: list[RawInput], shards: int, chunk_lines: int, level: str 
                 for i, c in enumerate(starts):
                     end = starts[i + 1] if i + 1 < len(starts) else b
                     if seekable:
-                        m = c // chunk_lines
-                        sides = [(path, marks[m][0], marks[m][1], c - m * chunk_lines)
+                        m, m_end = c // chunk_lines, -(-end // chunk_lines)
+                        sides = [(path, marks[m][0], marks[m][1], c - m * chunk_lines,
+                                  marks[m_end][0] if m_end < len(marks) else None)
                                  for path, marks in zip(part.paths, part.marks)]
                     else:
-                        sides = [(path, 0, 0, c) for path in part.paths]
+                        sides = [(path, 0, 0, c, None) for path in part.paths]
                     job.chunks.append(Chunk((inp.split, inp.key, s), len(job.chunks), sides, end - c, inp.langs,
                                             part.format))
             jobs.append(job)

@@ -259,8 +259,10 @@ def run_tasks(engine, tasks, on_done, limit: int | None = None) -> None:
                     lost = [task] + [t for f, t in inflight.items()]
                     inflight.clear()
                     if not engine.restart():
-                        raise WorkerDied(f"a worker process died (killed, or out of memory?) more than "
-                                         f"{MAX_RESTARTS} times; the last time it was running "
+                        raise WorkerDied(f"a worker process died more than {MAX_RESTARTS} times (killed, out of "
+                                         f"memory, or a script that runs its work on import: worker processes are "
+                                         f"spawned and import the main script, so guard it with "
+                                         f"`if __name__ == \"__main__\":`); the last time it was running "
                                          f"{', '.join(str(t[0]) for t in lost[:4])}") from None
                     queue.extendleft(reversed(lost))
                     break

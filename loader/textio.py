@@ -96,8 +96,9 @@ def _decompress_errors():
 class _Bytes:
     """Decompressed blocks of a file, with errors that name the file and how far it was read."""
 
-    def __init__(self, path: str, start_byte: int | None = None):
+    def __init__(self, path: str, start_byte: int | None = None, end_byte: int | None = None):
         self.path = path
+        self.end = end_byte  # a plain file is read no further than this (where the next unit of work starts)
         self.compression = compression_of(path)
         if self.compression is not None and start_byte:
             raise ValueError(f"{path}: a {self.compression} stream cannot be entered at byte {start_byte}")
@@ -107,8 +108,11 @@ class _Bytes:
         self.offset = start_byte or 0  # decompressed bytes before the next block
 
     def read(self) -> bytes:
+        size = _BLOCK if self.end is None else min(_BLOCK, self.end - self.offset)
+        if size <= 0:
+            return b""
         try:
-            block = self._f.read(_BLOCK)
+            block = self._f.read(size)
         except _decompress_errors() as e:
             raise TextInputError(f"{self.path}: the {self.compression or 'file'} data is damaged or cut short, past byte "
                                  f"{self.offset:,} of its text ({type(e).__name__}: {e})") from None
@@ -191,17 +195,18 @@ def count_records(path: str, kind: str = "line", every: int = 0) -> dict:
 class RecordReader:
     """Records of one file from a position: ``take(n)`` returns up to ``n`` of them.
 
-    ``start_byte``/``start_line`` enter a plain file at a mark of :func:`count_records`; ``skip`` records are then
-    passed over (the whole way from the start for a compressed stream). A ``line`` record is ``bytes``; a
+    ``start_byte``/``start_line`` enter a plain file at a mark of :func:`count_records`, and ``end_byte`` (a later
+    mark, or None) bounds what is read; ``skip`` records are then passed over (the whole way from the start for a compressed stream). A ``line`` record is ``bytes``; a
     ``block`` record is ``(first_line, [line bytes, ...])`` with the 0-based number of its first line.
     """
 
-    def __init__(self, path: str, kind: str = "line", start_byte: int = 0, start_line: int = 0, skip: int = 0):
+    def __init__(self, path: str, kind: str = "line", start_byte: int = 0, start_line: int = 0, skip: int = 0,
+                 end_byte: int | None = None):
         if kind not in KINDS:
             raise ValueError(f"record kind must be one of {KINDS}, got {kind!r}")
         self.path = path
         self.kind = kind
-        self._stream = _Bytes(path, start_byte)
+        self._stream = _Bytes(path, start_byte, end_byte)
         self._buf: list[bytes] = []
         self._i = 0
         self._rest = b""
