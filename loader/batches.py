@@ -63,6 +63,9 @@ class BatchIterator(Reports, LoaderIterator):
         self._handover = None  # edits.Handover: the saved run's window in progress, after an edited resume
         self.dormant: dict = {}  # streams an edit removed: name -> position and ledger counts, kept in the state
         self.edits: list = []  # the mixture edits of this run: step, global batch, epoch, what changed
+        # how steps were counted: [steps before, epoch, global batch, world size] each time the world size changed
+        self.step_log: list = []
+        self._removed_rows: dict = {}  # rows of the streams the last edit removed (their ledger's passes)
         self._former = None  # (sources, id_base) of the run before the last edit, for its removed streams' ids
         self._hint = (0, 0)
         self._ra_hint = (0, 0, 0)  # random access (batch_at, has_batch): (epoch, window, its first batch)
@@ -306,14 +309,25 @@ class BatchIterator(Reports, LoaderIterator):
         ``tgt_tokens``, ``passes``; ``{prefix}/samples``, ``tokens``, ``epoch``, ``step``). The same on every
         rank at the same step; counted from the plan (see ``babelfeed.ledger``). ``at``: a
         :meth:`ledger_totals` taken earlier (the adapters' read-ahead threads take one per batch)."""
-        from .ledger import flat
+        from .ledger import FIELDS, flat
 
         epoch, totals, steps = self.ledger_totals() if at is None else at
-        rows = np.zeros(len(self.planner.keys), np.int64)
-        index = {k: i for i, k in enumerate(self.planner.keys)}
+        keys = list(self.planner.keys)
+        rows = np.zeros(len(keys), np.int64)
+        index = {k: i for i, k in enumerate(keys)}
         for c in self.planner.sources.components:
             rows[index[c.key]] += len(c)
-        return flat(totals, self.planner.keys, rows, epoch, steps, prefix)
+        # streams an edit removed count on: while the saved window is finished their columns come with the
+        # totals; after it, from the state's dormant streams (so the run's totals never go down)
+        removed = list(self._removed_rows) if totals.shape[1] > len(keys) else []
+        extra = [k for k in self.dormant if k not in index and k not in removed]
+        keys += removed + extra
+        rows = np.concatenate([rows, [self._removed_rows[k] for k in removed],
+                               [self._removed_rows.get(k, 0) for k in extra]]).astype(np.int64)
+        if extra:
+            totals = np.concatenate([totals, np.array([[self.dormant[k][f] for k in extra] for f in FIELDS],
+                                                      np.int64).reshape(len(FIELDS), len(extra))], axis=1)
+        return flat(totals, keys, rows, epoch, steps, prefix)
 
     def describe_ids(self, ids) -> list:
         """Where each sample of a batch came from: per ``id``, ``{"id", "stream", "task", "corpus", "shard",
@@ -341,10 +355,16 @@ class BatchIterator(Reports, LoaderIterator):
         if not isinstance(weights, dict) or sorted(weights) != sorted(tasks):
             have = sorted(weights) if isinstance(weights, dict) else type(weights).__name__
             raise ValueError(f"set_weights takes {{task: weight}} for every task {tasks}; got {have}")
-        bad = {k: v for k, v in weights.items()
-               if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0}
+        from .policy import as_number
+
+        values = {k: as_number(v) for k, v in weights.items()}
+        bad = {k: weights[k] for k, v in values.items() if v is None or not (math.isfinite(v) and v >= 0)}
         if bad:
-            raise ValueError(f"set_weights: weights must be numbers >= 0, got {bad}")
+            raise ValueError(f"set_weights: weights must be finite numbers >= 0, got {bad}")
+        top = max(values.values())
+        if not top > 0:
+            raise ValueError(f"set_weights: weights must be not all 0, got {weights}")
+        weights = {k: v / top for k, v in values.items()}  # scaled: their sum stays finite
         if self._handover is not None and self.epoch == self._handover.epoch:
             raise ValueError("set_weights after the saved run's planning window is finished (a mixture edit was "
                              f"resumed): {len(self) - self.iterations_in_epoch} more steps")
@@ -356,11 +376,18 @@ class BatchIterator(Reports, LoaderIterator):
     def trace(self, step: int, state: dict | None = None) -> list:
         """The samples of training step ``step`` (1-based, since training began) on every rank: where each came
         from (stream, task, corpus, shard, row) and its lengths. ``state``: a state of the run, which anchors the
-        step count (needed once the run was resumed on another world size). Sets this iterator's position to
-        ``state``'s. See ``babelfeed.ledger.trace``."""
+        step count and says which world size took each step. This iterator's position is left as it was. See
+        ``babelfeed.ledger.trace``."""
         from .ledger import trace
 
-        return trace(self, step, state)
+        if state is None:
+            return trace(self, step)
+        keep = self.get_state()
+        allow = "allow" if (self._handover is not None or keep.get("fingerprint") not in self.fingerprints()) else "refuse"
+        try:
+            return trace(self, step, state)
+        finally:
+            self.set_state(keep, mixture_change=allow)
 
     # ----------------------------------------------------------------------------------------- state
     def fingerprint(self) -> str:
@@ -376,12 +403,12 @@ class BatchIterator(Reports, LoaderIterator):
         h = self._handover
         if h is not None and epoch == h.epoch:
             if c < h.end:  # the saved run's state, where it stands: resuming repeats the edit from here
-                return {**h.state, "consumed": c, "total_steps": self.total_steps}
+                return {**h.state, "consumed": c, "total_steps": self.total_steps, "steps": self.steps_out()}
             epoch, c = epoch + 1, 0
         elif self.planner.locate(epoch, c, self._hint) is None and c > 0:
             epoch, c = epoch + 1, 0  # finished epoch: resume at the start of the next
         state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
-                 "total_steps": self.total_steps, "fingerprint": self.planner.fingerprint()}
+                 "total_steps": self.total_steps, "fingerprint": self.planner.fingerprint(), "steps": self.steps_out()}
         if self.planner.opts.sampler == "stream":  # where every stream stood when this epoch began
             positions, batches = self.planner.epoch_start(epoch)
             state["stream"] = {"positions": positions.tolist(), "batches": int(batches)}
@@ -406,7 +433,59 @@ class BatchIterator(Reports, LoaderIterator):
                 state["edits"] = self.edits
         return state
 
-    STREAM_FIELDS = ("stream", "ledger", "weights", "config", "dormant", "edits")
+    STREAM_FIELDS = ("stream", "ledger", "weights", "config", "dormant", "edits", "steps")
+
+    def steps_out(self) -> list:
+        """The state's ``steps``: how steps were counted (a segment per world size the run was resumed on)."""
+        return [list(x) for x in self.step_log] or [[0, 1, 0, self.world_size]]
+
+    def _log_steps(self, steps, total: int, epoch: int, consumed: int) -> None:
+        log = [list(x) for x in steps] if steps else []
+        if not log or log[-1][3] != self.world_size:
+            log.append([int(total), int(epoch), int(consumed), int(self.world_size)])
+        self.step_log = log
+
+    @staticmethod
+    def _check_steps(steps, total: int) -> None:
+        ok = isinstance(steps, list) and len(steps) > 0 and all(
+            isinstance(x, list) and len(x) == 4 and all(type(v) is int for v in x) and x[0] >= 0 and x[1] >= 1
+            and x[2] >= 0 and x[3] >= 1 for x in steps)
+        ok = ok and all(a[0] < b[0] for a, b in zip(steps, steps[1:])) and steps[-1][0] <= total
+        if not ok:
+            raise ValueError(f"iterator state field 'steps' must list [steps before, epoch, global batch, world size] "
+                             f"with increasing steps up to total_steps={total}, got {str(steps)[:200]}")
+
+    def _check_dormant(self, dormant) -> None:
+        from .ledger import FIELDS
+
+        if not isinstance(dormant, dict):
+            raise ValueError(f"iterator state field 'dormant' must map removed streams to their position and counts, "
+                             f"got {str(dormant)[:200]}")
+        for k, v in dormant.items():
+            ok = (isinstance(k, str) and isinstance(v, dict) and set(v) == {"position", *FIELDS}
+                  and all(type(x) is int and x >= 0 for x in v.values()))
+            if not ok:
+                raise ValueError(f"iterator state field 'dormant' holds {k!r}: {str(v)[:200]}; a removed stream is "
+                                 f"{{'position', {', '.join(repr(f) for f in FIELDS)}: integers >= 0}}")
+
+    @staticmethod
+    def _check_edits(edits) -> None:
+        ok = isinstance(edits, list) and all(
+            isinstance(e, dict) and all(type(e.get(f)) is int and e[f] >= 0 for f in ("saved_at_step", "step",
+                                                                                    "global_batch", "epoch"))
+            and e["epoch"] >= 1 for e in edits)
+        if not ok:
+            raise ValueError(f"iterator state field 'edits' must list the mixture edits ({{'saved_at_step', 'step', "
+                             f"'global_batch', 'epoch': integers, 'changes'}}), got {str(edits)[:200]}")
+
+    def _check_extra(self, state: dict) -> None:
+        """The optional fields of a state: well formed, or an error naming the field."""
+        if "steps" in state:
+            self._check_steps(state["steps"], int(state["total_steps"]))
+        if "dormant" in state:
+            self._check_dormant(state["dormant"])
+        if "edits" in state:
+            self._check_edits(state["edits"])
 
     def set_state(self, state: dict, strict: bool = True, mixture_change: str = "refuse") -> None:
         """Continue after ``state`` (from ``get_state()``). ``mixture_change="allow"``: the config was edited
@@ -416,11 +495,15 @@ class BatchIterator(Reports, LoaderIterator):
         if mixture_change not in ("refuse", "allow"):
             raise ValueError(f"mixture_change must be 'refuse' or 'allow', got {mixture_change!r}")
         stream = self.planner.opts.sampler == "stream"
+        if not stream and isinstance(state, dict) and {"stream", "config", "dormant", "edits"} & set(state):
+            raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "
+                             f"this config's sampler is {self.planner.opts.sampler!r}: resume with the run's config")
         if (mixture_change == "allow" and stream and isinstance(state, dict)
                 and state.get("fingerprint") not in self.fingerprints()):
             return self._resume_edited(state)
         self._check_state(state, strict, {"epoch": 1, "consumed": 0, "total_steps": 0},
-                          optional=self.STREAM_FIELDS if stream else ("ledger",))
+                          optional=self.STREAM_FIELDS if stream else ("ledger", "steps"))
+        self._check_extra(state)
         if stream and "stream" in state:
             self._check_stream(state["stream"], self.planner.keys)
         elif stream and strict:
@@ -465,6 +548,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._hint = (0, 0)
         self._ra_hint = (0, 0, 0)
         self.total_steps = int(state["total_steps"])
+        self._log_steps(state.get("steps"), self.total_steps, epoch, consumed)
 
     def _resume_edited(self, state: dict) -> None:
         """set_state with mixture_change="allow" for a state of another config (see ``babelfeed.edits``)."""
@@ -475,6 +559,9 @@ class BatchIterator(Reports, LoaderIterator):
         from .ledger import FIELDS, from_state
 
         self._check_state(state, False, {"epoch": 1, "consumed": 0, "total_steps": 0}, optional=self.STREAM_FIELDS)
+        self._check_extra(state)
+        if isinstance(state.get("stream"), dict):
+            self._check_stream(state["stream"])
         snap = state.get("config")
         if not isinstance(snap, dict) or not isinstance(state.get("stream"), dict) or "keys" not in state["stream"]:
             raise ValueError("this state carries no config of its run (saved by an older babelfeed, or without the "
@@ -487,8 +574,10 @@ class BatchIterator(Reports, LoaderIterator):
         try:
             old.set_state(state)  # the saved config reproduces the saved run
         except ValueError as e:
+            why = str(e).replace(" Pass strict=False to resume anyway.", "").replace(". Pass strict=False to resume "
+                                                                                  "anyway", "")
             raise ValueError(f"the config this state was saved with does not reproduce its run on the data at "
-                             f"{old_cfg.data.path} (a stream the edit removed reads other data now?): {e}") from None
+                             f"{old_cfg.data.path} (a stream the edit removed reads other data now?): {why}") from None
         planner, P = self.planner, old.planner
         epoch, consumed = old.epoch, old.consumed
         where = P.locate(epoch, consumed)
@@ -521,8 +610,13 @@ class BatchIterator(Reports, LoaderIterator):
             "saved_at_step": int(state["total_steps"]), "step": int(state["total_steps"]) + finishing,
             "global_batch": int(batches), "epoch": epoch + 1, "changes": config_changes(snap, self.config_snapshot or {})}]
         self.total_steps = int(state["total_steps"])
+        self._log_steps(state.get("steps"), self.total_steps, epoch, consumed)
         self._hint, self._ra_hint, self.step = (0, 0), (0, 0, 0), 0
         self._former = (P.sources, old.collater.id_base)
+        rows: dict = {}
+        for c in P.sources.components:
+            rows[c.key] = rows.get(c.key, 0) + len(c)
+        self._removed_rows = {k: rows[k] for k in P.keys if k not in planner.keys}
         if end > consumed:
             self._handover = Handover(old, epoch, end, state, self)
             self.epoch, self._base = epoch, consumed

@@ -598,7 +598,12 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
     if ignored:
         log(f"ignored {len(ignored)} file(s) in {where} that are not named like inputs: {', '.join(ignored[:5])}")
     if not inputs:
-        raise BinarizeError(f"{where}: no {what}")
+        from .rawtext import _doc_format
+
+        hint = ""
+        if not opts.documents and any(_doc_format(n) for n in ignored):
+            hint = "; for documents (JSONL, or text with blank lines between documents) add --documents"
+        raise BinarizeError(f"{where}: no {what}{hint}")
     out = opts.output_dir
     os.makedirs(os.path.join(out, STATE_DIR), exist_ok=True)
     engine = engines.make_engine(opts.engine, opts.workers, opts.ray_address)

@@ -149,9 +149,28 @@ def _trace(args) -> int:
                 raise ValueError(f"{args.state}: not a JSON iterator state ({e})") from None
         if isinstance(state, dict) and isinstance(state.get("data"), dict):  # a checkpoint dict holding it
             state = state["data"]
-    it = build_train_iterator(config, world_size=args.world_size, split=args.split)
+    world_size = args.world_size
+    if world_size is None:  # the world size that took the step, as the state's step count says (else 1)
+        steps = state.get("steps") if isinstance(state, dict) else None
+        world_size = 1
+        if isinstance(steps, list) and steps and all(isinstance(x, list) and len(x) == 4 for x in steps):
+            earlier = [x for x in steps if isinstance(x[0], int) and x[0] < args.step]
+            world_size = earlier[-1][3] if earlier and isinstance(earlier[-1][3], int) and earlier[-1][3] >= 1 else 1
+    args.world_size = world_size
+    it = build_train_iterator(config, world_size=world_size, split=args.split)
     rows = trace(it, args.step, state)
     if args.json:
+        if args.decode:
+            from .preview import _decoder
+
+            text = _decoder(config.data.path, it.planner.sources.dictionary)
+            comps = {(c.key, c.shard): c for c in it.planner.sources.components}
+            for r in rows:
+                c = comps.get((r["stream"], r["shard"]))
+                if c is not None:
+                    r["source"] = text(np.asarray(c.src[r["row"]]).tolist())
+                    if c.tgt is not None and c.tgt is not c.src:
+                        r["target"] = text(np.asarray(c.tgt[r["row"]]).tolist())
         print(json.dumps(rows))
         return 0
     text = None
@@ -308,7 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--step", type=count(1), required=True, help="the training step (from 1)")
     tr.add_argument("--state", default=None, help="a JSON file holding an iterator state of the run "
                     "(get_state(), or a dict with it under 'data')")
-    tr.add_argument("--world-size", type=count(1), default=1, help="the run's world size (default 1)")
+    tr.add_argument("--world-size", type=count(1), default=None,
+                    help="the world size that took the step (default: as --state records it, else 1)")
     tr.add_argument("--split", choices=("batches", "rows"), default="batches",
                     help="batches: a whole batch per rank (torch DDP, default); rows: every rank's rows of one "
                          "global batch (JAX)")

@@ -96,6 +96,7 @@ class Handover:
         self.old_base = old.collater.id_base
         self.new_base = new_it.collater.id_base
         self.new_keys = new_it.planner.keys
+        self.removed = [i for i, k in enumerate(old.planner.keys) if k not in new_keys]
 
     def batch(self, g: int, base: int) -> dict:
         old = self.old
@@ -116,9 +117,11 @@ class Handover:
         return batch
 
     def totals(self, consumed: int) -> np.ndarray:
-        """The ledger's totals at ``consumed`` of the epoch, in the edited run's streams."""
+        """The ledger's totals at ``consumed`` of the epoch, in the edited run's streams, then the streams the
+        edit removed (which still serve until the window ends)."""
         _, old_totals, _ = self.old.ledger_totals(self.epoch, consumed)
-        return map_totals(old_totals, self.old.planner.keys, self.new_keys)
+        return np.concatenate([map_totals(old_totals, self.old.planner.keys, self.new_keys),
+                               old_totals[:, self.removed]], axis=1)
 
 
 def map_totals(totals: np.ndarray, keys, new_keys, dormant: dict | None = None) -> np.ndarray:

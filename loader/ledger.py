@@ -96,41 +96,66 @@ def describe_ids(sources, id_base: np.ndarray, ids) -> list[dict]:
     return out
 
 
+def _ranks(segments, upto: int | None = None) -> str:
+    parts = []
+    for i, (start, _, _, ws) in enumerate(segments):
+        stop = segments[i + 1][0] if i + 1 < len(segments) else None
+        parts.append(f"steps {start + 1}-{stop if stop is not None else ''} on {ws} rank(s)")
+    return ", ".join(parts)
+
+
 def step_position(it, step: int, state: dict | None = None) -> tuple[int, int]:
     """``(epoch, first global batch)`` of training step ``step`` (1-based, counted since training began, as
-    loggers number optimizer steps) for iterator ``it``'s world size and split; ``state`` (a ``get_state()``
-    taken during the run) anchors the count, else it starts at epoch 1. Earlier and later epochs are planned
-    (integers only) to find where each begins."""
+    loggers number optimizer steps) for iterator ``it``'s world size and split. ``state`` (a ``get_state()``
+    taken during the run) anchors the count and says which world size took each step (its ``steps``); without
+    one, the iterator's own count is used (from the state it was resumed from), else the count starts at epoch
+    1. A step taken on another world size than ``it``'s is refused, naming the world size to trace it with.
+    Earlier and later epochs are planned (integers only) to find where each begins."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
     per = it.batches_per_step
     planner = it.planner
 
-    def steps_in(epoch: int) -> int:
-        return -(-planner.num_batches(epoch) // per)
+    def steps_in(epoch: int, consumed: int = 0) -> int:
+        return -(-(planner.num_batches(epoch) - consumed) // per)
 
-    epoch, first = 1, 1  # the epoch and the step it begins with
     if state is not None:
         it.set_state(state)  # checks the state against this data and these settings
+        segments = state.get("steps")
+    else:
+        segments = getattr(it, "step_log", None) or None
     edits = getattr(it, "edits", [])
-    if edits:  # an edited run: this config's plan begins with the epoch after the last edit
-        if step <= edits[-1]["step"]:
-            raise ValueError(f"step {step} is before this run's last mixture edit (its mixture begins after step "
-                             f"{edits[-1]['step']}): trace it with the config and a state from before the edit")
-        epoch, first = int(edits[-1]["epoch"]), int(edits[-1]["step"]) + 1
-    elif state is not None:
-        epoch, consumed, total = int(state["epoch"]), int(state["consumed"]), int(state["total_steps"])
-        first = total - -(-consumed // per) + 1
+    last_edit = edits[-1]["step"] if edits else 0
+    if edits and step <= last_edit:
+        raise ValueError(f"step {step} is before this run's last mixture edit (its mixture begins after step "
+                         f"{last_edit}): trace it with the config and a state from before the edit")
+    if segments:
+        seg = [x for x in segments if x[0] < step][-1]
+        if seg[3] != it.world_size:
+            raise ValueError(f"step {step} was taken on {seg[3]} rank(s) (this run: {_ranks(segments)}); trace it "
+                             f"with that world size (--world-size {seg[3]}), not {it.world_size}")
+        # the latest point where the count is known: the last edit, or the start of the step's segment
+        if edits and seg[0] < last_edit:
+            epoch, consumed, first = int(edits[-1]["epoch"]), 0, last_edit + 1
+        else:
+            epoch, consumed, first = int(seg[1]), int(seg[2]), int(seg[0]) + 1
+    elif edits:  # an edited run: this config's plan begins with the epoch after the last edit
+        epoch, consumed, first = int(edits[-1]["epoch"]), 0, last_edit + 1
+    elif state is not None:  # a state of an older babelfeed (no 'steps'): counted back from where it stands
+        epoch, c, total = int(state["epoch"]), int(state["consumed"]), int(state["total_steps"])
+        first, consumed = total - -(-c // per) + 1, 0
         while step < first and epoch > 1:
             epoch -= 1
             first -= steps_in(epoch)
         if step < first:
             raise ValueError(f"step {step} is before the run began by this state's count (its epoch 1 began at step "
                              f"{first}): was the run resumed on another world size? pass that world size")
-    while step >= first + steps_in(epoch):
-        first += steps_in(epoch)
-        epoch += 1
-    return epoch, (step - first) * per
+    else:
+        epoch, consumed, first = 1, 0, 1
+    while step >= first + steps_in(epoch, consumed):
+        first += steps_in(epoch, consumed)
+        epoch, consumed = epoch + 1, 0
+    return epoch, consumed + (step - first) * per
 
 
 def trace(it, step: int, state: dict | None = None) -> list[dict]:

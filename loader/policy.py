@@ -17,6 +17,17 @@ from __future__ import annotations
 import math
 
 
+def as_number(value) -> float | None:
+    """``value`` as a float when it is a real number: a Python or numpy number, a 0-d array, a one-element tensor
+    (``float()`` takes them all); None for a bool, a string or anything else."""
+    if isinstance(value, (bool, str, bytes)) or type(value).__name__ == "bool_":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 class ExponentiatedGradient:
     """Multiplicative weights toward the tasks whose loss is high (as in DoReMi's and online data mixing's
     updates): ``w_t <- w_t * exp(eta * loss_t)``, normalised, then mixed with the uniform distribution by
@@ -38,10 +49,17 @@ class ExponentiatedGradient:
     @classmethod
     def from_state(cls, tasks, state: dict, **kwargs) -> "ExponentiatedGradient":
         """The policy where a run's state left it: its last recorded weights (uniform if none)."""
-        changes = state.get("weights") or []
+        changes = state.get("weights") or [] if isinstance(state, dict) else None
+        ok = isinstance(changes, list) and all(isinstance(c, list) and len(c) == 2 and isinstance(c[1], dict)
+                                               for c in changes)
+        if not ok:
+            raise ValueError(f"a state's 'weights' is [[global batch, {{task: weight}}], ...], got {str(changes)[:200]}")
         policy = cls(tasks, **kwargs)
         if changes:  # as the policy returned them (already floored), normalised by set_weights
-            last = {t: float(changes[-1][1].get(t, 0.0)) for t in policy.tasks}
+            last = {t: as_number(changes[-1][1].get(t, 0.0)) for t in policy.tasks}
+            if any(v is None or not (math.isfinite(v) and v >= 0) for v in last.values()) or not sum(last.values()) > 0:
+                raise ValueError(f"the state's last weights {changes[-1][1]} are not finite numbers >= 0 for the "
+                                 f"tasks {policy.tasks} (not all 0)")
             total = sum(last.values())
             policy.weights = {t: v / total for t, v in last.items()}
         return policy
@@ -58,9 +76,11 @@ class ExponentiatedGradient:
         unknown = sorted(set(losses) - set(self.tasks))
         if unknown:
             raise ValueError(f"losses name tasks {unknown} that are not among {self.tasks}")
-        bad = {t: v for t, v in losses.items() if not (isinstance(v, (int, float)) and math.isfinite(v))}
+        values = {t: as_number(v) for t, v in losses.items()}
+        bad = {t: losses[t] for t, v in values.items() if v is None or not math.isfinite(v)}
         if bad:
             raise ValueError(f"losses must be finite numbers, got {bad}")
+        losses = values
         mean = sum(losses.values()) / len(losses) if losses else 0.0
         full = {t: float(losses.get(t, mean)) for t in self.tasks}  # a task not reported: as the mean
         top = max(full.values())  # subtracted: exp stays in range, the ratios are the same

@@ -24,6 +24,15 @@ class Reports:
         planner = self.planner
         if planner.opts.sampler != "stream":
             raise ValueError("per-task positions exist with mixing.sampler='stream' (or 'auto' with a schedule)")
+        h = getattr(self, "_handover", None)
+        if h is not None and self.epoch == h.epoch:
+            # the saved run's window is being finished (an edited resume): its tasks, where they stand
+            old = h.old
+            old.epoch, old._base, old.step, old._hint = self.epoch, self.consumed, 0, (0, 0)
+            out = old.task_stats()
+            for name, st in out.items():
+                st["served"] = 0  # this run serves the edited mixture's tasks; the saved one's are not counted
+            return out
         setup = planner.setup(self.epoch)
         where = planner.locate(self.epoch, self.consumed, self._hint)
         if where is None:  # the epoch is over: every stream stands where the next epoch starts

@@ -489,3 +489,121 @@ def test_a_change_at_an_epochs_last_batch_takes_effect_with_the_next_epoch(root)
         next(plain)
     next(plain, None)
     assert [digest(next(plain)) for _ in range(12)] != got  # the weights did change epoch 2
+
+
+def test_trace_knows_which_world_size_took_each_step(root, tmp_path):
+    """A run on 2 ranks resumed on 3: trace(step, state) names the samples of steps on either side with an
+    iterator of the world size that took them, and refuses another world size by name (it used to answer with
+    other batches); the CLI picks the world size from the state; trace(step, state) leaves the iterator where
+    it was."""
+    cfg = config_for(root, **STREAM)
+    by_step, step = {}, 0
+
+    def serve(its, n):
+        nonlocal step
+        while n:
+            batches = [next(it, None) for it in its]
+            if batches[0] is None:
+                continue
+            step += 1
+            n -= 1
+            by_step[step] = [sorted(b["id"][b["weight"] > 0].tolist()) for b in batches]
+
+    two = [babelfeed.build_train_iterator(cfg, rank=r, world_size=2) for r in range(2)]
+    serve(two, 11)
+    s1 = two[0].get_state()
+    assert s1["steps"] == [[0, 1, 0, 2]]
+    three = [babelfeed.build_train_iterator(cfg, rank=r, world_size=3) for r in range(3)]
+    for it in three:
+        it.set_state(json.loads(json.dumps(s1)))
+    serve(three, 40)
+    s2 = three[0].get_state()
+    assert s2["steps"] == [[0, 1, 0, 2], [11, s1["epoch"], s1["consumed"], 3]]
+    probe = {w: babelfeed.build_train_iterator(cfg, world_size=w) for w in (1, 2, 3)}
+    for s in (1, 7, 11, 12, 30, 51):
+        world = 2 if s <= 11 else 3
+        rows = probe[world].trace(s, s2)
+        assert [sorted(r["id"] for r in rows if r["rank"] == k) for k in range(world)] == by_step[s], s
+        for other in {1, 2, 3} - {world}:
+            with pytest.raises(ValueError, match=rf"step {s} was taken on {world} rank\(s\).*--world-size {world}"):
+                probe[other].trace(s, s2)
+    # the resumed iterator's own count, without a state
+    assert [sorted(r["id"] for r in three[0].trace(30) if r["rank"] == k) for k in range(3)] == by_step[30]
+    # trace(step, state) leaves the iterator's position alone
+    twin = babelfeed.build_train_iterator(cfg, rank=0, world_size=3)
+    twin.set_state(three[0].get_state())
+    three[0].trace(30, s2)
+    for _ in range(3):
+        assert digest(next(three[0])) == digest(next(twin))
+    # the command takes the world size from the state
+    state_file = tmp_path / "s2.json"
+    state_file.write_text(json.dumps(s2))
+    cfg_file = tmp_path / "cfg.py"
+    cfg_file.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom synthetic import config_for\n"
+                        f"from test_steering import STREAM\n"
+                        f"def get_config():\n    return config_for({str(root)!r}, **STREAM)\n")
+    for s, world in ((5, 2), (40, 3)):
+        out = subprocess.run([sys.executable, "-m", "babelfeed.cli", "trace", str(cfg_file), "--state",
+                              str(state_file), "--step", str(s), "--json"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        rows = json.loads(out.stdout)
+        assert [sorted(r["id"] for r in rows if r["rank"] == k) for k in range(world)] == by_step[s]
+
+
+def test_the_ledger_never_goes_down_when_an_edit_removes_a_stream(root):
+    """Resumed with a stream removed: while the saved window is finished and after it, the run's totals only
+    grow and the removed stream's counts stay in the ledger; task_stats meanwhile reports the saved run's tasks
+    as an un-edited twin does."""
+    it = babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1]))
+    for _ in range(7):
+        next(it)
+    state = it.get_state()
+    before = it.ledger()
+    removed = [k for k in it.planner.keys if k not in ("aaa-bbb", "aaa-ddd")]
+    assert removed
+    edited = babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[2]))
+    edited.set_state(state, mixture_change="allow")
+    twin = babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1]))
+    twin.set_state(state)
+    last = before
+    finishing = edited.edits[-1]["step"] - edited.edits[-1]["saved_at_step"]
+    assert finishing > 2
+    for i in range(finishing + 20):
+        if i < finishing - 1:
+            got = {t: st["samples"] for t, st in edited.task_stats().items()}
+            assert got == {t: st["samples"] for t, st in twin.task_stats().items()}, i
+            next(twin)
+        if next(edited, None) is None:  # the saved window finished: the epoch ends there
+            continue
+        led = edited.ledger()
+        assert led["ledger/samples"] >= last["ledger/samples"] and led["ledger/tokens"] >= last["ledger/tokens"]
+        for k in removed:
+            assert led[f"ledger/{k}/samples"] >= last[f"ledger/{k}/samples"]
+        last = led
+    for k in removed:
+        assert last[f"ledger/{k}/samples"] == edited.dormant[k]["samples"] > 0
+
+
+def test_weights_and_states_refuse_what_is_wrong_by_name(root):
+    """numpy scalars are numbers; huge weights are scaled, not overflowed; malformed dormant, edits and steps
+    fields and a policy state with unusable weights are refused naming the field."""
+    it = babelfeed.build_train_iterator(config_for(root, **STREAM))
+    tasks = it.planner.sources.tasks
+    it.set_weights({t: np.float32(0.5) if i else np.int64(2) for i, t in enumerate(tasks)})
+    it.set_weights({t: 1e308 for t in tasks})
+    assert next(it)["id"].size
+    with pytest.raises(ValueError, match="finite numbers >= 0"):
+        it.set_weights({t: float("inf") for t in tasks})
+    policy = babelfeed.policy.ExponentiatedGradient(tasks)
+    w = policy.update({t: np.float32(i) for i, t in enumerate(tasks)})
+    assert w[tasks[-1]] > w[tasks[0]]
+    with pytest.raises(ValueError, match="last weights"):
+        babelfeed.policy.ExponentiatedGradient.from_state(tasks, {"weights": [[3, {t: 0.0 for t in tasks}]]})
+    state = it.get_state()
+    fresh = babelfeed.build_train_iterator(config_for(root, **STREAM))
+    for field, value, match in (("dormant", {"zzz": 5}, "field 'dormant' holds 'zzz'"),
+                                ("dormant", {"zzz": {"position": 5}}, "field 'dormant' holds 'zzz'"),
+                                ("edits", "x", "field 'edits'"), ("edits", [{"step": "a"}], "field 'edits'"),
+                                ("steps", [[0, 1, 0, 0]], "field 'steps'"), ("steps", "x", "field 'steps'")):
+        with pytest.raises(ValueError, match=match):
+            fresh.set_state({**state, field: value})
