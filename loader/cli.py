@@ -124,7 +124,7 @@ def _plan(args) -> int:
 def _preview(args) -> int:
     from .preview import preview
 
-    config = _translation_config(args.config, args.overrides)
+    config = _translation_config(args.config, (args.set or []) + args.overrides)
     print(preview(config, args.task, args.transforms, n=args.n, epoch=args.epoch, side=args.side))
     return 0
 
@@ -349,7 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: the task's own transforms)")
     pv.add_argument("-n", type=count(1), default=5, help="samples to show (default 5)")
     pv.add_argument("--epoch", type=count(1), default=1, help="noise changes with the epoch")
-    pv.add_argument("--side", choices=("source", "target"), default="source")
+    pv.add_argument("--side", choices=("source", "target"), default="source",
+                    help="which side of the samples to show (default source)")
+    pv.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
+                    "data.path=data_bin (or --config.KEY=VALUE)")
     pv.set_defaults(func=_preview)
 
     d = sub.add_parser("demo", help="the whole pipeline on an embedded corpus: write it, binarize, inspect, stream "

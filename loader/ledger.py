@@ -152,9 +152,19 @@ def step_position(it, step: int, state: dict | None = None) -> tuple[int, int]:
                              f"{first}): was the run resumed on another world size? pass that world size")
     else:
         epoch, consumed, first = 1, 0, 1
+    from tqdm.auto import tqdm
+
+    bar, walked = None, 0  # a step many epochs on plans every epoch before it (integers only; it adds up): say so
     while step >= first + steps_in(epoch, consumed):
         first += steps_in(epoch, consumed)
         epoch, consumed = epoch + 1, 0
+        walked += 1
+        if bar is None and walked >= 50:
+            bar = tqdm(desc=f"planning epochs up to step {step:,}", unit="epoch", total=None, leave=False)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
     return epoch, consumed + (step - first) * per
 
 

@@ -62,11 +62,11 @@ def preview(config, task: str, transforms: str, n: int = 5, epoch: int = 1, side
         task = key
     elif tasks:
         raise ValueError(f"no task {name!r} in the config; tasks: {sorted(tasks)}")
-    if not str(transforms).strip():
-        raise ValueError(f"no transforms to preview for {task!r}: pass --transforms")
     shard = corpus.shard_ids(split, task)
     if not shard:
         raise ValueError(f"no {split} data for {task!r}; available: {corpus.directions(split) + corpus.monolingual(split)}")
+    if not str(transforms).strip():
+        raise ValueError(f"no transforms to preview for {task!r}: pass --transforms")
     src_lang, tgt_lang = task.split("-") if "-" in task else (task, task)
     lang = src_lang if side == "source" else tgt_lang
     ds = corpus.open(split, task, lang if "-" in task else None, shard[0])
