@@ -596,7 +596,8 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
         what = "input files ({src}-{tgt}.{lang} or {split}.{lang}, compressed or not, or folders of them)"
     where = opts.input_dir or "--input"
     if ignored:
-        log(f"ignored {len(ignored)} file(s) in {where} that are not named like inputs: {', '.join(ignored[:5])}")
+        log(f"ignored {len(ignored)} name(s) in {where} that are not named like inputs: {', '.join(ignored[:5])}"
+            + (f", … ({len(ignored) - 5} more)" if len(ignored) > 5 else ""))
     if not inputs:
         from .rawtext import _doc_format
 
@@ -764,7 +765,7 @@ def megatron_data_path(jobs: list[ShardJob], out: str, totals) -> dict:
             prefix = job.out_prefix(out, lang)
             tokens = IndexedDataset(prefix, verify="quick").num_tokens if dataset_exists(prefix) else 0
             if tokens:
-                paths.setdefault(lang, []).append(f"{tokens} {prefix}")
+                paths.setdefault(lang, []).append(f"{tokens} {os.path.abspath(prefix)}")
     return {k: " ".join(v) for k, v in paths.items()}
 
 
@@ -840,6 +841,10 @@ def format_report(report: dict) -> str:
         for key, path in d["data_path"].items():
             lines.append(f"Megatron --data-path ({key}, weighted by tokens): {path}")
         return "\n".join(lines)
+    for e in report["inputs"]:
+        if e["lines"] and not e["kept"]:
+            lines.append(f"warning: {e['split']}.{e['key']} kept nothing: the policies below dropped all its "
+                         f"{e['lines']:,} lines")
     lines.append(
         f"{tot.kept:,} of {tot.lines:,} sentences (pairs) kept; dropped {tot.empty:,} empty, {tot.overlong:,} over "
         f"{p['max_len']} tokens, {tot.bad_utf8:,} undecodable (policies: empty={p['empty']}, "

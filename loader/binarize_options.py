@@ -71,8 +71,9 @@ class BinarizeOptions:
             if not self.json_keys or len(set(self.json_keys)) != len(self.json_keys):
                 raise ValueError(f"--json-keys must name distinct keys, got {list(self.json_keys)}")
             one_of("--on-bad-record", self.bad_record, ("drop", "error"))
-        elif self.split_sentences or tuple(self.json_keys) != ("text",) or not self.append_eod:
-            raise ValueError("--split-sentences, --json-keys and --no-append-eod are for --documents")
+        elif self.split_sentences or tuple(self.json_keys) != ("text",) or not self.append_eod or \
+                self.bad_record != "error":
+            raise ValueError("--split-sentences, --json-keys, --no-append-eod and --on-bad-record are for --documents")
         if (self.spm_model is None) == (self.train_spm is None):
             raise ValueError("give exactly one of spm_model (--spm) and train_spm (--train-spm VOCAB)")
         if self.train_spm is not None:
@@ -92,10 +93,17 @@ class BinarizeOptions:
 def check_shards(inputs, shards: int) -> None:
     """Every train shard gets at least one line: more shards than a direction's lines would write empty
     shards, and epochs that read an empty shard (``data.shards="cycle"``) serve no batch at all."""
+    empty = [inp for inp in inputs if inp.num_lines == 0]
+    if empty:
+        inp = empty[0]
+        what = "document" if inp.documents else "line"
+        raise ValueError(f"{inp.origin or inp.paths[0]}: {inp.split} {inp.key} holds no {what} (an empty input would "
+                         f"write empty datasets); fill it or move it out of the inputs")
     if shards <= 1:
         return
     short = [inp for inp in inputs if inp.split.startswith("train") and inp.num_lines < shards]
     if short:
         inp = min(short, key=lambda i: i.num_lines)
-        raise ValueError(f"--shards {shards} is more than the {inp.num_lines:,} lines of {inp.split} {inp.key} "
+        what = "document(s)" if inp.documents else "line(s)"
+        raise ValueError(f"--shards {shards} is more than the {inp.num_lines:,} {what} of {inp.split} {inp.key} "
                          f"({inp.paths[0]}): a shard would be empty; give --shards {max(inp.num_lines, 1)} or fewer")

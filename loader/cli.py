@@ -24,6 +24,7 @@ internal error; --debug (or BABELFEED_DEBUG=1) shows the traceback instead.
 import argparse
 import json
 import os
+import re
 import sys
 
 from .errors import MissingExtraError
@@ -88,7 +89,8 @@ def _binarize(args) -> int:
         empty=args.on_empty, overlong=args.on_overlong, bad_utf8=args.on_bad_utf8, spm_sample=args.spm_sample,
         seed=args.seed, overwrite=args.overwrite, progress=False if args.no_progress else None,
         chunk_lines=args.chunk_lines, inputs=tuple(args.input or ()), engine=args.engine,
-        ray_address=args.ray_address, documents=args.documents, json_keys=tuple(args.json_keys),
+        ray_address=args.ray_address, documents=args.documents,
+        json_keys=tuple(k for spec in (args.json_keys or ["text"]) for k in re.split(r"[,\s]+", spec) if k),
         split_sentences=args.split_sentences, append_eod=not args.no_append_eod, bad_record=args.on_bad_record,
     )
     report = binarize(opts, log=lambda m: print(m, file=sys.stderr))
@@ -259,13 +261,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "instance); inputs and output must be on a filesystem every node sees")
     b.add_argument("--format", choices=("fairseq", "megatron"), default=None,
                    help="index layout (default fairseq; megatron with --documents)")
-    b.add_argument("--max-len", type=count(2), default=1024, help="longest sentence in tokens, </s> included (default 1024)")
+    b.add_argument("--max-len", type=count(2), default=1024,
+                   help="longest sentence in tokens, </s> included (default 1024; not with --documents)")
     b.add_argument("--on-empty", choices=("drop", "keep", "error"), default="drop",
-                   help="an empty line, or a pair with an empty side (with --documents: a document with no text): "
-                        "drop it and count it (default), keep it, or stop with an error naming the file and line")
+                   help="an empty line, or a pair with an empty side: drop it and count it (default), keep it, or stop "
+                        "with an error naming the file and line (with --documents, a document with no text: drop or "
+                        "error)")
     b.add_argument("--on-overlong", choices=("drop", "truncate", "keep", "error"), default="drop",
                    help="a sentence over --max-len tokens: drop the pair and count it (default), cut it to "
-                        "--max-len (</s> kept), keep it, or stop with an error")
+                        "--max-len (</s> kept), keep it, or stop with an error (not with --documents)")
     b.add_argument("--on-bad-utf8", choices=("drop", "replace", "error"), default="drop",
                    help="a line that is not UTF-8: drop the pair (or document) and count it (default), decode with "
                         "U+FFFD, or stop with an error")
@@ -273,8 +277,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--documents", action="store_true",
                    help="read documents (JSONL objects, or plain text with blank lines between documents) and write "
                         "Megatron's .bin/.idx: shardNNN/{NAME}_{key}_document, one sequence per document")
-    d.add_argument("--json-keys", nargs="+", default=["text"], metavar="KEY",
-                   help="JSON keys to write, a dataset each (default: text)")
+    d.add_argument("--json-keys", action="append", metavar="KEYS",
+                   help="JSON keys to write, a dataset each, comma-separated or repeated: --json-keys text,title "
+                        "(default: text)")
     d.add_argument("--split-sentences", action="store_true",
                    help="one sequence per sentence (a line of the document's text), documents kept in the index "
                         "(files named _sentence)")

@@ -55,6 +55,10 @@ def _decode(raw: bytes, policy: str, where: str) -> tuple[str | None, bool]:
         return raw.decode("utf-8", errors="replace"), True
 
 
+_JSON_TYPES = {"dict": "an object", "list": "an array", "int": "a number", "float": "a number", "bool": "a boolean",
+               "NoneType": "null"}
+
+
 def _fields(text: str, keys: list[str]) -> tuple[list[str] | None, str]:
     """The texts of ``keys`` in one JSON line, or (None, what is wrong)."""
     try:
@@ -62,15 +66,32 @@ def _fields(text: str, keys: list[str]) -> tuple[list[str] | None, str]:
     except ValueError as e:
         return None, f"is not JSON ({e})"
     if not isinstance(obj, dict):
-        return None, f"is a JSON {type(obj).__name__}, not an object"
+        return None, f"is {_JSON_TYPES.get(type(obj).__name__, 'a string')} in JSON, not an object"
     out = []
     for k in keys:
         if k not in obj:
             return None, f"has no key {k!r} (keys: {', '.join(list(obj)[:8])})"
         if not isinstance(obj[k], str):
-            return None, f"holds a {type(obj[k]).__name__} under {k!r}, not a string"
+            return None, f"holds {_JSON_TYPES.get(type(obj[k]).__name__, 'no string')} under {k!r}, not a string"
         out.append(obj[k])
     return out, ""
+
+
+def _unicode(texts: list[str], policy: str, where: str) -> tuple[list[str] | None, bool]:
+    """Texts a JSON escape left with a lone surrogate (``"\\udc80"``: no Unicode character) follow the UTF-8
+    policy: an error, dropped (None), or the surrogate replaced by U+FFFD."""
+    try:
+        for t in texts:
+            t.encode("utf-8")
+        return texts, False
+    except UnicodeEncodeError:
+        pass
+    if policy == "error":
+        raise BinarizeError(f"{where} holds a lone surrogate escape (\\ud800-\\udfff alone is no Unicode "
+                            f"character; policy --on-bad-utf8=error)")
+    if policy == "drop":
+        return None, True
+    return [t.encode("utf-16", "surrogatepass").decode("utf-16", "replace") for t in texts], True
 
 
 def document_texts(record, fmt: str, keys: list[str]) -> list[str]:
@@ -78,6 +99,8 @@ def document_texts(record, fmt: str, keys: list[str]) -> list[str]:
     if fmt == "text":
         return ["\n".join(ln.decode("utf-8", errors="replace") for ln in record[1])]
     texts, _ = _fields(record.decode("utf-8", errors="replace"), keys) if record.strip() else (None, "")
+    if texts:
+        texts, _ = _unicode(texts, "replace", "")
     return texts or []
 
 
@@ -153,6 +176,11 @@ def _parse(records, first: int, path: str, keys, cfg, stats) -> list[tuple[str, 
                                             f"drops and counts such lines)")
                     stats.bad_record += 1
                     continue
+                texts, was_bad = _unicode(texts, cfg["bad_utf8"], where)
+                if texts is None:
+                    stats.bad_utf8 += 1
+                    continue
+                stats.replaced_utf8 += was_bad
         docs.append((where, texts))
     return docs
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import multiprocessing as mp
+from concurrent.futures.process import BrokenProcessPool
 import os
 import pickle
 import shutil
@@ -255,7 +256,7 @@ def run_tasks(engine, tasks, on_done, limit: int | None = None) -> None:
                 task = inflight.pop(fut)
                 try:
                     result = fut.result()
-                except cf.process.BrokenProcessPool:
+                except BrokenProcessPool:
                     lost = [task] + [t for f, t in inflight.items()]
                     inflight.clear()
                     if not engine.restart():

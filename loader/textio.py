@@ -74,12 +74,49 @@ def _open_stream(path: str, compression: str | None):
         return lzma.open(path, "rb")
     if compression == "bz2":
         return bz2.open(path, "rb")
-    try:
-        import zstandard
-    except ImportError:
-        raise MissingExtraError(f"{path}: zstd input needs the zstandard package: pip install 'babelfeed[zstd]'") from None
-    raw = open(path, "rb")
-    return zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
+    return _Zstd(path)
+
+
+class _Zstd:
+    """A zstd file's frames one after another, decompressed; a stream that ends inside a frame is an error
+    (``zstandard``'s stream reader takes a cut-off frame for the end)."""
+
+    def __init__(self, path: str):
+        try:
+            import zstandard
+        except ImportError:
+            raise MissingExtraError(f"{path}: zstd input needs the zstandard package: pip install "
+                                    f"'babelfeed[zstd]'") from None
+        self._d = zstandard.ZstdDecompressor()
+        self._obj = self._d.decompressobj()
+        self._open = False  # bytes of the current frame were fed
+        self._f = open(path, "rb")
+        self._buf = bytearray()
+        self._done = False
+
+    def read(self, n: int) -> bytes:
+        while len(self._buf) < n and not self._done:
+            chunk = self._f.read(1 << 16)
+            if not chunk:
+                if self._open and not self._obj.eof:
+                    raise EOFError("the stream ends inside a zstd frame")
+                self._done = True
+                break
+            while chunk:
+                self._buf += self._obj.decompress(chunk)
+                self._open = True
+                if self._obj.eof:  # the frame ended: the rest of the chunk starts the next one
+                    chunk = self._obj.unused_data
+                    self._obj = self._d.decompressobj()
+                    self._open = False
+                else:
+                    chunk = b""
+        out = bytes(self._buf[:n])
+        del self._buf[:n]
+        return out
+
+    def close(self) -> None:
+        self._f.close()
 
 
 def _decompress_errors():
@@ -108,14 +145,15 @@ class _Bytes:
         self.offset = start_byte or 0  # decompressed bytes before the next block
 
     def read(self) -> bytes:
-        size = _BLOCK if self.end is None else min(_BLOCK, self.end - self.offset)
+        # compressed: smaller reads, so a damaged stream's error says about where the damage is
+        size = (_BLOCK if self.compression is None else 1 << 16) if self.end is None else min(_BLOCK, self.end - self.offset)
         if size <= 0:
             return b""
         try:
             block = self._f.read(size)
         except _decompress_errors() as e:
-            raise TextInputError(f"{self.path}: the {self.compression or 'file'} data is damaged or cut short, past byte "
-                                 f"{self.offset:,} of its text ({type(e).__name__}: {e})") from None
+            raise TextInputError(f"{self.path}: the {self.compression or 'file'} data is damaged or cut short after "
+                                 f"{self.offset:,} bytes of its text ({type(e).__name__}: {e})") from None
         self.offset += len(block)
         return block
 

@@ -144,3 +144,34 @@ def test_a_worker_killed_mid_chunk_is_replaced_and_the_bytes_are_the_same(tmp_pa
     assert read_all(out) == read_all(clean)
     assert not [n for d, _, ns in os.walk(out) for n in ns if n.endswith(".partial")]
     assert not (out / ".binarize" / "work").exists()
+
+
+def test_cut_short_zstd_and_empty_inputs_are_errors_naming_the_file(tmp_path):
+    raw = tmp_path / "raw"
+    make_raw(raw)
+    clean = tmp_path / "clean"
+    binarize(opts(raw, clean), log=quiet)
+    model = str(clean / "spm.model")
+    text = (raw / "train.fr").read_bytes()
+    z = zstandard.ZstdCompressor()
+    for name, data in (("one frame", z.compress(text)[:-7]),
+                       ("second frame", z.compress(text[:200]) + z.compress(text[200:])[:-5])):
+        (raw / "train.fr").unlink(missing_ok=True)
+        (raw / "train.fr.zst").write_bytes(data)
+        with pytest.raises(BinarizeError, match=r"train\.fr\.zst: the zstd data is damaged or cut short"):
+            binarize(opts(raw, tmp_path / "o", spm_model=model, train_spm=None), log=quiet)
+    (raw / "train.fr.zst").write_bytes(z.compress(text[:200]) + z.compress(text[200:]))  # two whole frames
+    out = tmp_path / "frames"
+    binarize(opts(raw, out, spm_model=model, train_spm=None), log=quiet)
+    assert read_all(out) == read_all(clean)
+    (raw / "train.fr.zst").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"train\.fr\.zst: train fr holds no line"):
+        binarize(opts(raw, tmp_path / "o2", spm_model=model, train_spm=None), log=quiet)
+    (raw / "train.fr.zst").unlink()
+    (raw / "en-de").mkdir()
+    (raw / "en-de.en").rename(raw / "en-de" / "a.en")
+    (raw / "en-de.de").rename(raw / "en-de" / "a.de")
+    (raw / "en-de" / "a.en").write_bytes(b"")
+    (raw / "en-de" / "a.de").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"en-de/: train en-de holds no line"):
+        binarize(opts(raw, tmp_path / "o3", spm_model=model, train_spm=None), log=quiet)

@@ -106,3 +106,14 @@ def test_ray_writes_the_documents_of_the_local_engine(cluster, tmp_path):
     out = tmp_path / "ray"
     binarize(doc_opts(tmp_path / "raw", out, shards=2, engine="ray", split_sentences=True), log=quiet)
     assert read_all(out) == read_all(local) and len(read_all(out)) == 9
+
+
+def test_a_tasks_own_error_stops_a_ray_job_with_that_error(cluster, tmp_path):
+    from babelfeed.rawtext import BinarizeError
+    from test_documents import opts as doc_opts
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    (raw / "a.jsonl").write_text('{"text": "the cat sat"}\n{not json\n')
+    with pytest.raises(BinarizeError, match=r"a\.jsonl: line 2 is not JSON"):
+        binarize(doc_opts(raw, tmp_path / "o", train_spm=30, engine="ray"), log=quiet)

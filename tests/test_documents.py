@@ -179,3 +179,22 @@ def test_several_json_keys_write_a_dataset_each_and_a_resume_skips_them(tmp_path
     binarize(opts(raw, out, json_keys=("text", "title"), split_sentences=True, spm_model=str(out / "spm.model"),
                   train_spm=None), log=logs.append)
     assert any("1 of 1 shard(s) already finalized" in m for m in logs), logs
+
+
+def test_escaped_lone_surrogates_follow_the_utf8_policy_and_paths_are_absolute(tmp_path, monkeypatch):
+    raw = tmp_path / "raw"
+    os.makedirs(raw)
+    (raw / "a.jsonl").write_text('{"text": "the cat sat"}\n{"text": "a dog \\udc80 ran"}\n{"text": "blue sky"}\n')
+    with pytest.raises(BinarizeError, match=r"a\.jsonl: line 2 holds a lone surrogate"):
+        binarize(opts(raw, tmp_path / "o1", train_spm=30, bad_utf8="error"), log=lambda m: None)
+    report = binarize(opts(raw, tmp_path / "o2", train_spm=30), log=lambda m: None)
+    assert (report["inputs"][0]["kept"], report["inputs"][0]["bad_utf8"]) == (2, 1)
+    report = binarize(opts(raw, tmp_path / "o3", train_spm=30, bad_utf8="replace"), log=lambda m: None)
+    assert (report["inputs"][0]["kept"], report["inputs"][0]["replaced_utf8"]) == (3, 1)
+    monkeypatch.chdir(tmp_path)
+    report = binarize(opts("raw", "o4", train_spm=30), log=lambda m: None)
+    weight, prefix = report["documents"]["data_path"]["text"].split()
+    assert os.path.isabs(prefix) and prefix == str(tmp_path / "o4" / "shard000" / "a_text_document")
+    (raw / "b.txt").write_text("\n\n  \n")
+    with pytest.raises(ValueError, match=r"b\.txt: train b holds no document"):
+        binarize(opts(raw, tmp_path / "o5", train_spm=30), log=lambda m: None)
