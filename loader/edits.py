@@ -65,6 +65,12 @@ def config_changes(old: dict, new: dict) -> dict:
 def check_data(saved: dict, old_config: dict, new_planner) -> None:
     """Refuse an edit that changes data a kept stream reads (``saved``: the state's stream identities), or the
     seed (every stream's sequence)."""
+    if not isinstance(saved, dict) or not all(isinstance(k, str) for k in saved):
+        raise ValueError(f"iterator state field stream['data'] must map stream names to what they read, got "
+                         f"{str(saved)[:200]}")
+    if not isinstance(old_config.get("data"), dict) or "seed" not in old_config:
+        raise ValueError("iterator state field 'config' is not a whole config of the run (its data section or seed "
+                         "is missing): resume with the config it was saved with")
     seed = old_config.get("seed")
     if seed != new_planner.opts.seed:
         raise ValueError(f"the seed changed ({seed} -> {new_planner.opts.seed}): every stream's order would "

@@ -394,6 +394,11 @@ def test_an_edit_that_changes_a_streams_data_or_the_seed_is_refused_by_name(root
         reseeded.set_state(state, mixture_change="allow")
     with pytest.raises(ValueError, match="mixture_change='allow'"):  # without it: refused, and told how
         babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1])).set_state(state)
+    edited = babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1]))
+    with pytest.raises(ValueError, match=r"stream\['data'\] must map"):
+        edited.set_state({**state, "stream": {**state["stream"], "data": "garbage"}}, mixture_change="allow")
+    with pytest.raises(ValueError, match="not a whole config of the run"):
+        edited.set_state({**state, "config": {"seed": 1}}, mixture_change="allow")
     legacy = {k: v for k, v in state.items() if k != "config"}
     with pytest.raises(ValueError, match="carries no config of its run"):
         babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1])).set_state(legacy, mixture_change="allow")
