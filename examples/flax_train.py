@@ -1,7 +1,8 @@
 """Train a small Flax encoder-decoder transformer on babelfeed batches (static shapes, JAX adapter).
 
     python examples/flax_train.py --config=configs/demo.py [--steps=300] [--config.model.d_model=256]
-        [--config.train.mixing.temperature=2]   (the demo config keeps the pipeline under ``train``)
+        [--config.train.mixing.temperature=2]   (the demo config keeps the pipeline under ``train``;
+        a plain pipeline config such as configs/nllb_like.py trains the demo's model on its batches)
         [--checkpoint_dir=build/ckpt --save_every=100]   (kill it, run it again: it continues exactly)
 
 Batches come from ``babelfeed.adapters.jax.global_batches``: global jax.Arrays on a mesh of the local devices,
@@ -16,10 +17,15 @@ import time
 
 import numpy as np
 
+from babelfeed.examples.common import example_config, resolve_config_flag
+
+NAME = "flax_train"
+
 
 def model_pipeline(config):
     """The demo config's pipeline (``config.train``) as this model trains on it: ``model.max_tokens`` per batch
     (small, for the CPU), ``model.num_shapes`` static shapes (one compilation each) and int32 token ids."""
+    config = example_config(config, "the config")
     train = config.train
     train.batching.max_tokens = config.model.max_tokens
     train.batching.num_shapes = config.model.num_shapes
@@ -72,6 +78,7 @@ def train(config, steps: int, log_every: int = 25, log=print, checkpoint_dir: st
     """``steps`` optimizer steps on the config's batches. With ``checkpoint_dir``: the train state and the data
     position are saved together with orbax every ``save_every`` steps, and a run finding a checkpoint there
     continues from it, at the batch after the last one trained on. ``stop_after``: end early (as a killed run)."""
+    config = example_config(config, "the config")  # the demo's layout, or a plain pipeline config
     import jax
     import jax.numpy as jnp
     import optax
@@ -200,7 +207,11 @@ def train(config, steps: int, log_every: int = 25, log=print, checkpoint_dir: st
 def main(argv) -> int:
     from absl import flags
 
-    config = flags.FLAGS.config
+    try:
+        config = example_config(flags.FLAGS.config)
+    except ValueError as e:  # an LM config, or not a config of a translation pipeline: one line
+        print(f"{NAME}: error: {e}", file=sys.stderr)
+        return 2
     if flags.FLAGS.data:
         config.train.data.path = flags.FLAGS.data
     try:
@@ -227,4 +238,4 @@ if __name__ == "__main__":
     flags.DEFINE_string("checkpoint_dir", None, "save the train state and the data position there with orbax, and "
                         "continue from the latest checkpoint found there")
     flags.DEFINE_integer("save_every", 100, "steps between checkpoints")
-    app.run(main)
+    app.run(main, argv=resolve_config_flag(sys.argv))

@@ -1,7 +1,8 @@
 """Train a small torch.nn.Transformer on babelfeed batches (torch adapter).
 
     python examples/torch_train.py --config=configs/demo.py [--steps=300] [--config.model.d_model=256]
-        [--config.train.mixing.temperature=2]   (the demo config keeps the pipeline under ``train``)
+        [--config.train.mixing.temperature=2]   (the demo config keeps the pipeline under ``train``;
+        a plain pipeline config such as configs/nllb_like.py trains the demo's model on its batches)
     make demo ARGS="--trainer torch"
 
 Batches come from ``babelfeed.adapters.torch.TorchBatches``: tensors prefetched to the device (pinned memory and
@@ -10,14 +11,20 @@ non_blocking copies on a side stream on a GPU; the CPU otherwise).
 
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
+
+from babelfeed.examples.common import example_config, resolve_config_flag
+
+NAME = "torch_train"
 
 
 def model_pipeline(config):
     """The demo config's pipeline (``config.train``) as this model trains on it: ``model.max_tokens`` per batch,
     small for the CPU (torch takes any shape: no static shapes here)."""
+    config = example_config(config, "the config")
     train = config.train
     train.batching.max_tokens = config.model.max_tokens
     return train
@@ -59,6 +66,7 @@ def build_model(vocab: int, d: int, heads: int, layers: int, ff: int, max_len: i
 
 
 def train(config, steps: int, log_every: int = 25, log=print) -> dict:
+    config = example_config(config, "the config")  # the demo's layout, or a plain pipeline config
     import torch
 
     import babelfeed
@@ -107,10 +115,18 @@ def train(config, steps: int, log_every: int = 25, log=print) -> dict:
 def main(argv) -> int:
     from absl import flags
 
-    config = flags.FLAGS.config
+    try:
+        config = example_config(flags.FLAGS.config)
+    except ValueError as e:  # an LM config, or not a config of a translation pipeline: one line
+        print(f"{NAME}: error: {e}", file=sys.stderr)
+        return 2
     if flags.FLAGS.data:
         config.train.data.path = flags.FLAGS.data
-    train(config, flags.FLAGS.steps or config.model.steps)
+    try:
+        train(config, flags.FLAGS.steps or config.model.steps)
+    except (ValueError, FileNotFoundError) as e:  # a config or data that does not fit: one line
+        print(f"{NAME}: error: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -126,4 +142,4 @@ if __name__ == "__main__":
                                     lock_config=True)
     flags.DEFINE_integer("steps", None, "training steps (default: config.model.steps)")
     flags.DEFINE_string("data", None, "data_bin (default: config.train.data.path)")
-    app.run(main)
+    app.run(main, argv=resolve_config_flag(sys.argv))

@@ -1,0 +1,60 @@
+"""The examples take any translation config: the demo's layout (train, model) or a plain pipeline config such as
+configs/nllb_like.py, by path or by a shipped config's name; a language-model config is refused in one line."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import babelfeed
+from babelfeed.examples import flax_train, torch_train
+from babelfeed.examples.common import example_config, resolve_config_flag
+from synthetic import config_for, make_data_bin
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("examples")
+    make_data_bin(r)
+    return r
+
+
+def test_a_pipeline_config_becomes_the_train_section_with_the_demo_model(root):
+    cfg = config_for(root)
+    wrapped = example_config(cfg)
+    assert wrapped.train.data.path == str(root) and wrapped.seed == cfg.seed
+    assert wrapped.model.max_tokens == cfg.batching.max_tokens  # the pipeline's own budget rules
+    assert wrapped.model.d_model == babelfeed.load_config("demo").model.d_model
+    demo = babelfeed.load_config("demo")
+    assert example_config(demo) is demo  # the demo's layout is taken as it is
+    # the pipelines the two models train on
+    assert torch_train.model_pipeline(cfg).batching.max_tokens == cfg.batching.max_tokens
+    flax_pipe = flax_train.model_pipeline(config_for(root))
+    assert flax_pipe.batching.num_shapes == demo.model.num_shapes and flax_pipe.collate.dtype == "int32"
+
+
+def test_other_configs_are_refused_by_what_they_are():
+    with pytest.raises(ValueError, match="language-model config"):
+        example_config(babelfeed.load_config("lm_packing"))
+    import ml_collections
+
+    with pytest.raises(ValueError, match="neither a translation pipeline config.*it has foo"):
+        example_config(ml_collections.ConfigDict({"foo": 1}))
+
+
+def test_config_flag_takes_a_shipped_name():
+    argv = resolve_config_flag(["prog", "--config=nllb_like", "--steps=3", "--config", "demo", "--config.seed=2"])
+    assert argv[1].startswith("--config=") and argv[1].endswith("nllb_like.py") and os.path.exists(argv[1][9:])
+    assert argv[4].endswith("demo.py") and argv[5] == "--config.seed=2" and argv[2] == "--steps=3"
+    assert resolve_config_flag(["p", "--config=no/such.py"]) == ["p", "--config=no/such.py"]
+
+
+def test_torch_example_trains_on_nllb_like_by_name(root):
+    cmd = [sys.executable, "-m", "babelfeed.examples.torch_train", "--config=nllb_like", f"--data={root}",
+           "--steps=2"]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "trained 2 steps" in run.stdout
+    lm = subprocess.run(cmd[:3] + ["--config=lm_packing", "--steps=1"], capture_output=True, text=True, timeout=300)
+    assert lm.returncode == 2 and "language-model config" in lm.stderr and "Traceback" not in lm.stderr
