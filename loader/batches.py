@@ -60,6 +60,7 @@ class BatchIterator(Reports, LoaderIterator):
         self.step = 0  # steps taken by every rank since _base
         self._ledger_start: dict[int, np.ndarray] = {1: np.zeros((3, len(planner.keys)), np.int64)}
         self.config_snapshot: dict | None = None  # the config as JSON (build_train_iterator sets it): edits
+        self.source_config = None  # the config it was built from (build_train_iterator): trace on other world sizes
         self._handover = None  # edits.Handover: the saved run's window in progress, after an edited resume
         self.dormant: dict = {}  # streams an edit removed: name -> position and ledger counts, kept in the state
         self.edits: list = []  # the mixture edits of this run: step, global batch, epoch, what changed
@@ -375,19 +376,23 @@ class BatchIterator(Reports, LoaderIterator):
 
     def trace(self, step: int, state: dict | None = None) -> list:
         """The samples of training step ``step`` (1-based, since training began) on every rank: where each came
-        from (stream, task, corpus, shard, row) and its lengths. ``state``: a state of the run, which anchors the
-        step count and says which world size took each step. This iterator's position is left as it was. See
-        ``babelfeed.ledger.trace``."""
+        from (stream, task, corpus, shard, row) and its lengths. ``state``: the run's latest state (default: this
+        iterator's own), whose history answers any step of the run, before or after edits, weight changes and
+        resumes on other world sizes. This iterator's position is left as it was. See ``babelfeed.ledger.trace``."""
         from .ledger import trace
 
-        if state is None:
-            return trace(self, step)
-        keep = self.get_state()
-        allow = "allow" if (self._handover is not None or keep.get("fingerprint") not in self.fingerprints()) else "refuse"
-        try:
-            return trace(self, step, state)
-        finally:
-            self.set_state(keep, mixture_change=allow)
+        return trace(self, step, state)
+
+    def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
+        """Stand at global batch ``consumed`` of ``epoch`` after ``total_steps`` steps, serving nothing (the
+        history replay moves an iterator of a finished segment to where the run was saved)."""
+        if self._handover is not None and (epoch, consumed) >= (self._handover.epoch, 0):
+            if epoch == self._handover.epoch and consumed < self._handover.end:
+                raise ValueError("cannot move into the saved run's window after an edit: resume it instead")
+            self._handover = None
+        self.epoch, self._base, self.step = int(epoch), int(consumed), 0
+        self.total_steps = int(total_steps)
+        self._hint, self._ra_hint = (0, 0), (0, 0, 0)
 
     # ----------------------------------------------------------------------------------------- state
     def fingerprint(self) -> str:
@@ -474,9 +479,23 @@ class BatchIterator(Reports, LoaderIterator):
             isinstance(e, dict) and all(type(e.get(f)) is int and e[f] >= 0 for f in ("saved_at_step", "step",
                                                                                     "global_batch", "epoch"))
             and e["epoch"] >= 1 for e in edits)
+        ok = ok and all(BatchIterator._saved_ok(e.get("saved", {})) for e in edits)
         if not ok:
             raise ValueError(f"iterator state field 'edits' must list the mixture edits ({{'saved_at_step', 'step', "
-                             f"'global_batch', 'epoch': integers, 'changes'}}), got {str(edits)[:200]}")
+                             f"'global_batch', 'epoch': integers, 'changes', 'saved': {{'epoch', 'consumed', "
+                             f"'weights', 'updates'}}}}), got {str(edits)[:200]}")
+
+    @staticmethod
+    def _saved_ok(saved) -> bool:
+        """An edit's ``saved`` (the run before it: position, weight changes, update counts), or none (older)."""
+        if saved == {}:
+            return True
+        return (isinstance(saved, dict) and set(saved) == {"epoch", "consumed", "weights", "updates"}
+                and type(saved["epoch"]) is int and saved["epoch"] >= 1 and type(saved["consumed"]) is int
+                and saved["consumed"] >= 0 and isinstance(saved["weights"], list)
+                and isinstance(saved["updates"], list) and all(
+                    isinstance(x, list) and len(x) == 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                               for v in x) for x in saved["updates"]))
 
     def _check_extra(self, state: dict) -> None:
         """The optional fields of a state: well formed, or an error naming the field."""
@@ -606,11 +625,17 @@ class BatchIterator(Reports, LoaderIterator):
         self._ledger_start = {epoch + 1: map_totals(np.zeros((3, 0), np.int64), [], planner.keys, counts)}
         self.dormant = {k: {"position": pos[k], **counts[k]} for k in pos if k not in planner.keys}
         finishing = -(-(end - consumed) // self._per_step)  # steps that finish the saved run's window
+        # what the run before the edit had (its position, weight changes and update counts), so its segment
+        # can be planned again from this state alone (babelfeed.replay: trace any step)
+        saved = {"epoch": int(epoch), "consumed": int(consumed), "weights": list(state.get("weights", [])),
+                 "updates": [list(x) for x in (state.get("stream") or {}).get("updates", [])]}
         self.edits = list(state.get("edits", [])) + [{
             "saved_at_step": int(state["total_steps"]), "step": int(state["total_steps"]) + finishing,
-            "global_batch": int(batches), "epoch": epoch + 1, "changes": config_changes(snap, self.config_snapshot or {})}]
+            "global_batch": int(batches), "epoch": epoch + 1, "changes": config_changes(snap, self.config_snapshot or {}),
+            "saved": saved}]
         self.total_steps = int(state["total_steps"])
-        self._log_steps(state.get("steps"), self.total_steps, epoch, consumed)
+        # the count goes on where this run stands: in the saved window (finished first), or at the edited start
+        self._log_steps(state.get("steps"), self.total_steps, *((epoch, consumed) if end > consumed else (epoch + 1, 0)))
         self._hint, self._ra_hint, self.step = (0, 0), (0, 0, 0), 0
         self._former = (P.sources, old.collater.id_base)
         rows: dict = {}

@@ -190,8 +190,8 @@ def _trace(args) -> int:
         rank = "-" if r["rank"] is None else r["rank"]
         print(f"{rank:>4} {r['batch']:>6} {r['stream']:<{width['stream']}} {r['task']:<{width['task']}} "
               f"{r['corpus']:<{width['corpus']}} {r['shard']:>5} {r['row']:>9} {r['src_len']:>4} {r['tgt_len']:>4}")
-        if text is not None:
-            c = comps[(r["stream"], r["shard"])]
+        c = comps.get((r["stream"], r["shard"])) if text is not None else None
+        if c is not None:  # (a stream an edit removed since is not in this config's data: not decoded)
             print(f"       source: {text(np.asarray(c.src[r['row']]).tolist())}")
             if c.tgt is not None and c.tgt is not c.src:
                 print(f"       target: {text(np.asarray(c.tgt[r['row']]).tolist())}")

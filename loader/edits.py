@@ -113,14 +113,18 @@ class Handover:
         d = np.asarray(batch["direction"])
         batch["direction"] = np.where(d >= 0, self.direction[np.maximum(d, 0)], -1).astype(d.dtype)
         ids = np.asarray(batch["id"], np.int64)
+        batch["id"] = self.map_ids(ids).astype(batch["id"].dtype)
+        return batch
+
+    def map_ids(self, ids) -> np.ndarray:
+        """Ids of the saved run's data as the edited run numbers them (a stream the edit removed: after this
+        data's ids, which ``describe_ids`` still names; -1 stays -1)."""
+        ids = np.asarray(ids, np.int64)
         comp = np.searchsorted(self.old_base, ids, side="right") - 1
         new = self.comp_map[np.clip(comp, 0, len(self.comp_map) - 1)]
         local = ids - self.old_base[np.clip(comp, 0, len(self.old_base) - 1)]
-        # a removed stream's rows: numbered after this data's ids (describe_ids still names them)
-        mapped = np.where(ids < 0, -1, np.where(new >= 0, self.new_base[np.maximum(new, 0)] + local,
-                                                 int(self.new_base[-1]) + ids))
-        batch["id"] = mapped.astype(batch["id"].dtype)
-        return batch
+        return np.where(ids < 0, -1, np.where(new >= 0, self.new_base[np.maximum(new, 0)] + local,
+                                              int(self.new_base[-1]) + ids))
 
     def totals(self, consumed: int) -> np.ndarray:
         """The ledger's totals at ``consumed`` of the epoch, in the edited run's streams, then the streams the

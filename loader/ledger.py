@@ -96,97 +96,46 @@ def describe_ids(sources, id_base: np.ndarray, ids) -> list[dict]:
     return out
 
 
-def _ranks(segments, upto: int | None = None) -> str:
-    parts = []
-    for i, (start, _, _, ws) in enumerate(segments):
-        stop = segments[i + 1][0] if i + 1 < len(segments) else None
-        parts.append(f"steps {start + 1}-{stop if stop is not None else ''} on {ws} rank(s)")
-    return ", ".join(parts)
+def check_trace_state(it, state: dict) -> None:
+    """Refuse a state that is not a state of this data: another fingerprint (without the stream sampler), or a
+    state the run's own config (carried in it) does not resume on this data (with it)."""
+    if not isinstance(state, dict):
+        raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}")
+    if it.planner.opts.sampler == "stream" and isinstance(state.get("config"), dict):
+        from .replay import _build, cached, state_key
 
+        def check():
+            built = _build(state["config"], (it.config_snapshot or state["config"])["data"]["path"], it.world_size,
+                           it.split)
+            built.set_state(state, mixture_change="allow")
+            return True
 
-def step_position(it, step: int, state: dict | None = None) -> tuple[int, int]:
-    """``(epoch, first global batch)`` of training step ``step`` (1-based, counted since training began, as
-    loggers number optimizer steps) for iterator ``it``'s world size and split. ``state`` (a ``get_state()``
-    taken during the run) anchors the count and says which world size took each step (its ``steps``); without
-    one, the iterator's own count is used (from the state it was resumed from), else the count starts at epoch
-    1. A step taken on another world size than ``it``'s is refused, naming the world size to trace it with.
-    Earlier and later epochs are planned (integers only) to find where each begins."""
-    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
-    per = it.batches_per_step
-    planner = it.planner
-
-    def steps_in(epoch: int, consumed: int = 0) -> int:
-        return -(-(planner.num_batches(epoch) - consumed) // per)
-
-    if state is not None:
-        it.set_state(state)  # checks the state against this data and these settings
-        segments = state.get("steps")
-    else:
-        segments = getattr(it, "step_log", None) or None
-    edits = getattr(it, "edits", [])
-    last_edit = edits[-1]["step"] if edits else 0
-    if edits and step <= last_edit:
-        raise ValueError(f"step {step} is before this run's last mixture edit (its mixture begins after step "
-                         f"{last_edit}): trace it with the config and a state from before the edit")
-    if segments:
-        seg = [x for x in segments if x[0] < step][-1]
-        if seg[3] != it.world_size:
-            raise ValueError(f"step {step} was taken on {seg[3]} rank(s) (this run: {_ranks(segments)}); trace it "
-                             f"with that world size (--world-size {seg[3]}), not {it.world_size}")
-        # the latest point where the count is known: the last edit, or the start of the step's segment
-        if edits and seg[0] < last_edit:
-            epoch, consumed, first = int(edits[-1]["epoch"]), 0, last_edit + 1
-        else:
-            epoch, consumed, first = int(seg[1]), int(seg[2]), int(seg[0]) + 1
-    elif edits:  # an edited run: this config's plan begins with the epoch after the last edit
-        epoch, consumed, first = int(edits[-1]["epoch"]), 0, last_edit + 1
-    elif state is not None:  # a state of an older babelfeed (no 'steps'): counted back from where it stands
-        epoch, c, total = int(state["epoch"]), int(state["consumed"]), int(state["total_steps"])
-        first, consumed = total - -(-c // per) + 1, 0
-        while step < first and epoch > 1:
-            epoch -= 1
-            first -= steps_in(epoch)
-        if step < first:
-            raise ValueError(f"step {step} is before the run began by this state's count (its epoch 1 began at step "
-                             f"{first}): was the run resumed on another world size? pass that world size")
-    else:
-        epoch, consumed, first = 1, 0, 1
-    from tqdm.auto import tqdm
-
-    bar, walked = None, 0  # a step many epochs on plans every epoch before it (integers only; it adds up): say so
-    while step >= first + steps_in(epoch, consumed):
-        first += steps_in(epoch, consumed)
-        epoch, consumed = epoch + 1, 0
-        walked += 1
-        if bar is None and walked >= 50:
-            bar = tqdm(desc=f"planning epochs up to step {step:,}", unit="epoch", total=None, leave=False)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return epoch, consumed + (step - first) * per
+        cached(it, ("checked", state_key(state)), check)
+        return
+    it._check_state(state, True, {"epoch": 1, "consumed": 0, "total_steps": 0},
+                    optional=it.STREAM_FIELDS if it.planner.opts.sampler == "stream" else ("ledger", "steps"))
+    it._check_extra(state)
 
 
 def trace(it, step: int, state: dict | None = None) -> list[dict]:
-    """The samples of training step ``step`` (see :func:`step_position`), every rank's: per sample ``{"step",
-    "epoch", "batch" (global batch of the epoch), "rank", "id", "stream", "task", "corpus", "shard", "row",
-    "src_len", "tgt_len"}``, in each batch's plan order. ``it``: an iterator of the run's config and world size."""
-    epoch, g0 = step_position(it, step, state)
-    planner = it.planner
+    """The samples of training step ``step`` (1-based, counted since training began, as loggers number optimizer
+    steps), every rank's: per sample ``{"step", "epoch", "batch" (global batch of the epoch), "rank", "id",
+    "stream", "task", "corpus", "shard", "row", "src_len", "tgt_len"}``, in each batch's plan order, ids as the
+    ranks received them. ``state``: the run's latest state (default: ``it``'s own), which holds its history:
+    the world size that took each step, weight changes and mixture edits; any step of the run is answered, on
+    either side of any of them (``babelfeed.replay``). ``it``: an iterator of the run's data; its world size does
+    not matter and its position is left as it was."""
+    from .replay import step_rows, step_source
+
+    if state is None:
+        state = it.get_state()
+    else:
+        check_trace_state(it, state)
+    src = step_source(it, step, state)
     out: list = []
-    for k in range(it.batches_per_step):
-        g = g0 + k
-        where = planner.locate(epoch, g)
-        if where is None:  # the epoch's last step: this rank's batch is an epoch-padding one
-            continue
-        w, j = where
-        win = planner.window(epoch, w)
-        rows = win.batch_rows(np.array([j]))
-        s = win.samples
-        ids = it.collater.ids(s.comp[rows].astype(np.int64), s.local[rows])
-        for d, sl, tl in zip(describe_ids(planner.sources, it.collater.id_base, ids), s.src_len[rows].tolist(),
-                             s.tgt_len[rows].tolist()):
-            out.append({"step": step, "epoch": epoch, "batch": g, "rank": k if it.split == "batches" else None,
-                        **d, "src_len": int(sl), "tgt_len": int(tl)})
+    for k, g, ids, src_len, tgt_len in step_rows(src):
+        for d, sl, tl in zip(src.it.describe_ids(ids), src_len.tolist(), tgt_len.tolist()):
+            out.append({"step": step, "epoch": src.epoch, "batch": g,
+                        "rank": k if src.it.split == "batches" else None, **d, "src_len": int(sl),
+                        "tgt_len": int(tl)})
     return out

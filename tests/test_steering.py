@@ -407,21 +407,21 @@ def test_an_edit_that_changes_a_streams_data_or_the_seed_is_refused_by_name(root
 
 
 def test_trace_after_an_edit_counts_steps_from_the_edited_mixture(root):
-    """After an edited resume, trace(step) names the samples the ranks served at that step (steps after the
-    edit's); a step before the edit is refused, by name."""
+    """After an edited resume, trace(step) names the samples the ranks served at that step: steps after the edit,
+    the steps that finished the saved run's window, and the steps before the edit (from the latest state)."""
     world = 2
     its = [babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[0]), rank=r, world_size=world)
            for r in range(world)]
-    for _ in range(9):
-        for it in its:
-            next(it)
+    by_step = {}
+    for s in range(1, 10):
+        by_step[s] = [sorted(b["id"][b["weight"] > 0].tolist()) for b in (next(it) for it in its)]
     state = its[0].get_state()
     cfg = config_for(root, **STREAM, **EDITS[1])
     its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
     for it in its:
         it.set_state(state, mixture_change="allow")
-    by_step, step = {}, 9
-    while len(by_step) < 25:
+    step = 9
+    while len(by_step) < 34:
         batches = [next(it, None) for it in its]
         if batches[0] is None:
             continue
@@ -431,11 +431,9 @@ def test_trace_after_an_edit_counts_steps_from_the_edited_mixture(root):
     edit_step = later["edits"][-1]["step"]
     assert 9 < edit_step < 34
     probe = babelfeed.build_train_iterator(cfg, world_size=world)
-    for s in (edit_step + 1, edit_step + 5, step):
+    for s in range(1, step + 1):
         rows = probe.trace(s, later)
         assert [sorted(r["id"] for r in rows if r["rank"] == k) for k in range(world)] == by_step[s], s
-    with pytest.raises(ValueError, match="before this run's last mixture edit"):
-        probe.trace(edit_step, later)
 
 
 def test_an_exponentiated_gradient_policy_moves_weight_to_the_high_loss_task(root):
@@ -497,10 +495,9 @@ def test_a_change_at_an_epochs_last_batch_takes_effect_with_the_next_epoch(root)
 
 
 def test_trace_knows_which_world_size_took_each_step(root, tmp_path):
-    """A run on 2 ranks resumed on 3: trace(step, state) names the samples of steps on either side with an
-    iterator of the world size that took them, and refuses another world size by name (it used to answer with
-    other batches); the CLI picks the world size from the state; trace(step, state) leaves the iterator where
-    it was."""
+    """A run on 2 ranks resumed on 3: trace(step, state) names the samples of steps on either side, whatever the
+    world size of the iterator asked (the state says which world size took each step; it used to answer with
+    other batches); trace(step, state) leaves the iterator where it was."""
     cfg = config_for(root, **STREAM)
     by_step, step = {}, 0
 
@@ -529,9 +526,8 @@ def test_trace_knows_which_world_size_took_each_step(root, tmp_path):
         world = 2 if s <= 11 else 3
         rows = probe[world].trace(s, s2)
         assert [sorted(r["id"] for r in rows if r["rank"] == k) for k in range(world)] == by_step[s], s
-        for other in {1, 2, 3} - {world}:
-            with pytest.raises(ValueError, match=rf"step {s} was taken on {world} rank\(s\).*--world-size {world}"):
-                probe[other].trace(s, s2)
+        for other in {1, 2, 3} - {world}:  # a probe of another world size answers the same: the state says
+            assert probe[other].trace(s, s2) == rows, (s, other)
     # the resumed iterator's own count, without a state
     assert [sorted(r["id"] for r in three[0].trace(30) if r["rank"] == k) for k in range(3)] == by_step[30]
     # trace(step, state) leaves the iterator's position alone
