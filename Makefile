@@ -9,6 +9,8 @@ EXTRAS ?= test
 TORCH_PIN := torch==2.13.0
 NEEDS_TORCH := $(if $(filter torch all test hf,$(subst $(comma), ,$(EXTRAS))),yes,)
 ARGS ?=
+# make test runs the suite on every core (pytest-xdist); TEST_WORKERS=0 runs it in one process
+TEST_WORKERS ?= auto
 
 .PHONY: demo test bench venv clean
 
@@ -25,7 +27,7 @@ demo: venv
 	$(BIN)/babelfeed demo --config configs/demo.py $(ARGS)
 
 test: venv
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(ARGS)
 
 bench: venv
 	$(BIN)/python benchmarks/run_all.py $(ARGS)

@@ -7,7 +7,7 @@
                                     # grain.checkpoint.CheckpointSave/Restore) resumes at the exact batch
 
     it = iter(babelfeed.adapters.grain.EpochsDataset(config, num_workers=2))   # every epoch, one after another;
-    state = it.get_state()          # {"epoch", "consumed", "fingerprint"}: any num_workers, any world size
+    state = it.get_state()          # the run's iterator state: any num_workers, any world size, any adapter
 
 The source is this rank's batches of one epoch, by index, as a grain ``IterDataset`` (:class:`BatchDataset`):
 grain's ``MapDataset`` must know its length before it hands out a record (its prefetch iterator and its worker
@@ -44,8 +44,9 @@ class BatchSource:
     """A grain RandomAccessDataSource: record k is this rank's k-th batch of ``epoch`` (a dict of arrays)."""
 
     def __init__(self, config, epoch: int = 1, rank: int = 0, world_size: int = 1, split: str | None = None,
-                 packed: bool = False, base: int = 0):
+                 packed: bool = False, base: int = 0, resume: dict | None = None):
         self.config, self.epoch, self.rank, self.world_size, self.split = config, epoch, rank, world_size, split
+        self.resume = resume  # the state a run was resumed from: its history plans the same batches
         self.base = int(base)  # record k is this rank's k-th batch from global batch base of the epoch
         self.packed = packed  # one block per batch (babelfeed.transfer), for the trip out of a worker process
         self._iterator = None
@@ -58,8 +59,15 @@ class BatchSource:
         if self._iterator is None:  # opened lazily, in the process that reads
             from babelfeed.build import build_iterator
 
-            self._iterator = build_iterator(self.config, rank=self.rank, world_size=self.world_size,
-                                            epoch=self.epoch, split=self.split)
+            if self.resume is None:
+                self._iterator = build_iterator(self.config, rank=self.rank, world_size=self.world_size,
+                                                epoch=self.epoch, split=self.split)
+            else:
+                it = build_iterator(self.config, rank=self.rank, world_size=self.world_size, split=self.split)
+                it.set_state(self.resume)
+                if it.position()[0] != self.epoch:
+                    it._seek(self.epoch, 0, 0)
+                self._iterator = it
         return self._iterator
 
     def __len__(self) -> int:
@@ -95,11 +103,12 @@ class BatchSource:
 
     def __getstate__(self):
         return {"config": self.config, "epoch": self.epoch, "rank": self.rank, "world_size": self.world_size,
-                "split": self.split, "len": self._len, "packed": self.packed, "base": self.base}
+                "split": self.split, "len": self._len, "packed": self.packed, "base": self.base,
+                "resume": self.resume}
 
     def __setstate__(self, state):
         self.__init__(state["config"], state["epoch"], state["rank"], state["world_size"], state["split"],
-                      state["packed"], state.get("base", 0))
+                      state["packed"], state.get("base", 0), state.get("resume"))
         self._len = state["len"]
 
     def __repr__(self) -> str:  # grain writes it into its checkpoints
@@ -249,11 +258,13 @@ def batch_dataset(config, epoch: int = 1, rank: int = 0, world_size: int = 1, nu
 
 class EpochsDataset(grain.IterDataset):
     """This rank's batches of every epoch from ``epoch`` on (``num_epochs`` of them, or without end), gathered in
-    ``num_workers`` grain worker processes. Its iterator's state is ``{"epoch", "consumed", "fingerprint"}``: the
-    global batches of the epoch taken once every rank has received as many as this consumer, so a state saved with
+    ``num_workers`` grain worker processes. Its iterator's state is the run's iterator state (``babelfeed.state``) at
+    the global batches of the epoch taken once every rank has received as many as this consumer, so a state saved with
     2 workers restores with 0 or 4 (grain's own ``mp_prefetch`` state holds one entry per worker and restores only
     with as many), and one saved on 8 ranks restores on 6. A state of other data (another tokenizer, other files)
-    is refused. An LM config is one pass over its ``num_samples`` (one epoch).
+    is refused. An LM config is one pass over its ``num_samples`` (one epoch). The state is the run's iterator
+    state at the consumer's position (``babelfeed.state``), which every other adapter and ``babelfeed trace``
+    take; ``set_state`` takes theirs too.
 
         ds = EpochsDataset(config, num_workers=2)
         it = iter(ds)
@@ -297,7 +308,7 @@ class EpochsDataset(grain.IterDataset):
     def epoch_batches(self, epoch: int, base: int):
         """One epoch's grain pipeline from global batch ``base`` on."""
         source = BatchSource(self.config, epoch, self.rank, self.world_size, self.split,
-                             packed=self.num_workers > 0, base=base)
+                             packed=self.num_workers > 0, base=base, resume=self.position().resume)
         ds = BatchDataset(source)
         if self.num_workers > 0:
             _flags_parsed()

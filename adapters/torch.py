@@ -12,6 +12,8 @@
     dataset = babelfeed.adapters.torch.BatchDataset(config)    # the dataset under it, for a DataLoader of your own
     dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=4, pin_memory=True)
     state = dataset.state_dict(batches_seen)                   # resume: BatchDataset(config, state=state)
+    dl = torchdata.stateful_dataloader.StatefulDataLoader(dataset, batch_size=None, num_workers=2)
+    state = dl.state_dict()                                    # torchdata's protocol: dl.load_state_dict(state)
 
 Without CUDA the same code runs on the CPU (tests do), with zero-copy ``torch.from_numpy`` tensors.
 """
@@ -222,6 +224,10 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.transform = transform  # numpy batch -> numpy batch, in the worker (picklable), e.g. babelfeed.hf.HFView
         self._len = None
         self._position = None
+        self.resume: dict | None = None  # the state loaded: every process rebuilds the run's history from it
+        # an iteration in this process (torchdata's Stateful protocol): [next k, last k handed out, fingerprint]
+        self._progress = None
+        self._worker_next = None  # a StatefulDataLoader worker's own next batch, from its saved position
         if state is not None:
             self.load_state_dict(state)
 
@@ -231,7 +237,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return self._position
 
     def __getstate__(self):  # to the workers: without the training process's iterator
-        return {k: (None if k == "_position" else v) for k, v in self.__dict__.items()}
+        return {k: (None if k in ("_position", "_progress") else v) for k, v in self.__dict__.items()}
 
     @property
     def batches_per_step(self) -> int:
@@ -245,6 +251,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         """Serve ``epoch`` from the next iteration on (from its start)."""
         self.epoch, self.base, self.batches_seen = int(epoch), 0, 0
         self._len = None
+        self._progress, self._worker_next = None, None
 
     def consumed(self, batches_seen: int | None = None) -> int:
         """Global batches of the epoch taken once this rank has taken ``batches_seen`` (default: those counted)."""
@@ -260,8 +267,14 @@ class BatchDataset(torch.utils.data.IterableDataset):
     def _iterator(self):
         from babelfeed.build import build_iterator
 
-        return build_iterator(self.config, rank=self.rank, world_size=self.world_size, epoch=self.epoch,
-                              split=self.split)
+        if self.resume is None:
+            return build_iterator(self.config, rank=self.rank, world_size=self.world_size, epoch=self.epoch,
+                                  split=self.split)
+        it = build_iterator(self.config, rank=self.rank, world_size=self.world_size, split=self.split)
+        it.set_state(self.resume)  # the run's history (weights, edits, world sizes) plans the same batches
+        if it.position()[0] != self.epoch:
+            it._seek(self.epoch, 0, 0)
+        return it
 
     def __iter__(self):
         worker, n = self._workers()
@@ -272,9 +285,11 @@ class BatchDataset(torch.utils.data.IterableDataset):
         # The DataLoader takes one batch from each worker in turn, starting with worker 0: batch k of this run is
         # this rank's batch batches_seen + k (counted from global batch base), made by worker k % n. has_batch
         # plans only the windows up to k, so a worker starts without planning the whole epoch (len(it) would).
-        k = self.batches_seen + worker
+        k = self.batches_seen + worker if self._worker_next is None else self._worker_next
+        self._progress = [k, None, it.fingerprint(), base]
         while it.has_batch(k, base=base):
             batch = it.batch_at(k, base=base)
+            self._progress[:2] = [k + n, k]  # (a state taken once this batch is handed out counts it)
             if self.transform is not None:
                 batch = self.transform(batch)
             last = not it.has_batch(k + n, base=base)
@@ -290,15 +305,48 @@ class BatchDataset(torch.utils.data.IterableDataset):
             k += n
 
     def state_dict(self, batches_seen: int | None = None) -> dict:
-        """``{"epoch", "consumed", "fingerprint"}``: the position after this rank has taken ``batches_seen``
-        batches (default: those counted in ``batches_seen``) of this iteration from the DataLoader."""
-        return self.position().state(self.epoch, self.consumed(batches_seen))
+        """The run's state (``babelfeed.state``: what ``get_state()`` gives in-process) once this rank has taken
+        ``batches_seen`` batches of this iteration from the DataLoader. Without ``batches_seen``, torchdata's
+        Stateful protocol: in the training process (``num_workers=0``), the position after the last batch this
+        dataset handed out; in a DataLoader worker, that worker's position (``StatefulDataLoader`` keeps one per
+        worker and gives each back to its worker; ``babelfeed.state.find_state`` reads the loader's position
+        from them). With a plain ``DataLoader`` and workers, pass the batches your loop received."""
+        if batches_seen is not None:
+            return self.position().state(self.epoch, self.consumed(batches_seen))
+        info = torch.utils.data.get_worker_info()
+        progress = self._progress
+        seen = self.batches_seen if progress is None or progress[1] is None else progress[1] + 1
+        if info is None:
+            return self.position().state(self.epoch, self.consumed(seen))
+        base = self.base if progress is None else progress[3]
+        fingerprint = progress[2] if progress is not None else self._iterator().fingerprint()
+        k_next = progress[0] if progress is not None else (
+            self._worker_next if self._worker_next is not None else self.batches_seen + info.id)
+        return {"epoch": self.epoch, "consumed": base + seen * self.batches_per_step, "fingerprint": fingerprint,
+                "base": self.resume, "worker": {"id": info.id, "of": info.num_workers, "next": k_next, "from": base}}
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue after ``state_dict()``'s batch, from the next iteration on (any world size, any workers)."""
-        epoch, consumed = self.position().load(state)
+        """Continue after the batch of ``state`` from the next iteration on (any world size, any workers): any
+        babelfeed state (``babelfeed.state.find_state``: another adapter's, an older babelfeed's position, a
+        ``StatefulDataLoader`` checkpoint). In a DataLoader worker, its own position (torchdata's protocol)."""
+        from babelfeed.state import find_state, is_position
+
+        found = find_state(state, "BatchDataset state")
+        info = torch.utils.data.get_worker_info()
+        worker = found.get("worker") if is_position(found) else None
+        if info is not None and isinstance(worker, dict):  # StatefulDataLoader gives each worker its position
+            if (worker.get("id"), worker.get("of")) != (info.id, info.num_workers):
+                raise ValueError(f"this worker position was saved by worker {worker.get('id')} of {worker.get('of')}; "
+                                 f"this is worker {info.id} of {info.num_workers}: resume a StatefulDataLoader with "
+                                 f"as many workers, or load its state into BatchLoader (any number of workers)")
+            self.set_epoch(int(found["epoch"]))
+            self.resume = found.get("base")
+            self.base, self._worker_next = int(worker["from"]), int(worker["next"])
+            return
+        epoch, consumed = self.position().load(found)
         self.set_epoch(epoch)
         self.base = consumed
+        self.resume = self.position().resume
 
     def __len__(self) -> int:
         """The batches an iteration yields: this rank's batches of the epoch after the position held."""
@@ -322,8 +370,8 @@ class BatchLoader(torch.utils.data.DataLoader):
         loader = BatchLoader(config, num_workers=2); loader.load_state_dict(checkpoint["data"])
 
     A pass that ends moves the loader to the next epoch; ``set_epoch(e)`` chooses one. An LM config is one pass
-    over its ``num_samples``: a pass after it raises. The state (``{"epoch", "consumed", "fingerprint"}``)
-    counts the global batches every rank together has taken, so it restores on another world size; a state of
+    over its ``num_samples``: a pass after it raises. The state (the run's iterator state, ``babelfeed.state``)
+    stands where every rank together has taken as many batches, so it restores on another world size; a state of
     other data (another tokenizer, other files) is refused. ``ring_slots``: shared-memory slots per worker, more
     than ``prefetch_factor``.
     """
@@ -370,9 +418,9 @@ class BatchLoader(torch.utils.data.DataLoader):
         return self.batches.position().iterator(self.batches.epoch).fingerprint()
 
     def state_dict(self) -> dict:
-        """``{"epoch", "consumed", "fingerprint"}``: the global batches of the epoch taken once every rank has
-        received as many as this rank's loop."""
-        return self.batches.state_dict()
+        """The run's state (``babelfeed.state``) once every rank has received as many batches as this rank's loop:
+        the iterator state ``get_state()`` gives in-process, which every adapter and ``babelfeed trace`` take."""
+        return self.batches.state_dict(self.batches.batches_seen)
 
     def load_state_dict(self, state: dict) -> None:
         """Continue after ``state_dict()``'s batch, from the next iteration on."""

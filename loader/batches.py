@@ -383,6 +383,13 @@ class BatchIterator(Reports, LoaderIterator):
 
         return trace(self, step, state)
 
+    def epoch_batches(self, epoch: int) -> int:
+        h = self._handover
+        return h.end if h is not None and epoch == h.epoch else self.planner.num_batches(epoch)
+
+    def position(self) -> tuple[int, int]:
+        return self.epoch, self.consumed
+
     def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
         """Stand at global batch ``consumed`` of ``epoch`` after ``total_steps`` steps, serving nothing (the
         history replay moves an iterator of a finished segment to where the run was saved)."""
@@ -401,6 +408,9 @@ class BatchIterator(Reports, LoaderIterator):
     def fingerprints(self) -> tuple:
         return (self.planner.fingerprint(), self.planner.fingerprint(legacy=True))
 
+    def identity(self) -> dict:
+        return self.planner.identity()
+
     def get_state(self) -> dict:
         """A small JSON-serialisable dict; the same on every rank at the same step."""
         c = self.consumed
@@ -413,7 +423,8 @@ class BatchIterator(Reports, LoaderIterator):
         elif self.planner.locate(epoch, c, self._hint) is None and c > 0:
             epoch, c = epoch + 1, 0  # finished epoch: resume at the start of the next
         state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
-                 "total_steps": self.total_steps, "fingerprint": self.planner.fingerprint(), "steps": self.steps_out()}
+                 "total_steps": self.total_steps, "fingerprint": self.planner.fingerprint(), "steps": self.steps_out(),
+                 "identity": self.planner.identity()}
         if self.planner.opts.sampler == "stream":  # where every stream stood when this epoch began
             positions, batches = self.planner.epoch_start(epoch)
             state["stream"] = {"positions": positions.tolist(), "batches": int(batches)}
@@ -513,6 +524,10 @@ class BatchIterator(Reports, LoaderIterator):
         A change to a kept stream's data or to the seed is refused either way."""
         if mixture_change not in ("refuse", "allow"):
             raise ValueError(f"mixture_change must be 'refuse' or 'allow', got {mixture_change!r}")
+        from .state import needs_resolving, resolve
+
+        if needs_resolving(state):  # a loader's position, or a checkpoint holding a state: the state in it
+            state = resolve(state, self)
         stream = self.planner.opts.sampler == "stream"
         if not stream and isinstance(state, dict) and {"stream", "config", "dormant", "edits"} & set(state):
             raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "

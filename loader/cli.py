@@ -149,8 +149,10 @@ def _trace(args) -> int:
                 state = json.load(f)
             except json.JSONDecodeError as e:
                 raise ValueError(f"{args.state}: not a JSON iterator state ({e})") from None
-        if isinstance(state, dict) and isinstance(state.get("data"), dict):  # a checkpoint dict holding it
-            state = state["data"]
+        from .state import find_state
+
+        # any adapter's checkpoint: the iterator's state, a loader's, a StatefulDataLoader's, {"data": state}
+        state = find_state(state, f"--state {args.state}")
     world_size = args.world_size
     if world_size is None:  # the world size that took the step, as the state's step count says (else 1)
         steps = state.get("steps") if isinstance(state, dict) else None
@@ -160,6 +162,10 @@ def _trace(args) -> int:
             world_size = earlier[-1][3] if earlier and isinstance(earlier[-1][3], int) and earlier[-1][3] >= 1 else 1
     args.world_size = world_size
     it = build_train_iterator(config, world_size=world_size, split=args.split)
+    if state is not None:
+        from .state import resolve
+
+        state = resolve(state, it, f"--state {args.state}")  # a bare loader position: counted on this world size
     rows = trace(it, args.step, state)
     if args.json:
         if args.decode:

@@ -9,7 +9,12 @@ from __future__ import annotations
 import os
 
 
-class FormatError(ValueError):
+class BabelfeedError(Exception):
+    """The root of babelfeed's own errors. The errors of bad input (a config, a file, a state) are also
+    ``ValueError``, so code that caught ValueError keeps working."""
+
+
+class FormatError(BabelfeedError, ValueError):
     """A file that is not what babelfeed expected. ``path`` names the file."""
 
     def __init__(self, path: str | os.PathLike | None, message: str):

@@ -28,13 +28,55 @@ either from its config, and the JAX, torch and grain adapters take any of them.
 
 from __future__ import annotations
 
+import json
 import numbers
 
 import numpy as np
 
 from .checks import check_rank
+from .errors import BabelfeedError
 
 STATE_VERSION = 1
+
+
+class StateMismatch(BabelfeedError, ValueError):
+    """A state saved with other data or settings than this iterator's."""
+
+
+def _short(value) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def identity_changes(saved, now) -> list[str]:
+    """What differs between two identities (``identity()``: plan options, split, shards, per-stream data), in the
+    config's words: ``batching.max_tokens 2048 -> 4096``, ``the data of stream x changed``, ``stream y added``."""
+    if not isinstance(saved, dict) or not isinstance(now, dict):
+        return []
+    from .plan_options import OPTION_KEYS
+
+    out = []
+    a, b = saved.get("opts") or {}, now.get("opts") or {}
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            out.append(f"{OPTION_KEYS.get(k, k)} {_short(a.get(k))} -> {_short(b.get(k))}")
+    for k in ("split", "shards"):
+        if saved.get(k) != now.get(k):
+            out.append(f"data.{'train_split' if k == 'split' else 'shards'} {_short(saved.get(k))} -> {_short(now.get(k))}")
+    sa, sb = saved.get("streams") or {}, now.get("streams") or {}
+    gone, new = sorted(set(sa) - set(sb)), sorted(set(sb) - set(sa))
+    moved = sorted(k for k in set(sa) & set(sb) if sa[k] != sb[k])
+    if moved:
+        out.append(f"the data of stream(s) {moved[:5]}{' ...' if len(moved) > 5 else ''} changed (other files, "
+                   f"tokenizer or prefix tokens)")
+    if gone:
+        out.append(f"stream(s) {gone[:5]}{' ...' if len(gone) > 5 else ''} removed")
+    if new:
+        out.append(f"stream(s) {new[:5]}{' ...' if len(new) > 5 else ''} added")
+    for k in sorted(set(saved) - {"opts", "split", "shards", "streams"}):
+        if saved.get(k) != now.get(k):
+            out.append(f"{k} {_short(saved.get(k))} -> {_short(now.get(k))}")
+    return out
 
 
 class LoaderIterator:
@@ -94,7 +136,7 @@ class LoaderIterator:
         kind = state.get("kind", "lm" if "consumed_samples" in state else "translation")
         if kind != self.kind:
             raise ValueError(f"this is a state of a {kind} iterator; this iterator is a {self.kind} iterator")
-        unknown = sorted(set(state) - {"version", "kind", "name", "fingerprint", *fields, *optional})
+        unknown = sorted(set(state) - {"version", "kind", "name", "fingerprint", "identity", *fields, *optional})
         if unknown:
             raise ValueError(f"iterator state has unknown fields {unknown} (edited, or from another program)")
         missing = [k for k in ("name", *fields) if k not in state]
@@ -113,8 +155,72 @@ class LoaderIterator:
             raise ValueError("iterator state has no fingerprint (saved by an older babelfeed): nothing proves it "
                              "belongs to this data and these settings. Pass strict=False to resume anyway.")
         if strict and state.get("fingerprint") != fp and state.get("fingerprint") not in self.fingerprints():
-            raise ValueError(
-                f"iterator state was saved with different data or settings (fingerprint {state.get('fingerprint')} "
-                f"!= {fp}): resuming would not continue the same stream. Pass strict=False to resume anyway"
-                + (", or, for an edited mixture with mixing.sampler='stream', mixture_change='allow' (every stream "
-                   "goes on from its position)." if getattr(self, "config_snapshot", None) is not None else "."))
+            changed = identity_changes(state.get("identity"), self.identity())
+            what = "; ".join(changed) if changed else f"fingerprint {state.get('fingerprint')} != {fp}"
+            raise StateMismatch(
+                f"iterator state was saved with different data or settings ({what}): resuming would not continue "
+                f"the same stream. Resume with the config and data it was saved with"
+                + (", or, for an edited mixture (mixing.sampler='stream'), set_state(state, mixture_change='allow'): "
+                   "every stream goes on from its position" if getattr(self, "config_snapshot", None) is not None
+                   else "") + " (set_state(state, strict=False) resumes anyway)")
+
+    def identity(self) -> dict | None:
+        """What the fingerprint stands for, kept in the state so that a mismatch can say what changed."""
+        return None
+
+    # ------------------------------------------------------------------------------ positions (loaders)
+    def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
+        """Stand at global batch ``consumed`` of ``epoch`` after ``total_steps`` steps, serving nothing."""
+        raise NotImplementedError
+
+    def state_at(self, epoch: int, consumed: int, total_steps: int) -> dict:
+        """The state of this run at global batch ``consumed`` of ``epoch`` after ``total_steps`` steps: what
+        ``get_state()`` returns there (the loaders save it at the batch their consumer has reached). Moves the
+        iterator there."""
+        self._seek(epoch, consumed, total_steps)
+        return self.get_state()
+
+    def epoch_batches(self, epoch: int) -> int:
+        """Global batches in ``epoch``."""
+        raise NotImplementedError
+
+    def steps_between(self, start: tuple[int, int], end: tuple[int, int]) -> int:
+        """This rank's steps from position ``start`` = (epoch, consumed) to ``end`` (not before it), counted on
+        this iterator's world size: an epoch's last step may take fewer than ``batches_per_step`` batches."""
+        per = self.batches_per_step
+        (e0, c0), (e1, c1) = start, end
+        if (e1, c1) < (e0, c0):
+            raise ValueError(f"position {end} is before {start}")
+        if e0 == e1:
+            return -(-(c1 - c0) // per)
+        steps = -(-max(self.epoch_batches(e0) - c0, 0) // per)
+        for e in range(e0 + 1, e1):
+            steps += -(-self.epoch_batches(e) // per)
+        return steps + -(-c1 // per)
+
+    def load_position(self, pos: dict, what: str = "loader") -> tuple[int, int, int]:
+        """``(epoch, consumed, total_steps)`` of a loader position (``{"epoch", "consumed", "fingerprint"}``,
+        maybe with ``total_steps`` and the state it counts from, ``base``), checked against this iterator's data
+        and settings. The iterator is left at ``base`` (or where it stood); steps a position leaves out are
+        counted from there on this world size."""
+        from .position import check_position
+
+        epoch, consumed = check_position(pos, what)
+        base = pos.get("base")
+        if base is not None:
+            self.set_state(base)
+        if pos["fingerprint"] not in self.fingerprints():
+            raise StateMismatch(f"this {what} state was saved with different data or settings (fingerprint "
+                                f"{pos['fingerprint']}, this config's {self.fingerprint()}; a position saved by an "
+                                f"older babelfeed does not say what changed): resume with the config and data it "
+                                f"was saved with")
+        total = pos.get("total_steps")
+        if total is None:
+            start = self.position() if base is not None else (1, 0)
+            total = (self.total_steps if base is not None else 0) + self.steps_between(start, (epoch, consumed))
+        return epoch, consumed, int(total)
+
+    def position(self) -> tuple[int, int]:
+        """``(epoch, consumed)``: where this iterator stands."""
+        raise NotImplementedError
+

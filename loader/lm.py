@@ -217,17 +217,45 @@ class LMIterator(LoaderIterator):
     def fingerprint(self) -> str:
         """The data (each dataset's size hashes, which key its shuffles, whatever its path) and every setting
         that shapes the sample sequence (the batch size and the run length do not)."""
-        s0 = self.sources[0]
-        blob = json.dumps({"kind": "lm", "weights": self.weights, "seq_len": self.seq_len, "mode": self.mode,
-                           "seed": s0.seed, "split": s0.split, "split_name": s0.split_name,
-                           "sources": [(s.data_key, len(s.ds), s.ds.bin_size) for s in self.sources]}, sort_keys=True)
+        blob = json.dumps(self._description(), sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def _description(self) -> dict:
+        s0 = self.sources[0]
+        return {"kind": "lm", "weights": self.weights, "seq_len": self.seq_len, "mode": self.mode,
+                "seed": s0.seed, "split": s0.split, "split_name": s0.split_name,
+                "sources": [(s.data_key, len(s.ds), s.ds.bin_size) for s in self.sources]}
+
+    def identity(self) -> dict:
+        d = json.loads(json.dumps(self._description()))
+        return {"opts": {("data_path weights" if k == "weights" else k): d[k]
+                         for k in ("weights", "seq_len", "mode", "seed", "split", "split_name")},
+                "streams": {str(key): f"{n} samples, {size} bytes" for key, n, size in d["sources"]}}
 
     def get_state(self) -> dict:
         return {"version": STATE_VERSION, "kind": "lm", "name": self.name, "consumed_samples": self.consumed,
-                "fingerprint": self.fingerprint()}
+                "fingerprint": self.fingerprint(), "identity": self.identity()}
+
+    def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
+        if epoch != 1:
+            raise ValueError(f"an LM run is one pass (epoch 1), not epoch {epoch}")
+        self.consumed = min(int(consumed) * self.global_batch, self.num_samples)
+
+    def epoch_batches(self, epoch: int) -> int:
+        return len(self)
+
+    def position(self) -> tuple[int, int]:
+        return 1, self.consumed // self.global_batch
+
+    @property
+    def total_steps(self) -> int:
+        return self.consumed // self.global_batch
 
     def set_state(self, state: dict, strict: bool = True) -> None:
+        from .state import needs_resolving, resolve
+
+        if needs_resolving(state):  # a loader's position, or a checkpoint holding a state: the state in it
+            state = resolve(state, self)
         self._check_state(state, strict, {"consumed_samples": 0})
         consumed = state["consumed_samples"]
         if consumed % self.global_batch or consumed > self.num_samples:

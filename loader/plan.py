@@ -520,6 +520,23 @@ class EpochPlanner(StreamPlanning):
             out += counts
         return out
 
+    def identity(self) -> dict:
+        """What the fingerprint stands for, small enough for a state to keep so that a mismatch can say what
+        changed: the plan options, the split and shards, and per stream a digest of its shards' data."""
+        if getattr(self, "_identity", None) is None:
+            streams: dict = {}
+            for c in self.sources.components:
+                streams.setdefault(c.key, []).append((c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist(),
+                                                      data_digest(c.src), data_digest(c.tgt)))
+            opts = asdict(self.opts)
+            opts.pop("batches_per_update")
+            self._identity = {
+                "opts": json.loads(json.dumps(opts, sort_keys=True, default=str)),
+                "split": self.sources.split, "shards": self.sources.shards,
+                "streams": {k: hashlib.sha256(json.dumps(v, default=str).encode()).hexdigest()[:12]
+                            for k, v in streams.items()}}
+        return self._identity
+
     def fingerprint(self, legacy: bool = False) -> str:
         """The data (each component's size hashes: another tokenizer or an edited file changes them, a moved
         folder does not) and every setting that shapes the plan. ``legacy``: as babelfeed wrote it before states

@@ -83,3 +83,19 @@ class PlanOptions:
             raise ValueError(f"mixing.probabilities_from must be 'total' or 'shard', got {self.probabilities_from!r}")
         if not (self.virtual_size in ("fairseq", "sum") or (isinstance(self.virtual_size, int) and self.virtual_size > 0)):
             raise ValueError(f"mixing.virtual_size must be 'fairseq', 'sum' or a positive int, got {self.virtual_size!r}")
+
+
+# The config key each plan option comes from (what a fingerprint mismatch names).
+OPTION_KEYS = {
+    "seed": "seed", "sampler": "mixing.sampler", "method": "mixing.method", "temperature": "mixing.temperature",
+    "weights": "mixing.weights", "virtual_size": "mixing.virtual_size", "max_scale_up": "mixing.max_scale_up",
+    "probabilities_from": "mixing.probabilities_from", "fairseq_sampling_seed": "compat (fairseq sampling seed)",
+    "max_tokens": "batching.max_tokens", "max_sentences": "batching.max_sentences",
+    "multiple": "batching.required_batch_size_multiple", "window": "batching.window",
+    "max_source_positions": "filter.max_source_positions", "max_target_positions": "filter.max_target_positions",
+    "on_too_long": "filter.on_too_long", "balance_block": "batching.balance_block",
+    "shuffle": "shuffle (train or valid)", "shapes": "batching.shapes / batching.num_shapes",
+    "pack_shape": "batching.pack", "compat": "compat", "fairseq_drop_last": "batching.fairseq_drop_last",
+    "schedule": "mixing.schedule",
+}
+

@@ -111,9 +111,11 @@ class Prefetcher:
         return self.iterator.ledger(prefix, at=self._ledger)
 
     def set_state(self, state) -> None:
+        """Resume after the batch of ``state``: any babelfeed state (``babelfeed.state``: this adapter's, another
+        adapter's, a StatefulDataLoader checkpoint, an older babelfeed's loader position)."""
         self.close()
         self.iterator.set_state(state)
-        self._state = state
+        self._state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else state
         self._ledger = self.iterator.ledger_totals() if hasattr(self.iterator, "ledger_totals") else None
         self._start()
 

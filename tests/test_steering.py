@@ -266,20 +266,35 @@ def test_a_scheduled_run_resumes_on_another_world_size(root, tmp_path):
             assert all(lengths[r] > 128 for r in left), (key, left[:5])
 
 
-def test_a_dataloader_position_refuses_a_schedule_counted_on_another_world_size(root):
-    """BatchLoader's position counts global batches only: with a mixing schedule (counted in updates) a state
-    from another world size would re-plan earlier epochs with the wrong update count, so it is refused by name."""
+def test_a_dataloader_resumes_a_schedule_on_another_world_size(root):
+    """BatchLoader saves the run's whole state, which records how schedule updates were counted, so a scheduled
+    run saved through it on 2 ranks resumes on 3 with the batches the in-process iterators serve from the same
+    state; an older babelfeed's bare position (no update count) from another world size is refused by name."""
     pytest.importorskip("torch")
     from babelfeed.adapters.torch import BatchLoader
 
     cfg = config_for(root, **SCHEDULED)
     loader = BatchLoader(cfg, rank=0, world_size=2)
-    next(iter(loader))
-    state = loader.state_dict()
-    assert state["batches_per_update"] == 4
-    BatchLoader(cfg, rank=1, world_size=2).load_state_dict(state)
+    batches = iter(loader)
+    for _ in range(5):
+        next(batches)
+    state = json.loads(json.dumps(loader.state_dict()))
+    assert state["stream"]["updates"] == [[0, 0, 4]] and state["consumed"] == 10
+    inproc = [babelfeed.build_train_iterator(cfg, rank=r, world_size=3) for r in range(3)]
+    for r, it in enumerate(inproc):
+        it.set_state(state)
+        resumed = BatchLoader(cfg, rank=r, world_size=3)
+        resumed.load_state_dict(state)
+        def as_numpy(b):
+            return {k: as_numpy(v) for k, v in b.items()} if isinstance(b, dict) else (
+                b.numpy() if hasattr(b, "numpy") else b)
+
+        got = [digest(as_numpy(b)) for b, _ in zip(resumed, range(12))]
+        assert got == [digest(next(it)) for _ in range(12)], r
+    legacy = {"epoch": 1, "consumed": 10, "fingerprint": state["fingerprint"], "batches_per_update": 4}
+    BatchLoader(cfg, rank=1, world_size=2).load_state_dict(legacy)
     with pytest.raises(ValueError, match="an optimizer update was 4 global batches"):
-        BatchLoader(cfg, rank=0, world_size=3).load_state_dict(state)
+        BatchLoader(cfg, rank=0, world_size=3).load_state_dict(legacy)
 
 
 def test_a_state_written_before_updates_were_recorded_still_resumes(root):

@@ -326,7 +326,8 @@ def test_batch_loader_state_counts_what_the_loop_received_and_resumes_with_other
         assert rest["len"] == len(rest["batches"]) == len(epoch1) - k and rest["batches"] == epoch1[k:]
         assert rest["epoch_after"] == 2
         assert whole["len"] == len(whole["batches"]) == len(epoch2) and whole["batches"] == epoch2
-        assert b["state"] == {**a["state"], "epoch": 3, "consumed": 0}
+        # the state an in-process iterator gives at the same batch: every field (history and ledger included)
+        assert b["state"] == json.loads(json.dumps(it.get_state()))
 
 
 def test_batch_loader_refuses_a_state_of_other_data_and_settings_that_do_not_apply(root, tmp_path):
@@ -335,16 +336,21 @@ def test_batch_loader_refuses_a_state_of_other_data_and_settings_that_do_not_app
     other = tmp_path / "other"
     make_data_bin(other, seed=5)
     state = BatchLoader(config_for(root)).state_dict()
-    with pytest.raises(ValueError, match="saved for other data or settings"):
+    with pytest.raises(ValueError, match="saved with different data or settings"):
         BatchLoader(config_for(other)).load_state_dict(state)
-    with pytest.raises(ValueError, match="consumed an int >= 0"):
+    with pytest.raises(ValueError, match="field 'consumed' must be an integer >= 0"):
         BatchLoader(config_for(root)).load_state_dict({**state, "consumed": -1})
-    with pytest.raises(ValueError, match="epoch must be an int"):
+    with pytest.raises(ValueError, match="field 'epoch' must be an integer >= 1"):
         BatchLoader(config_for(root)).load_state_dict({**state, "epoch": True})
     with pytest.raises(ValueError, match="past the end of epoch 1"):
         BatchLoader(config_for(root)).load_state_dict({**state, "consumed": 10 ** 6})
-    with pytest.raises(ValueError, match="has epoch, consumed, fingerprint"):  # no fingerprint: no check of the data
-        BatchLoader(config_for(other)).load_state_dict({"epoch": 1, "consumed": 3})
+    with pytest.raises(ValueError, match=r"holds no babelfeed state \(it has \['consumed', 'epoch'\]\)"):
+        BatchLoader(config_for(other)).load_state_dict({"epoch": 1, "consumed": 3})  # no fingerprint: no check
+    legacy = {"epoch": 1, "consumed": 3, "fingerprint": state["fingerprint"]}  # an older babelfeed's position
+    with pytest.raises(ValueError, match="consumed an int >= 0"):
+        BatchLoader(config_for(root)).load_state_dict({**legacy, "consumed": -1})
+    with pytest.raises(ValueError, match="saved with different data or settings"):
+        BatchLoader(config_for(other)).load_state_dict(legacy)
     with pytest.raises(ValueError, match="must exceed prefetch_factor=8"):
         BatchLoader(config_for(root), num_workers=1, prefetch_factor=8)
     BatchLoader(config_for(root), num_workers=1, prefetch_factor=8, ring_slots=9)
@@ -414,4 +420,8 @@ def test_batch_loader_state_restores_on_another_world_size(root, tmp_path):
         got = json.loads(out.stdout.strip().splitlines()[-1])
         assert len(set(got["lens"])) == 1, got["lens"]
         assert head + got["batches"] == ref, (w, w2, steps)
-        assert all(s == {**states[0], "epoch": 2, "consumed": 0} for s in got["states"]), got["states"]
+        assert all(s == got["states"][0] for s in got["states"]), got["states"]
+        after = got["states"][0]  # the run's state at epoch 2: its steps counted on both world sizes
+        assert (after["epoch"], after["consumed"], after["fingerprint"]) == (2, 0, states[0]["fingerprint"])
+        assert after["total_steps"] == steps + -(-(len(ref) - steps * w) // w2)
+        assert after["steps"] == [[0, 1, 0, w], [steps, 1, steps * w, w2]]
