@@ -32,6 +32,35 @@ from .errors import MissingExtraError
 # What a user can fix: arguments, config values and files (FormatError, BinarizeError and the config checks
 # are ValueErrors; missing and unreadable files OSErrors; a key a config file lacks a KeyError).
 USER_ERRORS = (ValueError, OSError, KeyError, TypeError, MissingExtraError)
+PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def is_user_error(e: BaseException) -> bool:
+    """Whether ``e`` says what the user can fix, rather than a bug to report. Files (OSError), missing extras and
+    babelfeed's own errors are the user's. A ValueError, KeyError or TypeError is the user's when babelfeed
+    raised it on purpose (a ``raise`` statement of babelfeed's), or when it came from outside babelfeed's code
+    and numpy's (ml_collections checking a config value, the user's config file, a tokenizer given a bad
+    model); raised anywhere else (a lookup or a numpy call inside babelfeed going wrong) it is a bug."""
+    from .errors import BabelfeedError
+
+    if isinstance(e, (OSError, MissingExtraError, BabelfeedError)):
+        return True
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    if isinstance(e, AttributeError) and frames and os.sep + "ml_collections" + os.sep in frames[-1].filename:
+        return True  # a key the config lacks
+    if not isinstance(e, USER_ERRORS):
+        return False
+    if not frames:
+        return True
+    last = frames[-1]
+    here = os.path.abspath(last.filename)
+    if here.startswith(PACKAGE + os.sep) or os.sep + "babelfeed" + os.sep in here:
+        return (last.line or "").lstrip().startswith("raise")
+    if os.sep + "numpy" + os.sep in here:  # numpy refusing what babelfeed's code passed it
+        return False
+    return True
 
 
 class Parser(argparse.ArgumentParser):
@@ -429,14 +458,13 @@ def main(argv=None) -> int:
     except BrokenPipeError:  # `babelfeed plan ... | head`: the reader has gone, as with any filter
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 141
-    except USER_ERRORS as e:
+    except Exception as e:
         if debug:
             raise
-        print(f"{prog}: error: {describe(e)}", file=sys.stderr)
-        return 2
-    except Exception as e:  # a bug: still one line, and the way to the traceback
-        if debug:
-            raise
+        if is_user_error(e):
+            print(f"{prog}: error: {describe(e)}", file=sys.stderr)
+            return 2
+        # a bug: still one line, and the way to the traceback
         print(f"{prog}: internal error: {type(e).__name__}: {describe(e)} (run again with --debug for the "
               f"traceback, and please report it)", file=sys.stderr)
         return 1

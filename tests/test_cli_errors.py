@@ -194,6 +194,40 @@ def test_an_unexpected_error_is_one_line_too(data, monkeypatch, capsys):
           status=1)
 
 
+def in_babelfeed(body: str):
+    """A function whose code reads as babelfeed's own (its file is babelfeed.plan_report's)."""
+    import babelfeed.plan_report
+
+    namespace: dict = {}
+    exec(compile(f"def f(*_a, **_k):\n    import numpy\n    {body}\n", babelfeed.plan_report.__file__, "exec"),
+         namespace)
+    return namespace["f"]
+
+
+@pytest.mark.parametrize("body,name", [('return {}["shapes"]', "KeyError"), ("return [][3]", "IndexError"),
+                                       ("return len(5)", "TypeError"),
+                                       ("return numpy.zeros(3).reshape(2)", "ValueError")])
+def test_a_bug_inside_babelfeed_is_an_internal_error_not_a_user_error(data, monkeypatch, capsys, body, name):
+    """A KeyError, TypeError or ValueError that babelfeed's code did not raise on purpose (a lookup or a numpy call
+    going wrong) is a bug to report, not the user's mistake (the CLI took any of them for a bad input)."""
+    import babelfeed.plan_report
+
+    monkeypatch.setattr(babelfeed.plan_report, "plan_report", in_babelfeed(body))
+    fails(capsys, ["plan", NLLB, f"--config.data.path={data}"], "internal error", name, "please report it",
+          status=1)
+
+
+def test_what_babelfeed_refuses_on_purpose_stays_a_user_error(data, monkeypatch, capsys):
+    """A KeyError raised by a ``raise`` of babelfeed's (a direction the data lacks) is the user's to fix."""
+    import babelfeed.plan_report
+
+    def missing(*_a, **_k):
+        babelfeed.ShardedCorpus(data).dictionary().lang_token_index("zzz")
+
+    monkeypatch.setattr(babelfeed.plan_report, "plan_report", missing)
+    fails(capsys, ["plan", NLLB, f"--config.data.path={data}"], "language token", "not in the dictionary", status=2)
+
+
 def run_cli(*argv):
     return subprocess.run([sys.executable, "-m", "babelfeed.cli", *argv], capture_output=True, text=True, cwd=REPO,
                           env={**os.environ, "BABELFEED_DEBUG": ""})
