@@ -16,7 +16,7 @@ TEST_WORKERS ?= auto
 
 venv: $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
-$(VENV)/.installed-$(subst $(comma),-,$(EXTRAS)): pyproject.toml setup.py loader/_gather.c loader/_plan.c loader/_plan_rows.c loader/_plan_order.c loader/_plan.h Makefile
+$(VENV)/.installed-$(subst $(comma),-,$(EXTRAS)): pyproject.toml setup.py loader/_native/_gather.c loader/_native/_plan.c loader/_native/_plan_rows.c loader/_native/_plan_order.c loader/_native/_plan.h Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "babelfeed needs Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@if [ -n "$(NEEDS_TORCH)" ]; then $(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH_PIN)"; fi

@@ -37,7 +37,7 @@ import weakref
 
 import grain
 
-from babelfeed import transfer
+from babelfeed.gather import transfer
 
 
 class BatchSource:
@@ -277,7 +277,7 @@ class EpochsDataset(grain.IterDataset):
                  num_workers: int = 0, per_worker_buffer_size: int = 2, split: str | None = None):
         super().__init__()
         from babelfeed.build import is_lm_config
-        from babelfeed.iterator import check_rank
+        from babelfeed.iterators.protocol import check_rank
 
         check_rank(rank, world_size)
         if num_epochs is not None and not (isinstance(num_epochs, int) and num_epochs >= 1):
@@ -297,7 +297,7 @@ class EpochsDataset(grain.IterDataset):
 
     def position(self):
         if self._position is None:
-            from babelfeed.position import Position
+            from babelfeed.iterators.position import Position
 
             self._position = Position(self.config, self.rank, self.world_size, self.split, "EpochsDataset")
         return self._position

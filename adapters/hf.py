@@ -16,7 +16,7 @@ from __future__ import annotations
 import transformers
 
 from babelfeed.adapters.torch import BatchLoader
-from babelfeed.hf import HFView
+from babelfeed.gather.hf import HFView
 
 
 class _TrainerLoader(BatchLoader):
@@ -35,8 +35,8 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
 
     def __init__(self, *args, babelfeed_config, num_workers: int = 0, **kwargs):
         from babelfeed.build import is_lm_config
-        from babelfeed.config import translation_section
-        from babelfeed.corpus import ShardedCorpus
+        from babelfeed.config.files import translation_section
+        from babelfeed.sources.corpus import ShardedCorpus
 
         if is_lm_config(babelfeed_config):
             raise ValueError("Seq2SeqTrainer trains on translation batches; this is a language-model config "

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from babelfeed.prefetch import Prefetcher
+from babelfeed.iterators.prefetch import Prefetcher
 
 
 def data_sharding(mesh: Mesh, data_axes=None) -> NamedSharding:
@@ -100,7 +100,7 @@ def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch:
     multiple of the data-axis devices, so every batch shards; an LM ``global_batch`` must be such a multiple.
     """
     from babelfeed.build import build_iterator
-    from babelfeed.iterator import LoaderIterator
+    from babelfeed.iterators.protocol import LoaderIterator
 
     if isinstance(config, LoaderIterator):
         iterator = config

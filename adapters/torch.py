@@ -27,9 +27,9 @@ import time
 import numpy as np
 import torch
 
-from babelfeed import transfer
-from babelfeed.position import Position, _int
-from babelfeed.prefetch import Prefetcher
+from babelfeed.gather import transfer
+from babelfeed.iterators.position import Position, _int
+from babelfeed.iterators.prefetch import Prefetcher
 
 
 def to_torch(batch, device=None, non_blocking: bool = True, pin: bool = False, stream=None):
@@ -136,7 +136,7 @@ class _InRing:
 def _fence_function():
     """A memory barrier for the ring's sequence numbers: the kernel's, or none needed on x86 (stores are seen in
     order); None where neither holds, and the ring is not used."""
-    from babelfeed.gather import KERNEL
+    from babelfeed.gather.engine import KERNEL
 
     if KERNEL is not None and hasattr(KERNEL, "fence"):
         return KERNEL.fence
@@ -329,7 +329,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         """Continue after the batch of ``state`` from the next iteration on (any world size, any workers): any
         babelfeed state (``babelfeed.state.find_state``: another adapter's, an older babelfeed's position, a
         ``StatefulDataLoader`` checkpoint). In a DataLoader worker, its own position (torchdata's protocol)."""
-        from babelfeed.state import find_state, is_position
+        from babelfeed.iterators.state import find_state, is_position
 
         found = find_state(state, "BatchDataset state")
         info = torch.utils.data.get_worker_info()

@@ -24,7 +24,7 @@ def baseline(raw_dir: str, out_dir: str, model: str) -> tuple[int, float]:
     import sentencepiece as spm
 
     import babelfeed
-    from babelfeed.rawtext import discover
+    from babelfeed.preprocess.rawtext import discover
 
     sp = spm.SentencePieceProcessor(model_file=model)
     d = babelfeed.Dictionary()
@@ -49,7 +49,7 @@ def baseline(raw_dir: str, out_dir: str, model: str) -> tuple[int, float]:
 
 
 def ours(raw_dir: str, out_dir: str, model: str, workers: int) -> tuple[int, float, float]:
-    from babelfeed.binarize import BinarizeOptions, binarize
+    from babelfeed.preprocess.binarize import BinarizeOptions, binarize
 
     shutil.rmtree(out_dir, ignore_errors=True)
     t = time.perf_counter()
@@ -65,8 +65,8 @@ def main(argv=None) -> str:
     p.add_argument("--scale", type=float, default=10.0, help="demo corpus scale (1.0 = 43.8k lines)")
     p.add_argument("--workdir", default=os.path.join("build", "bench"))
     a = p.parse_args(argv)
-    from babelfeed.binarize import BinarizeOptions, binarize
-    from babelfeed.demo import build_corpus
+    from babelfeed.preprocess.binarize import BinarizeOptions, binarize
+    from babelfeed.tools.demo import build_corpus
 
     raw = os.path.join(a.workdir, f"raw-{a.scale}")
     build_corpus(raw, scale=a.scale)

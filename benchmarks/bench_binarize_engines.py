@@ -58,7 +58,7 @@ def gzipped_folders(raw: str, dest: str, files: int = 8) -> str:
 
 
 def run(raw: str, out: str, model: str, engine: str, workers: int) -> tuple[float, float, int, str]:
-    from babelfeed.binarize import BinarizeOptions, binarize
+    from babelfeed.preprocess.binarize import BinarizeOptions, binarize
 
     shutil.rmtree(out, ignore_errors=True)
     t = time.perf_counter()
@@ -79,8 +79,8 @@ def main(argv=None) -> str:
 
     import ray
 
-    from babelfeed.binarize import BinarizeOptions, binarize
-    from babelfeed.demo import build_corpus
+    from babelfeed.preprocess.binarize import BinarizeOptions, binarize
+    from babelfeed.tools.demo import build_corpus
 
     cores = os.cpu_count() or 1
     raw = os.path.join(a.workdir, f"raw-{a.scale}")

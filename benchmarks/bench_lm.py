@@ -102,7 +102,7 @@ def main(argv=None) -> str:
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--global-batch", type=int, default=64)
     a = p.parse_args(argv)
-    from babelfeed.lm import LMIterator
+    from babelfeed.lm.iterator import LMIterator
 
     try:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})

@@ -35,7 +35,7 @@ def lengths(n: int, seed: int = 0):
 def bench_plan(n: int, max_tokens: int = 16384, mult: int = 8, window: int = 1_000_000, workdir: str | None = None,
                rounds: int = 3) -> str:
     """Every planner once per round, rounds interleaved (this machine's speed drifts), medians printed."""
-    from babelfeed.batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
+    from babelfeed.plan.batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
 
     src, tgt = lengths(n)
     cost = np.maximum(src, tgt)
@@ -92,8 +92,8 @@ def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) 
     """The real planner over a data_bin whose one direction is the storage benchmark's n-sentence index."""
     import babelfeed
     from bench_storage import build_index
-    from babelfeed.plan import EpochPlanner, PlanOptions
-    from babelfeed.sources import SourceSet
+    from babelfeed.plan.planner import EpochPlanner, PlanOptions
+    from babelfeed.sources.sources import SourceSet
 
     prefix = os.path.abspath(os.path.join(workdir, f"idx{n}"))
     if not os.path.exists(prefix + ".idx"):
@@ -238,9 +238,9 @@ def _per_sample_items(comps, dirs, rows, xp=np):
 
 def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300) -> str:
     import babelfeed
-    from babelfeed import gather
-    from babelfeed.collate import CollateOptions, Collater
-    from babelfeed.sources import SourceSet
+    from babelfeed.gather import engine as gather
+    from babelfeed.gather.collate import CollateOptions, Collater
+    from babelfeed.sources.sources import SourceSet
 
     root = os.path.join(workdir, "collate_bin")
     if not os.path.exists(os.path.join(root, "dict.txt")):
@@ -261,7 +261,7 @@ def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300
     corpus = babelfeed.ShardedCorpus(root)
     dictionary = corpus.dictionary()
     sources = SourceSet(corpus, dictionary, "train", ["xx-yy", "xx-zz"])
-    from babelfeed.plan import EpochPlanner, PlanOptions
+    from babelfeed.plan.planner import EpochPlanner, PlanOptions
 
     planner = EpochPlanner(sources, PlanOptions(max_tokens=16384, window=0, max_source_positions=300,
                                                 max_target_positions=300))
@@ -360,7 +360,7 @@ def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300
 def bench_balance(n: int = 2_000_000, max_tokens: int = 16384) -> str:
     """Per-step and per-epoch load across ranks, for three loads of a batch: real tokens, padded tokens
     (B x longest, both sides) and attention cost (B x longest^2, both sides: what makes a step slow)."""
-    from babelfeed.batching import batch_sorted, length_order
+    from babelfeed.plan.batching import batch_sorted, length_order
 
     src, tgt = lengths(n, seed=3)
     rng = np.random.default_rng(5)

@@ -27,9 +27,9 @@ from common import table  # noqa: E402
 
 
 def main(argv=None) -> str:
-    from babelfeed.batching import batch_sorted
-    from babelfeed.packing import pack, pack_pairs
-    from babelfeed.shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
+    from babelfeed.plan.batching import batch_sorted
+    from babelfeed.plan.packing import pack, pack_pairs
+    from babelfeed.plan.shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
 
     p = argparse.ArgumentParser()
     p.add_argument("--samples", type=int, default=1_000_000)
@@ -111,7 +111,7 @@ def _pairs(rng, n: int, ratios) -> np.ndarray:
 
 def pair_boxes(samples: int, timing_samples: int) -> str:
     """(source, target) boxes against buckets of max(src, tgt), and planning time on many lengths."""
-    from babelfeed.shapes import plan_shapes
+    from babelfeed.plan.shapes import plan_shapes
 
     rng = np.random.default_rng(1)
     data = {"correlated (ratio 1)": _pairs(rng, samples, [1.0]),
@@ -140,7 +140,7 @@ def pair_boxes(samples: int, timing_samples: int) -> str:
 
 def planning_time(rng, timing_samples: int, repeats: int = 3) -> str:
     """plan_shapes and bucket on many lengths (2 directions, ratios 1 and 1.8), K=8: medians of interleaved runs."""
-    from babelfeed.shapes import plan_shapes
+    from babelfeed.plan.shapes import plan_shapes
 
     big = _pairs(rng, timing_samples, [1.0, 1.8])
     cases = (("1-D lengths", np.ascontiguousarray(big[:, 0])), ("pairs, boxes", big))

@@ -23,7 +23,7 @@ _SAMPLER = None
 def _init(model, dict_path):
     global _SAMPLER
     import babelfeed
-    from babelfeed.subword import SubwordSampler
+    from babelfeed.sources.subword import SubwordSampler
 
     _SAMPLER = SubwordSampler(model, babelfeed.Dictionary.load(dict_path), alpha=0.1, seed=1)
 
@@ -39,7 +39,7 @@ def main(argv=None) -> str:
     import numpy as np
 
     import babelfeed
-    from babelfeed.subword import RawText, SubwordSampler
+    from babelfeed.sources.subword import RawText, SubwordSampler
 
     p = argparse.ArgumentParser()
     p.add_argument("--sentences", type=int, default=40000)
@@ -49,8 +49,8 @@ def main(argv=None) -> str:
     data = os.path.join(a.workdir, "subword")
     model, dict_path = os.path.join(data, "bin", "spm.model"), os.path.join(data, "bin", "dict.txt")
     if not os.path.exists(model):
-        from babelfeed.binarize import BinarizeOptions, binarize
-        from babelfeed.demo import build_corpus
+        from babelfeed.preprocess.binarize import BinarizeOptions, binarize
+        from babelfeed.tools.demo import build_corpus
 
         build_corpus(os.path.join(data, "raw"), scale=0.5)
         binarize(BinarizeOptions(input_dir=os.path.join(data, "raw"), output_dir=os.path.join(data, "bin"),
@@ -90,7 +90,7 @@ def _tokens(batch) -> int:
 
 def _pipeline_config(data: str, raw: bool):
     import babelfeed
-    from babelfeed.config import task
+    from babelfeed.config.files import task
 
     cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
                                           "nllb_like.py"))

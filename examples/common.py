@@ -16,7 +16,7 @@ import ml_collections
 
 def demo_model() -> ml_collections.ConfigDict:
     """The demo config's ``model`` section (the small CPU model)."""
-    from babelfeed.config import config_path, load_config
+    from babelfeed.config.files import config_path, load_config
 
     return load_config(config_path("configs/demo.py")).model
 
@@ -47,7 +47,7 @@ def example_config(config, where: str = "--config") -> ml_collections.ConfigDict
 def resolve_config_flag(argv: list) -> list:
     """``argv`` with ``--config=NAME`` (or ``--config NAME``) naming a shipped config (``nllb_like``) replaced by
     its file, as ``babelfeed plan`` takes it; a path that exists is kept."""
-    from babelfeed.config import config_path
+    from babelfeed.config.files import config_path
 
     out, i = list(argv), 1
     while i < len(out):

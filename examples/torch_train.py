@@ -135,7 +135,7 @@ if __name__ == "__main__":
     from ml_collections import config_flags
 
     # --config=configs/demo.py --config.model.steps=100 --config.train.mixing.temperature=2 (type-checked)
-    from babelfeed.config import config_path
+    from babelfeed.config.files import config_path
 
     # configs/demo.py of the checkout, else the shipped one (python -m babelfeed.examples.NAME, outside it)
     config_flags.DEFINE_config_file("config", config_path("configs/demo.py"), "ml-collections config file",

@@ -7,14 +7,15 @@ import os
 
 import numpy as np
 
-from .batches import BatchIterator
-from .checks import check_rank, check_translation_config
-from .collate import CollateOptions, Collater
-from .corpus import ShardedCorpus
-from .plan import EpochPlanner, PlanOptions
-from .shapes import ShapePlan, plan_shapes, shapes_from_widths, shapes_ordered
-from .schedule import MixingSchedule
-from .sources import SourceSet, StreamSpec
+from babelfeed.iterators.protocol import register_builder
+from babelfeed.iterators.translation import BatchIterator
+from babelfeed.checks import check_rank, check_translation_config
+from babelfeed.gather.collate import CollateOptions, Collater
+from babelfeed.sources.corpus import ShardedCorpus
+from babelfeed.plan.planner import EpochPlanner, PlanOptions
+from babelfeed.plan.shapes import ShapePlan, plan_shapes, shapes_from_widths, shapes_ordered
+from babelfeed.plan.schedule import MixingSchedule
+from babelfeed.sources.sources import SourceSet, StreamSpec
 
 
 def _list(value: str) -> list[str]:
@@ -82,7 +83,7 @@ def _collater(config, sources, dictionary) -> Collater:
 
 def _noise(config, dictionary) -> dict:
     """{task or "*": transform steps} from data.noise (every task) and data.noise_by_task ("task=spec|...")."""
-    from .transforms import parse_steps
+    from babelfeed.gather.transforms import parse_steps
 
     out = {}
     if str(config.data.noise).strip():
@@ -101,8 +102,8 @@ def _tasks(config) -> dict:
 
 def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=None) -> list[StreamSpec]:
     """The streams of a config's tasks section: one per (task, corpus), named ``task/corpus``."""
-    from .config import TASK_KINDS
-    from .transforms import parse_steps
+    from babelfeed.config.files import TASK_KINDS
+    from babelfeed.gather.transforms import parse_steps
 
     d = config.data
     if str(d.noise).strip() or str(d.noise_by_task).strip() or str(d.prefix_overrides).strip():
@@ -261,10 +262,10 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
     :func:`build_train_iterator`. ``split=None`` takes the iterator's own default: ``"batches"`` for translation
     (a whole batch per rank), ``"rows"`` for LM (every global batch split into rows per rank).
 
-    Both follow one protocol (``loader/iterator.py``), so the JAX, torch and grain adapters take either."""
+    Both follow one protocol (``loader/iterators/protocol.py``), so the JAX, torch and grain adapters take either."""
     check_rank(rank, world_size)
     if is_lm_config(config):
-        from .lm import LMIterator
+        from babelfeed.lm.iterator import LMIterator
 
         if split not in (None, "rows"):
             raise ValueError(f"an LM config splits every global batch into rows per rank; split={split!r} does not "
@@ -272,7 +273,7 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
         if epoch != 1:
             raise ValueError("an LM iterator is one pass over num_samples (epochs happen inside each dataset)")
         return LMIterator.from_config(config, rank=rank, world_size=world_size)
-    from .config import translation_section
+    from babelfeed.config.files import translation_section
 
     config, _ = translation_section(config)  # configs/demo.py keeps its pipeline under train
     return build_train_iterator(config, rank=rank, world_size=world_size, epoch=epoch, split=split or "batches")
@@ -308,7 +309,7 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
                        split=split)
     it.source_config = config  # (not in the state) trace builds iterators of other world sizes from it
     if opts.sampler == "stream":  # the state carries it, so an edited config can finish this run's window
-        from .edits import snapshot
+        from babelfeed.iterators.edits import snapshot
 
         it.config_snapshot = snapshot(config)
     return it
@@ -391,3 +392,7 @@ def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str 
     planner = EpochPlanner(sources, opts)
     return BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, 1, name=split,
                          max_epochs=1)
+
+
+register_builder("translation", build_train_iterator)
+register_builder("any", build_iterator)

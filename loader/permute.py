@@ -13,7 +13,7 @@ import hashlib
 
 import numpy as np
 
-from . import plan_kernel
+from babelfeed._native import plan_kernel
 
 _ROUNDS = 4
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

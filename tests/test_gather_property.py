@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import babelfeed
 import babelfeed.gather
+import babelfeed.storage.spaces
 from helpers import write_tntidx
 from synthetic import config_for
 
@@ -99,7 +100,7 @@ def test_every_row_holds_its_files_tokens(tmp_path_factory, k, shards, seed, fla
     cfg = config_for(root, batching__max_tokens=max_tokens, mixing__temperature=temperature,
                      batching__window=window, data__shards="all" if shards > 1 and seed % 2 else "cycle",
                      batching__shapes=shapes, filter__max_source_positions=64, filter__max_target_positions=64)
-    with mock.patch.object(babelfeed.gather, "native_available", lambda: flat):
+    with mock.patch.object(babelfeed.storage.spaces, "native_available", lambda: flat):
         served = 0
         for rank in range(world):
             it = babelfeed.build_train_iterator(cfg, rank=rank, world_size=world)

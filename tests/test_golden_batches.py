@@ -46,12 +46,13 @@ def test_batches_match_on_every_gather_path(root, monkeypatch, table, flat, kern
     (used with many components), gathering file by file (where flat spaces are unavailable), and the numpy
     gather (where the compiled kernel is not built)."""
     import babelfeed.gather
+    import babelfeed.storage.spaces
     import babelfeed.rows
 
     monkeypatch.setattr(babelfeed.rows.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
-    monkeypatch.setattr(babelfeed.gather, "native_available", lambda: flat)
+    monkeypatch.setattr(babelfeed.storage.spaces, "native_available", lambda: flat)
     if not kernel:
-        monkeypatch.setattr(babelfeed.gather, "KERNEL", None)
+        monkeypatch.setattr(babelfeed.gather.engine, "KERNEL", None)
     built = []
     original = babelfeed.rows.RowTable.__init__
 
@@ -60,14 +61,23 @@ def test_batches_match_on_every_gather_path(root, monkeypatch, table, flat, kern
         original(self, *args)
 
     monkeypatch.setattr(babelfeed.rows.RowTable, "__init__", spy)
+    flats = []  # the gather path each token space took: the patch must reach where TokenSpaces reads it
+    spaces_init = babelfeed.storage.spaces.TokenSpaces.__init__
+
+    def spy_spaces(self, *args, **kwargs):
+        spaces_init(self, *args, **kwargs)
+        flats.append(self.flat)
+
+    monkeypatch.setattr(babelfeed.storage.spaces.TokenSpaces, "__init__", spy_spaces)
     for name, fn in golden.cases(root).items():
         batches, _ = fn()
         assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name
     assert bool(built) == table
+    assert flats and all(f == flat for f in flats)
 
 
 def test_batches_match_without_the_planning_kernel(root, monkeypatch):
-    """The numpy planner (where loader/_plan.c is not built) plans the same batches as the compiled one."""
+    """The numpy planner (where loader/_native/_plan.c is not built) plans the same batches as the compiled one."""
     import babelfeed.plan_kernel
 
     monkeypatch.setattr(babelfeed.plan_kernel, "KERNEL", None)
@@ -90,17 +100,18 @@ def test_batches_match_where_the_kernel_declines_the_window_order(root, monkeypa
 
 
 def test_the_compiled_kernel_is_built():
-    """make test builds loader/_gather.c and loader/_plan.c (setup.py); without them every path above still runs,
+    """make test builds loader/_native/_gather.c and loader/_native/_plan.c (setup.py); without them every path above still runs,
     on numpy, slower. Set BABELFEED_KERNEL=0 to run without them on purpose."""
     import os
 
     import babelfeed.gather
+    import babelfeed.storage.spaces
     import babelfeed.plan_kernel
 
     if os.environ.get("BABELFEED_KERNEL", "1") == "0":
         pytest.skip("BABELFEED_KERNEL=0: the numpy gather was asked for")
-    assert babelfeed.gather.KERNEL is not None, "loader/_gather.c was not compiled: is a C compiler installed?"
-    assert babelfeed.plan_kernel.KERNEL is not None, "loader/_plan.c was not compiled: is a C compiler installed?"
+    assert babelfeed.gather.KERNEL is not None, "loader/_native/_gather.c was not compiled: is a C compiler installed?"
+    assert babelfeed.plan_kernel.KERNEL is not None, "loader/_native/_plan.c was not compiled: is a C compiler installed?"
 
 
 def test_a_scheduled_state_recorded_before_updates_were_counted_in_it_still_matches(root):

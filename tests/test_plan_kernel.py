@@ -1,4 +1,4 @@
-"""The compiled planning kernel (loader/_plan.c) against the numpy paths it replaces, for random inputs: the
+"""The compiled planning kernel (loader/_native/_plan.c) against the numpy paths it replaces, for random inputs: the
 Feistel permutations (one corpus and many), stratified draws, the length order and the greedy token-budget cut
 must give the same integers, and the same errors."""
 

@@ -1,0 +1,111 @@
+"""A loader's position in its run, kept in the training process: what the torch ``BatchLoader`` and
+``BatchDataset`` and grain's ``EpochsDataset`` save and restore.
+
+A loader counts the global batches of the epoch that every rank together has taken (``consumed``): global
+batches never depend on the world size, the split or the number of workers, so a position restores on any of
+them. What a loader saves is the run's whole iterator state at that position (``babelfeed.state``), the same
+dict ``get_state()`` gives in-process; it also reads an older babelfeed's bare position (``{"epoch",
+"consumed", "fingerprint"}``) and the per-worker positions inside a torchdata ``StatefulDataLoader`` checkpoint.
+"""
+
+from __future__ import annotations
+
+from babelfeed.iterators.state import _int, check_position  # noqa: F401  (part of this module's face)
+
+
+class Position:
+    """Where a rank's loader stands in its run, kept in the training process: ``(epoch, consumed)`` with
+    ``consumed`` the global batches of the epoch that every rank together has taken. Global batches never depend
+    on the world size, so the position restores on any world size and ``split``, with any number of workers.
+
+    It keeps one iterator of the run, which holds the run's history from the state it was loaded from (weight
+    changes, world sizes, edits), so :meth:`state` is the whole iterator state at a position: the same state
+    ``get_state()`` gives in-process, which every adapter and ``babelfeed trace`` take. Steps are counted on this
+    world size from the state loaded (or the run's start)."""
+
+    def __init__(self, config, rank, world_size, split, what: str):
+        self.config, self.rank, self.world_size, self.split, self.what = config, rank, world_size, split, what
+        self._it = None
+        self.resume: dict | None = None  # the state loaded (workers rebuild the run's history from it)
+        self.anchor = (1, 0, 0)  # (epoch, consumed, total_steps) where the step count is known
+
+    def iterator(self, epoch: int):
+        """The run's iterator, standing at the start of ``epoch`` (for ``has_batch``, ``len``, ...)."""
+        if self._it is None:
+            from babelfeed.iterators.protocol import builder
+
+            self._it = builder("any")(self.config, rank=self.rank, world_size=self.world_size, split=self.split)
+            if self.resume is not None:
+                self._it.set_state(self.resume)
+        if self._it.position()[0] != epoch:
+            self._it._seek(epoch, 0, self.total_at(epoch, 0))
+        return self._it
+
+    @property
+    def is_lm(self) -> bool:
+        return self.iterator(1).kind == "lm"
+
+    def total_at(self, epoch: int, consumed: int) -> int:
+        """The run's steps at a position: counted on this world size from the state loaded (or the run's start)."""
+        e0, c0, t0 = self.anchor
+        it = self._it if self._it is not None else self.iterator(e0)
+        if (epoch, consumed) >= (e0, c0):
+            return t0 + it.steps_between((e0, c0), (epoch, consumed))
+        return max(0, t0 - it.steps_between((epoch, consumed), (e0, c0)))
+
+    def state(self, epoch: int, consumed: int) -> dict:
+        """The run's whole state at a position (``get_state()`` there): a finished translation epoch is written as
+        the start of the next (an LM run is one pass: its end stays its end)."""
+        it = self.iterator(epoch)
+        if self.is_lm:
+            consumed = min(consumed, len(it))
+        return it.state_at(epoch, consumed, self.total_at(epoch, consumed))
+
+    def load(self, state) -> tuple[int, int]:
+        """Take a saved state (any adapter's, an older babelfeed's position, a StatefulDataLoader checkpoint:
+        ``babelfeed.state.find_state``); returns the position it holds."""
+        from babelfeed.iterators.state import find_state, is_iterator_state
+
+        found = find_state(state, f"{self.what} state")
+        it = self.iterator(1) if self._it is None else self._it
+        if is_iterator_state(found):
+            it.set_state(found)
+            epoch, consumed = it.position()
+            total = it.total_steps
+            full = found
+        else:
+            epoch, consumed = check_position(found, self.what)
+            self._check_schedule(found, it)
+            if self.is_lm and epoch != 1:
+                raise ValueError(f"{self.what} state: an LM run is one pass (epoch 1), this state has epoch {epoch}")
+            epoch, consumed, total = it.load_position(found, self.what)
+            if consumed and not self._exists(it, epoch, consumed - 1):
+                raise ValueError(f"{self.what} state: consumed={consumed} is past the end of epoch {epoch}, which has "
+                                 f"{it.epoch_batches(epoch)} global batches")
+            full = it.state_at(epoch, consumed, total)
+            it.set_state(full)
+        self.resume, self.anchor = full, (epoch, consumed, total)
+        return epoch, consumed
+
+    @staticmethod
+    def _exists(it, epoch: int, g: int) -> bool:
+        return g < it.epoch_batches(epoch)
+
+    def _check_schedule(self, found: dict, it) -> None:
+        planner = getattr(it, "planner", None)
+        if planner is not None and planner.changing_schedule:
+            per = found.get("batches_per_update", planner.opts.batches_per_update)
+            if per != planner.opts.batches_per_update:
+                raise ValueError(f"{self.what} state: saved where an optimizer update was {per} global batches (world "
+                                 f"size x accumulation), here {planner.opts.batches_per_update}; this older position "
+                                 f"does not record how updates were counted, so it resumes a mixing schedule only "
+                                 f"with the same count. States saved by this babelfeed resume it on any world size")
+
+    def ledger(self, epoch: int, consumed: int, prefix: str = "ledger") -> dict:
+        """The run's ledger (``babelfeed.ledger``) at this position: what every rank together has consumed, per
+        stream, since training began (a translation config; earlier epochs are counted from their plan)."""
+        it = self.iterator(epoch)
+        if not hasattr(it, "ledger_totals"):
+            raise TypeError("an LM iterator keeps no ledger: its consumed_samples and the blend give the counts")
+        e, totals, _ = it.ledger_totals(epoch, consumed)
+        return it.ledger(prefix, at=(e, totals, None))

@@ -1,0 +1,242 @@
+"""What a babelfeed iterator is: one protocol for the translation and the language-model iterators.
+
+An iterator serves one rank's batches (dicts of numpy arrays) and is fully described by a handful of integers:
+
+* ``next(it)`` -> this rank's next batch; ``StopIteration`` at the end of an epoch. A translation iterator then
+  starts its next epoch with the next call, so ``for epoch ...: for batch in it`` walks epoch after epoch; an LM
+  iterator is one pass over its ``num_samples`` (each dataset's epochs happen inside it) and stays exhausted;
+* ``len(it)`` -> this rank's steps in the current epoch; ``it.batch_at(k)`` -> this rank's k-th batch of the
+  current epoch by random access, without moving (worker pools: grain, DataLoader workers); ``it.has_batch(k)``
+  whether it exists. Neither needs ``len``: they plan only the windows up to batch k (``len`` of a translation
+  epoch plans every window). Both take ``base=``: count k from global batch ``base`` of the epoch instead of its
+  start (a position saved at another world size); ``it.batches_per_step`` is the global batches one step takes
+  and ``it.steps_after(base)`` this rank's batches from there to the epoch's end;
+* ``it.get_state()`` -> a small JSON-serialisable dict, the same on every rank at the same step;
+  ``it.set_state(state, strict=True)`` on a fresh iterator, in any process and on any world size, continues
+  with the same global batches. The state names the iterator (``name``) and carries a ``fingerprint`` of the
+  data and every setting that shapes the batches: a mismatch raises unless ``strict=False``;
+* ``rank``, ``world_size``, ``split`` (``"batches"``: whole batches per rank, torch DDP; ``"rows"``: every rank
+  takes its rows of each global batch, JAX global arrays), ``epoch``.
+
+Global batches never depend on the world size, so a job resumes elastically on another number of ranks.
+An iterator plans its windows lazily and is not thread-safe: call it from one thread at a time (the grain
+adapter's source serialises grain's read threads).
+:class:`~babelfeed.batches.BatchIterator` (translation, ``build_train_iterator``) and
+:class:`~babelfeed.lm.LMIterator` (language modelling) implement it; ``babelfeed.build_iterator(config, ...)`` builds
+either from its config, and the JAX, torch and grain adapters take any of them.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+
+import numpy as np
+
+from babelfeed.checks import check_rank
+from babelfeed.errors import BabelfeedError
+
+STATE_VERSION = 1
+
+# How an iterator builds another from a config (an edited resume rebuilds the saved run's, trace and the loaders
+# build the run's): the builders are registered by babelfeed.build, a layer above, which every import of
+# babelfeed loads first. "translation": build_train_iterator; "any": build_iterator.
+_BUILDERS: dict = {}
+
+
+def register_builder(kind: str, build) -> None:
+    _BUILDERS[kind] = build
+
+
+def builder(kind: str):
+    """The registered builder of ``kind`` (see ``_BUILDERS``)."""
+    if kind not in _BUILDERS:
+        raise RuntimeError(f"no {kind!r} iterator builder registered: import babelfeed (babelfeed.build registers them)")
+    return _BUILDERS[kind]
+
+
+class StateMismatch(BabelfeedError, ValueError):
+    """A state saved with other data or settings than this iterator's."""
+
+
+def _short(value) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def identity_changes(saved, now) -> list[str]:
+    """What differs between two identities (``identity()``: plan options, split, shards, per-stream data), in the
+    config's words: ``batching.max_tokens 2048 -> 4096``, ``the data of stream x changed``, ``stream y added``."""
+    if not isinstance(saved, dict) or not isinstance(now, dict):
+        return []
+    from babelfeed.plan.options import OPTION_KEYS
+
+    out = []
+    a, b = saved.get("opts") or {}, now.get("opts") or {}
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            out.append(f"{OPTION_KEYS.get(k, k)} {_short(a.get(k))} -> {_short(b.get(k))}")
+    for k in ("split", "shards"):
+        if saved.get(k) != now.get(k):
+            out.append(f"data.{'train_split' if k == 'split' else 'shards'} {_short(saved.get(k))} -> {_short(now.get(k))}")
+    sa, sb = saved.get("streams") or {}, now.get("streams") or {}
+    gone, new = sorted(set(sa) - set(sb)), sorted(set(sb) - set(sa))
+    moved = sorted(k for k in set(sa) & set(sb) if sa[k] != sb[k])
+    if moved:
+        out.append(f"the data of stream(s) {moved[:5]}{' ...' if len(moved) > 5 else ''} changed (other files, "
+                   f"tokenizer or prefix tokens)")
+    if gone:
+        out.append(f"stream(s) {gone[:5]}{' ...' if len(gone) > 5 else ''} removed")
+    if new:
+        out.append(f"stream(s) {new[:5]}{' ...' if len(new) > 5 else ''} added")
+    for k in sorted(set(saved) - {"opts", "split", "shards", "streams"}):
+        if saved.get(k) != now.get(k):
+            out.append(f"{k} {_short(saved.get(k))} -> {_short(now.get(k))}")
+    return out
+
+
+class LoaderIterator:
+    """Base of the iterators: rank bookkeeping and the checks every ``set_state`` makes."""
+
+    name: str = "train"
+    kind: str = ""
+
+    def __init__(self, rank: int, world_size: int, split: str):
+        check_rank(rank, world_size)
+        if split not in ("batches", "rows"):
+            raise ValueError(f"split must be 'batches' or 'rows', got {split!r}")
+        self.rank, self.world_size, self.split = rank, world_size, split
+        # split="rows": which of how many equal row blocks of every global batch this rank gathers
+        self.row_blocks: tuple = ((rank,), world_size)
+
+    def take_row_blocks(self, blocks, of: int) -> None:
+        """split="rows": gather row blocks ``blocks`` of the ``of`` equal blocks of every global batch (in
+        ascending order, concatenated) instead of block ``rank`` of ``world_size``. The JAX adapter passes the
+        blocks that this process's devices hold, which the mesh's device order decides, not the process index.
+        The global batches, and so the state, do not change."""
+        if self.split != "rows":
+            raise ValueError(f"row blocks need split='rows'; this iterator has split={self.split!r}")
+        picked = sorted({int(b) for b in blocks})
+        if of < 1 or not picked or picked[0] < 0 or picked[-1] >= of:
+            raise ValueError(f"row blocks {list(blocks)} are not blocks of {of}: need 0 <= block < {of}, at least one")
+        self.row_blocks = (tuple(picked), int(of))
+
+    def _my_rows(self, n: int) -> np.ndarray:
+        """Indices of this rank's rows in a global batch of ``n`` rows (a multiple of the block count)."""
+        blocks, of = self.row_blocks
+        if n % of:
+            raise ValueError(f"a global batch of {n} rows cannot be split into {of} equal row blocks")
+        per = n // of
+        return (np.asarray(blocks, np.int64)[:, None] * per + np.arange(per)).reshape(-1)
+
+    def __iter__(self):
+        return self
+
+    def fingerprint(self) -> str:
+        raise NotImplementedError
+
+    def fingerprints(self) -> tuple:
+        """Every fingerprint a state of this data and these settings may carry (older babelfeeds' included)."""
+        return (self.fingerprint(),)
+
+    def _check_state(self, state, strict: bool, fields: dict, optional: tuple = ()) -> None:
+        """Refuse a state that is not a well-formed state of this iterator: not a dict, another version, kind or
+        name, a missing or unknown field, an integer field (``fields``: name -> smallest value) that is not an
+        integer at least that; and (``strict``) a state saved with other data or settings."""
+        if not isinstance(state, dict):
+            raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}"
+                             + (" (a JSON string? json.loads it first)" if isinstance(state, (str, bytes)) else ""))
+        if type(state.get("version")) is not int or state["version"] != STATE_VERSION:
+            raise ValueError(f"unknown iterator state version {state.get('version')!r} (this babelfeed writes "
+                             f"{STATE_VERSION})")
+        kind = state.get("kind", "lm" if "consumed_samples" in state else "translation")
+        if kind != self.kind:
+            raise ValueError(f"this is a state of a {kind} iterator; this iterator is a {self.kind} iterator")
+        unknown = sorted(set(state) - {"version", "kind", "name", "fingerprint", "identity", *fields, *optional})
+        if unknown:
+            raise ValueError(f"iterator state has unknown fields {unknown} (edited, or from another program)")
+        missing = [k for k in ("name", *fields) if k not in state]
+        if missing:
+            raise ValueError(f"iterator state lacks {missing}")
+        for key, smallest in fields.items():
+            value = state[key]
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < smallest:
+                raise ValueError(f"iterator state field {key!r} must be an integer >= {smallest}, got {value!r}")
+        if state["name"] != self.name:
+            raise ValueError(f"iterator state is for the {state['name']!r} iterator, this one is {self.name!r}")
+        if "fingerprint" in state and not isinstance(state["fingerprint"], str):
+            raise ValueError(f"iterator state fingerprint must be a string, got {state['fingerprint']!r}")
+        fp = self.fingerprint()
+        if strict and "fingerprint" not in state:
+            raise ValueError("iterator state has no fingerprint (saved by an older babelfeed): nothing proves it "
+                             "belongs to this data and these settings. Pass strict=False to resume anyway.")
+        if strict and state.get("fingerprint") != fp and state.get("fingerprint") not in self.fingerprints():
+            changed = identity_changes(state.get("identity"), self.identity())
+            what = "; ".join(changed) if changed else f"fingerprint {state.get('fingerprint')} != {fp}"
+            raise StateMismatch(
+                f"iterator state was saved with different data or settings ({what}): resuming would not continue "
+                f"the same stream. Resume with the config and data it was saved with"
+                + (", or, for an edited mixture (mixing.sampler='stream'), set_state(state, mixture_change='allow'): "
+                   "every stream goes on from its position" if getattr(self, "config_snapshot", None) is not None
+                   else "") + " (set_state(state, strict=False) resumes anyway)")
+
+    def identity(self) -> dict | None:
+        """What the fingerprint stands for, kept in the state so that a mismatch can say what changed."""
+        return None
+
+    # ------------------------------------------------------------------------------ positions (loaders)
+    def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
+        """Stand at global batch ``consumed`` of ``epoch`` after ``total_steps`` steps, serving nothing."""
+        raise NotImplementedError
+
+    def state_at(self, epoch: int, consumed: int, total_steps: int) -> dict:
+        """The state of this run at global batch ``consumed`` of ``epoch`` after ``total_steps`` steps: what
+        ``get_state()`` returns there (the loaders save it at the batch their consumer has reached). Moves the
+        iterator there."""
+        self._seek(epoch, consumed, total_steps)
+        return self.get_state()
+
+    def epoch_batches(self, epoch: int) -> int:
+        """Global batches in ``epoch``."""
+        raise NotImplementedError
+
+    def steps_between(self, start: tuple[int, int], end: tuple[int, int]) -> int:
+        """This rank's steps from position ``start`` = (epoch, consumed) to ``end`` (not before it), counted on
+        this iterator's world size: an epoch's last step may take fewer than ``batches_per_step`` batches."""
+        per = self.batches_per_step
+        (e0, c0), (e1, c1) = start, end
+        if (e1, c1) < (e0, c0):
+            raise ValueError(f"position {end} is before {start}")
+        if e0 == e1:
+            return -(-(c1 - c0) // per)
+        steps = -(-max(self.epoch_batches(e0) - c0, 0) // per)
+        for e in range(e0 + 1, e1):
+            steps += -(-self.epoch_batches(e) // per)
+        return steps + -(-c1 // per)
+
+    def load_position(self, pos: dict, what: str = "loader") -> tuple[int, int, int]:
+        """``(epoch, consumed, total_steps)`` of a loader position (``{"epoch", "consumed", "fingerprint"}``,
+        maybe with ``total_steps`` and the state it counts from, ``base``), checked against this iterator's data
+        and settings. The iterator is left at ``base`` (or where it stood); steps a position leaves out are
+        counted from there on this world size."""
+        from babelfeed.iterators.state import check_position
+
+        epoch, consumed = check_position(pos, what)
+        base = pos.get("base")
+        if base is not None:
+            self.set_state(base)
+        if pos["fingerprint"] not in self.fingerprints():
+            raise StateMismatch(f"this {what} state was saved with different data or settings (fingerprint "
+                                f"{pos['fingerprint']}, this config's {self.fingerprint()}; a position saved by an "
+                                f"older babelfeed does not say what changed): resume with the config and data it "
+                                f"was saved with")
+        total = pos.get("total_steps")
+        if total is None:
+            start = self.position() if base is not None else (1, 0)
+            total = (self.total_steps if base is not None else 0) + self.steps_between(start, (epoch, consumed))
+        return epoch, consumed, int(total)
+
+    def position(self) -> tuple[int, int]:
+        """``(epoch, consumed)``: where this iterator stands."""
+        raise NotImplementedError
+

@@ -1,0 +1,248 @@
+"""A run's history replayed: which plan served any step of a run, from its latest state alone.
+
+A translation run is a pure function of its first config, its data and what happened to it: the world sizes it
+ran on (the state's ``steps``), the task weights fed back (``weights``), how schedule updates were counted
+(``stream.updates``) and the mixture edits it was resumed with (``edits``). The state keeps all of it: its
+``config`` is the config in force now, and each edit records the config values it changed (old and new) and
+the saved run's position, weights and update counts (``saved``), so the config and the weights of every earlier
+segment can be rebuilt by undoing the edits one after another.
+
+:func:`step_source` replays that history with integers only (no token is read): it builds an iterator of the
+first config, applies the weights of its segment, moves it to where the first edit was saved, resumes an
+iterator of the edited config from there (as the run did), and so on, up to the segment that holds the step.
+It then counts the step from the latest point where the count is known (the run's start, an edit, a resume on
+another world size), so trace and replay answer for any step, on either side of any change.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class StepSource:
+    """Where training step ``step`` was served from: ``it`` (an iterator of the config in force then, on the
+    world size that took the step, holding the weights of its segment), its epoch and first global batch ``g0``;
+    ``handover``: the step finished the saved run's planning window after an edit (``it._handover`` serves it)."""
+
+    it: object
+    epoch: int
+    g0: int
+    handover: bool
+    world_size: int
+
+
+def _set_dotted(config: dict, key: str, value) -> None:
+    *path, last = key.split(".")
+    node = config
+    for p in path:
+        node = node.setdefault(p, {})
+    if value is None:
+        node.pop(last, None)
+    else:
+        node[last] = copy.deepcopy(value)
+
+
+def configs_of(current: dict, edits: list) -> list[dict]:
+    """The config of every segment of a run, first to last: ``current`` (the config in force now) with the
+    edits' changes undone one after another, last edit first."""
+    out = [copy.deepcopy(current)]
+    for edit in reversed(edits):
+        before = copy.deepcopy(out[0])
+        for key, (old, _new) in edit.get("changes", {}).items():
+            _set_dotted(before, key, old)
+        out.insert(0, before)
+    return out
+
+
+def world_size_at(segments: list, step: int) -> int:
+    """The world size that took training step ``step`` (``segments``: the state's ``steps``)."""
+    return int([s for s in segments if s[0] < step][-1][3])
+
+
+def _apply_history(it, weights: list, updates) -> None:
+    """Give a fresh (or just resumed) iterator the weight changes and update counts of its segment."""
+    planner = it.planner
+    if updates:
+        segs = [(int(b), float(u), int(p)) for b, u, p in updates]
+        if list(planner.update_segments) != segs:
+            starts = dict(planner._starts)  # (where every stream began the epochs known: kept)
+            planner.forget_plans()
+            planner._starts = starts
+            planner.update_segments = segs
+    assert not planner.weight_changes, "weights are applied to a fresh or just resumed iterator"
+    changes = it._check_weights(weights or [])
+    if changes:
+        planner.setup(it.epoch)  # the epoch it stands in is planned: a change drops only what comes after it
+    for at, w in changes:
+        planner.set_weights(at, w)
+
+
+def _build(config: dict, data_path: str, world_size: int, split: str):
+    import ml_collections
+
+    from babelfeed.iterators.protocol import builder
+
+    cfg = ml_collections.ConfigDict(copy.deepcopy(config))
+    cfg.data.path = data_path  # the data as this machine finds it
+    return builder("translation")(cfg, world_size=world_size, split=split)
+
+
+def state_key(state: dict) -> str:
+    """A digest of a state (what the replay's cache is keyed by)."""
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def cached(probe, key: tuple, make):
+    """``make()``, remembered on ``probe`` under ``key`` (a few entries: tracing many steps of one state replays
+    its history once per segment and world size)."""
+    cache = probe.__dict__.setdefault("_replay_cache", {})
+    if key not in cache:
+        if len(cache) >= 16:
+            cache.pop(next(iter(cache)))
+        cache[key] = make()
+    return cache[key]
+
+
+def step_source(probe, step: int, state: dict) -> StepSource:
+    """The plan that served training step ``step`` (1-based) of the run whose latest state is ``state``.
+    ``probe``: an iterator of the run's data (its config's data path is used; its world size does not matter)."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+        raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
+    segments = state.get("steps") or [[0, 1, 0, probe.world_size]]
+    world = world_size_at(segments, step)
+    edits = list(state.get("edits", []))
+    m = len([e for e in edits if e["saved_at_step"] < step])
+    it = cached(probe, ("segment", state_key(state), m, world), lambda: _segment(probe, state, m, world))
+    src = _locate(it, step, segments, edits[m - 1] if m else None, world)
+    if src.epoch < getattr(it, "_legacy_from", 0):
+        raise ValueError(f"step {step} lies in epoch {src.epoch}, between this run's last mixture edit and the "
+                         f"state's epoch {it._legacy_from}, which a babelfeed older than this one recorded without "
+                         f"what trace needs: trace it with a state saved in that epoch")
+    return src
+
+
+def _segment(probe, state: dict, m: int, world: int):
+    """An iterator of the config in force after the run's first ``m`` edits, on ``world`` ranks, holding the
+    weight changes and update counts of that segment (and, after an edit, its saved run's window)."""
+    edits = list(state.get("edits", []))
+    stream = probe.planner.opts.sampler == "stream"
+    current = state.get("config") if stream else None
+    if current is None:
+        if edits:
+            raise ValueError("this state records mixture edits but carries no config of its run: trace it with a "
+                             "state saved by this babelfeed")
+        it = probe if probe.world_size == world else _rebuild(probe, world)
+        _apply_history(it, state.get("weights", []), (state.get("stream") or {}).get("updates"))
+        return it
+    data_path = (probe.config_snapshot or current)["data"]["path"]
+    configs = configs_of(current, edits)
+    if m < len(edits) and any("saved" not in e for e in edits[:m + 1]):
+        first = next(i for i, e in enumerate(edits) if "saved" not in e)
+        raise ValueError(f"this step is before mixture edit {first + 1} of this run, which a babelfeed older than "
+                         f"this one recorded without the saved run's weights and position: trace it with the config "
+                         f"and a state from before that edit")
+
+    def history(i: int) -> tuple[list, object]:  # the weights and update counts of segment i
+        if i < len(edits):
+            saved = edits[i]["saved"]
+            return saved.get("weights", []), saved.get("updates")
+        return state.get("weights", []), (state.get("stream") or {}).get("updates")
+
+    if any("saved" not in e for e in edits[:m]):  # an older state, and a step after its last edit
+        it = _build(configs[-1], data_path, world, probe.split)
+        it.set_state(state, mixture_change="allow")
+        it._legacy_from = int(state["epoch"])  # epochs before the state's are not known: refused
+        return it
+    it = _build(configs[0], data_path, world, probe.split)
+    _apply_history(it, *history(0))
+    for i in range(m):
+        saved = edits[i]["saved"]
+        it._seek(int(saved["epoch"]), int(saved["consumed"]), int(edits[i]["saved_at_step"]))
+        before = it.get_state()
+        it = _build(configs[i + 1], data_path, world, probe.split)
+        it.set_state(before, mixture_change="allow")
+        _apply_history(it, *history(i + 1))
+    return it
+
+
+def _rebuild(probe, world: int):
+    from babelfeed.iterators.protocol import builder
+
+    config = getattr(probe, "source_config", None)
+    if config is None:
+        raise ValueError(f"this iterator was not built from a config (build_train_iterator): trace steps taken on "
+                         f"{world} rank(s) with an iterator of that world size")
+    return builder("translation")(config, world_size=world, split=probe.split)
+
+
+def _locate(it, step: int, segments: list, edit: dict | None, world: int) -> StepSource:
+    """Count ``step`` from the latest point where the count is known, with ``it`` the plan in force."""
+    per = it.batches_per_step
+    planner = it.planner
+    if edit is not None and step <= edit["step"]:  # the saved run's window, finished after the edit
+        saved = edit.get("saved") or {}
+        if "epoch" not in saved:
+            raise ValueError(f"step {step} finished the planning window of the run saved before an edit, which a "
+                             f"babelfeed older than this one recorded without its position")
+        first, epoch, consumed = edit["saved_at_step"] + 1, int(saved["epoch"]), int(saved["consumed"])
+        return StepSource(it, epoch, consumed + (step - first) * per, True, world)
+    if edit is not None:
+        first, epoch, consumed = edit["step"] + 1, int(edit["epoch"]), 0
+    else:
+        first, epoch, consumed = 1, 1, 0
+    for start, e, c, _ws in segments:  # a resume on another world size after it: counted from there
+        if first - 1 < start < step:
+            first, epoch, consumed = start + 1, int(e), int(c)
+
+    def steps_in(epoch: int, consumed: int = 0) -> int:
+        return -(-(planner.num_batches(epoch) - consumed) // per)
+
+    from tqdm.auto import tqdm
+
+    bar, walked = None, 0  # a step many epochs on plans every epoch before it (integers only): say so
+    while step >= first + steps_in(epoch, consumed):
+        first += steps_in(epoch, consumed)
+        epoch, consumed = epoch + 1, 0
+        walked += 1
+        if bar is None and walked >= 50:
+            bar = tqdm(desc=f"planning epochs up to step {step:,}", unit="epoch", total=None, leave=False)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return StepSource(it, epoch, consumed + (step - first) * per, False, world)
+
+
+def step_rows(src: StepSource) -> list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per global batch of the step: ``(rank or k, global batch, ids, src_len, tgt_len, stream names)`` of its
+    planned samples, ids as the ranks received them."""
+    it = src.it
+    out = []
+    for k in range(it.batches_per_step):
+        g = src.g0 + k
+        if src.handover:
+            h = it._handover
+            if g >= h.end:
+                continue
+            planner, collater = h.old.planner, h.old.collater
+        else:
+            planner, collater = it.planner, it.collater
+        where = planner.locate(src.epoch, g)
+        if where is None:  # the epoch's last step: this rank's batch is an epoch-padding one
+            continue
+        w, j = where
+        win = planner.window(src.epoch, w)
+        rows = win.batch_rows(np.array([j]))
+        s = win.samples
+        ids = collater.ids(s.comp[rows].astype(np.int64), s.local[rows])
+        if src.handover:
+            ids = it._handover.map_ids(ids)
+        out.append((k, g, ids, s.src_len[rows], s.tgt_len[rows]))
+    return out

@@ -1,0 +1,705 @@
+"""The translation iterator: one rank's batches of the planned epochs, with exact resume.
+
+Global batch g of an epoch is served by rank ``g % world_size`` (``split="batches"``), or every rank takes its
+rows of every global batch (``split="rows"``). The state is a handful of integers: the epoch and the number of
+global batches consumed (plus, with the stream sampler, every stream's position when the epoch began), so a run
+resumes bit-identically in a fresh process, and on a different world size from the same global position.
+
+When an epoch's batch count is not a multiple of the world size, the last step is completed with fully masked
+batches (every ``weight`` 0, ``ntokens`` 0): every rank takes the same number of steps, no rank waits in a
+collective, and no sample is dropped or carried into a different epoch (which would make an epoch's content
+depend on the world size).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from babelfeed.gather.collate import Collater
+from babelfeed.iterators.protocol import STATE_VERSION, LoaderIterator
+from babelfeed.plan.planner import EpochPlanner, Window
+from babelfeed.iterators.reports import Reports
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return n if multiple <= 1 or n % multiple == 0 else n + multiple - n % multiple
+
+
+class BatchIterator(Reports, LoaderIterator):
+    """Batches of the current epoch for one rank, with ``len()``, ``epoch``, ``step`` and exact resume.
+
+    ``split="batches"`` (data parallelism with one batch per rank, torch DDP): global batch g of an epoch goes to
+    rank ``g % world_size``. ``split="rows"`` (one global batch per step, JAX multi-host): every rank takes its
+    rows ``[r N/W, (r+1) N/W)`` of every global batch, padded to the batch-wide widths, so the per-host pieces
+    assemble into one global array; masked rows (weight 0) make N a multiple of W where needed. Either way the
+    global order does not depend on the world size. Iterating past the epoch's last step raises StopIteration
+    and moves to the next epoch, so ``for epoch ...: for batch in it: ...`` walks epoch after epoch.
+    """
+
+    kind = "translation"
+
+    def __init__(self, planner: EpochPlanner, collater: Collater, rank: int = 0, world_size: int = 1,
+                 epoch: int = 1, name: str = "train", max_epochs: int | None = None, split: str = "batches"):
+        super().__init__(rank, world_size, split)
+        if split == "rows" and planner.opts.pack_shape and planner.rows_per_packed_batch() % world_size:
+            raise ValueError(f"packed batches of {planner.rows_per_packed_batch()} rows cannot be split evenly over "
+                             f"{world_size} ranks")
+        self._per_step = world_size if split == "batches" else 1
+        # split="rows": a global batch's rows are a multiple of this (masked rows fill up); the JAX adapter makes
+        # it a multiple of the devices on the mesh's data axes too, so every device gets the same rows
+        self.row_multiple = world_size
+        if epoch < 1:
+            raise ValueError(f"epochs count from 1, got {epoch}")
+        self.planner, self.collater = planner, collater
+        self.name = name
+        self.max_epochs = max_epochs
+        self.epoch = epoch
+        self._base = 0  # global batches consumed before this run's first step of the epoch
+        self.step = 0  # steps taken by every rank since _base
+        self._ledger_start: dict[int, np.ndarray] = {1: np.zeros((3, len(planner.keys)), np.int64)}
+        self.config_snapshot: dict | None = None  # the config as JSON (build_train_iterator sets it): edits
+        self.source_config = None  # the config it was built from (build_train_iterator): trace on other world sizes
+        self._handover = None  # edits.Handover: the saved run's window in progress, after an edited resume
+        self.dormant: dict = {}  # streams an edit removed: name -> position and ledger counts, kept in the state
+        self.edits: list = []  # the mixture edits of this run: step, global batch, epoch, what changed
+        # how steps were counted: [steps before, epoch, global batch, world size] each time the world size changed
+        self.step_log: list = []
+        self._removed_rows: dict = {}  # rows of the streams the last edit removed (their ledger's passes)
+        self._former = None  # (sources, id_base) of the run before the last edit, for its removed streams' ids
+        self._hint = (0, 0)
+        self._ra_hint = (0, 0, 0)  # random access (batch_at, has_batch): (epoch, window, its first batch)
+        self.total_steps = 0
+        self.served: dict[int, np.ndarray] = {}  # epoch -> samples served by this rank, per direction
+
+    # ----------------------------------------------------------------------------------------- counters
+    @property
+    def consumed(self) -> int:
+        """Global batches of this epoch consumed by all ranks together."""
+        return self._base + self.step * self._per_step
+
+    def __len__(self) -> int:
+        """Steps of the current epoch for this rank, counted from the epoch's start (the first call plans the
+        integers of every window of the epoch)."""
+        h = self._handover
+        n = h.end if h is not None and self.epoch == h.epoch else self.planner.num_batches(self.epoch)
+        before_resume = -(-self._base // self._per_step)
+        return before_resume + -(-max(n - self._base, 0) // self._per_step)
+
+    @property
+    def batches_per_step(self) -> int:
+        """Global batches one step takes from the epoch (the world size for ``split="batches"``, else 1)."""
+        return self._per_step
+
+    def steps_after(self, base: int) -> int:
+        """This rank's batches from global batch ``base`` of the current epoch to its end (plans every window)."""
+        n = self.planner.num_batches(self.epoch)
+        return -(-max(n - int(base), 0) // self._per_step)
+
+    def has_batch(self, k: int, base: int | None = None) -> bool:
+        """Whether this rank has a k-th batch in the current epoch: ``0 <= k < len(self)``, planning only the
+        windows up to it. With ``base``: the k-th batch counted from global batch ``base`` of the epoch (a
+        position saved at another world size), as :meth:`batch_at` takes it."""
+        if k < 0:
+            return False
+        self._no_random_access_in_handover()
+        if base is not None:
+            return base >= 0 and self._locate(int(base) + k * self._per_step) is not None
+        if self._base % self._per_step:  # resumed between steps on another world size: count them all
+            return k < len(self)
+        return self._locate(k * self._per_step) is not None
+
+    def _no_random_access_in_handover(self) -> None:
+        if self._handover is not None and self.epoch == self._handover.epoch:
+            raise ValueError("this iterator is finishing the saved run's planning window after a mixture edit: "
+                             "iterate it (random access resumes with the next epoch)")
+
+    def _locate(self, g: int):
+        """``planner.locate`` for random access, starting from the window found last (not from window 0)."""
+        epoch, w, start = self._ra_hint
+        where = self.planner.locate(self.epoch, g, (w, start) if epoch == self.epoch else (0, 0))
+        if where is not None:
+            self._ra_hint = (self.epoch, where[0], g - where[1])
+        return where
+
+    @property
+    def iterations_in_epoch(self) -> int:
+        return -(-self._base // self._per_step) + self.step
+
+    def __next__(self) -> dict:
+        if self.max_epochs is not None and self.epoch > self.max_epochs:
+            raise StopIteration
+        h = self._handover
+        if h is not None and self.epoch == h.epoch:  # the rest of the saved run's window, then the edited mixture
+            start = self.consumed
+            if start >= h.end:
+                self._handover = None
+                self._next_epoch()
+                raise StopIteration
+            batch = h.batch(start + (self.rank if self.split == "batches" else 0), start)
+            self.step += 1
+            self.total_steps += 1
+            return batch
+        start = self.consumed
+        if self.planner.locate(self.epoch, start, self._hint) is None:
+            self._next_epoch()
+            raise StopIteration
+        g = start + (self.rank if self.split == "batches" else 0)
+        where = self.planner.locate(self.epoch, g, self._hint)
+        if where is None:  # the epoch's last step: ranks past its end get a fully masked batch
+            batch = self._dummy()
+        else:
+            w, j = where
+            self._hint = (w, self.planner.window_start(self.epoch, w))
+            batch = self._collate(w, j)
+        self.step += 1
+        self.total_steps += 1
+        return batch
+
+    def _collate(self, w: int, j: int, weight=None) -> dict:
+        """The j-th batch of window w (this rank's rows of it with split="rows"); ``weight`` (zeros) marks an
+        epoch-padding batch, which counts as nothing."""
+        win = self.planner.window(self.epoch, w)
+        sl = win.batch(j)
+        if win.packed is not None:
+            return self._collate_packed(win, j, sl, weight)
+        s = self._samples(win, sl, j)
+        n = sl.stop - sl.start
+        weight = np.ones(n, np.float32) if weight is None else np.asarray(weight, np.float32)
+        shape_idx, masked = win.batch_shape(j)
+        pad_to = None
+        if shape_idx >= 0:
+            shape = self.planner.opts.shapes[shape_idx]
+            pad_to = {"source": shape[1], "target": shape[-1]}
+        if self.split == "rows":
+            masked += (-(n + masked)) % math.lcm(self.row_multiple, self.row_blocks[1])
+            if pad_to is None:  # every rank pads to the whole batch's widths
+                m = self.collater.opts.pad_to_multiple
+                pad_to = {"source": _round_up(int(s.src_len.max()), m), "target": _round_up(int(s.tgt_len.max()), m)}
+        if masked:  # masked rows repeat real rows (attention stays well-defined) with weight 0
+            s = s.concat(s[np.arange(masked) % n])
+            weight = np.concatenate([weight, np.zeros(masked, np.float32)])
+        sort = None
+        if self.split == "rows":  # order the whole global batch first, so the ranks' slices assemble into it
+            if self.collater.opts.sort_by_source_length:
+                order = np.argsort(-s.src_len.astype(np.int64), kind="stable")
+                s = s[order]
+                weight = weight[order]
+            mine = self._my_rows(len(weight))
+            s = s[mine]
+            weight = weight[mine]
+            sort = False
+        batch = self.collater(s, weight=weight, pad_to_length=pad_to, sort=sort, epoch=self.epoch)
+        batch["nsentences"] = int((batch["weight"] > 0).sum())
+        self._count_served(s.direction[weight > 0])
+        return batch
+
+    def _samples(self, win: Window, sl: slice, j: int):
+        """The planned samples of served batch j (slice ``sl``), with their token addresses. A batch whose
+        addresses are missing looks them up together with the batches this rank serves next: 256 batches the
+        first time in a window, twice as many each time after (grouped by component, each component's pointers
+        read once per lookup), so the first batch waits for a few thousand lookups, not the window's million,
+        and a window takes a handful of lookups. Random access looks up what it needs the same way."""
+        if win.addr is None:
+            win.addr = np.full((len(win.samples), 2), -1, np.int64)
+        if (win.addr[sl, 0] < 0).any():
+            step = 1 if self.split == "rows" or self.world_size == 1 else self.world_size
+            win.addr_ahead = min(max(256, 2 * win.addr_ahead), len(win))
+            idx = win.batch_rows(np.arange(j, min(len(win), j + step * win.addr_ahead), step))
+            idx = idx[win.addr[idx, 0] < 0]
+            win.addr[idx] = self.collater.addresses(win.samples.comp[idx], win.samples.local[idx])
+        s = win.samples[sl]
+        s.addr = win.addr[sl]
+        return s
+
+    def _count_served(self, dirs: np.ndarray) -> None:
+        n = len(self.planner.keys)
+        served = self.served.get(self.epoch)
+        if served is None:
+            served = self.served[self.epoch] = np.zeros(n, np.int64)
+        served += np.bincount(dirs, minlength=n)
+
+    def _collate_packed(self, win: Window, j: int, sl: slice, weight) -> dict:
+        b = int(win.order[j])
+        n_rows = self.planner.rows_per_packed_batch()
+        masked = int(win.masked[b])
+        real_rows = n_rows - masked
+        s = self._samples(win, sl, j)
+        place = {k: v[sl] for k, v in win.packed.items()}
+        row_weight = np.concatenate([np.ones(real_rows, np.float32), np.zeros(masked, np.float32)])
+        if weight is not None and not np.any(weight):
+            row_weight[:] = 0  # an epoch-padding batch
+        if masked:  # repeat real rows (attention stays well-defined), weight 0
+            pick = [np.flatnonzero(place["row"] == (i % real_rows)) for i in range(masked)]
+            extra = np.concatenate(pick)
+            new_rows = np.concatenate([np.full(len(p), real_rows + i) for i, p in enumerate(pick)])
+            s = s.concat(s[extra])
+            place = {"row": np.concatenate([place["row"], new_rows]),
+                     "src_offset": np.concatenate([place["src_offset"], place["src_offset"][extra]]),
+                     "tgt_offset": np.concatenate([place["tgt_offset"], place["tgt_offset"][extra]])}
+        place["src_len"], place["tgt_len"] = s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)
+        if self.split == "rows":  # this rank's rows of the packed batch, renumbered from 0
+            mine = self._my_rows(n_rows)
+            local = np.full(n_rows, -1, np.int64)
+            local[mine] = np.arange(len(mine))
+            keep = local[place["row"]] >= 0
+            s = s[keep]
+            place = {k: (local[v[keep]] if k == "row" else v[keep]) for k, v in place.items()}
+            row_weight = row_weight[mine]
+        batch = self.collater.packed(s, place, tuple(self.planner.opts.pack_shape), row_weight)
+        self._count_served(s.direction[row_weight[place["row"]] > 0])
+        return batch
+
+    def batch_at(self, k: int, base: int = 0) -> dict:
+        """This rank's k-th batch of the current epoch, by random access (for worker pools such as grain's);
+        counted from global batch ``base`` of the epoch (0: its start).
+
+        Does not move the iterator; batches of one window are cheapest when asked for in order. Plans only the
+        windows up to batch k (``IndexError`` past the epoch's end), so a worker pool starts without the epoch's
+        length.
+        """
+        if not self.has_batch(k, base if base else None):
+            raise IndexError(f"batch {k} (from global batch {base}) out of range: this rank has "
+                             f"{self.steps_after(base)} batches from there in epoch {self.epoch}")
+        g = base + k * self._per_step + (self.rank if self.split == "batches" else 0)
+        where = self._locate(g)
+        return self._dummy() if where is None else self._collate(*where)
+
+    def _dummy(self) -> dict:
+        n = self.planner.num_batches(self.epoch)
+        w, j = self.planner.locate(self.epoch, n - 1)
+        win = self.planner.window(self.epoch, w)
+        sl = win.batch(j)
+        batch = self._collate(w, j, weight=np.zeros(sl.stop - sl.start, np.float32))
+        batch["id"] = np.full_like(batch["id"], -1)
+        batch["nsentences"] = 0
+        return batch
+
+    def _next_epoch(self) -> None:
+        self.epoch += 1
+        self._base = 0
+        self.step = 0
+        self._hint = (0, 0)
+        self._ra_hint = (0, 0, 0)
+
+    # ----------------------------------------------------------------------------------------- ledger
+    def ledger_start(self, epoch: int) -> np.ndarray:
+        """The ledger's totals when ``epoch`` began (from the state, or every earlier epoch's plan)."""
+        if epoch not in self._ledger_start:
+            known = max(e for e in self._ledger_start if e < epoch)
+            totals = self._ledger_start[known].copy()
+            for e in range(known, epoch):
+                totals += self.planner.consumed_totals(e, self.planner.num_batches(e))
+                self._ledger_start[e + 1] = totals.copy()
+        return self._ledger_start[epoch]
+
+    def ledger_totals(self, epoch: int | None = None, consumed: int | None = None) -> tuple[int, np.ndarray, int]:
+        """``(epoch, int64[3, streams] totals, steps)`` at this iterator's position (or at ``epoch``,
+        ``consumed``): what :meth:`ledger` reports, as arrays (cheap to take after every batch)."""
+        epoch = self.epoch if epoch is None else epoch
+        consumed = self.consumed if consumed is None else consumed
+        h = self._handover
+        if h is not None and epoch == h.epoch:
+            return epoch, h.totals(consumed), self.total_steps
+        return epoch, self.ledger_start(epoch) + self.planner.consumed_totals(epoch, consumed), self.total_steps
+
+    def ledger(self, prefix: str = "ledger", at: tuple | None = None) -> dict:
+        """What every rank together has consumed up to this iterator's position, per stream, since training
+        began: a flat dict of numbers to log as is (``{prefix}/{stream}/samples``, ``src_tokens``,
+        ``tgt_tokens``, ``passes``; ``{prefix}/samples``, ``tokens``, ``epoch``, ``step``). The same on every
+        rank at the same step; counted from the plan (see ``babelfeed.ledger``). ``at``: a
+        :meth:`ledger_totals` taken earlier (the adapters' read-ahead threads take one per batch)."""
+        from babelfeed.iterators.ledger import FIELDS, flat
+
+        epoch, totals, steps = self.ledger_totals() if at is None else at
+        keys = list(self.planner.keys)
+        rows = np.zeros(len(keys), np.int64)
+        index = {k: i for i, k in enumerate(keys)}
+        for c in self.planner.sources.components:
+            rows[index[c.key]] += len(c)
+        # streams an edit removed count on: while the saved window is finished their columns come with the
+        # totals; after it, from the state's dormant streams (so the run's totals never go down)
+        removed = list(self._removed_rows) if totals.shape[1] > len(keys) else []
+        extra = [k for k in self.dormant if k not in index and k not in removed]
+        keys += removed + extra
+        rows = np.concatenate([rows, [self._removed_rows[k] for k in removed],
+                               [self._removed_rows.get(k, 0) for k in extra]]).astype(np.int64)
+        if extra:
+            totals = np.concatenate([totals, np.array([[self.dormant[k][f] for k in extra] for f in FIELDS],
+                                                      np.int64).reshape(len(FIELDS), len(extra))], axis=1)
+        return flat(totals, keys, rows, epoch, steps, prefix)
+
+    def describe_ids(self, ids) -> list:
+        """Where each sample of a batch came from: per ``id``, ``{"id", "stream", "task", "corpus", "shard",
+        "row"}`` (``None`` for -1, an epoch-padding row). ``row`` is the record in that shard's ``.idx``."""
+        from babelfeed.iterators.ledger import describe_ids
+
+        ids = np.asarray(ids, np.int64).reshape(-1)
+        total = int(self.collater.id_base[-1])
+        former = self._former
+        if former is None or not (ids >= total).any():
+            return describe_ids(self.planner.sources, self.collater.id_base, ids)
+        out = describe_ids(self.planner.sources, self.collater.id_base, np.where(ids >= total, -1, ids))
+        late = np.flatnonzero(ids >= total)  # rows of a stream an edit removed, served while finishing its window
+        for i, d in zip(late.tolist(), describe_ids(former[0], former[1], ids[late] - total)):
+            out[i] = dict(d, id=int(ids[i]))
+        return out
+
+    def set_weights(self, weights: dict) -> None:
+        """Change the mixture from the next planning window on: ``{task: weight}`` for every task (the tasks of
+        the config's tasks section, or every direction), normalised; the temperature still splits a task's
+        weight among its corpora. Stream sampler only (``mixing.sampler="stream"``). The change is recorded in
+        the state with the global batch it was made at, so a resumed run mixes exactly as this one, whether it
+        resumes before the change (and makes it again) or after it. Call it on every rank at the same step."""
+        tasks = self.planner.sources.tasks
+        if not isinstance(weights, dict) or sorted(weights) != sorted(tasks):
+            have = sorted(weights) if isinstance(weights, dict) else type(weights).__name__
+            raise ValueError(f"set_weights takes {{task: weight}} for every task {tasks}; got {have}")
+        from babelfeed.iterators.policy import as_number
+
+        values = {k: as_number(v) for k, v in weights.items()}
+        bad = {k: weights[k] for k, v in values.items() if v is None or not (math.isfinite(v) and v >= 0)}
+        if bad:
+            raise ValueError(f"set_weights: weights must be finite numbers >= 0, got {bad}")
+        top = max(values.values())
+        if not top > 0:
+            raise ValueError(f"set_weights: weights must be not all 0, got {weights}")
+        weights = {k: v / top for k, v in values.items()}  # scaled: their sum stays finite
+        if self._handover is not None and self.epoch == self._handover.epoch:
+            raise ValueError("set_weights after the saved run's planning window is finished (a mixture edit was "
+                             f"resumed): {len(self) - self.iterations_in_epoch} more steps")
+        at = self.planner.epoch_start(self.epoch)[1] + self.consumed if self.planner.opts.sampler == "stream" else 0
+        self.planner.set_weights(at, [float(weights[t]) for t in tasks])
+        self._hint = (0, 0)
+        self._ra_hint = (0, 0, 0)
+
+    def trace(self, step: int, state: dict | None = None) -> list:
+        """The samples of training step ``step`` (1-based, since training began) on every rank: where each came
+        from (stream, task, corpus, shard, row) and its lengths. ``state``: the run's latest state (default: this
+        iterator's own), whose history answers any step of the run, before or after edits, weight changes and
+        resumes on other world sizes. This iterator's position is left as it was. See ``babelfeed.ledger.trace``."""
+        from babelfeed.iterators.ledger import trace
+
+        return trace(self, step, state)
+
+    def epoch_batches(self, epoch: int) -> int:
+        h = self._handover
+        return h.end if h is not None and epoch == h.epoch else self.planner.num_batches(epoch)
+
+    def position(self) -> tuple[int, int]:
+        return self.epoch, self.consumed
+
+    def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
+        """Stand at global batch ``consumed`` of ``epoch`` after ``total_steps`` steps, serving nothing (the
+        history replay moves an iterator of a finished segment to where the run was saved)."""
+        if self._handover is not None and (epoch, consumed) >= (self._handover.epoch, 0):
+            if epoch == self._handover.epoch and consumed < self._handover.end:
+                raise ValueError("cannot move into the saved run's window after an edit: resume it instead")
+            self._handover = None
+        self.epoch, self._base, self.step = int(epoch), int(consumed), 0
+        self.total_steps = int(total_steps)
+        self._hint, self._ra_hint = (0, 0), (0, 0, 0)
+
+    # ----------------------------------------------------------------------------------------- state
+    def fingerprint(self) -> str:
+        return self.planner.fingerprint()
+
+    def fingerprints(self) -> tuple:
+        return (self.planner.fingerprint(), self.planner.fingerprint(legacy=True))
+
+    def identity(self) -> dict:
+        return self.planner.identity()
+
+    def get_state(self) -> dict:
+        """A small JSON-serialisable dict; the same on every rank at the same step."""
+        c = self.consumed
+        epoch = self.epoch
+        h = self._handover
+        if h is not None and epoch == h.epoch:
+            if c < h.end:  # the saved run's state, where it stands: resuming repeats the edit from here
+                return {**h.state, "consumed": c, "total_steps": self.total_steps, "steps": self.steps_out()}
+            epoch, c = epoch + 1, 0
+        elif self.planner.locate(epoch, c, self._hint) is None and c > 0:
+            epoch, c = epoch + 1, 0  # finished epoch: resume at the start of the next
+        state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
+                 "total_steps": self.total_steps, "fingerprint": self.planner.fingerprint(), "steps": self.steps_out(),
+                 "identity": self.planner.identity()}
+        if self.planner.opts.sampler == "stream":  # where every stream stood when this epoch began
+            positions, batches = self.planner.epoch_start(epoch)
+            state["stream"] = {"positions": positions.tolist(), "batches": int(batches)}
+            if self.planner.changing_schedule:  # how updates were counted: [first global batch, update, per]
+                state["stream"]["updates"] = [[b, u, p] for b, u, p in self.planner.update_segments]
+        from babelfeed.iterators.ledger import as_state
+
+        state["ledger"] = as_state(self.ledger_start(epoch), self.planner.keys)  # consumed before this epoch
+        if self.planner.weight_changes:  # set_weights: at which global batch, which task weights
+            tasks = self.planner.sources.tasks
+            state["weights"] = [[at, dict(zip(tasks, w.tolist()))] for at, w in self.planner.weight_changes]
+        if self.planner.opts.sampler == "stream":
+            state["stream"]["keys"] = list(self.planner.keys)  # positions by name: an edit maps them
+            if self.config_snapshot is not None:  # to finish a window in progress under an edited config
+                from babelfeed.iterators.edits import stream_identities
+
+                state["config"] = self.config_snapshot
+                state["stream"]["data"] = stream_identities(self.planner)  # per stream: what its sequence reads
+            if self.dormant:
+                state["dormant"] = self.dormant
+            if self.edits:
+                state["edits"] = self.edits
+        return state
+
+    STREAM_FIELDS = ("stream", "ledger", "weights", "config", "dormant", "edits", "steps")
+
+    def steps_out(self) -> list:
+        """The state's ``steps``: how steps were counted (a segment per world size the run was resumed on)."""
+        return [list(x) for x in self.step_log] or [[0, 1, 0, self.world_size]]
+
+    def _log_steps(self, steps, total: int, epoch: int, consumed: int) -> None:
+        log = [list(x) for x in steps] if steps else []
+        if not log or log[-1][3] != self.world_size:
+            log.append([int(total), int(epoch), int(consumed), int(self.world_size)])
+        self.step_log = log
+
+    @staticmethod
+    def _check_steps(steps, total: int) -> None:
+        ok = isinstance(steps, list) and len(steps) > 0 and all(
+            isinstance(x, list) and len(x) == 4 and all(type(v) is int for v in x) and x[0] >= 0 and x[1] >= 1
+            and x[2] >= 0 and x[3] >= 1 for x in steps)
+        ok = ok and all(a[0] < b[0] for a, b in zip(steps, steps[1:])) and steps[-1][0] <= total
+        if not ok:
+            raise ValueError(f"iterator state field 'steps' must list [steps before, epoch, global batch, world size] "
+                             f"with increasing steps up to total_steps={total}, got {str(steps)[:200]}")
+
+    def _check_dormant(self, dormant) -> None:
+        from babelfeed.iterators.ledger import FIELDS
+
+        if not isinstance(dormant, dict):
+            raise ValueError(f"iterator state field 'dormant' must map removed streams to their position and counts, "
+                             f"got {str(dormant)[:200]}")
+        for k, v in dormant.items():
+            ok = (isinstance(k, str) and isinstance(v, dict) and set(v) == {"position", *FIELDS}
+                  and all(type(x) is int and x >= 0 for x in v.values()))
+            if not ok:
+                raise ValueError(f"iterator state field 'dormant' holds {k!r}: {str(v)[:200]}; a removed stream is "
+                                 f"{{'position', {', '.join(repr(f) for f in FIELDS)}: integers >= 0}}")
+
+    @staticmethod
+    def _check_edits(edits) -> None:
+        ok = isinstance(edits, list) and all(
+            isinstance(e, dict) and all(type(e.get(f)) is int and e[f] >= 0 for f in ("saved_at_step", "step",
+                                                                                    "global_batch", "epoch"))
+            and e["epoch"] >= 1 for e in edits)
+        ok = ok and all(BatchIterator._saved_ok(e.get("saved", {})) for e in edits)
+        if not ok:
+            raise ValueError(f"iterator state field 'edits' must list the mixture edits ({{'saved_at_step', 'step', "
+                             f"'global_batch', 'epoch': integers, 'changes', 'saved': {{'epoch', 'consumed', "
+                             f"'weights', 'updates'}}}}), got {str(edits)[:200]}")
+
+    @staticmethod
+    def _saved_ok(saved) -> bool:
+        """An edit's ``saved`` (the run before it: position, weight changes, update counts), or none (older)."""
+        if saved == {}:
+            return True
+        return (isinstance(saved, dict) and set(saved) == {"epoch", "consumed", "weights", "updates"}
+                and type(saved["epoch"]) is int and saved["epoch"] >= 1 and type(saved["consumed"]) is int
+                and saved["consumed"] >= 0 and isinstance(saved["weights"], list)
+                and isinstance(saved["updates"], list) and all(
+                    isinstance(x, list) and len(x) == 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                               for v in x) for x in saved["updates"]))
+
+    def _check_extra(self, state: dict) -> None:
+        """The optional fields of a state: well formed, or an error naming the field."""
+        if "steps" in state:
+            self._check_steps(state["steps"], int(state["total_steps"]))
+        if "dormant" in state:
+            self._check_dormant(state["dormant"])
+        if "edits" in state:
+            self._check_edits(state["edits"])
+
+    def set_state(self, state: dict, strict: bool = True, mixture_change: str = "refuse") -> None:
+        """Continue after ``state`` (from ``get_state()``). ``mixture_change="allow"``: the config was edited
+        (weights, temperature, tasks added or removed...; stream sampler): every stream goes on from its
+        position, after the saved run's planning window in progress is finished as planned (``babelfeed.edits``).
+        A change to a kept stream's data or to the seed is refused either way."""
+        if mixture_change not in ("refuse", "allow"):
+            raise ValueError(f"mixture_change must be 'refuse' or 'allow', got {mixture_change!r}")
+        from babelfeed.iterators.state import needs_resolving, resolve
+
+        if needs_resolving(state):  # a loader's position, or a checkpoint holding a state: the state in it
+            state = resolve(state, self)
+        stream = self.planner.opts.sampler == "stream"
+        if not stream and isinstance(state, dict) and {"stream", "config", "dormant", "edits"} & set(state):
+            raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "
+                             f"this config's sampler is {self.planner.opts.sampler!r}: resume with the run's config")
+        if (mixture_change == "allow" and stream and isinstance(state, dict)
+                and state.get("fingerprint") not in self.fingerprints()):
+            return self._resume_edited(state)
+        self._check_state(state, strict, {"epoch": 1, "consumed": 0, "total_steps": 0},
+                          optional=self.STREAM_FIELDS if stream else ("ledger", "steps"))
+        self._check_extra(state)
+        if stream and "stream" in state:
+            self._check_stream(state["stream"], self.planner.keys)
+        elif stream and strict:
+            raise ValueError("iterator state lacks 'stream' (where each stream stood when the epoch began), which "
+                             "get_state() writes for mixing.sampler='stream'")
+        epoch, consumed = int(state["epoch"]), int(state["consumed"])
+        if epoch >= 1 << 31:
+            raise ValueError(f"iterator state field 'epoch' must be below 2**31 (epochs seed the shuffles), got {epoch}")
+        changes = self._check_weights(state.get("weights", []))
+        if changes or self.planner.weight_changes:  # plans made with other weights are not this state's
+            self.planner.forget_plans()
+            self.planner.weight_changes = []
+            for at, w in changes:
+                self.planner.set_weights(at, w)
+        planner = self.planner
+        if stream and planner.changing_schedule:
+            saved = [tuple(x) for x in state.get("stream", {}).get("updates", [])] or \
+                [(0, 0.0, planner.opts.batches_per_update)]  # an older state: its fingerprint held the count
+            if [tuple(x) for x in planner.update_segments] != saved:  # plans counted otherwise are not this state's
+                planner.forget_plans()
+                planner.update_segments = [(int(b), float(u), int(p)) for b, u, p in saved]
+        if stream and "stream" in state:
+            self.planner.set_epoch_start(epoch, state["stream"]["positions"], state["stream"]["batches"])
+        if stream and planner.changing_schedule and planner.update_segments[-1][2] != planner.opts.batches_per_update:
+            # resumed on another world size or accumulation: from the next window on, an update is this run's
+            planner.count_updates_from_here(planner.epoch_start(epoch)[1] + consumed, planner.opts.batches_per_update)
+        if consumed and self.planner.locate(epoch, consumed - 1) is None:
+            raise ValueError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
+                             f"{self.planner.num_batches(epoch)} global batches")
+        if "ledger" in state:
+            from babelfeed.iterators.ledger import from_state
+
+            self._ledger_start = {epoch: from_state(state["ledger"], self.planner.keys)}
+        else:  # a state without a ledger (an older babelfeed): counted from every earlier epoch's plan
+            self._ledger_start = {1: np.zeros((3, len(self.planner.keys)), np.int64)}
+        self._handover = None
+        self.dormant = dict(state.get("dormant", {}))
+        self.edits = list(state.get("edits", []))
+        self.epoch = epoch
+        self._base = consumed
+        self.step = 0
+        self._hint = (0, 0)
+        self._ra_hint = (0, 0, 0)
+        self.total_steps = int(state["total_steps"])
+        self._log_steps(state.get("steps"), self.total_steps, epoch, consumed)
+
+    def _resume_edited(self, state: dict) -> None:
+        """set_state with mixture_change="allow" for a state of another config (see ``babelfeed.edits``)."""
+        import ml_collections
+
+        from babelfeed.iterators.protocol import builder
+        from babelfeed.iterators.edits import Handover, check_data, config_changes, map_totals
+        from babelfeed.iterators.ledger import FIELDS, from_state
+
+        self._check_state(state, False, {"epoch": 1, "consumed": 0, "total_steps": 0}, optional=self.STREAM_FIELDS)
+        self._check_extra(state)
+        if isinstance(state.get("stream"), dict):
+            self._check_stream(state["stream"])
+        snap = state.get("config")
+        if not isinstance(snap, dict) or not isinstance(state.get("stream"), dict) or "keys" not in state["stream"]:
+            raise ValueError("this state carries no config of its run (saved by an older babelfeed, or without the "
+                             "stream sampler): resume with the config it was saved with, then edit at a later state")
+        check_data(state["stream"].get("data", {}), snap, self.planner)
+        old_cfg = ml_collections.ConfigDict(snap)
+        if self.config_snapshot is not None:
+            old_cfg.data.path = self.config_snapshot["data"]["path"]  # the data as this run finds it
+        old = builder("translation")(old_cfg, rank=self.rank, world_size=self.world_size, split=self.split)
+        try:
+            old.set_state(state)  # the saved config reproduces the saved run
+        except ValueError as e:
+            why = str(e).replace(" Pass strict=False to resume anyway.", "").replace(". Pass strict=False to resume "
+                                                                                  "anyway", "")
+            raise ValueError(f"the config this state was saved with does not reproduce its run on the data at "
+                             f"{old_cfg.data.path} (a stream the edit removed reads other data now?): {why}") from None
+        planner, P = self.planner, old.planner
+        epoch, consumed = old.epoch, old.consumed
+        where = P.locate(epoch, consumed)
+        w, j = where if where is not None else (None, 0)
+        if where is None:  # (a state at an epoch's end is written as the next epoch's start; for safety)
+            end, positions, batches = consumed, *P.epoch_start(epoch + 1)
+        else:
+            end = consumed if j == 0 else P.window_start(epoch, w) + len(P.window(epoch, w))
+            mark = P.stream_mark(epoch, w if j == 0 else w + 1)
+            positions, batches = mark.positions, mark.batches
+        pos = {k: int(p) for k, p in zip(P.keys, positions.tolist())}
+        _, totals, _ = old.ledger_totals(epoch, end)
+        counts = {k: {f: int(totals[i, n]) for i, f in enumerate(FIELDS)} for n, k in enumerate(P.keys)}
+        for name, kept in old.dormant.items():
+            pos.setdefault(name, int(kept["position"]))
+            counts.setdefault(name, {f: int(kept[f]) for f in FIELDS})
+        segs = list(P.update_segments)
+        if segs[-1][2] != planner.opts.batches_per_update:
+            if segs[-1][0] >= batches:
+                segs.pop()
+            segs.append((int(batches), float(P.update_at(batches)), int(planner.opts.batches_per_update)))
+        planner.forget_plans()
+        planner.weight_changes = []  # the edited config's weights rule from here
+        planner.update_segments = segs
+        planner.set_epoch_start(epoch + 1, [pos.get(k, 0) for k in planner.keys], int(batches))
+        self._ledger_start = {epoch + 1: map_totals(np.zeros((3, 0), np.int64), [], planner.keys, counts)}
+        self.dormant = {k: {"position": pos[k], **counts[k]} for k in pos if k not in planner.keys}
+        finishing = -(-(end - consumed) // self._per_step)  # steps that finish the saved run's window
+        # what the run before the edit had (its position, weight changes and update counts), so its segment
+        # can be planned again from this state alone (babelfeed.replay: trace any step)
+        saved = {"epoch": int(epoch), "consumed": int(consumed), "weights": list(state.get("weights", [])),
+                 "updates": [list(x) for x in (state.get("stream") or {}).get("updates", [])]}
+        self.edits = list(state.get("edits", [])) + [{
+            "saved_at_step": int(state["total_steps"]), "step": int(state["total_steps"]) + finishing,
+            "global_batch": int(batches), "epoch": epoch + 1, "changes": config_changes(snap, self.config_snapshot or {}),
+            "saved": saved}]
+        self.total_steps = int(state["total_steps"])
+        # the count goes on where this run stands: in the saved window (finished first), or at the edited start
+        self._log_steps(state.get("steps"), self.total_steps, *((epoch, consumed) if end > consumed else (epoch + 1, 0)))
+        self._hint, self._ra_hint, self.step = (0, 0), (0, 0, 0), 0
+        self._former = (P.sources, old.collater.id_base)
+        rows: dict = {}
+        for c in P.sources.components:
+            rows[c.key] = rows.get(c.key, 0) + len(c)
+        self._removed_rows = {k: rows[k] for k in P.keys if k not in planner.keys}
+        if end > consumed:
+            self._handover = Handover(old, epoch, end, state, self)
+            self.epoch, self._base = epoch, consumed
+        else:
+            self._handover = None
+            self.epoch, self._base = epoch + 1, 0
+
+    def _check_weights(self, changes) -> list:
+        """A state's ``weights`` (set_weights' changes): ``[[global batch, {task: weight}], ...]`` in order."""
+        tasks = self.planner.sources.tasks
+        out = []
+        if not isinstance(changes, list):
+            raise ValueError(f"iterator state field 'weights' must be a list of [global batch, {{task: weight}}], "
+                             f"got {str(changes)[:200]}")
+        for change in changes:
+            ok = (isinstance(change, list) and len(change) == 2 and isinstance(change[0], int)
+                  and not isinstance(change[0], bool) and change[0] >= 0 and isinstance(change[1], dict)
+                  and sorted(change[1]) == sorted(tasks)
+                  and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                          for v in change[1].values()))
+            if not ok:
+                raise ValueError(f"iterator state field 'weights' holds {str(change)[:200]}: each change must be "
+                                 f"[global batch >= 0, {{task: weight >= 0}} for the tasks {tasks}]")
+            out.append((change[0], [float(change[1][t]) for t in tasks]))
+        return out
+
+    def _check_stream(self, stream, keys=None) -> None:
+        if isinstance(stream, dict) and "keys" in stream and keys is not None and stream["keys"] != list(keys):
+            raise ValueError(f"iterator state field stream['keys'] names the streams {str(stream['keys'])[:200]}, "
+                             f"this config's are {str(list(keys))[:200]}: an edited mixture resumes with "
+                             f"set_state(state, mixture_change='allow')")
+        updates = stream.get("updates", [[0, 0.0, 1]]) if isinstance(stream, dict) else None
+        ok_updates = (isinstance(updates, list) and updates and all(
+            isinstance(x, list) and len(x) == 3 and type(x[0]) is int and x[0] >= 0
+            and type(x[1]) in (int, float) and x[1] >= 0 and type(x[2]) is int and x[2] >= 1 for x in updates)
+            and updates[0][:2] in ([0, 0.0], [0, 0]) and all(a[0] < b[0] for a, b in zip(updates, updates[1:])))
+        if not ok_updates:
+            raise ValueError(f"iterator state field stream['updates'] must be [[first global batch, update, batches "
+                             f"per update], ...] from [0, 0, n], increasing; got {str(updates)[:200]}")
+        ok = (isinstance(stream, dict) and set(stream) - {"updates", "keys", "data"} == {"positions", "batches"}
+              and isinstance(stream["positions"], list) and isinstance(stream["batches"], int)
+              and not isinstance(stream["batches"], bool) and stream["batches"] >= 0
+              and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in stream["positions"]))
+        if not ok:
+            raise ValueError(f"iterator state field 'stream' must be {{'positions': [integers >= 0], 'batches': "
+                             f"integer >= 0}}, got {stream!r}"[:300])

@@ -1,0 +1,264 @@
+"""Language-model pretraining batches over blended indexed datasets (Megatron-style data paths).
+
+    it = LMIterator.build("0.3 data/web 0.7 data/books", seq_len=2048, global_batch=64, num_samples=64_000,
+                          split="969,30,1", mode="concat", cache_dir="cache")
+    for batch in it: batch["tokens"], batch["labels"], batch["loss_mask"], batch["segment_ids"], ...
+
+* Each dataset is split by documents (``"969,30,1"``, contiguous, Megatron's rounding) and read as its
+  sequences, which are shuffled **per epoch** (Megatron shuffles once across all epochs, so a document can
+  repeat back to back, issue #697). Modes ``concat``, ``pack`` and ``sentences``: see ``lm_plan.py``.
+* ``concat`` serves the samples Megatron's GPTDataset cuts: with T tokens per epoch, its ``num_epochs`` epochs
+  are one stream cut into ``(num_epochs T - 1) // seq_len`` samples (``build_sample_idx``), an epoch's leftover
+  tokens starting the next epoch's first sample; here too, so epochs 1..e hold ``(e T - 1) // seq_len`` samples
+  (4 epochs of 1,766 tokens at 16: 441, not 4 x 110). Not Megatron's: the document order (per epoch, above) and
+  the serving order. Megatron shuffles all ``(num_epochs T - 1) // seq_len`` samples together (or, when the last
+  epoch contributes under 80% of an epoch's samples, the earlier epochs' and the last's separately) and serves the
+  first ``num_samples`` of that shuffle; we serve epoch after epoch, each in a keyed order, so that a run's
+  samples never depend on its length.
+* Datasets are blended by Megatron's greedy ``blending_indices`` over ``num_samples``; a dataset that runs out
+  starts its next epoch (reshuffled) rather than repeating samples in the same order. As in Megatron, a dataset
+  of weight 0 can still give the blend's first sample (the greedy rule ties at the start): leave it out of
+  ``data_path`` to exclude it.
+* The iterator is one pass over ``num_samples`` (``epoch`` stays 1); it does not start over.
+* Global batch g holds samples ``[g B, (g + 1) B)``; rank r of W takes its ``B / W`` rows of it, so the batch
+  content never depends on W and a run resumes on another world size. The state is the samples consumed (as
+  Megatron's sampler keeps it) and a fingerprint of the data and settings.
+* Shuffles are keyed by each dataset's ``content_digest`` (a hash of its sizes and document index), never by
+  its path: the same files spelled ``data/web``, ``./data/web``, absolutely, through a symlink, or mounted
+  elsewhere on another host give the same batches, and a resumed state refuses data that changed.
+* Planning is integers, a window of batches at a time (per-dataset work once per window); each batch is then
+  one vectorised gather of its pieces from the token space (``gather.py``). No per-sample Python.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+
+from babelfeed.gather import engine as gather
+from babelfeed.errors import FormatError
+from babelfeed.lm.blending import IndexCache, blending_indices, parse_data_path
+from babelfeed.iterators.protocol import STATE_VERSION, LoaderIterator
+from babelfeed.lm.plan import MODES, LMSource
+from babelfeed.plan.packing import ragged_arange, segments
+
+WINDOW_SAMPLES = 1 << 14  # samples (of this rank) planned at once
+
+
+class LMIterator(LoaderIterator):
+    """Static (B / world_size, seq_len) batches of a blended LM dataset for one rank."""
+
+    kind = "lm"
+
+    def __init__(self, sources: list[LMSource], weights, num_samples: int, global_batch: int, rank: int = 0,
+                 world_size: int = 1, cache: IndexCache | None = None, split: str = "rows", name: str = "train",
+                 vocab_size: int = 0):
+        if split != "rows":
+            raise ValueError("an LM iterator splits every global batch into rows per rank (split='rows'): "
+                             "global_batch counts the samples of one step over all ranks")
+        super().__init__(rank, world_size, split)
+        if global_batch < 1 or global_batch % world_size:
+            raise ValueError(f"global_batch {global_batch} must be a positive multiple of world_size {world_size}")
+        if num_samples < global_batch:
+            raise ValueError(f"num_samples={num_samples} is less than one global batch ({global_batch} samples)")
+        self.sources, self.weights, self.global_batch = sources, [float(w) for w in weights], global_batch
+        self.name = name
+        self.vocab_size = int(vocab_size)  # every token id must be below it (0: unchecked)
+        self.epoch = 1
+        self.seq_len = sources[0].seq_len
+        self.mode = sources[0].mode
+        self.num_samples = num_samples - num_samples % global_batch  # whole global batches
+        self.spaces = gather.TokenSpaces([s.ds for s in sources])
+        for s in sources:
+            s.at = self.spaces.address(s.ds)
+        self.space_of = np.array([s.at[0] for s in sources], dtype=np.int64)
+        description = {"kind": "lm-blend", "weights": self.weights, "size": self.num_samples,
+                       "sources": [s._describe(0) for s in sources]}
+
+        def build():
+            d, s = blending_indices(weights, self.num_samples)
+            return {"dataset": d, "sample": s}
+
+        blend = cache.get("blend", description, build) if cache else build()
+        self.dataset_index, self.dataset_sample = blend["dataset"], blend["sample"]
+        self.consumed = 0  # global samples
+        self._plan: tuple | None = None  # (first global batch, batches, counts, piece pointers, pieces, row blocks)
+
+    @classmethod
+    def build(cls, data_path, seq_len: int, global_batch: int, num_samples: int, split: str = "969,30,1",
+              split_name: str = "train", mode: str = "concat", seed: int = 1, cache_dir=None, rank: int = 0,
+              world_size: int = 1, verify: str = "full", vocab_size: int = 0) -> "LMIterator":
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        cache = IndexCache(cache_dir) if cache_dir else None
+        entries = parse_data_path(data_path)
+        sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache, verify) for _, prefix in entries]
+        return cls(sources, [w for w, _ in entries], num_samples, global_batch, rank, world_size, cache,
+                   name=split_name, vocab_size=vocab_size)
+
+    @classmethod
+    def from_config(cls, config, rank: int = 0, world_size: int = 1) -> "LMIterator":
+        """From a config like configs/lm_packing.py."""
+        return cls.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
+                         num_samples=config.num_samples, split=config.split, split_name=config.split_name,
+                         mode=config.mode, seed=config.seed, cache_dir=config.cache_dir or None, rank=rank,
+                         world_size=world_size, verify=config.get("verify", "full"),
+                         vocab_size=config.get("vocab_size", 0))
+
+    # ----------------------------------------------------------------------------------------- iteration
+    def __len__(self) -> int:
+        return self.num_samples // self.global_batch
+
+    batches_per_step = 1  # every step takes one global batch, split into rows per rank
+
+    def steps_after(self, base: int) -> int:
+        """The global batches from ``base`` to the end of the run."""
+        return max(len(self) - int(base), 0)
+
+    def has_batch(self, k: int, base: int | None = None) -> bool:
+        return k >= 0 and 0 <= (base or 0) + k < len(self)
+
+    def __next__(self) -> dict:
+        if self.consumed >= self.num_samples:
+            raise StopIteration
+        batch = self.batch_at(self.consumed // self.global_batch)
+        self.consumed += self.global_batch
+        return batch
+
+    def batch_at(self, k: int, base: int = 0) -> dict:
+        """This rank's rows of global batch ``base + k``, without moving the iterator."""
+        k = int(base) + k
+        if not 0 <= k < len(self):
+            raise IndexError(f"batch {k} out of range: the run has {len(self)} global batches")
+        first, count, ptr, pieces = self._window(k)
+        mine = self._my_rows(self.global_batch)
+        per_rank = len(mine)
+        a = (k - first) * per_rank
+        lo, hi = int(ptr[a]), int(ptr[a + per_rank])
+        rows = np.repeat(np.arange(per_rank), count[a:a + per_rank])
+        return self._assemble(rows, {key: v[lo:hi] for key, v in pieces.items()},
+                              self.dataset_index[k * self.global_batch + mine])
+
+    def _window(self, k: int):
+        """The plan of the window of global batches holding batch k: this rank's samples, their pieces (CSR)."""
+        mine = self._my_rows(self.global_batch)
+        if (self._plan is not None and self._plan[0] <= k < self._plan[0] + self._plan[1]
+                and self._plan[-1] == self.row_blocks):
+            return self._plan[0], *self._plan[2:-1]
+        n_batches = max(1, WINDOW_SAMPLES // len(mine))
+        first = k - k % n_batches
+        n_batches = min(n_batches, len(self) - first)
+        g = (np.arange(first, first + n_batches)[:, None] * self.global_batch + mine[None, :]).reshape(-1)
+        which, k_in = self.dataset_index[g].astype(np.int64), self.dataset_sample[g]
+        count = np.zeros(len(g), np.int64)
+        groups = []
+        width = self.seq_len + 1
+        for d in np.unique(which).tolist():
+            sel = np.flatnonzero(which == d)
+            epochs, samples = self.sources[d].locate(k_in[sel])
+            for e in np.unique(epochs).tolist():
+                sub = sel[epochs == e]
+                c, p = self.sources[d].pieces(e, samples[epochs == e], width)
+                count[sub] = c
+                p["space"] = np.full(len(p["start"]), self.space_of[d], np.int64)
+                groups.append((sub, c, p))
+        ptr = np.concatenate([[0], np.cumsum(count)])
+        pieces = {key: np.empty(int(ptr[-1]), np.int64) for key in ("start", "length", "column", "space")}
+        for sub, c, p in groups:  # into sample order
+            dest = ragged_arange(ptr[sub], c)
+            for key in pieces:
+                pieces[key][dest] = p[key]
+        self._plan = (first, n_batches, count, ptr, pieces, self.row_blocks)
+        return first, count, ptr, pieces
+
+    def _refuse_tokens(self, text: np.ndarray, bad: tuple, rows: np.ndarray, p: dict, dataset: np.ndarray) -> None:
+        """The token id at ``bad`` (row, column) is outside the vocabulary: name the file and record it came from."""
+        width = text.shape[1]
+        flat = bad[0] * width + bad[1]
+        dest = rows * width + p["column"]
+        k = int(np.flatnonzero((dest <= flat) & (flat < dest + p["length"]))[0])
+        source = self.sources[int(dataset[flat // width])]
+        address = int(p["start"][k]) + flat - int(dest[k]) - source.at[1]
+        starts = np.asarray(source.ds.pointers) // source.ds.dtype.itemsize
+        record = int(np.searchsorted(starts, address, side="right")) - 1
+        raise FormatError(source.ds.data_file, f"record {record} holds token id {int(text.flat[flat])}, outside "
+                                               f"the vocabulary of {self.vocab_size} symbols (vocab_size)")
+
+    def _assemble(self, rows: np.ndarray, p: dict, dataset: np.ndarray) -> dict:
+        """One rank's batch from its pieces: one gather of every piece, written at (row, column)."""
+        n, width = len(dataset), self.seq_len + 1
+        text = np.zeros((n, width), dtype=np.int64)
+        space = p["space"] if len(self.spaces) > 1 else (int(self.space_of[0]) if len(self.space_of) else 0)
+        gather.scatter(self.spaces, space, p["start"], p["length"], text, rows * width + p["column"])
+        bad = gather.first_outside(text, self.vocab_size) if self.vocab_size else None
+        if bad is not None:
+            self._refuse_tokens(text, bad, rows, p, dataset)
+        if self.mode == "pack":
+            seg, pos, _, _ = segments(n, width, rows, p["column"], p["length"])
+            mask = (seg > 0).astype(np.float32)
+        elif self.mode == "sentences":
+            real = np.arange(width) < np.bincount(rows, weights=p["length"], minlength=n)[:, None]
+            mask, seg = real.astype(np.float32), real.astype(np.int32)
+            pos = np.where(real, np.arange(width), 0).astype(np.int32)
+        else:
+            mask = np.ones((n, width), np.float32)
+            seg = np.ones((n, width), np.int32)
+            pos = np.broadcast_to(np.arange(width, dtype=np.int32), (n, width))
+        # a label counts when it is a real token of the same document as its input (pack mode masks the jump
+        # from one document's last token to the next document's first)
+        loss_mask = mask[:, 1:] * (mask[:, :-1] > 0) * (seg[:, 1:] == seg[:, :-1])
+        return {"tokens": text[:, :-1], "labels": text[:, 1:], "loss_mask": loss_mask.astype(np.float32),
+                "segment_ids": seg[:, :-1], "positions": np.ascontiguousarray(pos[:, :-1]),
+                "dataset": dataset.astype(np.int32)}
+
+    # ----------------------------------------------------------------------------------------- state
+    def fingerprint(self) -> str:
+        """The data (each dataset's size hashes, which key its shuffles, whatever its path) and every setting
+        that shapes the sample sequence (the batch size and the run length do not)."""
+        blob = json.dumps(self._description(), sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def _description(self) -> dict:
+        s0 = self.sources[0]
+        return {"kind": "lm", "weights": self.weights, "seq_len": self.seq_len, "mode": self.mode,
+                "seed": s0.seed, "split": s0.split, "split_name": s0.split_name,
+                "sources": [(s.data_key, len(s.ds), s.ds.bin_size) for s in self.sources]}
+
+    def identity(self) -> dict:
+        d = json.loads(json.dumps(self._description()))
+        return {"opts": {("data_path weights" if k == "weights" else k): d[k]
+                         for k in ("weights", "seq_len", "mode", "seed", "split", "split_name")},
+                "streams": {str(key): f"{n} samples, {size} bytes" for key, n, size in d["sources"]}}
+
+    def get_state(self) -> dict:
+        return {"version": STATE_VERSION, "kind": "lm", "name": self.name, "consumed_samples": self.consumed,
+                "fingerprint": self.fingerprint(), "identity": self.identity()}
+
+    def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
+        if epoch != 1:
+            raise ValueError(f"an LM run is one pass (epoch 1), not epoch {epoch}")
+        self.consumed = min(int(consumed) * self.global_batch, self.num_samples)
+
+    def epoch_batches(self, epoch: int) -> int:
+        return len(self)
+
+    def position(self) -> tuple[int, int]:
+        return 1, self.consumed // self.global_batch
+
+    @property
+    def total_steps(self) -> int:
+        return self.consumed // self.global_batch
+
+    def set_state(self, state: dict, strict: bool = True) -> None:
+        from babelfeed.iterators.state import needs_resolving, resolve
+
+        if needs_resolving(state):  # a loader's position, or a checkpoint holding a state: the state in it
+            state = resolve(state, self)
+        self._check_state(state, strict, {"consumed_samples": 0})
+        consumed = state["consumed_samples"]
+        if consumed % self.global_batch or consumed > self.num_samples:
+            raise ValueError(f"consumed_samples={consumed} must be a multiple of global_batch={self.global_batch} "
+                             f"and at most num_samples={self.num_samples}")
+        self.consumed = int(consumed)

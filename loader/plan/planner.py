@@ -1,0 +1,535 @@
+"""Plan an epoch on integers: which samples, in which window, in which batch, in which order.
+
+    epoch e ──▶ directions (shard (e-1) % k of each) ──▶ counts c_i (temperature, virtual size)
+            ──▶ windows: window w takes a proportional slice of every direction's pseudorandom sequence
+            ──▶ per window: lengths and token addresses, filter too-long, order by (max(src,tgt), src),
+                cut into batches (cutting.py), shuffle batches in blocks of similar cost
+            ──▶ global batch g of the epoch is served by rank g % world_size (iterator.py)
+            ──▶ gather + collate (collate.py, gather.py)
+
+Every random choice is a pure function of (seed, epoch, window). A window holds, per sample in batch order,
+its stream (direction), component, row and lengths; per-corpus planning work is paid once per window (thousands
+of batches), never per batch. Where the tokens lie is looked up for the batches a rank gathers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+
+import numpy as np
+
+from babelfeed.plan import cutting
+from babelfeed.plan.batching import length_order, random_key
+from babelfeed.plan.mixing import (StratifiedDraw, fairseq_draw, fairseq_virtual_size, mixing_ratios, probability_sizes,
+    stratified_counts, stratified_rows, stratified_span_rows, virtual_size)
+from babelfeed.plan.packing import ragged_arange
+from babelfeed.plan.options import PlanOptions
+from babelfeed.plan.stream import StreamPlanning
+from babelfeed.plan.totals import window_totals
+from babelfeed.sources.rows import groups
+from babelfeed._native import plan_kernel
+from babelfeed.plan.samples import EpochSetup, Samples, Window
+from babelfeed.sources.sources import Direction, SourceSet, data_digest, locate_many
+
+
+class EpochPlanner(StreamPlanning):
+    """The integer plan of every epoch: which samples, in which window, in which batch, in which order."""
+
+    def __init__(self, sources: SourceSet, opts: PlanOptions):
+        opts.validate()
+        self.sources, self.opts = sources, opts
+        self._setup: EpochSetup | None = None
+        self._window_cache: tuple | None = None
+        self._filtered: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> too-long per direction
+        self._masked: dict[int, dict[int, int]] = {}  # epoch -> window -> rows added to fill static shapes
+        self._totals: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> ledger.window_totals
+        self._ledger_hint: tuple | None = None  # consumed_totals' last position and its totals
+        # set_weights: (global batch since training began, task weights) in order; a stream window whose first
+        # batch is at or after a change's batch mixes with its weights
+        self.weight_changes: list[tuple[int, np.ndarray]] = []
+        self.update_segments: list[tuple[int, float, int]] = [(0, 0.0, opts.batches_per_update)]
+        self._starts: dict[int, tuple[np.ndarray, int]] = {1: (np.zeros(len(sources.keys), np.int64), 0)}
+        if opts.schedule is not None and len(opts.schedule.weights[0]) != len(sources.tasks):
+            raise ValueError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
+                             f"are {len(sources.tasks)} tasks {sources.tasks}")
+        if opts.sampler == "stream" and sources.shards == "cycle" and sources.max_shards > 1:
+            raise ValueError("mixing.sampler='stream' reads every shard as one stream per corpus: set "
+                             "data.shards='all' (shard cycling is a per-epoch scheme)")
+        if opts.method == "weights" and opts.schedule is None:
+            given = dict(opts.weights)
+            missing = [k for k in sources.keys if k not in given]
+            extra = [k for k in given if k not in sources.keys]
+            if missing or extra:
+                raise ValueError(f"mixing.weights must name exactly the directions used; missing {missing}, "
+                                 f"unknown {extra}")
+        self._check_schedule()
+
+    @property
+    def keys(self) -> list[str]:
+        return self.sources.keys
+
+    def probabilities(self, directions: list[Direction], update: float = 0.0, epoch: int = 0,
+                      batches: int | None = None) -> np.ndarray:
+        """Per-direction (stream) sampling probabilities at an optimizer update (of ``epoch``, if known);
+        ``batches``: the global batches since training began there, for the weights set by ``set_weights``."""
+        r = self.ratios(directions, update, epoch, batches)
+        return r / r.sum() if self.opts.sampler == "fairseq" else r
+
+    def ratios(self, directions: list[Direction], update: float = 0.0, epoch: int = 0,
+               batches: int | None = None) -> np.ndarray:
+        """The probabilities, or for the fairseq sampler fairseq's unnormalised ratios (``mixing.mixing_ratios``)."""
+        o = self.opts
+        sizes = probability_sizes(o, directions, epoch, self.sources.shards == "cycle")
+        weights = o.schedule.weights_at(update) if o.schedule is not None else None
+        if batches is not None:
+            for at, w in self.weight_changes:  # the last change at or before this point wins
+                if at <= batches:
+                    weights = w
+        return mixing_ratios(o, sizes, [d.key for d in directions], self.sources.task_of, weights)
+
+    def set_weights(self, at: int, weights) -> None:
+        """Task weights (one per task, in ``sources.tasks`` order) for the stream windows whose first batch is at
+        global batch ``at`` (since training began) or later; the plans of those already made are dropped."""
+        if self.opts.sampler != "stream":
+            raise ValueError("set_weights changes the mixture window by window, which mixing.sampler='stream' does "
+                             "(the other samplers fix an epoch's counts when it begins): set mixing.sampler='stream' "
+                             "and data.shards='all'")
+        w = np.asarray(weights, np.float64)
+        if w.shape != (len(self.sources.tasks),) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
+            raise ValueError(f"set_weights needs a weight >= 0 for each of the {len(self.sources.tasks)} tasks "
+                             f"{self.sources.tasks}, not all 0; got {w.tolist()}")
+        at = int(at)
+        if self.weight_changes and at < self.weight_changes[-1][0]:
+            raise ValueError(f"weight changes come in training order: global batch {at} is before the last change's "
+                             f"{self.weight_changes[-1][0]}")
+        self.weight_changes.append((at, w / w.sum()))
+        self._drop_plans_from(at)
+
+    @property
+    def changing_schedule(self) -> bool:
+        """A mixing schedule whose weights change with the update count (so how updates are counted matters)."""
+        return self.opts.schedule is not None and bool(self.opts.schedule.boundaries)
+
+    def count_updates_from_here(self, batches: int, per: int) -> int:
+        """From the first stream window starting at global batch ``batches`` or later, an update is ``per``
+        global batches (a run resumed on another world size or accumulation). Returns where that is."""
+        if per == self.update_segments[-1][2]:
+            return batches
+        epoch = next(e for e in sorted(self._starts, reverse=True) if self._starts[e][1] <= batches)
+        setup = self.setup(epoch)
+        w = 0
+        while True:  # the first window mark at or after the position (planning the windows before it)
+            self._plan_marks(setup, w)
+            if w not in setup.stream:  # past the epoch's last window: the next epoch's start
+                self.num_batches(epoch)
+                epoch += 1
+                setup, w = self.setup(epoch), 0
+                continue
+            if setup.stream[w].batches >= batches:
+                break
+            w += 1
+        at = setup.stream[w].batches
+        self.update_segments.append((at, self.update_at(at), int(per)))
+        self._drop_plans_from(at)
+        return at
+
+    def forget_plans(self) -> None:
+        """Drop every plan and what was built on them (they are made again, identical, when asked for)."""
+        self._setup, self._window_cache, self._ledger_hint = None, None, None
+        self._filtered, self._masked, self._totals = {}, {}, {}
+        self._starts = {1: self._starts[1]}
+
+    def _drop_plans_from(self, at: int) -> None:
+        """Forget what was planned with weights that a change at global batch ``at`` replaces: the stream windows
+        starting at or after it (and everything after them), later epochs' starts, and the caches built on them."""
+        self._window_cache = None
+        self._ledger_hint = None
+        setup = self._setup
+        if setup is not None and setup.stream:
+            first = setup.stream[0]
+            if first.batches >= at:  # the epoch itself begins with the new weights: plan it anew
+                epoch, self._setup = setup.epoch, None
+                drop_from = (epoch, 0)
+            else:
+                # the first window starting at or after the change (the epoch's end mark is no window: the change
+                # then begins with the next epoch, whose start positions stand)
+                w = min((k for k, m in setup.stream.items() if m.batches >= at and m.sample < setup.samples),
+                        default=None)
+                drop_from = (setup.epoch, w) if w is not None else (setup.epoch + 1, 0)
+                if w is not None:
+                    for k in [k for k in setup.stream if k > w]:
+                        del setup.stream[k]
+                    for k in [k for k in setup.window_counts if k >= w]:
+                        setup.counts -= setup.window_counts.pop(k)
+                    for k in [k for k in setup.window_batches if k >= w]:
+                        del setup.window_batches[k]
+                    setup.num_windows = -1
+        else:
+            drop_from = (min(self._starts), 0) if self._setup is None else (self._setup.epoch, 0)
+        epoch, w = drop_from
+        for cache in (self._filtered, self._masked, self._totals):
+            for e in [e for e in cache if e > epoch]:
+                del cache[e]
+            for k in [k for k in cache.get(epoch, {}) if k >= w]:
+                del cache[epoch][k]
+        for e in [e for e in self._starts if e > epoch]:
+            del self._starts[e]
+
+    def setup(self, epoch: int) -> EpochSetup:
+        if self._setup is not None and self._setup.epoch == epoch:
+            return self._setup
+        o = self.opts
+        directions = self.sources.directions(epoch)
+        sizes = np.array([d.size for d in directions], dtype=np.int64)
+        if o.sampler == "stream":
+            return self._stream_setup(epoch, directions, sizes)
+        ratios = self.ratios(directions, epoch=epoch)
+        probs = ratios / ratios.sum() if o.sampler == "fairseq" else ratios
+        draws: list = []
+        if o.sampler == "concat":
+            counts = sizes.copy()
+            for d in directions:
+                shuffled = o.shuffle and d.size and o.compat != "fairseq"  # fairseq: rows in order, then permuted
+                draws.append(StratifiedDraw(d.size, d.size, (o.seed, "concat", epoch, d.key)) if shuffled else None)
+        else:
+            total = self._epoch_total(sizes, ratios)
+            self._refuse_empty(directions, ratios, epoch)  # epoch 1 was checked at build, later epochs here
+            if o.sampler == "fairseq":
+                idx = fairseq_draw(sizes, ratios, total, epoch, seed=o.fairseq_sampling_seed)
+                counts = np.array([len(i) for i in idx], dtype=np.int64)
+                draws = list(idx)
+            else:
+                counts = stratified_counts(probs, total)
+                for d, c in zip(directions, counts):
+                    draws.append(StratifiedDraw(d.size, int(c), (o.seed, "mix", epoch, d.key)) if c else None)
+        total = int(counts.sum())
+        num_windows = 1 if not o.window or total <= o.window or o.compat == "fairseq" else -(-total // o.window)
+        self._setup = EpochSetup(epoch, directions, probs, counts, draws, max(num_windows, 1))
+        self._window_cache = None
+        return self._setup
+
+    def _epoch_total(self, sizes, ratios) -> int:
+        o = self.opts
+        if o.virtual_size != "fairseq":
+            return int(sizes.sum()) if o.virtual_size == "sum" else int(o.virtual_size)
+        size_func = fairseq_virtual_size if o.sampler == "fairseq" else virtual_size
+        return size_func(sizes, ratios, o.max_scale_up)
+
+    # ------------------------------------------------------------------------------------------- windows
+    def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray | None, np.ndarray, list]:
+        """The window's samples as (direction, row) arrays, direction by direction, and each direction's span
+        (the directions None where every one is drawn: ``_directions`` spells them out from the spans).
+
+        Window w takes positions ``[c w_lo / total, c w_hi / total)`` of every direction's sequence (c its count);
+        the rows at those positions come from every direction's draw in one vectorised pass."""
+        total = setup.total
+        size = self.opts.window if self.opts.window and setup.num_windows > 1 else total
+        lo_pos, hi_pos = w * size, min((w + 1) * size, total)
+        counts = setup.counts.tolist()
+        lo = np.array([c * lo_pos // total if total else 0 for c in counts], dtype=np.int64)
+        hi = np.array([c * hi_pos // total if total else 0 for c in counts], dtype=np.int64)
+        take = np.maximum(hi - lo, 0)
+        live = np.flatnonzero(take)
+        at = np.concatenate([[0], np.cumsum(take[live])])
+        spans = [(d, int(a), int(b)) for d, a, b in zip(live.tolist(), at[:-1].tolist(), at[1:].tolist())]
+        kinds = np.array([0 if d is None else 1 if isinstance(d, StratifiedDraw) else 2 for d in setup.draws])
+        if (kinds[live] == 1).all():  # every direction drawn: its run of positions, no per-sample arrays
+            return None, stratified_span_rows(setup.draws, np.stack([live, lo[live], take[live]], axis=1)), spans
+        dirs = np.repeat(live, take[live]).astype(np.int32)
+        pos = ragged_arange(lo[live], take[live])
+        rows = pos.copy()  # directions without a draw are read in order
+        strat = kinds[dirs] == 1
+        if strat.all():
+            rows = stratified_rows(setup.draws, dirs, pos, used=live)
+        elif strat.any():
+            rows[strat] = stratified_rows(setup.draws, dirs[strat], pos[strat], used=live[kinds[live] == 1])
+        for d, a, b in spans:
+            if kinds[d] == 2:  # fairseq's draw: an index array per direction
+                rows[a:b] = np.asarray(setup.draws[d][lo[d]:hi[d]], dtype=np.int64)
+        return dirs, rows, spans
+
+    def window(self, epoch: int, w: int) -> Window:
+        if self._window_cache and self._window_cache[0] == (epoch, w):
+            return self._window_cache[1]
+        setup = self.setup(epoch)
+        if self.opts.sampler == "stream":
+            return self._stream_window(setup, epoch, w)
+        if not 0 <= w < setup.num_windows:
+            raise IndexError(f"epoch {epoch} has {setup.num_windows} windows, not {w + 1}")
+        dirs, rows, spans = self._window_slice(setup, w)
+        return self._plan_window(setup, epoch, w, dirs, rows, spans)
+
+    def _describe(self, setup: EpochSetup, dirs, rows, spans) -> Samples:
+        """Per sample (in window order): component, row there, and lengths. Components are looked up for every
+        direction at once; each component's lengths are read once per window (or from the flat row table)."""
+        s = Samples.empty(len(rows))
+        pairs = s.m[:, :2].view(np.int32)
+        pairs[:, 0] = dirs = self._directions(dirs, spans)
+        comp, local = locate_many(setup.directions, dirs, rows)
+        pairs[:, 1] = comp
+        s.m[:, 2] = local
+        table = self.sources.row_table()
+        if table is not None:  # every component's rows in flat arrays: a few gathers for the whole window
+            table.lengths(comp, local, pairs)
+            return s
+        comps = self.sources.components
+        if all(len(setup.directions[d].components) == 1 for d, _, _ in spans):  # a span is one component
+            for d, a, b in spans:
+                comps[setup.directions[d].component_ids[0]].lengths(local[a:b], pairs[a:b])
+            return s
+        for group in groups(comp):
+            sub = s.m[group]
+            comps[int(comp[group[0]])].lengths(local[group], sub[:, :2].view(np.int32))
+            s.m[group] = sub
+        return s
+
+    def _plan_window(self, setup: EpochSetup, epoch: int, w: int, dirs, rows, spans) -> Window:
+        """A window's samples -> lengths and addresses, filter, order, batches, served order."""
+        o = self.opts
+        ndir = len(setup.directions)
+        shape = masked = packed = None
+        if o.compat == "fairseq":
+            dirs = self._directions(dirs, spans)
+            s = self._describe(setup, dirs, rows, spans)
+            src_len, tgt_len = s.src_len, s.tgt_len  # int32 columns of the rows, read in place
+            src_len, tgt_len = src_len.astype(np.int64), tgt_len.astype(np.int64)
+            select, ends, served, dropped = cutting.fairseq(
+                src_len, tgt_len, self.sources.with_target, o.seed, epoch, o.max_tokens, o.max_sentences, o.multiple,
+                o.max_source_positions, o.max_target_positions, o.fairseq_drop_last)
+            if len(dropped) and o.on_too_long == "raise":
+                i = int(dropped[0])
+                raise ValueError(f"{setup.directions[int(dirs[i])].key} row {int(rows[i])} is longer than "
+                                 f"max_source_positions/max_target_positions (filter.on_too_long='raise')")
+            filtered = np.bincount(dirs[dropped], minlength=ndir).astype(np.int64)
+            return self._finish(setup, epoch, w, s, select, ends, served, filtered)
+        rng = np.random.default_rng([o.seed, epoch, w, 7])
+        s, filtered = self._ordered(setup, dirs, rows, spans, rng)
+        src_len, tgt_len = (s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)) if o.pack_shape or o.shapes \
+            else (s.src_len, s.tgt_len)  # dynamic batches read the int32 columns as they are
+        sub = None
+        if o.pack_shape:
+            sub, ends, masked, packed = cutting.packed(src_len, tgt_len, o.pack_shape, self.rows_per_packed_batch(),
+                                                       rng if o.shuffle else None)
+        elif o.shapes:
+            sub, ends, shape, masked, unfit = cutting.static(src_len, tgt_len, o.shapes, self.sources.with_target,
+                                                             o.on_too_long)
+            filtered = filtered + np.bincount(s.direction[unfit], minlength=ndir)
+        else:
+            ends = cutting.dynamic(src_len, tgt_len, o.max_tokens, o.max_sentences, o.multiple)
+        served = cutting.block_shuffle(len(ends), o.balance_block, rng) if o.shuffle else np.arange(len(ends))
+        return self._finish(setup, epoch, w, s, sub, ends, served, filtered, shape, masked, packed)
+
+    def _ordered(self, setup: EpochSetup, dirs, rows, spans, rng) -> tuple[Samples, np.ndarray]:
+        """The window's samples without the too-long ones, in length order, and the too-long count per direction.
+        Compiled, where each span is one component: the lengths into a [n, 2] table, then the rows written
+        straight in order (``plan_kernel.sorted_rows``) instead of built, sorted and moved at random."""
+        o = self.opts
+        lens = self._window_lengths(setup, rows, spans) if o.shuffle else None
+        s = self._describe(setup, dirs, rows, spans) if lens is None else None
+        src_len, tgt_len = (s.src_len, s.tgt_len) if lens is None else (lens[:, 0], lens[:, 1])  # int32, in place
+        filtered = np.zeros(len(setup.directions), np.int64)
+        keep = None  # every sample
+        limit = min(o.max_source_positions, o.max_target_positions)
+        too_long = None if lens is not None and (not len(lens) or int(lens.max()) <= limit) else \
+            (src_len > o.max_source_positions) | (tgt_len > o.max_target_positions)  # above: one flat max says none
+        if too_long is not None and too_long.any():
+            dirs = self._directions(dirs, spans)
+            filtered = np.bincount(dirs[too_long], minlength=len(setup.directions)).astype(np.int64)
+            if o.on_too_long == "raise":
+                i = int(np.flatnonzero(too_long)[0])
+                d = setup.directions[int(dirs[i])]
+                raise ValueError(
+                    f"{d.key} row {int(rows[i])}: {int(src_len[i])} source / {int(tgt_len[i])} target tokens, over "
+                    f"max_source_positions={o.max_source_positions} / max_target_positions={o.max_target_positions} "
+                    f"(filter.on_too_long='raise'; 'skip' drops and counts such samples)")
+            keep = np.flatnonzero(~too_long)
+            src_len, tgt_len = src_len[keep], tgt_len[keep]
+        tgt = tgt_len if self.sources.with_target else None
+        if not o.shuffle:  # validation: by (cost, src), ties in sample order; no randomness
+            order = np.lexsort((src_len, np.maximum(src_len, tgt_len)))
+        else:
+            rkey = random_key(rng, len(src_len))
+            if lens is not None:
+                ends, pairs = np.array([b for _, _, b in spans], np.int64), self._span_pairs(setup, spans)
+                m = plan_kernel.sorted_rows(lens, tgt is not None, keep, rkey, rows, ends, pairs)
+                if m is not None:
+                    return Samples(m), filtered
+                s = Samples.empty(len(rows))  # lengths or keys the kernel does not take: built, ordered, moved
+                s.m[:, 2] = rows
+                s.m[:, :2].view(np.int32)[:, 2:] = lens
+                s.m[:, 0] = np.repeat(pairs, np.diff(ends, prepend=0))
+            order = length_order(src_len, tgt, rng, rkey)
+        return s[order if keep is None else keep[order]], filtered  # one reorder of the per-sample rows
+
+    def _window_lengths(self, setup: EpochSetup, rows, spans) -> np.ndarray | None:
+        """The window's (src, tgt) lengths, int32 [n, 2], where the kernel is built, no row table is kept and each
+        span is one component; else None."""
+        dl = setup.directions
+        if plan_kernel.KERNEL is None or not spans or self.sources.row_table() is not None or \
+                any(len(dl[d].components) != 1 for d, _, _ in spans):
+            return None
+        lens = np.empty((len(rows), 2), np.int32)
+        for d, a, b in spans:
+            comp = dl[d].components[0]
+            if comp.tgt is None:
+                lens[a:b, 1] = 0
+            comp.lengths(rows[a:b], lens[a:b])
+        return lens
+
+    @staticmethod
+    def _directions(dirs, spans) -> np.ndarray:
+        """Each sample's direction (int32), spelled out from the spans where the slice left it out."""
+        if dirs is not None:
+            return dirs
+        return np.repeat([d for d, _, _ in spans], [b - a for _, a, b in spans]).astype(np.int32)
+
+    @staticmethod
+    def _span_pairs(setup: EpochSetup, spans) -> np.ndarray:
+        """Per span its (direction, component) int32 pair, viewed as the int64 that the planner's rows hold."""
+        pairs = np.array([[d, setup.directions[d].component_ids[0]] for d, _, _ in spans], np.int32)
+        return pairs.view(np.int64).reshape(-1)
+
+    def _finish(self, setup, epoch, w, s, select, ends, served, filtered, shape=None, masked=None,
+                packed=None) -> Window:
+        """Reorder the per-sample rows once into batch order (``select=None``: they are) and record the window."""
+        win = Window(epoch, w, s if select is None else s[select], ends=ends, order=served, shape=shape,
+                     masked=masked, packed=packed)
+        self._filtered.setdefault(win.epoch, {})[win.index] = filtered
+        if win.index not in self._totals.get(win.epoch, {}):
+            self._totals.setdefault(win.epoch, {})[win.index] = window_totals(
+                win.samples.direction, win.samples.src_len, win.samples.tgt_len, len(setup.directions))
+        if win.masked is not None:
+            self._masked.setdefault(win.epoch, {})[win.index] = int(win.masked.sum())  # rows (packing: of pairs)
+        setup.window_batches[win.index] = len(win)
+        self._window_cache = ((win.epoch, win.index), win)
+        return win
+
+    def rows_per_packed_batch(self) -> int:
+        o = self.opts
+        return cutting.packed_rows_per_batch(o.pack_shape, o.max_tokens, o.max_sentences, o.multiple)
+
+    # ------------------------------------------------------------------------------------------- lookup
+    def window_start(self, epoch: int, w: int) -> int:
+        """Global index of window w's first batch (plans earlier windows' integers if needed)."""
+        setup = self.setup(epoch)
+        start = 0
+        for k in range(w):
+            if k not in setup.window_batches:
+                self.window(epoch, k)
+            start += setup.window_batches[k]
+        return start
+
+    def locate(self, epoch: int, g: int, hint: tuple[int, int] = (0, 0)) -> tuple[int, int] | None:
+        """(window, position in window) of global batch g, or None when the epoch has fewer batches."""
+        setup = self.setup(epoch)
+        w, start = hint
+        if start > g:
+            w, start = 0, 0
+        while self._exists(setup, w):
+            n = setup.window_batches.get(w)
+            if n is None:
+                self.window(epoch, w)
+                n = setup.window_batches[w]
+            if g < start + n:
+                return w, g - start
+            start += n
+            w += 1
+        return None
+
+    def num_batches(self, epoch: int) -> int:
+        """Batches in the epoch (plans every window's integers the first time)."""
+        setup = self.setup(epoch)
+        w = 0
+        while self._exists(setup, w):
+            if w not in setup.window_batches:
+                self.window(epoch, w)
+            w += 1
+        return sum(setup.window_batches[k] for k in range(w))
+
+    def _exists(self, setup: EpochSetup, w: int) -> bool:
+        """Whether the epoch has a window w (stream sampler: plans the windows before it to find out)."""
+        if setup.num_windows >= 0:
+            return w < setup.num_windows
+        self._plan_marks(setup, w)
+        return w in setup.stream and setup.stream[w].sample < setup.samples
+
+    def window_totals(self, epoch: int, w: int) -> np.ndarray:
+        """``int64[3, streams]``: samples, source and target tokens per stream of window w (planned if needed)."""
+        totals = self._totals.get(epoch, {}).get(w)
+        if totals is None:
+            self.window(epoch, w)
+            totals = self._totals[epoch][w]
+        return totals
+
+    def consumed_totals(self, epoch: int, consumed: int) -> np.ndarray:
+        """The ledger's totals of global batches ``[0, consumed)`` of ``epoch`` (every batch of it when
+        ``consumed`` is past its end): the windows before the position whole, and its window's served batches.
+        Incremental: a position at or after the one asked for last adds only the batches in between."""
+        zeros = np.zeros((3, len(self.keys)), np.int64)
+        hint = self._ledger_hint
+        if hint is None or hint[0] != epoch or consumed < hint[2] + hint[4]:
+            hint = (epoch, 0, 0, zeros, 0, zeros)
+        _, w, start, base, j, part = hint
+        setup = self.setup(epoch)
+        while consumed > start and self._exists(setup, w):
+            n = setup.window_batches.get(w)
+            if n is None:
+                self.window(epoch, w)
+                n = setup.window_batches[w]
+            if consumed >= start + n:  # the whole window
+                base, start, w, j, part = base + self.window_totals(epoch, w), start + n, w + 1, 0, zeros
+                continue
+            if consumed - start > j:  # its served batches since the last call
+                win = self.window(epoch, w)
+                rows = win.batch_rows(np.arange(j, consumed - start))
+                s = win.samples
+                part = part + window_totals(s.direction[rows], s.src_len[rows], s.tgt_len[rows], len(self.keys))
+                j = consumed - start
+            break
+        self._ledger_hint = (epoch, w, start, base, j, part)
+        return base + part
+
+    def masked_rows(self, epoch: int) -> int:
+        """Rows added to fill static-shape batches in ``epoch``, over the windows planned so far."""
+        return int(sum(self._masked.get(epoch, {}).values()))
+
+    def filtered(self, epoch: int) -> np.ndarray:
+        """Too-long samples per direction in ``epoch``, over the windows planned so far."""
+        out = np.zeros(len(self.sources.keys), dtype=np.int64)
+        for counts in self._filtered.get(epoch, {}).values():
+            out += counts
+        return out
+
+    def identity(self) -> dict:
+        """What the fingerprint stands for, small enough for a state to keep so that a mismatch can say what
+        changed: the plan options, the split and shards, and per stream a digest of its shards' data."""
+        if getattr(self, "_identity", None) is None:
+            streams: dict = {}
+            for c in self.sources.components:
+                streams.setdefault(c.key, []).append((c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist(),
+                                                      data_digest(c.src), data_digest(c.tgt)))
+            opts = asdict(self.opts)
+            opts.pop("batches_per_update")
+            self._identity = {
+                "opts": json.loads(json.dumps(opts, sort_keys=True, default=str)),
+                "split": self.sources.split, "shards": self.sources.shards,
+                "streams": {k: hashlib.sha256(json.dumps(v, default=str).encode()).hexdigest()[:12]
+                            for k, v in streams.items()}}
+        return self._identity
+
+    def fingerprint(self, legacy: bool = False) -> str:
+        """The data (each component's size hashes: another tokenizer or an edited file changes them, a moved
+        folder does not) and every setting that shapes the plan. ``legacy``: as babelfeed wrote it before states
+        recorded how updates were counted (with the batches per update of a changing schedule)."""
+        comps = [(c.key, c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist(), data_digest(c.src),
+                  data_digest(c.tgt)) for c in self.sources.components]
+        opts = asdict(self.opts)
+        # the world size and accumulation count updates, which a state records (update_segments): a run resumes
+        # on another world size, schedule or not
+        if not (legacy and self.changing_schedule):
+            opts.pop("batches_per_update")
+        blob = json.dumps({"opts": opts, "split": self.sources.split, "shards": self.sources.shards,
+                           "components": comps}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -1,0 +1,168 @@
+"""The stream sampler's side of the planner: every stream is endless and keeps its position across epochs.
+
+Pass c over a stream's n rows is a keyed permutation (``mixing.StreamDraw``). The mix is decided per planning
+window, from the weights at the optimizer update of the window's first batch, so windows are planned in order:
+each window's *mark* (sample offset in the epoch, every stream's position, global batches before it, the update
+its weights come from) follows from planning the one before it. With a ``step`` schedule a window that would run
+past a boundary is re-planned, cut where the boundary falls, so the next window starts on the new weights.
+
+:class:`StreamPlanning` is a part of :class:`~babelfeed.plan.EpochPlanner`; it uses the planner's ``setup``,
+``window``, ``probabilities`` and ``_plan_window``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from babelfeed.plan.samples import EpochSetup
+from babelfeed.plan.mixing import StreamDraw, stratified_counts, stream_rows
+from babelfeed.plan.packing import ragged_arange
+
+
+@dataclass(frozen=True)
+class StreamMark:
+    """Where the stream sampler stands at the start of a window: sample offset in the epoch, every stream's
+    position (samples read since training began), global batches before it (since training began), and the
+    optimizer update whose weights the window uses."""
+
+    sample: int
+    positions: np.ndarray
+    batches: int
+    update: float
+
+
+class StreamPlanning:
+    def _check_schedule(self) -> None:
+        """Plan the epoch-1 probabilities and epoch size now, at every phase of a mixing schedule (at each
+        boundary): what cannot be planned, or plans an empty epoch, fails at build, not hours into training."""
+        schedule = self.opts.schedule
+        if self.opts.sampler == "concat":
+            return
+        directions = self.sources.directions(1)
+        sizes = np.array([d.size for d in directions], dtype=np.int64)
+        phases = (0, *schedule.boundaries) if schedule is not None and schedule.boundaries else (0,)
+        for i, update in enumerate(phases):
+            where = f"mixing.schedule weight list {i} {list(schedule.weights[i])}: " if len(phases) > 1 else ""
+            try:
+                ratios = self.ratios(directions, update, 1)
+                total = self._epoch_total(sizes, ratios)
+            except ValueError as e:
+                raise ValueError(f"{where}{e}") from None
+            self._refuse_empty(directions, ratios, 1, where)
+            if not total > 0:
+                raise ValueError(f"{where}the epoch would hold no sample (mixing.virtual_size="
+                                 f"{self.opts.virtual_size!r}, mixing.max_scale_up={self.opts.max_scale_up})")
+
+    @staticmethod
+    def _refuse_empty(directions, ratios, epoch: int, where: str = "") -> None:
+        """Directions the mixture samples in ``epoch`` that have no sentences there (e.g. an empty cycled shard)."""
+        empty = [d.key for d, r in zip(directions, ratios) if r > 0 and not d.size]
+        if empty:
+            raise ValueError(f"{where}{empty[:5]} have no sentences in epoch {epoch} but are sampled")
+
+    def _stream_setup(self, epoch: int, directions, sizes: np.ndarray):
+
+        positions, batches = self.epoch_start(epoch)
+        update = self.update_at(batches)
+        probs = self.probabilities(directions, update, batches=batches)
+        total = self._epoch_total(sizes, probs)
+        draws = [StreamDraw(d.size, (self.opts.seed, "stream", d.key)) for d in directions]
+        setup = EpochSetup(epoch, directions, probs, np.zeros(len(directions), np.int64), draws, -1,
+                           samples=total, expected=stratified_counts(probs, total))
+        setup.stream[0] = StreamMark(0, positions, batches, update)
+        self._setup = setup
+        self._window_cache = None
+        return setup
+
+    # The optimizer update of a position (global batches since training began): batches / batches_per_update,
+    # piecewise once the run was resumed with another world size or accumulation. ``update_segments`` holds
+    # (first global batch, its update, batches per update) per segment; a segment begins at a window's first
+    # batch, so every window is planned with the updates the run it belongs to counted.
+    def update_at(self, batches: float) -> float:
+        segs = self.update_segments
+        k = len(segs) - 1
+        while k > 0 and segs[k][0] > batches:
+            k -= 1
+        b0, u0, per = segs[k]
+        return u0 + (batches - b0) / per if k else batches / per
+
+    def batches_at(self, update: float) -> float:
+        """The inverse of :meth:`update_at`: global batches since training began at an update."""
+        segs = self.update_segments
+        k = len(segs) - 1
+        while k > 0 and segs[k][1] > update:
+            k -= 1
+        b0, u0, per = segs[k]
+        return b0 + (update - u0) * per if k else update * per
+
+    def epoch_start(self, epoch: int) -> tuple[np.ndarray, int]:
+        """Stream sampler: (every stream's position, global batches since training began) at the start of
+        ``epoch``. Known from the previous epoch's plan or a resumed state; otherwise earlier epochs are planned
+        (integers only) to find it."""
+        if epoch not in self._starts:
+            known = max(e for e in self._starts if e < epoch)
+            for e in range(known, epoch):
+                self.num_batches(e)
+        return self._starts[epoch]
+
+    def set_epoch_start(self, epoch: int, positions, batches: int) -> None:
+        positions = np.asarray(positions, dtype=np.int64)
+        if positions.shape != (len(self.keys),) or (positions < 0).any() or batches < 0:
+            raise ValueError(f"a stream state needs {len(self.keys)} non-negative positions, got {positions.tolist()}")
+        self._starts[epoch] = (positions, int(batches))
+        if self._setup is not None and self._setup.epoch == epoch:
+            self._setup = None
+
+    def _stream_window(self, setup, epoch: int, w: int):
+        """Window w of a stream epoch: counts from the weights at its first batch's update. With a step
+        schedule, a window that would run past a boundary is cut where the boundary falls, and the next window
+        starts on the new weights."""
+        o = self.opts
+        self._plan_marks(setup, w)
+        if w not in setup.stream or setup.stream[w].sample >= setup.samples:
+            raise IndexError(f"epoch {epoch} has fewer than {w + 1} windows")
+        mark = setup.stream[w]
+        size = min(o.window or setup.samples, setup.samples - mark.sample)
+        win, counts = self._stream_plan(setup, epoch, w, mark, size)
+        next_update = self.update_at(mark.batches + len(win))
+        sched = o.schedule
+        if sched is not None and sched.mode == "step" and len(win):
+            crossed = [b for b in sched.boundaries if mark.update < b < next_update]
+            if crossed and size > 1:
+                at = self.batches_at(crossed[0]) - mark.batches  # batches until the boundary
+                size = max(1, size * at // len(win))
+                win, counts = self._stream_plan(setup, epoch, w, mark, size)
+                next_update = max(self.update_at(mark.batches + len(win)), crossed[0])
+        if w + 1 not in setup.stream:
+            setup.counts += counts
+            setup.window_counts[w] = counts
+            nxt = StreamMark(mark.sample + size, mark.positions + counts, mark.batches + len(win), next_update)
+            setup.stream[w + 1] = nxt
+            if nxt.sample >= setup.samples:
+                setup.num_windows = w + 1
+                self._starts[epoch + 1] = (nxt.positions, nxt.batches)
+        return win
+
+    def _stream_plan(self, setup, epoch, w, mark: StreamMark, size: int):
+        probs = self.probabilities(setup.directions, mark.update, batches=mark.batches)
+        counts = stratified_counts(probs, size)
+        live = np.flatnonzero(counts)
+        dirs = np.repeat(live, counts[live]).astype(np.int32)
+        rows = stream_rows(setup.draws, dirs, ragged_arange(mark.positions[live], counts[live]))
+        at = np.concatenate([[0], np.cumsum(counts[live])])
+        spans = [(d, int(a), int(b)) for d, a, b in zip(live.tolist(), at[:-1].tolist(), at[1:].tolist())]
+        return self._plan_window(setup, epoch, w, dirs, rows, spans), counts
+
+    def stream_mark(self, epoch: int, w: int) -> StreamMark:
+        """Stream sampler: the mark at the start of window w (plans earlier windows if needed)."""
+        setup = self.setup(epoch)
+        self._plan_marks(setup, w)
+        return setup.stream[w]
+
+    def _plan_marks(self, setup, w: int) -> None:
+        """Plan the windows before w until its mark exists (or the epoch's last window is planned): each
+        window's mark comes from planning the one before it."""
+        while w not in setup.stream and setup.num_windows < 0:
+            self.window(setup.epoch, max(setup.stream))

@@ -1,0 +1,109 @@
+"""The settings of ``babelfeed binarize``, checked before any work (SentencePiece training takes minutes).
+
+Messages name the command-line flag, the value given and what is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from babelfeed.checks import at_least, is_int, one_of, positive
+
+POLICIES = {
+    "empty": ("drop", "keep", "error"),
+    "overlong": ("drop", "truncate", "keep", "error"),
+    "bad_utf8": ("drop", "replace", "error"),
+}
+
+
+@dataclass
+class BinarizeOptions:
+    input_dir: str | None  # a folder of inputs (None: only --input globs)
+    output_dir: str
+    spm_model: str | None = None  # an existing SentencePiece model
+    train_spm: int | None = None  # or train one with this vocabulary size
+    dict_path: str | None = None  # an existing fairseq dict.txt to map pieces through (default: spm order)
+    shards: int = 1
+    workers: int = 0  # 0: every core
+    format: str | None = None  # None: fairseq for sentences, megatron for documents
+    max_len: int = 1024  # tokens per sentence, </s> included
+    empty: str = "drop"
+    overlong: str = "drop"
+    bad_utf8: str = "drop"
+    chunk_lines: int = 20000
+    spm_sample: int = 1_000_000  # sentences sampled to train SentencePiece
+    spm_temperature: float = 5.0  # per-language share of that sample, p ~ n^(1/T)
+    spm_model_type: str = "unigram"
+    spm_character_coverage: float = 0.9995
+    seed: int = 1
+    overwrite: bool = False
+    progress: bool | None = None  # None: a bar when stderr is a terminal
+    inputs: tuple = ()  # "KEY=GLOB" specs beside (or instead of) input_dir
+    engine: str = "local"  # "local" or "ray"
+    ray_address: str | None = None  # --ray-address: "auto", HOST:PORT, ray://...; None: a local Ray instance
+    documents: bool = False  # JSONL / plain-text documents -> Megatron LM data
+    json_keys: tuple = ("text",)
+    split_sentences: bool = False
+    append_eod: bool = True
+    bad_record: str = "error"  # documents: a line that is no JSON object with the keys
+
+    def validate(self) -> None:
+        if self.format is None:
+            self.format = "megatron" if self.documents else "fairseq"
+        for name, allowed in POLICIES.items():
+            one_of(f"--on-{name.replace('_', '-')}", getattr(self, name), allowed)
+        one_of("--engine", self.engine, ("local", "ray"))
+        if self.ray_address is not None and self.engine != "ray":
+            raise ValueError("--ray-address is for --engine ray")
+        if self.input_dir is None and not self.inputs:
+            raise ValueError("give an input folder, or --input KEY=GLOB (or both)")
+        if isinstance(self.inputs, str) or isinstance(self.json_keys, str):
+            raise ValueError("inputs and json_keys are lists of strings")
+        if self.documents:
+            if self.format != "megatron":
+                raise ValueError("--documents writes Megatron's format (a document index); leave --format out or "
+                                 "give --format megatron")
+            if self.empty not in ("drop", "error"):
+                raise ValueError(f"--on-empty {self.empty} is not for documents: an empty document is dropped "
+                                 f"(drop) or an error (error)")
+            if self.overlong != "drop" or self.max_len != 1024 or self.dict_path:
+                raise ValueError("--on-overlong, --max-len and --dict are for sentences, not --documents")
+            if not self.json_keys or len(set(self.json_keys)) != len(self.json_keys):
+                raise ValueError(f"--json-keys must name distinct keys, got {list(self.json_keys)}")
+            one_of("--on-bad-record", self.bad_record, ("drop", "error"))
+        elif self.split_sentences or tuple(self.json_keys) != ("text",) or not self.append_eod or \
+                self.bad_record != "error":
+            raise ValueError("--split-sentences, --json-keys, --no-append-eod and --on-bad-record are for --documents")
+        if (self.spm_model is None) == (self.train_spm is None):
+            raise ValueError("give exactly one of spm_model (--spm) and train_spm (--train-spm VOCAB)")
+        if self.train_spm is not None:
+            at_least("--train-spm", self.train_spm, 1)
+        at_least("--shards", self.shards, 1)
+        at_least("--workers", self.workers, 0)
+        if not is_int(self.max_len) or self.max_len < 2:
+            raise ValueError(f"--max-len must be an integer >= 2 (one token and </s>), got {self.max_len!r}")
+        one_of("--format", self.format, ("fairseq", "megatron"))
+        at_least("--chunk-lines", self.chunk_lines, 1)
+        at_least("--spm-sample", self.spm_sample, 1)
+        positive("spm_temperature", self.spm_temperature)
+        if not is_int(self.seed):
+            raise ValueError(f"--seed must be an integer, got {self.seed!r}")
+
+
+def check_shards(inputs, shards: int) -> None:
+    """Every train shard gets at least one line: more shards than a direction's lines would write empty
+    shards, and epochs that read an empty shard (``data.shards="cycle"``) serve no batch at all."""
+    empty = [inp for inp in inputs if inp.num_lines == 0]
+    if empty:
+        inp = empty[0]
+        what = "document" if inp.documents else "line"
+        raise ValueError(f"{inp.origin or inp.paths[0]}: {inp.split} {inp.key} holds no {what} (an empty input would "
+                         f"write empty datasets); fill it or move it out of the inputs")
+    if shards <= 1:
+        return
+    short = [inp for inp in inputs if inp.split.startswith("train") and inp.num_lines < shards]
+    if short:
+        inp = min(short, key=lambda i: i.num_lines)
+        what = "document(s)" if inp.documents else "line(s)"
+        raise ValueError(f"--shards {shards} is more than the {inp.num_lines:,} {what} of {inp.split} {inp.key} "
+                         f"({inp.paths[0]}): a shard would be empty; give --shards {max(inp.num_lines, 1)} or fewer")

@@ -1,0 +1,11 @@
+"""Layer 2, sources: the corpora a run reads, as lengths and rows (no token is read here).
+
+``corpus`` (a data_bin's (direction, shard) files), ``dictionary`` (fairseq's dict.txt), ``rows`` (row tables and
+length caches), ``sources`` (the components of a split, their streams and tasks), ``subword`` (raw text segmented
+anew each epoch). Imports storage and the base modules only.
+"""
+
+from babelfeed._compat import former_module
+
+# babelfeed.sources was one module, now babelfeed.sources.sources: its names are still found here
+__getattr__ = former_module(__name__, "sources")

@@ -1,0 +1,95 @@
+"""Token spaces: where the tokens of a set of ``.bin`` files live, for the gather to read them.
+
+Every ``.bin`` of a run is laid out in a *token space* per stored dtype (``mapping.FlatSpace``: one flat array,
+each file at a page boundary, ``MARGIN`` zero tokens before the first file and after the last), or file by file
+where flat mapping is unavailable. The layout comes from file sizes alone (nothing is mapped until the first
+gather), so planners address tokens as (space, offset) from the start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from .mapping import FlatSpace, MappingError, flat_layout, native_available
+
+MARGIN = 1 << 20  # tokens of zero padding before and after a flat space: rows up to this wide read no file ends
+
+
+class TokenSpaces:
+    """Where the tokens of a set of datasets live: ``address(ds)`` -> (space id, token offset of the file).
+
+    The layout is computed from file sizes when the set is built (no mapping); the spaces are mapped on first
+    use, in the process that gathers (a worker process maps its own). Datasets are grouped by (dtype, value
+    shift): fairseq's legacy format stores ids + 1 and is a space of its own.
+    """
+
+    def __init__(self, datasets, flat: bool | None = None):
+        self.flat = native_available() if flat is None else bool(flat)
+        self._datasets: list = []
+        self._where: dict[int, tuple[int, int]] = {}
+        groups: dict = {}
+        for ds in datasets:
+            if id(ds) in self._where:
+                continue
+            self._datasets.append(ds)
+            key = (ds.dtype.str, int(ds.token_shift)) if self.flat else len(groups)
+            groups.setdefault(key, []).append(ds)
+        self._spaces: list[dict] = []
+        for members in groups.values():
+            sid = len(self._spaces)
+            dtype = members[0].dtype
+            if self.flat:
+                base, _, _ = flat_layout([d.bin_size for d in members], dtype, MARGIN)
+                margin = MARGIN
+            else:
+                base, margin = np.zeros(len(members), np.int64), 0
+            for d, b in zip(members, base.tolist()):
+                self._where[id(d)] = (sid, int(b))
+            self._spaces.append({"members": members, "dtype": dtype, "shift": int(members[0].token_shift),
+                                 "margin": margin, "tokens": None, "mapping": None})
+
+    def __len__(self) -> int:
+        return len(self._spaces)
+
+    def address(self, ds) -> tuple[int, int]:
+        """(space id, token offset of ``ds``'s first token)."""
+        return self._where[id(ds)]
+
+    def margin(self, sid: int) -> int:
+        return self._spaces[sid]["margin"]
+
+    def shift(self, sid: int) -> int:
+        return self._spaces[sid]["shift"]
+
+    def tokens(self, sid: int) -> np.ndarray:
+        space = self._spaces[sid]
+        if space["tokens"] is None:
+            members = space["members"]
+            if self.flat:
+                try:
+                    space["mapping"] = FlatSpace([d.data_file for d in members], [d.bin_size for d in members],
+                                                 space["dtype"], MARGIN)
+                except MappingError as e:
+                    raise MappingError(e.errno, f"mapping the {len(members)} .bin files of {space['dtype'].name} "
+                                                f"tokens into one space failed: {e.strerror}") from None
+                space["tokens"] = space["mapping"].tokens
+            else:
+                space["tokens"] = members[0].tokens
+        return space["tokens"]
+
+    def view(self, sid: int, width: int) -> np.ndarray:
+        """A read-only strided view of space ``sid`` whose row k is ``tokens[k : k + width]`` (cached)."""
+        views = self._spaces[sid].setdefault("views", {})
+        if width not in views:
+            tokens = self.tokens(sid)
+            views[width] = as_strided(tokens, shape=(len(tokens) - width + 1, width), strides=(tokens.itemsize,) * 2,
+                                      writeable=False)
+        return views[width]
+
+    def __getstate__(self):
+        # mappings are process-local: another process re-derives the same layout and maps on first use
+        return {"datasets": self._datasets, "flat": self.flat}
+
+    def __setstate__(self, state):
+        self.__init__(state["datasets"], state["flat"])

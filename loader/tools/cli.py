@@ -1,0 +1,474 @@
+"""The ``babelfeed`` command: ``binarize``, ``inspect``, ``plan``, ``preview``, ``trace``, ``demo``.
+
+Every error is one line on stderr (``babelfeed COMMAND: error: ...``) and a non-zero exit status: 2 for what the
+user can fix (arguments, config values, input files), 1 for an internal error. ``--debug`` (or
+``BABELFEED_DEBUG=1``) shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+HELP = """babelfeed: prepare, inspect and plan the data of multilingual and language-model training.
+
+  babelfeed binarize RAW -o data_bin --train-spm 8000   raw text -> SentencePiece -> sharded .idx/.bin
+  babelfeed inspect data_bin                           sentences, tokens and lengths per direction
+  babelfeed plan nllb_like --set data.path=data_bin    the static batch shapes a config gets
+  babelfeed preview --config CONFIG --task TASK        samples before and after a task's noise
+  babelfeed trace CONFIG --state STATE --step N        the samples of a training step, and their files
+  babelfeed demo                                       the whole pipeline on an embedded corpus
+
+Configs are files or the names of shipped ones (demo, nllb_like, lm_packing, tpu_static). An error is one
+line on stderr and exit status 2 for what you can fix (arguments, config values, input files), 1 for an
+internal error; --debug (or BABELFEED_DEBUG=1) shows the traceback instead.
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+
+from babelfeed.errors import MissingExtraError
+
+# What a user can fix: arguments, config values and files (FormatError, BinarizeError and the config checks
+# are ValueErrors; missing and unreadable files OSErrors; a key a config file lacks a KeyError).
+USER_ERRORS = (ValueError, OSError, KeyError, TypeError, MissingExtraError)
+PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def is_user_error(e: BaseException) -> bool:
+    """Whether ``e`` says what the user can fix, rather than a bug to report. Files (OSError), missing extras and
+    babelfeed's own errors are the user's. A ValueError, KeyError or TypeError is the user's when babelfeed
+    raised it on purpose (a ``raise`` statement of babelfeed's), or when it came from outside babelfeed's code
+    and numpy's (ml_collections checking a config value, the user's config file, a tokenizer given a bad
+    model); raised anywhere else (a lookup or a numpy call inside babelfeed going wrong) it is a bug."""
+    from babelfeed.errors import BabelfeedError
+
+    if isinstance(e, (OSError, MissingExtraError, BabelfeedError)):
+        return True
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    if isinstance(e, AttributeError) and frames and os.sep + "ml_collections" + os.sep in frames[-1].filename:
+        return True  # a key the config lacks
+    if not isinstance(e, USER_ERRORS):
+        return False
+    if not frames:
+        return True
+    last = frames[-1]
+    here = os.path.abspath(last.filename)
+    if here.startswith(PACKAGE + os.sep) or os.sep + "babelfeed" + os.sep in here:
+        return (last.line or "").lstrip().startswith("raise")
+    if os.sep + "numpy" + os.sep in here:  # numpy refusing what babelfeed's code passed it
+        return False
+    return True
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error in one line, like every other error of the command."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def count(low: int):
+    """An argparse type: an integer >= ``low``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def _translation_config(path, overrides):
+    """The translation pipeline of a config file (its ``train`` section for configs/demo.py), checked."""
+    from babelfeed.checks import check_translation_config
+    from babelfeed.config.files import apply_overrides, load_config, translation_section
+
+    config, where = translation_section(apply_overrides(load_config(path), overrides), os.fspath(path))
+    check_translation_config(config, where)
+    if not os.path.isdir(config.data.path):
+        key = f"{where}.data.path" if where else "data.path"
+        raise FileNotFoundError(2, f"data_bin directory not found (the config's {key}; --config.{key}=DIR sets it)",
+                                config.data.path)
+    return config
+
+
+def _binarize(args) -> int:
+    from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_report
+
+    opts = BinarizeOptions(
+        input_dir=args.input_dir, output_dir=args.output, spm_model=args.spm, train_spm=args.train_spm,
+        dict_path=args.dict, shards=args.shards, workers=args.workers, format=args.format, max_len=args.max_len,
+        empty=args.on_empty, overlong=args.on_overlong, bad_utf8=args.on_bad_utf8, spm_sample=args.spm_sample,
+        seed=args.seed, overwrite=args.overwrite, progress=False if args.no_progress else None,
+        chunk_lines=args.chunk_lines, inputs=tuple(args.input or ()), engine=args.engine,
+        ray_address=args.ray_address, documents=args.documents,
+        json_keys=tuple(k for spec in (args.json_keys or ["text"]) for k in re.split(r"[,\s]+", spec) if k),
+        split_sentences=args.split_sentences, append_eod=not args.no_append_eod, bad_record=args.on_bad_record,
+    )
+    report = binarize(opts, log=lambda m: print(m, file=sys.stderr))
+    print(format_report(report))
+    return 0
+
+
+def _inspect(args) -> int:
+    from babelfeed.tools.stats import corpus_stats, format_stats
+
+    rows = corpus_stats(args.data_bin, check_tokens=args.verify, histograms=bool(args.plot))
+    files = []
+    if args.plot:
+        from babelfeed.tools.plots import inspect_figures
+
+        files = inspect_figures(rows, args.plot)
+        for row in rows:
+            del row["histogram"]
+    print(json.dumps(rows, indent=2) if args.json else format_stats(rows))
+    if files and not args.json:
+        print("wrote " + ", ".join(files))
+    return 0
+
+
+def _plan(args) -> int:
+    from babelfeed.tools import plan_report
+
+    config = _translation_config(args.config_file or args.config, (args.set or []) + args.overrides)
+    print(plan_report.plan_report(config, args.shapes, plot_dir=args.plot))
+    return 0
+
+
+def _preview(args) -> int:
+    from babelfeed.tools.preview import preview
+
+    config = _translation_config(args.config, (args.set or []) + args.overrides)
+    print(preview(config, args.task, args.transforms, n=args.n, epoch=args.epoch, side=args.side))
+    return 0
+
+
+def _trace(args) -> int:
+    import numpy as np
+
+    from babelfeed.build import build_train_iterator
+    from babelfeed.iterators.ledger import trace
+
+    if not (args.config_file or args.config):
+        raise ValueError("name the run's config (a file or a shipped config's name), e.g. babelfeed trace "
+                         "configs/demo.py --step 10")
+
+    config = _translation_config(args.config_file or args.config, (args.set or []) + args.overrides)
+    state = None
+    if args.state:
+        with open(args.state) as f:
+            try:
+                state = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{args.state}: not a JSON iterator state ({e})") from None
+        from babelfeed.iterators.state import find_state
+
+        # any adapter's checkpoint: the iterator's state, a loader's, a StatefulDataLoader's, {"data": state}
+        state = find_state(state, f"--state {args.state}")
+    world_size = args.world_size
+    if world_size is None:  # the world size that took the step, as the state's step count says (else 1)
+        steps = state.get("steps") if isinstance(state, dict) else None
+        world_size = 1
+        if isinstance(steps, list) and steps and all(isinstance(x, list) and len(x) == 4 for x in steps):
+            earlier = [x for x in steps if isinstance(x[0], int) and x[0] < args.step]
+            world_size = earlier[-1][3] if earlier and isinstance(earlier[-1][3], int) and earlier[-1][3] >= 1 else 1
+    args.world_size = world_size
+    it = build_train_iterator(config, world_size=world_size, split=args.split)
+    if state is not None:
+        from babelfeed.iterators.state import resolve
+
+        state = resolve(state, it, f"--state {args.state}")  # a bare loader position: counted on this world size
+    rows = trace(it, args.step, state)
+    if args.json:
+        if args.decode:
+            from babelfeed.tools.preview import _decoder
+
+            text = _decoder(config.data.path, it.planner.sources.dictionary)
+            comps = {(c.key, c.shard): c for c in it.planner.sources.components}
+            for r in rows:
+                c = comps.get((r["stream"], r["shard"]))
+                if c is not None:
+                    r["source"] = text(np.asarray(c.src[r["row"]]).tolist())
+                    if c.tgt is not None and c.tgt is not c.src:
+                        r["target"] = text(np.asarray(c.tgt[r["row"]]).tolist())
+        print(json.dumps(rows))
+        return 0
+    text = None
+    if args.decode:
+        from babelfeed.tools.preview import _decoder
+
+        text = _decoder(config.data.path, it.planner.sources.dictionary)
+    comps = {(c.key, c.shard): c for c in it.planner.sources.components}
+    print(f"step {args.step}: epoch {rows[0]['epoch'] if rows else '-'}, {len(rows)} samples "
+          f"(world size {args.world_size}, split {args.split})")
+    width = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("stream", "task", "corpus")}
+    print(f"{'rank':>4} {'batch':>6} {'stream':<{width['stream']}} {'task':<{width['task']}} "
+          f"{'corpus':<{width['corpus']}} {'shard':>5} {'row':>9} {'src':>4} {'tgt':>4}")
+    for r in rows:
+        rank = "-" if r["rank"] is None else r["rank"]
+        print(f"{rank:>4} {r['batch']:>6} {r['stream']:<{width['stream']}} {r['task']:<{width['task']}} "
+              f"{r['corpus']:<{width['corpus']}} {r['shard']:>5} {r['row']:>9} {r['src_len']:>4} {r['tgt_len']:>4}")
+        c = comps.get((r["stream"], r["shard"])) if text is not None else None
+        if c is not None:  # (a stream an edit removed since is not in this config's data: not decoded)
+            print(f"       source: {text(np.asarray(c.src[r['row']]).tolist())}")
+            if c.tgt is not None and c.tgt is not c.src:
+                print(f"       target: {text(np.asarray(c.tgt[r['row']]).tolist())}")
+    return 0
+
+
+def _demo(args) -> int:
+    from babelfeed.config.files import apply_overrides, load_config
+    from babelfeed.checks import check_translation_config
+    from babelfeed.tools.demo import DEFAULT_CONFIG, check_demo_config, run_demo
+
+    config = load_config(args.config or DEFAULT_CONFIG)
+    check_demo_config(config)
+    config = apply_overrides(config, args.overrides)
+    check_translation_config(config.train, "train")
+    return run_demo(config, workdir=args.workdir, scale=args.scale, workers=args.workers,
+                    train_steps=args.train_steps, trainer=args.trainer)
+
+
+def _with_parents(add_parser, parents):
+    def add(name, **kwargs):
+        return add_parser(name, parents=parents, **kwargs)
+
+    return add
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="babelfeed", description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error (also BABELFEED_DEBUG=1)")
+    sub = p.add_subparsers(dest="command", required=True)
+    # --debug is taken after the command too; SUPPRESS keeps a subcommand from resetting the flag given before it
+    debug = Parser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    sub.add_parser = _with_parents(sub.add_parser, [debug])
+
+    b = sub.add_parser("binarize", help="raw text -> SentencePiece -> a sharded data_bin of .idx/.bin",
+                       description="Encode raw text with SentencePiece (trained here with --train-spm, or given "
+                                   "with --spm) into a data_bin: dict.txt, spm.model, shard*/ of .idx/.bin files and "
+                                   "binarize_report.json. Inputs may be compressed (.gz .zst .xz .bz2) and many files "
+                                   "per direction (a folder, or --input KEY=GLOB). With --documents, JSONL or "
+                                   "plain-text documents become Megatron-LM data (a document index, end-of-document "
+                                   "tokens). Parallel on this machine or on Ray (--engine ray) with the same bytes, "
+                                   "and resumable: a killed run keeps its finished shards and a re-run redoes only "
+                                   "the rest.")
+    b.add_argument("input_dir", nargs="?",
+                   help="folder of {src}-{tgt}.{lang}, {split}.{src}-{tgt}.{lang} and {split}.{lang} files (or "
+                        "folders of that name holding many files); with --documents, NAME.jsonl, NAME.json and "
+                        "NAME.txt files or NAME/ folders of them")
+    b.add_argument("-o", "--output", required=True, help="data_bin folder to write")
+    b.add_argument("--input", action="append", metavar="KEY=GLOB",
+                   help="an input given by a glob, repeatable: [split.]src-tgt=GLOB with {lang} where each side's "
+                        "language goes (train.en-de=/data/en-de/*.{lang}.gz), split.lang=GLOB, or with --documents "
+                        "NAME=GLOB (web=/data/web/*.jsonl.zst)")
+    g = b.add_mutually_exclusive_group(required=True)
+    g.add_argument("--spm", help="an existing SentencePiece model")
+    g.add_argument("--train-spm", type=count(1), metavar="VOCAB", help="train a SentencePiece model of this vocabulary size")
+    b.add_argument("--dict", help="an existing fairseq dict.txt to map pieces through (default: SentencePiece order)")
+    b.add_argument("--shards", type=count(1), default=1, help="shards per train direction or corpus (default 1)")
+    b.add_argument("--workers", type=count(0), default=0,
+                   help="worker processes (default: every core); with --engine ray and no --ray-address, the CPUs "
+                        "of the local Ray instance")
+    b.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="where the work runs: worker processes here (default) or Ray tasks (pip install "
+                        "'babelfeed[ray]'); the output is the same bytes")
+    b.add_argument("--ray-address", metavar="ADDR",
+                   help="the Ray cluster to run on: auto, HOST:PORT or ray://HOST:PORT (default: start a local Ray "
+                        "instance); inputs and output must be on a filesystem every node sees")
+    b.add_argument("--format", choices=("fairseq", "megatron"), default=None,
+                   help="index layout (default fairseq; megatron with --documents)")
+    b.add_argument("--max-len", type=count(2), default=1024,
+                   help="longest sentence in tokens, </s> included (default 1024; not with --documents)")
+    b.add_argument("--on-empty", choices=("drop", "keep", "error"), default="drop",
+                   help="an empty line, or a pair with an empty side: drop it and count it (default), keep it, or stop "
+                        "with an error naming the file and line (with --documents, a document with no text: drop or "
+                        "error)")
+    b.add_argument("--on-overlong", choices=("drop", "truncate", "keep", "error"), default="drop",
+                   help="a sentence over --max-len tokens: drop the pair and count it (default), cut it to "
+                        "--max-len (</s> kept), keep it, or stop with an error (not with --documents)")
+    b.add_argument("--on-bad-utf8", choices=("drop", "replace", "error"), default="drop",
+                   help="a line that is not UTF-8: drop the pair (or document) and count it (default), decode with "
+                        "U+FFFD, or stop with an error")
+    d = b.add_argument_group("documents (Megatron-LM language-model data)")
+    d.add_argument("--documents", action="store_true",
+                   help="read documents (JSONL objects, or plain text with blank lines between documents) and write "
+                        "Megatron's .bin/.idx: shardNNN/{NAME}_{key}_document, one sequence per document")
+    d.add_argument("--json-keys", action="append", metavar="KEYS",
+                   help="JSON keys to write, a dataset each, comma-separated or repeated: --json-keys text,title "
+                        "(default: text)")
+    d.add_argument("--split-sentences", action="store_true",
+                   help="one sequence per sentence (a line of the document's text), documents kept in the index "
+                        "(files named _sentence)")
+    d.add_argument("--no-append-eod", action="store_true",
+                   help="do not append the end-of-document token (SentencePiece's </s>) to each document")
+    d.add_argument("--on-bad-record", choices=("drop", "error"), default="error",
+                   help="a JSONL line that is not an object holding every key as a string: stop with an error "
+                        "naming the file and line (default), or drop it and count it")
+    b.add_argument("--spm-sample", type=count(1), default=1_000_000, help="sentences sampled to train SentencePiece (default 1000000)")
+    b.add_argument("--chunk-lines", type=count(1), default=20000, help="lines per unit of parallel work (default 20000)")
+    b.add_argument("--seed", type=int, default=1, help="seed of the SentencePiece training sample (default 1)")
+    b.add_argument("--overwrite", action="store_true", help="delete datasets in the output that this run would not write")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+    b.set_defaults(func=_binarize)
+
+    i = sub.add_parser("inspect", help="sentences, tokens, shards and length percentiles of a data_bin",
+                       description="What a data_bin holds: sentences, tokens, shards and length percentiles per "
+                                   "direction and split; --verify checks every token against the dictionary.")
+    i.add_argument("data_bin", help="a data_bin folder (dict.txt and shard*/ of .idx/.bin files)")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--verify", action="store_true",
+                   help="also read every token and refuse ids outside the dictionary (reads all the data)")
+    i.add_argument("--plot", metavar="DIR", help="also draw lengths.png (length histograms per direction and "
+                   "side) and sentences.png (sentences per direction, log scale) into DIR; needs matplotlib")
+    i.set_defaults(func=_inspect)
+
+    pl = sub.add_parser("plan", help="the static batch shapes a config gets, their padding, the alternatives",
+                        description="Plan a translation config's static batch shapes from its data without "
+                                    "training: each shape's batch size and padding, epoch 1's mixture, and the "
+                                    "plan against the alternatives.")
+    pl.add_argument("config", nargs="?", default="nllb_like",
+                    help="ml-collections config: a file, or the name of a shipped config (default nllb_like)")
+    pl.add_argument("--config", dest="config_file", default=None, help="the same, as --config=FILE")
+    pl.add_argument("--shapes", type=count(1), default=None, help="number of shapes (default: the config's, else 8)")
+    pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (same as "
+                    "--config.KEY=VALUE), e.g. data.path=data_bin")
+    pl.add_argument("--plot", metavar="DIR", help="also draw shapes.png (the shapes over the length histogram, "
+                    "padding per shape, the alternatives) and mixing.png (probability against size, served "
+                    "share) into DIR; needs matplotlib")
+    pl.set_defaults(func=_plan)
+
+    tr = sub.add_parser("trace", help="the samples of a training step: stream, task, corpus, shard and row",
+                        description="Which samples a training step held, on every rank, and where each lies "
+                                    "(stream, task, corpus, shard, row of the .idx), so a loss spike can be traced "
+                                    "to its data. Steps count from 1 since training began, as loggers number "
+                                    "them; --state (an iterator state saved during the run, JSON) anchors the "
+                                    "count and checks the data is the run's.")
+    tr.add_argument("config", nargs="?", default=None, help="the run's config: a file or a shipped config's name")
+    tr.add_argument("--config", dest="config_file", default=None, help="the same, as --config=FILE")
+    tr.add_argument("--step", type=count(1), required=True, help="the training step (from 1)")
+    tr.add_argument("--state", default=None, help="a JSON file holding an iterator state of the run "
+                    "(get_state(), or a dict with it under 'data')")
+    tr.add_argument("--world-size", type=count(1), default=None,
+                    help="the world size that took the step (default: as --state records it, else 1)")
+    tr.add_argument("--split", choices=("batches", "rows"), default="batches",
+                    help="batches: a whole batch per rank (torch DDP, default); rows: every rank's rows of one "
+                         "global batch (JAX)")
+    tr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
+                    "data.path=data_bin")
+    tr.add_argument("--decode", action="store_true", help="also print each sample's text")
+    tr.add_argument("--json", action="store_true", help="one JSON list of the samples instead of a table")
+    tr.set_defaults(func=_trace)
+
+    pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text",
+                        description="A task's samples before and after each of its transforms (noise, subword "
+                                    "sampling), decoded to text.")
+    pv.add_argument("--config", required=True, help="ml-collections config (its data.path, prefixes, seed)")
+    pv.add_argument("--task", required=True, help="a task of the config's tasks section (TASK or TASK/CORPUS), "
+                                                  "or a direction (eng_Latn-deu_Latn) or monolingual language")
+    pv.add_argument("--transforms", default="",
+                    help='e.g. "token_drop:rate=0.1;local_reorder:k=3;span_mask:ratio=0.3,mask_id=<unk>" '
+                         "(default: the task's own transforms)")
+    pv.add_argument("-n", type=count(1), default=5, help="samples to show (default 5)")
+    pv.add_argument("--epoch", type=count(1), default=1, help="noise changes with the epoch")
+    pv.add_argument("--side", choices=("source", "target"), default="source",
+                    help="which side of the samples to show (default source)")
+    pv.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
+                    "data.path=data_bin (or --config.KEY=VALUE)")
+    pv.set_defaults(func=_preview)
+
+    d = sub.add_parser("demo", help="the whole pipeline on an embedded corpus: write it, binarize, inspect, stream "
+                                    "an epoch, train a small model",
+                       description="The main job, end to end, on an embedded corpus (~2 min on 2 cores): write a "
+                                   "multilingual corpus (4 directions, 120x between the largest and smallest), "
+                                   "train SentencePiece and binarize it, inspect it, stream one training epoch "
+                                   "(served shares against the temperature's probabilities, padding, speed), "
+                                   "then train a small model on the batches. Settings come from the demo config; "
+                                   "--config.KEY=VALUE overrides one (e.g. --config.train.mixing.temperature=2).")
+    d.add_argument("--config", default=None, help="ml-collections config: a file, or the name of a shipped config "
+                   "(default: demo)")
+    d.add_argument("--workdir", default=None, help="where the corpus and data_bin go (default: config.workdir, "
+                   "build/demo)")
+    d.add_argument("--scale", type=positive_float, default=None,
+                   help="multiply the corpus sizes (default: config.corpus.scale, 1.0)")
+    d.add_argument("--workers", type=count(0), default=None,
+                   help="binarize worker processes (default: config.binarize.workers, 0: every core)")
+    d.add_argument("--train-steps", type=count(0), default=None,
+                   help="training steps (default: config.model.steps, 300; 0: no training)")
+    d.add_argument("--trainer", choices=("flax", "torch"), default="flax",
+                   help="the example that trains: flax (jax) or torch (default flax)")
+    d.set_defaults(func=_demo)
+    return p
+
+
+def describe(e: BaseException) -> str:
+    """One line naming what is wrong."""
+    if isinstance(e, OSError) and e.filename is not None:
+        where = f"{e.filename} -> {e.filename2}" if e.filename2 is not None else os.fspath(e.filename)
+        return f"{where}: {e.strerror or e}"
+    if isinstance(e, KeyError) and len(e.args) == 1:
+        return f"missing key {e.args[0]!r}" if isinstance(e.args[0], str) and " " not in e.args[0] else str(e.args[0])
+    text = " ".join(str(e).split()) or type(e).__name__  # multi-line messages (SentencePiece's) on one line
+    return text
+
+
+def main(argv=None) -> int:
+    from babelfeed.config.files import split_config_args
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # --config=FILE is the config file; --config.key.path=value overrides one of its values (config_flags syntax)
+    argv = [a.replace("--config=", "--config ", 1) if a.startswith("--config=") else a for a in argv]
+    argv = [part for a in argv for part in (a.split(" ", 1) if a.startswith("--config ") else [a])]
+    argv, overrides = split_config_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2), already printed
+        return e.code if isinstance(e.code, int) else int(e.code is not None)
+    args.overrides = overrides
+    debug = args.debug or bool(os.environ.get("BABELFEED_DEBUG"))
+    prog = f"babelfeed {args.command}"
+    if overrides and args.command not in ("plan", "demo", "preview", "trace"):
+        print(f"{prog}: error: --config.* overrides apply to plan, preview, trace and demo only", file=sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"{prog}: interrupted; finished shards are kept, re-run to resume", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `babelfeed plan ... | head`: the reader has gone, as with any filter
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141
+    except Exception as e:
+        if debug:
+            raise
+        if is_user_error(e):
+            print(f"{prog}: error: {describe(e)}", file=sys.stderr)
+            return 2
+        # a bug: still one line, and the way to the traceback
+        print(f"{prog}: internal error: {type(e).__name__}: {describe(e)} (run again with --debug for the "
+              f"traceback, and please report it)", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

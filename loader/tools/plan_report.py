@@ -1,0 +1,113 @@
+"""``babelfeed plan CONFIG``: the static shapes a config gets, and what they cost against the alternatives."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+
+from babelfeed.plan.shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
+
+
+def _epoch_summary(planner, per_shape: dict | None = None) -> tuple[Counter, int, float, int]:
+    """Batches per shape, batches, padding efficiency (real / padded tokens, masked rows as padding), masked rows;
+    ``per_shape`` receives each shape's [real, padded] tokens."""
+    shapes = Counter()
+    real = padded = masked = 0
+    setup = planner.setup(1)
+    for w in range(setup.num_windows):
+        win = planner.window(1, w)
+        starts = np.concatenate([[0], win.ends[:-1]])
+        for b, (a, e) in enumerate(zip(starts.tolist(), win.ends.tolist())):
+            src, tgt = win.src_len[a:e], win.tgt_len[a:e]
+            if win.shape is not None:
+                shape = planner.opts.shapes[int(win.shape[b])]
+                rows, ls, lt = shape[0], shape[1], shape[-1]
+                masked += int(win.masked[b])
+            else:
+                rows, ls, lt = e - a, int(src.max()), int(tgt.max())
+                shape = (rows, ls, lt)
+            shapes[tuple(shape)] += 1
+            real += int(src.sum() + tgt.sum())
+            padded += rows * (ls + lt)
+            if per_shape is not None:
+                tokens = per_shape.setdefault(tuple(shape), [0, 0])
+                tokens[0] += int(src.sum() + tgt.sum())
+                tokens[1] += rows * (ls + lt)
+    return shapes, sum(shapes.values()), real / max(padded, 1), masked
+
+
+def plan_report(config, num_shapes: int | None = None, plot_dir: str | None = None) -> str:
+    """The report's text; with ``plot_dir``, also shapes.png and mixing.png there (plots.py)."""
+    from babelfeed.build import mixture_lengths, shape_plan
+    from babelfeed.checks import at_least, check_translation_config
+    from babelfeed.plan.planner import EpochPlanner
+
+    check_translation_config(config)
+    if num_shapes is not None:
+        at_least("num_shapes", num_shapes, 1)
+        config.batching.num_shapes = num_shapes
+        config.batching.shapes = ""
+    if config.batching.num_shapes <= 0 and not str(config.batching.shapes).strip():
+        config.batching.num_shapes = 8
+    from babelfeed.build import train_sources
+
+    sources, _, opts = train_sources(config)
+    dynamic = EpochPlanner(sources, opts)
+    plan = shape_plan(config, dynamic)
+    static = EpochPlanner(sources, dataclasses.replace(opts, shapes=tuple(plan.shapes)))
+    lines = [f"static shapes for {config.data.path} (max_tokens {config.batching.max_tokens}, "
+             f"multiple {config.batching.required_batch_size_multiple}), from the mixture's length histogram:",
+             plan.describe(), ""]
+    lengths, weights, _ = mixture_lengths(dynamic)
+    cost = lengths.max(axis=1)
+    k = plan.num_shapes
+    reps = np.repeat(cost, np.maximum(np.round(weights / weights.min()).astype(np.int64), 1)) \
+        if len(cost) < 2_000_000 else cost
+    alternatives = {"optimal edges (dynamic programme)": plan_shapes(reps, k, config.batching.max_tokens,
+                                                                     multiple=1).efficiency,
+                    "percentile edges (fairseq get_buckets)": edges_efficiency(reps, percentile_edges(reps, k)),
+                    "equal token mass (Lhotse)": edges_efficiency(reps, equal_mass_edges(reps, k)),
+                    "pad to the longest": edges_efficiency(reps, [reps.max()])}
+    lines.append(f"{k} length edges on max(src, tgt), every sample padded to its edge (padding efficiency):")
+    lines += [f"  {name:<40} {value:.1%}" for name, value in alternatives.items()]
+    old = plan_shapes(lengths, k, config.batching.max_tokens, config.batching.required_batch_size_multiple,
+                      config.batching.max_sentences or None, weights=weights, windows=plan.windows, method="max")
+    lines.append("(source, target) widths per shape, real / padded tokens of both sides (with masked rows):")
+    lines.append(f"  buckets of max(src, tgt), each its widest source and target   {old.efficiency:.1%} "
+                 f"({old.fill:.1%})")
+    lines.append(f"  this plan, free (source, target) boxes                         {plan.efficiency:.1%} "
+                 f"({plan.fill:.1%})")
+    tokens: dict = {}
+    s_shapes, s_batches, s_eff, masked = _epoch_summary(static, tokens)
+    d_shapes, d_batches, d_eff, _ = _epoch_summary(dynamic)
+    lines.append("")
+    lines.append(f"epoch 1 with these shapes: {s_batches:,} batches, padding efficiency {s_eff:.1%} "
+                 f"(masked rows counted as padding: {masked:,})")
+    for shape in plan.shapes:
+        lines.append(f"  {' x '.join(map(str, shape)):<18} {s_shapes.get(tuple(shape), 0) / max(s_batches, 1):>7.1%} "
+                     f"of batches")
+    lines.append(f"epoch 1 with dynamic batches: {d_batches:,} batches in {len(d_shapes):,} distinct shapes "
+                 f"(one XLA compilation each), padding efficiency {d_eff:.1%}")
+    if plot_dir:
+        from babelfeed.tools import plots
+
+        per_shape = {s: (r / max(p, 1), s_shapes.get(s, 0) / max(s_batches, 1)) for s, (r, p) in tokens.items()}
+        compared = {**{f"{name}, 1-D": v for name, v in alternatives.items()},
+                    "buckets of max(src, tgt), 2-D widths": old.fill,
+                    f"this plan: {k} (source, target) boxes": plan.fill,
+                    f"this plan, epoch 1 ({s_batches:,} batches)": s_eff,
+                    f"dynamic batches ({len(d_shapes):,} shapes)": d_eff}
+        limits = (config.filter.max_source_positions, config.filter.max_target_positions)
+        files = plots.plan_figures(lengths, weights, [tuple(s) for s in plan.shapes], per_shape, compared, plot_dir,
+                                   limits=limits)
+        setup = dynamic.setup(1)
+        served = setup.counts - dynamic.filtered(1)
+        files += plots.mixing_figure([d.key for d in setup.directions], [d.size for d in setup.directions],
+                                     np.asarray(setup.probs, np.float64), served, config.mixing.temperature, plot_dir,
+                                     size_label=("sentences of the direction in epoch 1's shard (log; data.shards="
+                                                 f"{config.data.shards!r})" if config.data.shards == "cycle" else
+                                                 "sentences of the direction, every shard (log)"))
+        lines.append("wrote " + ", ".join(files))
+    return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""``babelfeed inspect``: per split, direction and side: sentences, tokens, shards, length percentiles, dtype.
+
+Percentiles are exact (nearest rank) and come from a length histogram accumulated shard by shard, so memory
+is bounded by the longest sentence, not by the corpus.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from babelfeed.sources.corpus import ShardedCorpus
+from babelfeed.errors import FormatError
+
+PERCENTILES = (50, 90, 99)
+
+
+def _percentile(hist: np.ndarray, q: float) -> int:
+    n = int(hist.sum())
+    if n == 0:
+        return 0
+    rank = max(1, int(np.ceil(q / 100.0 * n)))
+    return int(np.searchsorted(np.cumsum(hist), rank))
+
+
+def check_token_ids(ds, vocab_size: int, chunk: int = 1 << 24) -> None:
+    """Raise a FormatError naming the file and record when a stored token id is outside a dictionary of
+    ``vocab_size`` symbols (the whole ``.bin`` is read, in bounded chunks)."""
+    tokens, shift = ds.tokens, ds.token_shift
+    for start in range(0, len(tokens), chunk):
+        part = tokens[start:start + chunk]
+        if int(part.max()) - shift < vocab_size and int(part.min()) - shift >= 0:
+            continue
+        pos = start + int(np.flatnonzero((part.astype(np.int64) - shift >= vocab_size) | (part.astype(np.int64) < shift))[0])
+        record = int(np.searchsorted(np.asarray(ds.pointers) // ds.dtype.itemsize, pos, side="right")) - 1
+        raise FormatError(ds.data_file, f"record {record} holds token id {int(tokens[pos]) - shift}, outside the "
+                                        f"dictionary of {vocab_size} symbols")
+
+
+def _dictionary_size(corpus: ShardedCorpus, lang: str | None) -> int:
+    try:
+        return len(corpus.dictionary(lang))
+    except FileNotFoundError:
+        return 0
+
+
+def corpus_stats(root, verify: str = "full", check_tokens: bool = False, histograms: bool = False) -> list[dict]:
+    """Per split, direction and side: sentences, tokens, shards, length percentiles, dtype. ``check_tokens``
+    also reads every token and refuses ids outside the dictionary; ``histograms`` adds each row's sentence count
+    per length (``"histogram"``, a list: entry L counts sentences of L tokens)."""
+    corpus = ShardedCorpus(root)
+    rows = []
+    for split in corpus.splits:
+        keys = [(d, d.split("-")) for d in corpus.directions(split)] + [(m, [m]) for m in corpus.monolingual(split)]
+        for key, langs in keys:
+            shards = corpus.shard_ids(split, key)
+            for lang in langs:
+                hist = np.zeros(1, dtype=np.int64)
+                sentences = tokens = 0
+                dtypes = set()
+                for shard in shards:
+                    ds = corpus.open(split, key, lang if "-" in key else None, shard, verify=verify)
+                    if check_tokens and len(ds):
+                        vocab = _dictionary_size(corpus, lang)
+                        if vocab:
+                            check_token_ids(ds, vocab)
+                    sizes = np.asarray(ds.sizes)
+                    dtypes.add(ds.dtype.name)
+                    sentences += len(ds)
+                    tokens += ds.num_tokens
+                    if len(sizes):
+                        h = np.bincount(sizes)
+                        if len(h) > len(hist):
+                            hist = np.pad(hist, (0, len(h) - len(hist)))
+                        hist[: len(h)] += h
+                row = {"split": split, "key": key, "lang": lang, "sentences": sentences, "tokens": tokens,
+                       "shards": len(shards), "dtype": "/".join(sorted(dtypes))}
+                for q in PERCENTILES:
+                    row[f"p{q}"] = _percentile(hist, q)
+                row["max"] = int(np.flatnonzero(hist)[-1]) if hist.any() else 0
+                if histograms:
+                    row["histogram"] = hist.tolist()
+                rows.append(row)
+    return rows
+
+
+def format_stats(rows: list[dict]) -> str:
+    cols = ["split", "key", "lang", "sentences", "tokens", "shards", "p50", "p90", "p99", "max", "dtype"]
+    heads = ["split", "direction", "side", "sentences", "tokens", "shards", "p50", "p90", "p99", "max", "dtype"]
+    cells = [[f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols] for r in rows]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(heads)]
+    numeric = {3, 4, 5, 6, 7, 8, 9}
+
+    def fmt(values):
+        return "  ".join(v.rjust(w) if i in numeric else v.ljust(w) for i, (v, w) in enumerate(zip(values, widths)))
+
+    lines = [fmt(heads), fmt(["-" * w for w in widths])] + [fmt(c) for c in cells]
+    return "\n".join(lines)

@@ -1,0 +1,157 @@
+"""The package's layers, read from its imports: every import (module level or inside a function) goes down the
+layers or stays in its own, and no two modules import each other, directly or around a circle. The old flat
+module names still import, as the modules they became."""
+
+import ast
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOADER = os.path.join(os.path.dirname(HERE), "loader")
+
+# bottom to top; a module may import its own layer and those below
+LAYERS = {
+    "errors": 0, "fileio": 0, "checks": 0, "permute": 0, "_native": 0, "_compat": 0,
+    "storage": 1,
+    "sources": 2,
+    "plan": 3,
+    "gather": 4,
+    "iterators": 5,
+    "lm": 6, "preprocess": 6,
+    "config": 7,
+    "build": 8,
+    "tools": 9, "cli": 9,
+    "__init__": 10,
+}
+
+
+def modules() -> dict:
+    out = {}
+    for folder, _, files in os.walk(LOADER):
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(folder, f), LOADER)[:-3].replace(os.sep, ".")
+                out[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = os.path.join(folder, f)
+    return out
+
+
+def imports(name: str, path: str, known: set) -> set:
+    """The babelfeed modules ``name`` imports anywhere in its code."""
+    tree = ast.parse(open(path).read())
+    package = name.split(".") if path.endswith("__init__.py") else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and (node.module == "babelfeed" or node.module.startswith("babelfeed.")):
+                mod = node.module[len("babelfeed."):] if node.module != "babelfeed" else ""
+            else:
+                continue
+            for alias in node.names:
+                sub = f"{mod}.{alias.name}" if mod else alias.name
+                found.add(sub if sub in known else mod)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("babelfeed."):
+                    found.add(alias.name[len("babelfeed."):])
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module" and node.args and \
+                isinstance(node.args[0], ast.Constant) and str(node.args[0].value).startswith("babelfeed."):
+            found.add(node.args[0].value[len("babelfeed."):])
+    return {m for m in found if m and m != name and not name.startswith(m + ".") and m in known}
+
+
+def layer(name: str) -> int:
+    return LAYERS[name.split(".")[0]] if name else LAYERS["__init__"]
+
+
+def graph() -> dict:
+    mods = modules()
+    known = set(mods)
+    return {name: imports(name, path, known) for name, path in mods.items()}
+
+
+def test_every_module_has_a_layer():
+    assert sorted(m for m in modules() if m.split(".")[0] not in LAYERS) == []
+
+
+def test_imports_go_down_the_layers():
+    up = sorted(f"{a} (layer {layer(a)}) imports {b} (layer {layer(b)})"
+                for a, deps in graph().items() if a != "__init__" for b in deps
+                if layer(b) > layer(a) and not b.endswith("__init__"))
+    assert up == []
+
+
+def test_no_import_circles():
+    g = {a: {b for b in deps if not (a.startswith(b + ".") or b == "")} for a, deps in graph().items()
+         if a != "__init__"}
+    # package faces (__init__) re-export lazily; circles are looked for between modules
+    g = {a: {b for b in deps if b in g and b not in ("plan", "sources", "gather", "lm", "config", "storage",
+                                                   "iterators", "tools", "preprocess", "_native")}
+         for a, deps in g.items()}
+    index, low, stack, on, circles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    assert circles == []
+
+
+def test_the_core_imports_no_framework():
+    """Importing every core module loads no torch, jax, flax or grain (a fresh interpreter)."""
+    names = sorted(m for m in modules() if m and not m.endswith("__init__"))
+    code = ("import sys, importlib\n" + "".join(f"importlib.import_module('babelfeed.{m}')\n" for m in names)
+            + "bad = sorted(m for m in ('torch', 'jax', 'flax', 'grain') if m in sys.modules)\nprint(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.parametrize("old,new", [("batches", "iterators.translation"), ("ledger", "iterators.ledger"),
+                                     ("plan_options", "plan.options"), ("binarize", "preprocess.binarize"),
+                                     ("iterator", "iterators.protocol"), ("position", "iterators.position")])
+def test_the_old_module_names_are_the_new_modules(old, new):
+    import babelfeed
+
+    assert importlib.import_module(f"babelfeed.{old}") is importlib.import_module(f"babelfeed.{new}")
+    assert getattr(babelfeed, old) is importlib.import_module(f"babelfeed.{new}")
+
+
+def test_packages_that_replaced_a_module_still_give_its_names():
+    from babelfeed.config import load_config, task  # noqa: F401  (the public babelfeed.config.task)
+    from babelfeed.gather import TokenSpaces  # noqa: F401
+    from babelfeed.lm import LMIterator  # noqa: F401
+    from babelfeed.plan import EpochPlanner  # noqa: F401
+    from babelfeed.sources import SourceSet  # noqa: F401
+    import babelfeed.policy  # noqa: F401  (the public babelfeed.policy)
+
+    out = subprocess.run([sys.executable, "-m", "babelfeed.cli", "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and "binarize" in out.stdout
