@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 
 import numpy as np
 
@@ -212,6 +213,108 @@ class LMIterator(LoaderIterator):
         return {"tokens": text[:, :-1], "labels": text[:, 1:], "loss_mask": loss_mask.astype(np.float32),
                 "segment_ids": seg[:, :-1], "positions": np.ascontiguousarray(pos[:, :-1]),
                 "dataset": dataset.astype(np.int32)}
+
+    # ----------------------------------------------------------------------------------------- provenance
+    def dataset_names(self) -> list[str]:
+        """A name per blended dataset: its prefix's file name, or the whole prefix where two share a name."""
+        base = [os.path.basename(s.prefix) for s in self.sources]
+        return [b if base.count(b) == 1 else s.prefix for b, s in zip(base, self.sources)]
+
+    def describe_samples(self, g) -> list[dict]:
+        """Where global samples ``g`` of the run (``batch k`` holds ``k * global_batch ...``) came from: per
+        sample ``{"sample", "dataset", "prefix", "epoch" (the dataset's), "index" (its sample in that epoch),
+        "records" (the .idx records its tokens come from, in order), "documents", "tokens" (its real input
+        tokens: the ``tokens`` positions of its row that hold data)}``."""
+        g = np.asarray(g, dtype=np.int64).reshape(-1)
+        if len(g) and (g.min() < 0 or g.max() >= self.num_samples):
+            raise ValueError(f"sample {int(g.max() if g.max() >= self.num_samples else g.min())} is not a sample of "
+                             f"this run (0 to {self.num_samples - 1})")
+        which, k_in = self.dataset_index[g].astype(np.int64), self.dataset_sample[g]
+        names = self.dataset_names()
+        out: list = [None] * len(g)
+        for d in np.unique(which).tolist():
+            src = self.sources[d]
+            sel = np.flatnonzero(which == d)
+            epochs, samples = src.locate(k_in[sel])
+            doc_starts = np.asarray(src.ds.doc_idx, dtype=np.int64) if len(src.ds.doc_idx) else None
+            for e in np.unique(epochs).tolist():
+                sub = sel[epochs == e]
+                count, p = src.pieces(e, samples[epochs == e], self.seq_len + 1)
+                ptr = np.concatenate([[0], np.cumsum(count)])
+                real = np.minimum(np.bincount(np.repeat(np.arange(len(count)), count), weights=p["length"],
+                                              minlength=len(count)), self.seq_len).astype(np.int64)
+                for i, (at, j) in enumerate(zip(sub.tolist(), samples[epochs == e].tolist())):
+                    seq = p["sequence"][ptr[i]:ptr[i + 1]]
+                    docs = (np.searchsorted(doc_starts, seq, side="right") - 1).tolist() if doc_starts is not None \
+                        else []
+                    out[at] = {"sample": int(g[at]), "dataset": names[d], "prefix": src.prefix, "epoch": int(e),
+                               "index": int(j), "records": seq.tolist(), "documents": sorted(set(docs)),
+                               "tokens": int(real[i])}
+        return out
+
+    def trace(self, step: int, state: dict | None = None) -> list[dict]:
+        """The samples of training step ``step`` (1-based; a step is one global batch) on every rank: where each
+        row came from (:meth:`describe_samples`) and the rank that holds it. ``state``: a state of the run, checked
+        against this data (an LM run's plan has no history: its steps are its global batches)."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
+        if state is not None:
+            from babelfeed.iterators.state import needs_resolving, resolve
+
+            if needs_resolving(state):
+                state = resolve(state, self)
+            self._check_state(state, True, {"consumed_samples": 0})
+        if step > len(self):
+            raise ValueError(f"step {step} is past the run's end: it is {len(self)} global batches (num_samples)")
+        first = (step - 1) * self.global_batch
+        per_rank = self.global_batch // self.world_size
+        rows = self.describe_samples(np.arange(first, first + self.global_batch))
+        return [{"step": step, "batch": step - 1, "rank": i // per_rank, "row": i % per_rank, **r}
+                for i, r in enumerate(rows)]
+
+    # ----------------------------------------------------------------------------------------- ledger
+    def ledger_totals(self, consumed: int | None = None) -> np.ndarray:
+        """``int64[3, datasets]``: samples, tokens (their rows' real input tokens) and completed passes (epochs of
+        the dataset's split) taken by every rank together up to global batch ``consumed`` (default: here)."""
+        n = (self.consumed if consumed is None else int(consumed) * self.global_batch)
+        cache = getattr(self, "_ledger_cache", None)
+        if cache is None or cache[0] > n:
+            cache = (0, np.zeros((3, len(self.sources)), np.int64))
+        done, totals = cache[0], cache[1].copy()
+        step = 1 << 16
+        for lo in range(done, n, step):  # tokens count sample by sample: in blocks, remembered
+            g = np.arange(lo, min(lo + step, n))
+            which, k_in = self.dataset_index[g].astype(np.int64), self.dataset_sample[g]
+            totals[0] += np.bincount(which, minlength=len(self.sources))
+            for d in np.unique(which).tolist():
+                src = self.sources[d]
+                epochs, samples = src.locate(k_in[which == d])
+                for e in np.unique(epochs).tolist():
+                    count, p = src.pieces(e, samples[epochs == e], self.seq_len + 1)
+                    per_sample = np.bincount(np.repeat(np.arange(len(count)), count), weights=p["length"],
+                                             minlength=len(count))
+                    totals[1, d] += int(np.minimum(per_sample, self.seq_len).sum())
+        for d, src in enumerate(self.sources):  # passes: the epochs the dataset's next sample lies beyond
+            taken = int(totals[0, d])
+            totals[2, d] = int(src.locate(np.array([taken]))[0][0]) - 1 if taken else 0
+        self._ledger_cache = (n, totals.copy())
+        return totals
+
+    def ledger(self, prefix: str = "ledger", consumed: int | None = None) -> dict:
+        """What every rank together has consumed, per blended dataset, at this position: a flat dict of numbers to
+        log (``{prefix}/{dataset}/samples``, ``tokens``, ``passes``; ``{prefix}/samples``, ``tokens``,
+        ``step``), counted from the plan, the same on every rank."""
+        totals = self.ledger_totals(consumed)
+        out: dict = {}
+        for d, name in enumerate(self.dataset_names()):
+            out[f"{prefix}/{name}/samples"] = int(totals[0, d])
+            out[f"{prefix}/{name}/tokens"] = int(totals[1, d])
+            out[f"{prefix}/{name}/passes"] = int(totals[2, d])
+        out[f"{prefix}/samples"] = int(totals[0].sum())
+        out[f"{prefix}/tokens"] = int(totals[1].sum())
+        out[f"{prefix}/step"] = (self.consumed if consumed is None else int(consumed) * self.global_batch) \
+            // self.global_batch
+        return out
 
     # ----------------------------------------------------------------------------------------- state
     def fingerprint(self) -> str:

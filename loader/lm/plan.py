@@ -200,4 +200,4 @@ class LMSource:
         pointers = np.asarray(self.ds.pointers[seq], dtype=np.int64)
         check_records(self.ds, seq, sizes[seq], pointers)  # every record read lies inside the .bin, aligned
         address = self.at[1] + pointers // self.ds.dtype.itemsize + start
-        return count, {"start": address, "length": length, "column": column}
+        return count, {"start": address, "length": length, "column": column, "sequence": seq}

@@ -27,7 +27,9 @@ import os
 import re
 import sys
 
-from babelfeed.errors import MissingExtraError
+import numpy as np
+
+from babelfeed.errors import FormatError, MissingExtraError
 
 # What a user can fix: arguments, config values and files (FormatError, BinarizeError and the config checks
 # are ValueErrors; missing and unreadable files OSErrors; a key a config file lacks a KeyError).
@@ -109,6 +111,68 @@ def _translation_config(path, overrides):
     return config
 
 
+def _lm_config(path, overrides):
+    """A language-model config (configs/lm_packing.py: data_path, seq_len, ...) with its overrides, or None when
+    the file is a translation config."""
+    from babelfeed.config.files import apply_overrides, load_config
+
+    config = apply_overrides(load_config(path), overrides)
+    return config if "data_path" in config else None
+
+
+def _lm_trace(args, config) -> int:
+    from babelfeed.lm.iterator import LMIterator
+
+    it = LMIterator.from_config(config, world_size=args.world_size or 1)
+    state = None
+    if args.state:
+        with open(args.state) as f:
+            try:
+                state = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{args.state}: not a JSON iterator state ({e})") from None
+    rows = it.trace(args.step, state)
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"step {args.step}: global batch {args.step - 1}, {len(rows)} samples of {it.seq_len + 1} tokens "
+          f"(world size {it.world_size}, mode {it.mode})")
+    width = max([len("dataset")] + [len(r["dataset"]) for r in rows])
+    print(f"{'rank':>4} {'row':>4} {'dataset':<{width}} {'epoch':>5} {'sample':>8} {'tokens':>6}  documents")
+    for r in rows:
+        docs = r["documents"]
+        shown = ", ".join(map(str, docs[:6])) + (f" ... ({len(docs)})" if len(docs) > 6 else "")
+        print(f"{r['rank']:>4} {r['row']:>4} {r['dataset']:<{width}} {r['epoch']:>5} {r['index']:>8} "
+              f"{r['tokens']:>6}  {shown}")
+    return 0
+
+
+def _lm_plan(config) -> str:
+    """What an LM config's run draws: per blended dataset, its weight, samples, tokens and passes over its split."""
+    from babelfeed.lm.iterator import LMIterator
+
+    it = LMIterator.from_config(config)
+    totals = it.ledger_totals(len(it)) if len(it) * it.global_batch <= 4_000_000 else None
+    counts = np.bincount(it.dataset_index.astype(np.int64), minlength=len(it.sources))
+    names = it.dataset_names()
+    width = max([len("dataset")] + [len(n) for n in names])
+    lines = [f"LM run: {len(it):,} global batches of {it.global_batch} samples x {it.seq_len + 1} tokens "
+             f"({it.num_samples:,} samples), mode {it.mode}, split {it.sources[0].split} ({it.sources[0].split_name})",
+             f"{'dataset':<{width}} {'weight':>7} {'samples':>11} {'share':>7} {'passes':>7} {'real tokens':>13}"]
+    for d, name in enumerate(names):
+        src = it.sources[d]
+        passes = int(src.locate(np.array([int(counts[d])]))[0][0]) - 1 if counts[d] else 0
+        real = f"{int(totals[1, d]):,}" if totals is not None else "-"
+        lines.append(f"{name:<{width}} {it.weights[d] / sum(it.weights):>7.3f} {int(counts[d]):>11,} "
+                     f"{counts[d] / max(counts.sum(), 1):>7.1%} {passes:>7} {real:>13}")
+    if totals is not None:
+        slots = int(counts.sum()) * it.seq_len
+        lines.append(f"real tokens fill {totals[1].sum() / max(slots, 1):.1%} of the input positions")
+    else:
+        lines.append("real tokens: not counted past 4M samples (babelfeed.LMIterator.ledger_totals counts them)")
+    return "\n".join(lines)
+
+
 def _binarize(args) -> int:
     from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_report
 
@@ -130,6 +194,25 @@ def _binarize(args) -> int:
 def _inspect(args) -> int:
     from babelfeed.tools.stats import corpus_stats, format_stats
 
+    from babelfeed.sources.corpus import ShardedCorpus
+
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # (a documents folder's names are not a data_bin's: no warning for that)
+            warnings.simplefilter("ignore")
+            ShardedCorpus(args.data_bin)
+    except FormatError as e:  # no translation files: a binarize --documents output (Megatron prefixes)?
+        if "no .idx files found" not in str(e):
+            raise
+        from babelfeed.tools.stats import document_stats, format_document_stats
+
+        if args.plot:
+            raise ValueError(f"{args.data_bin}: --plot draws a data_bin's directions; this folder holds documents "
+                             f"(its table and --json say what they hold)") from None
+        rows = document_stats(args.data_bin)
+        print(json.dumps(rows, indent=2) if args.json else format_document_stats(rows))
+        return 0
     rows = corpus_stats(args.data_bin, check_tokens=args.verify, histograms=bool(args.plot))
     files = []
     if args.plot:
@@ -147,6 +230,12 @@ def _inspect(args) -> int:
 def _plan(args) -> int:
     from babelfeed.tools import plan_report
 
+    lm = _lm_config(args.config_file or args.config, (args.set or []) + args.overrides)
+    if lm is not None:
+        if args.plot:
+            raise ValueError("--plot draws a translation plan's shapes and mixture; an LM run's plan is printed")
+        print(_lm_plan(lm))
+        return 0
     config = _translation_config(args.config_file or args.config, (args.set or []) + args.overrides)
     print(plan_report.plan_report(config, args.shapes, plot_dir=args.plot))
     return 0
@@ -170,6 +259,9 @@ def _trace(args) -> int:
         raise ValueError("name the run's config (a file or a shipped config's name), e.g. babelfeed trace "
                          "configs/demo.py --step 10")
 
+    lm = _lm_config(args.config_file or args.config, (args.set or []) + args.overrides)
+    if lm is not None:
+        return _lm_trace(args, lm)
     config = _translation_config(args.config_file or args.config, (args.set or []) + args.overrides)
     state = None
     if args.state:

@@ -6,6 +6,8 @@ is bounded by the longest sentence, not by the corpus.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from babelfeed.sources.corpus import ShardedCorpus
@@ -95,3 +97,52 @@ def format_stats(rows: list[dict]) -> str:
 
     lines = [fmt(heads), fmt(["-" * w for w in widths])] + [fmt(c) for c in cells]
     return "\n".join(lines)
+
+
+def document_stats(root, verify: str = "full") -> list[dict]:
+    """Per dataset of a ``binarize --documents`` output (``shardNNN/{corpus}_{key}_document.{bin,idx}``, or
+    Megatron prefixes anywhere under ``root``): documents, sequences, tokens, shards, document length
+    percentiles (tokens), dtype. The shards of one name are one dataset."""
+    from babelfeed.storage.indexed import IndexedDataset
+
+    found: dict = {}
+    for folder, _, files in sorted(os.walk(os.fspath(root))):
+        for f in sorted(files):
+            if f.endswith(".idx"):
+                found.setdefault(f[:-4], []).append(os.path.join(folder, f[:-4]))
+    if not found:
+        raise FormatError(os.fspath(root), "no .idx files found (a data_bin: shardNNN/{split}.{src}-{tgt}.{lang}.idx; "
+                                           "documents: shardNNN/{corpus}_{key}_document.idx)")
+    rows = []
+    for name, prefixes in sorted(found.items()):
+        docs = seqs = tokens = 0
+        lengths, dtypes = [], set()
+        for prefix in prefixes:
+            ds = IndexedDataset(prefix, verify=verify)
+            dtypes.add(ds.dtype.name)
+            bounds = np.asarray(ds.doc_idx, dtype=np.int64)
+            per_seq = np.concatenate([[0], np.cumsum(np.asarray(ds.sizes, dtype=np.int64))])
+            lengths.append(per_seq[bounds[1:]] - per_seq[bounds[:-1]])
+            docs += len(bounds) - 1
+            seqs += len(ds)
+            tokens += ds.num_tokens
+        doc_len = np.concatenate(lengths) if lengths else np.zeros(0, np.int64)
+        row = {"dataset": name, "documents": docs, "sequences": seqs, "tokens": tokens, "shards": len(prefixes),
+               "dtype": "/".join(sorted(dtypes))}
+        for q in PERCENTILES:
+            row[f"p{q}"] = int(np.percentile(doc_len, q)) if len(doc_len) else 0
+        row["max"] = int(doc_len.max()) if len(doc_len) else 0
+        rows.append(row)
+    return rows
+
+
+def format_document_stats(rows: list[dict]) -> str:
+    cols = ["dataset", "documents", "sequences", "tokens", "shards", "p50", "p90", "p99", "max", "dtype"]
+    cells = [[f"{r[c]:,}" if isinstance(r[c], int) else str(r[c]) for c in cols] for r in rows]
+    widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(cols)]
+
+    def fmt(values):
+        return "  ".join(v.ljust(w) if i in (0, 9) else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths)))
+
+    return "\n".join([fmt(cols), fmt(["-" * w for w in widths]), *(fmt(c) for c in cells),
+                      "(document lengths p50/p90/p99/max in tokens)"])
