@@ -48,8 +48,9 @@ def test_plan_and_preview_take_the_demo_config(data, capsys):
     assert "token_drop" in capsys.readouterr().out
 
 
-def test_plan_refuses_a_language_model_config(capsys):
-    fails(capsys, ["plan", LM], "lm_packing.py", "language-model config")
+def test_plan_of_a_language_model_config_names_its_missing_data(capsys):
+    # plan takes LM configs (tests/test_lm_parity.py); the shipped one points at data/web, not here
+    fails(capsys, ["plan", LM], "data/web.idx", "No such file")
 
 
 def test_missing_files_are_named(capsys, tmp_path):
