@@ -69,6 +69,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'babelfeed' has no attribute {name!r}")
 
 __all__ = [
+    "BabelfeedError",
+    "ConfigError",
     "BatchIterator",
     "LoaderIterator",
     "build_iterator",
@@ -109,7 +111,7 @@ __all__ = [
     "dtype_for_vocab",
 ]
 
-from babelfeed.errors import (BadMagicError, FormatError, InconsistentIndexError, SideMismatchError, TruncatedFileError,
+from babelfeed.errors import (BabelfeedError, ConfigError, BadMagicError, FormatError, InconsistentIndexError, SideMismatchError, TruncatedFileError,
     UnknownDtypeError, UnsupportedDtypeError, UnsupportedVersionError)
 from babelfeed.lm.blending import IndexCache, blending_indices, document_splits, parse_data_path, parse_split
 from babelfeed.plan.bins import LengthBinSampler

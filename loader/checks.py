@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import numbers
 
+from babelfeed.errors import ConfigError
+
 SHARDS = ("cycle", "all")
 VERIFY = ("quick", "full")
 ON_TOO_LONG = ("skip", "raise")
@@ -32,7 +34,7 @@ LARGEST = 2**40
 
 def at_least(key: str, value, low: int) -> None:
     if not is_int(value) or not low <= value < LARGEST:
-        raise ValueError(f"{key} must be an integer >= {low}" + (f" and < 2**40" if is_int(value) and value >= low
+        raise ConfigError(f"{key} must be an integer >= {low}" + (f" and < 2**40" if is_int(value) and value >= low
                                                                  else "") + f", got {value!r}")
 
 
@@ -42,41 +44,41 @@ def integers(key: str, text, low: int = 0, sep: str = ",") -> list[int]:
     try:
         values = [int(t) for t in items]
     except ValueError:
-        raise ValueError(f"{key} must be {sep!r}-separated integers, got {text!r}") from None
+        raise ConfigError(f"{key} must be {sep!r}-separated integers, got {text!r}") from None
     if any(not low <= v < LARGEST for v in values):
-        raise ValueError(f"{key} must hold integers >= {low}, got {text!r}")
+        raise ConfigError(f"{key} must hold integers >= {low}, got {text!r}")
     return values
 
 
 def positive(key: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{key} must be > 0, got {value!r}")
+        raise ConfigError(f"{key} must be > 0, got {value!r}")
 
 
 def one_of(key: str, value, allowed) -> None:
     if value not in allowed:
-        raise ValueError(f"{key} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
+        raise ConfigError(f"{key} must be one of {', '.join(map(repr, allowed))}, got {value!r}")
 
 
 def flag(key: str, value) -> None:
     if not isinstance(value, bool):
-        raise ValueError(f"{key} must be True or False, got {value!r}")
+        raise ConfigError(f"{key} must be True or False, got {value!r}")
 
 
 def check_rank(rank, world_size) -> None:
     """``world_size`` a positive integer and ``rank`` an integer in ``[0, world_size)``."""
     if not is_int(world_size) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+        raise ConfigError(f"world_size must be a positive integer, got {world_size!r}")
     if not is_int(rank) or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
+        raise ConfigError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
 
 
 def check_data(d, where: str = "data") -> None:
     if not isinstance(d.path, str) or not d.path.strip():
-        raise ValueError(f"{where}.path must name a data_bin directory, got {d.path!r}")
+        raise ConfigError(f"{where}.path must name a data_bin directory, got {d.path!r}")
     for key in ("train_split", "valid_split"):
         if not isinstance(d[key], str) or not d[key].strip():
-            raise ValueError(f"{where}.{key} must be a split name such as 'train', got {d[key]!r}")
+            raise ConfigError(f"{where}.{key} must be a split name such as 'train', got {d[key]!r}")
     one_of(f"{where}.shards", d.shards, SHARDS)
     one_of(f"{where}.verify", d.verify, VERIFY)
     at_least(f"{where}.length_cache_mb", d.length_cache_mb, 0)
@@ -90,7 +92,7 @@ def check_filter(f, where: str = "filter") -> None:
     for key in ("max_source_positions", "max_target_positions"):
         at_least(f"{where}.{key}", f[key], 1)
         if f[key] > LONGEST:
-            raise ValueError(f"{where}.{key} must be at most {LONGEST} (the planner's longest sample), "
+            raise ConfigError(f"{where}.{key} must be at most {LONGEST} (the planner's longest sample), "
                              f"got {f[key]!r}")
     one_of(f"{where}.on_too_long", f.on_too_long, ON_TOO_LONG)
     one_of(f"{where}.on_too_long_valid", f.on_too_long_valid, ON_TOO_LONG)
@@ -119,7 +121,7 @@ def check_batching(b, where: str = "batching") -> None:
     for item in [t.strip() for t in str(b.get("shapes", "")).split(",") if t.strip()]:
         parts = item.split("x")
         if len(parts) not in (1, 2) or not all(p.strip().isdigit() and 0 < int(p) < LARGEST for p in parts):
-            raise ValueError(f"{where}.shapes must be widths such as '32,64,128' or 'SRCxTGT' pairs such as "
+            raise ConfigError(f"{where}.shapes must be widths such as '32,64,128' or 'SRCxTGT' pairs such as "
                              f"'32x48,64x80' (positive integers), got {b.shapes!r}")
 
 
@@ -140,10 +142,10 @@ def check_translation_config(config, where: str = "") -> None:
     prefix = f"{where}." if where else ""
     missing = [s for s in SECTIONS if s not in config]
     if missing:
-        raise ValueError(f"{where or 'the config'} is not a translation config: it has no "
+        raise ConfigError(f"{where or 'the config'} is not a translation config: it has no "
                          f"{', '.join(prefix + s for s in missing)} section (see configs/nllb_like.py)")
     if not is_int(config.seed) or not 0 <= config.seed < 2**32:
-        raise ValueError(f"{prefix}seed must be an integer in [0, 2**32), got {config.seed!r}")
+        raise ConfigError(f"{prefix}seed must be an integer in [0, 2**32), got {config.seed!r}")
     one_of(f"{prefix}compat", config.compat, COMPAT)
     for section, check in SECTIONS.items():
         check(config[section], prefix + section)

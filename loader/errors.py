@@ -47,10 +47,14 @@ class SideMismatchError(FormatError):
     """The two sides of a translation direction disagree on the number of sentences."""
 
 
-class UnsupportedDtypeError(ValueError):
+class ConfigError(BabelfeedError, ValueError):
+    """A config value (or a combination of values) that babelfeed cannot run with; the message names the key."""
+
+
+class UnsupportedDtypeError(BabelfeedError, ValueError):
     """A builder was asked to write a dtype that the target format cannot encode."""
 
 
-class MissingExtraError(ImportError):
+class MissingExtraError(BabelfeedError, ImportError):
     """An optional dependency is not installed; the message names the extra that brings it
     (``pip install 'babelfeed[plot]'``). The command line reports it as a user error (exit 2)."""

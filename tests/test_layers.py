@@ -155,3 +155,27 @@ def test_packages_that_replaced_a_module_still_give_its_names():
     out = subprocess.run([sys.executable, "-m", "babelfeed.cli", "--help"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and "binarize" in out.stdout
+
+
+def test_babelfeeds_errors_have_one_root_and_stay_what_they_were():
+    """BabelfeedError roots every error class babelfeed defines; each stays the builtin it was (code catching
+    ValueError, OSError or ImportError keeps working)."""
+    import babelfeed
+    from babelfeed.errors import MissingExtraError, UnsupportedDtypeError
+    from babelfeed.iterators.protocol import StateMismatch
+    from babelfeed.iterators.state import StateError
+    from babelfeed.preprocess.rawtext import BinarizeError
+    from babelfeed.preprocess.textio import TextInputError
+    from babelfeed.storage.mapping import MappingError
+
+    for cls, builtin in [(babelfeed.ConfigError, ValueError), (babelfeed.FormatError, ValueError),
+                         (StateError, ValueError), (StateMismatch, ValueError), (BinarizeError, ValueError),
+                         (TextInputError, ValueError), (UnsupportedDtypeError, ValueError), (MappingError, OSError),
+                         (MissingExtraError, ImportError)]:
+        assert issubclass(cls, babelfeed.BabelfeedError) and issubclass(cls, builtin), cls
+    cfg = babelfeed.load_config("nllb_like")
+    cfg.mixing.temperature = 0.0
+    from babelfeed.checks import check_translation_config
+
+    with pytest.raises(babelfeed.ConfigError, match="mixing.temperature"):
+        check_translation_config(cfg)

@@ -9,6 +9,8 @@ import os
 
 import ml_collections
 
+from babelfeed.errors import ConfigError
+
 
 def shipped_configs() -> dict[str, str]:
     """The configs that come with babelfeed (``babelfeed.configs``): name -> file."""
@@ -40,18 +42,18 @@ def load_config(path) -> ml_collections.ConfigDict:
     path = config_path(path)
     spec = importlib.util.spec_from_file_location(f"babelfeed_config_{abs(hash(path))}", path)
     if spec is None or spec.loader is None:
-        raise ValueError(f"{path}: not a Python config file (a .py file defining get_config())")
+        raise ConfigError(f"{path}: not a Python config file (a .py file defining get_config())")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except Exception as e:  # the user's file: say where it failed, in one line
         where = f" (line {e.lineno})" if isinstance(e, SyntaxError) else ""
-        raise ValueError(f"{path}{where}: running the config file failed: {type(e).__name__}: {e}") from e
+        raise ConfigError(f"{path}{where}: running the config file failed: {type(e).__name__}: {e}") from e
     if not hasattr(module, "get_config"):
-        raise ValueError(f"{path}: a config file must define get_config()")
+        raise ConfigError(f"{path}: a config file must define get_config()")
     config = module.get_config()
     if not isinstance(config, ml_collections.ConfigDict):
-        raise ValueError(f"{path}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict")
+        raise ConfigError(f"{path}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict")
     config.lock()
     return config
 
@@ -61,7 +63,7 @@ def translation_section(config: ml_collections.ConfigDict, path: str = "the conf
     itself for configs/nllb_like.py, its ``train`` section for configs/demo.py (which also holds the corpus,
     binarize and model settings of the demo). A language-model config raises ValueError."""
     if "data_path" in config:
-        raise ValueError(f"{path} is a language-model config (data_path, seq_len, ...); this command takes a "
+        raise ConfigError(f"{path} is a language-model config (data_path, seq_len, ...); this command takes a "
                          f"translation config such as configs/nllb_like.py")
     if "data" not in config and isinstance(config.get("train"), ml_collections.ConfigDict):
         return config.train, "train"
@@ -96,7 +98,7 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides) -> ml_collecti
         text = item[len("--config."):] if item.startswith("--config.") else item
         key, sep, raw = text.partition("=")
         if not sep:
-            raise ValueError(f"config override {item!r} must look like key.path=value")
+            raise ConfigError(f"config override {item!r} must look like key.path=value")
         node = config
         parts = key.split(".")
         for depth, part in enumerate(parts):
@@ -105,7 +107,7 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides) -> ml_collecti
                 near = difflib.get_close_matches(part, known, n=3)
                 where = ".".join(parts[:depth]) or "the config"
                 hint = f"; did you mean {', '.join(near)}?" if near else f"; {where} has: {', '.join(sorted(known))}"
-                raise ValueError(f"unknown config key {key!r}: no {part!r} in {where}{hint}")
+                raise ConfigError(f"unknown config key {key!r}: no {part!r} in {where}{hint}")
             if depth < len(parts) - 1:
                 node = node[part]
         last = parts[-1]
@@ -113,7 +115,7 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides) -> ml_collecti
         try:
             node[last] = _parse_value(raw, current)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"config key {key!r} is a {type(current).__name__} ({current!r}); cannot set it to "
+            raise ConfigError(f"config key {key!r} is a {type(current).__name__} ({current!r}); cannot set it to "
                              f"{raw!r}: {e}") from None
     return config
 

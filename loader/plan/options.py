@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from babelfeed.plan.mixing import SAMPLERS
 
+from babelfeed.errors import ConfigError
+
 METHODS = ("temperature", "uniform", "weights")
 
 
@@ -38,51 +40,51 @@ class PlanOptions:
 
     def validate(self) -> None:
         if self.sampler not in SAMPLERS:
-            raise ValueError(f"mixing.sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+            raise ConfigError(f"mixing.sampler must be one of {SAMPLERS}, got {self.sampler!r}")
         if self.method not in METHODS:
-            raise ValueError(f"mixing.method must be one of {METHODS}, got {self.method!r}")
+            raise ConfigError(f"mixing.method must be one of {METHODS}, got {self.method!r}")
         if not self.temperature > 0:
-            raise ValueError(f"mixing.temperature must be > 0, got {self.temperature}")
+            raise ConfigError(f"mixing.temperature must be > 0, got {self.temperature}")
         if self.max_tokens <= 0:
-            raise ValueError(f"batching.max_tokens must be > 0, got {self.max_tokens}")
+            raise ConfigError(f"batching.max_tokens must be > 0, got {self.max_tokens}")
         if self.max_sentences < 0 or self.multiple < 1 or self.window < 0 or self.balance_block < 1:
-            raise ValueError("batching.max_sentences >= 0, required_batch_size_multiple >= 1, window >= 0 and "
+            raise ConfigError("batching.max_sentences >= 0, required_batch_size_multiple >= 1, window >= 0 and "
                              f"balance_block >= 1 are required, got {self.max_sentences}, {self.multiple}, "
                              f"{self.window}, {self.balance_block}")
         longest = max(self.max_source_positions, self.max_target_positions)
         if longest > self.max_tokens:
-            raise ValueError(f"batching.max_tokens={self.max_tokens} is smaller than the longest allowed sample "
+            raise ConfigError(f"batching.max_tokens={self.max_tokens} is smaller than the longest allowed sample "
                              f"({longest} tokens): lower max_source/target_positions or raise max_tokens")
         if self.on_too_long not in ("skip", "raise"):
-            raise ValueError(f"filter.on_too_long must be 'skip' or 'raise', got {self.on_too_long!r}")
+            raise ConfigError(f"filter.on_too_long must be 'skip' or 'raise', got {self.on_too_long!r}")
         if self.compat not in ("none", "fairseq"):
-            raise ValueError(f"compat must be 'none' or 'fairseq', got {self.compat!r}")
+            raise ConfigError(f"compat must be 'none' or 'fairseq', got {self.compat!r}")
         if self.pack_shape:
             if len(self.pack_shape) != 2 or min(self.pack_shape) < 1 or max(self.pack_shape) > self.max_tokens:
-                raise ValueError(f"batching.pack must be 'L_srcxL_tgt' within max_tokens, got {self.pack_shape}")
+                raise ConfigError(f"batching.pack must be 'L_srcxL_tgt' within max_tokens, got {self.pack_shape}")
             if self.shapes or self.compat == "fairseq":
-                raise ValueError("batching.pack cannot be combined with static shapes or compat='fairseq'")
+                raise ConfigError("batching.pack cannot be combined with static shapes or compat='fairseq'")
             if self.max_source_positions > self.pack_shape[0] or self.max_target_positions > self.pack_shape[1]:
-                raise ValueError(f"filter.max_source/target_positions ({self.max_source_positions}, "
+                raise ConfigError(f"filter.max_source/target_positions ({self.max_source_positions}, "
                                  f"{self.max_target_positions}) must fit the packed row {tuple(self.pack_shape)}")
         if self.compat == "fairseq" and self.shapes:
-            raise ValueError("static shapes cannot be combined with compat='fairseq' (fairseq has no such batches)")
+            raise ConfigError("static shapes cannot be combined with compat='fairseq' (fairseq has no such batches)")
         for shape in self.shapes:
             if len(shape) < 2 or shape[0] < 1 or shape[0] * max(shape[1:]) > self.max_tokens:
-                raise ValueError(f"shape {tuple(shape)} must be (batch, length...) within max_tokens={self.max_tokens}")
+                raise ConfigError(f"shape {tuple(shape)} must be (batch, length...) within max_tokens={self.max_tokens}")
         if self.compat == "fairseq" and self.sampler not in ("fairseq", "concat"):
-            raise ValueError("compat='fairseq' needs mixing.sampler 'fairseq' (resampling) or 'concat' (no resampling)")
+            raise ConfigError("compat='fairseq' needs mixing.sampler 'fairseq' (resampling) or 'concat' (no resampling)")
         if self.sampler == "stream" and self.compat == "fairseq":
-            raise ValueError("compat='fairseq' cannot use mixing.sampler='stream' (fairseq redraws every epoch)")
+            raise ConfigError("compat='fairseq' cannot use mixing.sampler='stream' (fairseq redraws every epoch)")
         if self.schedule is not None and self.schedule.boundaries and self.sampler != "stream":
-            raise ValueError(f"a mixing schedule that changes during training needs mixing.sampler='stream' (or "
+            raise ConfigError(f"a mixing schedule that changes during training needs mixing.sampler='stream' (or "
                              f"'auto'), got {self.sampler!r}")
         if self.batches_per_update < 1:
-            raise ValueError(f"batches per optimizer update must be >= 1, got {self.batches_per_update}")
+            raise ConfigError(f"batches per optimizer update must be >= 1, got {self.batches_per_update}")
         if self.probabilities_from not in ("total", "shard"):
-            raise ValueError(f"mixing.probabilities_from must be 'total' or 'shard', got {self.probabilities_from!r}")
+            raise ConfigError(f"mixing.probabilities_from must be 'total' or 'shard', got {self.probabilities_from!r}")
         if not (self.virtual_size in ("fairseq", "sum") or (isinstance(self.virtual_size, int) and self.virtual_size > 0)):
-            raise ValueError(f"mixing.virtual_size must be 'fairseq', 'sum' or a positive int, got {self.virtual_size!r}")
+            raise ConfigError(f"mixing.virtual_size must be 'fairseq', 'sum' or a positive int, got {self.virtual_size!r}")
 
 
 # The config key each plan option comes from (what a fingerprint mismatch names).

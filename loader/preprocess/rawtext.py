@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from babelfeed.errors import BabelfeedError
+
 from babelfeed.preprocess.textio import strip_compression
 
 _SPLIT = r"(?:train|valid|test)[\w]*"
@@ -41,7 +43,7 @@ DOC_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".txt": "text"}
 _BLOCK = 1 << 22
 
 
-class BinarizeError(ValueError):
+class BinarizeError(BabelfeedError, ValueError):
     """Input that binarize refuses: mismatched line counts, missing sides, a policy set to 'error'."""
 
 

@@ -27,7 +27,7 @@ import zlib
 
 import numpy as np
 
-from babelfeed.errors import MissingExtraError
+from babelfeed.errors import BabelfeedError, MissingExtraError
 
 _BLOCK = 1 << 22
 _SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd", ".xz": "xz", ".bz2": "bz2"}
@@ -35,7 +35,7 @@ _MAGIC = (("gzip", b"\x1f\x8b"), ("zstd", b"\x28\xb5\x2f\xfd"), ("xz", b"\xfd7zX
 KINDS = ("line", "block")
 
 
-class TextInputError(ValueError):
+class TextInputError(BabelfeedError, ValueError):
     """An input file that cannot be read as the text it claims to be (bad compression, a wrong suffix)."""
 
 

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from ..errors import TruncatedFileError
+from ..errors import BabelfeedError, TruncatedFileError
 
 PAGE = mmap.PAGESIZE
 _MAP_FIXED = 0x10  # the same value on Linux, macOS and the BSDs
@@ -62,7 +62,7 @@ def round_up(n: int, unit: int = PAGE) -> int:
     return -(-n // unit) * unit
 
 
-class MappingError(OSError):
+class MappingError(BabelfeedError, OSError):
     pass
 
 
