@@ -323,7 +323,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
         k_next = progress[0] if progress is not None else (
             self._worker_next if self._worker_next is not None else self.batches_seen + info.id)
         return {"epoch": self.epoch, "consumed": base + seen * self.batches_per_step, "fingerprint": fingerprint,
-                "base": self.resume, "worker": {"id": info.id, "of": info.num_workers, "next": k_next, "from": base}}
+                "base": self.resume, "world_size": self.world_size,
+                "worker": {"id": info.id, "of": info.num_workers, "next": k_next, "from": base}}
 
     def load_state_dict(self, state: dict) -> None:
         """Continue after the batch of ``state`` from the next iteration on (any world size, any workers): any

@@ -198,3 +198,37 @@ def test_checkpoints_that_hold_no_state_or_several_are_refused_by_name(root):
     it = babelfeed.build_train_iterator(config_for(root))
     with pytest.raises(ValueError, match="holds no babelfeed state"):
         it.set_state({"model": 1})
+
+
+def test_a_stateful_dataloader_checkpoint_of_two_ranks_traces_and_restores_on_their_world_size(root, tmp_path,
+                                                                                                capsys):
+    """torchdata's 2-worker checkpoint on rank 0 of 2: babelfeed trace takes the world size from it (it answered
+    for 1 rank, silently), and BatchLoader on 3 ranks counts the steps already taken on 2."""
+    pytest.importorskip("torchdata")
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from babelfeed.adapters.torch import BatchDataset, BatchLoader
+    from babelfeed.cli import main
+
+    cfg = config(root, "stream")
+    dl = StatefulDataLoader(BatchDataset(cfg, rank=0, world_size=2), batch_size=None, num_workers=2)
+    for _ in zip(range(5), dl):
+        pass
+    state = json.loads(json.dumps(dl.state_dict(), default=str))
+    path = tmp_path / "sdl.json"
+    path.write_text(json.dumps(state))
+    cfg_file = tmp_path / "cfg.py"
+    cfg_file.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom test_state_everywhere import config\n"
+                        f"def get_config():\n    return config({str(root)!r}, 'stream')\n")
+    capsys.readouterr()
+    assert main(["trace", str(cfg_file), "--state", str(path), "--step", "5", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert sorted({r["batch"] for r in rows}) == [8, 9]
+    ranks = [babelfeed.build_train_iterator(cfg, rank=r, world_size=2) for r in range(2)]
+    step5 = [[next(it) for _ in range(5)][-1] for it in ranks]
+    assert [sorted(r["id"] for r in rows if r["rank"] == k) for k in range(2)] == [
+        sorted(b["id"][b["weight"] > 0].tolist()) for b in step5]
+    loader = BatchLoader(cfg, rank=0, world_size=3)
+    loader.load_state_dict(state)
+    saved = loader.state_dict()
+    assert (saved["consumed"], saved["total_steps"]) == (10, 5) and saved["steps"] == [[0, 1, 0, 2], [5, 1, 10, 3]]

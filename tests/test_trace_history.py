@@ -38,18 +38,31 @@ def at_window_start(it) -> bool:
     return where is not None and where[1] == 0 and it.consumed > 0
 
 
-def run_segment(its, rng, want: str, min_steps: int, record: dict, step: int, weights_at=()) -> int:
+def run_segment(its, rng, want: str, min_steps: int, record: dict, step: int, weights_at=(),
+                weights_when: str | None = None) -> int:
     """Serve steps on every rank (recording each rank's ids per step) until the cut ``want`` is reached after at
     least ``min_steps``: "window" (the next step starts a planning window), "epoch" (an epoch just ended),
-    "mid" (the next step is inside a window)."""
+    "mid" (the next step is inside a window). Weights change before the steps ``weights_at`` of the segment, and
+    once where ``weights_when`` first holds after 2 steps ("window": after a window's last batch; "epoch": after
+    an epoch's last batch)."""
     taken = 0
     tasks = its[0].planner.sources.tasks
+    ended = False
+
+    def change():
+        w = {t: float(rng.choice([0.2, 1.0, 3.0])) for t in tasks}
+        for it in its:
+            it.set_weights(w)
+
     while True:
         if taken in weights_at:
-            w = {t: float(rng.choice([0.2, 1.0, 3.0])) for t in tasks}
-            for it in its:
-                it.set_weights(w)
+            change()
+        if weights_when and taken >= 2 and ((weights_when == "window" and at_window_start(its[0]))
+                                            or (weights_when == "epoch" and ended)):
+            change()
+            weights_when = None
         batches = [next(it, None) for it in its]
+        ended = batches[0] is None
         if batches[0] is None:
             assert all(b is None for b in batches)
             if want == "epoch" and taken >= min_steps:
@@ -70,9 +83,10 @@ def traced(rows, world: int) -> list:
     return [sorted(r["id"] for r in rows if r["rank"] == k) for k in range(world)]
 
 
-@pytest.mark.parametrize("cuts,seed", [(("window", "mid", "epoch"), 5), (("epoch", "window", "mid"), 6),
-                                       (("mid", "epoch", "window"), 7)])
-def test_trace_answers_every_step_across_edits_weights_and_world_sizes(root, tmp_path, cuts, seed):
+@pytest.mark.parametrize("cuts,seed,when", [(("window", "mid", "epoch"), 5, None),
+                                            (("epoch", "window", "mid"), 6, "window"),
+                                            (("mid", "epoch", "window"), 7, "epoch")])
+def test_trace_answers_every_step_across_edits_weights_and_world_sizes(root, tmp_path, cuts, seed, when):
     """Three segments on 2, 3 and 1 ranks with two edits between them, then a resume on 2 ranks; each cut lands
     where the next step begins a window (the edit takes effect at once), at an epoch's end, or mid-window."""
     rng = np.random.default_rng(seed)
@@ -85,12 +99,12 @@ def test_trace_answers_every_step_across_edits_weights_and_world_sizes(root, tmp
     its = [babelfeed.build_train_iterator(config(root, 1), rank=r, world_size=3) for r in range(3)]
     for it in its:
         it.set_state(s1, mixture_change="allow")
-    step = run_segment(its, rng, cuts[1], 15, record, step, weights_at=(9,))
+    step = run_segment(its, rng, cuts[1], 15, record, step, weights_at=(9,), weights_when=when)
     s2 = json.loads(json.dumps(its[0].get_state()))
     # 1 rank, a direction removed
     its = [babelfeed.build_train_iterator(config(root, 2), rank=0, world_size=1)]
     its[0].set_state(s2, mixture_change="allow")
-    step = run_segment(its, rng, cuts[2], 10, record, step)
+    step = run_segment(its, rng, cuts[2], 10, record, step, weights_when=when)
     s3 = json.loads(json.dumps(its[0].get_state()))
     # 2 ranks, the same config: a world-size change only
     its = [babelfeed.build_train_iterator(config(root, 2), rank=r, world_size=2) for r in range(2)]
@@ -164,3 +178,47 @@ def test_a_state_of_an_older_babelfeed_traces_what_it_can_and_refuses_the_rest_b
         assert traced(probe.trace(s, final), 2) == record[s], s
     with pytest.raises(ValueError, match=f"before mixture edit 1 of this run, which a babelfeed older"):
         probe.trace(edit_at, final)
+
+
+def test_a_checkpoint_on_one_rank_and_weights_at_an_edited_epochs_start_keep_the_ranks_together(root):
+    """After an edit's saved window is finished and the epoch ends, one rank saves (get_state plans its next
+    epoch) and every rank then changes the weights: each rank serves what a fresh resume of the state saved
+    after the change serves (get_state on rank 0 made it plan otherwise than the others; the change also
+    dropped the edited epoch's start, so streams restarted from recomputed positions)."""
+    rng = np.random.default_rng(2)
+    record, step = {}, 0
+    its = [babelfeed.build_train_iterator(config(root, 0), rank=r, world_size=2) for r in range(2)]
+    step = run_segment(its, rng, "mid", 6, record, step)
+    s1 = json.loads(json.dumps(its[0].get_state()))
+    its = [babelfeed.build_train_iterator(config(root, 1), rank=r, world_size=3) for r in range(3)]
+    for it in its:
+        it.set_state(s1, mixture_change="allow")
+    while [next(it, None) for it in its][0] is not None:  # the saved window, to the epoch's end
+        pass
+    its[0].get_state()
+    for it in its:
+        it.set_weights({t: w for t, w in zip(it.planner.sources.tasks, (3.0, 0.2, 1.0, 1.0))})
+    after = json.loads(json.dumps(its[0].get_state()))
+    for r, it in enumerate(its):
+        fresh = babelfeed.build_train_iterator(config(root, 1), rank=r, world_size=3)
+        fresh.set_state(after)
+        for _ in range(6):
+            assert np.array_equal(next(it)["id"], next(fresh)["id"]), r
+
+
+def test_a_state_saved_before_the_first_step_on_a_new_world_size_restores(root):
+    """Resumed on 3 ranks and saved at once, then on 4 and saved at once (a checkpoint right after a restart): the
+    state restores, its steps naming the world size that will take the next step (it was refused: 'steps must
+    list ... increasing steps')."""
+    cfg = config(root, 0)
+    it = babelfeed.build_train_iterator(cfg, world_size=2)
+    for _ in range(5):
+        next(it)
+    state = it.get_state()
+    for world in (3, 4, 1):
+        it = babelfeed.build_train_iterator(cfg, world_size=world)
+        it.set_state(json.loads(json.dumps(state)))
+        state = it.get_state()
+    assert state["steps"] == [[0, 1, 0, 2], [5, 1, 10, 1]]
+    fresh = babelfeed.build_train_iterator(cfg, world_size=3)
+    fresh.set_state({**state, "steps": [[0, 1, 0, 2], [5, 1, 10, 3], [5, 1, 10, 1]]})  # as the last version wrote

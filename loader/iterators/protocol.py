@@ -200,10 +200,10 @@ class LoaderIterator:
         """Global batches in ``epoch``."""
         raise NotImplementedError
 
-    def steps_between(self, start: tuple[int, int], end: tuple[int, int]) -> int:
+    def steps_between(self, start: tuple[int, int], end: tuple[int, int], per: int | None = None) -> int:
         """This rank's steps from position ``start`` = (epoch, consumed) to ``end`` (not before it), counted on
-        this iterator's world size: an epoch's last step may take fewer than ``batches_per_step`` batches."""
-        per = self.batches_per_step
+        this iterator's world size (or ``per`` global batches a step): an epoch's last step may take fewer."""
+        per = self.batches_per_step if per is None else int(per)
         (e0, c0), (e1, c1) = start, end
         if (e1, c1) < (e0, c0):
             raise ValueError(f"position {end} is before {start}")
@@ -231,6 +231,13 @@ class LoaderIterator:
                                 f"older babelfeed does not say what changed): resume with the config and data it "
                                 f"was saved with")
         total = pos.get("total_steps")
+        ran_on = pos.get("world_size")  # the world size that took the position's steps, where it says
+        if (base is None and isinstance(ran_on, int) and not isinstance(ran_on, bool) and ran_on >= 1
+                and ran_on != self.world_size and hasattr(self, "step_log")):
+            if total is None:
+                per = ran_on if self.split == "batches" else 1
+                total = self.steps_between((1, 0), (epoch, consumed), per=per)
+            self.step_log = [[0, 1, 0, ran_on]]  # so the state says which world size took those steps
         if total is None:
             start = self.position() if base is not None else (1, 0)
             total = (self.total_steps if base is not None else 0) + self.steps_between(start, (epoch, consumed))

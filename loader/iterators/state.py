@@ -25,7 +25,7 @@ class StateError(BabelfeedError, ValueError):
     """A checkpoint that holds no babelfeed state, or a state that does not fit the run."""
 
 
-POSITION_OPTIONAL = {"batches_per_update", "total_steps", "base", "worker"}
+POSITION_OPTIONAL = {"batches_per_update", "total_steps", "base", "worker", "world_size"}
 # fields only an iterator state has: a dict with any of them is checked as one (and its faults named)
 ITERATOR_KEYS = {"version", "kind", "name", "total_steps", "consumed_samples", "steps", "ledger", "stream"}
 

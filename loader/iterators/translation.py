@@ -367,8 +367,11 @@ class BatchIterator(Reports, LoaderIterator):
             raise ValueError(f"set_weights: weights must be not all 0, got {weights}")
         weights = {k: v / top for k, v in values.items()}  # scaled: their sum stays finite
         if self._handover is not None and self.epoch == self._handover.epoch:
-            raise ValueError("set_weights after the saved run's planning window is finished (a mixture edit was "
-                             f"resumed): {len(self) - self.iterations_in_epoch} more steps")
+            left = len(self) - self.iterations_in_epoch
+            raise ValueError("set_weights while the saved run's planning window is being finished (a mixture edit "
+                             "was resumed; the edited mixture begins with the next epoch): "
+                             + (f"{left} more step(s), then" if left else "its last batch is served:")
+                             + " call it once next() has ended this epoch (raised StopIteration)")
         at = self.planner.epoch_start(self.epoch)[1] + self.consumed if self.planner.opts.sampler == "stream" else 0
         self.planner.set_weights(at, [float(weights[t]) for t in tasks])
         self._hint = (0, 0)
@@ -457,6 +460,10 @@ class BatchIterator(Reports, LoaderIterator):
 
     def _log_steps(self, steps, total: int, epoch: int, consumed: int) -> None:
         log = [list(x) for x in steps] if steps else []
+        while log and log[-1][0] == total and len(log) > 1:  # a world size that took no step: no segment
+            log.pop()
+        if log and log[-1][0] == total and log[-1][3] != self.world_size:
+            log.pop()  # (the run's first segment, without a step yet)
         if not log or log[-1][3] != self.world_size:
             log.append([int(total), int(epoch), int(consumed), int(self.world_size)])
         self.step_log = log
@@ -466,7 +473,9 @@ class BatchIterator(Reports, LoaderIterator):
         ok = isinstance(steps, list) and len(steps) > 0 and all(
             isinstance(x, list) and len(x) == 4 and all(type(v) is int for v in x) and x[0] >= 0 and x[1] >= 1
             and x[2] >= 0 and x[3] >= 1 for x in steps)
-        ok = ok and all(a[0] < b[0] for a, b in zip(steps, steps[1:])) and steps[-1][0] <= total
+        # (non-decreasing: a world size resumed on and saved again before its first step left a segment of no
+        # step, which this babelfeed no longer writes but reads)
+        ok = ok and all(a[0] <= b[0] for a, b in zip(steps, steps[1:])) and steps[-1][0] <= total
         if not ok:
             raise ValueError(f"iterator state field 'steps' must list [steps before, epoch, global batch, world size] "
                              f"with increasing steps up to total_steps={total}, got {str(steps)[:200]}")

@@ -166,8 +166,12 @@ class EpochPlanner(StreamPlanning):
                     for k in [k for k in setup.window_batches if k >= w]:
                         del setup.window_batches[k]
                     setup.num_windows = -1
+        elif self._setup is None:
+            # nothing of the epoch is planned: keep every epoch start known at or before the change (a start set
+            # from a resumed state, or an edited run's, cannot be planned again from epoch 1)
+            drop_from = (max(e for e, (_, b) in self._starts.items() if b <= at), 0)
         else:
-            drop_from = (min(self._starts), 0) if self._setup is None else (self._setup.epoch, 0)
+            drop_from = (self._setup.epoch, 0)
         epoch, w = drop_from
         for cache in (self._filtered, self._masked, self._totals):
             for e in [e for e in cache if e > epoch]:

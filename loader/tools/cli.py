@@ -275,6 +275,12 @@ def _trace(args) -> int:
         # any adapter's checkpoint: the iterator's state, a loader's, a StatefulDataLoader's, {"data": state}
         state = find_state(state, f"--state {args.state}")
     world_size = args.world_size
+    if world_size is None and isinstance(state, dict) and "version" not in state:  # a loader position
+        base = state.get("base") if isinstance(state.get("base"), dict) else {}
+        world_size = state.get("world_size") or (base.get("steps") or [[0, 1, 0, None]])[-1][3]
+        if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+            raise ValueError(f"--state {args.state} is a loader position that does not say which world size ran it "
+                             f"(an older babelfeed's): pass --world-size, the number of ranks of the run")
     if world_size is None:  # the world size that took the step, as the state's step count says (else 1)
         steps = state.get("steps") if isinstance(state, dict) else None
         world_size = 1
