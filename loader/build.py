@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 
+from babelfeed.config.files import check_known_keys
 from babelfeed.iterators.protocol import register_builder
 from babelfeed.iterators.translation import BatchIterator
 from babelfeed.checks import check_rank, check_translation_config
@@ -272,6 +273,7 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
                              f"apply (global_batch counts the samples of one step over all ranks)")
         if epoch != 1:
             raise ValueError("an LM iterator is one pass over num_samples (epochs happen inside each dataset)")
+        check_known_keys(config, kind="lm")
         return LMIterator.from_config(config, rank=rank, world_size=world_size)
     from babelfeed.config.files import translation_section
 
@@ -282,6 +284,7 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
 def train_sources(config, world_size: int = 1, split: str = "batches") -> tuple[SourceSet, object, PlanOptions]:
     """The training data and plan options of ``config``, with every check a training run makes before planning
     (the ``plan`` command goes through here too, so it refuses what training refuses)."""
+    check_known_keys(config)
     check_translation_config(config)
     sources, dictionary = _sources(config, config.data.train_split, config.data.shards)
     sources.check_limits(config.filter.max_source_positions, config.filter.max_target_positions)
@@ -372,6 +375,7 @@ def shape_plan(config, planner: EpochPlanner, stats: bool = True) -> ShapePlan |
 def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str | None = None) -> BatchIterator:
     """Every sample of the validation split once, in a fixed order, nothing dropped; one epoch."""
     check_rank(rank, world_size)
+    check_known_keys(config)
     check_translation_config(config)
     split = split or config.data.valid_split
     corpus = ShardedCorpus(config.data.path, check=False)

@@ -102,7 +102,10 @@ def _translation_config(path, overrides):
     from babelfeed.checks import check_translation_config
     from babelfeed.config.files import apply_overrides, load_config, translation_section
 
+    from babelfeed.config.files import check_known_keys
+
     config, where = translation_section(apply_overrides(load_config(path), overrides), os.fspath(path))
+    check_known_keys(config, where)
     check_translation_config(config, where)
     if not os.path.isdir(config.data.path):
         key = f"{where}.data.path" if where else "data.path"
@@ -116,8 +119,13 @@ def _lm_config(path, overrides):
     the file is a translation config."""
     from babelfeed.config.files import apply_overrides, load_config
 
+    from babelfeed.config.files import check_known_keys
+
     config = apply_overrides(load_config(path), overrides)
-    return config if "data_path" in config else None
+    if "data_path" not in config:
+        return None
+    check_known_keys(config, kind="lm")
+    return config
 
 
 def _lm_trace(args, config) -> int:
