@@ -97,3 +97,22 @@ def test_the_command_plans_and_traces_an_lm_config_and_inspects_documents(root, 
     assert stats["web"]["documents"] == len(web.doc_idx) - 1 and stats["web"]["tokens"] == web.num_tokens
     assert main(["inspect", str(root / "lm")]) == 0
     assert "documents" in capsys.readouterr().out
+
+
+def test_the_loaders_report_an_lm_runs_ledger(root):
+    """BatchLoader's ledger over an LM config is the iterator's at the batches the loop received (it raised);
+    the read-ahead adapters leave an LM run's ledger to an iterator of its config, saying so."""
+    pytest.importorskip("torch")
+    from babelfeed.adapters.torch import BatchLoader, TorchBatches
+
+    cfg = lm_config(root)
+    loader = BatchLoader(cfg)
+    for _ in zip(range(5), loader):
+        pass
+    want = babelfeed.build_iterator(cfg).ledger(consumed=5)
+    assert loader.ledger() == want and want["ledger/step"] == 5
+    batches = TorchBatches(babelfeed.build_iterator(cfg), device="cpu")
+    next(batches)
+    with pytest.raises(TypeError, match="an LM run's ledger is counted from its position"):
+        batches.ledger()
+    batches.close()

@@ -103,9 +103,9 @@ class Position:
 
     def ledger(self, epoch: int, consumed: int, prefix: str = "ledger") -> dict:
         """The run's ledger (``babelfeed.ledger``) at this position: what every rank together has consumed, per
-        stream, since training began (a translation config; earlier epochs are counted from their plan)."""
+        stream (an LM run: per blended dataset), since training began, counted from the plan."""
         it = self.iterator(epoch)
-        if not hasattr(it, "ledger_totals"):
-            raise TypeError("an LM iterator keeps no ledger: its consumed_samples and the blend give the counts")
+        if it.kind == "lm":
+            return it.ledger(prefix, consumed=consumed)
         e, totals, _ = it.ledger_totals(epoch, consumed)
         return it.ledger(prefix, at=(e, totals, None))

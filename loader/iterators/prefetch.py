@@ -33,7 +33,10 @@ class Prefetcher:
             raise ValueError(f"prefetch depth must be >= 1, got {depth}")
         self.iterator, self.convert, self.depth, self.name = iterator, convert, depth, name
         self._state = iterator.get_state() if hasattr(iterator, "get_state") else None
-        self._ledger = iterator.ledger_totals() if hasattr(iterator, "ledger_totals") else None
+        # the translation iterator's ledger is taken per batch in the read-ahead thread (the iterator is that
+        # thread's); an LM run's is counted from its position when asked (ledger())
+        self._tracks = getattr(iterator, "kind", "") == "translation"
+        self._ledger = iterator.ledger_totals() if self._tracks else None
         self._start()
 
     def _start(self) -> None:
@@ -50,7 +53,7 @@ class Prefetcher:
                 if self._stop.is_set():
                     return
                 state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else None
-                if hasattr(self.iterator, "ledger_totals"):  # taken here: the iterator is this thread's
+                if self._tracks:  # taken here: the iterator is this thread's
                     state = (state, self.iterator.ledger_totals())
                 item = (self.convert(batch), state)
                 while not self._stop.is_set():
@@ -79,7 +82,7 @@ class Prefetcher:
             raise StopIteration
         if isinstance(item, BaseException):
             raise item
-        if hasattr(self.iterator, "ledger_totals"):
+        if self._tracks:
             state, self._ledger = state
         self._state = state
         return self.ready(item)
@@ -102,11 +105,15 @@ class Prefetcher:
         self._dropped = False
         self.iterator.set_weights(weights)
         self._state = self.iterator.get_state()
-        self._ledger = self.iterator.ledger_totals() if hasattr(self.iterator, "ledger_totals") else None
+        self._ledger = self.iterator.ledger_totals() if self._tracks else None
 
     def ledger(self, prefix: str = "ledger") -> dict:
         """The wrapped iterator's ledger after the last batch handed out (not the read-ahead)."""
-        if not hasattr(self.iterator, "ledger_totals"):
+        if getattr(self.iterator, "kind", "") == "lm":
+            raise TypeError("an LM run's ledger is counted from its position: build an iterator of its config and "
+                            "call ledger(consumed=...) with get_state()['consumed_samples'] // global_batch (the "
+                            "read-ahead thread owns this iterator)")
+        if not self._tracks:
             raise TypeError(f"{type(self.iterator).__name__} keeps no ledger")
         return self.iterator.ledger(prefix, at=self._ledger)
 
@@ -116,7 +123,7 @@ class Prefetcher:
         self.close()
         self.iterator.set_state(state)
         self._state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else state
-        self._ledger = self.iterator.ledger_totals() if hasattr(self.iterator, "ledger_totals") else None
+        self._ledger = self.iterator.ledger_totals() if self._tracks else None
         self._start()
 
     def close(self) -> None:

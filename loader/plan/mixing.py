@@ -38,10 +38,11 @@ import hashlib
 
 import numpy as np
 
+from babelfeed.checks import SAMPLERS as CONFIG_SAMPLERS
 from babelfeed._native import plan_kernel
 from babelfeed.permute import derive_key, permute, permute_many
 
-SAMPLERS = ("stratified", "fairseq", "concat", "stream")
+SAMPLERS = tuple(s for s in CONFIG_SAMPLERS if s != "auto")  # what the planner runs ("auto" is resolved first)
 
 
 def sampling_probabilities(sizes, temperature: float = 1.0) -> np.ndarray:
