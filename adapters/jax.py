@@ -115,14 +115,14 @@ def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch:
     axes = (axes,) if isinstance(axes, str) else tuple(axes)
     blocks = row_blocks(sharding)
     shards = blocks[1]  # devices the batch axis is split over
-    if hasattr(iterator, "row_multiple"):  # translation: masked rows fill every global batch up to a multiple
+    if iterator.kind == "translation":  # masked rows fill every global batch up to a multiple
         iterator.row_multiple = shards
         planner = iterator.planner
         if planner.opts.pack_shape and planner.rows_per_packed_batch() % shards:
             raise ValueError(f"packed batches of {planner.rows_per_packed_batch()} rows cannot be split over the "
                              f"{shards} devices of the data axes {axes}: choose batching.max_tokens "
                              f"so that max_tokens // max(pack) is a multiple of {shards}")
-    elif getattr(iterator, "global_batch", 0) % shards:
+    elif iterator.global_batch % shards:  # an LM run: a fixed global batch
         raise ValueError(f"global_batch={iterator.global_batch} cannot be split over the {shards} devices of the "
                          f"data axes {axes}: make it a multiple of {shards}")
     iterator.take_row_blocks(*blocks)
