@@ -565,6 +565,8 @@ class BatchIterator(Reports, LoaderIterator):
         if stream and planner.changing_schedule:
             saved = [tuple(x) for x in state.get("stream", {}).get("updates", [])] or \
                 [(0, 0.0, planner.opts.batches_per_update)]  # an older state: its fingerprint held the count
+            # (two counts from one window mark: an earlier babelfeed wrote one per resume; the last one counts)
+            saved = [x for i, x in enumerate(saved) if i + 1 == len(saved) or saved[i + 1][0] != x[0]]
             if [tuple(x) for x in planner.update_segments] != saved:  # plans counted otherwise are not this state's
                 planner.forget_plans()
                 planner.update_segments = [(int(b), float(u), int(p)) for b, u, p in saved]
@@ -701,7 +703,7 @@ class BatchIterator(Reports, LoaderIterator):
         ok_updates = (isinstance(updates, list) and updates and all(
             isinstance(x, list) and len(x) == 3 and type(x[0]) is int and x[0] >= 0
             and type(x[1]) in (int, float) and x[1] >= 0 and type(x[2]) is int and x[2] >= 1 for x in updates)
-            and updates[0][:2] in ([0, 0.0], [0, 0]) and all(a[0] < b[0] for a, b in zip(updates, updates[1:])))
+            and updates[0][:2] in ([0, 0.0], [0, 0]) and all(a[0] <= b[0] for a, b in zip(updates, updates[1:])))
         if not ok_updates:
             raise ValueError(f"iterator state field stream['updates'] must be [[first global batch, update, batches "
                              f"per update], ...] from [0, 0, n], increasing; got {str(updates)[:200]}")

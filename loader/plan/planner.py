@@ -131,7 +131,14 @@ class EpochPlanner(StreamPlanning):
                 break
             w += 1
         at = setup.stream[w].batches
-        self.update_segments.append((at, self.update_at(at), int(per)))
+        # a count set by an earlier resume that has not taken effect yet (the run was resumed again before that
+        # window mark) gives way to this one; none is needed where the count in force is already this one
+        while self.update_segments and self.update_segments[-1][0] >= at:
+            self.update_segments.pop()
+        if not self.update_segments:  # (resumed before the run's first batch: the run counts this way throughout)
+            self.update_segments = [(0, 0.0, int(per))]
+        elif per != self.update_segments[-1][2]:
+            self.update_segments.append((at, self.update_at(at), int(per)))
         self._drop_plans_from(at)
         return at
 
