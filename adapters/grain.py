@@ -57,17 +57,10 @@ class BatchSource:
 
     def _it(self):
         if self._iterator is None:  # opened lazily, in the process that reads
-            from babelfeed.build import build_iterator
+            from babelfeed.iterators.position import resumed_iterator
 
-            if self.resume is None:
-                self._iterator = build_iterator(self.config, rank=self.rank, world_size=self.world_size,
-                                                epoch=self.epoch, split=self.split)
-            else:
-                it = build_iterator(self.config, rank=self.rank, world_size=self.world_size, split=self.split)
-                it.set_state(self.resume)
-                if it.position()[0] != self.epoch:
-                    it._seek(self.epoch, 0, 0)
-                self._iterator = it
+            self._iterator = resumed_iterator(self.config, self.rank, self.world_size, self.split, self.epoch,
+                                              self.resume)
         return self._iterator
 
     def __len__(self) -> int:

@@ -265,16 +265,9 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return info.id, info.num_workers
 
     def _iterator(self):
-        from babelfeed.build import build_iterator
+        from babelfeed.iterators.position import resumed_iterator
 
-        if self.resume is None:
-            return build_iterator(self.config, rank=self.rank, world_size=self.world_size, epoch=self.epoch,
-                                  split=self.split)
-        it = build_iterator(self.config, rank=self.rank, world_size=self.world_size, split=self.split)
-        it.set_state(self.resume)  # the run's history (weights, edits, world sizes) plans the same batches
-        if it.position()[0] != self.epoch:
-            it._seek(self.epoch, 0, 0)
-        return it
+        return resumed_iterator(self.config, self.rank, self.world_size, self.split, self.epoch, self.resume)
 
     def __iter__(self):
         worker, n = self._workers()

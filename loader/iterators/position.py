@@ -13,6 +13,22 @@ from __future__ import annotations
 from babelfeed.iterators.state import _int, check_position  # noqa: F401  (part of this module's face)
 
 
+def resumed_iterator(config, rank: int, world_size: int, split, epoch: int, resume: dict | None = None):
+    """An iterator of ``config`` in ``epoch``: built, and where the run was resumed from ``resume``, given that
+    state first, so the run's history (weight changes, edits, world sizes) plans the same batches. What a loader
+    opens in each process that gathers (DataLoader and grain workers) and keeps in the training process."""
+    from babelfeed.iterators.protocol import builder
+
+    build = builder("any")
+    if resume is None:
+        return build(config, rank=rank, world_size=world_size, epoch=epoch, split=split)
+    it = build(config, rank=rank, world_size=world_size, split=split)
+    it.set_state(resume)
+    if it.position()[0] != epoch:
+        it._seek(epoch, 0, 0)
+    return it
+
+
 class Position:
     """Where a rank's loader stands in its run, kept in the training process: ``(epoch, consumed)`` with
     ``consumed`` the global batches of the epoch that every rank together has taken. Global batches never depend
@@ -32,11 +48,7 @@ class Position:
     def iterator(self, epoch: int):
         """The run's iterator, standing at the start of ``epoch`` (for ``has_batch``, ``len``, ...)."""
         if self._it is None:
-            from babelfeed.iterators.protocol import builder
-
-            self._it = builder("any")(self.config, rank=self.rank, world_size=self.world_size, split=self.split)
-            if self.resume is not None:
-                self._it.set_state(self.resume)
+            self._it = resumed_iterator(self.config, self.rank, self.world_size, self.split, epoch, self.resume)
         if self._it.position()[0] != epoch:
             self._it._seek(epoch, 0, self.total_at(epoch, 0))
         return self._it
@@ -74,22 +86,17 @@ class Position:
             total = it.total_steps
             full = found
         else:
-            epoch, consumed = check_position(found, self.what)
             self._check_schedule(found, it)
+            epoch, consumed, total = it.load_position(found, self.what)  # (checked there)
             if self.is_lm and epoch != 1:
                 raise ValueError(f"{self.what} state: an LM run is one pass (epoch 1), this state has epoch {epoch}")
-            epoch, consumed, total = it.load_position(found, self.what)
-            if consumed and not self._exists(it, epoch, consumed - 1):
+            if consumed > it.epoch_batches(epoch):
                 raise ValueError(f"{self.what} state: consumed={consumed} is past the end of epoch {epoch}, which has "
                                  f"{it.epoch_batches(epoch)} global batches")
             full = it.state_at(epoch, consumed, total)
             it.set_state(full)
         self.resume, self.anchor = full, (epoch, consumed, total)
         return epoch, consumed
-
-    @staticmethod
-    def _exists(it, epoch: int, g: int) -> bool:
-        return g < it.epoch_batches(epoch)
 
     def _check_schedule(self, found: dict, it) -> None:
         planner = getattr(it, "planner", None)

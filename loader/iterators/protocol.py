@@ -139,6 +139,13 @@ class LoaderIterator:
         """Every fingerprint a state of this data and these settings may carry (older babelfeeds' included)."""
         return (self.fingerprint(),)
 
+    def _state_in(self, state):
+        """``state`` itself, or where it is a loader's position or a checkpoint holding a state (another adapter's,
+        a StatefulDataLoader's), the iterator state in it (``babelfeed.iterators.state.resolve``)."""
+        from babelfeed.iterators.state import needs_resolving, resolve
+
+        return resolve(state, self) if needs_resolving(state) else state
+
     def _check_state(self, state, strict: bool, fields: dict, optional: tuple = ()) -> None:
         """Refuse a state that is not a well-formed state of this iterator: not a dict, another version, kind or
         name, a missing or unknown field, an integer field (``fields``: name -> smallest value) that is not an

@@ -533,10 +533,7 @@ class BatchIterator(Reports, LoaderIterator):
         A change to a kept stream's data or to the seed is refused either way."""
         if mixture_change not in ("refuse", "allow"):
             raise ValueError(f"mixture_change must be 'refuse' or 'allow', got {mixture_change!r}")
-        from babelfeed.iterators.state import needs_resolving, resolve
-
-        if needs_resolving(state):  # a loader's position, or a checkpoint holding a state: the state in it
-            state = resolve(state, self)
+        state = self._state_in(state)
         stream = self.planner.opts.sampler == "stream"
         if not stream and isinstance(state, dict) and {"stream", "config", "dormant", "edits"} & set(state):
             raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "

@@ -241,8 +241,7 @@ class LMIterator(LoaderIterator):
                 sub = sel[epochs == e]
                 count, p = src.pieces(e, samples[epochs == e], self.seq_len + 1)
                 ptr = np.concatenate([[0], np.cumsum(count)])
-                real = np.minimum(np.bincount(np.repeat(np.arange(len(count)), count), weights=p["length"],
-                                              minlength=len(count)), self.seq_len).astype(np.int64)
+                real = self._real_tokens(count, p)
                 for i, (at, j) in enumerate(zip(sub.tolist(), samples[epochs == e].tolist())):
                     seq = p["sequence"][ptr[i]:ptr[i + 1]]
                     docs = (np.searchsorted(doc_starts, seq, side="right") - 1).tolist() if doc_starts is not None \
@@ -259,11 +258,7 @@ class LMIterator(LoaderIterator):
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
         if state is not None:
-            from babelfeed.iterators.state import needs_resolving, resolve
-
-            if needs_resolving(state):
-                state = resolve(state, self)
-            self._check_state(state, True, {"consumed_samples": 0})
+            self._check_state(self._state_in(state), True, {"consumed_samples": 0})
         if step > len(self):
             raise ValueError(f"step {step} is past the run's end: it is {len(self)} global batches (num_samples)")
         first = (step - 1) * self.global_batch
@@ -290,15 +285,23 @@ class LMIterator(LoaderIterator):
                 src = self.sources[d]
                 epochs, samples = src.locate(k_in[which == d])
                 for e in np.unique(epochs).tolist():
-                    count, p = src.pieces(e, samples[epochs == e], self.seq_len + 1)
-                    per_sample = np.bincount(np.repeat(np.arange(len(count)), count), weights=p["length"],
-                                             minlength=len(count))
-                    totals[1, d] += int(np.minimum(per_sample, self.seq_len).sum())
-        for d, src in enumerate(self.sources):  # passes: the epochs the dataset's next sample lies beyond
-            taken = int(totals[0, d])
-            totals[2, d] = int(src.locate(np.array([taken]))[0][0]) - 1 if taken else 0
+                    totals[1, d] += int(self._real_tokens(*src.pieces(e, samples[epochs == e],
+                                                                      self.seq_len + 1)).sum())
+        totals[2] = self.passes(totals[0])
         self._ledger_cache = (n, totals.copy())
         return totals
+
+    def _real_tokens(self, count: np.ndarray, pieces: dict) -> np.ndarray:
+        """Per sample of ``LMSource.pieces``' answer: its real input tokens (the ``tokens`` positions of its row
+        that hold data)."""
+        per = np.bincount(np.repeat(np.arange(len(count)), count), weights=pieces["length"], minlength=len(count))
+        return np.minimum(per, self.seq_len).astype(np.int64)
+
+    def passes(self, samples) -> np.ndarray:
+        """Per blended dataset: the passes over its split that its first ``samples[d]`` samples complete (the
+        epochs its next sample lies beyond)."""
+        return np.array([int(src.locate(np.array([int(n)]))[0][0]) - 1 if n else 0
+                         for src, n in zip(self.sources, samples)], np.int64)
 
     def ledger(self, prefix: str = "ledger", consumed: int | None = None) -> dict:
         """What every rank together has consumed, per blended dataset, at this position: a flat dict of numbers to
@@ -355,10 +358,7 @@ class LMIterator(LoaderIterator):
         return self.consumed // self.global_batch
 
     def set_state(self, state: dict, strict: bool = True) -> None:
-        from babelfeed.iterators.state import needs_resolving, resolve
-
-        if needs_resolving(state):  # a loader's position, or a checkpoint holding a state: the state in it
-            state = resolve(state, self)
+        state = self._state_in(state)
         self._check_state(state, strict, {"consumed_samples": 0})
         consumed = state["consumed_samples"]
         if consumed % self.global_batch or consumed > self.num_samples:

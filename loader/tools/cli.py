@@ -97,14 +97,20 @@ def positive_float(text: str) -> float:
     return value
 
 
-def _translation_config(path, overrides):
-    """The translation pipeline of a config file (its ``train`` section for configs/demo.py), checked."""
+def _load(path, overrides):
+    """A config file with its overrides applied (read once; then taken as an LM or a translation config)."""
+    from babelfeed.config.files import apply_overrides, load_config
+
+    return apply_overrides(load_config(path), overrides)
+
+
+def _translation_config(path, overrides, loaded=None):
+    """The translation pipeline of a config file (its ``train`` section for configs/demo.py), checked.
+    ``loaded``: the file as :func:`_load` read it already."""
     from babelfeed.checks import check_translation_config
-    from babelfeed.config.files import apply_overrides, load_config, translation_section
+    from babelfeed.config.files import check_known_keys, translation_section
 
-    from babelfeed.config.files import check_known_keys
-
-    config, where = translation_section(apply_overrides(load_config(path), overrides), os.fspath(path))
+    config, where = translation_section(_load(path, overrides) if loaded is None else loaded, os.fspath(path))
     check_known_keys(config, where)
     check_translation_config(config, where)
     if not os.path.isdir(config.data.path):
@@ -114,32 +120,30 @@ def _translation_config(path, overrides):
     return config
 
 
-def _lm_config(path, overrides):
-    """A language-model config (configs/lm_packing.py: data_path, seq_len, ...) with its overrides, or None when
-    the file is a translation config."""
-    from babelfeed.config.files import apply_overrides, load_config
-
+def _lm_config(config):
+    """``config`` when it is a language-model config (configs/lm_packing.py: data_path, seq_len, ...), its keys
+    checked; None for a translation config."""
     from babelfeed.config.files import check_known_keys
 
-    config = apply_overrides(load_config(path), overrides)
     if "data_path" not in config:
         return None
     check_known_keys(config, kind="lm")
     return config
 
 
+def _read_state(path) -> dict:
+    with open(path) as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not a JSON iterator state ({e})") from None
+
+
 def _lm_trace(args, config) -> int:
     from babelfeed.lm.iterator import LMIterator
 
     it = LMIterator.from_config(config, world_size=args.world_size or 1)
-    state = None
-    if args.state:
-        with open(args.state) as f:
-            try:
-                state = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{args.state}: not a JSON iterator state ({e})") from None
-    rows = it.trace(args.step, state)
+    rows = it.trace(args.step, _read_state(args.state) if args.state else None)
     if args.json:
         print(json.dumps(rows))
         return 0
@@ -167,12 +171,11 @@ def _lm_plan(config) -> str:
     lines = [f"LM run: {len(it):,} global batches of {it.global_batch} samples x {it.seq_len + 1} tokens "
              f"({it.num_samples:,} samples), mode {it.mode}, split {it.sources[0].split} ({it.sources[0].split_name})",
              f"{'dataset':<{width}} {'weight':>7} {'samples':>11} {'share':>7} {'passes':>7} {'real tokens':>13}"]
+    passes = it.passes(counts)
     for d, name in enumerate(names):
-        src = it.sources[d]
-        passes = int(src.locate(np.array([int(counts[d])]))[0][0]) - 1 if counts[d] else 0
         real = f"{int(totals[1, d]):,}" if totals is not None else "-"
         lines.append(f"{name:<{width}} {it.weights[d] / sum(it.weights):>7.3f} {int(counts[d]):>11,} "
-                     f"{counts[d] / max(counts.sum(), 1):>7.1%} {passes:>7} {real:>13}")
+                     f"{counts[d] / max(counts.sum(), 1):>7.1%} {passes[d]:>7} {real:>13}")
     if totals is not None:
         slots = int(counts.sum()) * it.seq_len
         lines.append(f"real tokens fill {totals[1].sum() / max(slots, 1):.1%} of the input positions")
@@ -238,13 +241,15 @@ def _inspect(args) -> int:
 def _plan(args) -> int:
     from babelfeed.tools import plan_report
 
-    lm = _lm_config(args.config_file or args.config, (args.set or []) + args.overrides)
+    path, overrides = args.config_file or args.config, (args.set or []) + args.overrides
+    loaded = _load(path, overrides)
+    lm = _lm_config(loaded)
     if lm is not None:
         if args.plot:
             raise ValueError("--plot draws a translation plan's shapes and mixture; an LM run's plan is printed")
         print(_lm_plan(lm))
         return 0
-    config = _translation_config(args.config_file or args.config, (args.set or []) + args.overrides)
+    config = _translation_config(path, overrides, loaded)
     print(plan_report.plan_report(config, args.shapes, plot_dir=args.plot))
     return 0
 
@@ -258,8 +263,6 @@ def _preview(args) -> int:
 
 
 def _trace(args) -> int:
-    import numpy as np
-
     from babelfeed.build import build_train_iterator
     from babelfeed.iterators.ledger import trace
 
@@ -267,17 +270,15 @@ def _trace(args) -> int:
         raise ValueError("name the run's config (a file or a shipped config's name), e.g. babelfeed trace "
                          "configs/demo.py --step 10")
 
-    lm = _lm_config(args.config_file or args.config, (args.set or []) + args.overrides)
+    path, overrides = args.config_file or args.config, (args.set or []) + args.overrides
+    loaded = _load(path, overrides)
+    lm = _lm_config(loaded)
     if lm is not None:
         return _lm_trace(args, lm)
-    config = _translation_config(args.config_file or args.config, (args.set or []) + args.overrides)
+    config = _translation_config(path, overrides, loaded)
     state = None
     if args.state:
-        with open(args.state) as f:
-            try:
-                state = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{args.state}: not a JSON iterator state ({e})") from None
+        state = _read_state(args.state)
         from babelfeed.iterators.state import find_state
 
         # any adapter's checkpoint: the iterator's state, a loader's, a StatefulDataLoader's, {"data": state}
