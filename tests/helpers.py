@@ -19,3 +19,27 @@ def write_tntidx(prefix, sequences, dtype=np.int32, code=4):
         f.write(b"TNTIDX\x00\x00")
         f.write(struct.pack("<QQQQQ", 1, code, itemsize, len(sequences), len(sizes)))
         f.write(dim_offsets.tobytes() + data_offsets.tobytes() + sizes.tobytes())
+
+
+def hist(state):
+    """The views of a state's history (``babelfeed.iterators.history``): ``.steps``, ``.weights``, ``.updates``,
+    ``.edits``; a state of an older version is upgraded first."""
+    from babelfeed.iterators.history import check, upgrade
+
+    state = upgrade(state)
+    return check(state["history"])
+
+
+def as_v1(state):
+    """``state`` as babelfeed wrote it before the history list (version 1: four logs)."""
+    v = hist(state)
+    out = {k: x for k, x in state.items() if k != "history"}
+    out["version"] = 1
+    out["steps"] = v.steps
+    if v.weights:
+        out["weights"] = v.weights
+    if v.edits:
+        out["edits"] = v.edits
+    if v.updates and isinstance(out.get("stream"), dict):
+        out["stream"] = {**out["stream"], "updates": v.updates}
+    return out

@@ -13,6 +13,7 @@ import pytest
 import babelfeed
 from golden import digest
 from synthetic import config_for, make_data_bin
+from helpers import as_v1, hist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STREAM = {"mixing__sampler": "stream", "data__shards": "all", "batching__window": 200}
@@ -87,7 +88,7 @@ def test_weight_changes_resume_bit_identically_at_random_points(root, tmp_path):
         head = lockstep(its, cut, changes)
         state = its[0].get_state()
         assert all(it.get_state() == state for it in its)
-        assert len(state.get("weights", [])) == sum(1 for s in changes if s < cut)
+        assert len(hist(state).weights) == sum(1 for s in changes if s < cut)
         rest = {s: w for s, w in changes.items() if s >= cut}
         out = subprocess.run([sys.executable, str(script), HERE, str(root),
                               json.dumps([world, state, cut, steps - cut, rest])],
@@ -138,8 +139,11 @@ def test_set_weights_refuses_what_it_cannot_do(root):
     it.set_weights({t: 1.0 for t in tasks})
     state = it.get_state()
     fresh = babelfeed.build_train_iterator(config_for(root, **STREAM))
-    with pytest.raises(ValueError, match="field 'weights' holds"):
-        fresh.set_state({**state, "weights": [[0, {tasks[0]: 1.0}]]})
+    with pytest.raises(ValueError, match="holds the weight change"):
+        fresh.set_state({**state, "history": [{**e, "weights": {tasks[0]: 1.0}} if e["event"] == "weights" else e
+                                              for e in state["history"]]})
+    with pytest.raises(ValueError, match="holds the weight change"):  # the same, as an older babelfeed wrote it
+        fresh.set_state({**as_v1(state), "weights": [[0, {tasks[0]: 1.0}]]})
 
 
 def test_the_torch_read_ahead_applies_a_change_where_the_loop_stands(root):
@@ -165,7 +169,7 @@ def test_the_torch_read_ahead_applies_a_change_where_the_loop_stands(root):
                                 for k, v in b.items()})])
     tb.close()
     assert got == want
-    assert tb.get_state()["weights"] == plain.get_state()["weights"]
+    assert hist(tb.get_state()).weights == hist(plain.get_state()).weights
 
 
 SCHEDULED = dict(STREAM, mixing__schedule__boundaries="6,14", mixing__schedule__mode="step",
@@ -227,7 +231,7 @@ def test_a_scheduled_run_resumes_on_another_world_size(root, tmp_path):
                     head.append(digest(b))
                     head_ids += b["id"][b["weight"] > 0].tolist()
         state = its[0].get_state()
-        assert state["stream"]["updates"] == [[0, 0.0, 2 * w]]
+        assert hist(state).updates == [[0, 0.0, 2 * w]]
         uninterrupted = list(head)
         while its[0].epoch < 2:  # the same run, on: its global batches to compare the window in progress with
             step = [next(it, None) for it in its]
@@ -244,7 +248,7 @@ def test_a_scheduled_run_resumes_on_another_world_size(root, tmp_path):
         for at, update in got["updates"]:
             expect = at / (2 * w) if at < b1 else u1 + (at - b1) / (2 * w2)
             assert update == pytest.approx(expect), (at, b1)
-        assert got["state"]["stream"]["updates"] == [[b0, u0, p0], [b1, u1, p1]]
+        assert hist(got["state"]).updates == [[b0, u0, p0], [b1, u1, p1]]
         # per stream: served + filtered == the stream's own sequence up to its position at the end of epoch 2
         it = babelfeed.build_train_iterator(cfg)
         served = it.describe_ids(head_ids + got["ids"])
@@ -279,7 +283,7 @@ def test_a_dataloader_resumes_a_schedule_on_another_world_size(root):
     for _ in range(5):
         next(batches)
     state = json.loads(json.dumps(loader.state_dict()))
-    assert state["stream"]["updates"] == [[0, 0, 4]] and state["consumed"] == 10
+    assert hist(state).updates == [[0, 0, 4]] and state["consumed"] == 10
     inproc = [babelfeed.build_train_iterator(cfg, rank=r, world_size=3) for r in range(3)]
     for r, it in enumerate(inproc):
         it.set_state(state)
@@ -306,7 +310,7 @@ def test_a_state_written_before_updates_were_recorded_still_resumes(root):
         next(it)
     state = it.get_state()
     want = [digest(next(it)) for _ in range(8)]
-    old = {**state, "fingerprint": it.planner.fingerprint(legacy=True),
+    old = {**as_v1(state), "fingerprint": it.planner.fingerprint(legacy=True),
            "stream": {k: v for k, v in state["stream"].items() if k != "updates"}}
     assert old["fingerprint"] != state["fingerprint"]
     fresh = babelfeed.build_train_iterator(cfg, world_size=2)
@@ -373,10 +377,10 @@ def test_mixture_edits_on_resume_lose_and_repeat_nothing(root, tmp_path):
         got = segment(edit, world, state, None if last else int(rng.integers(5, 40)))
         served += got["served"]
         state = got["state"]
-    assert [e["epoch"] for e in state["edits"]] == sorted(e["epoch"] for e in state["edits"]) and len(
-        state["edits"]) == 3
-    assert state["edits"][0]["changes"]["data.directions"] == ["aaa-bbb,aaa-ccc", "all"]
-    assert state["edits"][0]["changes"]["mixing.temperature"] == [5.0, 1.5]
+    edits = hist(state).edits
+    assert [e["epoch"] for e in edits] == sorted(e["epoch"] for e in edits) and len(edits) == 3
+    assert edits[0]["changes"]["data.directions"] == ["aaa-bbb,aaa-ccc", "all"]
+    assert edits[0]["changes"]["mixing.temperature"] == [5.0, 1.5]
     full = babelfeed.build_train_iterator(config_for(root, **STREAM))
     keys = full.planner.keys
     setup = full.planner.setup(1)
@@ -443,7 +447,7 @@ def test_trace_after_an_edit_counts_steps_from_the_edited_mixture(root):
         step += 1
         by_step[step] = [sorted(b["id"][b["weight"] > 0].tolist()) for b in batches]
     later = its[0].get_state()
-    edit_step = later["edits"][-1]["step"]
+    edit_step = hist(later).edits[-1]["step"]
     assert 9 < edit_step < 34
     probe = babelfeed.build_train_iterator(cfg, world_size=world)
     for s in range(1, step + 1):
@@ -529,13 +533,13 @@ def test_trace_knows_which_world_size_took_each_step(root, tmp_path):
     two = [babelfeed.build_train_iterator(cfg, rank=r, world_size=2) for r in range(2)]
     serve(two, 11)
     s1 = two[0].get_state()
-    assert s1["steps"] == [[0, 1, 0, 2]]
+    assert hist(s1).steps == [[0, 1, 0, 2]]
     three = [babelfeed.build_train_iterator(cfg, rank=r, world_size=3) for r in range(3)]
     for it in three:
         it.set_state(json.loads(json.dumps(s1)))
     serve(three, 40)
     s2 = three[0].get_state()
-    assert s2["steps"] == [[0, 1, 0, 2], [11, s1["epoch"], s1["consumed"], 3]]
+    assert hist(s2).steps == [[0, 1, 0, 2], [11, s1["epoch"], s1["consumed"], 3]]
     probe = {w: babelfeed.build_train_iterator(cfg, world_size=w) for w in (1, 2, 3)}
     for s in (1, 7, 11, 12, 30, 51):
         world = 2 if s <= 11 else 3
@@ -614,15 +618,26 @@ def test_weights_and_states_refuse_what_is_wrong_by_name(root):
     w = policy.update({t: np.float32(i) for i, t in enumerate(tasks)})
     assert w[tasks[-1]] > w[tasks[0]]
     with pytest.raises(ValueError, match="last weights"):
-        babelfeed.policy.ExponentiatedGradient.from_state(tasks, {"weights": [[3, {t: 0.0 for t in tasks}]]})
+        babelfeed.policy.ExponentiatedGradient.from_state(tasks, {"version": 2, "history": [
+            {"event": "weights", "batch": 3, "weights": {t: 0.0 for t in tasks}}]})
     state = it.get_state()
     fresh = babelfeed.build_train_iterator(config_for(root, **STREAM))
     for field, value, match in (("dormant", {"zzz": 5}, "field 'dormant' holds 'zzz'"),
                                 ("dormant", {"zzz": {"position": 5}}, "field 'dormant' holds 'zzz'"),
-                                ("edits", "x", "field 'edits'"), ("edits", [{"step": "a"}], "field 'edits'"),
-                                ("steps", [[0, 1, 0, 0]], "field 'steps'"), ("steps", "x", "field 'steps'")):
+                                ("history", "x", "field 'history' must be a list"),
+                                ("history", [{"event": "edit", "step": "a"}], "event 0 is .* it must be {'event': 'edit'"),
+                                ("history", [{"event": "ranks", "step": 0, "epoch": 1, "consumed": 0, "world_size": 0}],
+                                 "event 0 is .*'world_size': int >= 1"),
+                                ("history", [{"event": "spike"}], "event 0 is .* an event of the kinds"),
+                                ("history", [{"event": "ranks", "step": 5, "epoch": 1, "consumed": 0, "world_size": 1},
+                                             {"event": "ranks", "step": 2, "epoch": 1, "consumed": 0, "world_size": 2}],
+                                 "must come in training order")):
         with pytest.raises(ValueError, match=match):
             fresh.set_state({**state, field: value})
+    v1 = as_v1(state)  # an older babelfeed's logs, malformed: refused when upgraded, naming them
+    for field, value in (("edits", "x"), ("edits", [{"step": "a"}]), ("steps", [[0, 1, 0, 0]]), ("steps", "x")):
+        with pytest.raises(ValueError, match="history|version-1 state's logs"):
+            fresh.set_state({**v1, field: value})
 
 
 def test_a_scheduled_run_resumed_twice_before_its_next_window_keeps_one_count(root):
@@ -638,14 +653,15 @@ def test_a_scheduled_run_resumed_twice_before_its_next_window_keeps_one_count(ro
     three = babelfeed.build_train_iterator(cfg, rank=0, world_size=3)
     three.set_state(s1)
     s2 = json.loads(json.dumps(three.get_state()))
-    starts = [u[0] for u in s2["stream"]["updates"]]
+    starts = [u[0] for u in hist(s2).updates]
     assert starts == sorted(set(starts))
     one, direct = (babelfeed.build_train_iterator(cfg, world_size=1) for _ in range(2))
     one.set_state(s2)
     direct.set_state(s1)
     for _ in range(30):
         assert digest(next(one)) == digest(next(direct))
-    assert one.get_state()["stream"]["updates"] == direct.get_state()["stream"]["updates"]
+    assert hist(one.get_state()).updates == hist(direct.get_state()).updates
     # a state an earlier babelfeed wrote with two counts from one mark: the last one counts
-    dup = {**s2, "stream": {**s2["stream"], "updates": s2["stream"]["updates"] + [s2["stream"]["updates"][-1]]}}
+    old = as_v1(s2)
+    dup = {**old, "stream": {**old["stream"], "updates": old["stream"]["updates"] + [old["stream"]["updates"][-1]]}}
     babelfeed.build_train_iterator(cfg, world_size=1).set_state(dup)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import babelfeed
+from helpers import as_v1, hist
 from synthetic import config_for, make_data_bin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,7 +113,7 @@ def test_trace_answers_every_step_across_edits_weights_and_world_sizes(root, tmp
         it.set_state(s3)
     step = run_segment(its, rng, "mid", 9, record, step)
     final = its[0].get_state()
-    assert len(final["edits"]) == 2 and len(record) == step
+    assert len(hist(final).edits) == 2 and len(record) == step
 
     probe = babelfeed.build_train_iterator(config(root, 2))  # any world size: trace picks each step's
     for s in range(1, step + 1):
@@ -150,7 +151,7 @@ def test_trace_answers_every_step_of_a_scheduled_run_on_three_world_sizes(root):
                 it.set_state(state)
         step = run_segment(its, rng, cut, 8, record, step)
         state = json.loads(json.dumps(its[0].get_state()))
-    assert len(state["stream"]["updates"]) >= 2
+    assert len(hist(state).updates) >= 2
     probe = babelfeed.build_train_iterator(cfg, world_size=2)
     for s in range(1, step + 1):
         assert traced(probe.trace(s, state), len(record[s])) == record[s], s
@@ -169,7 +170,7 @@ def test_a_state_of_an_older_babelfeed_traces_what_it_can_and_refuses_the_rest_b
         it.set_state(s1, mixture_change="allow")
     edit_at = step
     step = run_segment(its, rng, "mid", 12, record, step)
-    final = json.loads(json.dumps(its[0].get_state()))
+    final = as_v1(json.loads(json.dumps(its[0].get_state())))
     for e in final["edits"]:
         del e["saved"]
     probe = babelfeed.build_train_iterator(config(root, 1))
@@ -219,6 +220,6 @@ def test_a_state_saved_before_the_first_step_on_a_new_world_size_restores(root):
         it = babelfeed.build_train_iterator(cfg, world_size=world)
         it.set_state(json.loads(json.dumps(state)))
         state = it.get_state()
-    assert state["steps"] == [[0, 1, 0, 2], [5, 1, 10, 1]]
+    assert hist(state).steps == [[0, 1, 0, 2], [5, 1, 10, 1]]
     fresh = babelfeed.build_train_iterator(cfg, world_size=3)
-    fresh.set_state({**state, "steps": [[0, 1, 0, 2], [5, 1, 10, 3], [5, 1, 10, 1]]})  # as the last version wrote
+    fresh.set_state({**as_v1(state), "steps": [[0, 1, 0, 2], [5, 1, 10, 3], [5, 1, 10, 1]]})  # as version 1 wrote

@@ -103,7 +103,7 @@ def check_trace_state(it, state: dict) -> None:
         cached(it, ("checked", state_key(state)), check)
         return
     it._check_state(state, True, {"epoch": 1, "consumed": 0, "total_steps": 0},
-                    optional=it.STREAM_FIELDS if it.planner.opts.sampler == "stream" else ("ledger", "steps"))
+                    optional=it.STREAM_FIELDS if it.planner.opts.sampler == "stream" else ("ledger", "history"))
     it._check_extra(state)
 
 
@@ -120,6 +120,9 @@ def trace(it, step: int, state: dict | None = None) -> list[dict]:
     if state is None:
         state = it.get_state()
     else:
+        from babelfeed.iterators.history import upgrade
+
+        state = upgrade(state)  # (a state an older babelfeed wrote)
         check_trace_state(it, state)
     src = step_source(it, step, state)
     out: list = []

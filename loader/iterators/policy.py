@@ -49,11 +49,12 @@ class ExponentiatedGradient:
     @classmethod
     def from_state(cls, tasks, state: dict, **kwargs) -> "ExponentiatedGradient":
         """The policy where a run's state left it: its last recorded weights (uniform if none)."""
-        changes = state.get("weights") or [] if isinstance(state, dict) else None
-        ok = isinstance(changes, list) and all(isinstance(c, list) and len(c) == 2 and isinstance(c[1], dict)
-                                               for c in changes)
-        if not ok:
-            raise ValueError(f"a state's 'weights' is [[global batch, {{task: weight}}], ...], got {str(changes)[:200]}")
+        from babelfeed.iterators.history import check, upgrade
+
+        if not isinstance(state, dict):
+            raise ValueError(f"a state is a dict (an iterator's get_state()), got {type(state).__name__}")
+        state = upgrade(state)
+        changes = check(state["history"]).weights if "history" in state else []
         policy = cls(tasks, **kwargs)
         if changes:  # as the policy returned them (already floored), normalised by set_weights
             last = {t: as_number(changes[-1][1].get(t, 0.0)) for t in policy.tasks}

@@ -35,8 +35,7 @@ import numpy as np
 
 from babelfeed.checks import check_rank
 from babelfeed.errors import BabelfeedError
-
-STATE_VERSION = 1
+from babelfeed.iterators.history import VERSION as STATE_VERSION
 
 # How an iterator builds another from a config (an edited resume rebuilds the saved run's, trace and the loaders
 # build the run's): the builders are registered by babelfeed.build, a layer above, which every import of
@@ -142,9 +141,10 @@ class LoaderIterator:
     def _state_in(self, state):
         """``state`` itself, or where it is a loader's position or a checkpoint holding a state (another adapter's,
         a StatefulDataLoader's), the iterator state in it (``babelfeed.iterators.state.resolve``)."""
+        from babelfeed.iterators.history import upgrade
         from babelfeed.iterators.state import needs_resolving, resolve
 
-        return resolve(state, self) if needs_resolving(state) else state
+        return upgrade(resolve(state, self) if needs_resolving(state) else state)
 
     def _check_state(self, state, strict: bool, fields: dict, optional: tuple = ()) -> None:
         """Refuse a state that is not a well-formed state of this iterator: not a dict, another version, kind or
@@ -155,7 +155,7 @@ class LoaderIterator:
                              + (" (a JSON string? json.loads it first)" if isinstance(state, (str, bytes)) else ""))
         if type(state.get("version")) is not int or state["version"] != STATE_VERSION:
             raise ValueError(f"unknown iterator state version {state.get('version')!r} (this babelfeed writes "
-                             f"{STATE_VERSION})")
+                             f"{STATE_VERSION} and reads 1 to {STATE_VERSION})")
         kind = state.get("kind", "lm" if "consumed_samples" in state else "translation")
         if kind != self.kind:
             raise ValueError(f"this is a state of a {kind} iterator; this iterator is a {self.kind} iterator")
@@ -182,10 +182,12 @@ class LoaderIterator:
             what = "; ".join(changed) if changed else f"fingerprint {state.get('fingerprint')} != {fp}"
             raise StateMismatch(
                 f"iterator state was saved with different data or settings ({what}): resuming would not continue "
-                f"the same stream. Resume with the config and data it was saved with"
-                + (", or, for an edited mixture (mixing.sampler='stream'), set_state(state, mixture_change='allow'): "
-                   "every stream goes on from its position" if getattr(self, "config_snapshot", None) is not None
-                   else "") + " (set_state(state, strict=False) resumes anyway)")
+                f"the same stream. Resume with the config and data it was saved with{self._edit_hint()}"
+                " (set_state(state, strict=False) resumes anyway)")
+
+    def _edit_hint(self) -> str:
+        """What a state mismatch adds where this iterator can resume an edited mixture."""
+        return ""
 
     def identity(self) -> dict | None:
         """What the fingerprint stands for, kept in the state so that a mismatch can say what changed."""

@@ -1,10 +1,10 @@
 """A run's history replayed: which plan served any step of a run, from its latest state alone.
 
-A translation run is a pure function of its first config, its data and what happened to it: the world sizes it
-ran on (the state's ``steps``), the task weights fed back (``weights``), how schedule updates were counted
-(``stream.updates``) and the mixture edits it was resumed with (``edits``). The state keeps all of it: its
-``config`` is the config in force now, and each edit records the config values it changed (old and new) and
-the saved run's position, weights and update counts (``saved``), so the config and the weights of every earlier
+A translation run is a pure function of its first config, its data and what happened to it, which the state's
+``history`` lists (``babelfeed.iterators.history``): the world sizes it ran on, the task weights fed back, how
+schedule updates were counted and the mixture edits it was resumed with. Its ``config`` is the config in force
+now, and each edit records the config values it changed (old and new) and the saved run's position; the weights
+and update counts listed before an edit are the saved run's. So the config and the weights of every earlier
 segment can be rebuilt by undoing the edits one after another.
 
 :func:`step_source` replays that history with integers only (no token is read): it builds an iterator of the
@@ -20,6 +20,8 @@ import copy
 from dataclasses import dataclass
 
 import numpy as np
+
+from babelfeed.iterators.history import world_size_at
 
 
 @dataclass
@@ -58,11 +60,6 @@ def configs_of(current: dict, edits: list) -> list[dict]:
     return out
 
 
-def world_size_at(segments: list, step: int) -> int:
-    """The world size that took training step ``step`` (``segments``: the state's ``steps``)."""
-    return int([s for s in segments if s[0] < step][-1][3])
-
-
 def _apply_history(it, weights: list, updates) -> None:
     """Give a fresh (or just resumed) iterator the weight changes and update counts of its segment."""
     planner = it.planner
@@ -79,6 +76,12 @@ def _apply_history(it, weights: list, updates) -> None:
         planner.setup(it.epoch)  # the epoch it stands in is planned: a change drops only what comes after it
     for at, w in changes:
         planner.set_weights(at, w)
+
+
+def _views(state: dict):
+    from babelfeed.iterators.history import Views, check
+
+    return check(state["history"]) if "history" in state else Views()
 
 
 def _build(config: dict, data_path: str, world_size: int, split: str):
@@ -115,9 +118,10 @@ def step_source(probe, step: int, state: dict) -> StepSource:
     ``probe``: an iterator of the run's data (its config's data path is used; its world size does not matter)."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
-    segments = state.get("steps") or [[0, 1, 0, probe.world_size]]
+    history = _views(state)
+    segments = history.steps or [[0, 1, 0, probe.world_size]]
     world = world_size_at(segments, step)
-    edits = list(state.get("edits", []))
+    edits = history.edits
     m = len([e for e in edits if e["saved_at_step"] < step])
     it = cached(probe, ("segment", state_key(state), m, world), lambda: _segment(probe, state, m, world))
     src = _locate(it, step, segments, edits[m - 1] if m else None, world)
@@ -131,7 +135,8 @@ def step_source(probe, step: int, state: dict) -> StepSource:
 def _segment(probe, state: dict, m: int, world: int):
     """An iterator of the config in force after the run's first ``m`` edits, on ``world`` ranks, holding the
     weight changes and update counts of that segment (and, after an edit, its saved run's window)."""
-    edits = list(state.get("edits", []))
+    views = _views(state)
+    edits = views.edits
     stream = probe.planner.opts.sampler == "stream"
     current = state.get("config") if stream else None
     if current is None:
@@ -139,7 +144,7 @@ def _segment(probe, state: dict, m: int, world: int):
             raise ValueError("this state records mixture edits but carries no config of its run: trace it with a "
                              "state saved by this babelfeed")
         it = probe if probe.world_size == world else _rebuild(probe, world)
-        _apply_history(it, state.get("weights", []), (state.get("stream") or {}).get("updates"))
+        _apply_history(it, views.weights, views.updates)
         return it
     data_path = (probe.config_snapshot or current)["data"]["path"]
     configs = configs_of(current, edits)
@@ -153,7 +158,7 @@ def _segment(probe, state: dict, m: int, world: int):
         if i < len(edits):
             saved = edits[i]["saved"]
             return saved.get("weights", []), saved.get("updates")
-        return state.get("weights", []), (state.get("stream") or {}).get("updates")
+        return views.weights, views.updates
 
     if any("saved" not in e for e in edits[:m]):  # an older state, and a step after its last edit
         it = _build(configs[-1], data_path, world, probe.split)

@@ -27,7 +27,7 @@ class StateError(BabelfeedError, ValueError):
 
 POSITION_OPTIONAL = {"batches_per_update", "total_steps", "base", "worker", "world_size"}
 # fields only an iterator state has: a dict with any of them is checked as one (and its faults named)
-ITERATOR_KEYS = {"version", "kind", "name", "total_steps", "consumed_samples", "steps", "ledger", "stream"}
+ITERATOR_KEYS = {"version", "kind", "name", "total_steps", "consumed_samples", "history", "steps", "ledger", "stream"}
 
 
 def is_iterator_state(obj) -> bool:

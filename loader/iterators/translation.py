@@ -408,6 +408,10 @@ class BatchIterator(Reports, LoaderIterator):
     def fingerprint(self) -> str:
         return self.planner.fingerprint()
 
+    def _edit_hint(self) -> str:
+        return (", or, for an edited mixture (mixing.sampler='stream'), set_state(state, mixture_change='allow'): every "
+                "stream goes on from its position" if self.config_snapshot is not None else "")
+
     def fingerprints(self) -> tuple:
         return (self.planner.fingerprint(), self.planner.fingerprint(legacy=True))
 
@@ -421,25 +425,33 @@ class BatchIterator(Reports, LoaderIterator):
         h = self._handover
         if h is not None and epoch == h.epoch:
             if c < h.end:  # the saved run's state, where it stands: resuming repeats the edit from here
-                return {**h.state, "consumed": c, "total_steps": self.total_steps, "steps": self.steps_out()}
+                from babelfeed.iterators.history import compose, views
+
+                v = views(h.state["history"])
+                return {**h.state, "consumed": c, "total_steps": self.total_steps,
+                        "history": compose(self.steps_out(), v.weights, v.updates, v.edits)}
             epoch, c = epoch + 1, 0
         elif self.planner.locate(epoch, c, self._hint) is None and c > 0:
             epoch, c = epoch + 1, 0  # finished epoch: resume at the start of the next
-        state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
-                 "total_steps": self.total_steps, "fingerprint": self.planner.fingerprint(), "steps": self.steps_out(),
-                 "identity": self.planner.identity()}
-        if self.planner.opts.sampler == "stream":  # where every stream stood when this epoch began
-            positions, batches = self.planner.epoch_start(epoch)
-            state["stream"] = {"positions": positions.tolist(), "batches": int(batches)}
-            if self.planner.changing_schedule:  # how updates were counted: [first global batch, update, per]
-                state["stream"]["updates"] = [[b, u, p] for b, u, p in self.planner.update_segments]
+        from babelfeed.iterators.history import compose
         from babelfeed.iterators.ledger import as_state
 
-        state["ledger"] = as_state(self.ledger_start(epoch), self.planner.keys)  # consumed before this epoch
-        if self.planner.weight_changes:  # set_weights: at which global batch, which task weights
-            tasks = self.planner.sources.tasks
-            state["weights"] = [[at, dict(zip(tasks, w.tolist()))] for at, w in self.planner.weight_changes]
-        if self.planner.opts.sampler == "stream":
+        planner = self.planner
+        stream = planner.opts.sampler == "stream"
+        tasks = planner.sources.tasks
+        # the run's history: world sizes, set_weights' changes (at which global batch, which task weights), how
+        # schedule updates were counted ([first global batch, update, per]) and the mixture edits
+        history = compose(self.steps_out(), [[at, dict(zip(tasks, w.tolist()))] for at, w in planner.weight_changes],
+                          [[b, u, p] for b, u, p in planner.update_segments] if stream and planner.changing_schedule
+                          else [], self.edits)
+        state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
+                 "total_steps": self.total_steps, "fingerprint": planner.fingerprint(), "history": history,
+                 "identity": planner.identity()}
+        if stream:  # where every stream stood when this epoch began
+            positions, batches = planner.epoch_start(epoch)
+            state["stream"] = {"positions": positions.tolist(), "batches": int(batches)}
+        state["ledger"] = as_state(self.ledger_start(epoch), planner.keys)  # consumed before this epoch
+        if stream:
             state["stream"]["keys"] = list(self.planner.keys)  # positions by name: an edit maps them
             if self.config_snapshot is not None:  # to finish a window in progress under an edited config
                 from babelfeed.iterators.edits import stream_identities
@@ -448,11 +460,9 @@ class BatchIterator(Reports, LoaderIterator):
                 state["stream"]["data"] = stream_identities(self.planner)  # per stream: what its sequence reads
             if self.dormant:
                 state["dormant"] = self.dormant
-            if self.edits:
-                state["edits"] = self.edits
         return state
 
-    STREAM_FIELDS = ("stream", "ledger", "weights", "config", "dormant", "edits", "steps")
+    STREAM_FIELDS = ("stream", "ledger", "config", "dormant", "history")
 
     def steps_out(self) -> list:
         """The state's ``steps``: how steps were counted (a segment per world size the run was resumed on)."""
@@ -468,18 +478,6 @@ class BatchIterator(Reports, LoaderIterator):
             log.append([int(total), int(epoch), int(consumed), int(self.world_size)])
         self.step_log = log
 
-    @staticmethod
-    def _check_steps(steps, total: int) -> None:
-        ok = isinstance(steps, list) and len(steps) > 0 and all(
-            isinstance(x, list) and len(x) == 4 and all(type(v) is int for v in x) and x[0] >= 0 and x[1] >= 1
-            and x[2] >= 0 and x[3] >= 1 for x in steps)
-        # (non-decreasing: a world size resumed on and saved again before its first step left a segment of no
-        # step, which this babelfeed no longer writes but reads)
-        ok = ok and all(a[0] <= b[0] for a, b in zip(steps, steps[1:])) and steps[-1][0] <= total
-        if not ok:
-            raise ValueError(f"iterator state field 'steps' must list [steps before, epoch, global batch, world size] "
-                             f"with increasing steps up to total_steps={total}, got {str(steps)[:200]}")
-
     def _check_dormant(self, dormant) -> None:
         from babelfeed.iterators.ledger import FIELDS
 
@@ -493,38 +491,14 @@ class BatchIterator(Reports, LoaderIterator):
                 raise ValueError(f"iterator state field 'dormant' holds {k!r}: {str(v)[:200]}; a removed stream is "
                                  f"{{'position', {', '.join(repr(f) for f in FIELDS)}: integers >= 0}}")
 
-    @staticmethod
-    def _check_edits(edits) -> None:
-        ok = isinstance(edits, list) and all(
-            isinstance(e, dict) and all(type(e.get(f)) is int and e[f] >= 0 for f in ("saved_at_step", "step",
-                                                                                    "global_batch", "epoch"))
-            and e["epoch"] >= 1 for e in edits)
-        ok = ok and all(BatchIterator._saved_ok(e.get("saved", {})) for e in edits)
-        if not ok:
-            raise ValueError(f"iterator state field 'edits' must list the mixture edits ({{'saved_at_step', 'step', "
-                             f"'global_batch', 'epoch': integers, 'changes', 'saved': {{'epoch', 'consumed', "
-                             f"'weights', 'updates'}}}}), got {str(edits)[:200]}")
+    def _check_extra(self, state: dict):
+        """The optional fields of a state: well formed, or an error naming the field. Returns the history's
+        views (``babelfeed.iterators.history``)."""
+        from babelfeed.iterators.history import Views, check
 
-    @staticmethod
-    def _saved_ok(saved) -> bool:
-        """An edit's ``saved`` (the run before it: position, weight changes, update counts), or none (older)."""
-        if saved == {}:
-            return True
-        return (isinstance(saved, dict) and set(saved) == {"epoch", "consumed", "weights", "updates"}
-                and type(saved["epoch"]) is int and saved["epoch"] >= 1 and type(saved["consumed"]) is int
-                and saved["consumed"] >= 0 and isinstance(saved["weights"], list)
-                and isinstance(saved["updates"], list) and all(
-                    isinstance(x, list) and len(x) == 3 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                                               for v in x) for x in saved["updates"]))
-
-    def _check_extra(self, state: dict) -> None:
-        """The optional fields of a state: well formed, or an error naming the field."""
-        if "steps" in state:
-            self._check_steps(state["steps"], int(state["total_steps"]))
         if "dormant" in state:
             self._check_dormant(state["dormant"])
-        if "edits" in state:
-            self._check_edits(state["edits"])
+        return check(state["history"], int(state["total_steps"])) if "history" in state else Views()
 
     def set_state(self, state: dict, strict: bool = True, mixture_change: str = "refuse") -> None:
         """Continue after ``state`` (from ``get_state()``). ``mixture_change="allow"``: the config was edited
@@ -535,15 +509,15 @@ class BatchIterator(Reports, LoaderIterator):
             raise ValueError(f"mixture_change must be 'refuse' or 'allow', got {mixture_change!r}")
         state = self._state_in(state)
         stream = self.planner.opts.sampler == "stream"
-        if not stream and isinstance(state, dict) and {"stream", "config", "dormant", "edits"} & set(state):
+        if not stream and isinstance(state, dict) and {"stream", "config", "dormant"} & set(state):
             raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "
                              f"this config's sampler is {self.planner.opts.sampler!r}: resume with the run's config")
         if (mixture_change == "allow" and stream and isinstance(state, dict)
                 and state.get("fingerprint") not in self.fingerprints()):
             return self._resume_edited(state)
         self._check_state(state, strict, {"epoch": 1, "consumed": 0, "total_steps": 0},
-                          optional=self.STREAM_FIELDS if stream else ("ledger", "steps"))
-        self._check_extra(state)
+                          optional=self.STREAM_FIELDS if stream else ("ledger", "history"))
+        history = self._check_extra(state)
         if stream and "stream" in state:
             self._check_stream(state["stream"], self.planner.keys)
         elif stream and strict:
@@ -552,7 +526,7 @@ class BatchIterator(Reports, LoaderIterator):
         epoch, consumed = int(state["epoch"]), int(state["consumed"])
         if epoch >= 1 << 31:
             raise ValueError(f"iterator state field 'epoch' must be below 2**31 (epochs seed the shuffles), got {epoch}")
-        changes = self._check_weights(state.get("weights", []))
+        changes = self._check_weights(history.weights)
         if changes or self.planner.weight_changes:  # plans made with other weights are not this state's
             self.planner.forget_plans()
             self.planner.weight_changes = []
@@ -560,7 +534,7 @@ class BatchIterator(Reports, LoaderIterator):
                 self.planner.set_weights(at, w)
         planner = self.planner
         if stream and planner.changing_schedule:
-            saved = [tuple(x) for x in state.get("stream", {}).get("updates", [])] or \
+            saved = [tuple(x) for x in history.updates] or \
                 [(0, 0.0, planner.opts.batches_per_update)]  # an older state: its fingerprint held the count
             # (two counts from one window mark: an earlier babelfeed wrote one per resume; the last one counts)
             saved = [x for i, x in enumerate(saved) if i + 1 == len(saved) or saved[i + 1][0] != x[0]]
@@ -583,14 +557,14 @@ class BatchIterator(Reports, LoaderIterator):
             self._ledger_start = {1: np.zeros((3, len(self.planner.keys)), np.int64)}
         self._handover = None
         self.dormant = dict(state.get("dormant", {}))
-        self.edits = list(state.get("edits", []))
+        self.edits = history.edits
         self.epoch = epoch
         self._base = consumed
         self.step = 0
         self._hint = (0, 0)
         self._ra_hint = (0, 0, 0)
         self.total_steps = int(state["total_steps"])
-        self._log_steps(state.get("steps"), self.total_steps, epoch, consumed)
+        self._log_steps(history.steps, self.total_steps, epoch, consumed)
 
     def _resume_edited(self, state: dict) -> None:
         """set_state with mixture_change="allow" for a state of another config (see ``babelfeed.edits``)."""
@@ -598,10 +572,10 @@ class BatchIterator(Reports, LoaderIterator):
 
         from babelfeed.iterators.protocol import builder
         from babelfeed.iterators.edits import Handover, check_data, config_changes, map_totals
-        from babelfeed.iterators.ledger import FIELDS, from_state
+        from babelfeed.iterators.ledger import FIELDS
 
         self._check_state(state, False, {"epoch": 1, "consumed": 0, "total_steps": 0}, optional=self.STREAM_FIELDS)
-        self._check_extra(state)
+        history = self._check_extra(state)
         if isinstance(state.get("stream"), dict):
             self._check_stream(state["stream"])
         snap = state.get("config")
@@ -650,15 +624,15 @@ class BatchIterator(Reports, LoaderIterator):
         finishing = -(-(end - consumed) // self._per_step)  # steps that finish the saved run's window
         # what the run before the edit had (its position, weight changes and update counts), so its segment
         # can be planned again from this state alone (babelfeed.replay: trace any step)
-        saved = {"epoch": int(epoch), "consumed": int(consumed), "weights": list(state.get("weights", [])),
-                 "updates": [list(x) for x in (state.get("stream") or {}).get("updates", [])]}
-        self.edits = list(state.get("edits", [])) + [{
+        saved = {"epoch": int(epoch), "consumed": int(consumed), "weights": history.weights,
+                 "updates": [list(x) for x in history.updates]}
+        self.edits = history.edits + [{
             "saved_at_step": int(state["total_steps"]), "step": int(state["total_steps"]) + finishing,
             "global_batch": int(batches), "epoch": epoch + 1, "changes": config_changes(snap, self.config_snapshot or {}),
             "saved": saved}]
         self.total_steps = int(state["total_steps"])
         # the count goes on where this run stands: in the saved window (finished first), or at the edited start
-        self._log_steps(state.get("steps"), self.total_steps, *((epoch, consumed) if end > consumed else (epoch + 1, 0)))
+        self._log_steps(history.steps, self.total_steps, *((epoch, consumed) if end > consumed else (epoch + 1, 0)))
         self._hint, self._ra_hint, self.step = (0, 0), (0, 0, 0), 0
         self._former = (P.sources, old.collater.id_base)
         rows: dict = {}
@@ -673,12 +647,12 @@ class BatchIterator(Reports, LoaderIterator):
             self.epoch, self._base = epoch + 1, 0
 
     def _check_weights(self, changes) -> list:
-        """A state's ``weights`` (set_weights' changes): ``[[global batch, {task: weight}], ...]`` in order."""
+        """The weight changes of a state's history (set_weights'): ``[[global batch, {task: weight}], ...]`` in
+        order, for this config's tasks."""
         tasks = self.planner.sources.tasks
         out = []
         if not isinstance(changes, list):
-            raise ValueError(f"iterator state field 'weights' must be a list of [global batch, {{task: weight}}], "
-                             f"got {str(changes)[:200]}")
+            raise ValueError(f"weight changes are a list of [global batch, {{task: weight}}], got {str(changes)[:200]}")
         for change in changes:
             ok = (isinstance(change, list) and len(change) == 2 and isinstance(change[0], int)
                   and not isinstance(change[0], bool) and change[0] >= 0 and isinstance(change[1], dict)
@@ -686,8 +660,8 @@ class BatchIterator(Reports, LoaderIterator):
                   and all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
                           for v in change[1].values()))
             if not ok:
-                raise ValueError(f"iterator state field 'weights' holds {str(change)[:200]}: each change must be "
-                                 f"[global batch >= 0, {{task: weight >= 0}} for the tasks {tasks}]")
+                raise ValueError(f"iterator state field 'history' holds the weight change {str(change)[:200]}: each "
+                                 f"must give a weight >= 0 at a global batch >= 0 for the tasks {tasks}")
             out.append((change[0], [float(change[1][t]) for t in tasks]))
         return out
 
@@ -696,15 +670,7 @@ class BatchIterator(Reports, LoaderIterator):
             raise ValueError(f"iterator state field stream['keys'] names the streams {str(stream['keys'])[:200]}, "
                              f"this config's are {str(list(keys))[:200]}: an edited mixture resumes with "
                              f"set_state(state, mixture_change='allow')")
-        updates = stream.get("updates", [[0, 0.0, 1]]) if isinstance(stream, dict) else None
-        ok_updates = (isinstance(updates, list) and updates and all(
-            isinstance(x, list) and len(x) == 3 and type(x[0]) is int and x[0] >= 0
-            and type(x[1]) in (int, float) and x[1] >= 0 and type(x[2]) is int and x[2] >= 1 for x in updates)
-            and updates[0][:2] in ([0, 0.0], [0, 0]) and all(a[0] <= b[0] for a, b in zip(updates, updates[1:])))
-        if not ok_updates:
-            raise ValueError(f"iterator state field stream['updates'] must be [[first global batch, update, batches "
-                             f"per update], ...] from [0, 0, n], increasing; got {str(updates)[:200]}")
-        ok = (isinstance(stream, dict) and set(stream) - {"updates", "keys", "data"} == {"positions", "batches"}
+        ok = (isinstance(stream, dict) and set(stream) - {"keys", "data"} == {"positions", "batches"}
               and isinstance(stream["positions"], list) and isinstance(stream["batches"], int)
               and not isinstance(stream["batches"], bool) and stream["batches"] >= 0
               and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in stream["positions"]))

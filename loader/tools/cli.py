@@ -284,18 +284,14 @@ def _trace(args) -> int:
         # any adapter's checkpoint: the iterator's state, a loader's, a StatefulDataLoader's, {"data": state}
         state = find_state(state, f"--state {args.state}")
     world_size = args.world_size
-    if world_size is None and isinstance(state, dict) and "version" not in state:  # a loader position
-        base = state.get("base") if isinstance(state.get("base"), dict) else {}
-        world_size = state.get("world_size") or (base.get("steps") or [[0, 1, 0, None]])[-1][3]
-        if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+    if world_size is None:  # the world size that took the step, as the state's history says (else 1)
+        from babelfeed.iterators.history import ran_on
+
+        world_size = ran_on(state, args.step)
+        if world_size is None and isinstance(state, dict) and "version" not in state:
             raise ValueError(f"--state {args.state} is a loader position that does not say which world size ran it "
                              f"(an older babelfeed's): pass --world-size, the number of ranks of the run")
-    if world_size is None:  # the world size that took the step, as the state's step count says (else 1)
-        steps = state.get("steps") if isinstance(state, dict) else None
-        world_size = 1
-        if isinstance(steps, list) and steps and all(isinstance(x, list) and len(x) == 4 for x in steps):
-            earlier = [x for x in steps if isinstance(x[0], int) and x[0] < args.step]
-            world_size = earlier[-1][3] if earlier and isinstance(earlier[-1][3], int) and earlier[-1][3] >= 1 else 1
+        world_size = world_size or 1
     args.world_size = world_size
     it = build_train_iterator(config, world_size=world_size, split=args.split)
     if state is not None:
