@@ -71,6 +71,8 @@ def __getattr__(name: str):
 __all__ = [
     "BabelfeedError",
     "ConfigError",
+    "StateError",
+    "StateMismatch",
     "BatchIterator",
     "LoaderIterator",
     "build_iterator",
@@ -119,7 +121,8 @@ from babelfeed.build import build_iterator, build_train_iterator, build_valid_it
 from babelfeed.config.files import load_config
 from babelfeed.sources.corpus import CorpusFile, ShardedCorpus
 from babelfeed.sources.dictionary import Dictionary, lang_token
-from babelfeed.iterators.protocol import LoaderIterator
+from babelfeed.iterators.protocol import LoaderIterator, StateMismatch
+from babelfeed.iterators.state import StateError
 from babelfeed.lm.iterator import LMIterator
 from babelfeed.plan.mixing import sampling_probabilities
 from babelfeed.iterators.translation import BatchIterator

@@ -116,3 +116,153 @@ def test_the_loaders_report_an_lm_runs_ledger(root):
     with pytest.raises(TypeError, match="an LM run's ledger is counted from its position"):
         batches.ledger()
     batches.close()
+
+
+def served_samples(batches, it) -> dict:
+    """Per dataset name: the dataset's samples (its own sequence numbers) in the order the run served them."""
+    out: dict = {}
+    for g, b in batches:
+        for d in it.describe_samples(np.arange(g * it.global_batch, (g + 1) * it.global_batch)):
+            out.setdefault(d["dataset"], []).append((d["epoch"], d["index"]))
+    return out
+
+
+def own_sequence(it, name, n) -> list:
+    """The first ``n`` samples of dataset ``name`` in its own order: (epoch, index within that epoch)."""
+    src = it.sources[it.dataset_names().index(name)]
+    epochs, samples = src.locate(np.arange(n))
+    return list(zip(epochs.tolist(), samples.tolist()))
+
+
+def test_lm_set_weights_resumes_exactly_and_each_dataset_keeps_its_own_sequence(root):
+    from golden import digest
+
+    cfg = lm_config(root)
+    it = babelfeed.build_iterator(cfg)
+    whole, served = [], []
+    for k in range(len(it)):
+        if k == 7:
+            it.set_weights({"web": 0.05, "books": 1.0})
+        if k == 19:
+            it.set_weights({"web": 1.0, "books": 0.0})
+        whole.append(digest(next(it)))
+        served.append((k, None))
+    state = it.get_state()
+    events = [e for e in state["history"] if e["event"] == "blend"]
+    assert [e["sample"] for e in events] == [0, 7 * 12, 19 * 12]
+    plain = babelfeed.build_iterator(cfg)
+    assert [digest(next(plain)) for _ in range(7)] == whole[:7]  # the same run up to the first change
+    share = np.concatenate([np.asarray(b["dataset"]) for b in [plain.batch_at(k) for k in range(19, 30)]])
+    seen = served_samples(served, it)
+    for name, got in seen.items():  # no sample of a dataset repeated or skipped across the changes
+        assert got == own_sequence(it, name, len(got)), name
+    assert all(it.dataset_index[19 * 12:] == it.dataset_names().index("web")) and share.min() != share.max()
+    for cut in sorted(np.random.default_rng(5).choice(np.arange(1, 30), 5, replace=False).tolist()) + [7, 19]:
+        a = babelfeed.build_iterator(cfg)
+        for k in range(cut):
+            if k == 7:
+                a.set_weights({"web": 0.05, "books": 1.0})
+            if k == 19:
+                a.set_weights({"web": 1.0, "books": 0.0})
+            next(a)
+        saved = json.loads(json.dumps(a.get_state()))
+        b = babelfeed.build_iterator(cfg)
+        b.set_state(saved)  # a fresh iterator: the changes before the cut come from the state's history
+        rest = []
+        for k in range(cut, 30):  # and the loop makes those after it, as the uninterrupted run did
+            if k == 7:
+                b.set_weights({"web": 0.05, "books": 1.0})
+            if k == 19:
+                b.set_weights({"web": 1.0, "books": 0.0})
+            rest.append(digest(next(b)))
+        assert next(b, None) is None
+        assert rest == whole[cut:] and len(rest) == 30 - cut, cut
+        steps = sorted({1, cut, 8, 20, 30} & set(range(1, 31)))
+        probe = babelfeed.build_iterator(cfg)
+        for s in steps:  # trace from the final state answers steps on both sides of every change
+            want = it.describe_samples(np.arange((s - 1) * 12, s * 12))
+            assert [r["records"] for r in probe.trace(s, state)] == [w["records"] for w in want], s
+    it.ledger()  # (counted across the changes)
+    led = it.ledger()
+    counts = {n: len(v) for n, v in seen.items()}
+    assert {n: led[f"ledger/{n}/samples"] for n in counts} == counts
+    with pytest.raises(ValueError, match="for every dataset"):
+        babelfeed.build_iterator(cfg).set_weights({"web": 1.0})
+    with pytest.raises(ValueError, match="not all 0"):
+        babelfeed.build_iterator(cfg).set_weights({"web": 0.0, "books": 0})
+
+
+def test_an_lm_blend_edit_on_resume_loses_and_repeats_nothing(root, tmp_path):
+    rng = np.random.default_rng(8)
+    with babelfeed.IndexedDatasetBuilder(tmp_path / "news", np.int32, format="megatron") as b:
+        for _ in range(30):
+            for _ in range(2):
+                b.add_item(rng.integers(10, 5000, int(rng.integers(5, 60))))
+            b.end_document()
+        b.finalize()
+    first = lm_config(root)
+    it = babelfeed.build_iterator(first)
+    for _ in range(11):
+        next(it)
+    s1 = json.loads(json.dumps(it.get_state()))
+    added = lm_config(root)
+    added.data_path = f"0.2 {root}/lm/web 0.3 {root}/lm/books 0.5 {tmp_path}/news"
+    with pytest.raises(babelfeed.StateMismatch, match="data_path weights"):
+        babelfeed.build_iterator(added).set_state(s1)
+    two = babelfeed.build_iterator(added)
+    two.set_state(s1, mixture_change="allow")
+    for _ in range(9):
+        next(two)
+    s2 = json.loads(json.dumps(two.get_state()))
+    removed = lm_config(root)
+    removed.data_path = f"0.5 {root}/lm/books 0.5 {tmp_path}/news"
+    three = babelfeed.build_iterator(removed)
+    three.set_state(s2, mixture_change="allow")
+    rest = list(three)
+    assert len(rest) == 30 - 20
+    # per dataset, the samples of the three segments together are its own sequence: nothing lost or repeated
+    seen: dict = {}
+    for its, lo, hi in ((it, 0, 11), (two, 11, 20), (three, 20, 30)):
+        for name, got in served_samples([(g, None) for g in range(lo, hi)], its).items():
+            seen.setdefault(name, []).extend(got)
+    for name, got in seen.items():
+        owner = two if name in two.dataset_names() else it
+        assert got == own_sequence(owner, name, len(got)), name
+    assert set(seen) == {"web", "books", "news"} and len(seen["news"]) > 10
+    final = three.get_state()
+    events = [e for e in final["history"] if e["event"] == "blend"]
+    assert [e["sample"] for e in events] == [0, 132, 240] and "changes" in events[-1]
+    # trace from the last state: steps of the third segment by this config; a step of the first segment names
+    # web, which this config no longer lists
+    probe = babelfeed.build_iterator(removed)
+    assert [r["records"] for r in probe.trace(25, final)] == [
+        d["records"] for d in three.describe_samples(np.arange(24 * 12, 25 * 12))]
+    with pytest.raises(ValueError, match="web .*does not list"):
+        probe.trace(3, final)
+    with_web = babelfeed.build_iterator(added)  # the config of the second segment traces every step
+    assert [r["records"] for r in with_web.trace(3, final)] == [
+        d["records"] for d in it.describe_samples(np.arange(24, 36))]
+    other = lm_config(root)
+    other.seq_len = 32
+    with pytest.raises(ValueError, match="seq_len 24 -> 32"):
+        babelfeed.build_iterator(other).set_state(s1, mixture_change="allow")
+
+
+def test_lm_set_weights_through_the_read_ahead_applies_where_the_loop_stands(root):
+    """The JAX and torch adapters read ahead in a thread: a change is made at the batch the loop has reached (the
+    read-ahead is dropped and made again), as in-process."""
+    from golden import digest
+    from babelfeed.iterators.prefetch import Prefetcher
+
+    cfg = lm_config(root)
+    plain = babelfeed.build_iterator(cfg)
+    ahead = Prefetcher(babelfeed.build_iterator(cfg), lambda b: b, depth=3)
+    got, want = [], []
+    for k in range(20):
+        if k == 6:
+            plain.set_weights({"web": 1.0, "books": 0.1})
+            ahead.set_weights({"web": 1.0, "books": 0.1})
+        want.append(digest(next(plain)))
+        got.append(digest(next(ahead)))
+    ahead.close()
+    assert got == want and ahead.get_state()["history"] == plain.get_state()["history"]

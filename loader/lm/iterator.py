@@ -41,7 +41,7 @@ import numpy as np
 from babelfeed.gather import engine as gather
 from babelfeed.errors import FormatError
 from babelfeed.lm.blending import IndexCache, blending_indices, parse_data_path
-from babelfeed.iterators.protocol import STATE_VERSION, LoaderIterator
+from babelfeed.iterators.protocol import STATE_VERSION, LoaderIterator, StateMismatch
 from babelfeed.lm.plan import MODES, LMSource
 from babelfeed.plan.packing import ragged_arange, segments
 
@@ -84,6 +84,9 @@ class LMIterator(LoaderIterator):
 
         blend = cache.get("blend", description, build) if cache else build()
         self.dataset_index, self.dataset_sample = blend["dataset"], blend["sample"]
+        self._config_blend = (self.dataset_index, self.dataset_sample)
+        # the run's blend over time (babelfeed.lm.mixture): [] while it blends the config's weights throughout
+        self.blend_events: list = []
         self.consumed = 0  # global samples
         self._plan: tuple | None = None  # (first global batch, batches, counts, piece pointers, pieces, row blocks)
 
@@ -133,8 +136,10 @@ class LMIterator(LoaderIterator):
         k = int(base) + k
         if not 0 <= k < len(self):
             raise IndexError(f"batch {k} out of range: the run has {len(self)} global batches")
-        first, count, ptr, pieces = self._window(k)
         mine = self._my_rows(self.global_batch)
+        if (self.dataset_index[k * self.global_batch + mine] < 0).any():
+            self._refuse_missing(k * self.global_batch, (k + 1) * self.global_batch)
+        first, count, ptr, pieces = self._window(k)
         per_rank = len(mine)
         a = (k - first) * per_rank
         lo, hi = int(ptr[a]), int(ptr[a + per_rank])
@@ -156,7 +161,7 @@ class LMIterator(LoaderIterator):
         count = np.zeros(len(g), np.int64)
         groups = []
         width = self.seq_len + 1
-        for d in np.unique(which).tolist():
+        for d in np.unique(which[which >= 0]).tolist():  # (-1: a dataset an edit removed, before this config's part)
             sel = np.flatnonzero(which == d)
             epochs, samples = self.sources[d].locate(k_in[sel])
             for e in np.unique(epochs).tolist():
@@ -230,6 +235,8 @@ class LMIterator(LoaderIterator):
             raise ValueError(f"sample {int(g.max() if g.max() >= self.num_samples else g.min())} is not a sample of "
                              f"this run (0 to {self.num_samples - 1})")
         which, k_in = self.dataset_index[g].astype(np.int64), self.dataset_sample[g]
+        if len(g) and (which < 0).any():
+            self._refuse_missing(int(g[which < 0].min()), int(g[which < 0].min()) + 1)
         names = self.dataset_names()
         out: list = [None] * len(g)
         for d in np.unique(which).tolist():
@@ -254,11 +261,25 @@ class LMIterator(LoaderIterator):
     def trace(self, step: int, state: dict | None = None) -> list[dict]:
         """The samples of training step ``step`` (1-based; a step is one global batch) on every rank: where each
         row came from (:meth:`describe_samples`) and the rank that holds it. ``state``: a state of the run, checked
-        against this data (an LM run's plan has no history: its steps are its global batches)."""
+        against this data, whose history gives the blend of every step (weight changes, edits: its steps are its
+        global batches)."""
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
         if state is not None:
-            self._check_state(self._state_in(state), True, {"consumed_samples": 0})
+            from babelfeed.iterators.history import upgrade
+
+            state = upgrade(state)
+            events = self._events_of(state) if isinstance(state, dict) else []
+            # a state of an edited blend names its datasets in its history: any config of the run traces it
+            self._check_state(state, not events, {"consumed_samples": 0}, optional=("history",))
+            if events:
+                self._check_blend_only(state, "this state is of a run with other settings")
+            if events != (self.blend_events or [self._first_event()]) and events:
+                import copy
+
+                probe = copy.copy(self)  # the run's blend, this iterator's left as it was
+                probe._set_blend(events)
+                return probe.trace(step)
         if step > len(self):
             raise ValueError(f"step {step} is past the run's end: it is {len(self)} global batches (num_samples)")
         first = (step - 1) * self.global_batch
@@ -280,6 +301,8 @@ class LMIterator(LoaderIterator):
         for lo in range(done, n, step):  # tokens count sample by sample: in blocks, remembered
             g = np.arange(lo, min(lo + step, n))
             which, k_in = self.dataset_index[g].astype(np.int64), self.dataset_sample[g]
+            keep = which >= 0  # (a dataset an edit removed: not among this config's, not counted here)
+            which, k_in = which[keep], k_in[keep]
             totals[0] += np.bincount(which, minlength=len(self.sources))
             for d in np.unique(which).tolist():
                 src = self.sources[d]
@@ -339,8 +362,84 @@ class LMIterator(LoaderIterator):
                 "streams": {str(key): f"{n} samples, {size} bytes" for key, n, size in d["sources"]}}
 
     def get_state(self) -> dict:
+        """``{"version", "kind": "lm", "name", "consumed_samples", "fingerprint", "identity", "history"}``; the
+        history lists the blend's segments (``babelfeed.lm.mixture``), from the config's weights at sample 0."""
         return {"version": STATE_VERSION, "kind": "lm", "name": self.name, "consumed_samples": self.consumed,
-                "fingerprint": self.fingerprint(), "identity": self.identity()}
+                "fingerprint": self.fingerprint(), "identity": self.identity(),
+                "history": [dict(e) for e in (self.blend_events or [self._first_event()])]}
+
+    # ----------------------------------------------------------------------------------------- blend changes
+    def data_keys(self) -> list[str]:
+        """Per blended dataset, the key the blend's history names it by: its content digest (the same files under
+        another path are the same dataset), with ``#2``, ``#3`` ... where one dataset is listed more than once."""
+        out: list = []
+        for s in self.sources:
+            k = str(s.data_key)
+            out.append(k if k not in out else f"{k}#{sum(1 for x in out if x.split('#')[0] == k) + 1}")
+        return out
+
+    def _first_event(self) -> dict:
+        from babelfeed.lm.mixture import first_event
+
+        return first_event(self.data_keys(), self.weights, self.dataset_names())
+
+    def _set_blend(self, events: list) -> None:
+        """Blend by ``events`` (the history's blend segments; [] or the config's own: the config's weights)."""
+        from babelfeed.lm.mixture import arrays
+
+        if not events or events == [self._first_event()]:
+            self.blend_events = []
+            self.dataset_index, self.dataset_sample = self._config_blend
+        else:
+            index_of = {k: i for i, k in enumerate(self.data_keys())}
+            self.blend_events = [dict(e) for e in events]
+            self.dataset_index, self.dataset_sample = arrays(events, self.num_samples, index_of)
+        self._plan = None
+        self._ledger_cache = None
+
+    def _missing(self, lo: int, hi: int) -> str | None:
+        """The name of a dataset that gives a sample in ``[lo, hi)`` but is not among this iterator's, if any."""
+        gone = np.flatnonzero(self.dataset_index[lo:hi] < 0)
+        if not len(gone):
+            return None
+        sample = lo + int(gone[0])
+        event = max((e for e in self.blend_events if e["sample"] <= sample), key=lambda e: e["sample"])
+        keys = set(self.data_keys())
+        names = [event["names"][k] for k in event["weights"] if k not in keys]
+        return f"{names[0] if names else '?'} (sample {sample})"
+
+    def _refuse_missing(self, lo: int, hi: int) -> None:
+        raise ValueError(f"global sample {lo} of this run came from dataset {self._missing(lo, hi)}, which this "
+                         f"config does not list (an edit removed it): use the config of that part of the run")
+
+    def set_weights(self, weights: dict) -> None:
+        """Blend with ``weights`` (``{dataset name: weight}`` for every dataset, names as ``dataset_names()``) from
+        the next global batch on. Every dataset goes on from its position: over the whole run, a dataset's samples
+        are its own sequence, none repeated or skipped. Recorded in the state's history, so a resumed run blends
+        exactly as this one. Call it on every rank at the same step."""
+        from babelfeed.iterators.policy import as_number
+        from babelfeed.lm.mixture import add, offsets_at
+
+        names = self.dataset_names()
+        if not isinstance(weights, dict) or sorted(weights) != sorted(names):
+            have = sorted(weights) if isinstance(weights, dict) else type(weights).__name__
+            raise ValueError(f"set_weights takes {{dataset: weight}} for every dataset {names}; got {have}")
+        values = {k: as_number(v) for k, v in weights.items()}
+        bad = {k: weights[k] for k, v in values.items() if v is None or not (np.isfinite(v) and v >= 0)}
+        if bad or not sum(v for v in values.values() if v is not None) > 0:
+            raise ValueError(f"set_weights: weights must be finite numbers >= 0, not all 0; got {weights}")
+        at = self.consumed
+        if at >= self.num_samples:
+            raise ValueError("set_weights after the run's last batch: nothing is left to blend")
+        events = self.blend_events or [self._first_event()]
+        keys = self.data_keys()
+        offsets = offsets_at(events, at)
+        top = max(values.values())
+        event = {"event": "blend", "sample": int(at),
+                 "weights": {k: values[n] / top for k, n in zip(keys, names)},
+                 "offsets": {**offsets, **{k: offsets.get(k, 0) for k in keys}},
+                 "names": {**events[-1]["names"], **dict(zip(keys, names))}}
+        self._set_blend(add(events, event))
 
     def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
         if epoch != 1:
@@ -357,11 +456,86 @@ class LMIterator(LoaderIterator):
     def total_steps(self) -> int:
         return self.consumed // self.global_batch
 
-    def set_state(self, state: dict, strict: bool = True) -> None:
+    def set_state(self, state: dict, strict: bool = True, mixture_change: str = "refuse") -> None:
+        """Continue after ``state`` (from ``get_state()``). ``mixture_change="allow"``: this config's blend differs
+        from the saved run's (other weights, a dataset added or removed): every dataset goes on from its position,
+        blended with this config's weights from the saved sample on. A change to a kept dataset's data, or to
+        ``seq_len``, ``mode``, ``seed`` or the split, is refused either way (they change the samples)."""
+        if mixture_change not in ("refuse", "allow"):
+            raise ValueError(f"mixture_change must be 'refuse' or 'allow', got {mixture_change!r}")
         state = self._state_in(state)
-        self._check_state(state, strict, {"consumed_samples": 0})
+        if (mixture_change == "allow" and isinstance(state, dict)
+                and state.get("fingerprint") not in self.fingerprints()):
+            return self._resume_edited(state)
+        self._check_state(state, strict, {"consumed_samples": 0}, optional=("history",))
         consumed = state["consumed_samples"]
         if consumed % self.global_batch or consumed > self.num_samples:
             raise ValueError(f"consumed_samples={consumed} must be a multiple of global_batch={self.global_batch} "
                              f"and at most num_samples={self.num_samples}")
+        events = self._events_of(state)
+        before = (self.blend_events, self.dataset_index, self.dataset_sample)
+        self._set_blend(events)
+        missing = self._missing(int(consumed), self.num_samples)
+        if missing:
+            self.blend_events, self.dataset_index, self.dataset_sample = before
+            raise ValueError(f"this state's blend takes samples from dataset {missing}, which this config does not "
+                             f"list: resume with the run's data_path")
         self.consumed = int(consumed)
+
+    def _edit_hint(self) -> str:
+        return (", or, for another blend (weights, datasets added or removed), set_state(state, "
+                "mixture_change='allow'): every dataset goes on from its position")
+
+    def _check_blend_only(self, state: dict, what: str) -> None:
+        """Refuse a state whose settings other than the blend (seq_len, mode, seed, split) differ from this
+        iterator's: they change every dataset's samples."""
+        was = (state.get("identity") or {}).get("opts") or {}
+        now = self.identity()["opts"]
+        fixed = [k for k in now if k != "data_path weights" and was.get(k) != now[k]]
+        if fixed:
+            changes = ", ".join(f"{k} {was.get(k)!r} -> {now[k]!r}" for k in fixed)
+            raise StateMismatch(f"{what}; {changes} changes every dataset's samples: use the run's settings")
+
+    def _events_of(self, state: dict) -> list:
+        from babelfeed.iterators.history import check
+
+        return check(state["history"]).blend if "history" in state else []
+
+    def _resume_edited(self, state: dict) -> None:
+        """set_state with mixture_change="allow" for a state of another blend (weights or datasets)."""
+        from babelfeed.lm.mixture import add, first_event, offsets_at
+
+        self._check_state(state, False, {"consumed_samples": 0}, optional=("history",))
+        self._check_blend_only(state, "an LM mixture edit changes the blend only")
+        saved = state.get("identity") or {}
+        events = self._events_of(state)
+        if not events:  # a state of an older babelfeed: its blend was its config's weights, as its identity says
+            weights = (saved.get("opts") or {}).get("data_path weights")
+            streams = list((saved.get("streams") or {}))
+            if not isinstance(weights, list) or len(weights) != len(streams) or len(set(streams)) != len(streams):
+                raise ValueError("this LM state carries no blend history (saved by an older babelfeed) and its "
+                                 "identity does not say its weights per dataset: resume with the run's data_path, "
+                                 "then edit at a later state")
+            events = [first_event(streams, weights, streams)]
+        at = int(state["consumed_samples"])
+        if at > self.num_samples or at % self.global_batch:
+            raise ValueError(f"consumed_samples={at} must be a multiple of global_batch={self.global_batch} and at "
+                             f"most num_samples={self.num_samples}")
+        keys, names = self.data_keys(), self.dataset_names()
+        last_names = {}
+        for e in events:
+            last_names.update(e["names"])
+        by_name = {n: k for k, n in last_names.items()}
+        changed = [n for n, k in zip(names, keys) if n in by_name and by_name[n] != k and by_name[n] not in keys]
+        if changed:
+            raise ValueError(f"dataset(s) {changed} hold other data than when this state was saved (their content "
+                             f"digest changed): an edit may add or remove datasets, not change one's data")
+        offsets = offsets_at(events, at)
+        old = {last_names.get(k, k): w for k, w in events[-1]["weights"].items()}
+        event = {"event": "blend", "sample": at, "weights": {k: float(w) for k, w in zip(keys, self.weights)},
+                 "offsets": {**offsets, **{k: offsets.get(k, 0) for k in keys}},
+                 "names": {**last_names, **dict(zip(keys, names))},
+                 "changes": {"data_path": [old, dict(zip(names, self.weights))]}}
+        self._set_blend(add(events, event))
+        self.consumed = at
+
