@@ -12,7 +12,7 @@ ARGS ?=
 # make test runs the suite on every core (pytest-xdist); TEST_WORKERS=0 runs it in one process
 TEST_WORKERS ?= auto
 
-.PHONY: demo test bench venv clean
+.PHONY: demo test bench docs venv clean
 
 venv: $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 
@@ -28,6 +28,10 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(ARGS)
+
+# docs/config.md, the config key reference, is written from babelfeed/config/spec.py (a test holds it to the spec)
+docs: venv
+	$(BIN)/python -c "from babelfeed.config.spec import markdown; print(markdown(), end='')" > docs/config.md
 
 bench: venv
 	$(BIN)/python benchmarks/run_all.py $(ARGS)

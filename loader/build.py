@@ -7,10 +7,10 @@ import os
 
 import numpy as np
 
-from babelfeed.config.files import check_known_keys
 from babelfeed.iterators.protocol import register_builder
 from babelfeed.iterators.translation import BatchIterator
-from babelfeed.checks import check_rank, check_translation_config
+from babelfeed.checks import check_rank
+from babelfeed.config.spec import check_known_keys, check_translation_config, validate
 from babelfeed.gather.collate import CollateOptions, Collater
 from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.plan.planner import EpochPlanner, PlanOptions
@@ -274,6 +274,7 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
         if epoch != 1:
             raise ValueError("an LM iterator is one pass over num_samples (epochs happen inside each dataset)")
         check_known_keys(config, kind="lm")
+        validate(config, "lm")
         return LMIterator.from_config(config, rank=rank, world_size=world_size)
     from babelfeed.config.files import translation_section
 

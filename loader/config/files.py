@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import ast
 import difflib
-import functools
 import importlib.util
 import os
 
 import ml_collections
 
+from babelfeed.config.spec import check_known_keys  # noqa: F401  (imported from here before the spec)
 from babelfeed.errors import ConfigError
 
 
@@ -151,35 +151,3 @@ def task(corpora: str, weight: float = 1.0, transforms: str = "", source_prefix:
                                       "text": text, "spm_model": spm_model, "alpha": float(alpha),
                                       "nbest": int(nbest)})
 
-
-@functools.lru_cache(maxsize=None)
-def _reference(kind: str) -> ml_collections.ConfigDict:
-    return load_config("lm_packing" if kind == "lm" else "nllb_like")
-
-
-def check_known_keys(config, where: str = "", kind: str = "translation") -> None:
-    """Refuse a key that babelfeed does not know inside its own sections (``batching.max_token`` for
-    ``max_tokens``), naming the closest keys, as ``--set`` does: a typo in a config file must not leave the
-    default in force silently. ``kind``: "translation" (the sections of configs/nllb_like.py; ``tasks`` entries
-    are yours to name) or "lm" (configs/lm_packing.py's keys). A top-level key of your own (``model``,
-    ``optimizer``) is fine unless it is one letter away from one of babelfeed's."""
-    ref = _reference(kind)
-    prefix = f"{where}." if where else ""
-
-    def walk(node, known, path):
-        for key in list(node.keys()):
-            if key in known:
-                sub = known[key]
-                if isinstance(sub, ml_collections.ConfigDict) and isinstance(node[key], ml_collections.ConfigDict) \
-                        and not (path == "" and key == "tasks"):
-                    walk(node[key], sub, f"{path}{key}.")
-                continue
-            near = difflib.get_close_matches(key, list(known.keys()), n=3, cutoff=0.8 if path == "" else 0.6)
-            if path == "" and not near:
-                continue  # a section of the user's own
-            hint = f"; did you mean {', '.join(f'{path}{n}' for n in near)}?" if near else \
-                f"; {path.rstrip('.')} has: {', '.join(sorted(known.keys()))}"
-            raise ConfigError(f"{prefix}{path}{key} is not a babelfeed config key{hint} (a key set by mistake "
-                              f"would leave the default in force)")
-
-    walk(config, ref, "")

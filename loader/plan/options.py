@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from babelfeed.plan.mixing import SAMPLERS
-
+from babelfeed.checks import METHODS
 from babelfeed.errors import ConfigError
-
-METHODS = ("temperature", "uniform", "weights")
+from babelfeed.plan.mixing import SAMPLERS
 
 
 @dataclass(frozen=True)

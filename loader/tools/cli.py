@@ -107,8 +107,8 @@ def _load(path, overrides):
 def _translation_config(path, overrides, loaded=None):
     """The translation pipeline of a config file (its ``train`` section for configs/demo.py), checked.
     ``loaded``: the file as :func:`_load` read it already."""
-    from babelfeed.checks import check_translation_config
-    from babelfeed.config.files import check_known_keys, translation_section
+    from babelfeed.config.files import translation_section
+    from babelfeed.config.spec import check_known_keys, check_translation_config
 
     config, where = translation_section(_load(path, overrides) if loaded is None else loaded, os.fspath(path))
     check_known_keys(config, where)
@@ -123,11 +123,12 @@ def _translation_config(path, overrides, loaded=None):
 def _lm_config(config):
     """``config`` when it is a language-model config (configs/lm_packing.py: data_path, seq_len, ...), its keys
     checked; None for a translation config."""
-    from babelfeed.config.files import check_known_keys
+    from babelfeed.config.spec import check_known_keys, validate
 
     if "data_path" not in config:
         return None
     check_known_keys(config, kind="lm")
+    validate(config, "lm")
     return config
 
 
@@ -338,7 +339,7 @@ def _trace(args) -> int:
 
 def _demo(args) -> int:
     from babelfeed.config.files import apply_overrides, load_config
-    from babelfeed.checks import check_translation_config
+    from babelfeed.config.spec import check_translation_config
     from babelfeed.tools.demo import DEFAULT_CONFIG, check_demo_config, run_demo
 
     config = load_config(args.config or DEFAULT_CONFIG)

@@ -41,7 +41,8 @@ def _epoch_summary(planner, per_shape: dict | None = None) -> tuple[Counter, int
 def plan_report(config, num_shapes: int | None = None, plot_dir: str | None = None) -> str:
     """The report's text; with ``plot_dir``, also shapes.png and mixing.png there (plots.py)."""
     from babelfeed.build import mixture_lengths, shape_plan
-    from babelfeed.checks import at_least, check_translation_config
+    from babelfeed.checks import at_least
+    from babelfeed.config.spec import check_translation_config
     from babelfeed.plan.planner import EpochPlanner
 
     check_translation_config(config)

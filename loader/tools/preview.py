@@ -39,7 +39,8 @@ def _decoder(root: str, dictionary):
 
 
 def preview(config, task: str, transforms: str, n: int = 5, epoch: int = 1, side: str = "source") -> str:
-    from babelfeed.checks import at_least, check_translation_config
+    from babelfeed.checks import at_least
+    from babelfeed.config.spec import check_translation_config
 
     check_translation_config(config)
     at_least("n", n, 1)

@@ -1,0 +1,113 @@
+"""One config: every key's type, range, default and doc in one table (babelfeed/config/spec.py), which checks
+every config before any work, and which the shipped configs and the key reference (docs/config.md) follow."""
+
+import os
+
+import ml_collections
+import pytest
+
+import babelfeed
+from babelfeed.config import spec
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def flat(config, prefix=""):
+    out = {}
+    for k, v in config.items():
+        if isinstance(v, ml_collections.ConfigDict):
+            out.update(flat(v, f"{prefix}{k}."))
+            if not v.keys():
+                out[f"{prefix}{k}"] = "section"
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+@pytest.mark.parametrize("kind, name", [("translation", "nllb_like"), ("lm", "lm_packing")])
+def test_the_shipped_configs_are_the_spec(kind, name):
+    shipped = flat(babelfeed.load_config(name))
+    want = flat(spec.defaults(kind))
+    assert sorted(shipped) == sorted(want)
+    for key, value in want.items():
+        assert shipped[key] == value and type(shipped[key]) is type(value), key
+
+
+def test_the_demo_pipeline_has_the_spec_keys():
+    demo = flat(babelfeed.load_config(os.path.join(ROOT, "configs", "demo.py")).train)
+    assert sorted(demo) == sorted(flat(spec.defaults("translation")))
+
+
+def test_the_key_reference_is_written_from_the_spec():
+    with open(os.path.join(ROOT, "docs", "config.md")) as f:
+        assert f.read() == spec.markdown(), "docs/config.md is stale: run make docs"
+    text = spec.markdown()
+    for kind in spec.TABLES:
+        for key in spec.keys(kind):
+            assert f"| `{key.path}` |" in text
+
+
+BAD = {"int": ["7", 2.5, True, None], "float": ["x", True, float("nan"), None], "bool": [1, "yes", None],
+       "str": [3, None], "str|int": [2.5, None]}
+
+
+@pytest.mark.parametrize("kind", sorted(spec.TABLES))
+def test_every_key_refuses_a_wrong_value_by_name(kind):
+    """For every key of the table: values of a wrong type, below its range, outside its choices are refused
+    with a ConfigError naming the key with its path; its default passes."""
+    where = "train" if kind == "translation" else ""
+    for key in spec.keys(kind):
+        bad = list(BAD[key.kind])
+        if key.choices:
+            bad.append("nonsense")
+        if key.low is not None:
+            bad.append(key.low - 1 if key.kind == "int" else (0 if key.low == 0 else key.low - 1))
+        if key.high is not None:
+            bad.append(key.high)
+        if key.nonempty:
+            bad.append("  ")
+        for value in bad:
+            cfg = spec.defaults(kind).to_dict()
+            node = cfg
+            *parents, last = key.path.split(".")
+            for p in parents:
+                node = node[p]
+            node[last] = value
+            name = f"{where}.{key.path}" if where else key.path
+            with pytest.raises(babelfeed.ConfigError, match=name.replace(".", r"\.") + " must"):
+                spec.validate(ml_collections.ConfigDict(cfg), kind, where)
+        spec.validate(spec.defaults(kind), kind, where)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("batching.shapes", "32x", "batching.shapes must be widths"),
+    ("batching.pack", "256", "batching.pack must be 'SRCxTGT'"),
+    ("mixing.schedule.boundaries", "10,x", "mixing.schedule.boundaries must be"),
+    ("mixing.virtual_size", "lots", "mixing.virtual_size must be 'fairseq', 'sum' or a positive integer"),
+    ("mixing.weights", "a-b:x", "mixing.weights entry 'a-b:x'"),
+])
+def test_formats_are_checked_by_name(key, value, match):
+    cfg = spec.defaults("translation")
+    node = cfg
+    *parents, last = key.split(".")
+    for p in parents:
+        node = node[p]
+    node[last] = value
+    with pytest.raises(babelfeed.ConfigError, match=match):
+        spec.validate(cfg, "translation")
+
+
+def test_an_lm_config_is_checked_before_any_work(tmp_path):
+    cfg = babelfeed.load_config("lm_packing")
+    cfg.data_path = f"1.0 {tmp_path}/missing"  # never opened: the value checks come first
+    for key, value in (("seq_len", 0), ("global_batch", -1), ("mode", "packed"), ("num_samples", 0)):
+        bad = babelfeed.load_config("lm_packing")
+        bad.data_path = cfg.data_path
+        bad[key] = value
+        with pytest.raises(babelfeed.ConfigError, match=f"{key} must"):
+            babelfeed.build_iterator(bad)
+    cfg.unlock()
+    cfg.seq_lenn = 3
+    with pytest.raises(babelfeed.ConfigError, match="did you mean seq_len"):
+        babelfeed.build_iterator(cfg)
