@@ -312,7 +312,7 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
     it = BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, epoch, name="train",
                        split=split)
     it.source_config = config  # (not in the state) trace builds iterators of other world sizes from it
-    if opts.sampler == "stream":  # the state carries it, so an edited config can finish this run's window
+    if planner.sampler.streams:  # the state carries it, so an edited config can finish this run's window
         from babelfeed.iterators.edits import snapshot
 
         it.config_snapshot = snapshot(config)

@@ -18,7 +18,6 @@ SHARDS = ("cycle", "all")
 VERIFY = ("quick", "full")
 ON_TOO_LONG = ("skip", "raise")
 METHODS = ("temperature", "uniform", "weights")
-SAMPLERS = ("auto", "stratified", "fairseq", "concat", "stream")
 COMPAT = ("none", "fairseq")
 DTYPES = ("int32", "int64")
 

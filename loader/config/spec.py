@@ -24,9 +24,9 @@ from typing import Callable
 
 import ml_collections
 
-from babelfeed.checks import (COMPAT, DTYPES, LARGEST, LONGEST, METHODS, ON_TOO_LONG, SAMPLERS, SHARDS, VERIFY,
-                              integers, is_int)
+from babelfeed.checks import COMPAT, DTYPES, LARGEST, LONGEST, METHODS, ON_TOO_LONG, SHARDS, VERIFY, integers, is_int
 from babelfeed.errors import ConfigError
+from babelfeed.plan import samplers
 
 
 @dataclass(frozen=True)
@@ -41,14 +41,17 @@ class Key:
     doc: str
     low: float | None = None
     high: float | None = None
-    choices: tuple | None = None
+    choices: tuple | Callable | None = None  # (a callable: choices that a registry holds, asked when checked)
     nonempty: bool = False
     check: Callable | None = None
+
+    def allowed(self) -> tuple | None:
+        return self.choices() if callable(self.choices) else self.choices
 
     def describe(self) -> str:
         """The values allowed, in words (the key reference's "allowed" column)."""
         if self.choices:
-            return " \\| ".join(repr(c) for c in self.choices)
+            return " \\| ".join(repr(c) for c in self.allowed())
         if self.kind in ("int", "float"):
             low = "" if self.low is None else f">= {self.low:g}" if self.kind == "int" or self.low else "> 0"
             high = "" if self.high is None else f"< {_power(self.high)}"
@@ -63,8 +66,8 @@ class Key:
                 raise ConfigError(f"{name} must be True or False, got {value!r}")
             return
         if self.choices is not None:
-            if value not in self.choices:
-                raise ConfigError(f"{name} must be one of {', '.join(map(repr, self.choices))}, got {value!r}")
+            if value not in self.allowed():
+                raise ConfigError(f"{name} must be one of {', '.join(map(repr, self.allowed()))}, got {value!r}")
             return
         if self.kind == "int":
             if not is_int(value) or (self.low is not None and value < self.low) or not value < (self.high or LARGEST):
@@ -159,7 +162,7 @@ TRANSLATION: tuple[Key, ...] = (
         check=_weights),
     Key("mixing.sampler", "str", "auto", "'auto' ('stream' with a changing schedule, else 'stratified'), "
         "'stratified' (per-epoch draw), 'stream' (every corpus cycles its own data), 'fairseq', 'concat'",
-        choices=SAMPLERS),
+        choices=lambda: ("auto", *samplers.names())),
     Key("mixing.virtual_size", "str|int", "fairseq", "epoch size: 'fairseq' (largest corpus x max_scale_up), 'sum' "
         "or an integer", check=_virtual),
     Key("mixing.max_scale_up", "float", 1.5, "virtual_size='fairseq': the cap on the largest corpus's scale", 0),

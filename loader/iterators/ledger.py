@@ -91,7 +91,7 @@ def check_trace_state(it, state: dict) -> None:
     state the run's own config (carried in it) does not resume on this data (with it)."""
     if not isinstance(state, dict):
         raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}")
-    if it.planner.opts.sampler == "stream" and isinstance(state.get("config"), dict):
+    if it.planner.sampler.streams and isinstance(state.get("config"), dict):
         from babelfeed.iterators.replay import _build, cached, state_key
 
         def check():
@@ -103,7 +103,7 @@ def check_trace_state(it, state: dict) -> None:
         cached(it, ("checked", state_key(state)), check)
         return
     it._check_state(state, True, {"epoch": 1, "consumed": 0, "total_steps": 0},
-                    optional=it.STREAM_FIELDS if it.planner.opts.sampler == "stream" else ("ledger", "history"))
+                    optional=it.STREAM_FIELDS if it.planner.sampler.streams else ("ledger", "history"))
     it._check_extra(state)
 
 

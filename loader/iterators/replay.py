@@ -137,7 +137,7 @@ def _segment(probe, state: dict, m: int, world: int):
     weight changes and update counts of that segment (and, after an edit, its saved run's window)."""
     views = _views(state)
     edits = views.edits
-    stream = probe.planner.opts.sampler == "stream"
+    stream = probe.planner.sampler.streams
     current = state.get("config") if stream else None
     if current is None:
         if edits:

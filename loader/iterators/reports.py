@@ -11,8 +11,7 @@ class Reports:
     def update(self) -> float:
         """Stream sampler: the optimizer update the next batch belongs to, as the mixing schedule counts it
         (global batches since training began / batches per update)."""
-        o = self.planner.opts
-        if o.sampler != "stream":
+        if not self.planner.sampler.streams:
             raise ValueError("the update count is kept by mixing.sampler='stream' (or 'auto' with a schedule)")
         return self.planner.update_at(self.planner.epoch_start(self.epoch)[1] + self.consumed)
 
@@ -22,7 +21,7 @@ class Reports:
         its size, its epochs (passes over its own data: each task cycles its data independently), and the
         samples this rank served in this run. Stream sampler only."""
         planner = self.planner
-        if planner.opts.sampler != "stream":
+        if not planner.sampler.streams:
             raise ValueError("per-task positions exist with mixing.sampler='stream' (or 'auto' with a schedule)")
         h = getattr(self, "_handover", None)
         if h is not None and self.epoch == h.epoch:

@@ -372,7 +372,7 @@ class BatchIterator(Reports, LoaderIterator):
                              "was resumed; the edited mixture begins with the next epoch): "
                              + (f"{left} more step(s), then" if left else "its last batch is served:")
                              + " call it once next() has ended this epoch (raised StopIteration)")
-        at = self.planner.epoch_start(self.epoch)[1] + self.consumed if self.planner.opts.sampler == "stream" else 0
+        at = self.planner.epoch_start(self.epoch)[1] + self.consumed if self.planner.sampler.streams else 0
         self.planner.set_weights(at, [float(weights[t]) for t in tasks])
         self._hint = (0, 0)
         self._ra_hint = (0, 0, 0)
@@ -437,7 +437,7 @@ class BatchIterator(Reports, LoaderIterator):
         from babelfeed.iterators.ledger import as_state
 
         planner = self.planner
-        stream = planner.opts.sampler == "stream"
+        stream = planner.sampler.streams
         tasks = planner.sources.tasks
         # the run's history: world sizes, set_weights' changes (at which global batch, which task weights), how
         # schedule updates were counted ([first global batch, update, per]) and the mixture edits
@@ -508,7 +508,7 @@ class BatchIterator(Reports, LoaderIterator):
         if mixture_change not in ("refuse", "allow"):
             raise ValueError(f"mixture_change must be 'refuse' or 'allow', got {mixture_change!r}")
         state = self._state_in(state)
-        stream = self.planner.opts.sampler == "stream"
+        stream = self.planner.sampler.streams
         if not stream and isinstance(state, dict) and {"stream", "config", "dormant"} & set(state):
             raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "
                              f"this config's sampler is {self.planner.opts.sampler!r}: resume with the run's config")

@@ -38,11 +38,8 @@ import hashlib
 
 import numpy as np
 
-from babelfeed.checks import SAMPLERS as CONFIG_SAMPLERS
 from babelfeed._native import plan_kernel
 from babelfeed.permute import derive_key, permute, permute_many
-
-SAMPLERS = tuple(s for s in CONFIG_SAMPLERS if s != "auto")  # what the planner runs ("auto" is resolved first)
 
 
 def sampling_probabilities(sizes, temperature: float = 1.0) -> np.ndarray:
@@ -127,38 +124,6 @@ def fairseq_estimated_total(shard_sizes, epoch: int) -> int:
     known = {(e - 1) % k for e in range(1, min(epoch, k) + 1)}
     largest = max(sizes[i] for i in known)
     return sum(sizes[i] if i in known else largest for i in range(k))
-
-
-def probability_sizes(opts, directions, epoch: int = 0, cycling: bool = True) -> list[int]:
-    """The sizes the probabilities are computed from: the epoch's shard (``probabilities_from="shard"``, Open-NLLB's
-    ``--use-local-shard-size``), or every shard; with ``compat="fairseq"`` and cycled shards, fairseq's estimate of
-    every shard (``fairseq_estimated_total``) when the epoch is known."""
-    if opts.probabilities_from != "total":
-        return [d.size for d in directions]
-    if opts.compat == "fairseq" and opts.sampler == "fairseq" and cycling and epoch:
-        return [fairseq_estimated_total(d.shard_sizes, epoch) if d.shard_sizes else d.total_size
-                for d in directions]
-    return [d.total_size for d in directions]
-
-
-def mixing_ratios(opts, sizes, keys, task_of, task_weights=None) -> np.ndarray:
-    """Per-stream sampling probabilities for the planner's options (``sampler``, ``method``, ``temperature``,
-    ``weights``), or with per-task ``task_weights`` (a schedule) split by temperature within each task.
-
-    For the ``fairseq`` sampler: fairseq's ratios, unnormalised and computed as fairseq computes them
-    (``fairseq_ratios``; ``[1.0] * k`` for uniform; the weights as given), for its virtual size and draw."""
-    fs = opts.sampler == "fairseq"
-    if opts.sampler == "concat":
-        return np.asarray(sizes, np.float64) / max(sum(sizes), 1)
-    if task_weights is not None:
-        return task_probabilities(task_weights, task_of, sizes, opts.temperature)
-    if opts.method == "uniform":
-        return np.ones(len(sizes)) if fs else np.full(len(sizes), 1.0 / len(sizes))
-    if opts.method == "weights":
-        raw = [dict(opts.weights)[k] for k in keys]
-        probs = weight_probabilities(raw)  # checks them
-        return np.asarray(raw, np.float64) if fs else probs
-    return fairseq_ratios(sizes, opts.temperature) if fs else sampling_probabilities(sizes, opts.temperature)
 
 
 def stratified_counts(probs, total: int) -> np.ndarray:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from babelfeed.checks import METHODS
 from babelfeed.errors import ConfigError
-from babelfeed.plan.mixing import SAMPLERS
+from babelfeed.plan import samplers
 
 
 @dataclass(frozen=True)
@@ -37,8 +37,8 @@ class PlanOptions:
     batches_per_update: int = 1  # global batches per optimizer update (ranks x accumulation with split="batches")
 
     def validate(self) -> None:
-        if self.sampler not in SAMPLERS:
-            raise ConfigError(f"mixing.sampler must be one of {SAMPLERS}, got {self.sampler!r}")
+        if self.sampler not in samplers.names():
+            raise ConfigError(f"mixing.sampler must be one of {samplers.names()}, got {self.sampler!r}")
         if self.method not in METHODS:
             raise ConfigError(f"mixing.method must be one of {METHODS}, got {self.method!r}")
         if not self.temperature > 0:
@@ -72,9 +72,9 @@ class PlanOptions:
                 raise ConfigError(f"shape {tuple(shape)} must be (batch, length...) within max_tokens={self.max_tokens}")
         if self.compat == "fairseq" and self.sampler not in ("fairseq", "concat"):
             raise ConfigError("compat='fairseq' needs mixing.sampler 'fairseq' (resampling) or 'concat' (no resampling)")
-        if self.sampler == "stream" and self.compat == "fairseq":
+        if samplers.choose(self.sampler).streams and self.compat == "fairseq":
             raise ConfigError("compat='fairseq' cannot use mixing.sampler='stream' (fairseq redraws every epoch)")
-        if self.schedule is not None and self.schedule.boundaries and self.sampler != "stream":
+        if self.schedule is not None and self.schedule.boundaries and not samplers.choose(self.sampler).streams:
             raise ConfigError(f"a mixing schedule that changes during training needs mixing.sampler='stream' (or "
                              f"'auto'), got {self.sampler!r}")
         if self.batches_per_update < 1:

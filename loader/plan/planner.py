@@ -22,8 +22,9 @@ import numpy as np
 
 from babelfeed.plan import cutting
 from babelfeed.plan.batching import length_order, random_key
-from babelfeed.plan.mixing import (StratifiedDraw, fairseq_draw, fairseq_virtual_size, mixing_ratios, probability_sizes,
-    stratified_counts, stratified_rows, stratified_span_rows, virtual_size)
+from babelfeed.plan.mixing import StratifiedDraw, stratified_rows, stratified_span_rows
+from babelfeed.plan.cutters import choose as choose_cutter
+from babelfeed.plan.samplers import choose as choose_sampler
 from babelfeed.plan.packing import ragged_arange
 from babelfeed.plan.options import PlanOptions
 from babelfeed.plan.stream import StreamPlanning
@@ -40,6 +41,8 @@ class EpochPlanner(StreamPlanning):
     def __init__(self, sources: SourceSet, opts: PlanOptions):
         opts.validate()
         self.sources, self.opts = sources, opts
+        self.sampler = choose_sampler(opts.sampler)  # how an epoch's samples are drawn (babelfeed.plan.samplers)
+        self.cutter = choose_cutter(opts)  # how a window's samples are cut into batches (babelfeed.plan.cutters)
         self._setup: EpochSetup | None = None
         self._window_cache: tuple | None = None
         self._filtered: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> too-long per direction
@@ -54,7 +57,7 @@ class EpochPlanner(StreamPlanning):
         if opts.schedule is not None and len(opts.schedule.weights[0]) != len(sources.tasks):
             raise ValueError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
                              f"are {len(sources.tasks)} tasks {sources.tasks}")
-        if opts.sampler == "stream" and sources.shards == "cycle" and sources.max_shards > 1:
+        if self.sampler.streams and sources.shards == "cycle" and sources.max_shards > 1:
             raise ValueError("mixing.sampler='stream' reads every shard as one stream per corpus: set "
                              "data.shards='all' (shard cycling is a per-epoch scheme)")
         if opts.method == "weights" and opts.schedule is None:
@@ -75,24 +78,24 @@ class EpochPlanner(StreamPlanning):
         """Per-direction (stream) sampling probabilities at an optimizer update (of ``epoch``, if known);
         ``batches``: the global batches since training began there, for the weights set by ``set_weights``."""
         r = self.ratios(directions, update, epoch, batches)
-        return r / r.sum() if self.opts.sampler == "fairseq" else r
+        return self.sampler.probabilities(r)
 
     def ratios(self, directions: list[Direction], update: float = 0.0, epoch: int = 0,
                batches: int | None = None) -> np.ndarray:
-        """The probabilities, or for the fairseq sampler fairseq's unnormalised ratios (``mixing.mixing_ratios``)."""
+        """The probabilities, or for the fairseq sampler fairseq's unnormalised ratios (``Sampler.ratios``)."""
         o = self.opts
-        sizes = probability_sizes(o, directions, epoch, self.sources.shards == "cycle")
+        sizes = self.sampler.probability_sizes(o, directions, epoch, self.sources.shards == "cycle")
         weights = o.schedule.weights_at(update) if o.schedule is not None else None
         if batches is not None:
             for at, w in self.weight_changes:  # the last change at or before this point wins
                 if at <= batches:
                     weights = w
-        return mixing_ratios(o, sizes, [d.key for d in directions], self.sources.task_of, weights)
+        return self.sampler.ratios(o, sizes, [d.key for d in directions], self.sources.task_of, weights)
 
     def set_weights(self, at: int, weights) -> None:
         """Task weights (one per task, in ``sources.tasks`` order) for the stream windows whose first batch is at
         global batch ``at`` (since training began) or later; the plans of those already made are dropped."""
-        if self.opts.sampler != "stream":
+        if not self.sampler.streams:
             raise ValueError("set_weights changes the mixture window by window, which mixing.sampler='stream' does "
                              "(the other samplers fix an epoch's counts when it begins): set mixing.sampler='stream' "
                              "and data.shards='all'")
@@ -194,27 +197,15 @@ class EpochPlanner(StreamPlanning):
         o = self.opts
         directions = self.sources.directions(epoch)
         sizes = np.array([d.size for d in directions], dtype=np.int64)
-        if o.sampler == "stream":
+        if self.sampler.streams:
             return self._stream_setup(epoch, directions, sizes)
         ratios = self.ratios(directions, epoch=epoch)
-        probs = ratios / ratios.sum() if o.sampler == "fairseq" else ratios
-        draws: list = []
-        if o.sampler == "concat":
-            counts = sizes.copy()
-            for d in directions:
-                shuffled = o.shuffle and d.size and o.compat != "fairseq"  # fairseq: rows in order, then permuted
-                draws.append(StratifiedDraw(d.size, d.size, (o.seed, "concat", epoch, d.key)) if shuffled else None)
-        else:
+        probs = self.sampler.probabilities(ratios)
+        total = 0
+        if self.sampler.sizes_epochs:
             total = self._epoch_total(sizes, ratios)
             self._refuse_empty(directions, ratios, epoch)  # epoch 1 was checked at build, later epochs here
-            if o.sampler == "fairseq":
-                idx = fairseq_draw(sizes, ratios, total, epoch, seed=o.fairseq_sampling_seed)
-                counts = np.array([len(i) for i in idx], dtype=np.int64)
-                draws = list(idx)
-            else:
-                counts = stratified_counts(probs, total)
-                for d, c in zip(directions, counts):
-                    draws.append(StratifiedDraw(d.size, int(c), (o.seed, "mix", epoch, d.key)) if c else None)
+        counts, draws = self.sampler.draw(o, epoch, directions, sizes, ratios, total)
         total = int(counts.sum())
         num_windows = 1 if not o.window or total <= o.window or o.compat == "fairseq" else -(-total // o.window)
         self._setup = EpochSetup(epoch, directions, probs, counts, draws, max(num_windows, 1))
@@ -222,11 +213,7 @@ class EpochPlanner(StreamPlanning):
         return self._setup
 
     def _epoch_total(self, sizes, ratios) -> int:
-        o = self.opts
-        if o.virtual_size != "fairseq":
-            return int(sizes.sum()) if o.virtual_size == "sum" else int(o.virtual_size)
-        size_func = fairseq_virtual_size if o.sampler == "fairseq" else virtual_size
-        return size_func(sizes, ratios, o.max_scale_up)
+        return self.sampler.epoch_total(self.opts, sizes, ratios)
 
     # ------------------------------------------------------------------------------------------- windows
     def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray | None, np.ndarray, list]:
@@ -265,7 +252,7 @@ class EpochPlanner(StreamPlanning):
         if self._window_cache and self._window_cache[0] == (epoch, w):
             return self._window_cache[1]
         setup = self.setup(epoch)
-        if self.opts.sampler == "stream":
+        if self.sampler.streams:
             return self._stream_window(setup, epoch, w)
         if not 0 <= w < setup.num_windows:
             raise IndexError(f"epoch {epoch} has {setup.num_windows} windows, not {w + 1}")
@@ -299,38 +286,17 @@ class EpochPlanner(StreamPlanning):
     def _plan_window(self, setup: EpochSetup, epoch: int, w: int, dirs, rows, spans) -> Window:
         """A window's samples -> lengths and addresses, filter, order, batches, served order."""
         o = self.opts
-        ndir = len(setup.directions)
-        shape = masked = packed = None
-        if o.compat == "fairseq":
-            dirs = self._directions(dirs, spans)
-            s = self._describe(setup, dirs, rows, spans)
-            src_len, tgt_len = s.src_len, s.tgt_len  # int32 columns of the rows, read in place
-            src_len, tgt_len = src_len.astype(np.int64), tgt_len.astype(np.int64)
-            select, ends, served, dropped = cutting.fairseq(
-                src_len, tgt_len, self.sources.with_target, o.seed, epoch, o.max_tokens, o.max_sentences, o.multiple,
-                o.max_source_positions, o.max_target_positions, o.fairseq_drop_last)
-            if len(dropped) and o.on_too_long == "raise":
-                i = int(dropped[0])
-                raise ValueError(f"{setup.directions[int(dirs[i])].key} row {int(rows[i])} is longer than "
-                                 f"max_source_positions/max_target_positions (filter.on_too_long='raise')")
-            filtered = np.bincount(dirs[dropped], minlength=ndir).astype(np.int64)
-            return self._finish(setup, epoch, w, s, select, ends, served, filtered)
+        if not self.cutter.orders:  # fairseq's own filter, order and batches
+            return self.cutter.window(self, setup, epoch, w, dirs, rows, spans)
         rng = np.random.default_rng([o.seed, epoch, w, 7])
         s, filtered = self._ordered(setup, dirs, rows, spans, rng)
-        src_len, tgt_len = (s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)) if o.pack_shape or o.shapes \
+        src_len, tgt_len = (s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)) if self.cutter.wide \
             else (s.src_len, s.tgt_len)  # dynamic batches read the int32 columns as they are
-        sub = None
-        if o.pack_shape:
-            sub, ends, masked, packed = cutting.packed(src_len, tgt_len, o.pack_shape, self.rows_per_packed_batch(),
-                                                       rng if o.shuffle else None)
-        elif o.shapes:
-            sub, ends, shape, masked, unfit = cutting.static(src_len, tgt_len, o.shapes, self.sources.with_target,
-                                                             o.on_too_long)
-            filtered = filtered + np.bincount(s.direction[unfit], minlength=ndir)
-        else:
-            ends = cutting.dynamic(src_len, tgt_len, o.max_tokens, o.max_sentences, o.multiple)
-        served = cutting.block_shuffle(len(ends), o.balance_block, rng) if o.shuffle else np.arange(len(ends))
-        return self._finish(setup, epoch, w, s, sub, ends, served, filtered, shape, masked, packed)
+        cut = self.cutter.cut(self, src_len, tgt_len, rng)
+        if cut.unfit is not None:
+            filtered = filtered + np.bincount(s.direction[cut.unfit], minlength=len(setup.directions))
+        served = cutting.block_shuffle(len(cut.ends), o.balance_block, rng) if o.shuffle else np.arange(len(cut.ends))
+        return self._finish(setup, epoch, w, s, cut.sub, cut.ends, served, filtered, cut.shape, cut.masked, cut.packed)
 
     def _ordered(self, setup: EpochSetup, dirs, rows, spans, rng) -> tuple[Samples, np.ndarray]:
         """The window's samples without the too-long ones, in length order, and the too-long count per direction.

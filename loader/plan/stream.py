@@ -38,7 +38,7 @@ class StreamPlanning:
         """Plan the epoch-1 probabilities and epoch size now, at every phase of a mixing schedule (at each
         boundary): what cannot be planned, or plans an empty epoch, fails at build, not hours into training."""
         schedule = self.opts.schedule
-        if self.opts.sampler == "concat":
+        if not self.sampler.sizes_epochs:
             return
         directions = self.sources.directions(1)
         sizes = np.array([d.size for d in directions], dtype=np.int64)
