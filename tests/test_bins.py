@@ -45,6 +45,11 @@ def test_epochs_reshuffle_and_resume(lengths):
     t.load_state_dict(state)
     tail = list(t)
     assert head + tail == e1
+    for bad, match in (({"version": 2, "epoch": 1, "consumed": 3}, "babelfeed iterator's state"),
+                       ({"epoch": 1}, "'batches_done'"), ({"epoch": 1, "batches_done": 10**9}, "'batches_done'"),
+                       ({"epoch": "1", "batches_done": 2}, "'epoch'")):
+        with pytest.raises(ValueError, match=match):
+            LengthBinSampler(lengths, max_tokens=4096, bins=4, seed=1).load_state_dict(bad)
     t.load_state_dict(state)  # a resumed iteration counts from where it began
     it = iter(t)
     more = [next(it) for _ in range(5)]

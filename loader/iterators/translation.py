@@ -13,6 +13,7 @@ depend on the world size).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -446,7 +447,7 @@ class BatchIterator(Reports, LoaderIterator):
                           else [], self.edits)
         state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
                  "total_steps": self.total_steps, "fingerprint": planner.fingerprint(), "history": history,
-                 "identity": planner.identity()}
+                 "identity": copy.deepcopy(planner.identity())}  # (a copy: the state is the caller's)
         if stream:  # where every stream stood when this epoch began
             positions, batches = planner.epoch_start(epoch)
             state["stream"] = {"positions": positions.tolist(), "batches": int(batches)}

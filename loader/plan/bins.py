@@ -128,6 +128,17 @@ class LengthBinSampler:
         return {"epoch": self.epoch, "batches_done": self._start + seen}
 
     def load_state_dict(self, state: dict) -> None:
-        self.epoch = int(state["epoch"])
-        self._skip = int(state["batches_done"])
+        """Continue after ``state`` (from ``state_dict``). This sampler orders a dataset of the user's own, so its
+        state is its own: an epoch and the batches done in it (a babelfeed iterator's state is refused by name)."""
+        if isinstance(state, dict) and ("version" in state or "consumed" in state or "consumed_samples" in state):
+            raise ValueError("this is a babelfeed iterator's state (a BatchIterator's, a loader's); a LengthBinSampler "
+                             "resumes from its own state_dict(batches_seen): {'epoch', 'batches_done'}")
+        ok = (isinstance(state, dict) and set(state) == {"epoch", "batches_done"}
+              and all(isinstance(state[k], int) and not isinstance(state[k], bool) for k in state)
+              and state["epoch"] >= 0 and 0 <= state["batches_done"] <= len(self))
+        if not ok:
+            raise ValueError(f"a LengthBinSampler state is {{'epoch': int >= 0, 'batches_done': int in 0..{len(self)}}} "
+                             f"(from state_dict(batches_seen)), got {str(state)[:200]}")
+        self.epoch = state["epoch"]
+        self._skip = state["batches_done"]
         self._start = self._skip
