@@ -1,6 +1,7 @@
 import json
 import os
 import pathlib
+import sys
 import tempfile
 
 import pytest
@@ -17,6 +18,17 @@ _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 os.environ.setdefault("BABELFEED_CACHE_DIR", tempfile.mkdtemp(prefix="babelfeed-test-cache-"))
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+
+# The test folders mirror the packages (tests/plan for babelfeed.plan, ...); the helpers (synthetic, golden,
+# helpers) live here. Every test folder and this one are on the path, in this process and (PYTHONPATH) in the
+# subprocesses tests start, so a test or a child script imports a helper or another test module by its name.
+TESTS = pathlib.Path(__file__).resolve().parent
+FOLDERS = [str(TESTS)] + sorted(str(p) for p in TESTS.iterdir() if p.is_dir() and any(p.glob("test_*.py")))
+for _folder in reversed(FOLDERS):
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
+os.environ["PYTHONPATH"] = os.pathsep.join(FOLDERS + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                                      if p and p not in FOLDERS])
 
 
 def shared_dir() -> pathlib.Path:

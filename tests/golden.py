@@ -7,7 +7,7 @@ numpy versions), and the raw-text task uses a SentencePiece model committed besi
     python tests/golden.py --record     # rewrite tests/data/golden_batches.json (only for an intended change)
     python tests/golden.py              # compare, printing the configs that differ
 
-``tests/test_golden_batches.py`` runs the comparison in the suite.
+``tests/iterators/test_golden_batches.py`` runs the comparison in the suite.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Frozen copies of the previous static-shape code (loader/shape_boxes.py and loader/shapes.py as of commit
-589dbcb), for tests/test_shape_speed.py: the faster code must give exactly what these gave.
+589dbcb), for tests/plan/test_shape_speed.py: the faster code must give exactly what these gave.
 
 ``previous_pair_cells``: one bincount over a whole int64 key array; ``previous_assign``: three whole-array
 gathers; ``PreviousGrid``: the box search, one loop over the other boxes per candidate slot.

@@ -4,7 +4,7 @@
 ``batching.length_order``, ``batching.batch_sorted`` and the planner's window order (``sorted_rows``) ask here
 first; each function returns None where the
 kernel is not built (setup.py builds it where a C compiler exists), ``BABELFEED_KERNEL=0`` is set, or the input
-is one the kernel does not take, and the caller's numpy path answers instead (tests/test_plan_kernel.py checks
+is one the kernel does not take, and the caller's numpy path answers instead (tests/plan/test_plan_kernel.py checks
 that both give the same arrays). ``KERNEL`` is read at every call, so tests can switch it off. Over big windows the
 kernel's passes use up to ``threads()`` cores (``BABELFEED_PLAN_THREADS``); the arrays do not depend on it.
 """

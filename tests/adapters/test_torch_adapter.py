@@ -17,7 +17,7 @@ from helpers import hist
 from synthetic import config_for, make_data_bin
 from test_pipeline import decode_ids
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 # Workers come from a forkserver: other tests load JAX (multithreaded) into this process, and forking it is unsafe.
 MP = "forkserver"
 

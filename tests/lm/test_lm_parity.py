@@ -12,7 +12,7 @@ import babelfeed
 import golden
 from babelfeed.tools.cli import main
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 
 
 @pytest.fixture(scope="module")

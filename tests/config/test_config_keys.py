@@ -12,7 +12,7 @@ from babelfeed.config.files import check_known_keys
 from babelfeed.tools.cli import main
 from synthetic import config_for, make_data_bin
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")

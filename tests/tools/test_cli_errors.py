@@ -12,7 +12,7 @@ from babelfeed.cli import main
 from synthetic import make_data_bin
 from test_binarize import make_raw
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NLLB = os.path.join(REPO, "configs", "nllb_like.py")
 DEMO = os.path.join(REPO, "configs", "demo.py")
 LM = os.path.join(REPO, "configs", "lm_packing.py")
@@ -49,7 +49,7 @@ def test_plan_and_preview_take_the_demo_config(data, capsys):
 
 
 def test_plan_of_a_language_model_config_names_its_missing_data(capsys):
-    # plan takes LM configs (tests/test_lm_parity.py); the shipped one points at data/web, not here
+    # plan takes LM configs (tests/lm/test_lm_parity.py); the shipped one points at data/web, not here
     fails(capsys, ["plan", LM], "data/web.idx", "No such file")
 
 

@@ -10,7 +10,7 @@ import babelfeed
 from babelfeed.config import apply_overrides
 from synthetic import make_data_bin
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = ["demo.py", "nllb_like.py", "tpu_static.py", "lm_packing.py"]
 
 

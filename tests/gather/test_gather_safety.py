@@ -14,7 +14,7 @@ import babelfeed.rows
 from synthetic import config_for
 from test_gather_property import make
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 
 
 def corrupt_pointer(prefix: str, record: int, value: int) -> None:
@@ -55,7 +55,7 @@ def test_a_record_outside_its_bin_raises_naming_file_and_record(tmp_path, monkey
 
 def test_the_kernel_refuses_addresses_outside_the_space():
     if babelfeed.gather.KERNEL is None:
-        pytest.skip("the compiled kernel is not built (tests/test_golden_batches.py says so)")
+        pytest.skip("the compiled kernel is not built (tests/iterators/test_golden_batches.py says so)")
     space = np.arange(100, dtype=np.uint16)
     out = np.empty((2, 8), np.int64)
     args = lambda start: (space, "H", 0, np.array(start, np.int64), np.array([4, 4], np.int64),  # noqa: E731
@@ -146,7 +146,7 @@ def test_the_kernel_reports_the_largest_id_it_wrote(code, dtype, out_code):
     """The dictionary check trusts fill_rows' largest id instead of a second pass: it must be the largest of the
     prefixes and tokens written (pad excluded), a negative id counting as huge."""
     if babelfeed.gather.KERNEL is None:
-        pytest.skip("the compiled kernel is not built (tests/test_golden_batches.py says so)")
+        pytest.skip("the compiled kernel is not built (tests/iterators/test_golden_batches.py says so)")
     rng = np.random.default_rng(len(code) * 7 + ord(code) + ord(out_code))
     hi = min(np.iinfo(dtype).max, 2**31 - 1)
     for trial in range(60):

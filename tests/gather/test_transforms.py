@@ -102,7 +102,7 @@ def test_parse_steps_and_preview_command(tmp_path):
         with pytest.raises(ValueError, match=match):
             parse_steps(bad, d)
     make_data_bin(tmp_path)
-    repo = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+    repo = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-m", "babelfeed.cli", "preview", "--config=configs/nllb_like.py",
                           f"--config.data.path={tmp_path}", "--task", "aaa-bbb", "-n", "3",
                           "--transforms", "token_drop:rate=0.5;local_reorder:k=2"],

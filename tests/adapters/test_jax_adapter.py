@@ -10,7 +10,7 @@ import pytest
 
 from synthetic import make_data_bin
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 
 CHILD = r"""
 import json, sys

@@ -46,7 +46,7 @@ def test_side_count_mismatch_names_both_files(fixtures_dir, tmp_path):
     assert "shard001/train.eng_Latn-tur_Latn.eng_Latn.idx" in msg and "25 sentences" in msg
     assert "shard001/train.eng_Latn-tur_Latn.tur_Latn.idx has 40" in msg and "shard 1" in msg
     ShardedCorpus(root, check=False)  # opt out for inspection
-    cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "nllb_like.py"))
+    cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs", "nllb_like.py"))
     cfg.data.path = str(root)
     d = babelfeed.Dictionary()
     d.add_language_tokens(["eng_Latn", "tur_Latn"])
@@ -62,7 +62,7 @@ def test_missing_side_and_missing_bin(tmp_path):
     d = babelfeed.Dictionary()
     d.add_language_tokens(["en", "de"])
     d.save(str(tmp_path / "dict.txt"))
-    cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "nllb_like.py"))
+    cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs", "nllb_like.py"))
     cfg.data.path = str(tmp_path)
     with pytest.raises(babelfeed.SideMismatchError, match="no de side"):
         babelfeed.build_train_iterator(cfg)

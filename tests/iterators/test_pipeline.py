@@ -170,7 +170,7 @@ def test_resume_in_a_fresh_process(data, tmp_path):
     expected = [digest(next(it)) for _ in range(10)]
     script = f"""
 import json, sys
-sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent)!r})
+sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent.parent)!r})
 import babelfeed
 from synthetic import config_for
 from test_pipeline import digest

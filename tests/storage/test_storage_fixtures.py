@@ -135,7 +135,7 @@ def test_every_sentence_ends_with_eos(fixtures_dir, expected):
             assert all(int(s[-1]) == e["eos"] for s in ds)
 
 
-LEGACY = pathlib.Path(__file__).parent / "fixtures" / "fairseq_legacy"
+LEGACY = pathlib.Path(__file__).parent.parent / "fixtures" / "fairseq_legacy"
 
 
 def test_legacy_fixture_written_by_fairseq(tmp_path):

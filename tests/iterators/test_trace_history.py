@@ -14,7 +14,7 @@ import babelfeed
 from helpers import as_v1, hist
 from synthetic import config_for, make_data_bin
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 DIRS = {"aaa-bbb": [600, 500], "aaa-ccc": [120, 80], "aaa-ddd": [12, 9], "bbb-ccc": [200, 150],
         "bbb-ddd": [90, 60]}
 STREAM = {"mixing__sampler": "stream", "data__shards": "all", "batching__window": 150}

@@ -105,7 +105,7 @@ def test_cli_reports_format_errors_without_traceback(tmp_path):
 def test_read_data_bin_example_decodes_the_demo(tmp_path, capsys):
     run_demo(None, workdir=str(tmp_path / "demo"), scale=0.05, workers=1, train_steps=0)
     capsys.readouterr()
-    example = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "read_data_bin.py")
+    example = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples", "read_data_bin.py")
     r = subprocess.run([sys.executable, example, str(tmp_path / "demo" / "data_bin"), "-n", "50"],
                        capture_output=True, text=True, check=True)
     raw_en = (tmp_path / "demo" / "raw" / "eng_Latn-tur_Latn.eng_Latn").read_text(errors="replace").splitlines()
@@ -123,7 +123,7 @@ def test_read_data_bin_example_decodes_the_demo(tmp_path, capsys):
 def test_config_is_locked(tmp_path):
     from babelfeed.config import load_config
 
-    c = load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "demo.py"))
+    c = load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs", "demo.py"))
     assert c.binarize.train_spm == 4000
     import pytest
 
@@ -154,7 +154,7 @@ def test_torch_example_learns(tmp_path, capsys):
 
     import babelfeed
 
-    cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs",
+    cfg = babelfeed.load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs",
                                           "demo.py"))
     cfg.train.data.path = str(tmp_path / "demo" / "data_bin")
     cfg.train.batching.max_tokens = 2048

@@ -19,7 +19,7 @@ import pytest
 
 import babelfeed
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 README = os.path.join(REPO, "README.md")
 BIN = os.path.dirname(sys.executable)
 

@@ -10,7 +10,7 @@ import pytest
 
 import golden
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 
 CHILD = r"""
 import json, sys

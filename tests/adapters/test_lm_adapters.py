@@ -14,7 +14,7 @@ import golden
 import babelfeed
 from babelfeed.lm import LMIterator
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 LEAVES = ("tokens", "labels", "loss_mask", "segment_ids", "positions", "dataset")
 
 

@@ -13,7 +13,7 @@ import pytest
 import babelfeed
 from synthetic import config_for, make_data_bin
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 PAD = 1
 FIELDS = ("samples", "src_tokens", "tgt_tokens")
 

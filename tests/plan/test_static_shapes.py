@@ -102,7 +102,7 @@ def test_plan_command(root):
     out = subprocess.run([sys.executable, "-m", "babelfeed.cli", "plan", "configs/nllb_like.py", "--shapes", "3",
                           "--set", f"data.path={root}", "--set", "batching.max_tokens=512",
                           "--set", "filter.max_source_positions=128", "--set", "filter.max_target_positions=128"],
-                         capture_output=True, text=True, check=True, cwd=str(__import__("pathlib").Path(__file__).parents[1]))
+                         capture_output=True, text=True, check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
     text = out.stdout
     assert "expected padding efficiency" in text and "percentile edges" in text and "equal token mass" in text
     assert "distinct shapes" in text and "of batches" in text

@@ -12,7 +12,7 @@ import sys
 
 from synthetic import make_data_bin
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 
 SCRIPT = r'''
 import json, pickle, sys

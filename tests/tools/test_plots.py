@@ -10,7 +10,7 @@ import pytest
 from synthetic import make_data_bin
 
 pytest.importorskip("matplotlib", reason="matplotlib (the plot extra) is part of the test extra: make test has it")
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _drawn(path) -> None:

@@ -17,7 +17,7 @@ from golden import digest
 from helpers import hist
 from synthetic import config_for, make_data_bin
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 pytestmark = pytest.mark.filterwarnings("ignore:.*set_vital.*", "ignore:This DataLoader will create")
 
 

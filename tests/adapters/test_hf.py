@@ -128,7 +128,7 @@ def test_the_trainer_takes_the_demo_config_and_refuses_an_lm_config_by_name(root
 
     from babelfeed.adapters.hf import Seq2SeqTrainer
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     d = babelfeed.ShardedCorpus(root).dictionary()
     args = transformers.Seq2SeqTrainingArguments(output_dir=str(tmp_path / "o"), max_steps=1, report_to=[],
                                                  use_cpu=True, save_strategy="no")

@@ -15,7 +15,7 @@ from golden import digest
 from synthetic import config_for, make_data_bin
 from helpers import as_v1, hist
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 STREAM = {"mixing__sampler": "stream", "data__shards": "all", "batching__window": 200}
 
 

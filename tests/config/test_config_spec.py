@@ -9,7 +9,7 @@ import pytest
 import babelfeed
 from babelfeed.config import spec
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 ROOT = os.path.dirname(HERE)
 
 
