@@ -9,9 +9,17 @@ in the workers: the model gets ``input_ids``, ``attention_mask``, ``decoder_inpu
 padding and masked rows), batches keep babelfeed's mixing, token budgets and static shapes, and a batch with no
 real row (an epoch-padding batch) adds nothing to the loss. Set ``per_device_train_batch_size`` aside: the batch
 size is the config's token budget. Outside the Trainer, ``HFView(pad)(batch)`` is the view of one numpy batch.
+
+Every checkpoint the Trainer saves holds ``babelfeed_state.json``: the run's data state at that step (the state
+every adapter saves, which any of them restores and ``babelfeed trace --state`` reads). The Trainer's own resume
+(``train(resume_from_checkpoint=...)``) replays the epoch's first batches to skip them, which gives the same
+batches (babelfeed's are a pure function of the position).
 """
 
 from __future__ import annotations
+
+import json
+import os
 
 import transformers
 
@@ -24,6 +32,25 @@ class _TrainerLoader(BatchLoader):
 
     def set_epoch(self, epoch: int) -> None:
         super().set_epoch(int(epoch) + 1)
+
+
+STATE_FILE = "babelfeed_state.json"
+
+
+class _SaveDataState(transformers.TrainerCallback):
+    """Writes the data state into each checkpoint the Trainer saves (on the main process)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_save(self, args, state, control, **kwargs):
+        loader = self.trainer._babelfeed_loader
+        folder = os.path.join(args.output_dir, f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        if loader is None or not state.is_world_process_zero or not os.path.isdir(folder):
+            return
+        from babelfeed.fileio import atomic_write
+
+        atomic_write(os.path.join(folder, STATE_FILE), json.dumps(loader.state_dict()).encode())
 
 
 class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
@@ -47,6 +74,7 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
         self.babelfeed_workers = num_workers
         self.babelfeed_pad = ShardedCorpus(babelfeed_config.data.path).dictionary().pad()
         self._babelfeed_loader = None
+        self.add_callback(_SaveDataState(self))
 
     def get_train_dataloader(self) -> BatchLoader:
         if self._babelfeed_loader is None:

@@ -142,3 +142,29 @@ def test_the_trainer_takes_the_demo_config_and_refuses_an_lm_config_by_name(root
         Seq2SeqTrainer(model=_tiny_bart(len(d)), args=args, babelfeed_config=lm)
     with pytest.raises(ValueError, match="an LM batch"):
         HFView(1)({"tokens": np.zeros((2, 3)), "labels": np.zeros((2, 3))})
+
+
+def test_every_trainer_checkpoint_holds_the_data_state_any_adapter_and_trace_take(root, tmp_path):
+    """checkpoint-N/babelfeed_state.json is the state of the run after N optimizer steps (accumulation 2: 2N
+    batches): the in-process iterator's state there, which resumes to the batches the Trainer trains on next."""
+    import json
+
+    from babelfeed.adapters.hf import STATE_FILE, Seq2SeqTrainer
+    from babelfeed.iterators.state import find_state
+
+    d = babelfeed.ShardedCorpus(root).dictionary()
+    args = transformers.Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=6, learning_rate=1e-3, report_to=[], use_cpu=True,
+        save_strategy="steps", save_steps=3, gradient_accumulation_steps=2)
+    trainer = Seq2SeqTrainer(model=_tiny_bart(len(d)), args=args, babelfeed_config=config_for(root))
+    trainer.train()
+    for step in (3, 6):
+        with open(tmp_path / "out" / f"checkpoint-{step}" / STATE_FILE) as f:
+            saved = json.load(f)
+        it = babelfeed.build_train_iterator(config_for(root))
+        for _ in range(2 * step):
+            next(it)
+        assert find_state(saved) == saved and saved == json.loads(json.dumps(it.get_state())), step
+        fresh = babelfeed.build_train_iterator(config_for(root))
+        fresh.set_state(saved)
+        assert np.array_equal(next(fresh)["id"], next(it)["id"])
