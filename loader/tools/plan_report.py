@@ -38,6 +38,20 @@ def _epoch_summary(planner, per_shape: dict | None = None) -> tuple[Counter, int
     return shapes, sum(shapes.values()), real / max(padded, 1), masked
 
 
+def _weighted_copies(cost: np.ndarray, weights: np.ndarray, most: int = 2_000_000) -> np.ndarray:
+    """The lengths ``cost``, each repeated in proportion to its weight (at least once, at most ``most`` in all),
+    for the 1-D edge methods that take samples, not weights. A weight of 0 (a corpus a low temperature never
+    draws) leaves its lengths out."""
+    keep = weights > 0
+    cost, weights = cost[keep], weights[keep]
+    if not len(cost) or len(cost) >= most:
+        return cost
+    copies = np.maximum(np.round(weights / weights.min()), 1)
+    if copies.sum() > most:  # (a corpus drawn a million times more than another: the shares, in fewer copies)
+        copies = np.maximum(np.round(copies * (most / copies.sum())), 1)
+    return np.repeat(cost, copies.astype(np.int64))
+
+
 def plan_report(config, num_shapes: int | None = None, plot_dir: str | None = None) -> str:
     """The report's text; with ``plot_dir``, also shapes.png and mixing.png there (plots.py)."""
     from babelfeed.build import mixture_lengths, shape_plan
@@ -64,8 +78,7 @@ def plan_report(config, num_shapes: int | None = None, plot_dir: str | None = No
     lengths, weights, _ = mixture_lengths(dynamic)
     cost = lengths.max(axis=1)
     k = plan.num_shapes
-    reps = np.repeat(cost, np.maximum(np.round(weights / weights.min()).astype(np.int64), 1)) \
-        if len(cost) < 2_000_000 else cost
+    reps = _weighted_copies(cost, weights)
     alternatives = {"optimal edges (dynamic programme)": plan_shapes(reps, k, config.batching.max_tokens,
                                                                      multiple=1).efficiency,
                     "percentile edges (fairseq get_buckets)": edges_efficiency(reps, percentile_edges(reps, k)),

@@ -48,6 +48,21 @@ def test_plan_and_preview_take_the_demo_config(data, capsys):
     assert "token_drop" in capsys.readouterr().out
 
 
+def test_plan_at_a_low_temperature_warns_nothing_and_weighs_the_mixture(data, capsys):
+    """At T=0.5 a corpus can get no sample: its weight 0 made numpy warn three times and the alternatives table
+    use NaN weights (the T=1 figures). Now no warning, and the table follows the mixture's weights."""
+    import warnings
+
+    tables = {}
+    for t in ("0.5", "1.0"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert main(["plan", NLLB, f"--config.data.path={data}", f"--config.mixing.temperature={t}"]) == 0
+        out = capsys.readouterr().out
+        tables[t] = out[out.index("length edges"):out.index("pad to the longest")]
+    assert tables["0.5"] != tables["1.0"] and "nan" not in tables["0.5"]
+
+
 def test_plan_of_a_language_model_config_names_its_missing_data(capsys):
     # plan takes LM configs (tests/lm/test_lm_parity.py); the shipped one points at data/web, not here
     fails(capsys, ["plan", LM], "data/web.idx", "No such file")
