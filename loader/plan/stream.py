@@ -54,11 +54,23 @@ class StreamPlanning:
             if not total > 0:
                 raise ValueError(f"{where}the epoch would hold no sample (mixing.virtual_size="
                                  f"{self.opts.virtual_size!r}, mixing.max_scale_up={self.opts.max_scale_up})")
+        if self.sources.shards == "cycle":  # every later epoch reads another shard: each is checked now
+            for epoch in range(2, self.sources.max_shards + 1):
+                later = self.sources.directions(epoch)
+                for i, update in enumerate(phases):
+                    where = f"mixing.schedule weight list {i} {list(schedule.weights[i])}: " if len(phases) > 1 else ""
+                    self._refuse_empty(later, self.ratios(later, update, epoch), epoch, where)
 
     @staticmethod
     def _refuse_empty(directions, ratios, epoch: int, where: str = "") -> None:
         """Directions the mixture samples in ``epoch`` that have no sentences there (e.g. an empty cycled shard)."""
         empty = [d.key for d, r in zip(directions, ratios) if r > 0 and not d.size]
+        cycled = [d for d, r in zip(directions, ratios) if r > 0 and not d.size and len(d.shard_sizes or ()) > 1]
+        if cycled:
+            d = cycled[0]
+            raise ValueError(f"{where}epoch {epoch} reads shard {(epoch - 1) % len(d.shard_sizes)} of each direction "
+                             f"(data.shards='cycle'), and that shard of {[c.key for c in cycled][:5]} has no "
+                             f"sentences but is sampled: remove the empty shard (or fill it), or set data.shards='all'")
         if empty:
             raise ValueError(f"{where}{empty[:5]} have no sentences in epoch {epoch} but are sampled")
 

@@ -528,10 +528,15 @@ def test_an_empty_direction_that_is_sampled_is_refused_at_build_by_every_sampler
                                                    mixing__method="uniform"))
 
 
-def test_an_empty_cycled_shard_names_its_direction_in_fairseq_mode(tmp_path):
+def test_an_empty_cycled_shard_is_refused_at_build_naming_its_direction_and_shard(tmp_path):
+    """Epoch 2 reads shard 1: an empty one stopped training at epoch 2, hours in (issue 23 item 14). Every
+    shard a cycled direction reads is checked at build, for every sampler that sizes epochs."""
     root = tmp_path / "bin"
-    make_data_bin(root, directions={"aaa-bbb": [60, 40], "aaa-ccc": [30, 0]}, valid=False)
-    it = babelfeed.build_train_iterator(config_for(root, compat="fairseq", mixing__sampler="fairseq"))
-    assert list(it)  # epoch 1 reads shard 0
-    with pytest.raises(ValueError, match=r"\['aaa-ccc'\] have no sentences in epoch 2 but are sampled"):
-        list(it)
+    make_data_bin(root, directions={"aaa-bbb": [60, 40, 50], "aaa-ccc": [30, 20, 0]}, valid=False)
+    for kw in (dict(compat="fairseq", mixing__sampler="fairseq"), {}, dict(mixing__probabilities_from="total")):
+        with pytest.raises(ValueError, match=r"epoch 3 reads shard 2 of each direction \(data.shards='cycle'\), "
+                                             r"and that shard of \['aaa-ccc'\] has no sentences"):
+            babelfeed.build_train_iterator(config_for(root, **kw))
+    it = babelfeed.build_train_iterator(config_for(root, mixing__probabilities_from="shard"))  # not sampled there
+    for _ in range(3):
+        assert list(it)
