@@ -187,6 +187,11 @@ def _rebuild(probe, world: int):
     return builder("translation")(config, world_size=world, split=probe.split)
 
 
+# trace walks the plan of every epoch before a step's (integers only; ~1,000 small epochs a second, a large
+# corpus's epoch in seconds): a step further ahead than this is refused rather than planned for hours
+MAX_EPOCHS_AHEAD = 10_000
+
+
 def _locate(it, step: int, segments: list, edit: dict | None, world: int) -> StepSource:
     """Count ``step`` from the latest point where the count is known, with ``it`` the plan in force."""
     per = it.batches_per_step
@@ -211,13 +216,19 @@ def _locate(it, step: int, segments: list, edit: dict | None, world: int) -> Ste
 
     from tqdm.auto import tqdm
 
+    ahead = (step - first) // max(steps_in(epoch), 1)  # epochs to plan before the step's (about: epochs vary)
+    if ahead > MAX_EPOCHS_AHEAD:
+        raise ValueError(f"step {step:,} lies about {ahead:,} epochs after step {first:,} (epoch {epoch}, "
+                         f"{steps_in(epoch):,} steps long): trace plans every epoch before a step's, and refuses "
+                         f"steps more than {MAX_EPOCHS_AHEAD:,} epochs ahead")
     bar, walked = None, 0  # a step many epochs on plans every epoch before it (integers only): say so
     while step >= first + steps_in(epoch, consumed):
         first += steps_in(epoch, consumed)
         epoch, consumed = epoch + 1, 0
         walked += 1
         if bar is None and walked >= 50:
-            bar = tqdm(desc=f"planning epochs up to step {step:,}", unit="epoch", total=None, leave=False)
+            bar = tqdm(desc=f"planning epochs up to step {step:,}", unit="epoch", total=ahead or None, initial=walked,
+                       leave=False)
         if bar is not None:
             bar.update(1)
     if bar is not None:

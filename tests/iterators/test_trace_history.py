@@ -223,3 +223,19 @@ def test_a_state_saved_before_the_first_step_on_a_new_world_size_restores(root):
     assert hist(state).steps == [[0, 1, 0, 2], [5, 1, 10, 1]]
     fresh = babelfeed.build_train_iterator(cfg, world_size=3)
     fresh.set_state({**as_v1(state), "steps": [[0, 1, 0, 2], [5, 1, 10, 3], [5, 1, 10, 1]]})  # as version 1 wrote
+
+
+def test_a_step_far_beyond_any_run_is_refused_not_planned_forever(root):
+    """trace --step 10**20 planned about 1,300 epochs a second with no bound (issue 23 item 12): a step more
+    than MAX_EPOCHS_AHEAD epochs ahead is refused at once, saying how far it lies; a step a few epochs on is
+    answered."""
+    from babelfeed.iterators.replay import MAX_EPOCHS_AHEAD
+    from babelfeed.tools.cli import main
+
+    it = babelfeed.build_train_iterator(config(root, 0))
+    per = len(it)
+    assert it.trace(3 * per + 1)  # three epochs on: planned and answered
+    for step in (10 ** 20, per * (MAX_EPOCHS_AHEAD + 5)):
+        with pytest.raises(ValueError, match=r"epochs after step 1 .*refuses steps more than 10,000 epochs ahead"):
+            it.trace(step)
+    assert main(["trace", "nllb_like", f"--config.data.path={root}", "--step", str(10 ** 20)]) == 2
