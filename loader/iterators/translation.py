@@ -288,9 +288,13 @@ class BatchIterator(Reports, LoaderIterator):
     def ledger_start(self, epoch: int) -> np.ndarray:
         """The ledger's totals when ``epoch`` began (from the state, or every earlier epoch's plan)."""
         if epoch not in self._ledger_start:
+            from tqdm.auto import tqdm
+
             known = max(e for e in self._ledger_start if e < epoch)
             totals = self._ledger_start[known].copy()
-            for e in range(known, epoch):
+            # (a state without a ledger, an older babelfeed's, many epochs on: counted from every epoch's plan)
+            for e in tqdm(range(known, epoch), desc="counting the ledger of earlier epochs", unit="epoch",
+                          disable=epoch - known < 50, leave=False):
                 totals += self.planner.consumed_totals(e, self.planner.num_batches(e))
                 self._ledger_start[e + 1] = totals.copy()
         return self._ledger_start[epoch]
@@ -527,6 +531,7 @@ class BatchIterator(Reports, LoaderIterator):
         epoch, consumed = int(state["epoch"]), int(state["consumed"])
         if epoch >= 1 << 31:
             raise ValueError(f"iterator state field 'epoch' must be below 2**31 (epochs seed the shuffles), got {epoch}")
+        self._check_epoch_reached(state, epoch)
         changes = self._check_weights(history.weights)
         if changes or self.planner.weight_changes:  # plans made with other weights are not this state's
             self.planner.forget_plans()
@@ -567,6 +572,22 @@ class BatchIterator(Reports, LoaderIterator):
         self.total_steps = int(state["total_steps"])
         self._log_steps(history.steps, self.total_steps, epoch, consumed)
 
+    @staticmethod
+    def _check_epoch_reached(state: dict, epoch: int) -> None:
+        """Refuse an epoch the state's own counts say the run never reached: every epoch before it took at least
+        one step and one sample (a hand-edited ``epoch``: it would be accepted, or, without a ledger, counted for
+        hours)."""
+        total = int(state["total_steps"])
+        if total < epoch - 1:
+            raise ValueError(f"iterator state says epoch {epoch} after {total} training steps, but every epoch takes "
+                             f"at least one step: the state was edited or is damaged (total_steps, epoch)")
+        ledger = state.get("ledger")
+        if isinstance(ledger, dict) and isinstance(ledger.get("samples"), dict):
+            served = sum(v for v in ledger["samples"].values() if isinstance(v, int) and not isinstance(v, bool))
+            if served < epoch - 1:
+                raise ValueError(f"iterator state says epoch {epoch}, but its ledger counts {served} samples served "
+                                 f"before it, and every epoch serves at least one: the state was edited or is damaged")
+
     def _resume_edited(self, state: dict) -> None:
         """set_state with mixture_change="allow" for a state of another config (see ``babelfeed.edits``)."""
         import ml_collections
@@ -577,6 +598,7 @@ class BatchIterator(Reports, LoaderIterator):
 
         self._check_state(state, False, {"epoch": 1, "consumed": 0, "total_steps": 0}, optional=self.STREAM_FIELDS)
         history = self._check_extra(state)
+        self._check_epoch_reached(state, int(state["epoch"]))
         if isinstance(state.get("stream"), dict):
             self._check_stream(state["stream"])
         snap = state.get("config")

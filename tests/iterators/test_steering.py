@@ -665,3 +665,22 @@ def test_a_scheduled_run_resumed_twice_before_its_next_window_keeps_one_count(ro
     old = as_v1(s2)
     dup = {**old, "stream": {**old["stream"], "updates": old["stream"]["updates"] + [old["stream"]["updates"][-1]]}}
     babelfeed.build_train_iterator(cfg, world_size=1).set_state(dup)
+
+
+def test_an_edited_epoch_the_run_never_reached_is_refused(root):
+    """epoch: 1000000 in a state of epoch 1 was accepted, and without a ledger resuming counted epochs for hours
+    (issue 23 item 4): the state's own step count and ledger say how far the run got."""
+    it = babelfeed.build_train_iterator(config_for(root))
+    for _ in range(3):
+        next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    fresh = babelfeed.build_train_iterator(config_for(root))
+    with pytest.raises(ValueError, match="epoch 1000000 after 3 training steps"):
+        fresh.set_state({**state, "epoch": 1000000})
+    no_ledger = {k: v for k, v in state.items() if k != "ledger"}
+    with pytest.raises(ValueError, match="epoch 1000000 after 3 training steps"):
+        fresh.set_state({**no_ledger, "epoch": 1000000}, strict=False)
+    with pytest.raises(ValueError, match="its ledger counts .* samples served before it"):
+        fresh.set_state({**state, "epoch": 1000000, "total_steps": 2000000})
+    fresh.set_state(state)  # the state as saved resumes
+    assert np.array_equal(next(fresh)["id"], next(it)["id"])
