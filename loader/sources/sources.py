@@ -243,7 +243,10 @@ class SourceSet:
 
         def open_(key, lang, shard):
             if (key, lang, shard) not in opened:
-                opened[(key, lang, shard)] = corpus.open(split, key, lang, shard, verify=verify)
+                ds = corpus.open(split, key, lang, shard, verify=verify)
+                # every record a sentence: it ends with </s> (a zeroed tail after a crash does not)
+                ds.check_ends_with(dictionary.eos() + ds.token_shift)
+                opened[(key, lang, shard)] = ds
             return opened[(key, lang, shard)]
 
         def open_text(spec, lang, langs):

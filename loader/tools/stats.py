@@ -65,6 +65,8 @@ def corpus_stats(root, verify: str = "full", check_tokens: bool = False, histogr
                         vocab = _dictionary_size(corpus, lang)
                         if vocab:
                             check_token_ids(ds, vocab)
+                            # every record a sentence ending with </s> (as the training iterators check)
+                            ds.check_ends_with(corpus.dictionary(lang).eos() + ds.token_shift)
                     sizes = np.asarray(ds.sizes)
                     dtypes.add(ds.dtype.name)
                     sentences += len(ds)
