@@ -5,6 +5,7 @@ Messages name the command-line flag, the value given and what is allowed.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from babelfeed.checks import at_least, is_int, one_of, positive
@@ -70,6 +71,13 @@ class BinarizeOptions:
                 raise ValueError("--on-overlong, --max-len and --dict are for sentences, not --documents")
             if not self.json_keys or len(set(self.json_keys)) != len(self.json_keys):
                 raise ValueError(f"--json-keys must name distinct keys, got {list(self.json_keys)}")
+            # each key names output files (shardNNN/{corpus}_{key}_document.bin): a plain name, never a path
+            bad = [k for k in self.json_keys if not isinstance(k, str) or not k or k in (".", "..") or "/" in k
+                   or "\\" in k or "\0" in k or os.sep in k or k.startswith(".")]
+            if bad:
+                raise ValueError(f"--json-keys {bad[0]!r} is not a plain key name: each key names output files "
+                                 f"({{corpus}}_{{key}}_document.bin inside -o), so it may not hold '/', '\\', or "
+                                 f"start with '.'")
             one_of("--on-bad-record", self.bad_record, ("drop", "error"))
         elif self.split_sentences or tuple(self.json_keys) != ("text",) or not self.append_eod or \
                 self.bad_record != "error":

@@ -12,6 +12,12 @@ import numpy as np
 from babelfeed.fileio import atomic_open, atomic_write
 
 
+def _identity(path: str) -> list[int]:
+    """What an edit or a replacement of a cache file changes: its size, modification and change times."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
 class IndexCache:
     """Computed index arrays kept as ``.npy`` files, keyed by a hash of everything they depend on.
 
@@ -20,7 +26,9 @@ class IndexCache:
     description, so a changed input can never hit a stale entry; the stored description is compared too (not
     only the file's existence), every array is checked against its recorded dtype and shape, and a corrupt or
     partial entry is rebuilt. Writes are atomic and the description is written last, so ranks sharing the
-    directory see either a complete entry or none.
+    directory see either a complete entry or none. The description also records each array file's size and
+    modification and change times as written: a file edited or replaced since (a change time cannot be set back)
+    is not served but rebuilt, with a warning, as the verification stamps treat an index.
     """
 
     def __init__(self, directory):
@@ -46,9 +54,17 @@ class IndexCache:
             return None
         arrays = {}
         for array, meta in stored.get("arrays", {}).items():
+            path = self._path(key, name, f"{array}.npy")
             try:
-                a = np.load(self._path(key, name, f"{array}.npy"), mmap_mode="r", allow_pickle=False)
+                written = _identity(path)
+                a = np.load(path, mmap_mode="r", allow_pickle=False)
             except (OSError, ValueError):
+                return None
+            if meta.get("file") != written:
+                import warnings
+
+                warnings.warn(f"{path}: this cached index changed after babelfeed wrote it (size or times differ "
+                              f"from its record): it is not used but built again", stacklevel=3)
                 return None
             if str(a.dtype) != meta["dtype"] or list(a.shape) != meta["shape"]:
                 return None
@@ -63,9 +79,10 @@ class IndexCache:
         meta = {}
         for array, values in arrays.items():
             values = np.ascontiguousarray(values)
-            with atomic_open(self._path(key, name, f"{array}.npy")) as f:
+            path = self._path(key, name, f"{array}.npy")
+            with atomic_open(path) as f:
                 np.save(f, values, allow_pickle=False)
-            meta[array] = {"dtype": str(values.dtype), "shape": list(values.shape)}
+            meta[array] = {"dtype": str(values.dtype), "shape": list(values.shape), "file": _identity(path)}
         record = {"description": json.loads(json.dumps(description, sort_keys=True, default=str)), "arrays": meta}
         atomic_write(self._path(key, name, "description.json"), json.dumps(record, indent=2).encode())
 

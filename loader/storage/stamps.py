@@ -13,6 +13,10 @@ again on the next open.
 Stamps live in ``$BABELFEED_CACHE_DIR`` (default ``$XDG_CACHE_HOME/babelfeed`` or ``~/.cache/babelfeed``),
 under ``stamps/``. Deleting the folder is always safe. When it cannot be written, the stamps are kept for the
 life of the process only.
+
+A stamp skips a check, so only the user may write them: the folder is made 0700 and each stamp 0600 whatever
+the umask, and a folder that is not the user's or that others can write to is not trusted (its stamps are
+ignored, every index is checked in full, and a warning says why).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ RACY_SECONDS = 2.0
 _VERSION = 1
 _memo: dict[str, dict] = {}  # stamp file -> its content, once read or written
 _paths: dict[tuple, str] = {}  # (cache folder, absolute index path) -> stamp file
+_trusted: dict[str, bool] = {}  # stamps folder -> whether only this user can write to it
 
 
 def cache_dir() -> str:
@@ -58,6 +63,28 @@ def _stamp_path(idx_path: str) -> str:
     return path
 
 
+def _folder_trusted(folder: str) -> bool:
+    """Whether the stamps in ``folder`` can be believed: it is this user's and nobody else can write to it (a
+    missing folder holds nothing to believe). Said once per folder when not."""
+    known = _trusted.get(folder)
+    if known is not None:
+        return known
+    try:
+        st = os.stat(folder)
+    except OSError:
+        return True  # nothing there yet (not remembered: it may be made)
+    ok = not hasattr(os, "getuid") or (st.st_uid == os.getuid() and not st.st_mode & 0o022)
+    if not ok:
+        import warnings
+
+        warnings.warn(f"{folder}: the verification stamps folder is not yours or others can write to it (mode "
+                      f"{oct(st.st_mode & 0o777)}): a planted stamp could skip an index's check, so its stamps are "
+                      f"ignored and every index is checked in full. Fix it with chmod 700 {folder} (as its owner), "
+                      f"or set BABELFEED_CACHE_DIR to a folder of your own", stacklevel=4)
+    _trusted[folder] = ok
+    return ok
+
+
 def _ids(idx_path: str, bin_path: str) -> list | None:
     try:
         return [identity(idx_path), identity(bin_path)]
@@ -76,6 +103,8 @@ def lookup_ids(idx_path: str, ids: list) -> dict:
 
     A stamp read once is remembered for the process, so a later open of the same files reads no stamp file."""
     path = _stamp_path(idx_path)
+    if not _folder_trusted(os.path.dirname(path)):
+        return {}
     stamp = _memo.get(path)
     if stamp is None or stamp.get("files") != ids:
         try:
@@ -101,10 +130,14 @@ def record_ids(idx_path: str, ids: list, **facts) -> None:
     known.update(facts)
     stamp = {"version": _VERSION, "index": os.path.abspath(idx_path), "files": ids, "facts": known}
     _memo[path] = stamp
+    folder = os.path.dirname(path)
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.makedirs(folder, mode=0o700, exist_ok=True)  # (the umask only takes bits away)
+        if not _folder_trusted(folder):
+            return
         tmp = f"{path}.{os.getpid()}.partial"
-        with open(tmp, "w") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
             json.dump(stamp, f)
         os.replace(tmp, path)
     except OSError:
@@ -115,3 +148,4 @@ def forget() -> None:
     """Drop the stamps held in memory (tests; the files on disk stay)."""
     _memo.clear()
     _paths.clear()
+    _trusted.clear()

@@ -101,6 +101,27 @@ def test_cache_hits_rebuilds_and_never_goes_stale(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]
 
 
+def test_an_edited_cache_file_of_the_same_size_is_rebuilt_not_served(tmp_path):
+    """An LM index cache edited in place (same size: values changed) was served, crashed with a bare IndexError
+    or hung (issue 23 item 8): each array file's size and times are recorded when written, and a file that
+    changed since is built again, with a warning."""
+    cache = IndexCache(tmp_path)
+    desc = {"weights": [0.5, 0.5], "size": 64}
+
+    def build():
+        return {"dataset": np.arange(64, dtype=np.int64) % 2, "sample": np.arange(64, dtype=np.int64) // 2}
+
+    cache.get("blend", desc, build)
+    npy = tmp_path / f"{IndexCache.key(desc)}-blend-sample.npy"
+    data = bytearray(npy.read_bytes())
+    data[-8:] = (10 ** 12).to_bytes(8, "little")  # a sample index far out of range, same file size
+    npy.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match="changed after babelfeed wrote it"):
+        got = cache.get("blend", desc, build)
+    assert got["sample"].tolist() == build()["sample"].tolist()
+    assert cache.get("blend", desc, build)["sample"][-1] == 31  # the rebuilt entry is served, no warning
+
+
 def _helpers_cpp_blend(weights, size, megatron=True):
     """A literal transcription of build_blending_indices' loop (megatron/core/datasets/helpers.cpp, reference
     §6.1), with the normalisation of blended_megatron_dataset_builder; ``megatron=False`` aims at s + 1."""

@@ -198,3 +198,12 @@ def test_escaped_lone_surrogates_follow_the_utf8_policy_and_paths_are_absolute(t
     (raw / "b.txt").write_text("\n\n  \n")
     with pytest.raises(ValueError, match=r"b\.txt: train b holds no document"):
         binarize(opts(raw, tmp_path / "o5", train_spm=30), log=lambda m: None)
+
+
+@pytest.mark.parametrize("key", ["../../../../x", "a/b", "..", ".hidden", ""])
+def test_a_json_key_that_is_not_a_plain_name_is_refused_before_any_work(tmp_path, key):
+    """--json-keys '../../../../x' wrote files outside -o, 'a/b' made nested folders (issue 23 item 8): a key names
+    output files, so it is a plain name."""
+    with pytest.raises(ValueError, match="--json-keys .* is not a plain key name|--json-keys must name"):
+        binarize(opts(tmp_path / "raw", tmp_path / "out", json_keys=(key,)), log=lambda m: None)
+    assert not (tmp_path / "out").exists() and not (tmp_path.parent / "x").exists()

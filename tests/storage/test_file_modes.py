@@ -77,3 +77,50 @@ def test_every_binarize_output(tmp_path, umask):
     # and a resumed run (records read back, nothing rewritten) leaves them so
     binarize(opts(tmp_path / "raw", tmp_path / "out"), log=lambda *_: None)
     assert_modes(written, umask)
+
+
+@pytest.mark.parametrize("mask", [0o002, 0o000])
+def test_the_stamps_are_the_users_alone_and_a_folder_others_can_write_is_not_trusted(tmp_path, monkeypatch, mask):
+    """The stamps record which indexes passed the full check; they followed the umask, so under 002 or 000 others
+    could plant one for a corrupted index and skip its check (issue 23 item 8). The folder is 0700 and each stamp
+    0600 whatever the umask; a folder others can write to is not trusted: the check runs, with a warning."""
+    from babelfeed.storage import stamps
+
+    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(stamps, "RACY_SECONDS", 0.0)  # (stamp files just written)
+    stamps.forget()
+    old = os.umask(mask)
+    try:
+        with babelfeed.IndexedDatasetBuilder(tmp_path / "ds", np.uint16) as b:
+            for i in range(50):
+                b.add_item([5 + i % 7] * (1 + i % 5) + [2])
+            b.finalize()
+        babelfeed.IndexedDataset(tmp_path / "ds")  # checked in full, stamped
+        folder = tmp_path / "cache" / "stamps"
+        assert mode(folder) == 0o700 and [mode(p) for p in folder.iterdir()] == [0o600]
+        # a corrupted index (a size changed), and a stamp planted for it, as another user could if they could write
+        corrupt = tmp_path / "ds.idx"
+        raw = bytearray(corrupt.read_bytes())
+        header = 9 + 8 + 1 + 8 + 8  # MMIDIDX magic, version, dtype, count, doc count
+        raw[header] = (raw[header] + 1) % 256  # record 0's size
+        corrupt.write_bytes(bytes(raw))
+        stamps.forget()
+        with pytest.raises(babelfeed.InconsistentIndexError):
+            babelfeed.IndexedDataset(tmp_path / "ds")
+        ids = [stamps.identity(str(tmp_path / "ds.idx")), stamps.identity(str(tmp_path / "ds.bin"))]
+        planted = {"version": 1, "index": str(corrupt), "files": ids, "facts": {"verified": True}}
+        os.chmod(folder, 0o777)  # as a umask of 000 left it before
+        (folder / "planted.json").write_text("{}")
+        os.replace(folder / "planted.json", stamps._stamp_path(str(corrupt)))
+        with open(stamps._stamp_path(str(corrupt)), "w") as f:
+            json.dump(planted, f)
+        stamps.forget()
+        with pytest.warns(UserWarning, match="others can write to it .* its stamps are ignored"):
+            with pytest.raises(babelfeed.InconsistentIndexError):
+                babelfeed.IndexedDataset(tmp_path / "ds")
+        os.chmod(folder, 0o700)  # the user's again: the planted stamp would be believed (the threat, shown)
+        stamps.forget()
+        babelfeed.IndexedDataset(tmp_path / "ds")
+    finally:
+        os.umask(old)
+        stamps.forget()
