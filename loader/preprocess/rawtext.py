@@ -25,6 +25,7 @@ from __future__ import annotations
 import glob as globlib
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -111,12 +112,32 @@ def _glob_regex(pattern: str, lang: str | None) -> re.Pattern:
     return re.compile("^" + "".join(out) + "$")
 
 
+def refuse_special(path: str) -> None:
+    """Refuse an input that is not a regular file (a named pipe such as ``<(zcat ...)`` gives, a socket, a
+    device): binarize reads each input more than once (it counts lines, then encodes ranges of them in
+    parallel), and a second read of a pipe waits forever."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return
+    kind = ("a named pipe" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+            else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+    raise BinarizeError(f"{path}: {kind}, not a regular file: binarize reads each input more than once (it counts "
+                        f"the lines, then encodes ranges of them in parallel), and a pipe can be read once. Write "
+                        f"it to a file first, or give the compressed file itself (.gz, .bz2, .xz, .zst are read "
+                        f"directly)")
+
+
 def _expand(pattern: str, lang: str | None) -> dict[tuple, str]:
     """Files matched by ``pattern`` for one language, keyed by what the wildcards matched."""
     concrete = pattern.replace("{lang}", lang or "")
     rx = _glob_regex(os.path.normpath(pattern), lang)
     found = {}
     for path in sorted(globlib.glob(concrete, recursive=True)):
+        if not os.path.basename(path).startswith("."):
+            refuse_special(path)
         if os.path.isfile(path) and not os.path.basename(path).startswith("."):
             m = rx.match(os.path.normpath(path))
             found[m.groups() if m else (path,)] = path
@@ -136,6 +157,9 @@ def _pair(side_files: list[dict], langs: list[str], where: str) -> list[Part]:
 
 def _folder_parts(folder: str, langs: list[str], ignored: list[str]) -> list[Part]:
     """The parts of a folder input: NAME.{lang}[.gz] files paired by NAME, or every file (monolingual)."""
+    for n in os.listdir(folder):
+        if not n.startswith("."):
+            refuse_special(os.path.join(folder, n))
     names = sorted(n for n in os.listdir(folder) if not n.startswith(".") and os.path.isfile(os.path.join(folder, n)))
     if len(langs) == 1:
         return [Part([os.path.join(folder, n)]) for n in names]
@@ -189,6 +213,7 @@ def discover(input_dir=None, specs=()) -> tuple[list[RawInput], list[str]]:
             path = os.path.join(input_dir, name)
             if name.startswith("."):
                 continue
+            refuse_special(path)
             if os.path.isdir(path):
                 m = _PARALLEL_DIR.match(name)
                 if m and m["src"] != m["tgt"]:
@@ -275,10 +300,14 @@ def discover_documents(input_dir=None, specs=(), keys=("text",)) -> tuple[list[R
             path = os.path.join(input_dir, name)
             if name.startswith("."):
                 continue
+            refuse_special(path)
             if os.path.isdir(path):
                 files = []
                 for n in sorted(os.listdir(path)):
-                    if n.startswith(".") or not os.path.isfile(os.path.join(path, n)):
+                    if n.startswith("."):
+                        continue
+                    refuse_special(os.path.join(path, n))
+                    if not os.path.isfile(os.path.join(path, n)):
                         continue
                     if _doc_format(n):
                         files.append(os.path.join(path, n))

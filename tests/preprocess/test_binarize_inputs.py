@@ -175,3 +175,29 @@ def test_cut_short_zstd_and_empty_inputs_are_errors_naming_the_file(tmp_path):
     (raw / "en-de" / "a.de").write_bytes(b"")
     with pytest.raises(ValueError, match=r"en-de/: train en-de holds no line"):
         binarize(opts(raw, tmp_path / "o3", spm_model=model, train_spm=None), log=quiet)
+
+
+@pytest.mark.parametrize("how", ["in the folder", "by --input"])
+def test_a_named_pipe_is_refused_by_name_not_read_twice(tmp_path, how):
+    """A named pipe (what <(zcat ...) gives) hung binarize: the line count read it, a later pass opened it again
+    and waited forever (issue 23 item 10). Refused by name, in a subprocess that must end."""
+    import subprocess
+    import sys
+
+    raw = tmp_path / "raw"
+    make_raw(raw, n=40, bad=False)
+    argv = ["binarize", "--train-spm", "60", "-o", str(tmp_path / "out")]
+    if how == "in the folder":
+        pipe = raw / "en-de.de"
+        argv.append(str(raw))
+    else:  # a glob's match
+        os.makedirs(tmp_path / "in")
+        os.replace(raw / "en-de.en", tmp_path / "in" / "x.en")
+        pipe = tmp_path / "in" / "x.de"
+        argv += ["--input", f"train.en-de={tmp_path}/in/x.{{lang}}"]
+    os.unlink(raw / "en-de.de")
+    os.mkfifo(pipe)
+    out = subprocess.run([sys.executable, "-m", "babelfeed.cli", *argv], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert f"{pipe}: a named pipe, not a regular file" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.bin"))
