@@ -164,6 +164,36 @@ def _worker():
     return _WORKER["sp"], _WORKER["table"], _WORKER["settings"]
 
 
+_MODEL_FACTS: dict = {}  # id(SentencePieceProcessor) -> (most bytes a piece covers, unknown-run pattern or None)
+
+
+def _fewest_tokens(sp, text: str) -> int:
+    """The fewest tokens ``text`` can encode to: the bytes of its normalized characters that some piece holds
+    (spaces as one byte; a run of characters no piece holds can become one <unk>, so they count for nothing),
+    over the most bytes one piece covers. A line whose fewest is above ``--max-len`` is dropped without encoding
+    it: a 50 MB line took 1.8 GB to encode, only to be dropped."""
+    import re
+
+    key = id(sp)
+    if key not in _MODEL_FACTS:
+        longest, chars, fallback = 1, {"\u2581"}, False
+        for i in range(sp.get_piece_size()):
+            if sp.is_byte(i):
+                fallback = True  # every character has pieces (its bytes): nothing becomes <unk>
+            elif not (sp.is_control(i) or sp.is_unknown(i)):
+                piece = sp.id_to_piece(i)
+                chars.update(piece)
+                longest = max(longest, len(piece.replace("\u2581", " ").encode()))
+        unknown = None if fallback else re.compile("[^" + "".join(re.escape(c) for c in sorted(chars)) + "]+")
+        _MODEL_FACTS[key] = (longest, unknown)
+    longest, unknown = _MODEL_FACTS[key]
+    norm = sp.normalize(text)
+    if unknown is not None:
+        norm = unknown.sub("", norm)
+    covered = len(norm.encode()) - 2 * norm.count("\u2581")  # (U+2581, 3 bytes, stands for one space)
+    return -(-covered // longest)
+
+
 def _encode_lines(sides_lines: list[list[bytes]], where: list[tuple[str, int]], langs: list[str], sp, table, cfg
                   ) -> tuple[Stats, list[tuple[np.ndarray, np.ndarray]]]:
     """Encode aligned lines of every side; ``where`` is (path, 0-based line of the first) per side. Returns the
@@ -206,6 +236,15 @@ def _encode_lines(sides_lines: list[list[bytes]], where: list[tuple[str, int]], 
         stats.empty = int((empty_any & keep).sum())
         keep &= ~empty_any
 
+    hopeless_any = np.zeros(n, dtype=bool)
+    if cfg["overlong"] != "truncate":  # lines too long for max_len whatever their pieces: never encoded
+        for side, texts in enumerate(sides_text):
+            hopeless = keep & np.fromiter((len(t) > max_len and _fewest_tokens(sp, t) + 1 > max_len for t in texts),
+                                          dtype=bool, count=n)
+            apply("overlong", hopeless, side)
+            hopeless_any |= hopeless
+        keep &= ~hopeless_any
+
     encoded = []
     for side, texts in enumerate(sides_text):
         idx = np.flatnonzero(keep)
@@ -221,7 +260,7 @@ def _encode_lines(sides_lines: list[list[bytes]], where: list[tuple[str, int]], 
         apply("overlong", over, side)
         over_any |= over
     if cfg["overlong"] == "drop":
-        stats.overlong = int(over_any.sum())
+        stats.overlong = int(over_any.sum() + hopeless_any.sum())
         keep &= ~over_any
     elif cfg["overlong"] == "truncate":
         stats.truncated = int(over_any.sum())

@@ -265,3 +265,52 @@ def test_sentencepiece_training_is_timed_apart_and_a_smaller_vocabulary_is_said(
     logs = []
     binarize(opts(raw, tmp_path / "small", train_spm=60), log=logs.append)
     assert not any("fewer than" in m for m in logs)
+
+
+@pytest.mark.parametrize("model", ["golden", "byte_fallback"])
+def test_the_fewest_tokens_of_a_line_never_exceed_its_tokens(model, tmp_path):
+    """The bound that drops a line before encoding it (issue 23 item 11) is a lower bound: random text of every
+    kind (unknown characters, which SentencePiece merges into one <unk>; spaces it collapses; long words) never
+    encodes to fewer tokens than it says."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    import golden
+    from babelfeed.preprocess.binarize import _fewest_tokens
+
+    if model == "golden":
+        sp = spm.SentencePieceProcessor(model_file=golden.SPM)
+    else:
+        text = tmp_path / "t.txt"
+        text.write_text("\n".join(" ".join(WORDS[(i * 7 + j) % len(WORDS)] for j in range(9)) for i in range(300)))
+        spm.SentencePieceTrainer.train(input=str(text), model_prefix=str(tmp_path / "m"), vocab_size=290,
+                                       byte_fallback=True, minloglevel=2)
+        sp = spm.SentencePieceProcessor(model_file=str(tmp_path / "m.model"))
+
+    @given(st.lists(st.sampled_from(list("thecatsa mdogrun\t\u200b\u3000ﬁÅ日本€x") + ["  ", "the ", "cat"]),
+                    max_size=300).map("".join))
+    @settings(max_examples=300, deadline=None)
+    def check(t):
+        assert _fewest_tokens(sp, t) <= len(sp.encode(t))
+
+    check()
+
+
+def test_an_overlong_line_is_dropped_without_encoding_it(tmp_path):
+    """A 50 MB line took 1.8 GB per worker to encode, only to be dropped (issue 23 item 11). A 30 MB line is
+    dropped from its length: the binarize process's peak memory stays far below what encoding it takes."""
+    raw = tmp_path / "raw"
+    make_raw(raw, n=200, bad=False)
+    with open(raw / "en-de.en", "ab") as f:
+        f.write(b"cat sat on the mat " * 1_600_000 + b"\n")
+    with open(raw / "en-de.de", "ab") as f:
+        f.write(b"CAT\n")
+    script = ("import resource, sys\nfrom babelfeed.cli import main\nrc = main(sys.argv[1:])\n"
+              "print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\nsys.exit(rc)")
+    out = subprocess.run([sys.executable, "-c", script, "binarize", str(raw), "-o", str(tmp_path / "out"),
+                          "--train-spm", "60", "--workers", "1", "--max-len", "200", "--no-progress"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    peak = int(out.stdout.strip().splitlines()[-1].split()[1])
+    assert peak < 600, f"peak {peak} MB"
+    assert babelfeed.ShardedCorpus(tmp_path / "out").num_sentences("train", "en-de") == 200
