@@ -225,6 +225,16 @@ def _flags_parsed() -> None:
         flags.FLAGS.mark_as_parsed()
 
 
+def _counts(**values) -> None:
+    """Each ``name=(value, least)``: an int (not a bool, a float or a string) of at least ``least``, or a
+    ValueError naming it (grain's own errors for these are bare TypeErrors, and -1 workers was accepted)."""
+    for name, (value, least) in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}" + (" (0: batches made in this process)"
+                                                                    if name == "num_workers" else "")
+                             + f", got {value!r}")
+
+
 def batch_dataset(config, epoch: int = 1, rank: int = 0, world_size: int = 1, num_workers: int = 0,
                   per_worker_buffer_size: int = 2, read_threads: int = 0, split: str | None = None):
     """This rank's batches of one epoch as a grain IterDataset (``num_workers`` > 0: gathered in worker
@@ -234,6 +244,8 @@ def batch_dataset(config, epoch: int = 1, rank: int = 0, world_size: int = 1, nu
     Nothing is planned before the first batch is asked for, and then only its window. ``read_threads`` > 0 reads
     through grain's ``MapDataset`` with that many threads instead, which plans the whole epoch first to know its
     length (and made cheap reads slower on a 2-core machine)."""
+    _counts(num_workers=(num_workers, 0), per_worker_buffer_size=(per_worker_buffer_size, 1),
+            read_threads=(read_threads, 0), epoch=(epoch, 1))
     source = BatchSource(config, epoch, rank, world_size, split, packed=num_workers > 0)
     if read_threads > 0:
         len(source)  # plan once here, so workers inherit the length instead of each planning the epoch
@@ -275,10 +287,7 @@ class EpochsDataset(grain.IterDataset):
         check_rank(rank, world_size)
         if num_epochs is not None and not (isinstance(num_epochs, int) and num_epochs >= 1):
             raise ValueError(f"num_epochs must be an int >= 1 (or None: no end), got {num_epochs!r}")
-        if not (isinstance(num_workers, int) and num_workers >= 0):
-            raise ValueError(f"num_workers must be an int >= 0 (0: batches made in this process), got {num_workers!r}")
-        if not (isinstance(per_worker_buffer_size, int) and per_worker_buffer_size >= 1):
-            raise ValueError(f"per_worker_buffer_size must be an int >= 1, got {per_worker_buffer_size!r}")
+        _counts(num_workers=(num_workers, 0), per_worker_buffer_size=(per_worker_buffer_size, 1), epoch=(epoch, 1))
         if is_lm_config(config):
             if epoch != 1:
                 raise ValueError("an LM config is one pass over num_samples: epoch must be 1")

@@ -52,7 +52,10 @@ def load_config(path) -> ml_collections.ConfigDict:
         raise ConfigError(f"{path}{where}: running the config file failed: {type(e).__name__}: {e}") from e
     if not hasattr(module, "get_config"):
         raise ConfigError(f"{path}: a config file must define get_config()")
-    config = module.get_config()
+    try:
+        config = module.get_config()
+    except Exception as e:  # the user's get_config(): theirs to fix, named as such (the CLI's --debug shows where)
+        raise ConfigError(f"{path}: its get_config() raised {type(e).__name__}: {e}") from e
     if not isinstance(config, ml_collections.ConfigDict):
         raise ConfigError(f"{path}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict")
     config.lock()

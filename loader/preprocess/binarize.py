@@ -665,9 +665,14 @@ def _run(opts, inputs, engine, t0, log) -> dict:
         with open(opts.spm_model, "rb") as f:
             proto = f.read()
         try:  # refuse a file that is no model before it replaces the data_bin's own
-            spm.SentencePieceProcessor(model_proto=proto)
+            pieces = spm.SentencePieceProcessor(model_proto=proto)
+            pieces.unk_id()  # (an empty file loads as a model of no pieces, which fails later: "unk is not defined")
+            usable = pieces.get_piece_size() > 0
         except Exception:
-            raise ValueError(f"--spm {opts.spm_model}: not a SentencePiece model") from None
+            usable = False
+        if not usable:
+            raise ValueError(f"--spm {opts.spm_model}: not a SentencePiece model"
+                             + (" (the file is empty)" if not proto else "")) from None
         atomic_write(model_path, proto)
     sp = spm.SentencePieceProcessor(model_file=model_path)
     if opts.documents:

@@ -110,9 +110,18 @@ def lookup_ids(idx_path: str, ids: list) -> dict:
         try:
             with open(path, "rb") as f:
                 stamp = json.loads(f.read())
-        except (OSError, ValueError):
+        except OSError:
             return {}
-    if not isinstance(stamp, dict) or stamp.get("version") != _VERSION or stamp.get("files") != ids:
+        except ValueError:
+            stamp = None
+    if stamp is None or not isinstance(stamp, dict) or not isinstance(stamp.get("facts", {}), dict):
+        # a damaged stamp: as none (the index is checked again and a new stamp kept)
+        import warnings
+
+        warnings.warn(f"{path}: a damaged verification stamp (for {idx_path}) is ignored; the index is checked "
+                      f"again and the stamp written anew", stacklevel=3)
+        return {}
+    if stamp.get("version") != _VERSION or stamp.get("files") != ids:
         return {}
     _memo[path] = stamp
     return dict(stamp.get("facts", {}))

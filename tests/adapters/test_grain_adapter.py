@@ -215,3 +215,12 @@ def test_epochs_dataset_state_restores_on_another_world_size_and_refuses_bad_sta
         iter(EpochsDataset(cfg)).set_state({k: v for k, v in state.items() if k != "fingerprint"})
     with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
         EpochsDataset(cfg, num_workers=-1)
+    from babelfeed.adapters.grain import batch_dataset
+
+    for bad in (-1, 2.5, "2", True):  # were bare TypeErrors from grain, or (-1) accepted (issue 23 item 16)
+        with pytest.raises(ValueError, match=f"num_workers must be an int >= 0 .*got {bad!r}"):
+            batch_dataset(cfg, num_workers=bad)
+        with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
+            EpochsDataset(cfg, num_workers=bad)
+    with pytest.raises(ValueError, match="read_threads must be an int >= 0"):
+        batch_dataset(cfg, read_threads=1.5)

@@ -124,3 +124,32 @@ def test_the_stamps_are_the_users_alone_and_a_folder_others_can_write_is_not_tru
     finally:
         os.umask(old)
         stamps.forget()
+
+
+@pytest.mark.parametrize("damage", [b'{"version": 1, "files": [], "facts": [["verified", true]]}', b"{not json",
+                                    b"[1, 2]"])
+def test_a_damaged_stamp_is_ignored_with_a_warning_and_written_anew(tmp_path, monkeypatch, damage):
+    """A corrupted stamp file gave 'ValueError: dictionary update sequence element #0' (issue 23 item 16)."""
+    from babelfeed.storage import stamps
+
+    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(stamps, "RACY_SECONDS", 0.0)
+    stamps.forget()
+    try:
+        with babelfeed.IndexedDatasetBuilder(tmp_path / "ds", np.uint16) as b:
+            b.add_item([5, 6, 2])
+            b.finalize()
+        babelfeed.IndexedDataset(tmp_path / "ds")
+        path = stamps._stamp_path(str(tmp_path / "ds.idx"))
+        if damage.startswith(b'{"version"'):
+            ids = [stamps.identity(str(tmp_path / "ds.idx")), stamps.identity(str(tmp_path / "ds.bin"))]
+            damage = json.dumps({"version": 1, "files": ids, "facts": [["verified", True]]}).encode()
+        with open(path, "wb") as f:
+            f.write(damage)
+        stamps.forget()
+        with pytest.warns(UserWarning, match="a damaged verification stamp .* is ignored"):
+            assert len(babelfeed.IndexedDataset(tmp_path / "ds")) == 1
+        stamps.forget()
+        assert stamps.lookup(str(tmp_path / "ds.idx"), str(tmp_path / "ds.bin")).get("verified") is True
+    finally:
+        stamps.forget()

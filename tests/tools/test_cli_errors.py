@@ -78,6 +78,10 @@ def test_a_file_that_is_no_config_is_named(capsys, tmp_path):
     fails(capsys, ["plan", "/etc/hostname"], "/etc/hostname", "not a Python config file")
     (tmp_path / "broken.py").write_text("def get_config(:\n")
     fails(capsys, ["plan", str(tmp_path / "broken.py")], "broken.py", "line 1", "SyntaxError")
+    # a get_config() that raises is the user's config to fix, not "an internal error, please report it"
+    (tmp_path / "raises.py").write_text("def get_config():\n    raise KeyError('model')\n")
+    line = fails(capsys, ["plan", str(tmp_path / "raises.py")], "raises.py", "its get_config() raised KeyError")
+    assert "internal error" not in line
 
 
 def test_usage_errors_are_one_line(capsys):
@@ -277,6 +281,10 @@ def test_binarize_refuses_a_file_that_is_no_model_before_it_replaces_the_data_bi
     fails(capsys, ["binarize", str(raw), "-o", str(out), "--spm", str(tmp_path / "junk"), "--no-progress"],
           "--spm", "junk", "not a SentencePiece model")
     assert (out / "spm.model").read_bytes() == model
+    (tmp_path / "empty.model").write_bytes(b"")  # was "internal error: RuntimeError: unk is not defined"
+    fails(capsys, ["binarize", str(raw), "-o", str(out), "--spm", str(tmp_path / "empty.model"), "--no-progress"],
+          "--spm", "empty.model", "not a SentencePiece model (the file is empty)")
+    assert (out / "spm.model").read_bytes() == model
 
 
 def test_plan_refuses_what_training_refuses(data, capsys):
@@ -285,3 +293,18 @@ def test_plan_refuses_what_training_refuses(data, capsys):
     fails(capsys, ["plan", NLLB, f"--config.data.path={data}", "--config.mixing.schedule.boundaries=5",
                    "--config.mixing.schedule.weights=aaa-bbb:1,aaa-ccc:1,aaa-ddd:1|aaa-bbb:0,aaa-ccc:1,aaa-ddd:1"],
           "shards")
+
+
+def test_trace_names_a_mismatch_without_advice_the_command_line_cannot_take(data, capsys, tmp_path):
+    """trace advised "Pass strict=False", for which the command has no flag (issue 23 item 16)."""
+    import json
+
+    cfg = babelfeed.load_config(NLLB)
+    cfg.data.path = data
+    it = babelfeed.build_train_iterator(cfg)
+    next(it)
+    (tmp_path / "state.json").write_text(json.dumps(it.get_state()))
+    line = fails(capsys, ["trace", NLLB, f"--config.data.path={data}", "--config.batching.max_tokens=2048",
+                          "--state", str(tmp_path / "state.json"), "--step", "1"],
+                 "batching.max_tokens 4096 -> 2048", "with the config and data it was saved with")
+    assert "strict=False" not in line
