@@ -215,7 +215,7 @@ def _encode_lines(sides_lines: list[list[bytes]], where: list[tuple[str, int]], 
         if policy == "error":
             i = int(np.flatnonzero(mask)[0])
             path, first = where[side]
-            what = {"empty": "is empty", "bad_utf8": "is not valid UTF-8",
+            what = {"empty": "is empty", "bad_utf8": "is not valid UTF-8 text (or holds a NUL byte)",
                     "overlong": f"has more than {max_len} tokens (</s> included)"}[name]
             raise BinarizeError(f"{path}: line {first + i + 1} {what} (policy --on-{name.replace('_', '-')}=error)")
 
@@ -810,7 +810,24 @@ def _report(totals, inputs, opts, vocab_size, dtype, elapsed, engine, processed)
         "seconds": round(elapsed, 3),
         "lines_processed_this_run": processed,
         "inputs": entries,
+        "warnings": _drop_warnings(entries, opts),
     }
+
+
+def _drop_warnings(entries: list[dict], opts) -> list[str]:
+    """An input that lost more than ``--max-dropped`` of its lines (or documents) for any reason: said loudly at
+    the end of the report, with the reasons (a wrong encoding, a --max-len too small, an export gone wrong)."""
+    out = []
+    unit = "documents" if opts.documents else "lines"
+    for e in entries:
+        n, dropped = e.get("lines", 0), e.get("dropped", 0)
+        if n and dropped / n > opts.max_dropped:
+            why = ", ".join(f"{e.get(k, 0):,} {name}" for k, name in (("empty", "empty"), ("overlong", "overlong"),
+                                                                      ("bad_utf8", "undecodable or NUL"),
+                                                                      ("bad_record", "bad records")) if e.get(k))
+            out.append(f"{e['split']}.{e['key']} lost {dropped:,} of its {n:,} {unit} ({dropped / n:.1%}: {why}), "
+                       f"more than --max-dropped {opts.max_dropped:g}: check its files ({', '.join(e['files'][:2])})")
+    return out
 
 
 def format_report(report: dict) -> str:
@@ -852,6 +869,7 @@ def format_report(report: dict) -> str:
             f"{report['vocab_size']:,} -> {report['dtype']} megatron files in {report['output']}")
         for key, path in d["data_path"].items():
             lines.append(f"Megatron --data-path ({key}, weighted by tokens): {path}")
+        lines += [f"WARNING: {w}" for w in report.get("warnings", [])]
         return "\n".join(lines)
     for e in report["inputs"]:
         if e["lines"] and not e["kept"]:
@@ -867,4 +885,5 @@ def format_report(report: dict) -> str:
         f"{report['workers']} worker(s) on {engine}; {report['seconds']:.1f} s in all); vocabulary "
         f"{report['vocab_size']:,} -> {report['dtype']} {report['format']} files in {report['output']}"
     )
+    lines += [f"WARNING: {w}" for w in report.get("warnings", [])]
     return "\n".join(lines)

@@ -30,6 +30,7 @@ class BinarizeOptions:
     max_len: int = 1024  # tokens per sentence, </s> included
     empty: str = "drop"
     overlong: str = "drop"
+    max_dropped: float = 0.05  # an input losing a larger share of its lines is warned about, loudly
     bad_utf8: str = "drop"
     chunk_lines: int = 20000
     spm_sample: int = 1_000_000  # sentences sampled to train SentencePiece
@@ -91,6 +92,9 @@ class BinarizeOptions:
         if not is_int(self.max_len) or self.max_len < 2:
             raise ValueError(f"--max-len must be an integer >= 2 (one token and </s>), got {self.max_len!r}")
         one_of("--format", self.format, ("fairseq", "megatron"))
+        if isinstance(self.max_dropped, bool) or not isinstance(self.max_dropped, (int, float)) \
+                or not 0 <= self.max_dropped <= 1:
+            raise ValueError(f"--max-dropped must be a share in [0, 1], got {self.max_dropped!r}")
         at_least("--chunk-lines", self.chunk_lines, 1)
         at_least("--spm-sample", self.spm_sample, 1)
         positive("spm_temperature", self.spm_temperature)

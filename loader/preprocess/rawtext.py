@@ -378,10 +378,14 @@ def read_lines(path: str, start: int, end: int) -> list[bytes]:
 
 
 def decode_lines(lines: list[bytes]) -> tuple[list[str], np.ndarray]:
-    """UTF-8 decode; returns the texts and a mask of lines that were not valid UTF-8 (decoded with U+FFFD)."""
+    """UTF-8 decode; returns the texts and a mask of lines that were not valid UTF-8 text (decoded with U+FFFD),
+    or that hold a NUL byte (no text does; SentencePiece would make it <unk>)."""
     bad = np.zeros(len(lines), dtype=bool)
+    joined = b"\n".join(lines)
+    if b"\0" in joined:
+        bad[:] = [b"\0" in ln for ln in lines]
     try:
-        return b"\n".join(lines).decode("utf-8").split("\n"), bad
+        return joined.decode("utf-8").split("\n"), bad
     except UnicodeDecodeError:
         pass
     texts = []

@@ -180,6 +180,48 @@ def _clean(line: bytes) -> bytes:
     return line[:-1] if line.endswith(b"\r") else line
 
 
+def check_encoding(path: str, head: bytes) -> None:
+    """Refuse text that is detectably not UTF-8, from its first bytes ``head``: a UTF-16 or UTF-32 byte order
+    mark, NUL bytes in a pattern UTF-16/32 leaves, or lines most of which do not decode (Latin-1 or
+    Windows-1252 text), naming the encoding it looks like and how to convert. Decoding such text line by line
+    dropped most of it (or turned it into <unk>), and the run reported success."""
+    convert = "convert it to UTF-8 first (e.g. iconv -f {enc} -t UTF-8 FILE > FILE.utf8)"
+    for bom, enc in ((b"\xff\xfe\x00\x00", "UTF-32LE"), (b"\x00\x00\xfe\xff", "UTF-32BE"), (b"\xff\xfe", "UTF-16LE"),
+                     (b"\xfe\xff", "UTF-16BE")):
+        if head.startswith(bom):
+            raise TextInputError(f"{path}: {enc} text (it starts with that byte order mark), not UTF-8: "
+                                 + convert.format(enc=enc))
+    if len(head) >= 64:
+        even, odd = head[0::2].count(0), head[1::2].count(0)
+        if max(even, odd) > len(head) // 8:
+            enc = "UTF-16BE" if even > odd else "UTF-16LE"
+            raise TextInputError(f"{path}: {head.count(0):,} NUL bytes in its first {len(head):,}: UTF-16 or UTF-32 "
+                                 f"text without a byte order mark (likely {enc}), not UTF-8: " + convert.format(enc=enc))
+    lines = head.split(b"\n")[:-1] or [head]
+    bad = 0
+    for ln in lines:
+        try:
+            ln.decode("utf-8")
+        except UnicodeDecodeError:
+            bad += 1
+    if bad >= 5 and bad > len(lines) // 5:
+        try:
+            sample = next(ln for ln in lines if not _utf8(ln)).decode("cp1252")
+            looks = f"; it decodes as Windows-1252 / Latin-1 ({sample[:40]!r})"
+        except (UnicodeDecodeError, StopIteration):
+            looks = ""
+        raise TextInputError(f"{path}: {bad} of its first {len(lines):,} lines are not UTF-8{looks}: "
+                             + convert.format(enc="CP1252" if looks else "ENCODING"))
+
+
+def _utf8(line: bytes) -> bool:
+    try:
+        line.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
 def count_records(path: str, kind: str = "line", every: int = 0) -> dict:
     """Records in ``path`` and, for a plain file, where every ``every``-th one starts.
 
@@ -193,12 +235,16 @@ def count_records(path: str, kind: str = "line", every: int = 0) -> dict:
     plain = stream.compression is None
     keep_marks = plain and every > 0
     marks: list[list[int]] = []
+    checked = False
     try:
         if kind == "line":
             n = 0
             last = b"\n"
             pos = 0
             while block := stream.read():
+                if not checked:
+                    check_encoding(path, block[:1 << 16])
+                    checked = True
                 if keep_marks:
                     nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
                     # line k (k >= 1) starts one byte after newline k-1; line 0 at byte 0
@@ -216,6 +262,11 @@ def count_records(path: str, kind: str = "line", every: int = 0) -> dict:
             if keep_marks:
                 marks = [m for m in marks if m[1] < records]
         else:
+            head = _Bytes(path)
+            try:
+                check_encoding(path, head.read()[:1 << 16])
+            finally:
+                head.close()
             records = 0
             blank = True
             for i, (ln, start) in enumerate(_lines(stream)):

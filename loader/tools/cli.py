@@ -197,6 +197,7 @@ def _binarize(args) -> int:
         ray_address=args.ray_address, documents=args.documents,
         json_keys=tuple(k for spec in (args.json_keys or ["text"]) for k in re.split(r"[,\s]+", spec) if k),
         split_sentences=args.split_sentences, append_eod=not args.no_append_eod, bad_record=args.on_bad_record,
+        max_dropped=args.max_dropped,
     )
     report = binarize(opts, log=lambda m: print(m, file=sys.stderr))
     print(format_report(report))
@@ -400,6 +401,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "instance); inputs and output must be on a filesystem every node sees")
     b.add_argument("--format", choices=("fairseq", "megatron"), default=None,
                    help="index layout (default fairseq; megatron with --documents)")
+    b.add_argument("--max-dropped", type=float, default=0.05, metavar="SHARE",
+                   help="warn loudly about an input that loses more than this share of its lines (default 0.05)")
     b.add_argument("--max-len", type=count(2), default=1024,
                    help="longest sentence in tokens, </s> included (default 1024; not with --documents)")
     b.add_argument("--on-empty", choices=("drop", "keep", "error"), default="drop",

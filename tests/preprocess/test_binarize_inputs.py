@@ -201,3 +201,46 @@ def test_a_named_pipe_is_refused_by_name_not_read_twice(tmp_path, how):
     assert out.returncode == 2, out.stderr[-2000:]
     assert f"{pipe}: a named pipe, not a regular file" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.bin"))
+
+
+def _pair_raw(root, src_bytes, tgt_bytes):
+    os.makedirs(root, exist_ok=True)
+    (root / "en-de.en").write_bytes(src_bytes)
+    (root / "en-de.de").write_bytes(tgt_bytes)
+
+
+@pytest.mark.parametrize("kind, match", [
+    ("utf16", r"UTF-16LE text \(it starts with that byte order mark\), not UTF-8: convert it"),
+    ("utf16-no-bom", r"NUL bytes in its first .*UTF-16 or UTF-32 text without a byte order mark \(likely UTF-16LE\)"),
+    ("latin1", r"of its first .* lines are not UTF-8; it decodes as Windows-1252 / Latin-1 .*iconv -f CP1252"),
+])
+def test_text_in_another_encoding_is_refused_naming_it(tmp_path, kind, match):
+    """A Latin-1 file lost 227 of 300 pairs as undecodable and the run reported success; a UTF-16 file kept 4
+    "pairs" of 208 <unk> (issue 23 item 2). Refused before any work, naming the encoding and the conversion."""
+    lines = [f"caf\u00e9 na\u00efve r\u00e9sum\u00e9 {i} \u00e0 la carte" for i in range(300)]
+    good = "\n".join(f"the cat {i}" for i in range(300)).encode() + b"\n"
+    text = "\n".join(lines) + "\n"
+    data = {"utf16": text.encode("utf-16"), "utf16-no-bom": text.encode("utf-16-le"),
+            "latin1": text.encode("latin-1")}[kind]
+    _pair_raw(tmp_path / "raw", data, good)
+    with pytest.raises(BinarizeError, match=match):
+        binarize(opts(tmp_path / "raw", tmp_path / "out", train_spm=60), log=lambda m: None)
+
+
+def test_a_nul_inside_a_line_is_dropped_and_counted_and_a_large_loss_is_warned_about(tmp_path):
+    """A NUL byte inside a line became <unk> silently; an input that loses more than --max-dropped of its lines
+    gets a WARNING at the end of the report (issue 23 item 2)."""
+    from babelfeed.binarize import format_report
+
+    src = [f"the cat sat {i}".encode() for i in range(200)]
+    for i in range(0, 200, 10):
+        src[i] = b"the c\0at " + str(i).encode()  # 20 lines of 200: 10%
+    _pair_raw(tmp_path / "raw", b"\n".join(src) + b"\n", b"\n".join(f"die katze {i}".encode() for i in range(200)) + b"\n")
+    report = binarize(opts(tmp_path / "raw", tmp_path / "out", train_spm=60), log=lambda m: None)
+    entry = report["inputs"][0]
+    assert entry["bad_utf8"] == 20 and entry["kept"] == 180
+    text = format_report(report)
+    assert "WARNING: train.en-de lost 20 of its 200 lines (10.0%: 20 undecodable or NUL), more than --max-dropped 0.05" \
+        in text
+    quiet = binarize(opts(tmp_path / "raw", tmp_path / "out2", train_spm=60, max_dropped=0.2), log=lambda m: None)
+    assert not quiet["warnings"] and "WARNING" not in format_report(quiet)
