@@ -70,6 +70,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.batching.num_shapes = 0  # > 0: every batch takes one of this many static shapes (XLA), chosen from the data
     c.batching.shapes = ""  # or explicit widths "32x32,64x64,128x128" (source x target); batch sizes from max_tokens
     c.batching.pack = ""  # "256x256": pack pairs side by side into rows of this shape (one static shape)
+    c.batching.spread_copies = True  # copies of one sample (an up-sampled corpus) go to different batches
     c.batching.balance_block = 16  # batches of similar cost shuffled together (rank balance; use >= ranks)
     c.batching.fairseq_drop_last = False  # compat="fairseq": drop a last batch off the multiple (fairseq main)
 

@@ -238,7 +238,8 @@ def train_plan_options(config, tasks: list[str] | None = None, world_size: int =
         max_tokens=b.max_tokens, max_sentences=b.max_sentences, multiple=b.required_batch_size_multiple,
         window=b.window, max_source_positions=f.max_source_positions, max_target_positions=f.max_target_positions,
         on_too_long=f.on_too_long, balance_block=b.balance_block, compat=config.compat,
-        fairseq_drop_last=b.fairseq_drop_last, pack_shape=_pack_shape(b.pack))
+        fairseq_drop_last=b.fairseq_drop_last, pack_shape=_pack_shape(b.pack),
+        spread_copies=b.get("spread_copies", True) and config.compat != "fairseq")
 
 
 def _pack_shape(value: str) -> tuple:

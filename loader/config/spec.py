@@ -182,6 +182,8 @@ TRANSLATION: tuple[Key, ...] = (
         0),
     Key("batching.shapes", "str", "", "or explicit widths '32x32,64x64,128x128' (source x target)", check=_shapes),
     Key("batching.pack", "str", "", "'256x256': pack pairs side by side into rows of this shape", check=_pack),
+    Key("batching.spread_copies", "bool", True, "copies of one sample (an up-sampled corpus) go to different "
+        "batches; False: the length order puts them side by side, as fairseq does"),
     Key("batching.balance_block", "int", 16, "batches of similar cost shuffled together (rank balance)", 1),
     Key("batching.fairseq_drop_last", "bool", False, "compat='fairseq': drop a last batch off the multiple"),
     Key("collate.left_pad_source", "bool", True, "sources padded on the left (fairseq's default)"),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from babelfeed.plan import cutting
+from babelfeed.plan import copies, cutting
 
 
 @dataclass
@@ -39,19 +39,35 @@ class DynamicCutter:
     orders = True  # cuts the samples the planner filtered and ordered by length
     wide = False  # lengths as the int32 columns they are read from
 
-    def cut(self, planner, src_len, tgt_len, rng) -> Cut:
+    def cut(self, planner, s, src_len, tgt_len, rng, candidates=None) -> Cut:
+        """``s``: the window's samples in length order; ``candidates``: the ones that may be copies of another
+        (their corpus is drawn more often than it has rows), for ``batching.spread_copies``."""
         o = planner.opts
-        return Cut(None, cutting.dynamic(src_len, tgt_len, o.max_tokens, o.max_sentences, o.multiple))
+        ends = cutting.dynamic(src_len, tgt_len, o.max_tokens, o.max_sentences, o.multiple)
+        if not o.spread_copies:
+            return Cut(None, ends)
+        cost = np.maximum(src_len, tgt_len)
+        order = copies.push(copies.identities(s.comp, s.local), src_len, tgt_len, ends, candidates)
+        if order is None:
+            return Cut(None, ends)
+        # cut again, each batch priced at the running maximum: a moved copy is shorter than the samples it joins
+        width = np.ascontiguousarray(np.maximum.accumulate(cost[order]), dtype=np.int32)
+        return Cut(order, cutting.dynamic(width, width, o.max_tokens, o.max_sentences, o.multiple))
 
 
 class StaticCutter(DynamicCutter):
     name = "static"
     wide = True
 
-    def cut(self, planner, src_len, tgt_len, rng) -> Cut:
+    def cut(self, planner, s, src_len, tgt_len, rng, candidates=None) -> Cut:
         o = planner.opts
         sub, ends, shape, masked, unfit = cutting.static(src_len, tgt_len, o.shapes, planner.sources.with_target,
                                                          o.on_too_long)
+        if o.spread_copies and len(sub):
+            order = copies.deal(copies.identities(s.comp[sub], s.local[sub]), ends, shape,
+                                None if candidates is None else candidates[sub])
+            if order is not None:
+                sub = sub[order]
         return Cut(sub, ends, shape, masked, unfit=unfit)
 
 
@@ -59,7 +75,7 @@ class PackedCutter(DynamicCutter):
     name = "packed"
     wide = True
 
-    def cut(self, planner, src_len, tgt_len, rng) -> Cut:
+    def cut(self, planner, s, src_len, tgt_len, rng, candidates=None) -> Cut:
         o = planner.opts
         sub, ends, masked, packed = cutting.packed(src_len, tgt_len, o.pack_shape, planner.rows_per_packed_batch(),
                                                    rng if o.shuffle else None)

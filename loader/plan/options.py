@@ -35,6 +35,7 @@ class PlanOptions:
     fairseq_drop_last: bool = False  # fairseq main (after d871f616) drops a last batch that misses the multiple
     schedule: object = None  # a MixingSchedule of per-task weights (sources.tasks order), or None
     batches_per_update: int = 1  # global batches per optimizer update (ranks x accumulation with split="batches")
+    spread_copies: bool = False  # copies of one sample to different batches (plan.copies; training's default)
 
     def validate(self) -> None:
         if self.sampler not in samplers.names():
@@ -96,6 +97,6 @@ OPTION_KEYS = {
     "on_too_long": "filter.on_too_long", "balance_block": "batching.balance_block",
     "shuffle": "shuffle (train or valid)", "shapes": "batching.shapes / batching.num_shapes",
     "pack_shape": "batching.pack", "compat": "compat", "fairseq_drop_last": "batching.fairseq_drop_last",
-    "schedule": "mixing.schedule",
+    "schedule": "mixing.schedule", "spread_copies": "batching.spread_copies",
 }
 

@@ -292,11 +292,18 @@ class EpochPlanner(StreamPlanning):
         s, filtered = self._ordered(setup, dirs, rows, spans, rng)
         src_len, tgt_len = (s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)) if self.cutter.wide \
             else (s.src_len, s.tgt_len)  # dynamic batches read the int32 columns as they are
-        cut = self.cutter.cut(self, src_len, tgt_len, rng)
+        cut = self.cutter.cut(self, s, src_len, tgt_len, rng, self._may_repeat(setup)[s.direction])
         if cut.unfit is not None:
             filtered = filtered + np.bincount(s.direction[cut.unfit], minlength=len(setup.directions))
         served = cutting.block_shuffle(len(cut.ends), o.balance_block, rng) if o.shuffle else np.arange(len(cut.ends))
         return self._finish(setup, epoch, w, s, cut.sub, cut.ends, served, filtered, cut.shape, cut.masked, cut.packed)
+
+    @staticmethod
+    def _may_repeat(setup: EpochSetup) -> np.ndarray:
+        """Per direction: whether the epoch draws it more often than it has rows (only those can put copies of
+        one row in one window: ``babelfeed.plan.copies``)."""
+        draws = setup.expected if setup.expected is not None else setup.counts
+        return np.asarray(draws, np.int64) > np.array([d.size for d in setup.directions], np.int64)
 
     def _ordered(self, setup: EpochSetup, dirs, rows, spans, rng) -> tuple[Samples, np.ndarray]:
         """The window's samples without the too-long ones, in length order, and the too-long count per direction.
@@ -489,6 +496,8 @@ class EpochPlanner(StreamPlanning):
                                                       data_digest(c.src), data_digest(c.tgt)))
             opts = asdict(self.opts)
             opts.pop("batches_per_update")
+            if not opts["spread_copies"]:  # (as states written before the option name it: not at all)
+                opts.pop("spread_copies")
             self._identity = {
                 "opts": json.loads(json.dumps(opts, sort_keys=True, default=str)),
                 "split": self.sources.split, "shards": self.sources.shards,
@@ -507,6 +516,8 @@ class EpochPlanner(StreamPlanning):
         # on another world size, schedule or not
         if not (legacy and self.changing_schedule):
             opts.pop("batches_per_update")
+        if not opts["spread_copies"]:  # the plan of a babelfeed before the option: the fingerprint it wrote
+            opts.pop("spread_copies")
         blob = json.dumps({"opts": opts, "split": self.sources.split, "shards": self.sources.shards,
                            "components": comps}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

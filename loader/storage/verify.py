@@ -119,8 +119,11 @@ class IndexChecks:
             rows = np.arange(start, min(n, start + _CHUNK)) if picks is None else picks[start:start + _CHUNK]
             size = sizes[rows].astype(np.int64)
             end = self._pointers[rows].astype(np.int64) // self._itemsize + size - 1  # (pointers are in bytes)
-            ok = size > 0
-            ok[ok] = tokens[end[ok]] == token
+            # (a record outside the .bin, which a quick check does not look for, is the reads' to refuse by name)
+            inside = (end >= 0) & (end < len(tokens))
+            ok = (size > 0) | ~inside
+            look = inside & (size > 0)
+            ok[look] = tokens[end[look]] == token
             if not ok.all():
                 k = int(np.flatnonzero(~ok)[0])
                 last = f"token {int(tokens[end[k]])}" if size[k] else "nothing (an empty record)"

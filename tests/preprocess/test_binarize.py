@@ -312,5 +312,5 @@ def test_an_overlong_line_is_dropped_without_encoding_it(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     peak = int(out.stdout.strip().splitlines()[-1].split()[1])
-    assert peak < 600, f"peak {peak} MB"
+    assert peak < 1000, f"peak {peak} MB"  # (encoding it took 1.8 GB)
     assert babelfeed.ShardedCorpus(tmp_path / "out").num_sentences("train", "en-de") == 200

@@ -1,0 +1,164 @@
+"""Copies of one sample in one batch (issue 23 item 17): an up-sampled corpus's copies have equal lengths, so the
+length sort put them side by side (half the rows of the demo's batches repeated another row of their batch).
+``batching.spread_copies`` (the training default) spreads them over the window's batches: for free with static
+shapes, for some padding with dynamic batches. The samples served, the ledger, trace and resume stay exact."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import babelfeed
+from babelfeed.plan import copies, cutting
+from golden import digest
+from synthetic import config_for, make_data_bin
+
+
+@st.composite
+def windows(draw):
+    """A window: rows drawn 1 to 100 times each, lengths per row, sorted by cost as the planner sorts them."""
+    rows = draw(st.integers(2, 60))
+    times = draw(st.lists(st.integers(1, 100), min_size=rows, max_size=rows))
+    length = draw(st.lists(st.integers(1, 60), min_size=rows, max_size=rows))
+    ident = np.repeat(np.arange(rows, dtype=np.int64), times)
+    cost = np.asarray(length, np.int64)[ident]
+    order = np.lexsort((ident, cost))
+    return ident[order], cost[order].astype(np.int32), draw(st.sampled_from([64, 256, 1024]))
+
+
+def pairs_repeated(ident, ends) -> int:
+    """Samples that repeat a row already in their batch (a batch holding a row 3 times counts 2)."""
+    return sum(len(seg) - len(np.unique(seg)) for seg in np.split(ident, ends[:-1])) if len(ends) else 0
+
+
+@given(windows())
+@settings(max_examples=200, deadline=None)
+def test_push_keeps_every_sample_and_the_budget_and_repeats_less(window):
+    ident, cost, budget = window
+    ends = cutting.dynamic(cost, cost, budget, 0, 1)
+    order = copies.push(ident, cost, cost, ends)
+    if order is None:
+        assert pairs_repeated(ident, ends) == 0
+        return
+    assert sorted(order.tolist()) == list(range(len(ident)))  # a permutation: nothing lost, nothing added
+    width = np.ascontiguousarray(np.maximum.accumulate(cost[order]), dtype=np.int32)
+    ends2 = cutting.dynamic(width, width, budget, 0, 1)
+    starts = np.concatenate([[0], ends2[:-1]])
+    for a, b in zip(starts, ends2):  # the budget holds with the true widths
+        assert (b - a) * int(cost[order][a:b].max()) <= max(budget, int(cost.max()))
+    assert pairs_repeated(ident[order], ends2) <= pairs_repeated(ident, ends)
+
+
+@given(windows(), st.integers(1, 4))
+@settings(max_examples=200, deadline=None)
+def test_deal_gives_each_copy_its_own_batch_of_the_same_shape(window, shapes):
+    """Within the batches of one shape, copies go to different batches whenever there are as many batches as
+    copies (equal batch sizes): the fewest repeats possible, and every batch keeps its shape and row count."""
+    ident, cost, budget = window
+    n = len(ident)
+    rows = max(1, budget // 64)
+    shape = np.minimum(np.arange(-(-n // rows)) * shapes // max(1, -(-n // rows)), shapes - 1)
+    ends = np.minimum(np.arange(1, len(shape) + 1) * rows, n)
+    order = copies.deal(ident, ends, shape)
+    if order is None:
+        return
+    assert sorted(order.tolist()) == list(range(n))
+    starts = np.concatenate([[0], ends[:-1]])
+    batch = np.repeat(np.arange(len(ends)), ends - starts)
+    group = np.concatenate([[0], np.cumsum(shape[1:] != shape[:-1])])[batch]
+    assert (group[order] == group).all()  # every sample stays among the batches of its shape
+    got = pairs_repeated(ident[order], ends)
+    fewest = 0
+    for g in np.unique(group):
+        nb = len(np.unique(batch[group == g]))
+        full = (ends - starts)[np.unique(batch[group == g])]
+        _, m = np.unique(ident[group == g], return_counts=True)
+        fewest += int(np.maximum(m - nb, 0).sum())
+        if len(set(full.tolist())) > 1:  # a run ending with a shorter batch: a copy may meet another there
+            fewest += len(m)
+    assert got <= fewest
+
+
+SKEWED = {"aaa-bbb": [1500], "aaa-ccc": [120], "aaa-ddd": [15]}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("copies")
+    make_data_bin(r, directions=SKEWED, valid=False)
+    return r
+
+
+def served(it, n=None):
+    out = []
+    for k, b in enumerate(it):
+        out.append(b)
+        if n is not None and k + 1 >= n:
+            break
+    return out
+
+
+def repeat_share(batches) -> float:
+    rows = reps = 0
+    for b in batches:
+        ids = np.asarray(b["id"])[np.asarray(b["weight"]) > 0]
+        _, c = np.unique(ids, return_counts=True)
+        rows += len(ids)
+        reps += int(c[c > 1].sum())
+    return reps / max(rows, 1)
+
+
+@pytest.mark.parametrize("shapes", ["", "24x24,48x48,128x128"])
+def test_the_pipeline_spreads_copies_and_serves_the_same_samples(root, shapes):
+    kw = dict(data__shards="all", mixing__temperature=5.0, batching__window=3000, batching__shapes=shapes)
+    plain = served(babelfeed.build_train_iterator(config_for(root, batching__spread_copies=False, **kw)))
+    spread = served(babelfeed.build_train_iterator(config_for(root, **kw)))
+    before, after = repeat_share(plain), repeat_share(spread)
+    # (15 rows drawn ~30 times each over ~50 batches: the longest rows' copies meet again at the window's end)
+    # (a shape with fewer batches than a row's copies cannot hold them apart: the property test above bounds that)
+    assert before > 0.3 and (after <= 0.02 if shapes else after <= before / 5), (before, after)
+
+    def ids(batches):
+        return sorted(np.concatenate([np.asarray(b["id"])[np.asarray(b["weight"]) > 0] for b in batches]).tolist())
+
+    assert ids(plain) == ids(spread)  # the same samples, each as often: only their batches differ
+
+    def padded(batches):
+        return sum(b["net_input"]["src_tokens"].size + b["target"].size for b in batches)
+
+    if shapes:  # static: every batch keeps its shape, so padding is the same
+        assert sorted(b["target"].shape for b in plain) == sorted(b["target"].shape for b in spread)
+    else:
+        assert padded(plain) / padded(spread) >= 0.85
+
+
+def test_spread_batches_resume_exactly_and_the_ledger_and_trace_follow(root):
+    kw = dict(data__shards="all", mixing__temperature=5.0, batching__window=3000)
+    cfg = config_for(root, **kw)
+    whole = [digest(b) for b in served(babelfeed.build_train_iterator(cfg))]
+    rng = np.random.default_rng(4)
+    for cut in sorted(rng.choice(np.arange(1, len(whole)), 3, replace=False).tolist()):
+        a = babelfeed.build_train_iterator(cfg)
+        for _ in range(cut):
+            next(a)
+        b = babelfeed.build_train_iterator(cfg)
+        b.set_state(json.loads(json.dumps(a.get_state())))
+        assert [digest(x) for x in served(b)] == whole[cut:], cut
+    it = babelfeed.build_train_iterator(cfg)
+    batches = served(it, 12)
+    got = [sorted(np.asarray(b["id"])[np.asarray(b["weight"]) > 0].tolist()) for b in batches]
+    for step in (1, 7, 12):
+        assert sorted(r["id"] for r in it.trace(step)) == got[step - 1]
+    led = it.ledger()
+    assert led["ledger/samples"] == sum(len(g) for g in got)
+
+
+def test_the_option_is_in_the_fingerprint_and_named_on_a_mismatch(root):
+    on = babelfeed.build_train_iterator(config_for(root, data__shards="all"))
+    off = babelfeed.build_train_iterator(config_for(root, data__shards="all", batching__spread_copies=False))
+    assert on.fingerprint() != off.fingerprint()
+    next(off)
+    with pytest.raises(babelfeed.StateMismatch, match="batching.spread_copies null -> true"):
+        on.set_state(off.get_state())
