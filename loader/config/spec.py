@@ -254,12 +254,37 @@ def defaults(kind: str) -> ml_collections.ConfigDict:
 
 
 def validate(config, kind: str = "translation", where: str = "") -> None:
-    """Every key of ``config`` that the ``kind`` table names, checked (ConfigError naming ``where.key``); a key
-    a config leaves out keeps its default. ``where``: the path of ``config`` inside the file's config."""
+    """Every key of ``config`` that the ``kind`` table names, checked (ConfigError naming ``where.key``). A key
+    the config leaves out is given its default (docs/config.md), inside a section the config has (a missing
+    section says the config is of another kind). ``where``: the path of ``config`` inside the file's config."""
     prefix = f"{where}." if where else ""
     for key in keys(kind):
-        if _has(config, key.path):
-            key.validate(_get(config, key.path), prefix + key.path)
+        *parents, last = key.path.split(".")
+        node = config
+        for p in parents:
+            if not hasattr(node, "keys") or p not in node:
+                if p == "schedule" and parents[0] == "mixing":  # (an optional subsection: made with its keys)
+                    with node.unlocked():
+                        node[p] = ml_collections.ConfigDict()
+                    node = node[p]
+                    continue
+                node = None
+                break
+            node = node[p]
+        if node is None:
+            continue
+        if last not in node:
+            with node.unlocked() if hasattr(node, "unlocked") else _nothing():
+                node[last] = key.default
+        key.validate(node[last], prefix + key.path)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def _tree(kind: str) -> dict:
@@ -292,8 +317,8 @@ def check_known_keys(config, where: str = "", kind: str = "translation") -> None
             near = difflib.get_close_matches(key, list(known), n=3, cutoff=0.8 if path == "" else 0.6)
             if path == "" and not near:
                 continue  # a section of the user's own
-            hint = f"; did you mean {', '.join(f'{path}{n}' for n in near)}?" if near else \
-                f"; {path.rstrip('.')} has: {', '.join(sorted(known))}"
+            hint = f"; did you mean {', '.join(f'{prefix}{path}{n}' for n in near)}?" if near else \
+                f"; {prefix}{path.rstrip('.')} has: {', '.join(sorted(known))}"
             raise ConfigError(f"{prefix}{path}{key} is not a babelfeed config key{hint} (a key set by mistake "
                               f"would leave the default in force)")
 

@@ -34,6 +34,7 @@ earlier babelfeeds load.
 from __future__ import annotations
 
 import copy
+import operator
 from dataclasses import dataclass, field
 
 from babelfeed.errors import BabelfeedError
@@ -194,12 +195,19 @@ def _updates_to(have: list, want: list) -> list:
     return want
 
 
+def _i(x) -> int:
+    """An integer as it is (numpy's included), never a float, a string or a bool made one."""
+    if isinstance(x, bool):
+        raise TypeError(f"{x!r} is not an integer")
+    return operator.index(x)
+
+
 def compose(steps: list, weights: list, updates: list, edits: list) -> list:
     """The history of a run from its parts' views (see :class:`Views`): ``edits`` with their ``saved`` run's
     weights and update counts, ``weights`` and ``updates`` of the segment after the last edit."""
     out: list = []
     have: list = []
-    ranks = [{"event": "ranks", "step": int(s), "epoch": int(e), "consumed": int(c), "world_size": int(w)}
+    ranks = [{"event": "ranks", "step": _i(s), "epoch": _i(e), "consumed": _i(c), "world_size": _i(w)}
              for s, e, c, w in steps]
 
     def ranks_until(step: int) -> None:  # the world-size segments that began before a mark
@@ -208,19 +216,19 @@ def compose(steps: list, weights: list, updates: list, edits: list) -> list:
 
     def segment(ws: list, us: list) -> None:
         nonlocal have
-        out.extend({"event": "weights", "batch": int(b), "weights": dict(w)} for b, w in ws)
+        out.extend({"event": "weights", "batch": _i(b), "weights": dict(w)} for b, w in ws)
         for b, u, p in _updates_to(have, us):
-            out.append({"event": "updates", "batch": int(b), "update": u, "per": int(p)})
+            out.append({"event": "updates", "batch": _i(b), "update": u, "per": _i(p)})
         have = [list(x) for x in us] if us else have
 
     for edit in edits:
-        ranks_until(int(edit["saved_at_step"]) + 1)
+        ranks_until(_i(edit["saved_at_step"]) + 1)
         saved = edit.get("saved")
         if saved:
             segment(saved.get("weights", []), saved.get("updates", []))
         event = {"event": "edit", **{k: copy.deepcopy(x) for k, x in edit.items() if k != "saved"}}
         if saved:
-            event["saved"] = {"epoch": int(saved["epoch"]), "consumed": int(saved["consumed"])}
+            event["saved"] = {"epoch": _i(saved["epoch"]), "consumed": _i(saved["consumed"])}
         out.append(event)
     ranks_until(1 << 62)
     segment(weights, updates)

@@ -48,14 +48,22 @@ class ExponentiatedGradient:
 
     @classmethod
     def from_state(cls, tasks, state: dict, **kwargs) -> "ExponentiatedGradient":
-        """The policy where a run's state left it: its last recorded weights (uniform if none)."""
+        """The policy where a run's state left it: its last recorded weights (uniform if none). ``tasks``: a
+        translation run's tasks, or an LM run's dataset names (its blend's weights since its first change)."""
         from babelfeed.iterators.history import check, upgrade
 
         if not isinstance(state, dict):
             raise ValueError(f"a state is a dict (an iterator's get_state()), got {type(state).__name__}")
         state = upgrade(state)
-        changes = check(state["history"]).weights if "history" in state else []
+        views = check(state["history"]) if "history" in state else None
+        changes = views.weights if views is not None else []
+        if views is not None and len(views.blend) > 1:  # an LM run steered: its last blend, by dataset name
+            last = views.blend[-1]
+            changes = [[last["sample"], {last["names"].get(k, k): w for k, w in last["weights"].items()}]]
         policy = cls(tasks, **kwargs)
+        if changes and set(changes[-1][1]) != set(policy.tasks):
+            raise ValueError(f"the state's weights name {sorted(changes[-1][1])}; the policy's tasks are "
+                             f"{sorted(policy.tasks)}: pass the run's tasks (an LM run's dataset names)")
         if changes:  # as the policy returned them (already floored), normalised by set_weights
             last = {t: as_number(changes[-1][1].get(t, 0.0)) for t in policy.tasks}
             if any(v is None or not (math.isfinite(v) and v >= 0) for v in last.values()) or not sum(last.values()) > 0:

@@ -499,11 +499,35 @@ class BatchIterator(Reports, LoaderIterator):
     def _check_extra(self, state: dict):
         """The optional fields of a state: well formed, or an error naming the field. Returns the history's
         views (``babelfeed.iterators.history``)."""
-        from babelfeed.iterators.history import Views, check
+        from babelfeed.iterators.history import HistoryError, Views, check
 
         if "dormant" in state:
             self._check_dormant(state["dormant"])
-        return check(state["history"], int(state["total_steps"])) if "history" in state else Views()
+        if "history" not in state:
+            return Views()
+        total = int(state["total_steps"])
+        views = check(state["history"], total)
+        # nothing in the history lies beyond the state's own position (an edited event would change the batches)
+        at = (state.get("epoch"), state.get("consumed"))
+        if all(type(x) is int for x in at):
+            late = [s for s in views.steps if (s[1], s[2]) > at]
+            if late:
+                raise HistoryError(f"iterator state field 'history': a 'ranks' event counts from epoch {late[0][1]}, "
+                                   f"global batch {late[0][2]}, past the state's own position (epoch {at[0]}, "
+                                   f"consumed {at[1]})")
+            late = [e for e in views.edits if e["saved_at_step"] > total or e["epoch"] > at[0]]
+            if late:
+                raise HistoryError(f"iterator state field 'history': an 'edit' event saved at step "
+                                   f"{late[0]['saved_at_step']} (epoch {late[0]['epoch']}) lies past the state's own "
+                                   f"position (step {total}, epoch {at[0]})")
+            stream = state.get("stream")
+            if isinstance(stream, dict) and type(stream.get("batches")) is int:
+                now = stream["batches"] + at[1]
+                late = [w for w in views.weights if w[0] > now]
+                if late:
+                    raise HistoryError(f"iterator state field 'history': a 'weights' event takes effect at global "
+                                       f"batch {late[0][0]}, past the state's own position (global batch {now})")
+        return views
 
     def set_state(self, state: dict, strict: bool = True, mixture_change: str = "refuse") -> None:
         """Continue after ``state`` (from ``get_state()``). ``mixture_change="allow"``: the config was edited

@@ -267,8 +267,9 @@ class LMIterator(LoaderIterator):
             raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
         if state is not None:
             from babelfeed.iterators.history import upgrade
+            from babelfeed.iterators.state import find_state
 
-            state = upgrade(state)
+            state = upgrade(find_state(state, "state"))  # (a checkpoint holding it: {"data": state}, a loader's)
             events = self._events_of(state) if isinstance(state, dict) else []
             # a state of an edited blend names its datasets in its history: any config of the run traces it
             self._check_state(state, not events, {"consumed_samples": 0}, optional=("history",))
@@ -336,7 +337,20 @@ class LMIterator(LoaderIterator):
             out[f"{prefix}/{name}/samples"] = int(totals[0, d])
             out[f"{prefix}/{name}/tokens"] = int(totals[1, d])
             out[f"{prefix}/{name}/passes"] = int(totals[2, d])
-        out[f"{prefix}/samples"] = int(totals[0].sum())
+        removed = 0
+        if self.blend_events:  # datasets an edit removed: their samples (their tokens need their data)
+            from babelfeed.lm.mixture import offsets_at
+
+            n = self.consumed if consumed is None else int(consumed) * self.global_batch
+            keys = set(self.data_keys())
+            names = {}
+            for e in self.blend_events:
+                names.update(e["names"])
+            for key, taken in offsets_at(self.blend_events, n).items():
+                if key not in keys and taken:
+                    out[f"{prefix}/{names.get(key, key)}/samples"] = int(taken)
+                    removed += int(taken)
+        out[f"{prefix}/samples"] = int(totals[0].sum()) + removed
         out[f"{prefix}/tokens"] = int(totals[1].sum())
         out[f"{prefix}/step"] = (self.consumed if consumed is None else int(consumed) * self.global_batch) \
             // self.global_batch
@@ -357,9 +371,11 @@ class LMIterator(LoaderIterator):
 
     def identity(self) -> dict:
         d = json.loads(json.dumps(self._description()))
+        # datasets by name, their data by digest: a mismatch says "the data of books changed", not two digests
         return {"opts": {("data_path weights" if k == "weights" else k): d[k]
                          for k in ("weights", "seq_len", "mode", "seed", "split", "split_name")},
-                "streams": {str(key): f"{n} samples, {size} bytes" for key, n, size in d["sources"]}}
+                "streams": {name: f"{str(key)[:12]}: {n} samples, {size} bytes"
+                            for name, (key, n, size) in zip(self.dataset_names(), d["sources"])}}
 
     def get_state(self) -> dict:
         """``{"version", "kind": "lm", "name", "consumed_samples", "fingerprint", "identity", "history"}``; the
@@ -406,11 +422,14 @@ class LMIterator(LoaderIterator):
         event = max((e for e in self.blend_events if e["sample"] <= sample), key=lambda e: e["sample"])
         keys = set(self.data_keys())
         names = [event["names"][k] for k in event["weights"] if k not in keys]
-        return f"{names[0] if names else '?'} (sample {sample})"
+        name = names[0] if names else "?"
+        if name in self.dataset_names():  # listed, but its files hold other data now
+            return f"{name} (sample {sample}), whose data changed since (its content digest differs)"
+        return f"{name} (sample {sample}), which this config does not list (an edit removed it)"
 
     def _refuse_missing(self, lo: int, hi: int) -> None:
-        raise ValueError(f"global sample {lo} of this run came from dataset {self._missing(lo, hi)}, which this "
-                         f"config does not list (an edit removed it): use the config of that part of the run")
+        raise ValueError(f"global sample {lo} of this run came from dataset {self._missing(lo, hi)}: use the "
+                         f"config and data of that part of the run")
 
     def set_weights(self, weights: dict) -> None:
         """Blend with ``weights`` (``{dataset name: weight}`` for every dataset, names as ``dataset_names()``) from
@@ -435,7 +454,11 @@ class LMIterator(LoaderIterator):
         keys = self.data_keys()
         offsets = offsets_at(events, at)
         top = max(values.values())
-        event = {"event": "blend", "sample": int(at),
+        if events[-1]["sample"] == at and "changes" in events[-1]:  # (an edit resumed here: its record stays)
+            changes = {"changes": events[-1]["changes"]}
+        else:
+            changes = {}
+        event = {"event": "blend", "sample": int(at), **changes,
                  "weights": {k: values[n] / top for k, n in zip(keys, names)},
                  "offsets": {**offsets, **{k: offsets.get(k, 0) for k in keys}},
                  "names": {**events[-1]["names"], **dict(zip(keys, names))}}
@@ -478,8 +501,8 @@ class LMIterator(LoaderIterator):
         missing = self._missing(int(consumed), self.num_samples)
         if missing:
             self.blend_events, self.dataset_index, self.dataset_sample = before
-            raise ValueError(f"this state's blend takes samples from dataset {missing}, which this config does not "
-                             f"list: resume with the run's data_path")
+            raise ValueError(f"this state's blend takes samples from dataset {missing}: resume with the run's "
+                             f"data_path and data")
         self.consumed = int(consumed)
 
     def _edit_hint(self) -> str:
@@ -497,9 +520,24 @@ class LMIterator(LoaderIterator):
             raise StateMismatch(f"{what}; {changes} changes every dataset's samples: use the run's settings")
 
     def _events_of(self, state: dict) -> list:
-        from babelfeed.iterators.history import check
+        """The blend events of a state's history, checked against its position: the first at sample 0, each at
+        a global batch boundary no later than ``consumed_samples``, and each event's offsets exactly the samples
+        the events before it took from every dataset (``babelfeed.lm.mixture``)."""
+        from babelfeed.iterators.history import HistoryError, check
+        from babelfeed.lm.mixture import check_offsets
 
-        return check(state["history"]).blend if "history" in state else []
+        events = check(state["history"]).blend if "history" in state else []
+        at = state.get("consumed_samples")
+        for i, e in enumerate(events):
+            if i == 0 and e["sample"] != 0:
+                raise HistoryError(f"iterator state field 'history': an LM run's first blend event is at sample 0 "
+                                   f"(the config's weights), this one at {e['sample']}")
+            if e["sample"] % self.global_batch or (isinstance(at, int) and e["sample"] > at):
+                raise HistoryError(f"iterator state field 'history': blend event {i} is at sample {e['sample']}; "
+                                   f"a blend changes at a global batch ({self.global_batch} samples) no later than the "
+                                   f"state's consumed_samples={at}")
+        check_offsets(events)
+        return events
 
     def _resume_edited(self, state: dict) -> None:
         """set_state with mixture_change="allow" for a state of another blend (weights or datasets)."""

@@ -27,9 +27,28 @@ def first_event(keys: list, weights: list, names: list) -> dict:
 
 
 def _blend(event: dict, size: int) -> tuple[list, np.ndarray, np.ndarray]:
-    keys = list(event["weights"])
+    """Megatron's greedy blend of the event's datasets over ``size`` samples. After the first segment (the
+    config's own weights, blended as Megatron blends them: a weight-0 dataset can give the first sample), a
+    dataset given weight 0 is left out: it serves nothing."""
+    keys = [x for x in event["weights"] if event["sample"] == 0 or event["weights"][x] > 0]
     d, k = blending_indices([event["weights"][x] for x in keys], size)
     return keys, d, k
+
+
+def check_offsets(events: list) -> None:
+    """Each event's offsets are what the events before it took from every dataset (the first's all 0): an edited
+    offset would skip or repeat a dataset's samples (or, far off, plan epochs without end)."""
+    from babelfeed.iterators.history import HistoryError
+
+    for i, e in enumerate(events):
+        want = offsets_at(events[:i], e["sample"]) if i else {}
+        got = {k: v for k, v in e["offsets"].items() if v or want.get(k)}
+        want = {k: v for k, v in want.items() if v}
+        if got != want:
+            bad = sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))[:3]
+            raise HistoryError(f"iterator state field 'history': blend event {i} (sample {e['sample']}) says "
+                               f"{[(e['names'].get(k, k), got.get(k, 0)) for k in bad]} samples were taken from "
+                               f"those datasets before it; the events before it took {[want.get(k, 0) for k in bad]}")
 
 
 def offsets_at(events: list, sample: int) -> dict:

@@ -133,6 +133,15 @@ def _lm_config(config):
 
 
 def _read_state(path) -> dict:
+    """A state file, or a checkpoint folder holding one: the Hugging Face Trainer's checkpoint-N/ (its
+    babelfeed_state.json) or an orbax step folder (its data item)."""
+    if os.path.isdir(path):
+        inside = [os.path.join(path, *p) for p in (("babelfeed_state.json",), ("data", "metadata"), ("metadata",))]
+        found = next((p for p in inside if os.path.isfile(p)), None)
+        if found is None:
+            raise FileNotFoundError(2, "a folder holding no babelfeed state (babelfeed_state.json of a Hugging Face "
+                                       "checkpoint, or an orbax step's data/metadata): name the state file", path)
+        path = found
     with open(path) as f:
         try:
             return json.load(f)
@@ -321,8 +330,11 @@ def _trace(args) -> int:
 
         text = _decoder(config.data.path, it.planner.sources.dictionary)
     comps = {(c.key, c.shard): c for c in it.planner.sources.components}
+    from babelfeed.iterators.history import ran_on
+
+    took = (ran_on(state, args.step) if state is not None else None) or args.world_size  # the run's, where recorded
     print(f"step {args.step}: epoch {rows[0]['epoch'] if rows else '-'}, {len(rows)} samples "
-          f"(world size {args.world_size}, split {args.split})")
+          f"(world size {took}, split {args.split})")
     width = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("stream", "task", "corpus")}
     print(f"{'rank':>4} {'batch':>6} {'stream':<{width['stream']}} {'task':<{width['task']}} "
           f"{'corpus':<{width['corpus']}} {'shard':>5} {'row':>9} {'src':>4} {'tgt':>4}")

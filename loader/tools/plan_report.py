@@ -15,6 +15,7 @@ def _epoch_summary(planner, per_shape: dict | None = None) -> tuple[Counter, int
     ``per_shape`` receives each shape's [real, padded] tokens."""
     shapes = Counter()
     real = padded = masked = 0
+    planner.num_batches(1)  # every window planned (the stream sampler knows its window count only then)
     setup = planner.setup(1)
     for w in range(setup.num_windows):
         win = planner.window(1, w)

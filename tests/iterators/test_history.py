@@ -167,3 +167,36 @@ def test_an_lm_state_of_version_1_loads(tmp_path):
     assert digest(next(fresh)) == digest(next(it))
     with pytest.raises(ValueError, match="version 3"):
         fresh.set_state({**state, "version": 3})
+
+
+def test_events_past_the_states_position_and_coerced_numbers_are_refused(root):
+    """From the review: a weights event moved past the state's batch, a ranks event in a later epoch, an edit
+    saved after total_steps were accepted (and changed the batches); version 1 coerced "2" and 2.9 to ints."""
+    cfg = config_for(root, **SCHEDULED)
+    its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=2) for r in range(2)]
+    tasks = its[0].planner.sources.tasks
+    for step in range(6):
+        for it in its:
+            next(it)
+            if step == 2:
+                it.set_weights({t: 1.0 + i for i, t in enumerate(tasks)})
+    state = json.loads(json.dumps(its[0].get_state()))
+    fresh = babelfeed.build_train_iterator(cfg, world_size=2)
+
+    def edited(kind, **change):
+        s = json.loads(json.dumps(state))
+        e = next(e for e in s["history"] if e["event"] == kind)
+        e.update(change)
+        return s
+
+    now = state["stream"]["batches"] + state["consumed"]
+    for bad, match in ((edited("weights", batch=now + 40), "'weights' event takes effect at global batch"),
+                       (edited("ranks", epoch=7), "'ranks' event counts from epoch 7"),
+                       (edited("ranks", consumed=state["consumed"] + 500), "past the state's own position")):
+        with pytest.raises(HistoryError, match=match):
+            fresh.set_state(bad)
+    old = as_v1(state)
+    for field, value in (("steps", [[0, 1, 0, "2"]]), ("steps", [[0, 1, 0, 2.9]]),
+                         ("weights", [["4", {t: 1.0 for t in tasks}]])):
+        with pytest.raises(ValueError, match="version-1 state's logs|history"):
+            fresh.set_state({**old, field: value})

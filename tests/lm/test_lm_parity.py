@@ -229,6 +229,9 @@ def test_an_lm_blend_edit_on_resume_loses_and_repeats_nothing(root, tmp_path):
         owner = two if name in two.dataset_names() else it
         assert got == own_sequence(owner, name, len(got)), name
     assert set(seen) == {"web", "books", "news"} and len(seen["news"]) > 10
+    led = three.ledger()  # web, removed by the last edit, still counts what it served
+    assert led["ledger/samples"] == 30 * 12 and led["ledger/web/samples"] == len(seen["web"])
+    assert led["ledger/books/samples"] == len(seen["books"]) and led["ledger/news/samples"] == len(seen["news"])
     final = three.get_state()
     events = [e for e in final["history"] if e["event"] == "blend"]
     assert [e["sample"] for e in events] == [0, 132, 240] and "changes" in events[-1]
@@ -266,3 +269,56 @@ def test_lm_set_weights_through_the_read_ahead_applies_where_the_loop_stands(roo
         got.append(digest(next(ahead)))
     ahead.close()
     assert got == want and ahead.get_state()["history"] == plain.get_state()["history"]
+
+
+def test_an_edited_lm_history_is_refused_and_weight_0_serves_nothing(root, tmp_path):
+    """From the review: a first blend event not at sample 0 read uninitialised memory; edited offsets skipped
+    samples or hung; events past the position or off a batch were accepted; weight 0 still served one sample a
+    segment; a set_weights at an edited resume's sample dropped the edit's record; trace refused {"data": state}."""
+    from babelfeed.iterators.history import HistoryError
+
+    cfg = lm_config(root)
+    it = babelfeed.build_iterator(cfg)
+    for _ in range(5):
+        next(it)
+    it.set_weights({"web": 0.0, "books": 1.0})
+    served = [np.asarray(next(it)["dataset"]) for _ in range(10)]
+    assert all((d == it.dataset_names().index("books")).all() for d in served)  # web at 0: none of it
+    state = json.loads(json.dumps(it.get_state()))
+    blends = [i for i, e in enumerate(state["history"]) if e["event"] == "blend"]
+
+    def edited(i, **change):
+        s = json.loads(json.dumps(state))
+        s["history"][blends[i]].update(change)
+        return s
+
+    key = next(iter(state["history"][blends[1]]["offsets"]))
+    for bad, match in ((edited(0, sample=8), "first blend event is at sample 0"),
+                       (edited(1, sample=61), "at a global batch"),
+                       (edited(1, sample=state["consumed_samples"] + 12), "no later than"),
+                       (edited(1, offsets={**state["history"][blends[1]]["offsets"],
+                                           key: state["history"][blends[1]]["offsets"][key] + 5}), "samples were taken"),
+                       (edited(1, offsets={k: 10 ** 15 for k in state["history"][blends[1]]["offsets"]}),
+                        "samples were taken")):
+        with pytest.raises(HistoryError, match=match):
+            babelfeed.build_iterator(cfg).set_state(bad)
+    probe = babelfeed.build_iterator(cfg)
+    assert probe.trace(3, {"data": state}) == probe.trace(3, state)
+    # a set_weights at the sample an edited resume starts keeps the edit's record of what changed
+    other = lm_config(root)
+    other.data_path = f"0.1 {root}/lm/web 0.9 {root}/lm/books"
+    two = babelfeed.build_iterator(other)
+    two.set_state(state, mixture_change="allow")
+    two.set_weights({"web": 1.0, "books": 1.0})
+    last = [e for e in two.get_state()["history"] if e["event"] == "blend"][-1]
+    assert "changes" in last and last["weights"] == {k: 1.0 for k in last["weights"]}
+
+
+def test_the_policy_continues_from_an_lm_runs_last_blend(root):
+    it = babelfeed.build_iterator(lm_config(root))
+    next(it)
+    it.set_weights({"web": 3.0, "books": 1.0})
+    policy = babelfeed.policy.ExponentiatedGradient.from_state(it.dataset_names(), it.get_state(), floor=0.0)
+    assert policy.weights == pytest.approx({"web": 0.75, "books": 0.25})
+    with pytest.raises(ValueError, match="the policy's tasks are"):
+        babelfeed.policy.ExponentiatedGradient.from_state(["a", "b"], it.get_state())

@@ -308,3 +308,31 @@ def test_trace_names_a_mismatch_without_advice_the_command_line_cannot_take(data
                           "--state", str(tmp_path / "state.json"), "--step", "1"],
                  "batching.max_tokens 4096 -> 2048", "with the config and data it was saved with")
     assert "strict=False" not in line
+
+
+def test_plan_counts_the_batches_of_a_stream_sampler_epoch(data, capsys):
+    """plan printed "0 batches, padding efficiency 0.0%" for mixing.sampler='stream' (the review's finding)."""
+    import re
+
+    assert main(["plan", NLLB, f"--config.data.path={data}", "--config.mixing.sampler=stream",
+                 "--config.data.shards=all"]) == 0
+    out = capsys.readouterr().out
+    got = re.search(r"epoch 1 with these shapes: (\d+) batches, padding efficiency ([\d.]+)%", out)
+    assert got and int(got.group(1)) > 0 and float(got.group(2)) > 0, out[-800:]
+
+
+def test_trace_takes_a_checkpoint_folder(data, capsys, tmp_path):
+    """trace --state on an HF checkpoint-N/ folder said only "Is a directory" (the review's finding)."""
+    import json
+
+    cfg = babelfeed.load_config(NLLB)
+    cfg.data.path = data
+    it = babelfeed.build_train_iterator(cfg)
+    next(it)
+    folder = tmp_path / "checkpoint-1"
+    folder.mkdir()
+    (folder / "babelfeed_state.json").write_text(json.dumps(it.get_state()))
+    assert main(["trace", NLLB, f"--config.data.path={data}", "--state", str(folder), "--step", "1"]) == 0
+    assert "step 1:" in capsys.readouterr().out
+    fails(capsys, ["trace", NLLB, f"--config.data.path={data}", "--state", str(tmp_path), "--step", "1"],
+          "a folder holding no babelfeed state")
