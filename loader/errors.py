@@ -55,6 +55,26 @@ class UnsupportedDtypeError(BabelfeedError, ValueError):
     """A builder was asked to write a dtype that the target format cannot encode."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what Slurm, Kubernetes and ``timeout`` send), raised where the signal lands so that it cleans up
+    as Ctrl-C does: worker processes stopped, temporary folders removed, finished work kept."""
+
+
+def terminate_as_interrupt() -> None:
+    """Make SIGTERM raise :class:`Terminated` in the main thread, where SIGTERM still has its default action
+    (a handler of the caller's own is left alone)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        def _raise(signum, frame):
+            raise Terminated()
+
+        signal.signal(signal.SIGTERM, _raise)
+
+
 class MissingExtraError(BabelfeedError, ImportError):
     """An optional dependency is not installed; the message names the extra that brings it
     (``pip install 'babelfeed[plot]'``). The command line reports it as a user error (exit 2)."""

@@ -617,6 +617,9 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
     engine = engines.make_engine(opts.engine, opts.workers, opts.ray_address)
     try:
         return _run(opts, inputs, engine, t0, log)
+    except BaseException:  # interrupted, terminated or failed: the workers stop now, not after their chunks
+        engine.abort()
+        raise
     finally:
         engine.close()
 

@@ -35,7 +35,7 @@ import tempfile
 import uuid
 from collections import deque
 
-from babelfeed.errors import MissingExtraError
+from babelfeed.errors import BabelfeedError, MissingExtraError
 
 ENGINES = ("local", "ray")
 MAX_RESTARTS = 3
@@ -105,6 +105,9 @@ class InlineEngine:
     def restart(self) -> bool:
         return False
 
+    def abort(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
@@ -151,6 +154,20 @@ class LocalEngine:
         self._pool = None
         return True
 
+    def abort(self) -> None:
+        """Stop the worker processes at once (the job is being given up: Ctrl-C, SIGTERM, an error)."""
+        pool = self._pool
+        if pool is None:
+            return
+        procs = list((getattr(pool, "_processes", None) or {}).values())
+        for proc in procs:  # (SIGTERM reaches only the main process; Ctrl-C reaches them too)
+            if proc.is_alive():
+                proc.terminate()
+        for proc in procs:
+            proc.join(timeout=5)
+        pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = None
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
@@ -162,6 +179,29 @@ def _ray_call(key, value, fn, *args):
     if _CONTEXT["key"] != key:
         _set(key, value)
     return fn(*args)
+
+
+class RayAddressError(BabelfeedError, ValueError):
+    """A --ray-address where no Ray cluster answers."""
+
+
+def check_ray_address(address: str, timeout: float = 5.0) -> None:
+    """Refuse, within ``timeout`` seconds, an address ``HOST:PORT`` (or ``ray://HOST:PORT``) where nothing
+    listens: ``ray.init`` would retry for minutes, printing its RPC warnings. ``auto`` and ``local`` are Ray's."""
+    import socket
+
+    text = address[len("ray://"):] if address.startswith("ray://") else address
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        if address in ("auto", "local"):
+            return
+        raise RayAddressError(f"--ray-address {address!r}: give HOST:PORT (the head node's GCS port, e.g. "
+                              f"10.0.0.5:6379), ray://HOST:PORT, or auto")
+    try:
+        socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise RayAddressError(f"--ray-address {address}: no Ray cluster answers there ({e.strerror or e}; tried for "
+                              f"{timeout:g} s): start one (ray start --head) or check the address") from None
 
 
 class RayEngine:
@@ -180,6 +220,7 @@ class RayEngine:
             import logging
 
             if address:
+                check_ray_address(address)
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)
             else:  # a local instance for this job; the object store only carries the context
                 ray.init(num_cpus=workers or None, object_store_memory=256 << 20, include_dashboard=False,
@@ -218,6 +259,9 @@ class RayEngine:
 
     def restart(self) -> bool:
         return False  # Ray runs a task again itself when its worker dies
+
+    def abort(self) -> None:
+        pass  # (close() shuts down a Ray instance this job started; a cluster's tasks end with the driver)
 
     def close(self) -> None:
         if self._started:

@@ -570,13 +570,17 @@ def main(argv=None) -> int:
     if overrides and args.command not in ("plan", "demo", "preview", "trace"):
         print(f"{prog}: error: --config.* overrides apply to plan, preview, trace and demo only", file=sys.stderr)
         return 2
+    from babelfeed.errors import Terminated, terminate_as_interrupt
+
+    terminate_as_interrupt()  # SIGTERM cleans up as Ctrl-C does (workers stopped, temporaries removed)
     try:
         return args.func(args)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if debug:
             raise
-        print(f"{prog}: interrupted; finished shards are kept, re-run to resume", file=sys.stderr)
-        return 130
+        how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+        print(f"{prog}: {how}; finished shards are kept, re-run to resume", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     except BrokenPipeError:  # `babelfeed plan ... | head`: the reader has gone, as with any filter
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return 141

@@ -314,3 +314,53 @@ def test_an_overlong_line_is_dropped_without_encoding_it(tmp_path):
     peak = int(out.stdout.strip().splitlines()[-1].split()[1])
     assert peak < 1000, f"peak {peak} MB"  # (encoding it took 1.8 GB)
     assert babelfeed.ShardedCorpus(tmp_path / "out").num_sentences("train", "en-de") == 200
+
+
+def _children(pid: int) -> set:
+    out = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                out |= {int(x) for x in f.read().split()}
+        except OSError:
+            pass
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads worker processes from /proc (Linux)")
+def test_sigterm_stops_the_workers_and_cleans_up_as_ctrl_c_does(tmp_path):
+    """SIGTERM (what Slurm, Kubernetes and timeout send) to binarize --workers 2 left the workers running, holding
+    the caller's pipe, and the engine's temporary folder behind (issue 23 item 9): it exits with 143, its
+    workers gone, nothing temporary left."""
+    raw = tmp_path / "raw"
+    make_raw(raw, n=60000, bad=False)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = subprocess.Popen([sys.executable, "-m", "babelfeed.cli", "binarize", str(raw), "-o", str(tmp_path / "out"),
+                          "--train-spm", "60", "--workers", "2", "--shards", "4", "--chunk-lines", "500",
+                          "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=dict(os.environ, TMPDIR=str(tmp)))
+    deadline = time.monotonic() + 120
+    workers: set = set()
+    while time.monotonic() < deadline and p.poll() is None:  # until both workers are encoding
+        workers = {c for c in _children(p.pid) if _alive(c)}
+        if len(workers) >= 3:  # (the resource tracker and two workers)
+            break
+        time.sleep(0.05)
+    assert p.poll() is None, "binarize ended before its workers started: give it more work"
+    time.sleep(0.5)
+    workers |= _children(p.pid)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=60)  # hung for ever when the workers held the pipe
+    assert p.returncode == 143 and "terminated (SIGTERM)" in err.decode(), err.decode()[-2000:]
+    time.sleep(0.5)
+    assert not [w for w in workers if _alive(w)], "worker processes outlived binarize"
+    assert not [n for n in os.listdir(tmp) if n.startswith("babelfeed-engine-")]

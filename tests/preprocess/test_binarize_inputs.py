@@ -244,3 +244,21 @@ def test_a_nul_inside_a_line_is_dropped_and_counted_and_a_large_loss_is_warned_a
         in text
     quiet = binarize(opts(tmp_path / "raw", tmp_path / "out2", train_spm=60, max_dropped=0.2), log=lambda m: None)
     assert not quiet["warnings"] and "WARNING" not in format_report(quiet)
+
+
+def test_a_ray_address_where_no_cluster_answers_fails_in_seconds(tmp_path):
+    """--ray-address 127.0.0.1:1 (no cluster) hung for more than 200 s printing Ray's RPC warnings (issue 23
+    item 13): refused in about 5 s, one line naming the address."""
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("ray", reason="the test extra installs ray")
+    make_raw(tmp_path / "raw", n=40, bad=False)
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "babelfeed.cli", "binarize", str(tmp_path / "raw"), "-o",
+                          str(tmp_path / "out"), "--train-spm", "60", "--engine", "ray", "--ray-address",
+                          "127.0.0.1:1", "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and time.monotonic() - t0 < 60, out.stderr[-2000:]
+    assert "--ray-address 127.0.0.1:1: no Ray cluster answers there" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
