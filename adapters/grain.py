@@ -44,8 +44,9 @@ class BatchSource:
     """A grain RandomAccessDataSource: record k is this rank's k-th batch of ``epoch`` (a dict of arrays)."""
 
     def __init__(self, config, epoch: int = 1, rank: int = 0, world_size: int = 1, split: str | None = None,
-                 packed: bool = False, base: int = 0, resume: dict | None = None):
+                 packed: bool = False, base: int = 0, resume: dict | None = None, expect: dict | None = None):
         self.config, self.epoch, self.rank, self.world_size, self.split = config, epoch, rank, world_size, split
+        self.expect = expect  # the data the job started with (iterators.position.pinned): other data is refused
         self.resume = resume  # the state a run was resumed from: its history plans the same batches
         self.base = int(base)  # record k is this rank's k-th batch from global batch base of the epoch
         self.packed = packed  # one block per batch (babelfeed.transfer), for the trip out of a worker process
@@ -60,7 +61,7 @@ class BatchSource:
             from babelfeed.iterators.position import resumed_iterator
 
             self._iterator = resumed_iterator(self.config, self.rank, self.world_size, self.split, self.epoch,
-                                              self.resume)
+                                              self.resume, expect=self.expect)
         return self._iterator
 
     def __len__(self) -> int:
@@ -97,11 +98,11 @@ class BatchSource:
     def __getstate__(self):
         return {"config": self.config, "epoch": self.epoch, "rank": self.rank, "world_size": self.world_size,
                 "split": self.split, "len": self._len, "packed": self.packed, "base": self.base,
-                "resume": self.resume}
+                "resume": self.resume, "expect": self.expect}
 
     def __setstate__(self, state):
         self.__init__(state["config"], state["epoch"], state["rank"], state["world_size"], state["split"],
-                      state["packed"], state.get("base", 0), state.get("resume"))
+                      state["packed"], state.get("base", 0), state.get("resume"), state.get("expect"))
         self._len = state["len"]
 
     def __repr__(self) -> str:  # grain writes it into its checkpoints
@@ -309,8 +310,13 @@ class EpochsDataset(grain.IterDataset):
 
     def epoch_batches(self, epoch: int, base: int):
         """One epoch's grain pipeline from global batch ``base`` on."""
+        from babelfeed.iterators.position import pinned
+
+        if getattr(self, "_expect", None) is None:  # the data this job started with: every epoch's source checks it
+            self._expect = pinned(self.position().iterator(self.epoch))
         source = BatchSource(self.config, epoch, self.rank, self.world_size, self.split,
-                             packed=self.num_workers > 0, base=base, resume=self.position().resume)
+                             packed=self.num_workers > 0, base=base, resume=self.position().resume,
+                             expect=self._expect)
         ds = BatchDataset(source)
         if self.num_workers > 0:
             _flags_parsed()

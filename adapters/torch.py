@@ -237,7 +237,12 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return self._position
 
     def __getstate__(self):  # to the workers: without the training process's iterator
-        return {k: (None if k in ("_position", "_progress") else v) for k, v in self.__dict__.items()}
+        from babelfeed.iterators.position import pinned
+
+        state = {k: (None if k in ("_position", "_progress") else v) for k, v in self.__dict__.items()}
+        if state.get("_expect") is None:  # the data the job started with: a worker finding other data refuses
+            state["_expect"] = pinned(self.position().iterator(self.epoch))
+        return state
 
     @property
     def batches_per_step(self) -> int:
@@ -267,7 +272,13 @@ class BatchDataset(torch.utils.data.IterableDataset):
     def _iterator(self):
         from babelfeed.iterators.position import resumed_iterator
 
-        return resumed_iterator(self.config, self.rank, self.world_size, self.split, self.epoch, self.resume)
+        from babelfeed.iterators.position import pinned
+
+        expect = getattr(self, "_expect", None)
+        if expect is None and torch.utils.data.get_worker_info() is None:  # the data the job started with
+            expect = self._expect = pinned(self.position().iterator(self.epoch))
+        return resumed_iterator(self.config, self.rank, self.world_size, self.split, self.epoch, self.resume,
+                                expect=expect)
 
     def __iter__(self):
         worker, n = self._workers()

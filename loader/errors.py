@@ -47,6 +47,11 @@ class SideMismatchError(FormatError):
     """The two sides of a translation direction disagree on the number of sentences."""
 
 
+class DataChangedError(FormatError):
+    """The data a running job reads was replaced under it (a folder renamed into place, ``binarize
+    --overwrite``): the rest of the run would not be the run its plan and state describe."""
+
+
 class ConfigError(BabelfeedError, ValueError):
     """A config value (or a combination of values) that babelfeed cannot run with; the message names the key."""
 

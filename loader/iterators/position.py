@@ -13,20 +13,36 @@ from __future__ import annotations
 from babelfeed.iterators.state import _int, check_position  # noqa: F401  (part of this module's face)
 
 
-def resumed_iterator(config, rank: int, world_size: int, split, epoch: int, resume: dict | None = None):
+def resumed_iterator(config, rank: int, world_size: int, split, epoch: int, resume: dict | None = None,
+                     expect: dict | None = None):
     """An iterator of ``config`` in ``epoch``: built, and where the run was resumed from ``resume``, given that
     state first, so the run's history (weight changes, edits, world sizes) plans the same batches. What a loader
-    opens in each process that gathers (DataLoader and grain workers) and keeps in the training process."""
+    opens in each process that gathers (DataLoader and grain workers) and keeps in the training process.
+    ``expect``: ``{"fingerprint", "identity"}`` of the data the loader started with (:func:`pinned`): a worker
+    that finds other data (replaced under the running job) refuses, naming what changed."""
     from babelfeed.iterators.protocol import builder
 
     build = builder("any")
+    it = build(config, rank=rank, world_size=world_size, split=split, **({} if resume else {"epoch": epoch}))
+    if expect is not None and it.fingerprint() != expect["fingerprint"]:
+        from babelfeed.errors import DataChangedError
+        from babelfeed.iterators.protocol import identity_changes
+
+        what = "; ".join(identity_changes(expect.get("identity"), it.identity())) or "its fingerprint"
+        raise DataChangedError(None, f"the data this job reads changed while it ran ({what}): a process opening it "
+                                     f"anew found other files than the job started with (a data folder renamed into "
+                                     f"place, binarize --overwrite?). Restart from the last saved state")
     if resume is None:
-        return build(config, rank=rank, world_size=world_size, epoch=epoch, split=split)
-    it = build(config, rank=rank, world_size=world_size, split=split)
+        return it
     it.set_state(resume)
     if it.position()[0] != epoch:
         it._seek(epoch, 0, 0)
     return it
+
+
+def pinned(it) -> dict:
+    """What a loader's worker processes must find when they open the data (``resumed_iterator``'s expect)."""
+    return {"fingerprint": it.fingerprint(), "identity": it.identity()}
 
 
 class Position:

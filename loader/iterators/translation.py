@@ -143,6 +143,8 @@ class BatchIterator(Reports, LoaderIterator):
             self.total_steps += 1
             return batch
         start = self.consumed
+        if self.step == 0 and self._base == 0 and self.epoch > 1:  # an epoch's first batch: the data still its own
+            self.planner.sources.check_unchanged()
         if self.planner.locate(self.epoch, start, self._hint) is None:
             self._next_epoch()
             raise StopIteration

@@ -312,6 +312,42 @@ class SourceSet:
             if isinstance(c.tgt, IndexedDataset):
                 c.tgt_at = self.spaces.address(c.tgt)
 
+    def check_unchanged(self) -> None:
+        """Refuse to go on when the data of a file this source set opened was replaced since (a data folder
+        renamed into place under a running job, as ``binarize --overwrite`` does): the processes that open files
+        anew (DataLoader and grain workers) would read the new data and this one the old. A file only touched
+        (same content digest, the fingerprint's) is fine. Two ``stat`` calls per file."""
+        from babelfeed.errors import DataChangedError
+        from babelfeed.storage import stamps
+        from babelfeed.storage.indexed import IndexedDataset
+
+        seen: set = set()
+        known = self.__dict__.setdefault("_identities", {})  # index path -> identity last found to hold the data
+        for c in self.components:
+            for ds in (c.src, c.tgt):
+                ids = getattr(ds, "_ids", None)
+                if ds is None or ids is None or id(ds) in seen:
+                    continue
+                seen.add(id(ds))
+                try:
+                    now = [stamps.identity(ds.index_file), stamps.identity(ds.data_file)]
+                except OSError:
+                    now = None
+                if now == known.get(ds.index_file, ids):
+                    continue
+                try:
+                    same = now is not None and \
+                        IndexedDataset(ds.prefix, verify="quick").content_digest == ds.content_digest
+                except (OSError, ValueError):
+                    same = False
+                if not same:
+                    raise DataChangedError(ds.index_file, "replaced or changed while the job ran (a data folder "
+                                                          "renamed into place, binarize --overwrite?): the rest of "
+                                                          "the run would read other data than its plan. Restart from "
+                                                          "the last saved state: with the same data it resumes "
+                                                          "exactly; with new data its fingerprint names what changed")
+                known[ds.index_file] = now
+
     def row_table(self) -> "RowTable | None":
         """Every row's lengths and token addresses in flat arrays, when there are enough components for it to pay
         (more than ``RowTable.MIN_COMPONENTS``) and it fits what is left of the length budget; else None."""
