@@ -614,14 +614,41 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
         raise BinarizeError(f"{where}: no {what}{hint}")
     out = opts.output_dir
     os.makedirs(os.path.join(out, STATE_DIR), exist_ok=True)
-    engine = engines.make_engine(opts.engine, opts.workers, opts.ray_address)
+    lock = _lock_output(out)
     try:
-        return _run(opts, inputs, engine, t0, log)
-    except BaseException:  # interrupted, terminated or failed: the workers stop now, not after their chunks
-        engine.abort()
-        raise
+        engine = engines.make_engine(opts.engine, opts.workers, opts.ray_address)
+        try:
+            return _run(opts, inputs, engine, t0, log)
+        except BaseException:  # interrupted, terminated or failed: the workers stop now, not after their chunks
+            engine.abort()
+            raise
+        finally:
+            engine.close()
     finally:
-        engine.close()
+        os.close(lock)  # (the lock goes with the descriptor, and with the process if it dies)
+
+
+def _lock_output(out: str) -> int:
+    """An exclusive lock on the output folder for this run (two runs into one folder broke each other's work
+    files): a second run is refused, naming the first (its pid, host and start)."""
+    import fcntl
+    import socket
+
+    path = os.path.join(out, STATE_DIR, "lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
+        finally:
+            os.close(fd)
+        raise BinarizeError(f"{out}: another binarize is writing into it ({holder}): wait for it to end, or write "
+                            f"to another -o folder") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {time.strftime('%Y-%m-%d %H:%M:%S')}"
+              .encode(), 0)
+    return fd
 
 
 def _run(opts, inputs, engine, t0, log) -> dict:

@@ -364,3 +364,25 @@ def test_sigterm_stops_the_workers_and_cleans_up_as_ctrl_c_does(tmp_path):
     time.sleep(0.5)
     assert not [w for w in workers if _alive(w)], "worker processes outlived binarize"
     assert not [n for n in os.listdir(tmp) if n.startswith("babelfeed-engine-")]
+
+
+def test_two_runs_into_one_output_the_second_is_refused_naming_the_first(tmp_path):
+    """Two binarize runs into one output: one failed naming an internal work file (issue 23 item 16). The first
+    holds a lock on the folder; the second is refused at once, naming the first's pid."""
+    raw = tmp_path / "raw"
+    make_raw(raw, n=60000, bad=False)
+    out = tmp_path / "out"
+    first = subprocess.Popen([sys.executable, "-m", "babelfeed.cli", "binarize", str(raw), "-o", str(out),
+                              "--train-spm", "60", "--workers", "1", "--no-progress"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / ".binarize" / "lock").exists() or not (out / ".binarize" / "lock").read_text():
+            assert time.monotonic() < deadline and first.poll() is None, "the first run did not start"
+            time.sleep(0.05)
+        with pytest.raises(BinarizeError, match=f"another binarize is writing into it \\(pid {first.pid} on "):
+            binarize(opts(raw, out), log=quiet)
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=60)
+    binarize(opts(raw, out), log=quiet)  # the lock went with the first run: this one goes on
