@@ -40,6 +40,44 @@ def create_temp(directory: str, prefix: str, suffix: str) -> tuple[int, str]:
     raise FileExistsError(f"{directory}: no free temporary name {prefix}*{suffix} after 100 tries")
 
 
+class NamedWrites:
+    """A binary file whose write errors name ``path``: a full disk (ENOSPC) or a file-size limit (EFBIG) raised
+    "[Errno 28] No space left on device" with no file at all."""
+
+    def __init__(self, f, path: str):
+        self._f, self.path = f, os.fspath(path)
+
+    def _named(self, e: OSError) -> OSError:
+        return OSError(e.errno, e.strerror, self.path) if e.filename is None else e
+
+    def write(self, data) -> int:
+        try:
+            return self._f.write(data)
+        except OSError as e:
+            raise self._named(e) from None
+
+    def flush(self) -> None:
+        try:
+            self._f.flush()
+        except OSError as e:
+            raise self._named(e) from None
+
+    def close(self) -> None:
+        try:
+            self._f.close()
+        except OSError as e:
+            raise self._named(e) from None
+
+    def fsync(self) -> None:
+        try:
+            os.fsync(self._f.fileno())
+        except OSError as e:
+            raise self._named(e) from None
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
 @contextlib.contextmanager
 def atomic_open(path):
     """A binary file to write in place of ``path``: renamed into place (after fsync) when the block ends,
@@ -49,9 +87,12 @@ def atomic_open(path):
     fd, tmp = create_temp(directory, f".{os.path.basename(path)}.", ".partial")
     try:
         with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
+            yield NamedWrites(f, path)
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as e:
+                raise OSError(e.errno, e.strerror, path) if e.filename is None else e from None
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

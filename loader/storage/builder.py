@@ -15,7 +15,7 @@ import struct
 import numpy as np
 
 from ..errors import UnsupportedDtypeError
-from ..fileio import atomic_write, create_temp, fsync_dir
+from ..fileio import NamedWrites, atomic_write, create_temp, fsync_dir
 from .dtypes import TABLES, code_for
 from .indexed import MMIDIDX_MAGIC, IndexedDataset, data_path, index_path
 
@@ -61,7 +61,7 @@ class IndexedDatasetBuilder:
         os.makedirs(directory, exist_ok=True)  # the prefix's folder, as `open` would not: "out/train" just works
         base = os.path.basename(self.prefix)
         fd, self._tmp_bin = create_temp(directory, f".{base}.", ".bin.partial")
-        self._data = os.fdopen(fd, "wb")
+        self._data = NamedWrites(os.fdopen(fd, "wb"), self.prefix + ".bin")  # (a full disk names the file)
         self._sizes = array.array("q")
         self._doc_idx = array.array("q", [0])
         self._modes = array.array("b")
@@ -192,7 +192,7 @@ class IndexedDatasetBuilder:
             raise ValueError(f"index_file must be {index_path(self.prefix)!r}, got {index_file!r}")
         payload = self._index_bytes()
         self._data.flush()
-        os.fsync(self._data.fileno())
+        self._data.fsync()
         self._data.close()
         # Old .idx first, so no moment exists where an old index sits beside the new .bin; the new index
         # appears last, so a crash anywhere leaves no .idx rather than a half-written pair.
@@ -208,7 +208,10 @@ class IndexedDatasetBuilder:
     def abort(self) -> None:
         """Discard everything written so far; the target files are left untouched."""
         if not self._data.closed:
-            self._data.close()
+            try:
+                self._data.close()
+            except OSError:  # (the write that failed, flushed again: the temporary goes anyway)
+                pass
         if os.path.exists(self._tmp_bin):
             os.unlink(self._tmp_bin)
         self._finalized = True

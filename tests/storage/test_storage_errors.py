@@ -244,3 +244,38 @@ def test_a_bin_whose_tail_was_zeroed_serves_nothing(tmp_path):
                                                         r"not </s> \(id 2\)"):
             babelfeed.build_train_iterator(config_for(root, data__shards="all", data__verify=verify))
     assert main(["inspect", str(root), "--verify"]) != 0
+
+
+def test_a_full_disk_or_a_file_size_limit_names_the_file(tmp_path):
+    """"[Errno 28] No space left on device" named no path (issue 23 item 16). Under a file-size limit (the same
+    path through write(2): EFBIG), the builder's and the atomic writer's errors name the file being written."""
+    import subprocess
+    import sys
+
+    code = r"""
+import os, resource, signal, sys
+import numpy as np
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, 1 << 16))
+import babelfeed
+from babelfeed.fileio import atomic_write
+out = sys.argv[1]
+for what in ("builder", "atomic"):
+    try:
+        if what == "builder":
+            with babelfeed.IndexedDatasetBuilder(os.path.join(out, "big"), np.int32) as b:
+                for _ in range(100):
+                    b.add_item(np.arange(1000))
+                b.finalize()
+        else:
+            atomic_write(os.path.join(out, "big.json"), b"x" * (1 << 18))
+        print(what, "no error")
+    except OSError as e:
+        print(what, e.filename, e.errno)
+"""
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in out.stdout.strip().splitlines())
+    assert lines["builder"].startswith(str(tmp_path / "big.bin")), out.stdout
+    assert lines["atomic"].startswith(str(tmp_path / "big.json")), out.stdout
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]  # nothing that looks complete, or half
