@@ -154,6 +154,8 @@ class BatchIterator(Reports, LoaderIterator):
             batch = self._dummy()
         else:
             w, j = where
+            if self._hint[0] != w or j == 0:  # a window's first batch here: its files still whole
+                self.planner.sources.spaces.check_sizes()
             self._hint = (w, self.planner.window_start(self.epoch, w))
             batch = self._collate(w, j)
         self.step += 1

@@ -153,6 +153,7 @@ class LMIterator(LoaderIterator):
         if (self._plan is not None and self._plan[0] <= k < self._plan[0] + self._plan[1]
                 and self._plan[-1] == self.row_blocks):
             return self._plan[0], *self._plan[2:-1]
+        self.spaces.check_sizes()  # a new window of batches: its files still whole (a truncated one: SIGBUS)
         n_batches = max(1, WINDOW_SAMPLES // len(mine))
         first = k - k % n_batches
         n_batches = min(n_batches, len(self) - first)

@@ -8,6 +8,8 @@ gather), so planners address tokens as (space, offset) from the start.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
@@ -51,6 +53,26 @@ class TokenSpaces:
 
     def __len__(self) -> int:
         return len(self._spaces)
+
+    def check_sizes(self) -> None:
+        """Refuse to read on when a ``.bin`` of a mapped space was truncated in place since it was opened (a read
+        past its new end kills the process with SIGBUS, printing nothing). One ``stat`` per mapped file: the
+        iterators call it as each planning window begins."""
+        from ..errors import DataChangedError
+
+        for space in self._spaces:
+            if space["tokens"] is None:
+                continue
+            for ds in space["members"]:
+                try:
+                    size = os.stat(ds.data_file).st_size
+                except OSError:
+                    size = -1
+                if size < ds.bin_size:
+                    raise DataChangedError(ds.data_file, f"truncated while the job reads it ({max(size, 0):,} bytes, "
+                                                         f"{ds.bin_size:,} when it was opened): reading on would kill "
+                                                         f"the process (SIGBUS). Replace data by writing new files and "
+                                                         f"renaming them into place")
 
     def address(self, ds) -> tuple[int, int]:
         """(space id, token offset of ``ds``'s first token)."""

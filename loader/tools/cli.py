@@ -573,6 +573,10 @@ def main(argv=None) -> int:
     from babelfeed.errors import Terminated, terminate_as_interrupt
 
     terminate_as_interrupt()  # SIGTERM cleans up as Ctrl-C does (workers stopped, temporaries removed)
+    import faulthandler
+
+    if not faulthandler.is_enabled():  # a fatal signal (SIGBUS: a mapped file truncated) prints where, not nothing
+        faulthandler.enable()
     try:
         return args.func(args)
     except KeyboardInterrupt as e:

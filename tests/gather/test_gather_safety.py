@@ -166,3 +166,44 @@ def test_the_kernel_reports_the_largest_id_it_wrote(code, dtype, out_code):
         written = [int(p) for r in range(n) for p in prefix[r, :plen[r]]]
         written += [int(v) - shift for r in range(n) for v in space[start[r]:start[r] + body[r]]]
         assert top == max((v % 2**64 for v in written), default=0)
+
+
+def test_a_bin_truncated_while_mapped_is_named_at_the_next_window_not_a_sigbus(tmp_path):
+    """A .bin truncated in place while mapped killed the process with SIGBUS, printing nothing (issue 23 item
+    15). Each planning window begins with one stat per mapped file: the next window refuses, naming the file.
+    (A child process: a read past the new end inside a window still faults.)"""
+    import subprocess
+    import sys
+
+    from synthetic import make_data_bin
+
+    make_data_bin(tmp_path)
+    code = r"""
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import babelfeed
+from synthetic import config_for
+root = sys.argv[2]
+it = babelfeed.build_train_iterator(config_for(root, mixing__sampler="concat", batching__window=40,
+                                               batching__max_tokens=128))
+next(it)
+while True:  # to the end of the first window
+    where = it.planner.locate(it.epoch, it.consumed)
+    if where is not None and where[1] == 0:
+        break
+    next(it)
+for name in sorted(os.listdir(os.path.join(root, "shard000"))):
+    if name.endswith(".bin"):
+        os.truncate(os.path.join(root, "shard000", name), 0)
+try:
+    for _ in range(10):
+        next(it)
+    print("no error")
+except babelfeed.FormatError as e:
+    print("refused", e)
+"""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code, here, str(tmp_path)], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert "refused" in out.stdout and ".bin: truncated while the job reads it" in out.stdout, out.stdout
