@@ -237,12 +237,17 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return self._position
 
     def __getstate__(self):  # to the workers: without the training process's iterator
-        from babelfeed.iterators.position import pinned
-
         state = {k: (None if k in ("_position", "_progress") else v) for k, v in self.__dict__.items()}
-        if state.get("_expect") is None:  # the data the job started with: a worker finding other data refuses
-            state["_expect"] = pinned(self.position().iterator(self.epoch))
+        state["_expect"] = self._pinned()  # the data the job started with: a worker finding other data refuses
         return state
+
+    def _pinned(self) -> dict:
+        """The data's fingerprint and identity as the training process first opened it (``iterators.position``)."""
+        if getattr(self, "_expect", None) is None:
+            from babelfeed.iterators.position import pinned
+
+            self._expect = pinned(self.position().iterator(self.epoch))
+        return self._expect
 
     @property
     def batches_per_step(self) -> int:
@@ -272,11 +277,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
     def _iterator(self):
         from babelfeed.iterators.position import resumed_iterator
 
-        from babelfeed.iterators.position import pinned
-
-        expect = getattr(self, "_expect", None)
-        if expect is None and torch.utils.data.get_worker_info() is None:  # the data the job started with
-            expect = self._expect = pinned(self.position().iterator(self.epoch))
+        # (a worker has the training process's pin; the training process pins the data on first use)
+        expect = getattr(self, "_expect", None) if torch.utils.data.get_worker_info() is not None else self._pinned()
         return resumed_iterator(self.config, self.rank, self.world_size, self.split, self.epoch, self.resume,
                                 expect=expect)
 

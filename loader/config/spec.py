@@ -16,6 +16,7 @@ are checked by the part that uses them (``babelfeed.plan.options.PlanOptions.val
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import numbers
@@ -106,10 +107,6 @@ def _pack(name: str, value) -> None:
             raise ConfigError(f"{name} must be 'SRCxTGT' such as '256x256' (positive integers), got {value!r}")
 
 
-def _boundaries(name: str, value) -> None:
-    integers(name, value)
-
-
 def _virtual(name: str, value) -> None:
     text = str(value)
     if text not in ("fairseq", "sum") and not (text.strip().isdigit() and int(text) > 0):
@@ -169,7 +166,7 @@ TRANSLATION: tuple[Key, ...] = (
     Key("mixing.probabilities_from", "str", "total", "corpus sizes over all shards ('total') or the epoch's ('shard')",
         choices=("total", "shard")),
     Key("mixing.schedule.boundaries", "str", "", "optimizer updates where the weights change, e.g. '40000,80000'",
-        check=_boundaries),
+        check=integers),
     Key("mixing.schedule.weights", "str", "", "n + 1 weight lists 'task:w,task:w | task:w,task:w | ...'"),
     Key("mixing.schedule.mode", "str", "step", "'step' switches at each boundary, 'linear' interpolates",
         choices=("step", "linear")),
@@ -221,22 +218,6 @@ def keys(kind: str) -> tuple[Key, ...]:
     return TABLES[kind]
 
 
-def _get(config, path: str):
-    node = config
-    for part in path.split("."):
-        node = node[part]
-    return node
-
-
-def _has(config, path: str) -> bool:
-    node = config
-    for part in path.split("."):
-        if not hasattr(node, "keys") or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
 def defaults(kind: str) -> ml_collections.ConfigDict:
     """The config the table describes: every key at its default (and, for translation, an empty ``tasks``)."""
     out = ml_collections.ConfigDict()
@@ -274,17 +255,9 @@ def validate(config, kind: str = "translation", where: str = "") -> None:
         if node is None:
             continue
         if last not in node:
-            with node.unlocked() if hasattr(node, "unlocked") else _nothing():
+            with node.unlocked() if hasattr(node, "unlocked") else contextlib.nullcontext():
                 node[last] = key.default
         key.validate(node[last], prefix + key.path)
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _tree(kind: str) -> dict:

@@ -41,11 +41,17 @@ def copy_rank(ident: np.ndarray) -> np.ndarray:
     return rank
 
 
+def _batches(ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(starts, sizes, batch)``: each batch's first sample and size, and each sample's batch (plan order)."""
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    sizes = ends - starts
+    return starts, sizes, np.repeat(np.arange(len(ends), dtype=np.int64), sizes)
+
+
 def repeats(ident: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Per sample (plan order), whether another sample of its batch reads the same row."""
     n = len(ident)
-    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
-    batch = np.repeat(np.arange(len(ends), dtype=np.int64), ends - starts)
+    batch = _batches(ends)[2]
     order = np.lexsort((ident, batch))
     b, i = batch[order], ident[order]
     same = (b[1:] == b[:-1]) & (i[1:] == i[:-1])
@@ -62,15 +68,13 @@ def deal(ident: np.ndarray, ends: np.ndarray, shape: np.ndarray, candidates: np.
     """Static shapes: a new order of the samples (indices into the plan order) in which, within every run of
     consecutive batches of one shape, the samples are dealt out batch by batch in order of the row they read,
     so that a row's copies go to different batches (as long as the run has as many batches as copies). Each
-    batch keeps its shape and row count. ``candidates``: the samples that may repeat (the others keep their
-    place); None when nothing moves."""
+    batch keeps its shape and row count. ``candidates``: the samples that may repeat; None (nothing moves) when
+    none of them does."""
     n = len(ident)
     movable = np.ones(n, bool) if candidates is None else candidates
     if n < 2 or not movable.any() or not (copy_rank(ident[movable]) > 0).any():
         return None
-    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
-    sizes = ends - starts
-    batch = np.repeat(np.arange(len(ends), dtype=np.int64), sizes)
+    starts, sizes, batch = _batches(ends)
     group = np.concatenate([[0], np.cumsum(shape[1:] != shape[:-1])])[batch]
     slot = np.arange(n) - starts[batch]
     spread = (slot + 0.5) / sizes[batch]  # the slots of a run in interleaved order: batch after batch
@@ -83,8 +87,8 @@ def deal(ident: np.ndarray, ends: np.ndarray, shape: np.ndarray, candidates: np.
 
 def _fitting_batches(b, k, s, t, src, tgt, starts, last) -> np.ndarray:
     """Per copy (its batch ``b``, copy rank ``k``, lengths ``s``, ``t``): the ``k``-th batch after ``b`` whose
-    longest source and target already hold it (so it widens nothing), or the last batch that does, or ``b + k``
-    (at most the last batch) where none does."""
+    longest source and target already hold it (so it widens nothing), or, where there are fewer than ``k`` such
+    batches, ``b + k`` (at most the last batch)."""
     width_s = np.maximum.reduceat(src, starts).astype(np.int64)
     width_t = np.maximum.reduceat(tgt, starts).astype(np.int64)
     nb = len(width_s)
@@ -108,10 +112,10 @@ def _fitting_batches(b, k, s, t, src, tgt, starts, last) -> np.ndarray:
 def push(ident: np.ndarray, src: np.ndarray, tgt: np.ndarray, ends: np.ndarray, candidates: np.ndarray | None = None
          ) -> np.ndarray | None:
     """Dynamic batches: a new order of the samples (indices into the plan order, whose costs never decrease)
-    in which the k-th copy of a row (k >= 1, counting in plan order) sits k batches after its batch, next to that
-    batch's shortest samples (counted back from the last batch where that is past it); the others keep their
-    order. Cut it again with the running maximum of the costs (a copy is
-    shorter than the samples it joins): no batch exceeds the token budget. None when nothing moves."""
+    in which the k-th copy of a row (k >= 1, counting in plan order) moves to the k-th later batch that holds it
+    without widening (``_fitting_batches``), at the same relative place in it; the others keep their order. Cut it
+    again with the running maximum of the costs (a copy is shorter than the samples it joins): no batch exceeds
+    the token budget. None when nothing moves."""
     n = len(ident)
     rank = np.zeros(n, np.int64)
     look = np.arange(n) if candidates is None else np.flatnonzero(candidates)
@@ -120,12 +124,9 @@ def push(ident: np.ndarray, src: np.ndarray, tgt: np.ndarray, ends: np.ndarray, 
     moved = np.flatnonzero(rank > 0)
     if not len(moved):
         return None
-    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
-    sizes = ends - starts
-    batch = np.repeat(np.arange(len(ends), dtype=np.int64), sizes)
+    starts, sizes, batch = _batches(ends)
     b = batch[moved]
-    last = len(ends) - 1
-    target = _fitting_batches(b, rank[moved], src[moved], tgt[moved], src, tgt, starts, last)
+    target = _fitting_batches(b, rank[moved], src[moved], tgt[moved], src, tgt, starts, len(ends) - 1)
     place = starts[target] + (moved - starts[b]) / sizes[b] * sizes[target]
     o = np.argsort(place, kind="stable")
     moved, place = moved[o], place[o]

@@ -34,6 +34,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import time
 import uuid
@@ -171,9 +172,7 @@ def _fewest_tokens(sp, text: str) -> int:
     """The fewest tokens ``text`` can encode to: the bytes of its normalized characters that some piece holds
     (spaces as one byte; a run of characters no piece holds can become one <unk>, so they count for nothing),
     over the most bytes one piece covers. A line whose fewest is above ``--max-len`` is dropped without encoding
-    it: a 50 MB line took 1.8 GB to encode, only to be dropped."""
-    import re
-
+    it: a 30 MB line took 1.8 GB to encode, only to be dropped."""
     key = id(sp)
     if key not in _MODEL_FACTS:
         longest, chars, fallback = 1, {"\u2581"}, False
