@@ -28,6 +28,23 @@ def as_number(value) -> float | None:
         return None
 
 
+def scaled_weights(weights, names: list, noun: str) -> dict:
+    """``set_weights``' argument checked and scaled: ``{name: weight}`` for exactly ``names`` (``noun``: what a
+    name is, "task" or "dataset"), finite numbers >= 0 (numpy's too), not all 0; divided by the largest, so
+    their sum stays finite. Raises ValueError naming what is wrong."""
+    if not isinstance(weights, dict) or sorted(weights) != sorted(names):
+        have = sorted(weights) if isinstance(weights, dict) else type(weights).__name__
+        raise ValueError(f"set_weights takes {{{noun}: weight}} for every {noun} {names}; got {have}")
+    values = {k: as_number(v) for k, v in weights.items()}
+    bad = {k: weights[k] for k, v in values.items() if v is None or not (math.isfinite(v) and v >= 0)}
+    if bad:
+        raise ValueError(f"set_weights: weights must be finite numbers >= 0, got {bad}")
+    top = max(values.values())
+    if not top > 0:
+        raise ValueError(f"set_weights: weights must be not all 0, got {weights}")
+    return {k: v / top for k, v in values.items()}
+
+
 class ExponentiatedGradient:
     """Multiplicative weights toward the tasks whose loss is high (as in DoReMi's and online data mixing's
     updates): ``w_t <- w_t * exp(eta * loss_t)``, normalised, then mixed with the uniform distribution by

@@ -361,20 +361,10 @@ class BatchIterator(Reports, LoaderIterator):
         weight among its corpora. Stream sampler only (``mixing.sampler="stream"``). The change is recorded in
         the state with the global batch it was made at, so a resumed run mixes exactly as this one, whether it
         resumes before the change (and makes it again) or after it. Call it on every rank at the same step."""
-        tasks = self.planner.sources.tasks
-        if not isinstance(weights, dict) or sorted(weights) != sorted(tasks):
-            have = sorted(weights) if isinstance(weights, dict) else type(weights).__name__
-            raise ValueError(f"set_weights takes {{task: weight}} for every task {tasks}; got {have}")
-        from babelfeed.iterators.policy import as_number
+        from babelfeed.iterators.policy import scaled_weights
 
-        values = {k: as_number(v) for k, v in weights.items()}
-        bad = {k: weights[k] for k, v in values.items() if v is None or not (math.isfinite(v) and v >= 0)}
-        if bad:
-            raise ValueError(f"set_weights: weights must be finite numbers >= 0, got {bad}")
-        top = max(values.values())
-        if not top > 0:
-            raise ValueError(f"set_weights: weights must be not all 0, got {weights}")
-        weights = {k: v / top for k, v in values.items()}  # scaled: their sum stays finite
+        tasks = self.planner.sources.tasks
+        weights = scaled_weights(weights, tasks, "task")
         if self._handover is not None and self.epoch == self._handover.epoch:
             left = len(self) - self.iterations_in_epoch
             raise ValueError("set_weights while the saved run's planning window is being finished (a mixture edit "

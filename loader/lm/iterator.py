@@ -437,30 +437,23 @@ class LMIterator(LoaderIterator):
         the next global batch on. Every dataset goes on from its position: over the whole run, a dataset's samples
         are its own sequence, none repeated or skipped. Recorded in the state's history, so a resumed run blends
         exactly as this one. Call it on every rank at the same step."""
-        from babelfeed.iterators.policy import as_number
+        from babelfeed.iterators.policy import scaled_weights
         from babelfeed.lm.mixture import add, offsets_at
 
         names = self.dataset_names()
-        if not isinstance(weights, dict) or sorted(weights) != sorted(names):
-            have = sorted(weights) if isinstance(weights, dict) else type(weights).__name__
-            raise ValueError(f"set_weights takes {{dataset: weight}} for every dataset {names}; got {have}")
-        values = {k: as_number(v) for k, v in weights.items()}
-        bad = {k: weights[k] for k, v in values.items() if v is None or not (np.isfinite(v) and v >= 0)}
-        if bad or not sum(v for v in values.values() if v is not None) > 0:
-            raise ValueError(f"set_weights: weights must be finite numbers >= 0, not all 0; got {weights}")
+        scaled = scaled_weights(weights, names, "dataset")
         at = self.consumed
         if at >= self.num_samples:
             raise ValueError("set_weights after the run's last batch: nothing is left to blend")
         events = self.blend_events or [self._first_event()]
         keys = self.data_keys()
         offsets = offsets_at(events, at)
-        top = max(values.values())
         if events[-1]["sample"] == at and "changes" in events[-1]:  # (an edit resumed here: its record stays)
             changes = {"changes": events[-1]["changes"]}
         else:
             changes = {}
         event = {"event": "blend", "sample": int(at), **changes,
-                 "weights": {k: values[n] / top for k, n in zip(keys, names)},
+                 "weights": {k: scaled[n] for k, n in zip(keys, names)},
                  "offsets": {**offsets, **{k: offsets.get(k, 0) for k in keys}},
                  "names": {**events[-1]["names"], **dict(zip(keys, names))}}
         self._set_blend(add(events, event))
