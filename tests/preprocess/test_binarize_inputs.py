@@ -227,6 +227,21 @@ def test_text_in_another_encoding_is_refused_naming_it(tmp_path, kind, match):
         binarize(opts(tmp_path / "raw", tmp_path / "out", train_spm=60), log=lambda m: None)
 
 
+@pytest.mark.parametrize("bom", [True, False])
+def test_a_utf16_side_whose_byte_lines_differ_is_named_as_utf16_not_as_a_count_mismatch(tmp_path, bom):
+    """One side UTF-16 whose text holds characters with a 0x0A byte (U+010A, U+0A00-block) counts more "lines"
+    than the UTF-8 side: the error said "line counts differ", not the encoding (issue 23 item 16)."""
+    text = "".join(f"\u010a\u0a15 line {i}\n" for i in range(300))
+    data = text.encode("utf-16" if bom else "utf-16-le")
+    assert data.count(b"\n") != 300  # the two sides disagree in byte-level newlines
+    good = "".join(f"the cat {i}\n" for i in range(300)).encode()
+    _pair_raw(tmp_path / "raw", good, data)
+    with pytest.raises(BinarizeError) as err:
+        binarize(opts(tmp_path / "raw", tmp_path / "out", train_spm=60), log=lambda m: None)
+    assert "UTF-16LE" in str(err.value) and "en-de.de" in str(err.value) and "line counts differ" not in str(err.value)
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.bin"))
+
+
 def test_a_nul_inside_a_line_is_dropped_and_counted_and_a_large_loss_is_warned_about(tmp_path):
     """A NUL byte inside a line became <unk> silently; an input that loses more than --max-dropped of its lines
     gets a WARNING at the end of the report (issue 23 item 2)."""
