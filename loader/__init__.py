@@ -99,6 +99,7 @@ __all__ = [
     "ShardedCorpus",
     "lang_token",
     "BadMagicError",
+    "DataChangedError",
     "FormatError",
     "InconsistentIndexError",
     "IndexedDataset",
@@ -113,7 +114,7 @@ __all__ = [
     "dtype_for_vocab",
 ]
 
-from babelfeed.errors import (BabelfeedError, ConfigError, BadMagicError, FormatError, InconsistentIndexError, SideMismatchError, TruncatedFileError,
+from babelfeed.errors import (BabelfeedError, ConfigError, BadMagicError, DataChangedError, FormatError, InconsistentIndexError, SideMismatchError, TruncatedFileError,
     UnknownDtypeError, UnsupportedDtypeError, UnsupportedVersionError)
 from babelfeed.lm.blending import IndexCache, blending_indices, document_splits, parse_data_path, parse_split
 from babelfeed.plan.bins import LengthBinSampler

@@ -15,12 +15,20 @@ class BabelfeedError(Exception):
 
 
 class FormatError(BabelfeedError, ValueError):
-    """A file that is not what babelfeed expected. ``path`` names the file."""
+    """A file that is not what babelfeed expected. ``path`` names the file.
 
-    def __init__(self, path: str | os.PathLike | None, message: str):
+    One argument is the whole message (path None): that is how a copy is made where the error crosses a process
+    (pickling, torch's DataLoader re-raising a worker's error), so it keeps its type on every path."""
+
+    def __init__(self, path: str | os.PathLike | None, message: str | None = None):
+        if message is None:
+            path, message = None, str(path)
         self.path = None if path is None else os.fspath(path)
         self.reason = message
         super().__init__(f"{self.path}: {message}" if self.path else message)
+
+    def __reduce__(self):
+        return type(self), (self.path, self.reason)
 
 
 class BadMagicError(FormatError):

@@ -4,8 +4,9 @@
  * batch (cast, padding, prefixes). Here each output cell is written once, each token read once, and the rows
  * a few ahead are prefetched, so the random reads of a batch overlap instead of waiting one after another.
  * Every address is checked against the space before it is read: a bad one raises IndexError instead of reading
- * outside it. (A data file truncated in place by another process while mapped still gets SIGBUS, as for any
- * reader of mapped files; see storage/mapping.py.)
+ * outside it. A read that faults anyway (a data file truncated in place by another process while mapped, or
+ * storage that fails under the mapping: SIGBUS, which kills a process silently) is caught around the copy and
+ * raised as MappedReadError with the byte offset of the fault in the space, for gather/engine.py to name the file.
  *
  * Built by setup.py as an optional extension; when it is missing, gather.py's numpy path gives the same arrays.
  * It also holds ``blend``, Megatron's greedy blend for blending.py (the same rule: numpy without it).
@@ -15,8 +16,63 @@
 #include <stdint.h>
 #include <math.h>
 #include <string.h>
+#include <signal.h>
+#include <setjmp.h>
 
 #define PREFETCH_ROWS 64
+
+/* The bus-error guard. A thread copying from a mapped space sets bus_jump; a SIGBUS raised by one of its reads
+ * jumps back to the kernel, which raises MappedReadError instead of the process dying. Any other SIGBUS goes to
+ * the handler that was there before (faulthandler's, torch's worker handler) or takes the default action. The
+ * handler is put back in front at each call, as a handler installed later (faulthandler.enable(), a DataLoader
+ * worker's) would otherwise hide it. The kernels hold the GIL, so installing needs no lock. */
+static PyObject *MappedReadError;
+static _Thread_local sigjmp_buf *bus_jump;
+static _Thread_local uintptr_t bus_addr;
+static struct sigaction bus_prev;
+
+static void on_bus(int sig, siginfo_t *info, void *ctx) {
+    sigjmp_buf *jump = bus_jump;
+    if (jump) {
+        bus_jump = NULL;
+        bus_addr = info ? (uintptr_t)info->si_addr : 0;
+        siglongjmp(*jump, 1);
+    }
+    if (bus_prev.sa_flags & SA_SIGINFO) {
+        if (bus_prev.sa_sigaction) {
+            bus_prev.sa_sigaction(sig, info, ctx);
+            return;
+        }
+    } else if (bus_prev.sa_handler != SIG_DFL && bus_prev.sa_handler != SIG_IGN) {
+        bus_prev.sa_handler(sig);
+        return;
+    }
+    signal(sig, SIG_DFL); /* delivered when this handler returns (or the read faults again): the default action */
+    raise(sig);
+}
+
+static int bus_guard(void) {
+    struct sigaction cur, mine;
+    if (sigaction(SIGBUS, NULL, &cur) != 0)
+        return -1;
+    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_bus)
+        return 0;
+    memset(&mine, 0, sizeof mine);
+    mine.sa_sigaction = on_bus;
+    mine.sa_flags = SA_SIGINFO;
+    sigemptyset(&mine.sa_mask);
+    return sigaction(SIGBUS, &mine, &bus_prev);
+}
+
+/* Raise MappedReadError(message, byte offset of the faulting address from the space's first byte) */
+static void bus_error(const char *space) {
+    long long at = (long long)(bus_addr - (uintptr_t)space);
+    PyObject *err = Py_BuildValue("(sL)", "a read of mapped token data faulted (SIGBUS)", at);
+    if (err) {
+        PyErr_SetObject(MappedReadError, err);
+        Py_DECREF(err);
+    }
+}
 
 /* Every cache line of [p, p + bytes): a row's tokens may span several, and rows lie at random in a space of
  * gigabytes, so the reads of the next PREFETCH_ROWS rows are started before a row is copied (64 rows of a
@@ -113,6 +169,16 @@ static PyObject *fill_rows(PyObject *self, PyObject *args) {
         }
     }
     uint64_t mx = 0;
+    sigjmp_buf jump;
+    if (bus_guard() != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    if (sigsetjmp(jump, 1)) {
+        bus_error(sp);
+        goto done;
+    }
+    bus_jump = &jump;
     for (int64_t r = 0; r < n && r < PREFETCH_ROWS; r++)
         prefetch_span(sp + st[r] * item, bd[r] * item);
     for (int64_t r = 0; r < n; r++) {
@@ -159,6 +225,7 @@ static PyObject *fill_rows(PyObject *self, PyObject *args) {
             }
         }
     }
+    bus_jump = NULL;
     result = PyLong_FromUnsignedLongLong(mx);
 done:
     PyBuffer_Release(&space); PyBuffer_Release(&start); PyBuffer_Release(&body); PyBuffer_Release(&col0);
@@ -197,6 +264,16 @@ static PyObject *pieces(PyObject *self, PyObject *args) {
             goto done;
         }
     }
+    sigjmp_buf jump;
+    if (bus_guard() != 0) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    if (sigsetjmp(jump, 1)) {
+        bus_error(sp);
+        goto done;
+    }
+    bus_jump = &jump;
     for (int64_t k = 0; k < n && k < PREFETCH_ROWS; k++)
         prefetch_span(sp + st[k] * item, ln[k] * item);
     for (int64_t k = 0; k < n; k++) {
@@ -210,6 +287,7 @@ static PyObject *pieces(PyObject *self, PyObject *args) {
             COPY_AS(int32_t, dst, sp, st[k], ln[k], code, shift)
         }
     }
+    bus_jump = NULL;
     Py_INCREF(Py_None);
     result = Py_None;
 done:
@@ -402,4 +480,17 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_gather", "babelfeed's optional gather kernel.", -1,
                                     methods};
 
-PyMODINIT_FUNC PyInit__gather(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__gather(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    MappedReadError = PyErr_NewExceptionWithDoc(
+        "babelfeed._native._gather.MappedReadError",
+        "A read of mapped token data faulted (SIGBUS): args are (message, byte offset in the space).", PyExc_OSError,
+        NULL);
+    if (!MappedReadError || PyModule_AddObjectRef(m, "MappedReadError", MappedReadError) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -15,7 +15,8 @@ gather runs once per space present in the batch (the same results, slower with m
 
 An optional compiled kernel (``_gather.c``, built by ``pip install`` where a C compiler exists) writes each
 output cell once and prefetches the rows ahead; without it (or with ``BABELFEED_KERNEL=0``) the numpy path
-gives the same arrays.
+gives the same arrays. The kernel also catches a read that faults (a ``.bin`` truncated in place while mapped,
+failing storage): the error names the file instead of the process dying of SIGBUS.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ try:  # the optional compiled kernel (setup.py); BABELFEED_KERNEL=0 uses numpy o
 except ImportError:
     _compiled = None
 KERNEL = _compiled if os.environ.get("BABELFEED_KERNEL", "1") != "0" else None
+_FAULT = KERNEL.MappedReadError if KERNEL is not None and hasattr(KERNEL, "MappedReadError") else ()
 _OUT_CODES = {np.dtype(np.int64): "q", np.dtype(np.int32): "i"}
 _SPACE_CODES = frozenset("bBhHiIqQlL")
 
@@ -80,10 +82,13 @@ def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body
             prev = np.empty((n, width), dtype=dtype) if prev_eos is not None else None
             col0 = (width - body - plen) if left_pad else np.zeros(n, np.int64)
             pre = np.ascontiguousarray(prefix, dtype=np.int64)
-            top = KERNEL.fill_rows(tokens, tokens.dtype.char, spaces.shift(int(space)),
-                                   np.ascontiguousarray(start, dtype=np.int64), np.ascontiguousarray(body),
-                                   np.ascontiguousarray(col0), np.ascontiguousarray(plen), pre, pre.shape[1], pad,
-                                   out, code, prev, prev_eos or 0)
+            try:
+                top = KERNEL.fill_rows(tokens, tokens.dtype.char, spaces.shift(int(space)),
+                                       np.ascontiguousarray(start, dtype=np.int64), np.ascontiguousarray(body),
+                                       np.ascontiguousarray(col0), np.ascontiguousarray(plen), pre, pre.shape[1],
+                                       pad, out, code, prev, prev_eos or 0)
+            except _FAULT as e:
+                raise spaces.read_fault(int(space), e.args[1]) from None
             if largest is not None:
                 largest.append(top)
             return out if prev is None else (out, prev)
@@ -102,10 +107,13 @@ def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body
             part = out if one else np.empty((len(rows), width), dtype=dtype)
             part_prev = prev if one or prev is None else np.empty((len(rows), width), dtype=dtype)
             pre = np.ascontiguousarray(prefix[rows], dtype=np.int64)
-            KERNEL.fill_rows(tokens, tokens.dtype.char, spaces.shift(sid), np.ascontiguousarray(start[rows]),
-                             np.ascontiguousarray(body[rows]), np.ascontiguousarray(col0[rows]),
-                             np.ascontiguousarray(plen[rows]), pre, pre.shape[1], pad, part, code, part_prev,
-                             prev_eos or 0)
+            try:
+                KERNEL.fill_rows(tokens, tokens.dtype.char, spaces.shift(sid), np.ascontiguousarray(start[rows]),
+                                 np.ascontiguousarray(body[rows]), np.ascontiguousarray(col0[rows]),
+                                 np.ascontiguousarray(plen[rows]), pre, pre.shape[1], pad, part, code, part_prev,
+                                 prev_eos or 0)
+            except _FAULT as e:
+                raise spaces.read_fault(sid, e.args[1]) from None
             if not one:
                 out[rows] = part
                 if prev is not None:
@@ -188,7 +196,10 @@ def scatter(spaces: TokenSpaces, space, start: np.ndarray, length: np.ndarray, o
         st, ln, ds = (start, length, dest) if sel is None else (start[sel], length[sel], dest[sel])
         tokens = spaces.tokens(sid)
         if KERNEL is not None and code and tokens.dtype.char in _SPACE_CODES:
-            KERNEL.pieces(tokens, tokens.dtype.char, spaces.shift(sid), st, ln, ds, flat, code)
+            try:
+                KERNEL.pieces(tokens, tokens.dtype.char, spaces.shift(sid), st, ln, ds, flat, code)
+            except _FAULT as e:
+                raise spaces.read_fault(sid, e.args[1]) from None
             continue
         src = ragged_arange(st, ln)
         if len(src) and (int(st.min()) < 0 or int((st + ln).max()) > len(tokens)):

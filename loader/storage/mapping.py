@@ -151,7 +151,8 @@ class FlatSpace:
 
     Like any reader of mapped files (Megatron's and fairseq's included), a process reading a file that another
     process truncates *in place* gets SIGBUS; replace data files by writing new ones and renaming them, as
-    babelfeed's own writers do. Files up to ``POPULATE_BELOW`` bytes are mapped with their page tables filled.
+    babelfeed's own writers do. (The compiled gather catches the fault and names the file; see
+    ``TokenSpaces.read_fault``.) Files up to ``POPULATE_BELOW`` bytes are mapped with their page tables filled.
     """
 
     def __init__(self, files, sizes, dtype, pad_tokens: int = 1 << 20):

@@ -74,6 +74,32 @@ class TokenSpaces:
                                                          f"the process (SIGBUS). Replace data by writing new files and "
                                                          f"renaming them into place")
 
+    def read_fault(self, sid: int, byte: int) -> Exception:
+        """The error for a read of space ``sid`` that faulted at byte ``byte`` of its tokens (the compiled gather
+        catches the SIGBUS): a file truncated since it was opened is named as :meth:`check_sizes` names it; else
+        the file holding that byte, whose storage failed under the mapping."""
+        from ..errors import DataChangedError
+
+        try:
+            self.check_sizes()
+        except DataChangedError as e:
+            return e
+        space = self._spaces[sid]
+        token = byte // space["dtype"].itemsize
+        holder = None
+        for ds in space["members"]:
+            base = self._where[id(ds)][1]
+            if base <= token < base + ds.bin_size // space["dtype"].itemsize:
+                holder = ds
+        if holder is None:
+            names = ", ".join(d.data_file for d in space["members"][:3])
+            return DataChangedError(names, f"a read of the mapped tokens faulted (SIGBUS) at token {token:,} of "
+                                           f"their space: a file changed in place or its storage failed")
+        offset = byte - self._where[id(holder)][1] * space["dtype"].itemsize
+        return DataChangedError(holder.data_file, f"reading byte {offset:,} of it faulted (SIGBUS) while it was "
+                                                  f"mapped: it was changed in place or its storage failed (an I/O "
+                                                  f"error of a network or failing disk)")
+
     def address(self, ds) -> tuple[int, int]:
         """(space id, token offset of ``ds``'s first token)."""
         return self._where[id(ds)]

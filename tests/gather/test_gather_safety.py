@@ -207,3 +207,71 @@ except babelfeed.FormatError as e:
                          timeout=120)
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
     assert "refused" in out.stdout and ".bin: truncated while the job reads it" in out.stdout, out.stdout
+
+
+_INSIDE = r"""
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import babelfeed
+root, kind = sys.argv[2], sys.argv[3]
+if kind == "lm":
+    import golden
+    golden.make_lm_data(root)
+    cfg = babelfeed.load_config("lm_packing")
+    cfg.data_path = f"0.4 {root}/lm/web 0.6 {root}/lm/books"
+    cfg.seq_len, cfg.global_batch, cfg.num_samples = 24, 12, 12 * 30
+    cfg.split, cfg.cache_dir = "90,10,0", os.path.join(root, "cache")
+    it = babelfeed.build_iterator(cfg)
+    bins = [os.path.join(root, "lm", n + ".bin") for n in ("web", "books")]
+else:
+    from synthetic import config_for, make_data_bin
+    make_data_bin(root)
+    it = babelfeed.build_train_iterator(config_for(root, mixing__sampler="concat", batching__max_tokens=128))
+    bins = [os.path.join(root, "shard000", n) for n in os.listdir(os.path.join(root, "shard000")) if n.endswith(".bin")]
+next(it)  # the window is planned and the files mapped
+for b in bins:
+    os.truncate(b, 0)
+try:
+    next(it)
+    print("no error")
+except babelfeed.DataChangedError as e:
+    print("refused", e)
+"""
+
+
+@pytest.mark.parametrize("kind", ["translation", "lm"])
+def test_a_bin_truncated_inside_a_window_is_named_not_a_silent_sigbus(tmp_path, kind):
+    """A read past a .bin's new end inside a planning window killed the process with SIGBUS, printing nothing
+    (issue 23 item 15). The compiled gather catches the fault around its copy and the error names the file."""
+    if babelfeed.gather.KERNEL is None:
+        pytest.skip("the compiled kernel is not built (tests/iterators/test_golden_batches.py says so)")
+    out = subprocess.run([sys.executable, "-c", _INSIDE, HERE, str(tmp_path), kind], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert "refused" in out.stdout and ".bin: truncated while the job reads it" in out.stdout, out.stdout
+
+
+def test_a_bus_error_outside_the_gather_still_ends_the_process():
+    """The gather's SIGBUS guard hands every other SIGBUS on: to faulthandler where it is enabled (which prints
+    the stack), else to the default action (the process dies of it), even after the guard was installed."""
+    if babelfeed.gather.KERNEL is None:
+        pytest.skip("the compiled kernel is not built (tests/iterators/test_golden_batches.py says so)")
+    code = r"""
+import faulthandler, os, signal, sys
+import numpy as np
+if sys.argv[1] == "fh":
+    faulthandler.enable()
+from babelfeed.gather import KERNEL
+space = np.arange(100, dtype=np.uint16)
+out = np.empty((1, 8), np.int64)
+z = np.zeros(1, np.int64)
+KERNEL.fill_rows(space, "H", 0, z, np.ones(1, np.int64), z, z, np.zeros((1, 0), np.int64), 0, 1, out, "q", None, 2)
+print("guard installed", flush=True)
+os.kill(os.getpid(), signal.SIGBUS)
+print("survived", flush=True)
+"""
+    for mode in ("plain", "fh"):
+        out = subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=60)
+        assert out.returncode == -7, (mode, out.returncode, out.stderr[-1000:])
+        assert "guard installed" in out.stdout and "survived" not in out.stdout
+        assert ("Fatal Python error: Bus error" in out.stderr) == (mode == "fh"), out.stderr[-1000:]

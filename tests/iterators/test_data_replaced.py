@@ -40,5 +40,5 @@ def test_the_torch_loader_stops_at_the_next_epoch_naming_what_changed(tmp_path, 
     first = list(loader)
     assert first
     replace_data(root, tmp_path)
-    with pytest.raises(Exception, match="changed while it ran .*data of stream"):
+    with pytest.raises(babelfeed.DataChangedError, match="changed while it ran .*data of stream"):
         list(loader)

@@ -279,3 +279,21 @@ for what in ("builder", "atomic"):
     assert lines["builder"].startswith(str(tmp_path / "big.bin")), out.stdout
     assert lines["atomic"].startswith(str(tmp_path / "big.json")), out.stdout
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".partial")]  # nothing that looks complete, or half
+
+
+def test_format_errors_keep_their_type_across_processes():
+    """A worker's error reaches the training loop through pickling or torch's re-raise (``type(e)(message)``):
+    a DataChangedError from a DataLoader worker arrived as a RuntimeError, so a loop catching babelfeed's errors
+    caught it in-process only."""
+    import pickle
+
+    import babelfeed.errors as errors
+
+    kinds = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.FormatError)]
+    assert errors.DataChangedError in kinds and len(kinds) >= 6
+    for cls in kinds:
+        e = cls("/data/x.bin", "truncated while the job reads it")
+        back = pickle.loads(pickle.dumps(e))
+        assert type(back) is cls and str(back) == str(e) and back.path == e.path and back.reason == e.reason
+        again = cls(f"Caught {cls.__name__} in DataLoader worker process 1.\nOriginal Traceback ...\n{e}")
+        assert type(again) is cls and str(e) in str(again)
