@@ -162,3 +162,70 @@ def test_the_option_is_in_the_fingerprint_and_named_on_a_mismatch(root):
     next(off)
     with pytest.raises(babelfeed.StateMismatch, match="batching.spread_copies null -> true"):
         on.set_state(off.get_state())
+
+
+MIXTURE = {"aaa-bbb": [3000], "aaa-ccc": [500], "aaa-ddd": [90], "bbb-ccc": [30]}
+
+
+@pytest.fixture(scope="module")
+def mixture(tmp_path_factory):
+    r = tmp_path_factory.mktemp("mixture")
+    make_data_bin(r, directions=MIXTURE, valid=False)
+    return r
+
+
+def planned(cfg) -> list:
+    planner = babelfeed.build_train_iterator(cfg).planner
+    return [planner.window(1, w) for w in range(planner.setup(1).num_windows)]
+
+
+def fewest_repeats(ident, ends, shape) -> int:
+    """The repeats no placement can avoid, from the lengths: a row with m copies among the batches that can hold
+    it (static: the batches of its shape, one more per row where their sizes differ; dynamic: the batches whose
+    longest source and target hold it) repeats at least m - (those batches) times."""
+    starts = np.concatenate([[0], ends[:-1]]).astype(np.int64)
+    batch = np.repeat(np.arange(len(ends)), ends - starts)
+    rows, first, count = np.unique(ident, return_index=True, return_counts=True)
+    fewest = 0
+    for k, m in zip(first[count > 1], count[count > 1]):
+        same = shape == shape[batch[k]]
+        fewest += max(0, int(m) - int(same.sum())) + (len(set((ends - starts)[same].tolist())) > 1)
+    return fewest
+
+
+@given(temperature=st.sampled_from([1.5, 3.0, 5.0, 20.0, 100.0]), window=st.sampled_from([0, 500, 2000]),
+       max_tokens=st.sampled_from([256, 1024]), shapes=st.sampled_from(["", "16x16,32x32,64x64"]),
+       seed=st.integers(0, 1000))
+@settings(max_examples=12, deadline=None)
+def test_random_mixtures_up_sampled_2_to_100_times_repeat_near_the_bound_the_lengths_allow(
+        mixture, temperature, window, max_tokens, shapes, seed):
+    """Whole pipelines (issue 23 item 17's property test): four directions of 3,000 / 500 / 90 / 30 pairs drawn
+    at temperatures 1.5 to 100 (the smallest up-sampled ~x3 to ~x45 an epoch), windows of 500, 2,000 or the
+    epoch. Per window: the same samples as with the option off, each as often; fewer repeats; with static shapes
+    no more than the lengths force (``fewest_repeats``); with dynamic batches (the re-cut can bring a few copies
+    back together), within the bound plus 15% of the repeats before."""
+    kw = dict(data__shards="all", mixing__temperature=temperature, batching__window=window,
+              batching__max_tokens=max_tokens, batching__shapes=shapes, seed=seed)
+    plain = planned(config_for(mixture, batching__spread_copies=False, **kw))
+    spread = planned(config_for(mixture, **kw))
+    assert len(plain) == len(spread)
+    before = after = bound = 0
+    for a, b in zip(plain, spread):
+        ia, ib = copies.identities(a.samples.comp, a.samples.local), copies.identities(b.samples.comp, b.samples.local)
+        assert len(ia) == len(ib) and (np.sort(ia) == np.sort(ib)).all()  # the same samples, each as often
+        before += pairs_repeated(ia, a.ends)
+        after += pairs_repeated(ib, b.ends)
+        if shapes:
+            bound += fewest_repeats(ib, b.ends, b.shape)
+        else:
+            s, t = b.samples.src_len.astype(np.int64), b.samples.tgt_len.astype(np.int64)
+            starts = np.concatenate([[0], b.ends[:-1]]).astype(np.int64)
+            ws, wt = np.maximum.reduceat(s, starts), np.maximum.reduceat(t, starts)
+            rows, first, count = np.unique(ib, return_index=True, return_counts=True)
+            bound += sum(max(0, int(m) - int(((ws >= s[k]) & (wt >= t[k])).sum()))
+                         for k, m in zip(first[count > 1], count[count > 1]))
+    assert after <= before
+    if shapes:
+        assert after <= bound, (after, bound, before)
+    else:
+        assert after <= bound + 0.15 * before, (after, bound, before)
