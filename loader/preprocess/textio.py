@@ -247,12 +247,13 @@ def count_records(path: str, kind: str = "line", every: int = 0) -> dict:
                     checked = True
                 if keep_marks:
                     nl = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
-                    # line k (k >= 1) starts one byte after newline k-1; line 0 at byte 0
-                    first = -(-max(n, 1) // every) * every
+                    if pos == 0:
+                        marks.append([0, 0])  # line 0 at byte 0
+                    # line k (k >= 1) starts one byte after newline k-1: newlines n .. n + len(nl) - 1 are in
+                    # this block, so it starts lines n + 1 .. n + len(nl)
+                    first = -(-(n + 1) // every) * every
                     for k in range(first, n + len(nl) + 1, every):
                         marks.append([pos + int(nl[k - 1 - n]) + 1, k])
-                    if n == 0:
-                        marks.insert(0, [0, 0])
                     n += len(nl)
                 else:
                     n += block.count(b"\n")

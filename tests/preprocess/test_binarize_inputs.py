@@ -10,6 +10,8 @@ import os
 import numpy as np
 import pytest
 import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from babelfeed.binarize import binarize
 from babelfeed.rawtext import BinarizeError, discover
@@ -87,6 +89,29 @@ def test_reader_enters_plain_files_at_marks_and_skips_in_compressed_ones(tmp_pat
             for b, ln in c["marks"]:
                 with RecordReader(str(path), start_byte=b, start_line=ln, skip=3) as r:
                     assert r.take(2) == lines[ln + 3:ln + 5] and r.line == min(ln + 5, 1001)
+
+
+@given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=300), every=st.integers(1, 12),
+       block=st.integers(1, 64), newline_at_end=st.booleans())
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_marks_are_right_wherever_the_read_blocks_end(tmp_path, monkeypatch, lengths, every, block, newline_at_end):
+    """The marks were wrong when a read block ended right after a marked line's newline (a duplicate mark, from
+    index -1: 'ended at line 20,000, before the line counted earlier') and when a block held no newline at all
+    (line 0 marked twice; an IndexError with a long first line). Real blocks are 4 MiB; tiny ones here."""
+    import babelfeed.preprocess.textio as textio
+
+    monkeypatch.setattr(textio, "_BLOCK", block)
+    lines = [bytes([97 + i % 26]) * n for i, n in enumerate(lengths)]
+    data = b"\n".join(lines) + (b"\n" if newline_at_end else b"")
+    path = tmp_path / "t.txt"
+    path.write_bytes(data)
+    c = count_records(str(path), "line", every=every)
+    if not newline_at_end and lines[-1] == b"":  # "a\nb\n" joined from [a, b, ""]: two lines
+        lines = lines[:-1]
+    assert c["records"] == len(lines)
+    starts = np.cumsum([0] + [len(ln) + 1 for ln in lines[:-1]]).tolist()
+    want = [[starts[k], k] for k in range(0, c["records"], every)]
+    assert c["marks"] == want
 
 
 def test_input_errors_name_the_file(tmp_path):
