@@ -230,6 +230,10 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self._worker_next = None  # a StatefulDataLoader worker's own next batch, from its saved position
         if state is not None:
             self.load_state_dict(state)
+        # the data the job starts with, pinned now: forked workers (the default start on Linux) copy this object
+        # without pickling it, so a pin taken later, on first use, never reached them and replaced data was served
+        self._expect = None
+        self._pinned()
 
     def position(self) -> Position:
         if self._position is None:
