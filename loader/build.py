@@ -274,9 +274,7 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
                              f"apply (global_batch counts the samples of one step over all ranks)")
         if epoch != 1:
             raise ValueError("an LM iterator is one pass over num_samples (epochs happen inside each dataset)")
-        check_known_keys(config, kind="lm")
-        validate(config, "lm")
-        return LMIterator.from_config(config, rank=rank, world_size=world_size)
+        return LMIterator.from_config(config, rank=rank, world_size=world_size)  # (checks the config)
     from babelfeed.config.files import translation_section
 
     config, _ = translation_section(config)  # configs/demo.py keeps its pipeline under train
@@ -402,3 +400,18 @@ def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str 
 
 register_builder("translation", build_train_iterator)
 register_builder("any", build_iterator)
+
+
+def _check_lm_config(config) -> None:
+    check_known_keys(config, kind="lm")
+    validate(config, "lm")
+
+
+def _install_lm_check() -> None:
+    """``LMIterator.from_config`` checks its config with the spec (a layer above the LM iterator)."""
+    from babelfeed.lm.iterator import LMIterator
+
+    LMIterator.check_config = staticmethod(_check_lm_config)
+
+
+_install_lm_check()

@@ -38,6 +38,7 @@ import os
 
 import numpy as np
 
+from babelfeed.checks import at_least
 from babelfeed.gather import engine as gather
 from babelfeed.errors import FormatError
 from babelfeed.lm.blending import IndexCache, blending_indices, parse_data_path
@@ -90,12 +91,18 @@ class LMIterator(LoaderIterator):
         self.consumed = 0  # global samples
         self._plan: tuple | None = None  # (first global batch, batches, counts, piece pointers, pieces, row blocks)
 
+    # the config spec's checks (check_known_keys, validate); set by babelfeed.build, as the spec lives a layer above
+    check_config = None
+
     @classmethod
     def build(cls, data_path, seq_len: int, global_batch: int, num_samples: int, split: str = "969,30,1",
               split_name: str = "train", mode: str = "concat", seed: int = 1, cache_dir=None, rank: int = 0,
               world_size: int = 1, verify: str = "full", vocab_size: int = 0) -> "LMIterator":
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        for key, value, low in (("seq_len", seq_len, 1), ("global_batch", global_batch, 1),
+                                ("num_samples", num_samples, 1), ("vocab_size", vocab_size, 0)):
+            at_least(key, value, low)  # (seq_len 0 served (8, 0) batches, or divided by zero)
         cache = IndexCache(cache_dir) if cache_dir else None
         entries = parse_data_path(data_path)
         sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache, verify) for _, prefix in entries]
@@ -104,7 +111,9 @@ class LMIterator(LoaderIterator):
 
     @classmethod
     def from_config(cls, config, rank: int = 0, world_size: int = 1) -> "LMIterator":
-        """From a config like configs/lm_packing.py."""
+        """From a config like configs/lm_packing.py, checked as ``babelfeed.build_iterator`` checks it: every key
+        known (a typo is refused with a suggestion), every value of its type and range."""
+        cls.check_config(config)
         return cls.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
                          num_samples=config.num_samples, split=config.split, split_name=config.split_name,
                          mode=config.mode, seed=config.seed, cache_dir=config.cache_dir or None, rank=rank,
