@@ -98,7 +98,12 @@ def _noise(config, dictionary) -> dict:
 
 
 def _tasks(config) -> dict:
-    return dict(config.tasks) if "tasks" in config and config.tasks else {}
+    """The tasks section, each entry with task()'s defaults for the keys it leaves out (its keys were checked)."""
+    from babelfeed.config.files import task
+
+    if "tasks" not in config or not config.tasks:
+        return {}
+    return {name: task(**dict(entry)) for name, entry in config.tasks.items()}
 
 
 def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=None) -> list[StreamSpec]:

@@ -189,6 +189,10 @@ TRANSLATION: tuple[Key, ...] = (
     Key("collate.dtype", "str", "int64", "the token arrays' dtype", choices=DTYPES),
 )
 
+# The keys of one tasks entry (babelfeed.config.task's arguments; a test holds the two together).
+TASK_KEYS = ("corpora", "weight", "transforms", "source_prefix", "target_prefix", "kind", "text", "spm_model", "alpha",
+             "nbest")
+
 # Sections of a translation config whose entries are the user's own (tasks.NAME = babelfeed.config.task(...)).
 OPEN_SECTIONS = {"tasks": "tasks group corpora that get the same treatment: tasks.NAME = babelfeed.config.task(...)"}
 
@@ -296,6 +300,20 @@ def check_known_keys(config, where: str = "", kind: str = "translation") -> None
                               f"would leave the default in force)")
 
     walk(config, _tree(kind), "")
+    if kind == "translation" and "tasks" in config and config.tasks:
+        for name, entry in config.tasks.items():  # each entry's keys are babelfeed's: a typo is refused too
+            if not isinstance(entry, (ml_collections.ConfigDict, dict)):
+                raise ConfigError(f"{prefix}tasks.{name} must be babelfeed.config.task(corpora=...), got {entry!r}")
+            for key in entry.keys():
+                if key not in TASK_KEYS:
+                    near = difflib.get_close_matches(key, TASK_KEYS, n=3, cutoff=0.6)
+                    hint = f"did you mean {', '.join(f'{prefix}tasks.{name}.{n}' for n in near)}?" if near else \
+                        f"a task has: {', '.join(TASK_KEYS)}"
+                    raise ConfigError(f"{prefix}tasks.{name}.{key} is not a task key; {hint} (a key set by mistake "
+                                      f"would leave the default in force)")
+            if "corpora" not in entry:
+                raise ConfigError(f"{prefix}tasks.{name} names no corpora: tasks.{name} = "
+                                  f"babelfeed.config.task(corpora=\"en-de,en-fr\", ...)")
 
 
 def check_translation_config(config, where: str = "") -> None:

@@ -69,3 +69,27 @@ def test_an_lm_config_is_checked_against_the_lm_keys():
     cfg.seq_length = 4096
     with pytest.raises(babelfeed.ConfigError, match="seq_length is not a babelfeed config key; did you mean seq_len"):
         babelfeed.build_iterator(cfg)
+
+
+def test_a_typo_inside_a_task_entry_is_refused_and_a_plain_entry_takes_the_defaults(root):
+    """task() returns an open ConfigDict: `c.tasks.mt.wieght = 0.1` planned with the weight at 1.0, and a plain
+    ConfigDict entry without `kind` failed with error "'kind'" (found by a review)."""
+    from babelfeed.config import task
+    from babelfeed.config.spec import TASK_KEYS
+
+    import inspect
+    assert tuple(inspect.signature(task).parameters) == TASK_KEYS and set(task("x").keys()) == set(TASK_KEYS)
+    cfg = unlocked(config_for(root))
+    cfg.tasks = ml_collections.ConfigDict()
+    cfg.tasks.mt = task(corpora="aaa-bbb")
+    cfg.tasks.mt.wieght = 0.1
+    with pytest.raises(babelfeed.ConfigError, match=r"tasks\.mt\.wieght is not a task key; did you mean tasks\.mt\.weight"):
+        babelfeed.build_train_iterator(cfg)
+    del cfg.tasks.mt["wieght"]
+    cfg.tasks.rest = ml_collections.ConfigDict({"corpora": "aaa-ccc", "weight": 2.0})  # no kind, no prefixes
+    it = babelfeed.build_train_iterator(cfg)
+    next(it)
+    assert {"ledger/mt/aaa-bbb/samples", "ledger/rest/aaa-ccc/samples"} <= set(it.ledger())
+    cfg.tasks.bad = ml_collections.ConfigDict({"weight": 1.0})
+    with pytest.raises(babelfeed.ConfigError, match=r"tasks\.bad names no corpora"):
+        babelfeed.build_train_iterator(cfg)
