@@ -37,6 +37,10 @@ from babelfeed.checks import check_rank
 from babelfeed.errors import BabelfeedError
 from babelfeed.iterators.history import VERSION as STATE_VERSION
 
+# Counting steps over epochs plans every epoch between (integers only; ~1,000 small epochs a second, a large
+# corpus's epoch in seconds): a position or step further ahead than this is refused rather than planned for hours
+MAX_EPOCHS_AHEAD = 10_000
+
 # How an iterator builds another from a config (an edited resume rebuilds the saved run's, trace and the loaders
 # build the run's): the builders are registered by babelfeed.build, a layer above, which every import of
 # babelfeed loads first. "translation": build_train_iterator; "any": build_iterator.
@@ -218,9 +222,17 @@ class LoaderIterator:
             raise ValueError(f"position {end} is before {start}")
         if e0 == e1:
             return -(-(c1 - c0) // per)
+        if e1 - e0 > MAX_EPOCHS_AHEAD:
+            raise ValueError(f"position (epoch {e1:,}, batch {c1:,}) lies {e1 - e0:,} epochs after (epoch {e0:,}, batch "
+                             f"{c0:,}): counting its steps plans every epoch between, and more than "
+                             f"{MAX_EPOCHS_AHEAD:,} are refused (a state that says total_steps needs no count)")
+        from tqdm.auto import tqdm
+
         steps = -(-max(self.epoch_batches(e0) - c0, 0) // per)
-        for e in range(e0 + 1, e1):
-            steps += -(-self.epoch_batches(e) // per)
+        with tqdm(range(e0 + 1, e1), desc="counting the steps of earlier epochs", unit="epoch",
+                  disable=True if e1 - e0 < 50 else None) as epochs:
+            for e in epochs:
+                steps += -(-self.epoch_batches(e) // per)
         return steps + -(-c1 // per)
 
     def load_position(self, pos: dict, what: str = "loader") -> tuple[int, int, int]:

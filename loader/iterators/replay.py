@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from babelfeed.iterators.history import world_size_at
+from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD
 
 
 @dataclass
@@ -187,9 +188,7 @@ def _rebuild(probe, world: int):
     return builder("translation")(config, world_size=world, split=probe.split)
 
 
-# trace walks the plan of every epoch before a step's (integers only; ~1,000 small epochs a second, a large
-# corpus's epoch in seconds): a step further ahead than this is refused rather than planned for hours
-MAX_EPOCHS_AHEAD = 10_000
+# (trace walks the plan of every epoch before a step's: protocol.MAX_EPOCHS_AHEAD bounds it)
 
 
 def _locate(it, step: int, segments: list, edit: dict | None, world: int) -> StepSource:

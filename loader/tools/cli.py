@@ -583,7 +583,8 @@ def main(argv=None) -> int:
         if debug:
             raise
         how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
-        print(f"{prog}: {how}; finished shards are kept, re-run to resume", file=sys.stderr)
+        kept = "; finished shards are kept, re-run to resume" if args.command == "binarize" else ""
+        print(f"{prog}: {how}{kept}", file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
     except BrokenPipeError:  # `babelfeed plan ... | head`: the reader has gone, as with any filter
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush

@@ -682,5 +682,8 @@ def test_an_edited_epoch_the_run_never_reached_is_refused(root):
         fresh.set_state({**no_ledger, "epoch": 1000000}, strict=False)
     with pytest.raises(ValueError, match="its ledger counts .* samples served before it"):
         fresh.set_state({**state, "epoch": 1000000, "total_steps": 2000000})
+    # a bare position (an older loader's: no ledger, no step count) walked every epoch before it, for hours
+    with pytest.raises(ValueError, match="lies 999,999 epochs after .* more than 10,000 are refused"):
+        fresh.set_state({"epoch": 1000000, "consumed": 0, "fingerprint": state["fingerprint"]})
     fresh.set_state(state)  # the state as saved resumes
     assert np.array_equal(next(fresh)["id"], next(it)["id"])
