@@ -194,7 +194,13 @@ def check_encoding(path: str, head: bytes) -> None:
     if len(head) >= 64:
         even, odd = head[0::2].count(0), head[1::2].count(0)
         if max(even, odd) > len(head) // 8:
-            enc = "UTF-16BE" if even > odd else "UTF-16LE"
+            lanes = [head[k::4].count(0) for k in range(4)]  # ASCII as UTF-32: three NULs in every four bytes
+            if min(lanes[1:]) > len(head) // 5 and lanes[0] < len(head) // 16:
+                enc = "UTF-32LE"
+            elif min(lanes[:3]) > len(head) // 5 and lanes[3] < len(head) // 16:
+                enc = "UTF-32BE"
+            else:
+                enc = "UTF-16BE" if even > odd else "UTF-16LE"
             raise TextInputError(f"{path}: {head.count(0):,} NUL bytes in its first {len(head):,}: UTF-16 or UTF-32 "
                                  f"text without a byte order mark (likely {enc}), not UTF-8: " + convert.format(enc=enc))
     lines = head.split(b"\n")[:-1] or [head]

@@ -237,6 +237,9 @@ def _pair_raw(root, src_bytes, tgt_bytes):
 @pytest.mark.parametrize("kind, match", [
     ("utf16", r"UTF-16LE text \(it starts with that byte order mark\), not UTF-8: convert it"),
     ("utf16-no-bom", r"NUL bytes in its first .*UTF-16 or UTF-32 text without a byte order mark \(likely UTF-16LE\)"),
+    ("utf16be-no-bom", r"without a byte order mark \(likely UTF-16BE\).*iconv -f UTF-16BE"),
+    ("utf32le-no-bom", r"without a byte order mark \(likely UTF-32LE\).*iconv -f UTF-32LE"),
+    ("utf32be-no-bom", r"without a byte order mark \(likely UTF-32BE\).*iconv -f UTF-32BE"),
     ("latin1", r"of its first .* lines are not UTF-8; it decodes as Windows-1252 / Latin-1 .*iconv -f CP1252"),
 ])
 def test_text_in_another_encoding_is_refused_naming_it(tmp_path, kind, match):
@@ -246,6 +249,8 @@ def test_text_in_another_encoding_is_refused_naming_it(tmp_path, kind, match):
     good = "\n".join(f"the cat {i}" for i in range(300)).encode() + b"\n"
     text = "\n".join(lines) + "\n"
     data = {"utf16": text.encode("utf-16"), "utf16-no-bom": text.encode("utf-16-le"),
+            "utf16be-no-bom": text.encode("utf-16-be"), "utf32le-no-bom": text.encode("utf-32-le"),
+            "utf32be-no-bom": text.encode("utf-32-be"),
             "latin1": text.encode("latin-1")}[kind]
     _pair_raw(tmp_path / "raw", data, good)
     with pytest.raises(BinarizeError, match=match):
