@@ -114,17 +114,56 @@ def lookup_ids(idx_path: str, ids: list) -> dict:
             return {}
         except ValueError:
             stamp = None
-    if stamp is None or not isinstance(stamp, dict) or not isinstance(stamp.get("facts", {}), dict):
-        # a damaged stamp: as none (the index is checked again and a new stamp kept)
-        import warnings
+    if not _sound(stamp):
+        # a damaged stamp: as none (the index is checked again and a new stamp kept), said once per process
+        if path not in _damaged:
+            import warnings
 
-        warnings.warn(f"{path}: a damaged verification stamp (for {idx_path}) is ignored; the index is checked "
-                      f"again and the stamp written anew", stacklevel=3)
+            _damaged.add(path)
+            warnings.warn(f"{path}: a damaged verification stamp (for {idx_path}) is ignored; the index is checked "
+                          f"again and the stamp written anew", stacklevel=3)
         return {}
     if stamp.get("version") != _VERSION or stamp.get("files") != ids:
         return {}
     _memo[path] = stamp
     return dict(stamp.get("facts", {}))
+
+
+_damaged: set = set()  # stamp files found damaged in this process (warned about once)
+
+
+def _sound(stamp) -> bool:
+    """A stamp as written: a dict whose facts are of the types recorded (``digest`` a string, ``shortest`` a
+    count, every other fact a flag). JSON of other types (an edit, another tool) is damage, not facts."""
+    if not isinstance(stamp, dict) or not isinstance(stamp.get("facts", {}), dict):
+        return False
+    for key, value in stamp.get("facts", {}).items():
+        if key == "digest":
+            ok = isinstance(value, str)
+        elif key == "shortest":
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        else:
+            ok = isinstance(value, bool)
+        if not ok:
+            return False
+    return True
+
+
+def _private_folders(folder: str) -> None:
+    """``os.makedirs(folder)`` with every folder it makes 0700 (makedirs gives only the last one its mode: the
+    cache folder itself came out 0777 under umask 000)."""
+    missing = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for f in reversed(missing):
+        try:
+            os.mkdir(f, 0o700)  # (the umask only takes bits away)
+        except FileExistsError:
+            pass
 
 
 def record_ids(idx_path: str, ids: list, **facts) -> None:
@@ -141,7 +180,7 @@ def record_ids(idx_path: str, ids: list, **facts) -> None:
     _memo[path] = stamp
     folder = os.path.dirname(path)
     try:
-        os.makedirs(folder, mode=0o700, exist_ok=True)  # (the umask only takes bits away)
+        _private_folders(folder)
         if not _folder_trusted(folder):
             return
         tmp = f"{path}.{os.getpid()}.partial"
@@ -156,5 +195,6 @@ def record_ids(idx_path: str, ids: list, **facts) -> None:
 def forget() -> None:
     """Drop the stamps held in memory (tests; the files on disk stay)."""
     _memo.clear()
+    _damaged.clear()
     _paths.clear()
     _trusted.clear()

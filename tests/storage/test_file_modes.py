@@ -5,6 +5,7 @@ another user, or a container running under another uid, could not read.
 """
 
 import json
+import warnings
 import os
 import stat
 
@@ -98,6 +99,7 @@ def test_the_stamps_are_the_users_alone_and_a_folder_others_can_write_is_not_tru
         babelfeed.IndexedDataset(tmp_path / "ds")  # checked in full, stamped
         folder = tmp_path / "cache" / "stamps"
         assert mode(folder) == 0o700 and [mode(p) for p in folder.iterdir()] == [0o600]
+        assert mode(tmp_path / "cache") == 0o700  # the cache folder made for it too (it came out 0777 under 000)
         # a corrupted index (a size changed), and a stamp planted for it, as another user could if they could write
         corrupt = tmp_path / "ds.idx"
         raw = bytearray(corrupt.read_bytes())
@@ -127,7 +129,8 @@ def test_the_stamps_are_the_users_alone_and_a_folder_others_can_write_is_not_tru
 
 
 @pytest.mark.parametrize("damage", [b'{"version": 1, "files": [], "facts": [["verified", true]]}', b"{not json",
-                                    b"[1, 2]"])
+                                    b"[1, 2]", b'{"version": 1, "files": [], "facts": {"shortest": "abc"}}',
+                                    b'{"version": 1, "files": [], "facts": {"verified": 1, "digest": 5}}'])
 def test_a_damaged_stamp_is_ignored_with_a_warning_and_written_anew(tmp_path, monkeypatch, damage):
     """A corrupted stamp file gave 'ValueError: dictionary update sequence element #0' (issue 23 item 16)."""
     from babelfeed.storage import stamps
@@ -141,14 +144,17 @@ def test_a_damaged_stamp_is_ignored_with_a_warning_and_written_anew(tmp_path, mo
             b.finalize()
         babelfeed.IndexedDataset(tmp_path / "ds")
         path = stamps._stamp_path(str(tmp_path / "ds.idx"))
-        if damage.startswith(b'{"version"'):
+        if damage.startswith(b'{"version"'):  # damaged facts in a stamp of these very files
             ids = [stamps.identity(str(tmp_path / "ds.idx")), stamps.identity(str(tmp_path / "ds.bin"))]
-            damage = json.dumps({"version": 1, "files": ids, "facts": [["verified", True]]}).encode()
+            damage = json.dumps({**json.loads(damage), "files": ids}).encode()
         with open(path, "wb") as f:
             f.write(damage)
         stamps.forget()
-        with pytest.warns(UserWarning, match="a damaged verification stamp .* is ignored"):
+        with warnings.catch_warnings(record=True) as said:  # (a stamp of the wrong types: int('abc') in plan)
+            warnings.simplefilter("always")
             assert len(babelfeed.IndexedDataset(tmp_path / "ds")) == 1
+        damaged = [w for w in said if "a damaged verification stamp" in str(w.message)]
+        assert len(damaged) == 1, [str(w.message) for w in said]  # said once, not once per read
         stamps.forget()
         assert stamps.lookup(str(tmp_path / "ds.idx"), str(tmp_path / "ds.bin")).get("verified") is True
     finally:
