@@ -86,10 +86,24 @@ def _parse_value(text: str, current):
         raise TypeError(f"{text!r} is not a boolean")
     if isinstance(current, str):
         return text
+    if isinstance(current, float) and text.strip().lower() in ("inf", "+inf", "-inf", "nan", "infinity"):
+        return float(text)  # (a number the range check then names)
     try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return text
+
+
+def _kind_of(value) -> str:
+    if isinstance(value, bool):
+        return "True or False"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    return f"a {type(value).__name__}"
 
 
 def apply_overrides(config: ml_collections.ConfigDict, overrides) -> ml_collections.ConfigDict:
@@ -117,10 +131,17 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides) -> ml_collecti
         last = parts[-1]
         current = node[last]
         try:
-            node[last] = _parse_value(raw, current)
+            value = _parse_value(raw, current)
         except (TypeError, ValueError) as e:
-            raise ConfigError(f"config key {key!r} is a {type(current).__name__} ({current!r}); cannot set it to "
-                             f"{raw!r}: {e}") from None
+            raise ConfigError(f"config key {key!r} takes {_kind_of(current)} (now {current!r}); {e}") from None
+        try:
+            node[last] = value
+        except (TypeError, ValueError):  # ml_collections' own wording names its internals: say it plainly
+            hint = ""
+            if isinstance(current, int) and isinstance(value, float) and value.is_integer():
+                hint = f": write {int(value)}"
+            raise ConfigError(f"config key {key!r} takes {_kind_of(current)} (now {current!r}); {raw!r} is "
+                              f"{_kind_of(value)}{hint}") from None
     return config
 
 

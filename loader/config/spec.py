@@ -76,7 +76,9 @@ class Key:
         elif self.kind == "float":
             ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
             if not ok or (self.low is not None and not (value > self.low if self.low == 0 else value >= self.low)):
-                raise ConfigError(f"{name} must be a finite number {self.describe()}, got {value!r}")
+                hint = "; for a uniform mixture (the limit T -> inf) set mixing.method='uniform'" if (
+                    name.endswith("temperature") and isinstance(value, float) and math.isinf(value)) else ""
+                raise ConfigError(f"{name} must be a finite number {self.describe()}, got {value!r}{hint}")
         elif self.kind == "str":
             if not isinstance(value, str) or (self.nonempty and not value.strip()):
                 raise ConfigError(f"{name} must be {'non-empty ' if self.nonempty else ''}text, got {value!r}")

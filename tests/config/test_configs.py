@@ -28,8 +28,13 @@ def test_overrides_are_type_checked_and_named():
     assert (c.mixing.temperature, c.batching.max_tokens, c.data.path) == (2.0, 2048, "some/where")
     with pytest.raises(ValueError, match="did you mean temperature"):
         apply_overrides(c, ["mixing.temprature=2"])
-    with pytest.raises(ValueError, match="'batching.max_tokens' is a int"):
-        apply_overrides(c, ["batching.max_tokens=lots"])
+    # in plain words, not ml_collections' ("is a int ... (reference) ... cannot be casted to type <class 'int'>")
+    for value, said in (("lots", "'lots' is text$"), ("1e4", "'1e4' is a number: write 10000$")):
+        with pytest.raises(ValueError, match=f"'batching.max_tokens' takes an integer \\(now 2048\\); {said}") as e:
+            apply_overrides(c, [f"batching.max_tokens={value}"])
+        assert "casted" not in str(e.value) and "class" not in str(e.value)
+    with pytest.raises(ValueError, match="must be a finite number > 0, got inf; for a uniform mixture .*method='uniform'"):
+        babelfeed.build_train_iterator(apply_overrides(c, ["mixing.temperature=inf"]))
     with pytest.raises(ValueError, match="must look like"):
         apply_overrides(c, ["mixing.temperature"])
 
