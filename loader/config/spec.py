@@ -328,6 +328,10 @@ def check_translation_config(config, where: str = "") -> None:
         raise ConfigError(f"{where or 'the config'} is not a translation config: it has no "
                           f"{', '.join(prefix + s for s in missing)} section (see configs/nllb_like.py)")
     validate(config, "translation", where)
+    weights, method = config.mixing.get("weights", ""), config.mixing.get("method", "temperature")
+    if (str(weights).strip() if isinstance(weights, str) else weights) and method != "weights":
+        raise ConfigError(f"{prefix}mixing.weights is set but {prefix}mixing.method is {method!r}, which ignores it: "
+                          f"set {prefix}mixing.method='weights' to use the weights, or leave them empty")
 
 
 def markdown() -> str:

@@ -33,6 +33,8 @@ def test_overrides_are_type_checked_and_named():
         with pytest.raises(ValueError, match=f"'batching.max_tokens' takes an integer \\(now 2048\\); {said}") as e:
             apply_overrides(c, [f"batching.max_tokens={value}"])
         assert "casted" not in str(e.value) and "class" not in str(e.value)
+    with pytest.raises(ValueError, match="mixing.weights is set but mixing.method is 'temperature', which ignores"):
+        babelfeed.build_train_iterator(apply_overrides(babelfeed.load_config("nllb_like"), ["mixing.weights=en-de:1"]))
     with pytest.raises(ValueError, match="must be a finite number > 0, got inf; for a uniform mixture .*method='uniform'"):
         babelfeed.build_train_iterator(apply_overrides(c, ["mixing.temperature=inf"]))
     with pytest.raises(ValueError, match="must look like"):
