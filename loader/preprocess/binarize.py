@@ -789,6 +789,7 @@ def _run(opts, inputs, engine, t0, log) -> dict:
     elapsed = time.perf_counter() - t0
     report = _report(totals, inputs, opts, vocab_size, dtype, elapsed, engine, total_lines)
     report["encode_seconds"] = round(time.perf_counter() - t_encode, 3)  # without SentencePiece training
+    report["warnings"] += _output_warnings(jobs, out, report["inputs"], opts)
     if opts.documents:
         report["documents"] = {"json_keys": list(opts.json_keys), "level": level, "eod": cfg["eod"],
                                "append_eod": cfg["append_eod"],
@@ -857,6 +858,35 @@ def _drop_warnings(entries: list[dict], opts) -> list[str]:
             out.append(f"{e['split']}.{e['key']} lost {dropped:,} of its {n:,} {unit} ({dropped / n:.1%}: {why}), "
                        f"more than --max-dropped {opts.max_dropped:g}: check its files ({', '.join(e['files'][:2])})")
     return out
+
+
+UNK_SHARE = 0.05  # an input more <unk> than this: the SentencePiece model does not cover its text
+
+
+def _output_warnings(jobs: list[ShardJob], out: str, entries: list[dict], opts) -> list[str]:
+    """What the counts table shows but nobody reads: an input whose tokens are largely ``<unk>`` (a model trained
+    on other scripts), and shards left empty (more shards than a small input's kept lines; training under
+    ``data.shards='cycle'`` refuses an empty shard at build)."""
+    out_warnings = []
+    for e in entries:
+        tokens = sum(e.get("tokens", {}).values()) if isinstance(e.get("tokens"), dict) else 0
+        unk = e.get("unk_tokens", 0)
+        if tokens and unk / tokens > UNK_SHARE:
+            fix = ("train one on this data (--train-spm)" if opts.spm_model else
+                   "the characters the trained model left out are rare in the training sample")
+            out_warnings.append(f"{e['split']}.{e['key']}: {unk:,} of its {tokens:,} tokens ({unk / tokens:.1%}) are "
+                                f"<unk>: the SentencePiece model does not cover this text (another script or "
+                                f"language?); {fix}")
+    empty = []
+    for job in jobs:
+        prefix = job.out_prefix(out, job.langs[0])
+        if dataset_exists(prefix) and len(IndexedDataset(prefix, verify="quick")) == 0:
+            empty.append(f"{job.split}.{job.key} shard{job.shard:03d}")
+    if empty:
+        out_warnings.append(f"{len(empty)} shard(s) hold no {'documents' if opts.documents else 'sentences'}: "
+                            f"{', '.join(empty[:5])}{' ...' if len(empty) > 5 else ''} (more shards than kept "
+                            f"lines); data.shards='cycle' refuses an empty shard: binarize with fewer --shards")
+    return out_warnings
 
 
 def format_report(report: dict) -> str:

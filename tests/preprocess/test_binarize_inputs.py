@@ -307,3 +307,26 @@ def test_a_ray_address_where_no_cluster_answers_fails_in_seconds(tmp_path):
     assert out.returncode == 2 and time.monotonic() - t0 < 60, out.stderr[-2000:]
     assert "--ray-address 127.0.0.1:1: no Ray cluster answers there" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_text_the_model_does_not_cover_and_empty_shards_are_warned_about(tmp_path):
+    """A model from another script turned half an input into <unk> with exit 0 (only the raw count showed), and
+    --shards above the kept lines wrote an empty shard that plan refuses under data.shards='cycle' (review)."""
+    from babelfeed.binarize import format_report
+
+    make_raw(tmp_path / "raw", n=300, bad=False)
+    first = binarize(opts(tmp_path / "raw", tmp_path / "out"), log=quiet)
+    assert not first["warnings"]
+    os.makedirs(tmp_path / "ja")
+    ja = [" ".join(chr(0x3042 + (i * 7 + k) % 80) * 3 for k in range(4)) for i in range(300)]
+    (tmp_path / "ja" / "en-ja.en").write_text("".join(f"the cat {i}\n" for i in range(300)))
+    (tmp_path / "ja" / "en-ja.ja").write_text("\n".join(ja) + "\n")
+    os.makedirs(tmp_path / "ja" / "x")
+    (tmp_path / "ja" / "de-fr.de").write_text("ein\n\n\n\n")  # 1 of 4 lines kept, 2 shards
+    (tmp_path / "ja" / "de-fr.fr").write_text("un\n\n\n\n")
+    report = binarize(opts(tmp_path / "ja", tmp_path / "out2", train_spm=None,
+                           spm_model=str(tmp_path / "out" / "spm.model")), log=quiet)
+    text = format_report(report)
+    assert any(w.startswith("train.en-ja: ") and "are <unk>: the SentencePiece model does not cover this text"
+               in w and "--train-spm" in w for w in report["warnings"]), report["warnings"]
+    assert "1 shard(s) hold no sentences: train.de-fr shard001" in text
