@@ -411,6 +411,22 @@ def _sample_for_spm(inputs: list[RawInput], opts: BinarizeOptions, engine) -> li
     return [t for i in range(len(tasks)) for t in results[i]]
 
 
+def _why_no_text(inputs: list[RawInput], opts: BinarizeOptions) -> str:
+    """What the first train record of documents lacks (a --json-keys key no record has), as encoding says it."""
+    from babelfeed.preprocess.documents import _fields
+
+    for inp in inputs:
+        if inp.documents and inp.split.startswith("train") and inp.parts and inp.parts[0].format != "text":
+            path = inp.parts[0].paths[0]
+            with RecordReader(path) as reader:
+                first = reader.take(1)
+            if first:
+                texts, why = _fields(first[0].decode("utf-8", errors="replace"), list(inp.langs))
+                if texts is None:
+                    return f" ({path}: line 1 {why}; --json-keys {','.join(inp.langs)})"
+    return ""
+
+
 def part_keys(inputs, part) -> list[str]:
     for inp in inputs:
         if any(p is part for p in inp.parts):
@@ -422,6 +438,9 @@ def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, lo
     import sentencepiece as spm
 
     sample = _sample_for_spm(inputs, opts, engine or engines.InlineEngine())
+    if not sample:
+        raise BinarizeError(f"no text to train SentencePiece on: the sampled train records hold none"
+                            f"{_why_no_text(inputs, opts)}")
     log(f"training SentencePiece ({opts.spm_model_type}, vocab {opts.train_spm}) on {len(sample):,} sampled "
         f"{'lines of documents' if opts.documents else 'sentences'} (no progress is shown until it ends)")
     t0 = time.perf_counter()

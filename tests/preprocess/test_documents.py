@@ -207,3 +207,15 @@ def test_a_json_key_that_is_not_a_plain_name_is_refused_before_any_work(tmp_path
     with pytest.raises(ValueError, match="--json-keys .* is not a plain key name|--json-keys must name"):
         binarize(opts(tmp_path / "raw", tmp_path / "out", json_keys=(key,)), log=lambda m: None)
     assert not (tmp_path / "out").exists() and not (tmp_path.parent / "x").exists()
+
+
+def test_a_json_key_no_record_has_is_named_when_training_sentencepiece(tmp_path):
+    """--json-keys body with --train-spm gave 'SentencePiece training failed: INTERNAL ... sentences_.empty()';
+    with --spm the encoding named the key (found by a review)."""
+    os.makedirs(tmp_path / "raw")
+    with open(tmp_path / "raw" / "web.jsonl", "w") as f:
+        for i in range(40):
+            f.write(json.dumps({"text": f"document {i} about cats"}) + "\n")
+    with pytest.raises(BinarizeError, match=r"no text to train SentencePiece on: .*web\.jsonl: line 1 has no key "
+                                            r"'body' \(keys: text\); --json-keys body"):
+        binarize(opts(tmp_path / "raw", tmp_path / "out", json_keys=("body",)), log=lambda m: None)
