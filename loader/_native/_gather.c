@@ -64,6 +64,19 @@ static int bus_guard(void) {
     return sigaction(SIGBUS, &mine, &bus_prev);
 }
 
+/* Arm the guard for the copy that follows, or raise and `goto done`. A macro: sigsetjmp must run in the frame of
+ * the function that copies. The copy ends with `bus_jump = NULL`. */
+#define GUARD_COPY(jump, sp)                                                                                    \
+    if (bus_guard() != 0) {                                                                                     \
+        PyErr_SetFromErrno(PyExc_OSError);                                                                      \
+        goto done;                                                                                              \
+    }                                                                                                           \
+    if (sigsetjmp(jump, 1)) {                                                                                   \
+        bus_error(sp);                                                                                          \
+        goto done;                                                                                              \
+    }                                                                                                           \
+    bus_jump = &(jump);
+
 /* Raise MappedReadError(message, byte offset of the faulting address from the space's first byte) */
 static void bus_error(const char *space) {
     long long at = (long long)(bus_addr - (uintptr_t)space);
@@ -170,15 +183,7 @@ static PyObject *fill_rows(PyObject *self, PyObject *args) {
     }
     uint64_t mx = 0;
     sigjmp_buf jump;
-    if (bus_guard() != 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    if (sigsetjmp(jump, 1)) {
-        bus_error(sp);
-        goto done;
-    }
-    bus_jump = &jump;
+    GUARD_COPY(jump, sp)
     for (int64_t r = 0; r < n && r < PREFETCH_ROWS; r++)
         prefetch_span(sp + st[r] * item, bd[r] * item);
     for (int64_t r = 0; r < n; r++) {
@@ -265,15 +270,7 @@ static PyObject *pieces(PyObject *self, PyObject *args) {
         }
     }
     sigjmp_buf jump;
-    if (bus_guard() != 0) {
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    if (sigsetjmp(jump, 1)) {
-        bus_error(sp);
-        goto done;
-    }
-    bus_jump = &jump;
+    GUARD_COPY(jump, sp)
     for (int64_t k = 0; k < n && k < PREFETCH_ROWS; k++)
         prefetch_span(sp + st[k] * item, ln[k] * item);
     for (int64_t k = 0; k < n; k++) {
