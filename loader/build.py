@@ -170,7 +170,9 @@ def _text_exists(root, template: str, split: str, key: str) -> bool:
 
 
 def _cache_dir(config) -> str:
-    return str(config.data.cache_dir).strip() or os.path.join(config.data.path, ".babelfeed-cache")
+    from babelfeed.storage.remote import resolve
+
+    return str(config.data.cache_dir).strip() or os.path.join(resolve(config.data.path), ".babelfeed-cache")
 
 
 def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, object]:

@@ -104,3 +104,13 @@ def atomic_write(path, data: bytes) -> None:
     """Write ``data`` to ``path`` atomically."""
     with atomic_open(path) as f:
         f.write(data)
+
+
+def cache_dir() -> str:
+    """babelfeed's per-user cache folder: ``$BABELFEED_CACHE_DIR``, else ``$XDG_CACHE_HOME/babelfeed`` or
+    ``~/.cache/babelfeed`` (verification stamps, the shadows of remote data folders)."""
+    root = os.environ.get("BABELFEED_CACHE_DIR")
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "babelfeed")
+    return root

@@ -75,6 +75,7 @@ def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body
     n = len(start)
     body = np.asarray(body, dtype=np.int64)
     plen = np.asarray(plen, dtype=np.int64)
+    spaces.fetch(space, start, body)  # (rows of remote files: fetched now unless the prefetcher did already)
     if KERNEL is not None and isinstance(space, (int, np.integer)):  # one space, compiled: the common case, short
         code, tokens = _OUT_CODES.get(np.dtype(dtype)), spaces.tokens(int(space))
         if code and tokens.dtype.char in _SPACE_CODES:
@@ -190,6 +191,7 @@ def scatter(spaces: TokenSpaces, space, start: np.ndarray, length: np.ndarray, o
     dest = np.ascontiguousarray(dest, dtype=np.int64)
     flat = out.reshape(-1)
     code = _OUT_CODES.get(out.dtype)
+    spaces.fetch(space, start, length)
     sids = [int(space)] if np.ndim(space) == 0 else np.unique(space).tolist()
     for sid in sids:
         sel = None if len(sids) == 1 else np.flatnonzero(space == sid)

@@ -104,7 +104,9 @@ class LMIterator(LoaderIterator):
                                 ("num_samples", num_samples, 1), ("vocab_size", vocab_size, 0)):
             at_least(key, value, low)  # (seq_len 0 served (8, 0) batches, or divided by zero)
         cache = IndexCache(cache_dir) if cache_dir else None
-        entries = parse_data_path(data_path)
+        from babelfeed.storage.remote import resolve_prefix
+
+        entries = [(w, resolve_prefix(p)) for w, p in parse_data_path(data_path)]  # (s3://...: local shadows)
         sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache, verify) for _, prefix in entries]
         return cls(sources, [w for w, _ in entries], num_samples, global_batch, rank, world_size, cache,
                    name=split_name, vocab_size=vocab_size)

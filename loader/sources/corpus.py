@@ -73,7 +73,10 @@ class ShardedCorpus:
     """
 
     def __init__(self, root, check: bool = True):
-        self.root = os.fspath(root)
+        from babelfeed.storage.remote import resolve
+
+        self.url = os.fspath(root)  # as given: a local folder, or an object store's (s3://bucket/data_bin)
+        self.root = resolve(self.url)  # a remote folder's local shadow (storage/fetcher.py)
         if not os.path.isdir(self.root):
             raise FileNotFoundError(2, "data_bin directory not found", self.root)
         self.files: list[CorpusFile] = []

@@ -84,7 +84,8 @@ class IndexedDataset(IndexChecks):
         self._recompute = bool(recompute_pointers)
         self._bin_map = None
         # One stat per file: the identity a stamp is checked against, and the sizes the layout is checked with.
-        self._ids = [stamps.identity_of(_stat(self.index_file)), stamps.identity_of(_stat(self.data_file))]
+        self._ids = [stamps.identity_of(_stat(self.index_file)),
+                     stamps.identity_of(_stat(self.data_file), self.data_file)]
         self._facts = stamps.lookup_ids(self.index_file, self._ids)
         if _checked is not None and _checked == self._ids:  # checked by the process that pickled it
             self._facts["verified"] = True

@@ -38,6 +38,8 @@ class TokenSpaces:
             key = (ds.dtype.str, int(ds.token_shift)) if self.flat else len(groups)
             groups.setdefault(key, []).append(ds)
         self._spaces: list[dict] = []
+        self._remote: bool | None = None
+        self._shadows: dict[int, bool] = {}
         for members in groups.values():
             sid = len(self._spaces)
             dtype = members[0].dtype
@@ -53,6 +55,51 @@ class TokenSpaces:
 
     def __len__(self) -> int:
         return len(self._spaces)
+
+    @property
+    def remote(self) -> bool:
+        """Whether some file lies in the shadow of a remote folder (its rows are fetched before they are read)."""
+        if self._remote is None:
+            from .remote import is_shadow
+
+            self._remote = any(is_shadow(ds.data_file) for ds in self._datasets)
+        return self._remote
+
+    def fetch(self, space, start, length) -> None:
+        """Make the tokens ``[start, start + length)`` (addresses of space ``space``, one id or one per row) present:
+        for rows of remote files, the host's fetcher brings their bytes in (a no-op for local data)."""
+        if not self.remote:
+            return
+        from .remote import ensure
+
+        start = np.asarray(start, dtype=np.int64)
+        length = np.asarray(length, dtype=np.int64)
+        sids = [int(space)] if np.ndim(space) == 0 else np.unique(space).tolist()
+        for sid in sids:
+            rows = slice(None) if np.ndim(space) == 0 else np.asarray(space) == sid
+            st, ln = start[rows], length[rows]
+            keep = ln > 0
+            st, ln = st[keep], ln[keep]
+            if not len(st):
+                continue
+            members = self._spaces[sid]["members"]
+            item = self._spaces[sid]["dtype"].itemsize
+            bases = np.array([self._where[id(d)][1] for d in members], np.int64)
+            which = np.searchsorted(bases, st, side="right") - 1
+            for k in np.unique(which).tolist():
+                ds = members[k]
+                sel = which == k
+                if self._shadow(ds):
+                    a = (st[sel] - bases[k]) * item
+                    ensure(ds.data_file, a, a + ln[sel] * item)
+
+    def _shadow(self, ds) -> bool:
+        known = self._shadows.get(id(ds))
+        if known is None:
+            from .remote import is_shadow
+
+            known = self._shadows[id(ds)] = is_shadow(ds.data_file)
+        return known
 
     def check_sizes(self) -> None:
         """Refuse to read on when a ``.bin`` of a mapped space was truncated in place since it was opened (a read

@@ -26,6 +26,8 @@ import json
 import os
 import time
 
+from babelfeed.fileio import cache_dir  # noqa: F401  (part of this module's face)
+
 RACY_SECONDS = 2.0
 _VERSION = 1
 _memo: dict[str, dict] = {}  # stamp file -> its content, once read or written
@@ -33,20 +35,19 @@ _paths: dict[tuple, str] = {}  # (cache folder, absolute index path) -> stamp fi
 _trusted: dict[str, bool] = {}  # stamps folder -> whether only this user can write to it
 
 
-def cache_dir() -> str:
-    root = os.environ.get("BABELFEED_CACHE_DIR")
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "babelfeed")
-    return root
-
-
 def identity(path: str) -> list[int]:
-    return identity_of(os.stat(path))
+    return identity_of(os.stat(path), path)
 
 
-def identity_of(st: os.stat_result) -> list[int]:
-    """What must not change for a stamp to stay valid: device, inode, size, modification and change times."""
+def identity_of(st: os.stat_result, path: str | None = None) -> list[int]:
+    """What must not change for a stamp to stay valid: device, inode, size, modification and change times. A
+    ``.bin`` in the shadow of a remote folder (``storage/remote.py``) leaves its times out: the fetcher writes the
+    ranges batches read into it; the object itself changing gives a new file (a new inode)."""
+    if path is not None and path.endswith(".bin"):
+        from babelfeed.storage.remote import is_shadow
+
+        if is_shadow(path):
+            return [st.st_dev, st.st_ino, st.st_size, 0, 0]
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 

@@ -109,11 +109,20 @@ class IndexChecks:
         if not n:
             return
         sizes = self._index.sizes
-        if self._verify == "full":
+        from .remote import is_shadow
+
+        remote = is_shadow(self.data_file)
+        if self._verify == "full" and not remote:
             picks = None
-        else:
+        else:  # (a remote .bin: the full check would download all of it; its sample is fetched here)
             picks = np.unique(np.concatenate([np.linspace(0, n - 1, min(n, _QUICK_SAMPLES)).astype(np.int64),
                                               np.arange(max(0, n - 4096), n)]))
+        if remote:
+            from .remote import ensure
+
+            last = (self._pointers[picks].astype(np.int64) + (sizes[picks].astype(np.int64) - 1) * self._itemsize)
+            last = last[(sizes[picks] > 0) & (last >= 0) & (last + self._itemsize <= self._bin_size)]
+            ensure(self.data_file, last, last + self._itemsize)
         tokens = self.tokens
         for start in range(0, n if picks is None else len(picks), _CHUNK):
             rows = np.arange(start, min(n, start + _CHUNK)) if picks is None else picks[start:start + _CHUNK]

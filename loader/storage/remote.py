@@ -1,0 +1,177 @@
+"""Remote data folders as local ones: ``local_folder("s3://bucket/data_bin")`` returns the host's shadow of it
+(``storage/fetcher.py``), and ``ensure(path, starts, ends)`` fetches the byte ranges of a shadow ``.bin`` that a
+gather is about to read. Every process of the host talks to the one fetcher process over a Unix socket; none of
+them loads an object-store client itself, so forked DataLoader workers are safe.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from babelfeed.errors import BabelfeedError, DataChangedError
+from babelfeed.fileio import cache_dir
+from babelfeed.storage.objects import ObjectStoreError, is_remote, split_url  # noqa: F401  (this module's face)
+
+START_SECONDS = 20.0  # how long a process waits for the fetcher it started to answer
+
+
+def _cache() -> str:
+    return os.path.abspath(cache_dir())
+
+
+def socket_path(cache: str | None = None) -> str:
+    """The fetcher's socket for this user and cache folder (in the temporary folder: a Unix socket's path must
+    stay under ~100 bytes)."""
+    cache = cache or _cache()
+    key = hashlib.blake2b(cache.encode(), digest_size=8).hexdigest()
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return os.path.join(tempfile.gettempdir(), f"babelfeed-fetcher-{uid}-{key}.sock")
+
+
+_local = threading.local()
+_lock = threading.Lock()
+
+
+def _connect(path: str) -> socket.socket | None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(path)
+        return s
+    except OSError:
+        s.close()
+        return None
+
+
+def _start(cache: str, path: str) -> socket.socket:
+    """Connect to the host's fetcher, starting it first when none answers (one starter at a time: a lock file)."""
+    os.makedirs(os.path.join(cache, "objects"), mode=0o700, exist_ok=True)
+    with open(os.path.join(cache, "objects", "fetcher.lock"), "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        s = _connect(path)
+        if s is not None:
+            return s
+        try:
+            os.unlink(path)  # a socket left by a fetcher that died
+        except OSError:
+            pass
+        log = open(os.path.join(cache, "objects", "fetcher.log"), "ab")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p) if not env.get("PYTHONPATH") else \
+            env["PYTHONPATH"]
+        proc = subprocess.Popen([sys.executable, "-m", "babelfeed.storage.fetcher", path, cache],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
+        log.close()
+        deadline = time.monotonic() + START_SECONDS
+        while time.monotonic() < deadline:
+            s = _connect(path)
+            if s is not None:
+                return s
+            if proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        tail = ""
+        try:
+            with open(os.path.join(cache, "objects", "fetcher.log"), "rb") as f:
+                tail = f.read()[-1500:].decode(errors="replace")
+        except OSError:
+            pass
+        raise BabelfeedError(f"the object-store fetcher did not start (its log, {cache}/objects/fetcher.log, ends: "
+                             f"{tail.strip()[-600:] or 'nothing'})")
+
+
+def _client() -> socket.socket:
+    """This thread's connection to the fetcher (a new one after fork: a child never shares its parent's)."""
+    conn = getattr(_local, "conn", None)
+    if conn is not None and _local.pid == os.getpid():
+        return conn
+    cache = _cache()
+    conn = _start(cache, socket_path(cache))
+    _local.conn, _local.pid = conn, os.getpid()
+    return conn
+
+
+def request(msg: dict) -> dict:
+    from babelfeed.storage.fetcher import receive, send
+
+    for attempt in (0, 1):
+        conn = _client()
+        try:
+            send(conn, msg)
+            reply = receive(conn)
+        except OSError:
+            reply = None
+        if reply is not None:
+            break
+        _local.conn = None  # the fetcher went away (idle exit between two requests): start it again
+        if attempt:
+            raise BabelfeedError("the object-store fetcher closed the connection (see fetcher.log in the cache "
+                                 "folder)")
+    if "error" in reply:
+        raise _rebuilt(reply["error"])
+    return reply
+
+
+def _rebuilt(err: dict) -> Exception:
+    kind, message = err.get("type"), err.get("message", "")
+    if kind == "DataChangedError":
+        return DataChangedError(err.get("path"), err.get("reason") or message)
+    if kind == "ObjectStoreError":
+        return ObjectStoreError(message)
+    if kind == "FileNotFoundError":
+        return FileNotFoundError(message)
+    return BabelfeedError(f"{kind}: {message}")
+
+
+_folders: dict[str, str] = {}  # remote folder URL -> its shadow, mirrored once per process
+
+
+def local_folder(url: str, options: dict | None = None) -> str:
+    """The local shadow folder of remote folder ``url``, mirrored now (small files fetched, ``.bin`` files
+    sparse)."""
+    url = str(url).rstrip("/")
+    with _lock:
+        known = _folders.get(url)
+    if known is not None:
+        return known
+    path = request({"op": "mirror", "url": url, "options": dict(options or {})})["path"]
+    with _lock:
+        _folders[url] = path
+    return path
+
+
+def resolve(path, options: dict | None = None) -> str:
+    """``path`` itself when local; the shadow folder of a remote one."""
+    return local_folder(str(path), options) if is_remote(path) else str(path)
+
+
+def is_shadow(path: str) -> bool:
+    """Whether ``path`` lies in a shadow folder of this host's cache (its bytes are fetched on demand). Decided
+    from the path alone, so a worker process that never mirrored anything knows it too."""
+    return os.path.abspath(path).startswith(os.path.join(_cache(), "objects", ""))
+
+
+def resolve_prefix(prefix) -> str:
+    """A dataset prefix (``DIR/name``, as Megatron's --data-path gives them) with a remote ``DIR`` mirrored."""
+    prefix = str(prefix)
+    if not is_remote(prefix):
+        return prefix
+    folder, _, name = prefix.rstrip("/").rpartition("/")
+    return os.path.join(local_folder(folder), name)
+
+
+def ensure(path: str, starts, ends) -> dict:
+    """Fetch the byte ranges ``[starts, ends)`` of shadow file ``path`` that it does not hold yet."""
+    return request({"op": "ensure", "path": os.path.abspath(path), "starts": [int(x) for x in starts],
+                    "ends": [int(x) for x in ends]})
+
+
+def stats() -> dict:
+    return request({"op": "stats"})
