@@ -162,7 +162,34 @@ class BatchIterator(Reports, LoaderIterator):
         self.total_steps += 1
         return batch
 
+    LOOKAHEAD = 16  # batches of a window whose rows are asked for ahead when the data is remote
+
     def _collate(self, w: int, j: int, weight=None) -> dict:
+        """The j-th batch of window w (this rank's rows of it with split="rows"); ``weight`` (zeros) marks an
+        epoch-padding batch, which counts as nothing. With remote data, the rows of the window's next
+        ``LOOKAHEAD`` batches are then asked for (the plan knows them: they download while this one trains)."""
+        batch = self._collate_one(w, j, weight)
+        if self.collater.sources.spaces.remote:
+            self._look_ahead(w, j)
+        return batch
+
+    def _look_ahead(self, w: int, j: int) -> None:
+        win = self.planner.window(self.epoch, w)
+        if win.packed is not None:
+            return
+        key = (self.epoch, w)
+        done = self._hinted if getattr(self, "_hinted", (None, -1))[0] == key else (key, j)
+        upto = min(j + self.LOOKAHEAD, len(win) - 1)
+        first = max(j + 1, done[1] + 1)
+        if first > upto:
+            return
+        s = self._samples(win, win.batch(first), first)
+        for jj in range(first + 1, upto + 1):
+            s = s.concat(self._samples(win, win.batch(jj), jj))
+        self.collater.hint(s)
+        self._hinted = (key, upto)
+
+    def _collate_one(self, w: int, j: int, weight=None) -> dict:
         """The j-th batch of window w (this rank's rows of it with split="rows"); ``weight`` (zeros) marks an
         epoch-padding batch, which counts as nothing."""
         win = self.planner.window(self.epoch, w)

@@ -32,8 +32,10 @@ import time
 import numpy as np
 
 IDLE_SECONDS = float(os.environ.get("BABELFEED_FETCHER_IDLE", "300"))
-GAP = 16 << 10  # ranges closer than this are fetched as one request (see benchmarks/bench_remote.py)
-LARGEST_REQUEST = 8 << 20  # and no request is longer than this (parallel requests beat one long one)
+# ranges closer than this are fetched as one request, and no request is longer than LARGEST_REQUEST (parallel
+# requests beat one long one); BABELFEED_FETCH_GAP / BABELFEED_FETCH_LARGEST set them (bytes)
+GAP = int(os.environ.get("BABELFEED_FETCH_GAP", 16 << 10))
+LARGEST_REQUEST = int(os.environ.get("BABELFEED_FETCH_LARGEST", 8 << 20))
 SMALL_FILE = 64 << 20  # a non-.bin object up to this size is fetched whole into the shadow
 
 
@@ -152,7 +154,11 @@ class Fetcher:
         self.remotes: dict[str, _Remote] = {}
         self.lock = threading.Lock()
         self.mirror_locks: dict[str, threading.Lock] = {}
-        self.counters = {"requests": 0, "bytes": 0, "ensure_calls": 0, "bytes_asked": 0, "bytes_held_before": 0}
+        self.counters = {"requests": 0, "bytes": 0, "ensure_calls": 0, "bytes_asked": 0}
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(8, thread_name_prefix="ensure")  # files of one request, in parallel
+        self.background = ThreadPoolExecutor(4, thread_name_prefix="hint")  # lookahead fetches
 
     def store(self, root: str, options: dict | None):
         from babelfeed.storage.objects import Store
@@ -245,6 +251,24 @@ class Fetcher:
             c["bytes_asked"] += asked
         return {"requests": len(reqs), "bytes": fetched}
 
+    def ensure_many(self, files: list) -> dict:
+        """:meth:`ensure` for ``[[path, starts, ends], ...]``, the files in parallel."""
+        if len(files) == 1:
+            return self.ensure(*files[0])
+        results = list(self.pool.map(lambda f: self.ensure(*f), files))
+        return {"requests": sum(r["requests"] for r in results), "bytes": sum(r["bytes"] for r in results)}
+
+    def hint(self, files: list) -> None:
+        """Start fetching ``files``' ranges in the background (a batch's gather will ask for them later)."""
+        for f in files:
+            self.background.submit(self._quietly, f)
+
+    def _quietly(self, f) -> None:
+        try:
+            self.ensure(*f)
+        except Exception:  # (the gather's own ensure of these ranges raises it, where it is needed)
+            pass
+
     def stats(self) -> dict:
         with self.lock:
             held = sum(r.held.held for r in self.remotes.values())
@@ -275,7 +299,10 @@ def serve(sock_path: str, cache: str) -> None:
                         if op == "mirror":
                             reply = {"path": fetcher.mirror(msg["url"], msg.get("options"))}
                         elif op == "ensure":
-                            reply = fetcher.ensure(msg["path"], msg["starts"], msg["ends"])
+                            reply = fetcher.ensure_many(msg["files"])
+                        elif op == "hint":
+                            fetcher.hint(msg["files"])
+                            reply = {}
                         elif op == "stats":
                             reply = fetcher.stats()
                         elif op == "ping":

@@ -169,8 +169,20 @@ def resolve_prefix(prefix) -> str:
 
 def ensure(path: str, starts, ends) -> dict:
     """Fetch the byte ranges ``[starts, ends)`` of shadow file ``path`` that it does not hold yet."""
-    return request({"op": "ensure", "path": os.path.abspath(path), "starts": [int(x) for x in starts],
-                    "ends": [int(x) for x in ends]})
+    return ensure_many([[path, [int(x) for x in starts], [int(x) for x in ends]]])
+
+
+def ensure_many(files: list) -> dict:
+    """:func:`ensure` for ``[[path, starts, ends], ...]``, in one request; returns when every range is held."""
+    if not files:
+        return {"requests": 0, "bytes": 0}
+    return request({"op": "ensure", "files": [[os.path.abspath(p), a, b] for p, a, b in files]})
+
+
+def hint(files: list) -> None:
+    """Ask for ``[[path, starts, ends], ...]`` ahead of need: the fetcher starts on them and replies at once."""
+    if files:
+        request({"op": "hint", "files": [[os.path.abspath(p), a, b] for p, a, b in files]})
 
 
 def stats() -> dict:

@@ -65,16 +65,13 @@ class TokenSpaces:
             self._remote = any(is_shadow(ds.data_file) for ds in self._datasets)
         return self._remote
 
-    def fetch(self, space, start, length) -> None:
-        """Make the tokens ``[start, start + length)`` (addresses of space ``space``, one id or one per row) present:
-        for rows of remote files, the host's fetcher brings their bytes in (a no-op for local data)."""
-        if not self.remote:
-            return
-        from .remote import ensure
-
+    def ranges(self, space, start, length) -> list:
+        """``[[path, byte starts, byte ends], ...]``: the bytes of remote files that tokens ``[start, start +
+        length)`` of space ``space`` (one id, or one per row; negative ids are skipped) lie in."""
         start = np.asarray(start, dtype=np.int64)
         length = np.asarray(length, dtype=np.int64)
-        sids = [int(space)] if np.ndim(space) == 0 else np.unique(space).tolist()
+        out = []
+        sids = [int(space)] if np.ndim(space) == 0 else [x for x in np.unique(space).tolist() if x >= 0]
         for sid in sids:
             rows = slice(None) if np.ndim(space) == 0 else np.asarray(space) == sid
             st, ln = start[rows], length[rows]
@@ -88,10 +85,27 @@ class TokenSpaces:
             which = np.searchsorted(bases, st, side="right") - 1
             for k in np.unique(which).tolist():
                 ds = members[k]
-                sel = which == k
-                if self._shadow(ds):
+                if k >= 0 and self._shadow(ds):
+                    sel = which == k
                     a = (st[sel] - bases[k]) * item
-                    ensure(ds.data_file, a, a + ln[sel] * item)
+                    out.append([ds.data_file, a.tolist(), (a + ln[sel] * item).tolist()])
+        return out
+
+    def fetch(self, space, start, length) -> None:
+        """Make the tokens ``[start, start + length)`` (addresses of space ``space``, one id or one per row) present:
+        for rows of remote files, the host's fetcher brings their bytes in, in one request (a no-op for local
+        data)."""
+        if self.remote:
+            from .remote import ensure_many
+
+            ensure_many(self.ranges(space, start, length))
+
+    def hint(self, space, start, length) -> None:
+        """Ask the fetcher to bring these tokens in ahead of their gather, without waiting (the plan's lookahead)."""
+        if self.remote:
+            from .remote import hint
+
+            hint(self.ranges(space, start, length))
 
     def _shadow(self, ds) -> bool:
         known = self._shadows.get(id(ds))

@@ -112,9 +112,11 @@ class IndexChecks:
         from .remote import is_shadow
 
         remote = is_shadow(self.data_file)
-        if self._verify == "full" and not remote:
+        if remote:  # the last 4,096 records (where a zeroed tail shows): one request; all of it would fetch it all
+            picks = np.arange(max(0, n - 4096), n)
+        elif self._verify == "full":
             picks = None
-        else:  # (a remote .bin: the full check would download all of it; its sample is fetched here)
+        else:
             picks = np.unique(np.concatenate([np.linspace(0, n - 1, min(n, _QUICK_SAMPLES)).astype(np.int64),
                                               np.arange(max(0, n - 4096), n)]))
         if remote:

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import babelfeed
+from babelfeed.iterators.translation import BatchIterator
 import golden
 from s3server import s3, s3_env  # noqa: F401  (fixtures)
 from synthetic import config_for, make_data_bin
@@ -59,3 +60,55 @@ def test_lm_batches_from_s3_equal_the_local_copy(tmp_path, s3_env):
         return cfg
 
     same_batches(list(babelfeed.build_iterator(config(root / "lm"))), list(babelfeed.build_iterator(config(url))))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_torch_workers_read_s3_through_the_one_fetcher(tmp_path, s3_env, context):
+    """DataLoader workers (forked: an object-store client in the parent would hang them) gather from the shadow;
+    the host's one fetcher downloads each byte once."""
+    pytest.importorskip("torch")
+    from babelfeed.adapters.torch import BatchLoader
+    from babelfeed.storage import remote
+
+    local = tmp_path / "data_bin"
+    make_data_bin(local)
+    url = s3_env.upload(str(local), "bkt", "w/data_bin")
+    mine = list(babelfeed.build_train_iterator(config_for(local, data__shards="all")))
+    loader = BatchLoader(config_for(url, data__shards="all"), num_workers=2, multiprocessing_context=context,
+                         tensors=False)
+    theirs = [b for b in loader]
+    same_batches(mine, theirs)
+    st = remote.stats()
+    assert st["bytes"] <= sum(p.stat().st_size for p in local.rglob("*.bin"))  # no byte fetched twice
+
+
+def test_an_object_replaced_in_the_store_mid_run_is_refused_by_name(tmp_path, s3_env, monkeypatch):
+    """The fetcher reads every range with the ETag the job opened as a precondition: a .bin replaced in the
+    store (same size) is refused at its next range, never mixed with the bytes fetched before."""
+    monkeypatch.setenv("BABELFEED_FETCH_GAP", "128")  # neighbouring rows only: the rest is fetched as batches ask
+    monkeypatch.setattr(BatchIterator, "LOOKAHEAD", 2)
+    local = tmp_path / "data_bin"
+    make_data_bin(local, directions={"aaa-bbb": [6000], "aaa-ccc": [100]}, valid=False)  # (the open check reads
+    # the last 4,096 records' ends: the first rows of aaa-bbb are left to the batches)
+    url = s3_env.upload(str(local), "bkt", "r/data_bin")
+    it = babelfeed.build_train_iterator(config_for(url, data__shards="all"))
+    next(it)
+    victim = next(p for p in sorted(local.rglob("*.bin")) if "aaa-bbb" in p.name)
+    key = f"r/data_bin/{victim.relative_to(local).as_posix()}"
+    s3_env.client().put_object(Bucket="bkt", Key=key, Body=victim.read_bytes()[::-1])  # same size, new ETag
+    with pytest.raises(babelfeed.DataChangedError, match=rf"s3://bkt/{key}: changed in the store while the job "
+                                                         rf"reads it"):
+        for _ in it:
+            pass
+
+
+def test_a_missing_bucket_or_prefix_is_one_line_naming_it(tmp_path, s3_env, capsys):
+    from babelfeed.tools.cli import main
+
+    s3_env.client().create_bucket(Bucket="empty")
+    assert main(["inspect", "s3://empty/nothing/here"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "s3://empty/nothing/here: no objects under this prefix" in err[0], err
+    assert main(["inspect", "s3://no-such-bucket/data"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "s3://no-such-bucket" in err[0] and "Traceback" not in err[0], err
