@@ -113,7 +113,9 @@ def _translation_config(path, overrides, loaded=None):
     config, where = translation_section(_load(path, overrides) if loaded is None else loaded, os.fspath(path))
     check_known_keys(config, where)
     check_translation_config(config, where)
-    if not os.path.isdir(config.data.path):
+    from babelfeed.storage.objects import is_remote
+
+    if not is_remote(config.data.path) and not os.path.isdir(config.data.path):
         key = f"{where}.data.path" if where else "data.path"
         raise FileNotFoundError(2, f"data_bin directory not found (the config's {key}; --config.{key}=DIR sets it)",
                                 config.data.path)
