@@ -270,9 +270,18 @@ class Fetcher:
             pass
 
     def stats(self) -> dict:
+        """A flat dict of numbers (TensorBoard and W&B take it as it is): requests and bytes fetched, what was
+        asked for, bytes held in the shadows, and the latency of ranged requests (ms, p50/p90/p99)."""
         with self.lock:
             held = sum(r.held.held for r in self.remotes.values())
-            return {**self.counters, "bytes_held": held, "files": len(self.remotes)}
+            lat = []
+            for store in self.stores.values():
+                del store.latencies[:-10_000]
+                lat += store.latencies
+            out = {**self.counters, "bytes_held": held, "files": len(self.remotes)}
+        for q in (50, 90, 99):
+            out[f"latency_p{q}_ms"] = round(float(np.percentile(lat, q)) * 1e3, 3) if lat else 0.0
+        return out
 
 
 def _error(e: BaseException) -> dict:

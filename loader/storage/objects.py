@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from datetime import timedelta
 
 from babelfeed.errors import BabelfeedError, DataChangedError
@@ -114,6 +115,7 @@ class Store:
         self._store = None
         self.requests = 0
         self.bytes = 0
+        self.latencies: list[float] = []  # seconds per ranged request (the fetcher keeps the last 10,000)
 
     @property
     def store(self):
@@ -190,12 +192,15 @@ class Store:
         import obstore
 
         async def one(a: int, b: int):
-            return await obstore.get_async(self.store, key, options={"range": (a, b),
-                                                                      **({"if_match": etag} if etag else {})})
+            t0 = time.perf_counter()
+            got = await obstore.get_async(self.store, key, options={"range": (a, b),
+                                                                     **({"if_match": etag} if etag else {})})
+            body = await got.bytes_async()
+            self.latencies.append(time.perf_counter() - t0)
+            return body
 
         async def all_of():
-            results = await asyncio.gather(*[one(a, b) for a, b in ranges], return_exceptions=True)
-            return [r if isinstance(r, BaseException) else await r.bytes_async() for r in results]
+            return await asyncio.gather(*[one(a, b) for a, b in ranges], return_exceptions=True)
 
         out = asyncio.run(all_of())
         data = []

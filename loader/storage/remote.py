@@ -176,7 +176,11 @@ def ensure_many(files: list) -> dict:
     """:func:`ensure` for ``[[path, starts, ends], ...]``, in one request; returns when every range is held."""
     if not files:
         return {"requests": 0, "bytes": 0}
-    return request({"op": "ensure", "files": [[os.path.abspath(p), a, b] for p, a, b in files]})
+    t0 = time.perf_counter()
+    got = request({"op": "ensure", "files": [[os.path.abspath(p), a, b] for p, a, b in files]})
+    _waited["seconds"] += time.perf_counter() - t0
+    _waited["calls"] += 1
+    return got
 
 
 def hint(files: list) -> None:
@@ -185,5 +189,18 @@ def hint(files: list) -> None:
         request({"op": "hint", "files": [[os.path.abspath(p), a, b] for p, a, b in files]})
 
 
+_waited = {"seconds": 0.0, "calls": 0}  # this process's time blocked on the fetcher (a gather waiting for bytes)
+
+
 def stats() -> dict:
+    """The host fetcher's counters (:meth:`Fetcher.stats`)."""
     return request({"op": "stats"})
+
+
+def telemetry() -> dict:
+    """A flat dict of numbers for a training loop's logger: ``fetch/...`` from the host's fetcher, and
+    ``fetch/wait_seconds``: how long this process's gathers waited on bytes not yet fetched."""
+    got = {f"fetch/{k}": v for k, v in stats().items()}
+    got["fetch/wait_seconds"] = round(_waited["seconds"], 6)
+    got["fetch/wait_calls"] = _waited["calls"]
+    return got

@@ -41,6 +41,9 @@ def test_translation_batches_from_s3_equal_the_local_copy(tmp_path, s3_env):
 
     got = remote.stats()
     assert got["bytes"] > 0 and got["requests"] > 0
+    flat = remote.telemetry()  # a flat dict of numbers, as loggers take it
+    assert all(isinstance(v, (int, float)) for v in flat.values()) and flat["fetch/latency_p50_ms"] > 0
+    assert flat["fetch/wait_seconds"] > 0 and flat["fetch/bytes_held"] == got["bytes"]
     # a second epoch, and a new iterator, read what is held: nothing fetched again
     again = list(babelfeed.build_train_iterator(config_for(url, data__shards="all")))
     same_batches(mine, again)
