@@ -29,7 +29,8 @@ _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://([^/]+)(?:/(.*))?$")
 
 # How long a request may keep failing (5xx, throttling, timeouts, dropped connections) before it is an error:
 # retries with exponential backoff and jitter inside this bound, then one error naming the object and range.
-RETRY_SECONDS = 120.0
+# (BABELFEED_FETCH_RETRY_SECONDS sets the bound)
+RETRY_SECONDS = float(os.environ.get("BABELFEED_FETCH_RETRY_SECONDS", 120.0))
 MAX_RETRIES = 10
 
 

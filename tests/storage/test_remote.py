@@ -115,3 +115,46 @@ def test_a_missing_bucket_or_prefix_is_one_line_naming_it(tmp_path, s3_env, caps
     assert main(["inspect", "s3://no-such-bucket/data"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "s3://no-such-bucket" in err[0] and "Traceback" not in err[0], err
+
+
+@pytest.mark.parametrize("fault", ["503", "cut"])
+def test_throttling_and_bodies_cut_short_are_retried_and_never_served(tmp_path, s3_env, monkeypatch, fault):
+    """Through a proxy that answers 503 (SlowDown) to a third of the requests or cuts a third of the bodies short:
+    the batches are still the local copy's, bit for bit (a short body is retried or refused, never served)."""
+    from s3proxy import FaultProxy
+
+    local = tmp_path / "data_bin"
+    make_data_bin(local)
+    url = s3_env.upload(str(local), "bkt", f"f{fault}/data_bin")
+    proxy = FaultProxy(s3_env.port, fail_rate=0.33 if fault == "503" else 0.0,
+                       cut_rate=0.33 if fault == "cut" else 0.0, seed=3)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("BABELFEED_FETCH_GAP", "128")  # many small requests, so that faults land on some
+    try:
+        mine = list(babelfeed.build_train_iterator(config_for(local, data__shards="all")))
+        theirs = list(babelfeed.build_train_iterator(config_for(url, data__shards="all")))
+    finally:
+        proxy.stop()
+    same_batches(mine, theirs)
+    assert proxy.counts["failed" if fault == "503" else "cut"] > 3, proxy.counts
+
+
+def test_a_store_that_keeps_failing_is_one_error_naming_the_object_within_the_bound(tmp_path, s3_env, monkeypatch):
+    import time
+
+    from s3proxy import FaultProxy
+
+    local = tmp_path / "data_bin"
+    make_data_bin(local)
+    url = s3_env.upload(str(local), "bkt", "down/data_bin")
+    proxy = FaultProxy(s3_env.port, fail_rate=1.0)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("BABELFEED_FETCH_RETRY_SECONDS", "2")
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(babelfeed.BabelfeedError, match=r"s3://bkt/down/data_bin.*failed after retries for up "
+                                                           r"to 2 s") as err:
+            babelfeed.build_train_iterator(config_for(url, data__shards="all"))
+    finally:
+        proxy.stop()
+    assert time.monotonic() - t0 < 30 and "testing" not in str(err.value)  # bounded; no credential in it

@@ -1,0 +1,88 @@
+"""A small HTTP proxy on the loopback in front of the test S3 server, for faults and latency: a fixed delay per
+request, a bandwidth cap, 503 answers at a chosen rate, and bodies cut short. Plain Python (threads), started
+and stopped by the test; it forwards to 127.0.0.1 only."""
+
+import http.client
+import http.server
+import random
+import socketserver
+import threading
+import time
+
+
+class FaultProxy:
+    def __init__(self, upstream_port: int, latency: float = 0.0, fail_rate: float = 0.0, cut_rate: float = 0.0,
+                 bandwidth: float = 0.0, seed: int = 0):
+        self.upstream_port = upstream_port
+        self.latency, self.fail_rate, self.cut_rate, self.bandwidth = latency, fail_rate, cut_rate, bandwidth
+        self.rng = random.Random(seed)
+        self.lock = threading.Lock()
+        self.counts = {"requests": 0, "failed": 0, "cut": 0, "bytes": 0}
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _forward(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                with proxy.lock:
+                    proxy.counts["requests"] += 1
+                    fail = proxy.rng.random() < proxy.fail_rate
+                    cut = proxy.rng.random() < proxy.cut_rate and self.command == "GET"
+                if proxy.latency:
+                    time.sleep(proxy.latency)
+                if fail:
+                    with proxy.lock:
+                        proxy.counts["failed"] += 1
+                    msg = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                conn = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                headers["Host"] = f"127.0.0.1:{proxy.upstream_port}"
+                conn.request(self.command, self.path, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                conn.close()
+                self.send_response(resp.status)
+                for k, v in resp.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if cut and len(data) > 1:
+                    with proxy.lock:
+                        proxy.counts["cut"] += 1
+                    self.wfile.write(data[: len(data) // 2])  # promised more: the connection closes early
+                    self.close_connection = True
+                    return
+                if proxy.bandwidth:
+                    time.sleep(len(data) / proxy.bandwidth)
+                self.wfile.write(data)
+                with proxy.lock:
+                    proxy.counts["bytes"] += len(data)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _forward
+
+        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+            daemon_threads = True
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
