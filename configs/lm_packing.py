@@ -20,4 +20,11 @@ def get_config() -> ml_collections.ConfigDict:
     c.vocab_size = 0  # the tokenizer's vocabulary: every token id must be below it (0: unchecked)
     c.verify = "full"  # every index checked once per file (remembered by a stamp); "quick": O(1) checks only
     c.cache_dir = "build/cache"  # blend and sample indexes (.npy, keyed by a hash of their inputs)
+    # data_path prefixes may be in an object store ("0.3 s3://bucket/web 0.7 s3://bucket/books"); what is empty
+    # here comes from the environment (AWS_ENDPOINT_URL, AWS_DEFAULT_REGION, AWS_PROFILE, AWS_ALLOW_HTTP)
+    c.storage = ml_collections.ConfigDict()
+    c.storage.endpoint = ""
+    c.storage.region = ""
+    c.storage.profile = ""
+    c.storage.allow_http = False
     return c

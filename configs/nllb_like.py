@@ -26,6 +26,13 @@ def get_config() -> ml_collections.ConfigDict:
     c.data.noise_by_task = ""  # per task: "eng_Latn=span_mask:ratio=0.3,mask_id=<unk>|eng_Latn-deu_Latn=..."
     c.data.cache_dir = ""  # computed indexes (raw-text line offsets, lengths); "": DATA/.babelfeed-cache
     c.data.length_cache_mb = 512  # in-memory copies of sentence lengths for fast planning (0: off)
+    # data.path may be an object store's folder ("s3://bucket/data_bin", gs://, az://); what is empty here comes
+    # from the environment as for every S3 tool (AWS_ENDPOINT_URL, AWS_DEFAULT_REGION, AWS_PROFILE, AWS_ALLOW_HTTP)
+    c.data.storage = ml_collections.ConfigDict()
+    c.data.storage.endpoint = ""  # e.g. "http://minio.lan:9000"
+    c.data.storage.region = ""
+    c.data.storage.profile = ""  # a profile of ~/.aws/config (needs boto3)
+    c.data.storage.allow_http = False  # plain-http endpoints (a store on the LAN or the loopback)
 
     c.filter = ml_collections.ConfigDict()
     c.filter.max_source_positions = 1024  # prefixes and </s> included

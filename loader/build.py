@@ -169,6 +169,15 @@ def _text_exists(root, template: str, split: str, key: str) -> bool:
                for lang in {src, tgt})
 
 
+def _storage(section) -> None:
+    """An object store's settings (``data.storage``; ``storage`` in an LM config) for the remote folders it
+    names."""
+    if "storage" in section:
+        from babelfeed.storage.remote import configure
+
+        configure(section.storage.to_dict() if hasattr(section.storage, "to_dict") else section.storage)
+
+
 def _cache_dir(config) -> str:
     from babelfeed.storage.remote import resolve
 
@@ -177,6 +186,7 @@ def _cache_dir(config) -> str:
 
 def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, object]:
     d = config.data
+    _storage(d)
     corpus = ShardedCorpus(d.path, check=False)  # the sides of what is used are checked as they are opened
     dictionary = corpus.dictionary()
     if _tasks(config):
@@ -385,6 +395,7 @@ def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str 
     check_known_keys(config)
     check_translation_config(config)
     split = split or config.data.valid_split
+    _storage(config.data)
     corpus = ShardedCorpus(config.data.path, check=False)
     available = set(corpus.directions(split)) | set(corpus.monolingual(split))
     if _tasks(config):  # every task corpus with validation data (raw-text ones: where the template's file exists)
@@ -414,11 +425,16 @@ def _check_lm_config(config) -> None:
     validate(config, "lm")
 
 
+def _check_lm_config_and_storage(config) -> None:
+    _check_lm_config(config)
+    _storage(config)
+
+
 def _install_lm_check() -> None:
     """``LMIterator.from_config`` checks its config with the spec (a layer above the LM iterator)."""
     from babelfeed.lm.iterator import LMIterator
 
-    LMIterator.check_config = staticmethod(_check_lm_config)
+    LMIterator.check_config = staticmethod(_check_lm_config_and_storage)
 
 
 _install_lm_check()

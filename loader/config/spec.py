@@ -127,6 +127,16 @@ def _weights(name: str, value) -> None:
                 raise ConfigError(f"{name} entry {item!r} must be 'direction:weight' with a weight >= 0")
 
 
+# An object store's settings (data.path = "s3://bucket/data_bin"); each empty one is taken from the environment
+# as every S3 tool takes it (AWS_ENDPOINT_URL, AWS_DEFAULT_REGION, AWS_PROFILE, AWS_ALLOW_HTTP)
+STORAGE: tuple = (
+    Key("storage.endpoint", "str", "", "object store endpoint URL ('': AWS_ENDPOINT_URL, else the store's own)"),
+    Key("storage.region", "str", "", "the bucket's region ('': AWS_REGION / AWS_DEFAULT_REGION)"),
+    Key("storage.profile", "str", "", "an AWS profile of ~/.aws/config ('': AWS_PROFILE; needs boto3)"),
+    Key("storage.allow_http", "bool", False, "plain-http endpoints (a store on the LAN or the loopback); "
+        "AWS_ALLOW_HTTP=true does the same"),
+)
+
 SEED = Key("seed", "int", 1, "every draw, order and shuffle derives from it (fairseq mode: its --seed)", 0, 2**32)
 
 TRANSLATION: tuple[Key, ...] = (
@@ -150,6 +160,7 @@ TRANSLATION: tuple[Key, ...] = (
     Key("data.noise_by_task", "str", "", "per task: 'eng_Latn=span_mask:ratio=0.3,mask_id=<unk>|...'"),
     Key("data.cache_dir", "str", "", "computed indexes (raw-text line offsets, lengths); '': DATA/.babelfeed-cache"),
     Key("data.length_cache_mb", "int", 512, "in-memory copies of sentence lengths for fast planning (0: off)", 0),
+    *(Key(f"data.{k.path}", k.kind, k.default, k.doc, k.low, k.high, k.choices) for k in STORAGE),
     Key("filter.max_source_positions", "int", 1024, "longest source kept, prefixes and </s> included", 1, LONGEST + 1),
     Key("filter.max_target_positions", "int", 1024, "longest target kept", 1, LONGEST + 1),
     Key("filter.on_too_long", "str", "skip", "train: 'skip' (counted, reported) or 'raise'", choices=ON_TOO_LONG),
@@ -213,6 +224,7 @@ LM: tuple[Key, ...] = (
     Key("verify", "str", "full", "'full': every index checked once per file; 'quick': O(1) checks only",
         choices=VERIFY),
     Key("cache_dir", "str", "build/cache", "blend and sample indexes (.npy, keyed by a hash of their inputs)"),
+    *STORAGE,
 )
 
 TABLES = {"translation": TRANSLATION, "lm": LM}

@@ -131,6 +131,14 @@ def _rebuilt(err: dict) -> Exception:
 
 
 _folders: dict[str, str] = {}  # remote folder URL -> its shadow, mirrored once per process
+_options: dict = {}  # a config's storage section (data.storage), for the folders it names
+
+
+def configure(options) -> None:
+    """Take a config's storage section (endpoint, region, profile, allow_http; empty ones left to the
+    environment) for the remote folders opened from now on in this process."""
+    global _options
+    _options = {k: v for k, v in dict(options or {}).items() if v not in ("", None, False)}
 
 
 def local_folder(url: str, options: dict | None = None) -> str:
@@ -141,7 +149,7 @@ def local_folder(url: str, options: dict | None = None) -> str:
         known = _folders.get(url)
     if known is not None:
         return known
-    path = request({"op": "mirror", "url": url, "options": dict(options or {})})["path"]
+    path = request({"op": "mirror", "url": url, "options": dict(options if options is not None else _options)})["path"]
     with _lock:
         _folders[url] = path
     return path

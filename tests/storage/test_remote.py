@@ -158,3 +158,15 @@ def test_a_store_that_keeps_failing_is_one_error_naming_the_object_within_the_bo
     finally:
         proxy.stop()
     assert time.monotonic() - t0 < 30 and "testing" not in str(err.value)  # bounded; no credential in it
+
+
+def test_the_config_storage_section_names_the_endpoint(tmp_path, s3_env, monkeypatch):
+    """data.storage.endpoint and allow_http, for a store the environment does not name."""
+    local = tmp_path / "data_bin"
+    make_data_bin(local)
+    url = s3_env.upload(str(local), "bkt", "cfg/data_bin")
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    monkeypatch.delenv("AWS_ALLOW_HTTP")
+    cfg = config_for(url, data__shards="all", data__storage__endpoint=s3_env.endpoint, data__storage__allow_http=True)
+    same_batches(list(babelfeed.build_train_iterator(config_for(local, data__shards="all"))),
+                 list(babelfeed.build_train_iterator(cfg)))
