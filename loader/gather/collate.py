@@ -152,7 +152,7 @@ class Collater:
             out[group, 1] = c.addresses(local[group], "tgt")
         return out
 
-    def hint(self, s) -> None:
+    def hint(self, s, due: float | None = None) -> None:
         """Ask for the tokens of planned samples ``s`` ahead of their gather (rows of remote data: the host's
         fetcher starts on them now). Each side's whole row, prefix tokens included (a few bytes more)."""
         spaces = self.sources.spaces
@@ -166,7 +166,7 @@ class Collater:
         if files:
             from babelfeed.storage.remote import hint
 
-            hint(files)
+            hint(files, due)
 
     def _addr(self, s) -> np.ndarray:
         return s.addr if s.addr is not None else self.addresses(s.comp, s.local)

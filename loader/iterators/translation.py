@@ -168,10 +168,19 @@ class BatchIterator(Reports, LoaderIterator):
         """The j-th batch of window w (this rank's rows of it with split="rows"); ``weight`` (zeros) marks an
         epoch-padding batch, which counts as nothing. With remote data, the rows of the window's next
         ``LOOKAHEAD`` batches are then asked for (the plan knows them: they download while this one trains)."""
+        remote = self.collater.sources.spaces.remote
+        if remote:
+            from babelfeed.storage.remote import set_clock
+
+            set_clock(self._clock(w, j))
         batch = self._collate_one(w, j, weight)
-        if self.collater.sources.spaces.remote:
+        if remote:
             self._look_ahead(w, j)
         return batch
+
+    def _clock(self, w: int, j: int) -> float:
+        """Batch j of window w of this epoch on one scale (the fetcher's cache keeps what is due soonest)."""
+        return float(self.epoch * 2**42 + w * 2**21 + j)
 
     def _look_ahead(self, w: int, j: int) -> None:
         win = self.planner.window(self.epoch, w)
@@ -183,10 +192,8 @@ class BatchIterator(Reports, LoaderIterator):
         first = max(j + 1, done[1] + 1)
         if first > upto:
             return
-        s = self._samples(win, win.batch(first), first)
-        for jj in range(first + 1, upto + 1):
-            s = s.concat(self._samples(win, win.batch(jj), jj))
-        self.collater.hint(s)
+        for jj in range(first, upto + 1):
+            self.collater.hint(self._samples(win, win.batch(jj), jj), self._clock(w, jj))
         self._hinted = (key, upto)
 
     def _collate_one(self, w: int, j: int, weight=None) -> dict:

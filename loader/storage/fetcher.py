@@ -20,6 +20,7 @@ survive ``fork``), on a Unix socket only this user can open; it exits after ``ID
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import os
 import socket
@@ -37,6 +38,23 @@ IDLE_SECONDS = float(os.environ.get("BABELFEED_FETCHER_IDLE", "300"))
 GAP = int(os.environ.get("BABELFEED_FETCH_GAP", 16 << 10))
 LARGEST_REQUEST = int(os.environ.get("BABELFEED_FETCH_LARGEST", 8 << 20))
 SMALL_FILE = 64 << 20  # a non-.bin object up to this size is fetched whole into the shadow
+
+
+BLOCK = 4096  # the file-system block: the cache counts, and gives back, whole blocks
+
+
+def cache_limit(cache: str) -> int:
+    """The bytes the shadows may hold: ``BABELFEED_FETCH_CACHE_MB``, else a quarter of the free space of the
+    cache's file system (at most 64 GiB, at least 256 MiB)."""
+    mb = os.environ.get("BABELFEED_FETCH_CACHE_MB")
+    if mb:
+        return int(float(mb) * (1 << 20))
+    try:
+        st = os.statvfs(cache)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = 4 << 30
+    return int(min(max(free // 4, 256 << 20), 64 << 30))
 
 
 def shadow_root(cache: str, url: str) -> str:
@@ -69,28 +87,62 @@ def _exactly(sock: socket.socket, n: int) -> bytes | None:
     return b"".join(parts)
 
 
-# ------------------------------------------------------------------------------------------------ intervals
-class Intervals:
-    """Disjoint sorted byte ranges ``[a, b)`` (what a sparse shadow file holds)."""
+# ------------------------------------------------------------------------------------------------ pieces
+class Piece:
+    """A byte range of a shadow file as one request fetched it: what the cache holds, evicts and pins."""
+
+    __slots__ = ("remote", "a", "b", "dues", "used", "pins", "alive")
+
+    def __init__(self, remote, a: int, b: int):
+        self.remote, self.a, self.b = remote, a, b
+        self.dues: list = []  # heap: the batch clocks at which hints said it is needed
+        self.used = 0.0  # when a gather last asked for it (monotonic seconds)
+        self.pins = 0  # connections whose last ensure covered it: they may be reading it now
+        self.alive = True  # held (False once evicted)
+
+    @property
+    def blocks(self) -> range:
+        """The file-system blocks (``BLOCK`` bytes) it lies in."""
+        return range(self.a // BLOCK, (self.b - 1) // BLOCK + 1)
+
+    def next_due(self) -> float:
+        return self.dues[0] if self.dues else float("inf")
+
+
+class Pieces:
+    """The held pieces of one shadow file: disjoint, sorted by start."""
 
     def __init__(self):
-        self.a = np.zeros(0, np.int64)
-        self.b = np.zeros(0, np.int64)
+        self.starts: list[int] = []
+        self.items: list[Piece] = []
+
+    def overlapping(self, a: int, b: int) -> list[Piece]:
+        import bisect
+
+        k = max(bisect.bisect_right(self.starts, a) - 1, 0)
+        out = []
+        while k < len(self.items) and self.items[k].a < b:
+            if self.items[k].b > a:
+                out.append(self.items[k])
+            k += 1
+        return out
 
     def missing(self, a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
         """The parts of ranges ``[a, b)`` not held, merged, in order."""
+        import bisect
+
         order = np.argsort(a, kind="stable")
         out: list[list[int]] = []
         for s, e in zip(a[order].tolist(), b[order].tolist()):
             if e <= s:
                 continue
-            k = int(np.searchsorted(self.b, s, side="right"))  # first held range ending after s
+            k = max(bisect.bisect_right(self.starts, s) - 1, 0)
             while s < e:
-                if k < len(self.a) and self.a[k] <= s:
-                    s = max(s, int(self.b[k]))
+                if k < len(self.items) and self.items[k].a <= s:
+                    s = max(s, self.items[k].b)
                     k += 1
                     continue
-                stop = e if k >= len(self.a) else min(e, int(self.a[k]))
+                stop = e if k >= len(self.items) else min(e, self.items[k].a)
                 if out and out[-1][1] >= s:
                     out[-1][1] = max(out[-1][1], stop)
                 else:
@@ -98,23 +150,47 @@ class Intervals:
                 s = stop
         return [(x, y) for x, y in out]
 
-    def add(self, ranges: list[tuple[int, int]]) -> None:
-        if not ranges:
-            return
-        a = np.concatenate([self.a, np.array([r[0] for r in ranges], np.int64)])
-        b = np.concatenate([self.b, np.array([r[1] for r in ranges], np.int64)])
-        order = np.argsort(a, kind="stable")
-        a, b = a[order], b[order]
-        reach = np.maximum.accumulate(b)
-        new = np.ones(len(a), bool)
-        new[1:] = a[1:] > reach[:-1]  # a range starting past everything before it opens a new run
-        starts = np.flatnonzero(new)
-        self.a = a[starts]
-        self.b = reach[np.append(starts[1:] - 1, len(a) - 1)]  # each run ends at the furthest end within it
+    def add(self, piece: Piece) -> None:
+        import bisect
+
+        k = bisect.bisect_left(self.starts, piece.a)
+        self.starts.insert(k, piece.a)
+        self.items.insert(k, piece)
+
+    def remove(self, piece: Piece) -> None:
+        import bisect
+
+        k = bisect.bisect_left(self.starts, piece.a)
+        while self.items[k] is not piece:
+            k += 1
+        del self.starts[k]
+        del self.items[k]
 
     @property
     def held(self) -> int:
-        return int((self.b - self.a).sum())
+        return sum(p.b - p.a for p in self.items)
+
+
+_PUNCH = None
+
+
+def punch_hole(fd: int, offset: int, length: int) -> bool:
+    """Give a sparse file's blocks back (``fallocate(PUNCH_HOLE | KEEP_SIZE)``); False where unsupported."""
+    global _PUNCH
+    if _PUNCH is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            f = libc.fallocate
+            f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
+            _PUNCH = f
+        except (OSError, AttributeError):
+            _PUNCH = False
+    if not _PUNCH:
+        return False
+    return _PUNCH(fd, 0x02 | 0x01, offset, length) == 0  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 
 
 def requests_for(missing: list[tuple[int, int]], gap: int = GAP, largest: int = LARGEST_REQUEST
@@ -142,9 +218,71 @@ class _Remote:
 
     def __init__(self, store, key: str, size: int, etag: str, path: str):
         self.store, self.key, self.size, self.etag, self.path = store, key, size, etag, path
-        self.held = Intervals()
+        self.held = Pieces()
+        self.blocks: dict[int, int] = {}  # block -> held pieces in it (the disk the shadow takes)
         self.lock = threading.Lock()
         self.fd = os.open(path, os.O_WRONLY)
+
+    def take(self, piece: Piece) -> int:
+        """Hold ``piece``; returns the bytes of blocks it newly occupies."""
+        self.held.add(piece)
+        new = 0
+        for blk in piece.blocks:
+            n = self.blocks.get(blk, 0)
+            new += BLOCK if n == 0 else 0
+            self.blocks[blk] = n + 1
+        return new
+
+    def cluster(self, piece: Piece, most: int = 64) -> list | None:
+        """``piece`` and the held pieces that share a block with it, and theirs (at most ``most``): dropped
+        together, their blocks come free. None when one of them is pinned, or the group grows past ``most``."""
+        group, todo, seen = [], [piece], {id(piece)}
+        while todo:
+            p = todo.pop()
+            if p.pins:
+                return None
+            group.append(p)
+            if len(group) > most:
+                return None
+            for blk in (p.blocks[0], p.blocks[-1]):  # (inner blocks are its own)
+                if self.blocks.get(blk, 0) > 1:
+                    for q in self.held.overlapping(blk * BLOCK, (blk + 1) * BLOCK):
+                        if id(q) not in seen:
+                            seen.add(id(q))
+                            todo.append(q)
+        return group
+
+    def drop(self, piece: Piece) -> int:
+        """Let ``piece`` go, giving back the blocks no held piece lies in (a hole punched); returns their bytes,
+        or -1 where the file system cannot punch holes (nothing is dropped then). Bytes of a dropped piece left
+        in a block another piece holds stay there unheld: the next ensure of them fetches them again."""
+        free = [blk for blk in piece.blocks if self.blocks.get(blk, 0) == 1]
+        runs = []
+        for blk in free:
+            if runs and runs[-1][1] == blk:
+                runs[-1][1] = blk + 1
+            else:
+                runs.append([blk, blk + 1])
+        for a, b in runs:
+            if not punch_hole(self.fd, a * BLOCK, (b - a) * BLOCK):
+                return -1
+        self.held.remove(piece)
+        piece.alive = False
+        for blk in piece.blocks:
+            n = self.blocks[blk] - 1
+            if n:
+                self.blocks[blk] = n
+            else:
+                del self.blocks[blk]
+        return len(free) * BLOCK
+
+
+class Client:
+    """One connection's pins: the pieces its last ``ensure`` covered, which it may be reading now. They are
+    released at its next ``ensure`` (a thread gathers one batch at a time) or when it disconnects."""
+
+    def __init__(self):
+        self.pinned: list[Piece] = []
 
 
 class Fetcher:
@@ -154,7 +292,10 @@ class Fetcher:
         self.remotes: dict[str, _Remote] = {}
         self.lock = threading.Lock()
         self.mirror_locks: dict[str, threading.Lock] = {}
-        self.counters = {"requests": 0, "bytes": 0, "ensure_calls": 0, "bytes_asked": 0}
+        self.counters = {"requests": 0, "bytes": 0, "ensure_calls": 0, "bytes_asked": 0, "evicted_bytes": 0,
+                         "hits": 0, "misses": 0}
+        self.limit = cache_limit(cache)
+        self.held_bytes = 0  # the disk the held pieces take (4 KiB blocks)
         from concurrent.futures import ThreadPoolExecutor
 
         self.pool = ThreadPoolExecutor(8, thread_name_prefix="ensure")  # files of one request, in parallel
@@ -227,21 +368,47 @@ class Fetcher:
             os.replace(tmp, manifest_path)
         return local
 
-    def ensure(self, path: str, starts: list[int], ends: list[int]) -> dict:
-        """Fetch what the shadow ``path`` lacks of byte ranges ``[starts, ends)``; returns what it cost."""
+    def ensure(self, path: str, starts: list[int], ends: list[int], client: Client | None = None,
+               clock: float | None = None, due: float | None = None) -> dict:
+        """Fetch what the shadow ``path`` lacks of byte ranges ``[starts, ends)``; returns what it cost.
+
+        ``client``: the asking connection, which pins the pieces (nothing it may be reading is evicted);
+        ``clock``: the batch it gathers (hints due at or before it are spent); ``due``: for a hint, the batch
+        that will read these ranges (the cache evicts what is needed farthest ahead, or never again)."""
         remote = self.remotes.get(path)
         if remote is None:
             raise FileNotFoundError(2, "not a remote file of this fetcher (mirror its folder first)", path)
         a = np.asarray(starts, np.int64)
         b = np.minimum(np.asarray(ends, np.int64), remote.size)
+        now = time.monotonic()
         with remote.lock:  # (one object's ranges at a time: a range two processes ask for is fetched once)
             missing = remote.held.missing(a, b)
             asked = int(np.maximum(b - a, 0).sum())
             reqs = requests_for(missing)
+            if reqs and remote.held.items:  # a request bridging a gap never spans a held piece: pieces stay
+                # disjoint, so a hole punched for one never zeroes bytes another still holds
+                reqs = remote.held.missing(np.array([r[0] for r in reqs], np.int64),
+                                           np.array([r[1] for r in reqs], np.int64))
             got = remote.store.get_ranges(remote.key, reqs, remote.etag or None) if reqs else []
-            for (s, _), data in zip(reqs, got):
+            cost = 0
+            for (s, e), data in zip(reqs, got):
                 os.pwrite(remote.fd, data, s)
-            remote.held.add(reqs)
+                cost += remote.take(Piece(remote, s, e))
+            touched = []
+            for s, e in zip(a.tolist(), b.tolist()):
+                if e > s:
+                    touched += remote.held.overlapping(s, e)
+            for piece in {id(p): p for p in touched}.values():
+                if due is not None:
+                    heapq.heappush(piece.dues, due)
+                else:
+                    piece.used = now
+                    if clock is not None:
+                        while piece.dues and piece.dues[0] <= clock:
+                            heapq.heappop(piece.dues)
+                    if client is not None:
+                        piece.pins += 1
+                        client.pinned.append(piece)
         fetched = sum(e - s for s, e in reqs)
         with self.lock:
             c = self.counters
@@ -249,23 +416,68 @@ class Fetcher:
             c["requests"] += len(reqs)
             c["bytes"] += fetched
             c["bytes_asked"] += asked
+            c["misses" if reqs else "hits"] += 1
+            self.held_bytes += cost
+            over = self.held_bytes > self.limit
+        if over:
+            self.evict()
         return {"requests": len(reqs), "bytes": fetched}
 
-    def ensure_many(self, files: list) -> dict:
-        """:meth:`ensure` for ``[[path, starts, ends], ...]``, the files in parallel."""
+    def release(self, client: Client) -> None:
+        """The client has read what its last ensure covered."""
+        for piece in client.pinned:
+            with piece.remote.lock:
+                piece.pins -= 1
+        client.pinned = []
+
+    def evict(self) -> None:
+        """Bring the held bytes under the limit (to 90% of it): first what no hint says is needed again, least
+        recently used first, then what is needed farthest ahead; never a pinned piece (read now). The blocks go
+        back to the file system (a hole punched in the sparse file)."""
+        with self.lock:
+            target = int(self.limit * 0.9)
+            if self.held_bytes <= self.limit:
+                return
+            pieces = [p for r in self.remotes.values() for p in r.held.items]
+        pieces.sort(key=lambda p: (-p.next_due(), p.used))
+        freed = 0
+        for piece in pieces:
+            if self.held_bytes - freed <= target:
+                break
+            remote = piece.remote
+            with remote.lock:
+                if not piece.alive:
+                    continue
+                group = remote.cluster(piece)  # (the pieces sharing its blocks go with it: blocks come free)
+                if group is None:
+                    continue  # one of them is pinned (being read)
+                for p in group:
+                    gone = remote.drop(p)
+                    if gone < 0:
+                        return  # (no hole punching here: the cache keeps what it has)
+                    freed += gone
+        with self.lock:
+            self.held_bytes -= freed
+            self.counters["evicted_bytes"] += freed
+
+    def ensure_many(self, files: list, client: Client | None = None, clock: float | None = None) -> dict:
+        """:meth:`ensure` for ``[[path, starts, ends], ...]``, the files in parallel; the client's pins of its
+        previous request are released first."""
+        if client is not None:
+            self.release(client)
         if len(files) == 1:
-            return self.ensure(*files[0])
-        results = list(self.pool.map(lambda f: self.ensure(*f), files))
+            return self.ensure(*files[0], client=client, clock=clock)
+        results = list(self.pool.map(lambda f: self.ensure(*f, client=client, clock=clock), files))
         return {"requests": sum(r["requests"] for r in results), "bytes": sum(r["bytes"] for r in results)}
 
-    def hint(self, files: list) -> None:
+    def hint(self, files: list, due: float | None = None) -> None:
         """Start fetching ``files``' ranges in the background (a batch's gather will ask for them later)."""
         for f in files:
-            self.background.submit(self._quietly, f)
+            self.background.submit(self._quietly, f, due)
 
-    def _quietly(self, f) -> None:
+    def _quietly(self, f, due) -> None:
         try:
-            self.ensure(*f)
+            self.ensure(*f, due=float("inf") if due is None else due)
         except Exception:  # (the gather's own ensure of these ranges raises it, where it is needed)
             pass
 
@@ -273,12 +485,15 @@ class Fetcher:
         """A flat dict of numbers (TensorBoard and W&B take it as it is): requests and bytes fetched, what was
         asked for, bytes held in the shadows, and the latency of ranged requests (ms, p50/p90/p99)."""
         with self.lock:
-            held = sum(r.held.held for r in self.remotes.values())
+            held = self.held_bytes
+            pinned = len({(id(r), blk) for r in self.remotes.values() for p in r.held.items if p.pins
+                          for blk in p.blocks}) * BLOCK
             lat = []
             for store in self.stores.values():
                 del store.latencies[:-10_000]
                 lat += store.latencies
-            out = {**self.counters, "bytes_held": held, "files": len(self.remotes)}
+            out = {**self.counters, "bytes_held": held, "bytes_pinned": pinned, "cache_limit": self.limit,
+                   "files": len(self.remotes)}
         for q in (50, 90, 99):
             out[f"latency_p{q}_ms"] = round(float(np.percentile(lat, q)) * 1e3, 3) if lat else 0.0
         return out
@@ -298,6 +513,7 @@ def serve(sock_path: str, cache: str) -> None:
         def handle(self):
             with guard:
                 state["clients"] += 1
+            client = Client()
             try:
                 while True:
                     msg = receive(self.request)
@@ -308,9 +524,9 @@ def serve(sock_path: str, cache: str) -> None:
                         if op == "mirror":
                             reply = {"path": fetcher.mirror(msg["url"], msg.get("options"))}
                         elif op == "ensure":
-                            reply = fetcher.ensure_many(msg["files"])
+                            reply = fetcher.ensure_many(msg["files"], client, msg.get("clock"))
                         elif op == "hint":
-                            fetcher.hint(msg["files"])
+                            fetcher.hint(msg["files"], msg.get("due"))
                             reply = {}
                         elif op == "stats":
                             reply = fetcher.stats()
@@ -322,6 +538,7 @@ def serve(sock_path: str, cache: str) -> None:
                         reply = {"error": _error(e)}
                     send(self.request, reply)
             finally:
+                fetcher.release(client)
                 with guard:
                     state["clients"] -= 1
                     state["last"] = time.monotonic()

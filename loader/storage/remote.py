@@ -185,16 +185,24 @@ def ensure_many(files: list) -> dict:
     if not files:
         return {"requests": 0, "bytes": 0}
     t0 = time.perf_counter()
-    got = request({"op": "ensure", "files": [[os.path.abspath(p), a, b] for p, a, b in files]})
+    got = request({"op": "ensure", "files": [[os.path.abspath(p), a, b] for p, a, b in files],
+                   "clock": getattr(_local, "clock", None)})
     _waited["seconds"] += time.perf_counter() - t0
     _waited["calls"] += 1
     return got
 
 
-def hint(files: list) -> None:
-    """Ask for ``[[path, starts, ends], ...]`` ahead of need: the fetcher starts on them and replies at once."""
+def hint(files: list, due: float | None = None) -> None:
+    """Ask for ``[[path, starts, ends], ...]`` ahead of need: the fetcher starts on them and replies at once.
+    ``due``: the clock (:func:`set_clock`) of the batch that will read them, so that the cache keeps them and
+    evicts what is needed later, or never again."""
     if files:
-        request({"op": "hint", "files": [[os.path.abspath(p), a, b] for p, a, b in files]})
+        request({"op": "hint", "files": [[os.path.abspath(p), a, b] for p, a, b in files], "due": due})
+
+
+def set_clock(clock: float | None) -> None:
+    """The batch this thread gathers next, on the scale of ``hint``'s ``due`` (hints due by then are spent)."""
+    _local.clock = clock
 
 
 _waited = {"seconds": 0.0, "calls": 0}  # this process's time blocked on the fetcher (a gather waiting for bytes)
