@@ -82,6 +82,7 @@ class IndexedDataset(IndexChecks):
         self.data_file = data_path(prefix)
         self._verify = verify
         self._recompute = bool(recompute_pointers)
+        self._remote: bool | None = None  # whether the .bin is a remote file's shadow (looked up on first read)
         self._bin_map = None
         # One stat per file: the identity a stamp is checked against, and the sizes the layout is checked with.
         self._ids = [stamps.identity_of(_stat(self.index_file)),
@@ -256,6 +257,15 @@ class IndexedDataset(IndexChecks):
             length = size - offset
         if length < 0 or offset + length > size:
             raise IndexError(f"{self.prefix}: length {length} at offset {offset} runs past record {i} of {size} tokens")
+        if self._remote is None:
+            from .remote import is_shadow
+
+            self._remote = is_shadow(self.data_file)
+        if self._remote and length:  # a remote .bin's shadow: its bytes are fetched before they are read
+            from .remote import ensure
+
+            a = ptr + offset * self._itemsize
+            ensure(self.data_file, [a], [a + length * self._itemsize])
         out = np.frombuffer(self._bin, dtype=self.dtype, count=length, offset=ptr + offset * self._itemsize)
         if self._index.token_shift:
             out = out - np.asarray(self._index.token_shift, dtype=self.dtype)

@@ -226,3 +226,19 @@ def test_requests_never_span_a_held_piece():
         assert all(b1 <= a2 for (_, b1), (a2, _) in zip(pieces, pieces[1:])), pieces
         assert remote.held.missing(np.array([900]), np.array([1300])) == []
         os.close(remote.fd)
+
+
+def test_records_read_one_by_one_from_a_remote_folder_are_fetched_first(tmp_path, s3_env):
+    """IndexedDataset.get on a shadow .bin (what preview, trace's text and tools read) fetches the record before
+    reading it: a hole would read as zeros."""
+    local = tmp_path / "data_bin"
+    make_data_bin(local)
+    url = s3_env.upload(str(local), "bkt", "one/data_bin")
+    corpus = babelfeed.ShardedCorpus(url)
+    mine = babelfeed.ShardedCorpus(local)
+    rng = np.random.default_rng(0)
+    for f, g in zip(corpus.files, mine.files):
+        assert (f.split, f.direction, f.lang, f.shard) == (g.split, g.direction, g.lang, g.shard)
+        a, b = babelfeed.IndexedDataset(f.prefix), babelfeed.IndexedDataset(g.prefix)
+        for i in rng.choice(len(a), min(len(a), 5), replace=False).tolist():
+            assert np.array_equal(a.get(i), b.get(i))
