@@ -242,3 +242,21 @@ def test_records_read_one_by_one_from_a_remote_folder_are_fetched_first(tmp_path
         a, b = babelfeed.IndexedDataset(f.prefix), babelfeed.IndexedDataset(g.prefix)
         for i in rng.choice(len(a), min(len(a), 5), replace=False).tolist():
             assert np.array_equal(a.get(i), b.get(i))
+
+
+def test_the_command_line_inspects_plans_and_traces_an_s3_folder(tmp_path, s3_env, capsys):
+    from babelfeed.tools.cli import main
+
+    local = tmp_path / "data_bin"
+    make_data_bin(local)
+    url = s3_env.upload(str(local), "bkt", "cli/data_bin")
+    sets = ["--set", f"data.path={url}", "--set", "filter.max_source_positions=128",
+            "--set", "filter.max_target_positions=128", "--set", "batching.max_tokens=512"]
+    assert main(["inspect", url]) == 0
+    assert "aaa-bbb" in capsys.readouterr().out
+    assert main(["plan", "nllb_like", *sets]) == 0
+    assert "padding efficiency" in capsys.readouterr().out
+    assert main(["trace", "nllb_like", *sets, "--step", "3"]) == 0
+    out = capsys.readouterr().out
+    assert main(["trace", "nllb_like", "--set", f"data.path={local}", *sets[2:], "--step", "3"]) == 0
+    assert capsys.readouterr().out == out  # the same samples as from the local copy
