@@ -219,6 +219,7 @@ class _Remote:
     def __init__(self, store, key: str, size: int, etag: str, path: str):
         self.store, self.key, self.size, self.etag, self.path = store, key, size, etag, path
         self.held = Pieces()
+        self.flying: list[Piece] = []  # ranges a request is fetching now (others asking for them wait)
         self.blocks: dict[int, int] = {}  # block -> held pieces in it (the disk the shadow takes)
         self.lock = threading.Lock()
         self.fd = os.open(path, os.O_WRONLY)
@@ -381,47 +382,81 @@ class Fetcher:
         a = np.asarray(starts, np.int64)
         b = np.minimum(np.asarray(ends, np.int64), remote.size)
         now = time.monotonic()
-        with remote.lock:  # (one object's ranges at a time: a range two processes ask for is fetched once)
-            missing = remote.held.missing(a, b)
-            asked = int(np.maximum(b - a, 0).sum())
-            reqs = requests_for(missing)
-            if reqs and remote.held.items:  # a request bridging a gap never spans a held piece: pieces stay
-                # disjoint, so a hole punched for one never zeroes bytes another still holds
-                reqs = remote.held.missing(np.array([r[0] for r in reqs], np.int64),
-                                           np.array([r[1] for r in reqs], np.int64))
-            got = remote.store.get_ranges(remote.key, reqs, remote.etag or None) if reqs else []
-            cost = 0
-            for (s, e), data in zip(reqs, got):
-                os.pwrite(remote.fd, data, s)
-                cost += remote.take(Piece(remote, s, e))
-            touched = []
-            for s, e in zip(a.tolist(), b.tolist()):
-                if e > s:
-                    touched += remote.held.overlapping(s, e)
-            for piece in {id(p): p for p in touched}.values():
-                if due is not None:
-                    heapq.heappush(piece.dues, due)
-                else:
-                    piece.used = now
-                    if clock is not None:
-                        while piece.dues and piece.dues[0] <= clock:
-                            heapq.heappop(piece.dues)
-                    if client is not None:
-                        piece.pins += 1
-                        client.pinned.append(piece)
-        fetched = sum(e - s for s, e in reqs)
+        asked = int(np.maximum(b - a, 0).sum())
+        fetched = requests = cost = 0
+        for _ in range(8):  # (a range another request fetches is waited for; one evicted meanwhile, fetched again)
+            with remote.lock:
+                missing = remote.held.missing(a, b)
+                if not missing:  # every range held: pinned while the lock says so
+                    self._touch(remote, a, b, client, clock, due, now)
+                    break
+                flying = Pieces()
+                for f in remote.flying:
+                    flying.add(f)
+                waits = {id(f.dues): f.dues for f in remote.flying if any(f.a < e and s < f.b for s, e in missing)}
+                mine = flying.missing(np.array([m[0] for m in missing], np.int64),
+                                      np.array([m[1] for m in missing], np.int64))
+                reqs = requests_for(mine)
+                if reqs:  # a request bridging a gap never spans a held or flying piece: pieces stay disjoint,
+                    # so a hole punched for one never zeroes bytes another still holds
+                    for taken in (remote.held, flying):
+                        if taken.items:
+                            reqs = taken.missing(np.array([r[0] for r in reqs], np.int64),
+                                                 np.array([r[1] for r in reqs], np.int64))
+                done = threading.Event()
+                mine_flying = [Piece(None, x, y) for x, y in reqs]
+                for f in mine_flying:
+                    f.dues = done  # (a flying piece's dues slot holds the event its waiters wait on)
+                    remote.flying.append(f)
+            if reqs:  # the network, outside the lock: gathers of held ranges of this file go on meanwhile
+                try:
+                    got = remote.store.get_ranges(remote.key, reqs, remote.etag or None)
+                    with remote.lock:
+                        for (x, y), data in zip(reqs, got):
+                            os.pwrite(remote.fd, data, x)
+                            cost += remote.take(Piece(remote, x, y))
+                finally:
+                    with remote.lock:
+                        remote.flying = [f for f in remote.flying if f.dues is not done]
+                    done.set()
+                requests += len(reqs)
+                fetched += sum(y - x for x, y in reqs)
+            for event in waits.values():
+                event.wait()
+        else:
+            raise RuntimeError(f"{remote.store.url(remote.key)}: the ranges asked for could not be held (evicted "
+                               f"as fast as they were fetched: raise BABELFEED_FETCH_CACHE_MB)")
         with self.lock:
             c = self.counters
             c["ensure_calls"] += 1
-            c["requests"] += len(reqs)
+            c["requests"] += requests
             c["bytes"] += fetched
             c["bytes_asked"] += asked
-            c["misses" if reqs else "hits"] += 1
+            c["misses" if requests else "hits"] += 1
             self.held_bytes += cost
             over = self.held_bytes > self.limit
         if over:
             self.evict()
-        return {"requests": len(reqs), "bytes": fetched}
+        return {"requests": requests, "bytes": fetched}
+
+    @staticmethod
+    def _touch(remote, a, b, client, clock, due, now) -> None:
+        """Record a use (pins, the clock) or a hint's due on the held pieces under ``[a, b)`` (lock held)."""
+        touched = []
+        for x, y in zip(a.tolist(), b.tolist()):
+            if y > x:
+                touched += remote.held.overlapping(x, y)
+        for piece in {id(p): p for p in touched}.values():
+            if due is not None:
+                heapq.heappush(piece.dues, due)
+            else:
+                piece.used = now
+                if clock is not None:
+                    while piece.dues and piece.dues[0] <= clock:
+                        heapq.heappop(piece.dues)
+                if client is not None:
+                    piece.pins += 1
+                    client.pinned.append(piece)
 
     def release(self, client: Client) -> None:
         """The client has read what its last ensure covered."""
