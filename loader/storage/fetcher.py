@@ -193,10 +193,12 @@ def punch_hole(fd: int, offset: int, length: int) -> bool:
     return _PUNCH(fd, 0x02 | 0x01, offset, length) == 0  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 
 
-def requests_for(missing: list[tuple[int, int]], gap: int = GAP, largest: int = LARGEST_REQUEST
+def requests_for(missing: list[tuple[int, int]], gap: int | None = None, largest: int | None = None
                  ) -> list[tuple[int, int]]:
     """Missing ranges joined into requests: neighbours less than ``gap`` apart become one, none longer than
-    ``largest`` (a long range is cut into parallel pieces)."""
+    ``largest`` (a long range is cut into parallel pieces). Defaults: ``GAP`` and ``LARGEST_REQUEST``."""
+    gap = GAP if gap is None else gap
+    largest = LARGEST_REQUEST if largest is None else largest
     out: list[list[int]] = []
     for a, b in missing:
         if out and a - out[-1][1] < gap and b - out[-1][0] <= largest:
