@@ -257,6 +257,8 @@ class Collater:
         lengths = length if lengths_sorted else length[order]
         out = side.padded(self.sources.spaces, comp[order], start[order], lengths, width, left_pad, o.pad,
                           np.dtype(o.dtype), prev_eos, None if raw else largest)
+        if self.sources.spaces.remote:  # (while the fetched rows are pinned: before the next side's fetch)
+            self._check_ends(side, comp[order], start[order], lengths)
         if prev_eos is not None:
             out, prev = out
         if raw:
@@ -267,6 +269,27 @@ class Collater:
                 out[rows] = o.pad
                 gather.from_ragged(out, rows, seg.tokens, seg.lengths, left_pad)
         return out if prev_eos is None else (out, prev)
+
+    def _check_ends(self, side: _Side, comp, start, length) -> None:
+        """Rows of remote data end with ``</s>``, each checked as it is fetched (a local ``.bin`` is checked
+        whole at open; a remote one would have to be downloaded whole for that): a row that does not is a
+        damaged object or one that belongs to another index, refused naming the file and the byte."""
+        spaces = self.sources.spaces
+        body = np.asarray(length, np.int64) - side.plen[comp]
+        sid = side.space[comp]
+        keep = (sid >= 0) & (body > 0)
+        for s in np.unique(sid[keep]).tolist():
+            sel = np.flatnonzero(keep & (sid == s))
+            last = np.asarray(start, np.int64)[sel] + body[sel] - 1
+            values = spaces.tokens(s)[last].astype(np.int64) - spaces.shift(s)
+            bad = np.flatnonzero(values != self.opts.eos)
+            if bad.size:
+                k = int(sel[bad[0]])
+                c = self.sources.components[int(comp[k])]
+                ds = c.src if side is self.src or c.tgt is None else c.tgt
+                raise FormatError(getattr(ds, "data_file", c.key),
+                                  f"a row of {c.key} (shard {c.shard}) ends with token {int(values[bad[0]])}, not "
+                                  f"</s> (id {self.opts.eos}): the object is damaged or belongs to another index")
 
     def _segment(self, comp, local, ids, epoch: int, src_len, tgt_len) -> tuple[dict, dict]:
         """Raw-text rows, segmented now (within their planned lengths): per component, (rows, prefix + pieces)

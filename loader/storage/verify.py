@@ -111,10 +111,10 @@ class IndexChecks:
         sizes = self._index.sizes
         from .remote import is_shadow
 
-        remote = is_shadow(self.data_file)
-        if remote:  # the last 4,096 records (where a zeroed tail shows): one request; all of it would fetch it all
-            picks = np.arange(max(0, n - 4096), n)
-        elif self._verify == "full":
+        if is_shadow(self.data_file):  # a remote .bin: every row is checked as the gather fetches it (collate's
+            return  # _check_ends); checking here would fetch the file's records one request per file at open
+        remote = False
+        if self._verify == "full":
             picks = None
         else:
             picks = np.unique(np.concatenate([np.linspace(0, n - 1, min(n, _QUICK_SAMPLES)).astype(np.int64),

@@ -129,7 +129,6 @@ def test_throttling_and_bodies_cut_short_are_retried_and_never_served(tmp_path, 
     proxy = FaultProxy(s3_env.port, fail_rate=0.33 if fault == "503" else 0.0,
                        cut_rate=0.33 if fault == "cut" else 0.0, seed=3)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
-    monkeypatch.setenv("BABELFEED_FETCH_GAP", "128")  # many small requests, so that faults land on some
     try:
         mine = list(babelfeed.build_train_iterator(config_for(local, data__shards="all")))
         theirs = list(babelfeed.build_train_iterator(config_for(url, data__shards="all")))
@@ -177,7 +176,7 @@ def test_a_cache_smaller_than_the_data_evicts_and_the_batches_stay_exact(tmp_pat
     what a gather may be reading), counts the disk in 4 KiB blocks and keeps near its limit, and the batches are
     still the local copy's, every leaf. (Here every batch touches most blocks of the data, so the cache thrashes:
     correctness, not speed; benchmarks/bench_remote.py measures the cache at sizes that fit a lookahead.)"""
-    monkeypatch.setenv("BABELFEED_FETCH_CACHE_MB", "0.25")
+    monkeypatch.setenv("BABELFEED_FETCH_CACHE_MB", "0.08")
     monkeypatch.setenv("BABELFEED_FETCH_GAP", "2048")
     monkeypatch.setattr(BatchIterator, "LOOKAHEAD", 2)
     local = tmp_path / "data_bin"
@@ -261,3 +260,21 @@ def test_the_command_line_inspects_plans_and_traces_an_s3_folder(tmp_path, s3_en
     out = capsys.readouterr().out
     assert main(["trace", "nllb_like", "--set", f"data.path={local}", *sets[2:], "--step", "3"]) == 0
     assert capsys.readouterr().out == out  # the same samples as from the local copy
+
+
+def test_a_remote_row_that_does_not_end_with_eos_is_refused_naming_the_file(tmp_path, s3_env):
+    """A remote .bin is not read whole at open (that would download it): each row's </s> is checked as the
+    gather fetches it, so a damaged object is refused by name instead of served."""
+    local = tmp_path / "data_bin"
+    make_data_bin(local, valid=False)
+    victim = next(p for p in sorted(local.rglob("*.bin")) if p.name == "train.aaa-bbb.bbb.bin")
+    ds = babelfeed.IndexedDataset(str(victim)[:-4])
+    ptr, size = ds._span(7)
+    data = bytearray(victim.read_bytes())
+    data[ptr + (size - 1) * 2: ptr + size * 2] = (0).to_bytes(2, "little")  # record 7 ends with <s>, not </s>
+    victim.write_bytes(bytes(data))
+    url = s3_env.upload(str(local), "bkt", "bad/data_bin")
+    with pytest.raises(babelfeed.FormatError, match=r"train\.aaa-bbb\.bbb\.bin: a row of aaa-bbb \(shard 0\) ends "
+                                                    r"with token 0, not </s>"):
+        for _ in babelfeed.build_train_iterator(config_for(url, data__shards="all")):
+            pass
