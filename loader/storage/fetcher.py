@@ -338,6 +338,7 @@ class Fetcher:
                 raise ObjectStoreError(f"{url}: no objects under this prefix (a data folder holds dict.txt and "
                                        f".idx/.bin files)")
             new_manifest = {}
+            wanted = []  # small files to fetch whole
             for key, size, etag in objects:
                 rel = key[len(prefix):].lstrip("/") if prefix else key
                 if not rel or rel.startswith(".") or "/." in rel or ".." in rel.split("/"):
@@ -359,12 +360,10 @@ class Fetcher:
                 elif not same:
                     if size > SMALL_FILE:
                         continue  # (a large file babelfeed does not read: not mirrored)
-                    data = store.get(key, etag=etag or None, size=size)
-                    tmp = f"{path}.{os.getpid()}.partial"
-                    with open(tmp, "wb") as f:
-                        f.write(data)
-                    os.replace(tmp, path)
+                    wanted.append((key, etag, size, path))
                 new_manifest[rel] = {"size": size, "etag": etag}
+            for _ in self.pool.map(lambda w: _whole(store, *w), wanted):  # (the small files, in parallel)
+                pass
             tmp = f"{manifest_path}.{os.getpid()}.partial"
             with open(tmp, "w") as f:
                 json.dump({**new_manifest, **{"": {"url": url, "size": 0, "etag": ""}}}, f)
@@ -534,6 +533,15 @@ class Fetcher:
         for q in (50, 90, 99):
             out[f"latency_p{q}_ms"] = round(float(np.percentile(lat, q)) * 1e3, 3) if lat else 0.0
         return out
+
+
+def _whole(store, key: str, etag: str, size: int, path: str) -> None:
+    """A small object fetched whole into ``path`` (written aside, renamed into place)."""
+    data = store.get(key, etag=etag or None, size=size)
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.partial"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
 
 
 def _error(e: BaseException) -> dict:
