@@ -41,13 +41,23 @@ _lock = threading.Lock()
 
 
 def _connect(path: str) -> socket.socket | None:
+    """A connection to the fetcher at ``path``, or None. The socket's path is in the shared temporary folder, so
+    the process at the other end must be this user's (its credentials, from the kernel), or it is refused."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.connect(path)
-        return s
     except OSError:
         s.close()
         return None
+    if hasattr(socket, "SO_PEERCRED") and hasattr(os, "getuid"):
+        import struct
+
+        _, uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        if uid != os.getuid():
+            s.close()
+            raise BabelfeedError(f"{path}: the fetcher's socket is served by another user's process (uid {uid}): "
+                                 f"refused; set BABELFEED_CACHE_DIR to a folder of your own or remove the socket")
+    return s
 
 
 def _start(cache: str, path: str) -> socket.socket:

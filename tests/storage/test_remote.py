@@ -278,3 +278,34 @@ def test_a_remote_row_that_does_not_end_with_eos_is_refused_naming_the_file(tmp_
                                                     r"with token 0, not </s>"):
         for _ in babelfeed.build_train_iterator(config_for(url, data__shards="all")):
             pass
+
+
+def test_a_fetcher_socket_served_by_another_user_is_refused(tmp_path, monkeypatch):
+    """The socket lies in the shared temporary folder under a predictable name: a process of another user
+    listening there first would serve our gathers. The kernel's peer credentials decide."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from babelfeed.storage import remote
+
+    if os.getuid() != 0:
+        pytest.skip("needs root to start a listener as another user (CI runs as root)")
+    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(tmp_path / "cache"))
+    path = remote.socket_path()
+    code = (f"import os, socket, time; s = socket.socket(socket.AF_UNIX); os.setuid(65534); "
+            f"s.bind({path!r}); s.listen(1); print('ready', flush=True); time.sleep(30)")
+    if os.path.exists(path):
+        os.unlink(path)
+    os.chmod(tmp_path, 0o777)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        with pytest.raises(babelfeed.BabelfeedError, match="served by another user's process"):
+            remote._connect(path)
+    finally:
+        child.kill()
+        child.wait()
+        if os.path.exists(path):
+            os.unlink(path)
