@@ -114,3 +114,20 @@ def cache_dir() -> str:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(base, "babelfeed")
     return root
+
+
+def private_folders(folder: str) -> None:
+    """``os.makedirs(folder)`` with every folder it makes 0700 (makedirs gives only the last one its mode: the
+    cache folder itself came out 0777 under umask 000)."""
+    missing = []
+    while folder and not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for f in reversed(missing):
+        try:
+            os.mkdir(f, 0o700)  # (the umask only takes bits away)
+        except FileExistsError:
+            pass

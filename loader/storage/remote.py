@@ -17,7 +17,7 @@ import threading
 import time
 
 from babelfeed.errors import BabelfeedError, DataChangedError
-from babelfeed.fileio import cache_dir
+from babelfeed.fileio import cache_dir, private_folders
 from babelfeed.storage.objects import ObjectStoreError, is_remote, split_url  # noqa: F401  (this module's face)
 
 START_SECONDS = 20.0  # how long a process waits for the fetcher it started to answer
@@ -62,7 +62,7 @@ def _connect(path: str) -> socket.socket | None:
 
 def _start(cache: str, path: str) -> socket.socket:
     """Connect to the host's fetcher, starting it first when none answers (one starter at a time: a lock file)."""
-    os.makedirs(os.path.join(cache, "objects"), mode=0o700, exist_ok=True)
+    private_folders(os.path.join(cache, "objects"))  # (every folder it makes 0700: the shadows are the user's)
     with open(os.path.join(cache, "objects", "fetcher.lock"), "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         s = _connect(path)

@@ -26,7 +26,7 @@ import json
 import os
 import time
 
-from babelfeed.fileio import cache_dir  # noqa: F401  (part of this module's face)
+from babelfeed.fileio import cache_dir, private_folders  # noqa: F401  (cache_dir: part of this module's face)
 
 RACY_SECONDS = 2.0
 _VERSION = 1
@@ -151,20 +151,7 @@ def _sound(stamp) -> bool:
 
 
 def _private_folders(folder: str) -> None:
-    """``os.makedirs(folder)`` with every folder it makes 0700 (makedirs gives only the last one its mode: the
-    cache folder itself came out 0777 under umask 000)."""
-    missing = []
-    while folder and not os.path.isdir(folder):
-        missing.append(folder)
-        parent = os.path.dirname(folder)
-        if parent == folder:
-            break
-        folder = parent
-    for f in reversed(missing):
-        try:
-            os.mkdir(f, 0o700)  # (the umask only takes bits away)
-        except FileExistsError:
-            pass
+    private_folders(folder)
 
 
 def record_ids(idx_path: str, ids: list, **facts) -> None:

@@ -44,6 +44,11 @@ def test_translation_batches_from_s3_equal_the_local_copy(tmp_path, s3_env):
     flat = remote.telemetry()  # a flat dict of numbers, as loggers take it
     assert all(isinstance(v, (int, float)) for v in flat.values()) and flat["fetch/latency_p50_ms"] > 0
     assert flat["fetch/wait_seconds"] > 0 and flat["fetch/bytes_held"] >= got["bytes"]  # (in 4 KiB blocks)
+    import os
+    import stat
+
+    for folder in (tmp_path / "cache", tmp_path / "cache" / "objects"):  # the shadows are the user's alone
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700, folder
     # a second epoch, and a new iterator, read what is held: nothing fetched again
     again = list(babelfeed.build_train_iterator(config_for(url, data__shards="all")))
     same_batches(mine, again)
