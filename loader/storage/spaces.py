@@ -81,7 +81,7 @@ class TokenSpaces:
                 continue
             members = self._spaces[sid]["members"]
             item = self._spaces[sid]["dtype"].itemsize
-            bases = np.array([self._where[id(d)][1] for d in members], np.int64)
+            bases = self._bases(sid)
             which = np.searchsorted(bases, st, side="right") - 1
             for k in np.unique(which).tolist():
                 ds = members[k]
@@ -100,12 +100,12 @@ class TokenSpaces:
 
             ensure_many(self.ranges(space, start, length))
 
-    def hint(self, space, start, length) -> None:
-        """Ask the fetcher to bring these tokens in ahead of their gather, without waiting (the plan's lookahead)."""
-        if self.remote:
-            from .remote import hint
-
-            hint(self.ranges(space, start, length))
+    def _bases(self, sid: int) -> np.ndarray:
+        """The token offset of each member file of space ``sid`` (ascending, as laid out), kept."""
+        space = self._spaces[sid]
+        if "bases" not in space:
+            space["bases"] = np.array([self._where[id(d)][1] for d in space["members"]], np.int64)
+        return space["bases"]
 
     def _shadow(self, ds) -> bool:
         known = self._shadows.get(id(ds))
@@ -146,12 +146,11 @@ class TokenSpaces:
         except DataChangedError as e:
             return e
         space = self._spaces[sid]
-        token = byte // space["dtype"].itemsize
-        holder = None
-        for ds in space["members"]:
-            base = self._where[id(ds)][1]
-            if base <= token < base + ds.bin_size // space["dtype"].itemsize:
-                holder = ds
+        item = space["dtype"].itemsize
+        token = byte // item
+        k = int(np.searchsorted(self._bases(sid), token, side="right")) - 1
+        holder = space["members"][k] if k >= 0 and token < self._bases(sid)[k] + space["members"][k].bin_size // item \
+            else None
         if holder is None:
             names = ", ".join(d.data_file for d in space["members"][:3])
             return DataChangedError(names, f"a read of the mapped tokens faulted (SIGBUS) at token {token:,} of "

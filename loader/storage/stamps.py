@@ -150,10 +150,6 @@ def _sound(stamp) -> bool:
     return True
 
 
-def _private_folders(folder: str) -> None:
-    private_folders(folder)
-
-
 def record_ids(idx_path: str, ids: list, **facts) -> None:
     """Remember ``facts`` (JSON values) about the files as they were when the caller took ``ids`` (before it
     read them: a file changed since no longer matches the stamp), next to what is known already. Nothing is
@@ -168,7 +164,7 @@ def record_ids(idx_path: str, ids: list, **facts) -> None:
     _memo[path] = stamp
     folder = os.path.dirname(path)
     try:
-        _private_folders(folder)
+        private_folders(folder)
         if not _folder_trusted(folder):
             return
         tmp = f"{path}.{os.getpid()}.partial"

@@ -113,18 +113,11 @@ class IndexChecks:
 
         if is_shadow(self.data_file):  # a remote .bin: every row is checked as the gather fetches it (collate's
             return  # _check_ends); checking here would fetch the file's records one request per file at open
-        remote = False
         if self._verify == "full":
             picks = None
         else:
             picks = np.unique(np.concatenate([np.linspace(0, n - 1, min(n, _QUICK_SAMPLES)).astype(np.int64),
                                               np.arange(max(0, n - 4096), n)]))
-        if remote:
-            from .remote import ensure
-
-            last = (self._pointers[picks].astype(np.int64) + (sizes[picks].astype(np.int64) - 1) * self._itemsize)
-            last = last[(sizes[picks] > 0) & (last >= 0) & (last + self._itemsize <= self._bin_size)]
-            ensure(self.data_file, last, last + self._itemsize)
         tokens = self.tokens
         for start in range(0, n if picks is None else len(picks), _CHUNK):
             rows = np.arange(start, min(n, start + _CHUNK)) if picks is None else picks[start:start + _CHUNK]
