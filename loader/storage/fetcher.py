@@ -91,7 +91,7 @@ def _exactly(sock: socket.socket, n: int) -> bytes | None:
 class Piece:
     """A byte range of a shadow file as one request fetched it: what the cache holds, evicts and pins."""
 
-    __slots__ = ("remote", "a", "b", "dues", "used", "pins", "alive")
+    __slots__ = ("remote", "a", "b", "dues", "used", "pins", "alive", "event")
 
     def __init__(self, remote, a: int, b: int):
         self.remote, self.a, self.b = remote, a, b
@@ -99,6 +99,7 @@ class Piece:
         self.used = 0.0  # when a gather last asked for it (monotonic seconds)
         self.pins = 0  # connections whose last ensure covered it: they may be reading it now
         self.alive = True  # held (False once evicted)
+        self.event = None  # a range in flight: set when its fetch ends (those asking for it wait on it)
 
     @property
     def blocks(self) -> range:
@@ -394,7 +395,7 @@ class Fetcher:
                 flying = Pieces()
                 for f in remote.flying:
                     flying.add(f)
-                waits = {id(f.dues): f.dues for f in remote.flying if any(f.a < e and s < f.b for s, e in missing)}
+                waits = {id(f.event): f.event for f in remote.flying if any(f.a < e and s < f.b for s, e in missing)}
                 mine = flying.missing(np.array([m[0] for m in missing], np.int64),
                                       np.array([m[1] for m in missing], np.int64))
                 reqs = requests_for(mine)
@@ -407,7 +408,7 @@ class Fetcher:
                 done = threading.Event()
                 mine_flying = [Piece(None, x, y) for x, y in reqs]
                 for f in mine_flying:
-                    f.dues = done  # (a flying piece's dues slot holds the event its waiters wait on)
+                    f.event = done
                     remote.flying.append(f)
             if reqs:  # the network, outside the lock: gathers of held ranges of this file go on meanwhile
                 try:
@@ -418,7 +419,7 @@ class Fetcher:
                             cost += remote.take(Piece(remote, x, y))
                 finally:
                     with remote.lock:
-                        remote.flying = [f for f in remote.flying if f.dues is not done]
+                        remote.flying = [f for f in remote.flying if f.event is not done]
                     done.set()
                 requests += len(reqs)
                 fetched += sum(y - x for x, y in reqs)
