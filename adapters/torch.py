@@ -296,6 +296,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
         # this rank's batch batches_seen + k (counted from global batch base), made by worker k % n. has_batch
         # plans only the windows up to k, so a worker starts without planning the whole epoch (len(it) would).
         k = self.batches_seen + worker if self._worker_next is None else self._worker_next
+        if hasattr(it, "fetch_stride"):  # (remote data: this worker fetches ahead only the batches it makes)
+            it.fetch_stride = n
         self._progress = [k, None, it.fingerprint(), base]
         while it.has_batch(k, base=base):
             batch = it.batch_at(k, base=base)

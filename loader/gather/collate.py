@@ -152,21 +152,19 @@ class Collater:
             out[group, 1] = c.addresses(local[group], "tgt")
         return out
 
-    def hint(self, s, due: float | None = None) -> None:
-        """Ask for the tokens of planned samples ``s`` ahead of their gather (rows of remote data: the host's
-        fetcher starts on them now). Each side's whole row, prefix tokens included (a few bytes more)."""
+    def ranges(self, s, dues: np.ndarray | None = None) -> list:
+        """``[[path, byte starts, byte ends(, dues)], ...]``: the bytes of remote files that planned samples ``s``
+        read (each side's whole row, prefix tokens included: a few bytes more); with ``dues`` (one per sample),
+        each range's. Empty for local data."""
         spaces = self.sources.spaces
         if not spaces.remote or not len(s.comp):
-            return
+            return []
         comp = s.comp.astype(np.int64)
         addr = self._addr(s)
-        files = spaces.ranges(self.src.space[comp], addr[:, 0], np.asarray(s.src_len, np.int64))
+        files = spaces.ranges(self.src.space[comp], addr[:, 0], np.asarray(s.src_len, np.int64), dues)
         if self.sources.with_target:
-            files += spaces.ranges(self.tgt.space[comp], addr[:, 1], np.asarray(s.tgt_len, np.int64))
-        if files:
-            from babelfeed.storage.remote import hint
-
-            hint(files, due)
+            files += spaces.ranges(self.tgt.space[comp], addr[:, 1], np.asarray(s.tgt_len, np.int64), dues)
+        return files
 
     def _addr(self, s) -> np.ndarray:
         return s.addr if s.addr is not None else self.addresses(s.comp, s.local)

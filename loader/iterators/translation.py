@@ -157,52 +157,108 @@ class BatchIterator(Reports, LoaderIterator):
             if self._hint[0] != w or j == 0:  # a window's first batch here: its files still whole
                 self.planner.sources.spaces.check_sizes()
             self._hint = (w, self.planner.window_start(self.epoch, w))
-            batch = self._collate(w, j)
+            batch = self._collate(w, j, at=(self.step, self._base))
         self.step += 1
         self.total_steps += 1
         return batch
 
-    LOOKAHEAD = 16  # batches of a window whose rows are asked for ahead when the data is remote
-
-    def _collate(self, w: int, j: int, weight=None) -> dict:
+    def _collate(self, w: int, j: int, weight=None, at: tuple | None = None) -> dict:
         """The j-th batch of window w (this rank's rows of it with split="rows"); ``weight`` (zeros) marks an
-        epoch-padding batch, which counts as nothing. With remote data, the rows of the window's next
-        ``LOOKAHEAD`` batches are then asked for (the plan knows them: they download while this one trains)."""
-        remote = self.collater.sources.spaces.remote
-        if remote:
-            from babelfeed.storage.remote import set_clock
+        epoch-padding batch, which counts as nothing. ``at``: ``(k, base)``, this rank's k-th batch from global
+        batch ``base``: with remote data, its rows and those of the batches after it are fetched ahead first
+        (:class:`~babelfeed.iterators.fetch_ahead.FetchAhead`)."""
+        spaces = self.collater.sources.spaces
+        if not spaces.remote:
+            return self._collate_one(w, j, weight)
+        from babelfeed.storage.remote import set_clock
 
-            set_clock(self._clock(w, j))
-        batch = self._collate_one(w, j, weight)
-        if remote:
-            self._look_ahead(w, j)
-        return batch
+        set_clock(self._clock(self.planner.window_start(self.epoch, w) + j))
+        ready = at is not None and self._fetch_ahead().before(at[0], at[1], self.epoch)
+        spaces.prefetched = ready and self.planner.window(self.epoch, w).packed is None
+        try:
+            return self._collate_one(w, j, weight)
+        finally:
+            spaces.prefetched = False
 
-    def _clock(self, w: int, j: int) -> float:
-        """Batch j of window w of this epoch on one scale (the fetcher's cache keeps what is due soonest)."""
-        return float(self.epoch * 2**42 + w * 2**21 + j)
+    def _clock(self, g: int) -> float:
+        """Global batch g of this epoch on one scale across epochs (the fetcher's cache keeps what is due
+        soonest)."""
+        return float(self.epoch * 2**40 + g)
 
-    def _look_ahead(self, w: int, j: int) -> None:
-        win = self.planner.window(self.epoch, w)
-        if win.packed is not None:
-            return
-        key = (self.epoch, w)
-        done = self._hinted if getattr(self, "_hinted", (None, -1))[0] == key else (key, j)
-        upto = min(j + self.LOOKAHEAD, len(win) - 1)
-        first = max(j + 1, done[1] + 1)
-        if first > upto:
-            return
-        for jj in range(first, upto + 1):
-            self.collater.hint(self._samples(win, win.batch(jj), jj), self._clock(w, jj))
-        self._hinted = (key, upto)
+    def _fetch_ahead(self):
+        if getattr(self, "_ahead", None) is None:
+            from .fetch_ahead import FetchAhead
+
+            self._ahead = FetchAhead(self._fetch_rows)
+            self._ahead_at = (0, 0)
+        return self._ahead
+
+    @property
+    def fetch_stride(self) -> int | None:
+        """Every how many of this rank's batches this process gathers (a DataLoader worker's count), for remote
+        data's fetching ahead; None: read from the batches asked for."""
+        return self._fetch_ahead().stride
+
+    @fetch_stride.setter
+    def fetch_stride(self, n: int | None) -> None:
+        self._fetch_ahead().stride = None if n is None else max(int(n), 1)
+
+    def _fetch_rows(self, ks: range, base: int) -> tuple[list, int]:
+        """The remote byte ranges (each with its batch's clock) of this rank's batches ``ks`` counted from global
+        batch ``base``, and how many of them the epoch has. Rows of packed windows are left to the gather."""
+        off = self.rank if self.split == "batches" else 0
+        hint = self._ahead_at
+        found: dict[int, list] = {}
+        got = 0
+        for k in ks:
+            g = base + k * self._per_step + off
+            where = self.planner.locate(self.epoch, g, hint if hint[1] <= g else (0, 0))
+            if where is None:
+                break
+            w, j = where
+            hint = (w, g - j)
+            found.setdefault(w, []).append((j, g))
+            got += 1
+        self._ahead_at = hint
+        files: list = []
+        for w, items in found.items():
+            win = self.planner.window(self.epoch, w)
+            if win.packed is not None:
+                continue
+            js = np.array([j for j, _ in items], np.int64)
+            clocks = np.array([self._clock(g) for _, g in items])
+            if self.split == "rows" and self.world_size > 1:  # this rank's rows of each batch
+                for j, c in zip(js.tolist(), clocks.tolist()):
+                    s = self._served(win, j)[0]
+                    files += self.collater.ranges(s, np.full(len(s), c))
+                continue
+            idx = win.batch_rows(js)
+            if win.addr is None:
+                win.addr = np.full((len(win.samples), 2), -1, np.int64)
+            todo = idx[win.addr[idx, 0] < 0]
+            if len(todo):
+                win.addr[todo] = self.collater.addresses(win.samples.comp[todo], win.samples.local[todo])
+            s = win.samples[idx]
+            s.addr = win.addr[idx]
+            files += self.collater.ranges(s, np.repeat(clocks, win.batch_sizes(js)))
+        return files, got
 
     def _collate_one(self, w: int, j: int, weight=None) -> dict:
         """The j-th batch of window w (this rank's rows of it with split="rows"); ``weight`` (zeros) marks an
         epoch-padding batch, which counts as nothing."""
         win = self.planner.window(self.epoch, w)
-        sl = win.batch(j)
         if win.packed is not None:
-            return self._collate_packed(win, j, sl, weight)
+            return self._collate_packed(win, j, win.batch(j), weight)
+        s, weight, pad_to, sort = self._served(win, j, weight)
+        batch = self.collater(s, weight=weight, pad_to_length=pad_to, sort=sort, epoch=self.epoch)
+        batch["nsentences"] = int((batch["weight"] > 0).sum())
+        self._count_served(s.direction[weight > 0])
+        return batch
+
+    def _served(self, win: Window, j: int, weight=None) -> tuple:
+        """(samples, weights, widths to pad to, whether the collater sorts) of this rank's rows of served batch j:
+        masked rows appended, and with split="rows" the global batch ordered and this rank's slice of it taken."""
+        sl = win.batch(j)
         s = self._samples(win, sl, j)
         n = sl.stop - sl.start
         weight = np.ones(n, np.float32) if weight is None else np.asarray(weight, np.float32)
@@ -229,10 +285,7 @@ class BatchIterator(Reports, LoaderIterator):
             s = s[mine]
             weight = weight[mine]
             sort = False
-        batch = self.collater(s, weight=weight, pad_to_length=pad_to, sort=sort, epoch=self.epoch)
-        batch["nsentences"] = int((batch["weight"] > 0).sum())
-        self._count_served(s.direction[weight > 0])
-        return batch
+        return s, weight, pad_to, sort
 
     def _samples(self, win: Window, sl: slice, j: int):
         """The planned samples of served batch j (slice ``sl``), with their token addresses. A batch whose
@@ -303,7 +356,7 @@ class BatchIterator(Reports, LoaderIterator):
                              f"{self.steps_after(base)} batches from there in epoch {self.epoch}")
         g = base + k * self._per_step + (self.rank if self.split == "batches" else 0)
         where = self._locate(g)
-        return self._dummy() if where is None else self._collate(*where)
+        return self._dummy() if where is None else self._collate(*where, at=(k, base))
 
     def _dummy(self) -> dict:
         n = self.planner.num_batches(self.epoch)

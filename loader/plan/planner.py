@@ -44,7 +44,7 @@ class EpochPlanner(StreamPlanning):
         self.sampler = choose_sampler(opts.sampler)  # how an epoch's samples are drawn (babelfeed.plan.samplers)
         self.cutter = choose_cutter(opts)  # how a window's samples are cut into batches (babelfeed.plan.cutters)
         self._setup: EpochSetup | None = None
-        self._window_cache: tuple | None = None
+        self._window_cache: list | None = None  # [((epoch, window), Window)], the latest first
         self._filtered: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> too-long per direction
         self._masked: dict[int, dict[int, int]] = {}  # epoch -> window -> rows added to fill static shapes
         self._totals: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> ledger.window_totals
@@ -249,8 +249,9 @@ class EpochPlanner(StreamPlanning):
         return dirs, rows, spans
 
     def window(self, epoch: int, w: int) -> Window:
-        if self._window_cache and self._window_cache[0] == (epoch, w):
-            return self._window_cache[1]
+        for key, win in self._window_cache or ():
+            if key == (epoch, w):
+                return win
         setup = self.setup(epoch)
         if self.sampler.streams:
             return self._stream_window(setup, epoch, w)
@@ -387,7 +388,8 @@ class EpochPlanner(StreamPlanning):
         if win.masked is not None:
             self._masked.setdefault(win.epoch, {})[win.index] = int(win.masked.sum())  # rows (packing: of pairs)
         setup.window_batches[win.index] = len(win)
-        self._window_cache = ((win.epoch, win.index), win)
+        key = (win.epoch, win.index)  # the last two windows kept: a prefetcher reads the next one's rows ahead
+        self._window_cache = [(key, win)] + [c for c in (self._window_cache or ()) if c[0] != key][:1]
         return win
 
     def rows_per_packed_batch(self) -> int:

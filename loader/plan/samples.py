@@ -77,11 +77,18 @@ class Window:
 
     def batch_rows(self, js: np.ndarray) -> np.ndarray:
         """Indices (plan order) of the samples of served batches ``js``, batch after batch."""
+        start, n = self._bounds(js)
+        return np.repeat(start - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+
+    def batch_sizes(self, js: np.ndarray) -> np.ndarray:
+        """Samples in each of served batches ``js``."""
+        return self._bounds(js)[1]
+
+    def _bounds(self, js) -> tuple[np.ndarray, np.ndarray]:
         b = self.order[np.asarray(js, dtype=np.int64)]
         stop = self.ends[b].astype(np.int64)
         start = np.where(b > 0, self.ends[np.maximum(b - 1, 0)], 0).astype(np.int64)
-        n = stop - start
-        return np.repeat(start - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+        return start, stop - start
 
     def batch_shape(self, j: int) -> tuple[int, int]:
         """(shape index, masked rows) of the j-th served batch; (-1, 0) for dynamic batches."""

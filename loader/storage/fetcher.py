@@ -20,7 +20,6 @@ survive ``fork``), on a Unix socket only this user can open; it exits after ``ID
 from __future__ import annotations
 
 import hashlib
-import heapq
 import json
 import os
 import socket
@@ -37,6 +36,7 @@ IDLE_SECONDS = float(os.environ.get("BABELFEED_FETCHER_IDLE", "300"))
 # requests beat one long one); BABELFEED_FETCH_GAP / BABELFEED_FETCH_LARGEST set them (bytes)
 GAP = int(os.environ.get("BABELFEED_FETCH_GAP", 16 << 10))
 LARGEST_REQUEST = int(os.environ.get("BABELFEED_FETCH_LARGEST", 8 << 20))
+CONCURRENCY = int(os.environ.get("BABELFEED_FETCH_CONCURRENCY", 64))  # ranged requests in flight at once
 SMALL_FILE = 64 << 20  # a non-.bin object up to this size is fetched whole into the shadow
 
 
@@ -87,89 +87,176 @@ def _exactly(sock: socket.socket, n: int) -> bytes | None:
     return b"".join(parts)
 
 
+# ------------------------------------------------------------------------------------------------ intervals
+def pack(values, dtype="<i8") -> str:
+    """An array as text for a message (base64 of its bytes: a million offsets in a few milliseconds)."""
+    import base64
+
+    return base64.b64encode(np.ascontiguousarray(values, dtype=dtype).tobytes()).decode()
+
+
+def unpack(text, dtype="<i8") -> np.ndarray:
+    """:func:`pack`'s inverse; a plain list is taken as it is."""
+    import base64
+
+    if isinstance(text, str):
+        return np.frombuffer(base64.b64decode(text), dtype=dtype).astype(np.dtype(dtype).newbyteorder("="))
+    return np.asarray(text, dtype=np.dtype(dtype).newbyteorder("="))
+
+
+def merged(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals ``[a, b)`` as sorted, disjoint intervals (touching ones joined; empty ones gone)."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    keep = b > a
+    a, b = a[keep], b[keep]
+    if len(a) < 2:
+        return a, b
+    order = np.argsort(a, kind="stable")
+    a, b = a[order], b[order]
+    reach = np.maximum.accumulate(b)
+    first = np.empty(len(a), bool)
+    first[0] = True
+    first[1:] = a[1:] > reach[:-1]
+    at = np.flatnonzero(first)
+    return a[at], np.maximum.reduceat(b, at)
+
+
+def merged_dues(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`merged`, each interval with the earliest due ``d`` of those joined into it."""
+    a, b, d = np.asarray(a, np.int64), np.asarray(b, np.int64), np.asarray(d, np.float64)
+    keep = b > a
+    a, b, d = a[keep], b[keep], d[keep]
+    if len(a) < 2:
+        return a, b, d
+    order = np.argsort(a, kind="stable")
+    a, b, d = a[order], b[order], d[order]
+    reach = np.maximum.accumulate(b)
+    first = np.empty(len(a), bool)
+    first[0] = True
+    first[1:] = a[1:] > reach[:-1]
+    at = np.flatnonzero(first)
+    return a[at], np.maximum.reduceat(b, at), np.minimum.reduceat(d, at)
+
+
+def subtract(a: np.ndarray, b: np.ndarray, ha: np.ndarray, hb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of ``[a, b)`` less the union of ``[ha, hb)``: sorted, disjoint intervals."""
+    a, b = merged(a, b)
+    if not len(a) or not len(ha):
+        return a, b
+    pts = np.concatenate([a, b, ha, hb])
+    n, m = len(a), len(ha)
+    dq = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64), np.zeros(2 * m, np.int64)])
+    dh = np.concatenate([np.zeros(2 * n, np.int64), np.ones(m, np.int64), -np.ones(m, np.int64)])
+    order = np.argsort(pts, kind="stable")
+    pts = pts[order]
+    q, h = np.cumsum(dq[order]), np.cumsum(dh[order])
+    last = np.flatnonzero(np.r_[pts[1:] != pts[:-1], True])  # the state after every event at a point
+    p = pts[last]
+    inside = ((q[last] > 0) & (h[last] == 0))[:-1]
+    return merged(p[:-1][inside], p[1:][inside])
+
+
+def overlap_pairs(a: np.ndarray, b: np.ndarray, pa: np.ndarray, pb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(query, piece)`` index pairs of the intervals ``[a, b)`` and the sorted, disjoint ``[pa, pb)`` that
+    overlap."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    lo = np.searchsorted(pb, a, side="right")
+    hi = np.searchsorted(pa, b, side="left")
+    count = np.maximum(hi - lo, 0)
+    count[b <= a] = 0
+    total = int(count.sum())
+    q = np.repeat(np.arange(len(a)), count)
+    offsets = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+    return q, lo[q] + offsets
+
+
 # ------------------------------------------------------------------------------------------------ pieces
 class Piece:
-    """A byte range of a shadow file as one request fetched it: what the cache holds, evicts and pins."""
+    """A byte range of a shadow file: held (fetched), or in flight (``job`` fetching it). What the cache holds,
+    evicts and pins."""
 
-    __slots__ = ("remote", "a", "b", "dues", "used", "pins", "alive", "event")
+    __slots__ = ("remote", "a", "b", "dues", "used", "pins", "alive", "job", "fresh")
 
-    def __init__(self, remote, a: int, b: int):
-        self.remote, self.a, self.b = remote, a, b
-        self.dues: list = []  # heap: the batch clocks at which hints said it is needed
+    def __init__(self, remote, a: int, b: int, job=None):
+        self.remote, self.a, self.b, self.job = remote, a, b, job
+        self.dues: list | np.ndarray = _NO_DUES  # the batch clocks at which hints said it is needed
         self.used = 0.0  # when a gather last asked for it (monotonic seconds)
         self.pins = 0  # connections whose last ensure covered it: they may be reading it now
         self.alive = True  # held (False once evicted)
-        self.event = None  # a range in flight: set when its fetch ends (those asking for it wait on it)
+        self.fresh = False  # fetched for a waiting gather that has not pinned it yet (not evicted meanwhile)
 
     @property
     def blocks(self) -> range:
         """The file-system blocks (``BLOCK`` bytes) it lies in."""
         return range(self.a // BLOCK, (self.b - 1) // BLOCK + 1)
 
-    def next_due(self) -> float:
-        return self.dues[0] if self.dues else float("inf")
+    def next_due(self, clock: float = -np.inf) -> float:
+        """The first batch clock after ``clock`` that a hint says needs it (inf: none)."""
+        d = self.compact(clock)
+        return float(d.min()) if len(d) else float("inf")
+
+    def add_dues(self, dues: np.ndarray, clock: float = -np.inf) -> None:
+        """Hints say batches at clocks ``dues`` read it (kept as they come: sorted only when the cache must
+        choose what to evict)."""
+        self.dues = self.dues + [dues] if isinstance(self.dues, list) else [self.dues, dues]
+        if len(self.dues) > 64:
+            self.compact(clock)
+
+    def compact(self, clock: float) -> np.ndarray:
+        """The dues after ``clock`` (earlier ones are spent: that batch has read it), as one array."""
+        d = np.concatenate(self.dues) if isinstance(self.dues, list) else self.dues
+        if len(d) and d.min() <= clock:
+            d = d[d > clock]
+        if len(d) > 4096:
+            d = np.unique(d)
+        self.dues = d
+        return d
+
+
+_NO_DUES = np.zeros(0, np.float64)
 
 
 class Pieces:
-    """The held pieces of one shadow file: disjoint, sorted by start."""
+    """The pieces of one shadow file (held, or in flight): disjoint, sorted by start, with their bounds kept as
+    arrays too (updated in place) for interval arithmetic."""
 
     def __init__(self):
-        self.starts: list[int] = []
         self.items: list[Piece] = []
+        self._a = np.zeros(0, np.int64)
+        self._b = np.zeros(0, np.int64)
+
+    @property
+    def starts(self) -> np.ndarray:
+        return self._a
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self._a, self._b
 
     def overlapping(self, a: int, b: int) -> list[Piece]:
-        import bisect
-
-        k = max(bisect.bisect_right(self.starts, a) - 1, 0)
-        out = []
-        while k < len(self.items) and self.items[k].a < b:
-            if self.items[k].b > a:
-                out.append(self.items[k])
-            k += 1
-        return out
+        return self.items[int(np.searchsorted(self._b, a, side="right")):int(np.searchsorted(self._a, b, side="left"))]
 
     def missing(self, a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
         """The parts of ranges ``[a, b)`` not held, merged, in order."""
-        import bisect
-
-        order = np.argsort(a, kind="stable")
-        out: list[list[int]] = []
-        for s, e in zip(a[order].tolist(), b[order].tolist()):
-            if e <= s:
-                continue
-            k = max(bisect.bisect_right(self.starts, s) - 1, 0)
-            while s < e:
-                if k < len(self.items) and self.items[k].a <= s:
-                    s = max(s, self.items[k].b)
-                    k += 1
-                    continue
-                stop = e if k >= len(self.items) else min(e, self.items[k].a)
-                if out and out[-1][1] >= s:
-                    out[-1][1] = max(out[-1][1], stop)
-                else:
-                    out.append([s, stop])
-                s = stop
-        return [(x, y) for x, y in out]
+        x, y = subtract(a, b, self._a, self._b)
+        return list(zip(x.tolist(), y.tolist()))
 
     def add(self, piece: Piece) -> None:
-        import bisect
-
-        k = bisect.bisect_left(self.starts, piece.a)
-        self.starts.insert(k, piece.a)
+        k = int(np.searchsorted(self._a, piece.a))
         self.items.insert(k, piece)
+        self._a = np.insert(self._a, k, piece.a)
+        self._b = np.insert(self._b, k, piece.b)
 
     def remove(self, piece: Piece) -> None:
-        import bisect
-
-        k = bisect.bisect_left(self.starts, piece.a)
+        k = int(np.searchsorted(self._a, piece.a))
         while self.items[k] is not piece:
             k += 1
-        del self.starts[k]
         del self.items[k]
+        self._a = np.delete(self._a, k)
+        self._b = np.delete(self._b, k)
 
     @property
     def held(self) -> int:
-        return sum(p.b - p.a for p in self.items)
+        return int((self._b - self._a).sum())
 
 
 _PUNCH = None
@@ -194,25 +281,52 @@ def punch_hole(fd: int, offset: int, length: int) -> bool:
     return _PUNCH(fd, 0x02 | 0x01, offset, length) == 0  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 
 
-def requests_for(missing: list[tuple[int, int]], gap: int | None = None, largest: int | None = None
-                 ) -> list[tuple[int, int]]:
-    """Missing ranges joined into requests: neighbours less than ``gap`` apart become one, none longer than
-    ``largest`` (a long range is cut into parallel pieces). Defaults: ``GAP`` and ``LARGEST_REQUEST``."""
+def spans_for(a: np.ndarray, b: np.ndarray, gap: int | None = None, largest: int | None = None,
+              blocked: np.ndarray | None = None) -> list:
+    """Sorted, disjoint missing ranges ``[a, b)`` joined into requests: ``(start, end, first, stop)`` where ranges
+    ``first..stop-1`` lie in ``[start, end)``. Neighbours less than ``gap`` apart share a request (the bytes
+    between them come too: cheaper than a round trip), unless ``blocked[i]`` says the gap after range i holds
+    bytes held or in flight already; none is longer than ``largest`` (a long range is cut into parallel
+    requests). Defaults: ``GAP`` and ``LARGEST_REQUEST``."""
     gap = GAP if gap is None else gap
     largest = LARGEST_REQUEST if largest is None else largest
-    out: list[list[int]] = []
-    for a, b in missing:
-        if out and a - out[-1][1] < gap and b - out[-1][0] <= largest:
-            out[-1][1] = b
-        else:
-            out.append([a, b])
-    cut = []
-    for a, b in out:
-        while b - a > largest:
-            cut.append((a, a + largest))
-            a += largest
-        cut.append((a, b))
-    return cut
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    if not len(a):
+        return []
+    cut = np.r_[True, ((a[1:] - b[:-1]) >= gap) | (False if blocked is None else blocked)]
+    heads = np.flatnonzero(cut).tolist() + [len(a)]
+    out = []
+    al, bl = a.tolist(), b.tolist()
+    for h0, h1 in zip(heads[:-1], heads[1:]):
+        if bl[h1 - 1] - al[h0] <= largest:  # (the common case: the group is one request)
+            out.append((al[h0], bl[h1 - 1], h0, h1))
+            continue
+        k = h0
+        while k < h1:  # a group too long for one request: greedy, and one range too long is cut in pieces
+            if bl[k] - al[k] > largest:
+                out.append((al[k], bl[k], k, k + 1))
+                k += 1
+                continue
+            j = k + 1
+            while j < h1 and bl[j] - al[k] <= largest:
+                j += 1
+            out.append((al[k], bl[j - 1], k, j))
+            k = j
+    return out
+
+
+def requests_for(missing: list[tuple[int, int]], gap: int | None = None, largest: int | None = None
+                 ) -> list[tuple[int, int]]:
+    """The byte ranges of the requests :func:`spans_for` makes of ``missing`` (a range longer than ``largest``
+    counted as the parallel requests it is cut into)."""
+    largest = LARGEST_REQUEST if largest is None else largest
+    out = []
+    for x, y, _, _ in spans_for([m[0] for m in missing], [m[1] for m in missing], gap, largest):
+        while y - x > largest:
+            out.append((x, x + largest))
+            x += largest
+        out.append((x, y))
+    return out
 
 
 # ------------------------------------------------------------------------------------------------ the server
@@ -222,10 +336,22 @@ class _Remote:
     def __init__(self, store, key: str, size: int, etag: str, path: str):
         self.store, self.key, self.size, self.etag, self.path = store, key, size, etag, path
         self.held = Pieces()
-        self.flying: list[Piece] = []  # ranges a request is fetching now (others asking for them wait)
+        self.flying = Pieces()  # ranges a request is fetching now (others asking for them wait for it)
         self.blocks: dict[int, int] = {}  # block -> held pieces in it (the disk the shadow takes)
+        # asked for, not yet requested: sorted, disjoint ranges, each with the earliest batch clock that needs it
+        # (-inf: a gather waits for it). Requests are formed from them when a connection is free, so ranges asked
+        # for by many hints (and every process of the host) are joined into few requests.
+        self.pend_a = self.pend_b = np.zeros(0, np.int64)
+        self.pend_d = np.zeros(0, np.float64)
+        self.failed: list = []  # (start, end, error, when) of requests that failed: a waiting gather raises it
+        self.evictions = 0  # pieces dropped so far (a waiting gather asks again for what it lost)
         self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)  # notified as requests land
         self.fd = os.open(path, os.O_WRONLY)
+
+    @property
+    def pending_bytes(self) -> int:
+        return int((self.pend_b - self.pend_a).sum())
 
     def take(self, piece: Piece) -> int:
         """Hold ``piece``; returns the bytes of blocks it newly occupies."""
@@ -271,6 +397,7 @@ class _Remote:
             if not punch_hole(self.fd, a * BLOCK, (b - a) * BLOCK):
                 return -1
         self.held.remove(piece)
+        self.evictions += 1
         piece.alive = False
         for blk in piece.blocks:
             n = self.blocks[blk] - 1
@@ -279,6 +406,80 @@ class _Remote:
             else:
                 del self.blocks[blk]
         return len(free) * BLOCK
+
+
+class Job:
+    """One ranged request: bytes ``[a, b)`` of a remote object, of which ``parts`` (sorted, disjoint) are kept
+    (the rest is held or in flight already: fetched again because one request is cheaper than two)."""
+
+    __slots__ = ("remote", "a", "b", "parts", "dues", "urgent")
+
+    def __init__(self, remote, a: int, b: int, parts: list, dues: list, urgent: bool):
+        self.remote, self.a, self.b, self.parts, self.dues, self.urgent = remote, a, b, parts, dues, urgent
+
+
+class Network:
+    """The fetcher's requests: one asyncio loop in a thread of its own and ``concurrency`` connections. Each free
+    connection takes the next request from ``take()`` (the most urgent range asked for, joined with its
+    neighbours), and hands what came back to ``landed(job, data, error)``."""
+
+    def __init__(self, concurrency: int, take, landed):
+        import asyncio
+
+        self.asyncio = asyncio
+        self.take, self.landed = take, landed
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        def run():
+            asyncio.set_event_loop(self.loop)
+            self.more = asyncio.Event()
+            self.limit = asyncio.Semaphore(concurrency)
+            for _ in range(concurrency):
+                self.loop.create_task(self._worker())
+            ready.set()
+            self.loop.run_forever()
+
+        threading.Thread(target=run, daemon=True, name="network").start()
+        ready.wait()
+
+    def wake(self) -> None:
+        """There may be new work (ranges asked for, room in the cache)."""
+        self.loop.call_soon_threadsafe(self.more.set)
+
+    def call(self, coroutine):
+        """Run ``coroutine`` on the loop and wait for its result (the small files of a folder, many at once)."""
+        return self.asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    async def bounded(self, coroutine):
+        async with self.limit:
+            return await coroutine
+
+    async def _worker(self):
+        while True:
+            try:
+                job = self.take()
+            except Exception:  # (a bug here must not stop the connection for good)
+                import traceback
+
+                traceback.print_exc()
+                job = None
+            if job is None:
+                await self.more.wait()
+                self.more.clear()
+                continue
+            data = error = None
+            try:
+                data = await job.remote.store.get_range_async(job.remote.key, job.a, job.b, job.remote.etag or None)
+            except BaseException as e:  # (a waiting gather raises it; a hint's failure is retried by the gather)
+                error = e
+            try:
+                self.landed(job, data, error)
+            except Exception:
+                import traceback
+
+                traceback.print_exc()
+            self.more.set()  # (room in the cache: the other connections look again)
 
 
 class Client:
@@ -297,13 +498,14 @@ class Fetcher:
         self.lock = threading.Lock()
         self.mirror_locks: dict[str, threading.Lock] = {}
         self.counters = {"requests": 0, "bytes": 0, "ensure_calls": 0, "bytes_asked": 0, "evicted_bytes": 0,
-                         "hits": 0, "misses": 0}
+                         "hits": 0, "misses": 0, "hinted_bytes": 0}
         self.limit = cache_limit(cache)
         self.held_bytes = 0  # the disk the held pieces take (4 KiB blocks)
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.pool = ThreadPoolExecutor(8, thread_name_prefix="ensure")  # files of one request, in parallel
-        self.background = ThreadPoolExecutor(4, thread_name_prefix="hint")  # lookahead fetches
+        self.flying_bytes = 0
+        self.clock = -np.inf  # the latest batch a gather asked for (dues up to it are spent)
+        self.queue: list = []  # heap of (earliest due, seq, remote) of files with ranges pending
+        self.seq = 0
+        self.network = Network(CONCURRENCY, self._take, self._landed)
 
     def store(self, root: str, options: dict | None):
         from babelfeed.storage.objects import Store
@@ -363,124 +565,244 @@ class Fetcher:
                         continue  # (a large file babelfeed does not read: not mirrored)
                     wanted.append((key, etag, size, path))
                 new_manifest[rel] = {"size": size, "etag": etag}
-            for _ in self.pool.map(lambda w: _whole(store, *w), wanted):  # (the small files, in parallel)
-                pass
+            if wanted:  # (the small files, many at once: a thousand directions' indexes in a second or two)
+                self.network.call(_all_whole(self.network, store, wanted))
             tmp = f"{manifest_path}.{os.getpid()}.partial"
             with open(tmp, "w") as f:
                 json.dump({**new_manifest, **{"": {"url": url, "size": 0, "etag": ""}}}, f)
             os.replace(tmp, manifest_path)
         return local
 
-    def ensure(self, path: str, starts: list[int], ends: list[int], client: Client | None = None,
-               clock: float | None = None, due: float | None = None) -> dict:
-        """Fetch what the shadow ``path`` lacks of byte ranges ``[starts, ends)``; returns what it cost.
-
-        ``client``: the asking connection, which pins the pieces (nothing it may be reading is evicted);
-        ``clock``: the batch it gathers (hints due at or before it are spent); ``due``: for a hint, the batch
-        that will read these ranges (the cache evicts what is needed farthest ahead, or never again)."""
+    def _remote(self, path: str) -> _Remote:
         remote = self.remotes.get(path)
         if remote is None:
             raise FileNotFoundError(2, "not a remote file of this fetcher (mirror its folder first)", path)
-        a = np.asarray(starts, np.int64)
-        b = np.minimum(np.asarray(ends, np.int64), remote.size)
-        now = time.monotonic()
-        asked = int(np.maximum(b - a, 0).sum())
-        fetched = requests = cost = 0
-        for _ in range(8):  # (a range another request fetches is waited for; one evicted meanwhile, fetched again)
-            with remote.lock:
-                missing = remote.held.missing(a, b)
-                if not missing:  # every range held: pinned while the lock says so
-                    self._touch(remote, a, b, client, clock, due, now)
+        return remote
+
+    def _ask(self, remote: _Remote, a: np.ndarray, b: np.ndarray, dues: np.ndarray) -> None:
+        """Add ranges ``[a, b)`` (each needed first at batch clock ``dues``; -inf: now) to what is pending, less
+        what is held or in flight (lock held)."""
+        ma, mb = subtract(a, b, *remote.held.arrays())
+        if len(ma) and remote.flying.items:
+            ma, mb = subtract(ma, mb, *remote.flying.arrays())
+        if not len(ma):
+            return
+        q, k = overlap_pairs(a, b, ma, mb)
+        md = np.full(len(ma), np.inf)
+        np.minimum.at(md, k, np.asarray(dues, np.float64)[q])
+        remote.pend_a, remote.pend_b, remote.pend_d = merged_dues(
+            np.concatenate([remote.pend_a, ma]), np.concatenate([remote.pend_b, mb]),
+            np.concatenate([remote.pend_d, md]))
+        import heapq
+
+        with self.lock:
+            self.seq += 1
+            heapq.heappush(self.queue, (float(remote.pend_d.min()), self.seq, remote))
+
+    def _take(self) -> Job | None:
+        """The next request (the network's thread, for a free connection): the pending range needed first, of
+        any file, joined with its pending neighbours less than ``GAP`` apart, at most ``LARGEST_REQUEST`` long.
+        A range only hinted is requested while the cache has room for it (or can make room by evicting what is
+        needed later than it); a gather's is always requested."""
+        import heapq
+
+        while True:
+            with self.lock:
+                if not self.queue:
+                    return None
+                due, _, remote = self.queue[0]
+            for attempt in (0, 1):
+                with remote.lock:
+                    if not len(remote.pend_a) or float(remote.pend_d.min()) != due:  # (stale: its first changed)
+                        with self.lock:
+                            if self.queue and self.queue[0][2] is remote and self.queue[0][0] == due:
+                                heapq.heappop(self.queue)
+                                if len(remote.pend_a):
+                                    self.seq += 1
+                                    heapq.heappush(self.queue, (float(remote.pend_d.min()), self.seq, remote))
+                        job = False
+                        break
+                    job = self._form(remote, attempt == 0)
+                if not isinstance(job, tuple):
                     break
-                flying = Pieces()
-                for f in remote.flying:
-                    flying.add(f)
-                waits = {id(f.event): f.event for f in remote.flying if any(f.a < e and s < f.b for s, e in missing)}
-                mine = flying.missing(np.array([m[0] for m in missing], np.int64),
-                                      np.array([m[1] for m in missing], np.int64))
-                reqs = requests_for(mine)
-                if reqs:  # a request bridging a gap never spans a held or flying piece: pieces stay disjoint,
-                    # so a hole punched for one never zeroes bytes another still holds
-                    for taken in (remote.held, flying):
-                        if taken.items:
-                            reqs = taken.missing(np.array([r[0] for r in reqs], np.int64),
-                                                 np.array([r[1] for r in reqs], np.int64))
-                done = threading.Event()
-                mine_flying = [Piece(None, x, y) for x, y in reqs]
-                for f in mine_flying:
-                    f.event = done
-                    remote.flying.append(f)
-            if reqs:  # the network, outside the lock: gathers of held ranges of this file go on meanwhile
-                try:
-                    got = remote.store.get_ranges(remote.key, reqs, remote.etag or None)
-                    with remote.lock:
-                        for (x, y), data in zip(reqs, got):
-                            os.pwrite(remote.fd, data, x)
-                            cost += remote.take(Piece(remote, x, y))
-                finally:
-                    with remote.lock:
-                        remote.flying = [f for f in remote.flying if f.event is not done]
-                    done.set()
-                requests += len(reqs)
-                fetched += sum(y - x for x, y in reqs)
-            for event in waits.values():
-                event.wait()
+                self._evict_for(*job)  # (no file's lock held: eviction takes them one by one)
+            else:
+                return None  # no room in the cache for what is hinted next: woken when a gather releases some
+            if job is not False:
+                return job
+
+    def _form(self, remote: _Remote, may_evict: bool):
+        """A request around ``remote``'s most urgent pending range (lock held); or, when the cache has no room
+        for it, ``(bytes, due)`` to evict first (``may_evict``), else None."""
+        pa, pb, pd = remote.pend_a, remote.pend_b, remote.pend_d
+        i = int(np.argmin(pd))
+        urgent = pd[i] == -np.inf
+        # the run of neighbours less than GAP apart around i, then at most LARGEST_REQUEST of it around i
+        cut = pa[1:] - pb[:-1] >= GAP
+        taken = [t for t in (remote.held.arrays()[0], remote.flying.arrays()[0]) if len(t)]
+        if taken:  # a request never spans bytes held or in flight: no byte is fetched twice, and pieces stay
+            # disjoint (a hole punched for one never zeroes bytes another holds)
+            starts = np.sort(np.concatenate(taken)) if len(taken) > 1 else taken[0]
+            cut |= np.searchsorted(starts, pa[1:]) > np.searchsorted(starts, pb[:-1])
+        apart = np.flatnonzero(cut) + 1
+        lo = int(apart[np.searchsorted(apart, i, side="right") - 1]) if len(apart) and apart[0] <= i else 0
+        k = np.searchsorted(apart, i, side="right")
+        hi = int(apart[k]) if k < len(apart) else len(pa)
+        if pb[i] - pa[i] > LARGEST_REQUEST:
+            lo, hi = i, i + 1
         else:
-            raise RuntimeError(f"{remote.store.url(remote.key)}: the ranges asked for could not be held (evicted "
-                               f"as fast as they were fetched: raise BABELFEED_FETCH_CACHE_MB)")
+            lo = min(max(lo, int(np.searchsorted(pa, pb[i] - LARGEST_REQUEST // 2, side="left"))), i)
+            hi = min(hi, lo + int(np.searchsorted(pb[lo:hi], pa[lo] + LARGEST_REQUEST, side="right")))
+            hi = max(hi, i + 1)
+        x, y = int(pa[lo]), min(int(pb[hi - 1]), int(pa[lo]) + LARGEST_REQUEST)
+        if not urgent:
+            with self.lock:
+                room = self.limit * 0.9 - self.held_bytes - self.flying_bytes
+                empty = self.held_bytes + self.flying_bytes == 0
+            if room < y - x and not empty:
+                return (int(y - x - room), float(pd[i])) if may_evict else None
+        dues = np.unique(pd[lo:hi])
+        # take [x, y) out of the pending ranges (the last one may be cut: its rest stays pending)
+        keep_a, keep_b, keep_d = [pa[:lo]], [pb[:lo]], [pd[:lo]]
+        if pb[hi - 1] > y:
+            keep_a.append(np.array([y], np.int64))
+            keep_b.append(pb[hi - 1:hi])
+            keep_d.append(pd[hi - 1:hi])
+        keep_a.append(pa[hi:])
+        keep_b.append(pb[hi:])
+        keep_d.append(pd[hi:])
+        remote.pend_a, remote.pend_b, remote.pend_d = (np.concatenate(keep_a), np.concatenate(keep_b),
+                                                       np.concatenate(keep_d))
+        fa, fb = subtract(np.array([x]), np.array([y]), *remote.held.arrays())
+        if remote.flying.items:
+            fa, fb = subtract(fa, fb, *remote.flying.arrays())
+        job = Job(remote, x, y, list(zip(fa.tolist(), fb.tolist())), [dues[dues > -np.inf]], bool(urgent))
+        for a, b in job.parts:
+            remote.flying.add(Piece(remote, a, b, job))
+        with self.lock:
+            self.flying_bytes += sum(b - a for a, b in job.parts)
+        return job
+
+    def _landed(self, job: Job, data: bytes | None, error: BaseException | None) -> None:
+        """A request ended (the network's thread): its parts written and held, or the error kept for the
+        gathers waiting on it."""
+        remote = job.remote
+        new = 0
+        now = time.monotonic()
+        with remote.cond:
+            for piece in [p for p in remote.flying.items if p.job is job]:
+                remote.flying.remove(piece)
+            if data is not None:
+                for x, y in job.parts:
+                    os.pwrite(remote.fd, memoryview(data)[x - job.a:y - job.a], x)
+                    piece = Piece(remote, x, y)
+                    if len(job.dues[0]):
+                        piece.add_dues(job.dues[0])
+                    piece.used = now
+                    piece.fresh = job.urgent  # (a gather waits for it: not evicted before it pins it)
+                    new += remote.take(piece)
+            else:
+                remote.failed = [f for f in remote.failed if now - f[3] < 600][-100:] + [(job.a, job.b, error, now)]
+            remote.cond.notify_all()
+        with self.lock:
+            self.flying_bytes -= sum(y - x for x, y in job.parts)
+            if data is not None:
+                self.counters["requests"] += 1
+                self.counters["bytes"] += len(data)
+            self.held_bytes += new
+            over = self.held_bytes > self.limit
+        if over and not job.urgent:
+            self.evict()
+
+    def ensure(self, path: str, starts, ends, client: Client | None = None, clock: float | None = None) -> dict:
+        """Fetch what the shadow ``path`` lacks of byte ranges ``[starts, ends)``, and return when it is all held;
+        returns what it cost. ``client``: the asking connection, which pins what it covers (nothing it may be
+        reading is evicted); ``clock``: the batch it gathers (hints due by then are spent)."""
+        remote = self._remote(path)
+        a = unpack(starts)
+        b = np.minimum(unpack(ends), remote.size)
+        asked = int(np.maximum(b - a, 0).sum())
+        since = time.monotonic()
+        waited = False
+        with remote.cond:
+            seen = remote.evictions
+            ma, mb = a, b
+            while True:
+                if remote.evictions != seen:  # (something was dropped meanwhile: all of it looked at again)
+                    ma, mb = a, b
+                ma, mb = subtract(ma, mb, *remote.held.arrays())  # (what is still missing of what was)
+                if not len(ma):  # every range held: pinned while the lock says so
+                    self._touch(remote, a, b, client, clock)
+                    break
+                for x, y, error, when in remote.failed:
+                    if when >= since and ((ma < y) & (mb > x)).any():
+                        raise error
+                if not waited or remote.evictions != seen:  # (asked again after an eviction: idempotent)
+                    self._ask(remote, ma, mb, np.full(len(ma), -np.inf))
+                    self.network.wake()
+                seen = remote.evictions
+                waited = True
+                remote.cond.wait(1.0)
         with self.lock:
             c = self.counters
             c["ensure_calls"] += 1
-            c["requests"] += requests
-            c["bytes"] += fetched
             c["bytes_asked"] += asked
-            c["misses" if requests else "hits"] += 1
-            self.held_bytes += cost
+            c["misses" if waited else "hits"] += 1
+            if clock is not None and clock > self.clock:
+                self.clock = clock
             over = self.held_bytes > self.limit
         if over:
             self.evict()
-        return {"requests": requests, "bytes": fetched}
+        return {"waited": waited}
 
-    @staticmethod
-    def _touch(remote, a, b, client, clock, due, now) -> None:
-        """Record a use (pins, the clock) or a hint's due on the held pieces under ``[a, b)`` (lock held)."""
-        touched = []
-        for x, y in zip(a.tolist(), b.tolist()):
-            if y > x:
-                touched += remote.held.overlapping(x, y)
-        for piece in {id(p): p for p in touched}.values():
-            if due is not None:
-                heapq.heappush(piece.dues, due)
-            else:
-                piece.used = now
-                if clock is not None:
-                    while piece.dues and piece.dues[0] <= clock:
-                        heapq.heappop(piece.dues)
-                if client is not None:
-                    piece.pins += 1
-                    client.pinned.append(piece)
+    def _touch(self, remote: _Remote, a: np.ndarray, b: np.ndarray, client: Client | None, clock: float | None
+               ) -> None:
+        """Record a use on the held pieces under ``[a, b)``: pinned by ``client``, dues up to ``clock`` spent
+        (lock held)."""
+        pa, pb = remote.held.arrays()
+        _, k = overlap_pairs(a, b, pa, pb)
+        now = time.monotonic()
+        for i in np.unique(k).tolist():
+            piece = remote.held.items[i]
+            piece.used = now
+            piece.fresh = False
+            if client is not None:
+                piece.pins += 1
+                client.pinned.append(piece)
 
     def release(self, client: Client) -> None:
         """The client has read what its last ensure covered."""
         for piece in client.pinned:
             with piece.remote.lock:
                 piece.pins -= 1
+        if client.pinned:
+            self.network.wake()
         client.pinned = []
 
     def evict(self) -> None:
-        """Bring the held bytes under the limit (to 90% of it): first what no hint says is needed again, least
-        recently used first, then what is needed farthest ahead; never a pinned piece (read now). The blocks go
-        back to the file system (a hole punched in the sparse file)."""
+        """Bring the held bytes under the limit (to 90% of it)."""
         with self.lock:
-            target = int(self.limit * 0.9)
             if self.held_bytes <= self.limit:
                 return
-            pieces = [p for r in self.remotes.values() for p in r.held.items]
-        pieces.sort(key=lambda p: (-p.next_due(), p.used))
+            need = self.held_bytes - int(self.limit * 0.9)
+        self._evict_for(need, -np.inf)
+
+    def _evict_for(self, need: int, due: float) -> int:
+        """Free ``need`` bytes of held pieces that are needed later than batch clock ``due`` (or never again):
+        first what no hint says is needed again, least recently used first, then what is needed farthest ahead;
+        never a pinned piece (read now), nor one just fetched for a waiting gather. The blocks go back to the
+        file system (a hole punched in the sparse file). Returns the bytes freed."""
+        with self.lock:
+            pieces = [p for r in list(self.remotes.values()) for p in list(r.held.items)]
+            clock = self.clock
+        now = time.monotonic()
+        ranked = sorted(((p.next_due(clock), p) for p in pieces if not p.pins), key=lambda t: (-t[0], t[1].used))
         freed = 0
-        for piece in pieces:
-            if self.held_bytes - freed <= target:
+        for next_due, piece in ranked:
+            if freed >= need or next_due <= due:
                 break
+            if piece.fresh and now - piece.used < 60:
+                continue
             remote = piece.remote
             with remote.lock:
                 if not piece.alive:
@@ -491,32 +813,59 @@ class Fetcher:
                 for p in group:
                     gone = remote.drop(p)
                     if gone < 0:
-                        return  # (no hole punching here: the cache keeps what it has)
+                        need = 0  # (no hole punching here: the cache keeps what it has)
+                        break
                     freed += gone
         with self.lock:
             self.held_bytes -= freed
             self.counters["evicted_bytes"] += freed
+        return freed
 
-    def ensure_many(self, files: list, client: Client | None = None, clock: float | None = None) -> dict:
-        """:meth:`ensure` for ``[[path, starts, ends], ...]``, the files in parallel; the client's pins of its
-        previous request are released first."""
-        if client is not None:
+    def ensure_many(self, files: list, client: Client | None = None, clock: float | None = None,
+                    keep: bool = False) -> dict:
+        """:meth:`ensure` for ``[[path, starts, ends], ...]``: every file's ranges asked for first (all in flight
+        together), then waited for. The client's pins of its previous request are released first, unless
+        ``keep`` (a batch outside the group its last request pinned: both stay pinned until its next one)."""
+        if client is not None and not keep:
             self.release(client)
-        if len(files) == 1:
-            return self.ensure(*files[0], client=client, clock=clock)
-        results = list(self.pool.map(lambda f: self.ensure(*f, client=client, clock=clock), files))
-        return {"requests": sum(r["requests"] for r in results), "bytes": sum(r["bytes"] for r in results)}
-
-    def hint(self, files: list, due: float | None = None) -> None:
-        """Start fetching ``files``' ranges in the background (a batch's gather will ask for them later)."""
+        for f in files[1:]:  # (the others first asked for, then each waited for in turn)
+            remote = self._remote(f[0])
+            a, b = unpack(f[1]), np.minimum(unpack(f[2]), remote.size)
+            with remote.lock:
+                self._ask(remote, a, b, np.full(len(a), -np.inf))
+        if len(files) > 1:
+            self.network.wake()
+        waited = False
         for f in files:
-            self.background.submit(self._quietly, f, due)
+            waited |= self.ensure(*f[:3], client=client, clock=clock)["waited"]
+        return {"waited": waited}
 
-    def _quietly(self, f, due) -> None:
-        try:
-            self.ensure(*f, due=float("inf") if due is None else due)
-        except Exception:  # (the gather's own ensure of these ranges raises it, where it is needed)
-            pass
+    def hint(self, files: list, due=None) -> None:
+        """Ask for ``[[path, starts, ends(, dues)], ...]`` ahead of need (batches will read them, the first at
+        batch clock ``due``, or each range at its own): fetched in that order, joined into few requests, and the
+        cache told which held pieces are needed when."""
+        for f in files:
+            remote = self.remotes.get(f[0])
+            if remote is None:
+                continue
+            a = unpack(f[1])
+            b = np.minimum(unpack(f[2]), remote.size)
+            dues = unpack(f[3], "<f8") if len(f) > 3 and f[3] is not None else \
+                np.full(len(a), np.inf if due is None else float(due))
+            with remote.lock:
+                pa, pb = remote.held.arrays()
+                if len(pa):  # what is held already: told when it is needed
+                    q, k = overlap_pairs(a, b, pa, pb)
+                    if len(k):
+                        order = np.argsort(k, kind="stable")
+                        k, d = k[order], dues[q[order]]
+                        cuts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+                        for c0, c1 in zip(cuts.tolist(), cuts[1:].tolist() + [len(k)]):
+                            remote.held.items[int(k[c0])].add_dues(d[c0:c1], self.clock)
+                self._ask(remote, a, b, dues)
+            with self.lock:
+                self.counters["hinted_bytes"] += int(np.maximum(b - a, 0).sum())
+        self.network.wake()
 
     def stats(self) -> dict:
         """A flat dict of numbers (TensorBoard and W&B take it as it is): requests and bytes fetched, what was
@@ -529,20 +878,26 @@ class Fetcher:
             for store in self.stores.values():
                 del store.latencies[:-10_000]
                 lat += store.latencies
-            out = {**self.counters, "bytes_held": held, "bytes_pinned": pinned, "cache_limit": self.limit,
-                   "files": len(self.remotes)}
+            out = {**self.counters, "bytes_held": held, "bytes_pinned": pinned, "bytes_in_flight": self.flying_bytes,
+                   "bytes_pending": sum(r.pending_bytes for r in self.remotes.values()),
+                   "cache_limit": self.limit, "files": len(self.remotes)}
         for q in (50, 90, 99):
             out[f"latency_p{q}_ms"] = round(float(np.percentile(lat, q)) * 1e3, 3) if lat else 0.0
         return out
 
 
-def _whole(store, key: str, etag: str, size: int, path: str) -> None:
-    """A small object fetched whole into ``path`` (written aside, renamed into place)."""
-    data = store.get(key, etag=etag or None, size=size)
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.partial"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+async def _all_whole(network: Network, store, wanted: list) -> None:
+    """Small objects fetched whole, many in flight at once (the first failure raised)."""
+    import asyncio
+
+    async def one(key, etag, size, path):
+        data = await network.bounded(store.get_async(key, etag=etag or None, size=size))
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.partial"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    await asyncio.gather(*[one(*w) for w in wanted])
 
 
 def _error(e: BaseException) -> dict:
@@ -570,10 +925,14 @@ def serve(sock_path: str, cache: str) -> None:
                         if op == "mirror":
                             reply = {"path": fetcher.mirror(msg["url"], msg.get("options"))}
                         elif op == "ensure":
-                            reply = fetcher.ensure_many(msg["files"], client, msg.get("clock"))
-                        elif op == "hint":
-                            fetcher.hint(msg["files"], msg.get("due"))
-                            reply = {}
+                            reply = fetcher.ensure_many(msg["files"], client, msg.get("clock"), bool(msg.get("keep")))
+                        elif op == "hint":  # (answered first: the asking process goes on while it is taken in)
+                            send(self.request, {})
+                            try:
+                                fetcher.hint(msg["files"], msg.get("due"))
+                            except Exception:  # (advisory: the gather's own request raises what matters)
+                                pass
+                            continue
                         elif op == "stats":
                             reply = fetcher.stats()
                         elif op == "ping":

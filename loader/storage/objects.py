@@ -185,36 +185,40 @@ class Store:
                                    f"connection cut short): nothing of it is kept")
         return data
 
-    def get_ranges(self, key: str, ranges: list[tuple[int, int]], etag: str | None) -> list[bytes]:
-        """The bytes of ``[start, end)`` ranges of one object, fetched in parallel, each checked whole and against
-        ``etag`` (a changed object is refused by name, never mixed)."""
-        import asyncio
-
+    async def get_async(self, key: str, etag: str | None = None, size: int | None = None) -> bytes:
+        """:meth:`get` on the caller's event loop (the fetcher fetches many small files at once)."""
         import obstore
 
-        async def one(a: int, b: int):
-            t0 = time.perf_counter()
+        try:
+            got = await obstore.get_async(self.store, key, options={"if_match": etag} if etag else None)
+            data = bytes(await got.bytes_async())
+        except Exception as e:
+            raise self._explain(e, key, "reading it") from None
+        self.requests += 1
+        self.bytes += len(data)
+        if size is not None and len(data) != size:
+            raise ObjectStoreError(f"{self.url(key)}: the body ended after {len(data):,} of its {size:,} bytes (a "
+                                   f"connection cut short): nothing of it is kept")
+        return data
+
+    async def get_range_async(self, key: str, a: int, b: int, etag: str | None) -> bytes:
+        """The bytes ``[a, b)`` of an object, checked whole and against ``etag`` (an object replaced in the store
+        is refused by name, never mixed with what was read of it before)."""
+        import obstore
+
+        t0 = time.perf_counter()
+        try:
             got = await obstore.get_async(self.store, key, options={"range": (a, b),
                                                                      **({"if_match": etag} if etag else {})})
-            body = await got.bytes_async()
-            self.latencies.append(time.perf_counter() - t0)
-            return body
-
-        async def all_of():
-            return await asyncio.gather(*[one(a, b) for a, b in ranges], return_exceptions=True)
-
-        out = asyncio.run(all_of())
-        data = []
-        for (a, b), got in zip(ranges, out):
-            if isinstance(got, BaseException):
-                raise self._explain(got, key, f"reading bytes [{a:,}, {b:,})") from None
-            got = bytes(got)
-            if len(got) != b - a:
-                raise ObjectStoreError(f"{self.url(key)}: bytes [{a:,}, {b:,}) came back {len(got):,} bytes long "
-                                       f"(a body cut short): not served")
-            data.append(got)
-        self.requests += len(ranges)
-        self.bytes += sum(b - a for a, b in ranges)
+            data = bytes(await got.bytes_async())
+        except Exception as e:
+            raise self._explain(e, key, f"reading bytes [{a:,}, {b:,})") from None
+        self.latencies.append(time.perf_counter() - t0)
+        if len(data) != b - a:
+            raise ObjectStoreError(f"{self.url(key)}: bytes [{a:,}, {b:,}) came back {len(data):,} bytes long "
+                                   f"(a body cut short): not served")
+        self.requests += 1
+        self.bytes += len(data)
         return data
 
     def put(self, key: str, data: bytes) -> None:

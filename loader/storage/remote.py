@@ -16,6 +16,8 @@ import tempfile
 import threading
 import time
 
+import numpy as np
+
 from babelfeed.errors import BabelfeedError, DataChangedError
 from babelfeed.fileio import cache_dir, private_folders
 from babelfeed.storage.objects import ObjectStoreError, is_remote, split_url  # noqa: F401  (this module's face)
@@ -187,27 +189,67 @@ def resolve_prefix(prefix) -> str:
 
 def ensure(path: str, starts, ends) -> dict:
     """Fetch the byte ranges ``[starts, ends)`` of shadow file ``path`` that it does not hold yet."""
-    return ensure_many([[path, [int(x) for x in starts], [int(x) for x in ends]]])
+    return ensure_many([[path, starts, ends]])
 
 
-def ensure_many(files: list) -> dict:
-    """:func:`ensure` for ``[[path, starts, ends], ...]``, in one request; returns when every range is held."""
+def _files(files: list, dues: bool = False) -> list:
+    from babelfeed.storage.fetcher import pack
+
+    return [[os.path.abspath(f[0]), pack(f[1]), pack(f[2])] + ([pack(f[3], "<f8")] if dues and len(f) > 3 else [])
+            for f in files]
+
+
+def ensure_many(files: list, group: bool = False) -> dict:
+    """:func:`ensure` for ``[[path, starts, ends], ...]``, in one request; returns when every range is held, and
+    pinned (not evicted) until this thread's next request.
+
+    ``group``: the rows of this thread's next batches (the prefetcher's request): the ranges stay pinned until
+    the next group, and a later call whose ranges all lie in them returns at once, without a round trip."""
     if not files:
+        if group:
+            _local.covered = {}
+        return {"requests": 0, "bytes": 0}
+    covered = getattr(_local, "covered", None) if getattr(_local, "pid", None) == os.getpid() else None
+    if not group and covered and _within(files, covered):
         return {"requests": 0, "bytes": 0}
     t0 = time.perf_counter()
-    got = request({"op": "ensure", "files": [[os.path.abspath(p), a, b] for p, a, b in files],
-                   "clock": getattr(_local, "clock", None)})
+    got = request({"op": "ensure", "files": _files(files), "clock": getattr(_local, "clock", None),
+                   "keep": bool(covered) and not group})
     _waited["seconds"] += time.perf_counter() - t0
     _waited["calls"] += 1
+    if group:
+        from babelfeed.storage.fetcher import merged
+
+        by_path: dict = {}
+        for f in files:
+            by_path.setdefault(os.path.abspath(f[0]), []).append((np.asarray(f[1], np.int64),
+                                                                  np.asarray(f[2], np.int64)))
+        _local.covered = {p: merged(np.concatenate([x for x, _ in v]), np.concatenate([y for _, y in v]))
+                          for p, v in by_path.items()}
     return got
 
 
+def _within(files: list, covered: dict) -> bool:
+    """Whether every range of ``files`` lies inside one interval of ``covered`` (path -> sorted starts, ends)."""
+    for path, a, b, *_ in files:
+        got = covered.get(os.path.abspath(path))
+        if got is None:
+            return False
+        ca, cb = got
+        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+        k = np.searchsorted(ca, a, side="right") - 1
+        if (k < 0).any() or (b > cb[np.maximum(k, 0)]).any():
+            return False
+    return True
+
+
 def hint(files: list, due: float | None = None) -> None:
-    """Ask for ``[[path, starts, ends], ...]`` ahead of need: the fetcher starts on them and replies at once.
-    ``due``: the clock (:func:`set_clock`) of the batch that will read them, so that the cache keeps them and
-    evicts what is needed later, or never again."""
+    """Ask for ``[[path, starts, ends(, dues)], ...]`` ahead of need: the fetcher starts on them and replies at
+    once. ``due`` (or each range's own, the fourth item): the clock (:func:`set_clock`) of the batch that will
+    read them, so that they are fetched in that order, and the cache keeps them and evicts what is needed later,
+    or never again."""
     if files:
-        request({"op": "hint", "files": [[os.path.abspath(p), a, b] for p, a, b in files], "due": due})
+        request({"op": "hint", "files": _files(files, dues=True), "due": due})
 
 
 def set_clock(clock: float | None) -> None:

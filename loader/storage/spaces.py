@@ -39,6 +39,10 @@ class TokenSpaces:
             groups.setdefault(key, []).append(ds)
         self._spaces: list[dict] = []
         self._remote: bool | None = None
+        # set by an iterator while it gathers a batch whose rows it has fetched and pinned already (its group:
+        # ``iterators/fetch_ahead.py``); a row read from a hole would still be caught (remote rows must end with
+        # </s>, checked as they are gathered)
+        self.prefetched = False
         self._shadows: dict[int, bool] = {}
         for members in groups.values():
             sid = len(self._spaces)
@@ -65,11 +69,14 @@ class TokenSpaces:
             self._remote = any(is_shadow(ds.data_file) for ds in self._datasets)
         return self._remote
 
-    def ranges(self, space, start, length) -> list:
+    def ranges(self, space, start, length, dues=None) -> list:
         """``[[path, byte starts, byte ends], ...]``: the bytes of remote files that tokens ``[start, start +
-        length)`` of space ``space`` (one id, or one per row; negative ids are skipped) lie in."""
+        length)`` of space ``space`` (one id, or one per row; negative ids are skipped) lie in. With ``dues``
+        (one per row), each range's is appended: ``[path, starts, ends, dues]``."""
         start = np.asarray(start, dtype=np.int64)
         length = np.asarray(length, dtype=np.int64)
+        if dues is not None:
+            dues = np.broadcast_to(np.asarray(dues, np.float64), start.shape)
         out = []
         sids = [int(space)] if np.ndim(space) == 0 else [x for x in np.unique(space).tolist() if x >= 0]
         for sid in sids:
@@ -77,6 +84,7 @@ class TokenSpaces:
             st, ln = start[rows], length[rows]
             keep = ln > 0
             st, ln = st[keep], ln[keep]
+            du = None if dues is None else dues[rows][keep]
             if not len(st):
                 continue
             members = self._spaces[sid]["members"]
@@ -88,14 +96,14 @@ class TokenSpaces:
                 if k >= 0 and self._shadow(ds):
                     sel = which == k
                     a = (st[sel] - bases[k]) * item
-                    out.append([ds.data_file, a.tolist(), (a + ln[sel] * item).tolist()])
+                    out.append([ds.data_file, a, a + ln[sel] * item] + ([] if du is None else [du[sel]]))
         return out
 
     def fetch(self, space, start, length) -> None:
         """Make the tokens ``[start, start + length)`` (addresses of space ``space``, one id or one per row) present:
         for rows of remote files, the host's fetcher brings their bytes in, in one request (a no-op for local
         data)."""
-        if self.remote:
+        if self.remote and not self.prefetched:
             from .remote import ensure_many
 
             ensure_many(self.ranges(space, start, length))

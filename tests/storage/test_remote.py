@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.iterators.translation import BatchIterator
+from babelfeed.iterators import fetch_ahead
 import golden
 from s3server import s3, s3_env  # noqa: F401  (fixtures)
 from synthetic import config_for, make_data_bin
@@ -94,7 +94,8 @@ def test_an_object_replaced_in_the_store_mid_run_is_refused_by_name(tmp_path, s3
     """The fetcher reads every range with the ETag the job opened as a precondition: a .bin replaced in the
     store (same size) is refused at its next range, never mixed with the bytes fetched before."""
     monkeypatch.setenv("BABELFEED_FETCH_GAP", "128")  # neighbouring rows only: the rest is fetched as batches ask
-    monkeypatch.setattr(BatchIterator, "LOOKAHEAD", 2)
+    monkeypatch.setenv("BABELFEED_FETCH_AHEAD_MB", "0.002")  # (a few batches ahead)
+    monkeypatch.setattr(fetch_ahead, "GROUP", 2)
     local = tmp_path / "data_bin"
     make_data_bin(local, directions={"aaa-bbb": [6000], "aaa-ccc": [100]}, valid=False)  # (the open check reads
     # the last 4,096 records' ends: the first rows of aaa-bbb are left to the batches)
@@ -183,7 +184,8 @@ def test_a_cache_smaller_than_the_data_evicts_and_the_batches_stay_exact(tmp_pat
     correctness, not speed; benchmarks/bench_remote.py measures the cache at sizes that fit a lookahead.)"""
     monkeypatch.setenv("BABELFEED_FETCH_CACHE_MB", "0.08")
     monkeypatch.setenv("BABELFEED_FETCH_GAP", "2048")
-    monkeypatch.setattr(BatchIterator, "LOOKAHEAD", 2)
+    monkeypatch.setenv("BABELFEED_FETCH_AHEAD_MB", "0.002")  # (a few batches ahead)
+    monkeypatch.setattr(fetch_ahead, "GROUP", 2)
     local = tmp_path / "data_bin"
     make_data_bin(local, directions={"aaa-bbb": [6000], "aaa-ccc": [1500], "aaa-ddd": [200]}, valid=False)
     url = s3_env.upload(str(local), "bkt", "small/data_bin")
@@ -225,8 +227,8 @@ def test_requests_never_span_a_held_piece(monkeypatch):
         f.truncate(1 << 16)
 
         class FakeStore:
-            def get_ranges(self, key, ranges, etag):
-                return [bytes(b - a) for a, b in ranges]
+            async def get_range_async(self, key, a, b, etag):
+                return bytes(b - a)
 
         remote = fetcher._Remote(FakeStore(), "k", 1 << 16, "", f.name)
         fet = fetcher.Fetcher(tempfile.gettempdir())
@@ -235,7 +237,10 @@ def test_requests_never_span_a_held_piece(monkeypatch):
         fet.ensure(f.name, [900, 1200], [950, 1300])  # both sides of the held piece, within the gap
         pieces = [(p.a, p.b) for p in remote.held.items]
         assert all(b1 <= a2 for (_, b1), (a2, _) in zip(pieces, pieces[1:])), pieces
-        assert remote.held.missing(np.array([900]), np.array([1300])) == []
+        assert remote.held.missing(np.array([900, 1200]), np.array([950, 1300])) == []
+        assert fet.counters["bytes"] == 100 + 50 + 100  # (no byte fetched twice)
+        fet.ensure(f.name, [5000, 7000], [5010, 7010])  # a gap with nothing held in it is bridged: one request
+        assert fet.counters["requests"] == 4 and remote.held.missing(np.array([5000]), np.array([7010])) == []
         os.close(remote.fd)
 
 

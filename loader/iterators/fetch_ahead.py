@@ -1,0 +1,83 @@
+"""Remote data fetched ahead by the plan: before a batch is gathered, this rank's next batches' rows are asked for.
+
+The order is a pure function of (seed, epoch, window), so the rows of every batch this process will gather are
+known before it gathers them. For data in an object store (``storage/fetcher.py``), :class:`FetchAhead` keeps two
+things ahead of the batch being gathered:
+
+* a *group* of this process's next batches (``GROUP``): their rows are fetched and pinned in one round trip to
+  the host's fetcher, so the gathers of the group ask nothing more (a gather checks its ranges against the
+  group's in-process);
+* *hints* for the batches after the group, up to ``BABELFEED_FETCH_AHEAD_MB`` of their rows' bytes (default 64),
+  each range with the clock of the batch that reads it first: the fetcher requests them in that order, joined
+  into few large requests, and its cache evicts what is needed farthest ahead.
+
+A process that gathers every ``stride``-th batch (a DataLoader worker of ``stride``, a grain worker) asks for its
+own only: the stride is set by the adapter, or read from the batches it is asked for. Ranks ask for their own
+batches (``split="batches"``) or their own rows (``split="rows"``), so each host fetches only what it reads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+
+GROUP = 16  # batches whose rows one round trip fetches and pins (the first group: the first batch alone)
+CHUNK = 64  # batches per hint message
+
+
+def ahead_bytes() -> int:
+    return int(float(os.environ.get("BABELFEED_FETCH_AHEAD_MB", "64")) * (1 << 20))
+
+
+class FetchAhead:
+    """``rows(ks, base)`` -> ``(files, n)``: the byte ranges (with each range's due) of this process's batches
+    ``ks`` counted from global batch ``base``, and how many of them exist (the epoch may end first)."""
+
+    def __init__(self, rows):
+        self.rows = rows
+        self.stride: int | None = None  # set by an adapter that knows it (a DataLoader worker's count)
+        self.key = None
+        self.last = None
+        self.group = (0, -1)  # (first, last) k of the pinned group
+        self.hinted = -1  # the last k hinted
+        self.chunks: deque = deque()  # (last k, bytes) of the hints ahead
+        self.ahead = ahead_bytes()
+        self.first = True
+
+    def before(self, k: int, base: int, epoch: int) -> bool:
+        """Batch ``k`` (from global batch ``base`` of ``epoch``) is about to be gathered; returns whether its rows
+        are fetched and pinned now (its gather need not ask)."""
+        from babelfeed.storage.remote import ensure_many, hint
+
+        stride = self.stride
+        if stride is None:
+            guess = None if self.last is None or self.last[:2] != (epoch, base) else k - self.last[2]
+            stride = guess if guess is not None and 0 < guess <= 256 else (self.key[2] if self.key else 1)
+        self.last = (epoch, base, k)
+        key = (epoch, base, stride)
+        if key != self.key or k < self.group[0]:  # another epoch, resume point, stride, or a step back: start over
+            self.key, self.group, self.hinted = key, (k, k - 1), k - stride
+            self.chunks.clear()
+        if k > self.group[1] or (k - self.group[0]) % stride:
+            n = 1 if self.first else GROUP
+            self.first = False
+            files, got = self.rows(range(k, k + n * stride, stride), base)
+            ensure_many(files, group=True)
+            self.group = (k, k + (max(got, 1) - 1) * stride)
+        while self.chunks and self.chunks[0][0] <= self.group[1]:
+            self.chunks.popleft()
+        queued = sum(b for _, b in self.chunks)
+        start = max(self.hinted, self.group[1]) + stride
+        while queued < self.ahead / 2 or not self.chunks:
+            files, got = self.rows(range(start, start + CHUNK * stride, stride), base)
+            if not got:
+                break
+            size = sum(int((f[2] - f[1]).sum()) for f in files)
+            if files:
+                hint(files)
+            last = start + (got - 1) * stride
+            self.chunks.append((last, size))
+            self.hinted, start, queued = last, last + stride, queued + size
+            if got < CHUNK or queued >= self.ahead:
+                break
+        return True
