@@ -18,6 +18,7 @@ class FaultProxy:
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.counts = {"requests": 0, "failed": 0, "cut": 0, "bytes": 0}
+        self.link_free = 0.0  # when the capped link is free again
         proxy = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -63,8 +64,11 @@ class FaultProxy:
                     self.wfile.write(data[: len(data) // 2])  # promised more: the connection closes early
                     self.close_connection = True
                     return
-                if proxy.bandwidth:
-                    time.sleep(len(data) / proxy.bandwidth)
+                if proxy.bandwidth:  # one link of that bandwidth for every connection: bodies take turns
+                    with proxy.lock:
+                        start = max(time.monotonic(), proxy.link_free)
+                        proxy.link_free = start + len(data) / proxy.bandwidth
+                    time.sleep(max(0.0, start + len(data) / proxy.bandwidth - time.monotonic()))
                 self.wfile.write(data)
                 with proxy.lock:
                     proxy.counts["bytes"] += len(data)
@@ -86,3 +90,32 @@ class FaultProxy:
     def stop(self):
         self.server.shutdown()
         self.server.server_close()
+
+
+class ProxyProcess:
+    """A :class:`FaultProxy` in a process of its own (benchmarks: its threads must not share the measured
+    process's interpreter lock). Latency and a bandwidth cap only."""
+
+    def __init__(self, upstream_port: int, latency: float = 0.0, bandwidth: float = 0.0):
+        import subprocess
+        import sys
+
+        self.proc = subprocess.Popen([sys.executable, __file__, str(upstream_port), str(latency), str(bandwidth)],
+                                     stdout=subprocess.PIPE, text=True)
+        self.port = int(self.proc.stdout.readline())
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+if __name__ == "__main__":
+    import sys
+
+    p = FaultProxy(int(sys.argv[1]), latency=float(sys.argv[2]), bandwidth=float(sys.argv[3]))
+    print(p.port, flush=True)
+    threading.Event().wait()

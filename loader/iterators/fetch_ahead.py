@@ -31,10 +31,14 @@ def ahead_bytes() -> int:
 
 class FetchAhead:
     """``rows(ks, base)`` -> ``(files, n)``: the byte ranges (with each range's due) of this process's batches
-    ``ks`` counted from global batch ``base``, and how many of them exist (the epoch may end first)."""
+    ``ks`` counted from global batch ``base``, and how many of them exist (the epoch may end first).
+    ``shares()`` -> ``{path: share}``: how much of each file the epoch reads here (files read nearly whole are
+    fetched in large blocks)."""
 
-    def __init__(self, rows):
+    def __init__(self, rows, shares=None):
         self.rows = rows
+        self.shares = shares  # shares(): {path: share of its bytes this process reads this epoch}
+        self.told = None  # the epoch the fetcher was told the shares of
         self.stride: int | None = None  # set by an adapter that knows it (a DataLoader worker's count)
         self.key = None
         self.last = None
@@ -44,15 +48,26 @@ class FetchAhead:
         self.ahead = ahead_bytes()
         self.first = True
 
-    def before(self, k: int, base: int, epoch: int) -> bool:
+    def before(self, k: int, base: int, epoch: int, stride: int | None = None) -> bool:
         """Batch ``k`` (from global batch ``base`` of ``epoch``) is about to be gathered; returns whether its rows
-        are fetched and pinned now (its gather need not ask)."""
-        from babelfeed.storage.remote import ensure_many, hint
+        are fetched and pinned now (its gather need not ask). ``stride``: every how many batches this process
+        gathers, where the caller knows it (else the adapter's, else read from the batches asked for)."""
+        from babelfeed.storage.remote import ensure_many, hint, plan
 
-        stride = self.stride
+        if self.shares is not None and self.told != epoch:
+            self.told = epoch
+            plan(self.shares())
+
+        stride = self.stride or stride
+        unknown = False
         if stride is None:
             guess = None if self.last is None or self.last[:2] != (epoch, base) else k - self.last[2]
-            stride = guess if guess is not None and 0 < guess <= 256 else (self.key[2] if self.key else 1)
+            if guess is not None and 0 < guess <= 256:
+                stride = guess
+            elif self.key is not None:
+                stride = self.key[2]
+            else:  # (the first batch of a worker: its own alone, until the next one tells the stride)
+                stride, unknown = 1, True
         self.last = (epoch, base, k)
         key = (epoch, base, stride)
         if key != self.key or k < self.group[0]:  # another epoch, resume point, stride, or a step back: start over
@@ -64,11 +79,17 @@ class FetchAhead:
             files, got = self.rows(range(k, k + n * stride, stride), base)
             ensure_many(files, group=True)
             self.group = (k, k + (max(got, 1) - 1) * stride)
+        if unknown:
+            self.key = None
+            return True
         while self.chunks and self.chunks[0][0] <= self.group[1]:
             self.chunks.popleft()
         queued = sum(b for _, b in self.chunks)
         start = max(self.hinted, self.group[1]) + stride
-        while queued < self.ahead / 2 or not self.chunks:
+        sent = 0
+        while (queued < self.ahead / 2 or not self.chunks) and sent < 2:  # (topped up a little at each batch:
+            # the first batch does not wait for the whole lookahead to be planned)
+            sent += 1
             files, got = self.rows(range(start, start + CHUNK * stride, stride), base)
             if not got:
                 break

@@ -157,15 +157,15 @@ class BatchIterator(Reports, LoaderIterator):
             if self._hint[0] != w or j == 0:  # a window's first batch here: its files still whole
                 self.planner.sources.spaces.check_sizes()
             self._hint = (w, self.planner.window_start(self.epoch, w))
-            batch = self._collate(w, j, at=(self.step, self._base))
+            batch = self._collate(w, j, at=(self.step, self._base, 1))  # (in order: every batch of this rank)
         self.step += 1
         self.total_steps += 1
         return batch
 
     def _collate(self, w: int, j: int, weight=None, at: tuple | None = None) -> dict:
         """The j-th batch of window w (this rank's rows of it with split="rows"); ``weight`` (zeros) marks an
-        epoch-padding batch, which counts as nothing. ``at``: ``(k, base)``, this rank's k-th batch from global
-        batch ``base``: with remote data, its rows and those of the batches after it are fetched ahead first
+        epoch-padding batch, which counts as nothing. ``at``: ``(k, base[, stride])``, this rank's k-th batch from
+        global batch ``base`` (this process making every stride-th): with remote data, its rows and those of the batches after it are fetched ahead first
         (:class:`~babelfeed.iterators.fetch_ahead.FetchAhead`)."""
         spaces = self.collater.sources.spaces
         if not spaces.remote:
@@ -173,7 +173,7 @@ class BatchIterator(Reports, LoaderIterator):
         from babelfeed.storage.remote import set_clock
 
         set_clock(self._clock(self.planner.window_start(self.epoch, w) + j))
-        ready = at is not None and self._fetch_ahead().before(at[0], at[1], self.epoch)
+        ready = at is not None and self._fetch_ahead().before(at[0], at[1], self.epoch, at[2] if len(at) > 2 else None)
         spaces.prefetched = ready and self.planner.window(self.epoch, w).packed is None
         try:
             return self._collate_one(w, j, weight)
@@ -189,8 +189,7 @@ class BatchIterator(Reports, LoaderIterator):
         if getattr(self, "_ahead", None) is None:
             from .fetch_ahead import FetchAhead
 
-            self._ahead = FetchAhead(self._fetch_rows)
-            self._ahead_at = (0, 0)
+            self._ahead = FetchAhead(self._fetch_rows, self._fetch_shares)
         return self._ahead
 
     @property
@@ -203,11 +202,28 @@ class BatchIterator(Reports, LoaderIterator):
     def fetch_stride(self, n: int | None) -> None:
         self._fetch_ahead().stride = None if n is None else max(int(n), 1)
 
+    def _fetch_shares(self) -> dict:
+        """The share of each remote ``.bin``'s rows this rank reads this epoch: a direction's passes (capped at
+        one) over the ranks (each reads its own batches or rows)."""
+        setup = self.planner.setup(self.epoch)
+        counts = setup.counts if setup.counts.sum() else setup.expected
+        out: dict = {}
+        if counts is None:
+            return out
+        for d, direction in enumerate(setup.directions):
+            share = min(1.0, float(counts[d]) / max(direction.size, 1)) / self.world_size
+            for c in direction.components:
+                for ds in (c.src, c.tgt):
+                    if ds is not None:
+                        out[ds.data_file] = max(out.get(ds.data_file, 0.0), share)
+        return out
+
     def _fetch_rows(self, ks: range, base: int) -> tuple[list, int]:
         """The remote byte ranges (each with its batch's clock) of this rank's batches ``ks`` counted from global
         batch ``base``, and how many of them the epoch has. Rows of packed windows are left to the gather."""
         off = self.rank if self.split == "batches" else 0
-        hint = self._ahead_at
+        at = getattr(self, "_ahead_at", None)
+        hint = at[1:] if at is not None and at[0] == self.epoch else (0, 0)
         found: dict[int, list] = {}
         got = 0
         for k in ks:
@@ -219,7 +235,7 @@ class BatchIterator(Reports, LoaderIterator):
             hint = (w, g - j)
             found.setdefault(w, []).append((j, g))
             got += 1
-        self._ahead_at = hint
+        self._ahead_at = (self.epoch, *hint)
         files: list = []
         for w, items in found.items():
             win = self.planner.window(self.epoch, w)

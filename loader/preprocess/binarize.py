@@ -607,7 +607,27 @@ def _count_inputs(inputs: list[RawInput], opts: BinarizeOptions, engine, log) ->
 
 
 def binarize(opts: BinarizeOptions, log=print) -> dict:
-    """Run the whole job; returns the report (also written to ``DATA_BIN/binarize_report.json``)."""
+    """Run the whole job; returns the report (also written to ``DATA_BIN/binarize_report.json``). An output in an
+    object store (``s3://bucket/prefix``) is written to a local staging folder in the cache first (kept: a run
+    interrupted there resumes from it, as a local one does), then uploaded, ``dict.txt`` and the report last."""
+    from babelfeed.storage.objects import is_remote
+
+    if is_remote(opts.output_dir):
+        import dataclasses
+
+        from babelfeed.storage import remote
+
+        url = str(opts.output_dir).rstrip("/")
+        stage = remote.staging(url)
+        log(f"writing to {stage} first (staging), then uploading to {url}")
+        report = binarize(dataclasses.replace(opts, output_dir=stage), log)
+        written = remote.upload(stage, url, log=log)
+        log(f"uploaded {written / 1e6:,.1f} MB to {url}")
+        return report
+    return _binarize(opts, log)
+
+
+def _binarize(opts: BinarizeOptions, log=print) -> dict:
     import sentencepiece as spm
     from tqdm.auto import tqdm
 

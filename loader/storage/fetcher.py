@@ -7,9 +7,16 @@ It keeps a *shadow* of each remote data folder under ``$BABELFEED_CACHE_DIR/obje
 and kept until the object changes; each ``.bin`` is a sparse file of the object's size, into which the byte
 ranges that batches read are written as they are fetched. Every other part of babelfeed (corpus discovery,
 index checks, the flat token spaces, the gather kernel) then reads local files, unchanged: the batches are the
-same bytes as from a local copy by construction. A range is fetched when a process asks for it (``ensure``,
-before the gather reads it; the prefetcher asks ahead), with the object's ETag as a precondition: an object
-replaced in the store is refused by name, never mixed with what was fetched before.
+same bytes as from a local copy by construction.
+
+Processes ask for byte ranges ahead of need (``hint``, each range with the batch clock that reads it first) and
+when they are about to read them (``ensure``: returns once they are held, and pins them). What is asked for
+goes into one pool per file; each time one of the ``CONCURRENCY`` connections is free, a request is formed from
+the pool: the range needed first (a waiting gather's before any hint), joined with its pending neighbours less
+than ``GAP`` apart (``SPARSE_GAP`` in a file other hosts share), at most ``LARGEST_REQUEST`` long, never over
+bytes held or in flight. A file the host reads nearly whole (``plan``) is fetched in aligned blocks. Every
+request carries the object's ETag as a precondition: an object replaced in the store is refused by name, never
+mixed with what was fetched before.
 
 Started by the first process that needs it (``storage/remote.py``) as a fresh interpreter (obstore does not
 survive ``fork``), on a Unix socket only this user can open; it exits after ``IDLE_SECONDS`` without clients.
@@ -37,6 +44,10 @@ IDLE_SECONDS = float(os.environ.get("BABELFEED_FETCHER_IDLE", "300"))
 GAP = int(os.environ.get("BABELFEED_FETCH_GAP", 16 << 10))
 LARGEST_REQUEST = int(os.environ.get("BABELFEED_FETCH_LARGEST", 8 << 20))
 CONCURRENCY = int(os.environ.get("BABELFEED_FETCH_CONCURRENCY", 64))  # ranged requests in flight at once
+DENSE = float(os.environ.get("BABELFEED_FETCH_DENSE", 0.85))  # a file read this much is fetched in whole blocks
+# the gap bridged in a file the host reads only part of (another host reads the rows between; 0: its own rows
+# only, each run of neighbouring rows one request): bytes fetched stay the rows read, requests are many
+SPARSE_GAP = int(os.environ.get("BABELFEED_FETCH_SPARSE_GAP", 0))
 SMALL_FILE = 64 << 20  # a non-.bin object up to this size is fetched whole into the shadow
 
 
@@ -224,6 +235,7 @@ class Pieces:
         self.items: list[Piece] = []
         self._a = np.zeros(0, np.int64)
         self._b = np.zeros(0, np.int64)
+        self._joined = None  # the pieces' union, for covers()
 
     @property
     def starts(self) -> np.ndarray:
@@ -231,6 +243,16 @@ class Pieces:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return self._a, self._b
+
+    def covers(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """Whether every range ``[a, b)`` lies in what the pieces hold (neighbouring pieces joined)."""
+        if self._joined is None:
+            self._joined = merged(self._a, self._b)
+        ja, jb = self._joined
+        if not len(ja):
+            return not (b > a).any()
+        k = np.searchsorted(ja, a, side="right") - 1
+        return bool(((b <= a) | ((k >= 0) & (b <= jb[np.maximum(k, 0)]))).all())
 
     def overlapping(self, a: int, b: int) -> list[Piece]:
         return self.items[int(np.searchsorted(self._b, a, side="right")):int(np.searchsorted(self._a, b, side="left"))]
@@ -245,6 +267,7 @@ class Pieces:
         self.items.insert(k, piece)
         self._a = np.insert(self._a, k, piece.a)
         self._b = np.insert(self._b, k, piece.b)
+        self._joined = None
 
     def remove(self, piece: Piece) -> None:
         k = int(np.searchsorted(self._a, piece.a))
@@ -253,6 +276,7 @@ class Pieces:
         del self.items[k]
         self._a = np.delete(self._a, k)
         self._b = np.delete(self._b, k)
+        self._joined = None
 
     @property
     def held(self) -> int:
@@ -344,7 +368,12 @@ class _Remote:
         self.pend_a = self.pend_b = np.zeros(0, np.int64)
         self.pend_d = np.zeros(0, np.float64)
         self.failed: list = []  # (start, end, error, when) of requests that failed: a waiting gather raises it
+        self.queued: float | None = None  # the due of its entry in the fetcher's queue (None: not queued)
         self.evictions = 0  # pieces dropped so far (a waiting gather asks again for what it lost)
+        # the host reads (nearly) every byte of it this epoch and the cache can keep them: hinted ranges are
+        # fetched as whole aligned blocks of LARGEST_REQUEST (few large requests; no byte wasted)
+        self.dense = False
+        self.share: float | None = None  # the share of its bytes the host reads this epoch (None: not told)
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)  # notified as requests land
         self.fd = os.open(path, os.O_WRONLY)
@@ -593,11 +622,10 @@ class Fetcher:
         remote.pend_a, remote.pend_b, remote.pend_d = merged_dues(
             np.concatenate([remote.pend_a, ma]), np.concatenate([remote.pend_b, mb]),
             np.concatenate([remote.pend_d, md]))
-        import heapq
-
-        with self.lock:
-            self.seq += 1
-            heapq.heappush(self.queue, (float(remote.pend_d.min()), self.seq, remote))
+        first = float(remote.pend_d.min())
+        if remote.queued is None or first < remote.queued:
+            with self.lock:
+                self._queue(remote, first)  # (an entry at a later due is stale now: dropped when it comes up)
 
     def _take(self) -> Job | None:
         """The next request (the network's thread, for a free connection): the pending range needed first, of
@@ -613,13 +641,15 @@ class Fetcher:
                 due, _, remote = self.queue[0]
             for attempt in (0, 1):
                 with remote.lock:
-                    if not len(remote.pend_a) or float(remote.pend_d.min()) != due:  # (stale: its first changed)
+                    first = float(remote.pend_d.min()) if len(remote.pend_a) else None
+                    if remote.queued != due or first != due:  # (stale: the file's entry is another, or none)
                         with self.lock:
                             if self.queue and self.queue[0][2] is remote and self.queue[0][0] == due:
                                 heapq.heappop(self.queue)
-                                if len(remote.pend_a):
-                                    self.seq += 1
-                                    heapq.heappush(self.queue, (float(remote.pend_d.min()), self.seq, remote))
+                                if remote.queued == due:
+                                    remote.queued = None
+                                    if first is not None:
+                                        self._queue(remote, first)
                         job = False
                         break
                     job = self._form(remote, attempt == 0)
@@ -631,14 +661,25 @@ class Fetcher:
             if job is not False:
                 return job
 
+    def _queue(self, remote: _Remote, due: float) -> None:
+        """Give ``remote`` its one entry in the queue of files with ranges pending, at ``due`` (self.lock held)."""
+        import heapq
+
+        self.seq += 1
+        heapq.heappush(self.queue, (due, self.seq, remote))
+        remote.queued = due
+
     def _form(self, remote: _Remote, may_evict: bool):
         """A request around ``remote``'s most urgent pending range (lock held); or, when the cache has no room
         for it, ``(bytes, due)`` to evict first (``may_evict``), else None."""
         pa, pb, pd = remote.pend_a, remote.pend_b, remote.pend_d
         i = int(np.argmin(pd))
         urgent = pd[i] == -np.inf
+        if remote.dense and not urgent:  # the host reads (nearly) all of this file: its aligned block, whole
+            x = int(pa[i]) // LARGEST_REQUEST * LARGEST_REQUEST
+            return self._cut(remote, x, min(x + LARGEST_REQUEST, remote.size), False)
         # the run of neighbours less than GAP apart around i, then at most LARGEST_REQUEST of it around i
-        cut = pa[1:] - pb[:-1] >= GAP
+        cut = pa[1:] - pb[:-1] >= (GAP if remote.share is None or remote.share >= DENSE else SPARSE_GAP)
         taken = [t for t in (remote.held.arrays()[0], remote.flying.arrays()[0]) if len(t)]
         if taken:  # a request never spans bytes held or in flight: no byte is fetched twice, and pieces stay
             # disjoint (a hole punched for one never zeroes bytes another holds)
@@ -661,10 +702,21 @@ class Fetcher:
                 empty = self.held_bytes + self.flying_bytes == 0
             if room < y - x and not empty:
                 return (int(y - x - room), float(pd[i])) if may_evict else None
+        return self._cut(remote, x, y, bool(urgent))
+
+    def _cut(self, remote: _Remote, x: int, y: int, urgent: bool) -> Job:
+        """The request for bytes ``[x, y)`` (lock held): the pending ranges in it taken out (one cut at an end
+        keeps its rest pending), and what it brings that is neither held nor in flight kept."""
+        pa, pb, pd = remote.pend_a, remote.pend_b, remote.pend_d
+        lo = int(np.searchsorted(pb, x, side="right"))
+        hi = int(np.searchsorted(pa, y, side="left"))
         dues = np.unique(pd[lo:hi])
-        # take [x, y) out of the pending ranges (the last one may be cut: its rest stays pending)
         keep_a, keep_b, keep_d = [pa[:lo]], [pb[:lo]], [pd[:lo]]
-        if pb[hi - 1] > y:
+        if lo < hi and pa[lo] < x:
+            keep_a.append(pa[lo:lo + 1])
+            keep_b.append(np.array([x], np.int64))
+            keep_d.append(pd[lo:lo + 1])
+        if lo < hi and pb[hi - 1] > y:
             keep_a.append(np.array([y], np.int64))
             keep_b.append(pb[hi - 1:hi])
             keep_d.append(pd[hi - 1:hi])
@@ -676,7 +728,7 @@ class Fetcher:
         fa, fb = subtract(np.array([x]), np.array([y]), *remote.held.arrays())
         if remote.flying.items:
             fa, fb = subtract(fa, fb, *remote.flying.arrays())
-        job = Job(remote, x, y, list(zip(fa.tolist(), fb.tolist())), [dues[dues > -np.inf]], bool(urgent))
+        job = Job(remote, x, y, list(zip(fa.tolist(), fb.tolist())), [dues[dues > -np.inf]], urgent)
         for a, b in job.parts:
             remote.flying.add(Piece(remote, a, b, job))
         with self.lock:
@@ -730,7 +782,10 @@ class Fetcher:
             while True:
                 if remote.evictions != seen:  # (something was dropped meanwhile: all of it looked at again)
                     ma, mb = a, b
-                ma, mb = subtract(ma, mb, *remote.held.arrays())  # (what is still missing of what was)
+                if remote.held.covers(ma, mb):
+                    ma = ma[:0]
+                else:
+                    ma, mb = subtract(ma, mb, *remote.held.arrays())  # (what is still missing of what was)
                 if not len(ma):  # every range held: pinned while the lock says so
                     self._touch(remote, a, b, client, clock)
                     break
@@ -832,7 +887,8 @@ class Fetcher:
             remote = self._remote(f[0])
             a, b = unpack(f[1]), np.minimum(unpack(f[2]), remote.size)
             with remote.lock:
-                self._ask(remote, a, b, np.full(len(a), -np.inf))
+                if not remote.held.covers(a, b):
+                    self._ask(remote, a, b, np.full(len(a), -np.inf))
         if len(files) > 1:
             self.network.wake()
         waited = False
@@ -866,6 +922,31 @@ class Fetcher:
             with self.lock:
                 self.counters["hinted_bytes"] += int(np.maximum(b - a, 0).sum())
         self.network.wake()
+
+    def upload(self, url: str, path: str, options: dict | None = None) -> dict:
+        """Write local file ``path`` to object ``url``."""
+        from babelfeed.storage.objects import split_url
+
+        bucket, key = split_url(url)
+        return {"bytes": self.store(bucket, options).put_file(key, path)}
+
+    def plan(self, files: dict) -> dict:
+        """``{path: share}``: the share of each file's bytes the host's gathers read this epoch (from the plan).
+        Files read at ``DENSE`` or more are fetched in whole blocks, as long as the cache can keep all of them
+        (the largest first); the others range by range."""
+        dense = sorted(((os.path.getsize(p) if p in self.remotes else 0, p) for p, share in files.items()
+                        if share >= DENSE and p in self.remotes), reverse=True)
+        room = self.limit * 0.8
+        chosen = set()
+        for size, p in dense:
+            if size <= room:
+                chosen.add(p)
+                room -= size
+        for p, share in files.items():
+            if p in self.remotes:
+                self.remotes[p].dense = p in chosen
+                self.remotes[p].share = float(share)
+        return {"dense": len(chosen)}
 
     def stats(self) -> dict:
         """A flat dict of numbers (TensorBoard and W&B take it as it is): requests and bytes fetched, what was
@@ -933,6 +1014,10 @@ def serve(sock_path: str, cache: str) -> None:
                             except Exception:  # (advisory: the gather's own request raises what matters)
                                 pass
                             continue
+                        elif op == "upload":
+                            reply = fetcher.upload(msg["url"], msg["path"], msg.get("options"))
+                        elif op == "plan":
+                            reply = fetcher.plan(msg["files"])
                         elif op == "stats":
                             reply = fetcher.stats()
                         elif op == "ping":

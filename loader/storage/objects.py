@@ -221,6 +221,20 @@ class Store:
         self.bytes += len(data)
         return data
 
+    def put_file(self, key: str, path: str) -> int:
+        """Upload local file ``path`` as object ``key`` (multipart when large; the object appears whole or not at
+        all). Returns its size."""
+        import pathlib
+
+        import obstore
+
+        try:
+            obstore.put(self.store, key, pathlib.Path(path))
+        except Exception as e:
+            raise self._explain(e, key, f"writing it from {path}") from None
+        self.requests += 1
+        return os.path.getsize(path)
+
     def put(self, key: str, data: bytes) -> None:
         import obstore
 

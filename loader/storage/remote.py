@@ -252,6 +252,53 @@ def hint(files: list, due: float | None = None) -> None:
         request({"op": "hint", "files": _files(files, dues=True), "due": due})
 
 
+def upload(folder: str, url: str, options: dict | None = None, log=print) -> int:
+    """Write every file of local folder ``folder`` under remote folder ``url`` (through the host's fetcher, many at
+    once), the data files first and ``dict.txt`` and the reports last: a reader never finds a folder that looks
+    complete before it is. Hidden names (a binarize run's own state) stay local. Returns the bytes written."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tqdm.auto import tqdm
+
+    url = str(url).rstrip("/")
+    names = sorted(rel for rel in (os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder)
+                                   for f in fs) if not any(p.startswith(".") for p in rel.split(os.sep)))
+    last = [n for n in names if not n.endswith((".bin", ".idx"))]
+    first = [n for n in names if n.endswith((".bin", ".idx"))]
+    opts = dict(options if options is not None else _options)
+    done = 0
+    with tqdm(total=len(names), unit="file", desc=f"upload to {url}", disable=None) as bar:
+        for group in (first, last):
+            def one(name):
+                got = request({"op": "upload", "url": f"{url}/{name.replace(os.sep, '/')}",
+                               "path": os.path.abspath(os.path.join(folder, name)), "options": opts})
+                bar.update(1)
+                return got["bytes"]
+
+            with ThreadPoolExecutor(16) as pool:
+                done += sum(pool.map(one, group))
+    with _lock:
+        _folders.pop(url, None)  # (mirrored again when next read)
+    return done
+
+
+def staging(url: str) -> str:
+    """The local folder where output for remote folder ``url`` is written before it is uploaded (kept between
+    runs, so an interrupted run resumes from it)."""
+    key = hashlib.blake2b(str(url).rstrip("/").encode(), digest_size=10).hexdigest()
+    path = os.path.join(_cache(), "staging", key)
+    private_folders(path)
+    return path
+
+
+def plan(shares: dict) -> dict:
+    """Tell the host's fetcher what share of each shadow ``.bin`` this process's epoch reads (``{path: share}``):
+    files read nearly whole are fetched in large blocks, the others range by range."""
+    if not shares:
+        return {}
+    return request({"op": "plan", "files": {os.path.abspath(p): float(v) for p, v in shares.items()}})
+
+
 def set_clock(clock: float | None) -> None:
     """The batch this thread gathers next, on the scale of ``hint``'s ``due`` (hints due by then are spent)."""
     _local.clock = clock

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 
+from s3server import s3, s3_env  # noqa: F401  (fixtures)
 from synthetic import make_data_bin
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
@@ -224,3 +225,25 @@ def test_epochs_dataset_state_restores_on_another_world_size_and_refuses_bad_sta
             EpochsDataset(cfg, num_workers=bad)
     with pytest.raises(ValueError, match="read_threads must be an int >= 0"):
         batch_dataset(cfg, read_threads=1.5)
+
+
+def test_grain_workers_read_a_store_through_the_one_fetcher(tmp_path, s3_env):
+    """Two grain workers (processes) on data in an S3 store share the host's one fetcher: the batches of an epoch
+    equal the plain iterator's on the local copy, every leaf, and no byte is fetched twice."""
+    import babelfeed
+    from babelfeed.storage import remote
+    from golden import digest
+    from synthetic import config_for
+
+    root = tmp_path / "bin"
+    make_data_bin(root)
+    url = s3_env.upload(str(root), "bkt", "grain/data_bin")
+    plain = [digest(b) for b in babelfeed.build_train_iterator(config_for(root), rank=1, world_size=2)]
+    script = tmp_path / "epochs_job.py"
+    script.write_text(EPOCHS)
+    out = subprocess.run([sys.executable, str(script), HERE, url, json.dumps([2, None, None, 1])],
+                         capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])["batches"]
+    assert len(got) == len(plain) and got == plain
+    assert remote.stats()["bytes"] <= sum(p.stat().st_size for p in root.rglob("*.bin"))

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from s3server import s3, s3_env  # noqa: F401  (fixtures)
 from synthetic import make_data_bin
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
@@ -131,6 +132,8 @@ CASES = {
     "tpu_p1first_axes_ab": ("tpu", "p1_first", (2, 2, 2), ("a", "b", "m"), ("a", "b")),
     "tpu_replicated_model2_data4": ("tpu", "p1_first", (2, 4), ("model", "data"), ("data",)),
 }
+if os.environ.get("MESH_CASES"):
+    CASES = {k: CASES[k] for k in os.environ["MESH_CASES"].split(",")}
 fed = []
 convert = jax_adapter.to_global
 
@@ -197,10 +200,18 @@ def test_two_processes_assemble_the_single_process_batches(root, tmp_path):
     2/4/8 devices (a tuple too), device orders with process 1's devices first or interleaved (non-contiguous row
     blocks), a data axis replicated across the processes: every array leaf of every batch is bit-identical to the
     single-process run, and each process fed exactly the rows its devices hold, in global row order."""
+    _two_processes(root, root, tmp_path)
+
+
+def _two_processes(root, data, tmp_path, caches=None, cases=None):
+    """The single-process run on ``root`` against two processes on ``data`` (the same data, maybe in a store;
+    ``caches``: each process's own cache folder, as two hosts)."""
     import pickle
     import socket
 
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    if cases:
+        env["MESH_CASES"] = cases
     single = subprocess.run([sys.executable, "-c", MESHES, HERE, str(root), str(tmp_path / "single.pkl"), "single"],
                             capture_output=True, text=True, env=env, timeout=300)
     assert single.returncode == 0, single.stderr[-3000:]
@@ -208,9 +219,10 @@ def test_two_processes_assemble_the_single_process_batches(root, tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
-    procs = [subprocess.Popen([sys.executable, "-c", MESHES, HERE, str(root), str(tmp_path / f"p{i}.pkl"), "multi",
+    procs = [subprocess.Popen([sys.executable, "-c", MESHES, HERE, str(data), str(tmp_path / f"p{i}.pkl"), "multi",
                                f"127.0.0.1:{port}", str(i)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env) for i in range(2)]
+                              text=True, env=dict(env, **({"BABELFEED_CACHE_DIR": str(caches[i])} if caches else {})))
+             for i in range(2)]
     for p in procs:
         try:
             _, err = p.communicate(timeout=300)
@@ -248,3 +260,17 @@ def test_two_processes_assemble_the_single_process_batches(root, tmp_path):
                 # each holds half the rows; with the data axis inside "model", both hold (and feed) all of them
                 assert len(rows) * (1 if "replicated" in case else 2) == len(ids), case
     assert odd > 0  # some batches' row counts are no multiple of 8 (they are of the data devices)
+
+
+def test_two_processes_read_the_batches_from_a_store_each_fetching_its_own_rows(root, tmp_path, s3_env):
+    """The same on data in an S3 store, each process with a cache and fetcher of its own (as two hosts): every
+    leaf equals the single-process run on the local copy."""
+    from s3server import stop_fetcher
+
+    url = s3_env.upload(str(root), "bkt", "jax/data_bin")
+    caches = [tmp_path / "host0", tmp_path / "host1"]
+    try:
+        _two_processes(root, url, tmp_path, caches, cases="dynamic_p1first_data4_model2,static_data8")
+    finally:
+        for c in caches:
+            stop_fetcher(str(c))

@@ -94,6 +94,7 @@ def test_an_object_replaced_in_the_store_mid_run_is_refused_by_name(tmp_path, s3
     """The fetcher reads every range with the ETag the job opened as a precondition: a .bin replaced in the
     store (same size) is refused at its next range, never mixed with the bytes fetched before."""
     monkeypatch.setenv("BABELFEED_FETCH_GAP", "128")  # neighbouring rows only: the rest is fetched as batches ask
+    monkeypatch.setenv("BABELFEED_FETCH_DENSE", "2")  # (never whole blocks: this epoch reads every row)
     monkeypatch.setenv("BABELFEED_FETCH_AHEAD_MB", "0.002")  # (a few batches ahead)
     monkeypatch.setattr(fetch_ahead, "GROUP", 2)
     local = tmp_path / "data_bin"
@@ -325,3 +326,85 @@ def test_a_fetcher_socket_served_by_another_user_is_refused(tmp_path, monkeypatc
         child.wait()
         if os.path.exists(path):
             os.unlink(path)
+
+
+def test_two_hosts_each_fetch_their_own_rows_and_serve_the_local_copys_batches(tmp_path, s3_env, monkeypatch):
+    """Ranks 0 and 1 of 2, each with a cache (and fetcher) of its own, as two hosts: each serves exactly the local
+    copy's batches of its rank, and fetches far less than the whole data (the rows of its own batches only; every
+    row is read about once an epoch here, so about half)."""
+    from babelfeed.storage import remote
+    from s3server import stop_fetcher
+
+    local = tmp_path / "data_bin"
+    make_data_bin(local, directions={"aaa-bbb": [1200], "aaa-ccc": [800]}, valid=False)
+    url = s3_env.upload(str(local), "bkt", "hosts/data_bin")
+    data = sum(p.stat().st_size for p in local.rglob("*.bin"))
+    kw = dict(data__shards="all", batching__max_tokens=512)
+    for rank in (0, 1):
+        cache = tmp_path / f"host{rank}"
+        monkeypatch.setenv("BABELFEED_CACHE_DIR", str(cache))
+        remote._folders.clear()
+        remote._local.conn = None
+        try:
+            mine = list(babelfeed.build_train_iterator(config_for(local, **kw), rank=rank, world_size=2))
+            theirs = list(babelfeed.build_train_iterator(config_for(url, **kw), rank=rank, world_size=2))
+            same_batches(mine, theirs)
+            st = remote.stats()
+            assert 0 < st["bytes"] < 0.75 * data, (st["bytes"], data)
+        finally:
+            stop_fetcher(str(cache))
+
+
+def test_binarize_to_the_store_stages_resumes_and_uploads_the_same_bytes(tmp_path, s3_env, monkeypatch):
+    """``binarize -o s3://...`` writes to a staging folder in the cache, resumes there after an interruption (no
+    object written before the run ends), then uploads: every object equals the file of a local run."""
+    from babelfeed.preprocess import binarize as bz
+    from babelfeed.preprocess.options import BinarizeOptions
+
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    words = ["the", "cat", "sat", "on", "a", "mat", "dog", "ran"]
+    rng = np.random.default_rng(0)
+    lines = [" ".join(words[i] for i in rng.integers(0, 8, int(rng.integers(1, 9)))) for _ in range(300)]
+    (raw / "en-de.en").write_text("\n".join(lines) + "\n")
+    (raw / "en-de.de").write_text("\n".join(x.upper() for x in lines) + "\n")
+    (raw / "en-fr.en").write_text("\n".join(lines[:100]) + "\n")
+    (raw / "en-fr.fr").write_text("\n".join(x[::-1] for x in lines[:100]) + "\n")
+
+    def opts(out, **kw):
+        base = dict(input_dir=str(raw), output_dir=str(out), train_spm=40, shards=2, workers=1, chunk_lines=64,
+                    progress=False)
+        return BinarizeOptions(**{**base, **kw})
+
+    clean = tmp_path / "clean"
+    bz.binarize(opts(clean), log=lambda *a: None)
+    url = "s3://bkt/written/data_bin"
+    s3_env.client().create_bucket(Bucket="bkt")
+    real_finish = bz._finish
+    finished = []
+
+    def crash_after_first(*args, **kw):
+        if finished:
+            raise KeyboardInterrupt
+        real_finish(*args, **kw)
+        finished.append(1)
+
+    monkeypatch.setattr(bz, "_finish", crash_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        bz.binarize(opts(url, spm_model=str(clean / "spm.model"), train_spm=None), log=lambda *a: None)
+    c = s3_env.client()
+    assert "Contents" not in c.list_objects_v2(Bucket="bkt", Prefix="written/")  # nothing that looks complete
+    monkeypatch.setattr(bz, "_finish", real_finish)
+    logs = []
+    bz.binarize(opts(url, spm_model=str(clean / "spm.model"), train_spm=None), log=logs.append)
+    assert any("already finalized" in m for m in logs) and any("uploaded" in m for m in logs), logs
+    keys = {o["Key"][len("written/data_bin/"):] for o in c.list_objects_v2(Bucket="bkt", Prefix="written/")["Contents"]}
+    want = {str(p.relative_to(clean)) for p in clean.rglob("*") if p.is_file() and ".binarize" not in str(p)}
+    assert keys == want
+    for k in keys:
+        body = c.get_object(Bucket="bkt", Key=f"written/data_bin/{k}")["Body"].read()
+        if k.endswith((".bin", ".idx", "dict.txt", "spm.model")):
+            assert body == (clean / k).read_bytes(), k
+    got = list(babelfeed.build_train_iterator(config_for(url, data__shards="all", batching__max_tokens=256)))
+    mine = list(babelfeed.build_train_iterator(config_for(clean, data__shards="all", batching__max_tokens=256)))
+    same_batches(mine, got)

@@ -1,0 +1,219 @@
+"""How the host's fetcher turns ranges asked for into requests, without a server: the interval arithmetic against a
+brute-force model, requests joined across hints, the order (a waiting gather first, then hints by due), whole
+blocks for files the host reads nearly whole, small gaps for files it shares with other hosts, and the room the
+cache must have before a hint is fetched; and the iterator side, which asks for its own batches only."""
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from babelfeed.storage import fetcher
+
+intervals = st.lists(st.tuples(st.integers(0, 300), st.integers(0, 40)), max_size=25).map(
+    lambda xs: (np.array([a for a, _ in xs], np.int64), np.array([a + n for a, n in xs], np.int64)))
+
+
+def covered(a, b, size=400) -> np.ndarray:
+    m = np.zeros(size, bool)
+    for x, y in zip(a.tolist(), b.tolist()):
+        m[x:y] = True
+    return m
+
+
+def as_intervals(mask) -> list:
+    out, k = [], 0
+    while k < len(mask):
+        if mask[k]:
+            j = k
+            while j < len(mask) and mask[j]:
+                j += 1
+            out.append((k, j))
+            k = j
+        else:
+            k += 1
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(intervals, intervals)
+def test_interval_arithmetic_equals_a_byte_by_byte_model(q, h):
+    a, b = q
+    ha, hb = fetcher.merged(*h)
+    ma, mb = fetcher.merged(a, b)
+    assert list(zip(ma.tolist(), mb.tolist())) == as_intervals(covered(a, b))
+    sa, sb = fetcher.subtract(a, b, ha, hb)
+    assert list(zip(sa.tolist(), sb.tolist())) == as_intervals(covered(a, b) & ~covered(ha, hb))
+    qi, pi = fetcher.overlap_pairs(a, b, ha, hb)
+    want = {(i, j) for i in range(len(a)) for j in range(len(ha)) if a[i] < hb[j] and ha[j] < b[i] and a[i] < b[i]}
+    assert set(zip(qi.tolist(), pi.tolist())) == want and len(qi) == len(want)
+    pieces = fetcher.Pieces()
+    for x, y in zip(ha.tolist(), hb.tolist()):
+        pieces.add(fetcher.Piece(None, x, y))
+    assert pieces.covers(a, b) == (not (covered(a, b) & ~covered(ha, hb)).any())
+    d = np.arange(len(a), dtype=np.float64)
+    da, db, dd = fetcher.merged_dues(a, b, d)
+    for x, y, due in zip(da.tolist(), db.tolist(), dd.tolist()):  # each joined range: the earliest due in it
+        inside = [d[i] for i in range(len(a)) if a[i] < b[i] and x <= a[i] and b[i] <= y]
+        assert due == min(inside)
+
+
+class FakeStore:
+    def __init__(self):
+        self.got = []
+
+    async def get_range_async(self, key, a, b, etag):
+        self.got.append((a, b))
+        return bytes((i % 251 for i in range(a, b)))
+
+
+@pytest.fixture
+def paused(monkeypatch, tmp_path):
+    """A fetcher whose network takes nothing by itself (no connections): requests are formed by hand."""
+    monkeypatch.setattr(fetcher, "CONCURRENCY", 0)
+    monkeypatch.setattr(fetcher, "GAP", 1000)
+    monkeypatch.setattr(fetcher, "LARGEST_REQUEST", 1 << 16)
+    monkeypatch.setenv("BABELFEED_FETCH_CACHE_MB", "1")
+    fet = fetcher.Fetcher(str(tmp_path))
+    files = []
+
+    def make(size=1 << 18):
+        path = os.path.join(str(tmp_path), f"f{len(files)}.bin")
+        with open(path, "wb") as f:
+            f.truncate(size)
+        remote = fetcher._Remote(FakeStore(), "k", size, "", path)
+        fet.remotes[path] = remote
+        files.append(remote)
+        return remote
+
+    yield fet, make
+    for r in files:
+        os.close(r.fd)
+
+
+def ask(fet, remote, a, b, due):
+    with remote.lock:
+        fet._ask(remote, np.array(a), np.array(b), np.full(len(a), float(due)))
+
+
+def test_ranges_of_two_hints_are_joined_into_one_request(paused):
+    fet, make = paused
+    r = make()
+    ask(fet, r, [100], [200], 5)
+    ask(fet, r, [700], [800], 9)  # another message, 500 bytes on: within the gap
+    job = fet._take()
+    assert (job.a, job.b) == (100, 800) and not job.urgent
+    assert fet._take() is None  # (nothing left pending)
+
+
+def test_a_waiting_gather_goes_before_every_hint_and_hints_go_by_due(paused):
+    fet, make = paused
+    r1, r2 = make(), make()
+    ask(fet, r1, [50_000], [50_100], 7)
+    ask(fet, r2, [90_000], [90_100], 3)
+    ask(fet, r1, [10_000], [10_100], -np.inf)
+    order = [(j.remote is r1, j.a, j.urgent) for j in (fet._take(), fet._take(), fet._take())]
+    assert order == [(True, 10_000, True), (False, 90_000, False), (True, 50_000, False)]
+
+
+def test_a_file_read_nearly_whole_is_fetched_in_aligned_blocks_and_a_shared_one_range_by_range(paused):
+    fet, make = paused
+    whole, shared = make(), make()
+    assert fet.plan({whole.path: 1.0, shared.path: 0.5}) == {"dense": 1}
+    ask(fet, whole, [70_000], [70_010], 1)
+    job = fet._take()
+    block = fetcher.LARGEST_REQUEST
+    assert (job.a, job.b) == (70_000 // block * block, 70_000 // block * block + block)
+    ask(fet, shared, [1000, 1400], [1100, 1500], 1)  # 300 bytes apart: more than the shared file's gap
+    assert fetcher.SPARSE_GAP < 300  # (default: 0)
+    assert [(j.a, j.b) for j in (fet._take(), fet._take())] == [(1000, 1100), (1400, 1500)]
+
+
+def test_a_hint_waits_for_room_in_the_cache_and_a_gather_does_not(paused, monkeypatch):
+    fet, make = paused
+    r = make(4 << 20)
+    fet.limit = 100_000
+    fet.held_bytes = 95_000  # (nearly full of pinned bytes: nothing can be evicted)
+    ask(fet, r, [0], [20_000], 4)
+    assert fet._take() is None
+    ask(fet, r, [3 << 20], [(3 << 20) + 100], -np.inf)
+    job = fet._take()
+    assert job.urgent and job.a == 3 << 20
+
+
+def test_landed_bytes_are_the_object_bytes_and_a_request_never_spans_held_ones(paused):
+    fet, make = paused
+    r = make()
+    ask(fet, r, [1000], [1100], -np.inf)
+    job = fet._take()
+    import asyncio
+
+    fet._landed(job, asyncio.run(r.store.get_range_async("k", job.a, job.b, None)), None)
+    ask(fet, r, [900, 1200], [950, 1300], 1)  # both sides of the held piece, within the gap
+    jobs = [fet._take(), fet._take()]
+    assert sorted((j.a, j.b) for j in jobs) == [(900, 950), (1200, 1300)]
+    for j in jobs:
+        fet._landed(j, asyncio.run(r.store.get_range_async("k", j.a, j.b, None)), None)
+    with open(r.path, "rb") as f:
+        data = f.read(1300)
+    want = bytes(i % 251 for i in range(1300))
+    for x, y in [(900, 950), (1000, 1100), (1200, 1300)]:
+        assert data[x:y] == want[x:y]
+    assert fet.counters["bytes"] == 250  # (no byte fetched twice)
+
+
+def test_the_iterator_asks_for_its_own_batches_only(monkeypatch):
+    """A process that makes every other batch (a DataLoader worker of two) pins and hints those only; the first
+    group is the first batch alone, the later ones a group each."""
+    from babelfeed.iterators import fetch_ahead
+    from babelfeed.storage import remote
+
+    calls = []
+    monkeypatch.setattr(remote, "ensure_many", lambda files, group=False: calls.append(("ensure", files)))
+    monkeypatch.setattr(remote, "hint", lambda files, due=None: calls.append(("hint", files)))
+    monkeypatch.setattr(remote, "plan", lambda shares: calls.append(("plan", shares)))
+    asked = []
+
+    def rows(ks, base):
+        ks = [k for k in ks if k < 500]
+        asked.append(list(ks))
+        return [["x.bin", np.array(ks) * 100, np.array(ks) * 100 + 10]], len(ks)
+
+    fa = fetch_ahead.FetchAhead(rows, lambda: {"x.bin": 1.0})
+    for k in range(1, 200, 2):  # this worker's batches: 1, 3, 5, ...
+        assert fa.before(k, 0, 1)
+    ks = {k for a in asked for k in a}
+    assert ks and all(k % 2 == 1 for k in ks)  # (the first batch alone; then the stride read from the next)
+    assert [c[0] for c in calls[:3]] == ["plan", "ensure", "ensure"] and asked[0] == [1]
+    groups = [c[1][0][1] // 100 for c in calls if c[0] == "ensure"]
+    assert all(len(g) == fetch_ahead.GROUP for g in groups[1:-1])
+    served = set(range(1, 200, 2))
+    assert served <= {int(k) for g in groups for k in g}  # every batch made was pinned by a group first
+
+
+def test_an_explicit_stride_is_used_from_the_first_batch(monkeypatch):
+    from babelfeed.iterators import fetch_ahead
+    from babelfeed.storage import remote
+
+    monkeypatch.setattr(remote, "ensure_many", lambda files, group=False: None)
+    monkeypatch.setattr(remote, "hint", lambda files, due=None: None)
+    asked = []
+
+    def rows(ks, base):
+        asked.extend(ks)
+        return [], len(ks)
+
+    fa = fetch_ahead.FetchAhead(rows)
+    fa.stride = 3
+    fa.before(2, 0, 1)
+    assert asked and all(k % 3 == 2 for k in asked)
+
+
+def test_the_shares_of_a_plan_mark_dense_files_only_while_the_cache_holds_them(paused):
+    fet, make = paused
+    a, b = make(600_000), make(600_000)
+    fet.limit = 1_000_000  # (80% of it: one of the two)
+    assert fet.plan({a.path: 1.0, b.path: 1.0}) == {"dense": 1}
+    assert a.dense != b.dense
