@@ -32,8 +32,8 @@ def ahead_bytes() -> int:
 class FetchAhead:
     """``rows(ks, base)`` -> ``(files, n)``: the byte ranges (with each range's due) of this process's batches
     ``ks`` counted from global batch ``base``, and how many of them exist (the epoch may end first).
-    ``shares()`` -> ``{path: share}``: how much of each file the epoch reads here (files read nearly whole are
-    fetched in large blocks)."""
+    ``shares()`` -> ``({path: share}, hosts)``: how much of each file the epoch reads here, and how many hosts
+    read the data (files read nearly whole are fetched in large blocks)."""
 
     def __init__(self, rows, shares=None):
         self.rows = rows
@@ -56,7 +56,7 @@ class FetchAhead:
 
         if self.shares is not None and self.told != epoch:
             self.told = epoch
-            plan(self.shares())
+            plan(*self.shares())
 
         stride = self.stride or stride
         unknown = False

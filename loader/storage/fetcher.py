@@ -13,7 +13,7 @@ Processes ask for byte ranges ahead of need (``hint``, each range with the batch
 when they are about to read them (``ensure``: returns once they are held, and pins them). What is asked for
 goes into one pool per file; each time one of the ``CONCURRENCY`` connections is free, a request is formed from
 the pool: the range needed first (a waiting gather's before any hint), joined with its pending neighbours less
-than ``GAP`` apart (``SPARSE_GAP`` in a file other hosts share), at most ``LARGEST_REQUEST`` long, never over
+than ``GAP`` apart (``SPARSE_GAP`` in a file other hosts read too), at most ``LARGEST_REQUEST`` long, never over
 bytes held or in flight. A file the host reads nearly whole (``plan``) is fetched in aligned blocks. Every
 request carries the object's ETag as a precondition: an object replaced in the store is refused by name, never
 mixed with what was fetched before.
@@ -373,7 +373,7 @@ class _Remote:
         # the host reads (nearly) every byte of it this epoch and the cache can keep them: hinted ranges are
         # fetched as whole aligned blocks of LARGEST_REQUEST (few large requests; no byte wasted)
         self.dense = False
-        self.share: float | None = None  # the share of its bytes the host reads this epoch (None: not told)
+        self.shared = False  # other hosts read rows of it this epoch: only this host's own rows are fetched
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)  # notified as requests land
         self.fd = os.open(path, os.O_WRONLY)
@@ -679,7 +679,7 @@ class Fetcher:
             x = int(pa[i]) // LARGEST_REQUEST * LARGEST_REQUEST
             return self._cut(remote, x, min(x + LARGEST_REQUEST, remote.size), False)
         # the run of neighbours less than GAP apart around i, then at most LARGEST_REQUEST of it around i
-        cut = pa[1:] - pb[:-1] >= (GAP if remote.share is None or remote.share >= DENSE else SPARSE_GAP)
+        cut = pa[1:] - pb[:-1] >= (SPARSE_GAP if remote.shared else GAP)
         taken = [t for t in (remote.held.arrays()[0], remote.flying.arrays()[0]) if len(t)]
         if taken:  # a request never spans bytes held or in flight: no byte is fetched twice, and pieces stay
             # disjoint (a hole punched for one never zeroes bytes another holds)
@@ -930,10 +930,11 @@ class Fetcher:
         bucket, key = split_url(url)
         return {"bytes": self.store(bucket, options).put_file(key, path)}
 
-    def plan(self, files: dict) -> dict:
-        """``{path: share}``: the share of each file's bytes the host's gathers read this epoch (from the plan).
-        Files read at ``DENSE`` or more are fetched in whole blocks, as long as the cache can keep all of them
-        (the largest first); the others range by range."""
+    def plan(self, files: dict, hosts: int = 1) -> dict:
+        """``{path: share}``: the share of each file's bytes the host's gathers read this epoch (from the plan),
+        with ``hosts`` reading the data. Files read at ``DENSE`` or more are fetched in whole blocks, as long as
+        the cache can keep all of them (the largest first); the others range by range (on several hosts: this
+        host's rows only, the rows between are other hosts')."""
         dense = sorted(((os.path.getsize(p) if p in self.remotes else 0, p) for p, share in files.items()
                         if share >= DENSE and p in self.remotes), reverse=True)
         room = self.limit * 0.8
@@ -945,7 +946,7 @@ class Fetcher:
         for p, share in files.items():
             if p in self.remotes:
                 self.remotes[p].dense = p in chosen
-                self.remotes[p].share = float(share)
+                self.remotes[p].shared = hosts > 1 and p not in chosen
         return {"dense": len(chosen)}
 
     def stats(self) -> dict:
@@ -1017,7 +1018,7 @@ def serve(sock_path: str, cache: str) -> None:
                         elif op == "upload":
                             reply = fetcher.upload(msg["url"], msg["path"], msg.get("options"))
                         elif op == "plan":
-                            reply = fetcher.plan(msg["files"])
+                            reply = fetcher.plan(msg["files"], int(msg.get("hosts", 1)))
                         elif op == "stats":
                             reply = fetcher.stats()
                         elif op == "ping":

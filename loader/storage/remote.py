@@ -291,12 +291,14 @@ def staging(url: str) -> str:
     return path
 
 
-def plan(shares: dict) -> dict:
-    """Tell the host's fetcher what share of each shadow ``.bin`` this process's epoch reads (``{path: share}``):
-    files read nearly whole are fetched in large blocks, the others range by range."""
+def plan(shares: dict, hosts: int = 1) -> dict:
+    """Tell the host's fetcher what share of each shadow ``.bin`` this process's epoch reads (``{path: share}``),
+    with ``hosts`` reading the data: files read nearly whole are fetched in large blocks, the others range by
+    range (on several hosts, this host's rows only)."""
     if not shares:
         return {}
-    return request({"op": "plan", "files": {os.path.abspath(p): float(v) for p, v in shares.items()}})
+    return request({"op": "plan", "files": {os.path.abspath(p): float(v) for p, v in shares.items()},
+                    "hosts": int(hosts)})
 
 
 def set_clock(clock: float | None) -> None:

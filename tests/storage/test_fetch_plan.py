@@ -118,10 +118,10 @@ def test_a_waiting_gather_goes_before_every_hint_and_hints_go_by_due(paused):
     assert order == [(True, 10_000, True), (False, 90_000, False), (True, 50_000, False)]
 
 
-def test_a_file_read_nearly_whole_is_fetched_in_aligned_blocks_and_a_shared_one_range_by_range(paused):
+def test_a_file_read_nearly_whole_is_fetched_in_aligned_blocks_and_a_shared_one_row_by_row(paused):
     fet, make = paused
     whole, shared = make(), make()
-    assert fet.plan({whole.path: 1.0, shared.path: 0.5}) == {"dense": 1}
+    assert fet.plan({whole.path: 1.0, shared.path: 0.5}, hosts=2) == {"dense": 1}
     ask(fet, whole, [70_000], [70_010], 1)
     job = fet._take()
     block = fetcher.LARGEST_REQUEST
@@ -173,7 +173,7 @@ def test_the_iterator_asks_for_its_own_batches_only(monkeypatch):
     calls = []
     monkeypatch.setattr(remote, "ensure_many", lambda files, group=False: calls.append(("ensure", files)))
     monkeypatch.setattr(remote, "hint", lambda files, due=None: calls.append(("hint", files)))
-    monkeypatch.setattr(remote, "plan", lambda shares: calls.append(("plan", shares)))
+    monkeypatch.setattr(remote, "plan", lambda shares, hosts=1: calls.append(("plan", shares)))
     asked = []
 
     def rows(ks, base):
@@ -181,7 +181,7 @@ def test_the_iterator_asks_for_its_own_batches_only(monkeypatch):
         asked.append(list(ks))
         return [["x.bin", np.array(ks) * 100, np.array(ks) * 100 + 10]], len(ks)
 
-    fa = fetch_ahead.FetchAhead(rows, lambda: {"x.bin": 1.0})
+    fa = fetch_ahead.FetchAhead(rows, lambda: ({"x.bin": 1.0}, 1))
     for k in range(1, 200, 2):  # this worker's batches: 1, 3, 5, ...
         assert fa.before(k, 0, 1)
     ks = {k for a in asked for k in a}
