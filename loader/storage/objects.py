@@ -169,24 +169,9 @@ class Store:
             raise self._explain(e, prefix, "listing") from None
         return out
 
-    def get(self, key: str, etag: str | None = None, size: int | None = None) -> bytes:
-        """A whole (small) object, refused when its ETag is no longer ``etag``."""
-        import obstore
-
-        try:
-            body = obstore.get(self.store, key, options={"if_match": etag} if etag else None).bytes()
-        except Exception as e:
-            raise self._explain(e, key, "reading it") from None
-        data = bytes(body)
-        self.requests += 1
-        self.bytes += len(data)
-        if size is not None and len(data) != size:
-            raise ObjectStoreError(f"{self.url(key)}: the body ended after {len(data):,} of its {size:,} bytes (a "
-                                   f"connection cut short): nothing of it is kept")
-        return data
-
     async def get_async(self, key: str, etag: str | None = None, size: int | None = None) -> bytes:
-        """:meth:`get` on the caller's event loop (the fetcher fetches many small files at once)."""
+        """A whole (small) object, refused when its ETag is no longer ``etag`` or its body is not ``size`` bytes
+        long (the fetcher fetches many at once)."""
         import obstore
 
         try:
@@ -234,12 +219,3 @@ class Store:
             raise self._explain(e, key, f"writing it from {path}") from None
         self.requests += 1
         return os.path.getsize(path)
-
-    def put(self, key: str, data: bytes) -> None:
-        import obstore
-
-        try:
-            obstore.put(self.store, key, data)
-        except Exception as e:
-            raise self._explain(e, key, "writing it") from None
-        self.requests += 1
