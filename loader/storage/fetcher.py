@@ -908,9 +908,15 @@ class Fetcher:
             b = np.minimum(unpack(f[2]), remote.size)
             dues = unpack(f[3], "<f8") if len(f) > 3 and f[3] is not None else \
                 np.full(len(a), np.inf if due is None else float(due))
+            with self.lock:
+                self.counters["hinted_bytes"] += int(np.maximum(b - a, 0).sum())
+                pressed = self.held_bytes + self.flying_bytes > self.limit // 2  # (else nothing is evicted soon)
             with remote.lock:
+                held = remote.held.covers(a, b)
+                if held and not pressed:
+                    continue  # (all of it here, and the cache has room: nothing to ask, no dues to keep)
                 pa, pb = remote.held.arrays()
-                if len(pa):  # what is held already: told when it is needed
+                if len(pa) and pressed:  # what is held already: told when it is needed
                     q, k = overlap_pairs(a, b, pa, pb)
                     if len(k):
                         order = np.argsort(k, kind="stable")
@@ -918,9 +924,8 @@ class Fetcher:
                         cuts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
                         for c0, c1 in zip(cuts.tolist(), cuts[1:].tolist() + [len(k)]):
                             remote.held.items[int(k[c0])].add_dues(d[c0:c1], self.clock)
-                self._ask(remote, a, b, dues)
-            with self.lock:
-                self.counters["hinted_bytes"] += int(np.maximum(b - a, 0).sum())
+                if not held:
+                    self._ask(remote, a, b, dues)
         self.network.wake()
 
     def upload(self, url: str, path: str, options: dict | None = None) -> dict:
