@@ -527,7 +527,7 @@ class Fetcher:
         self.lock = threading.Lock()
         self.mirror_locks: dict[str, threading.Lock] = {}
         self.counters = {"requests": 0, "bytes": 0, "ensure_calls": 0, "bytes_asked": 0, "evicted_bytes": 0,
-                         "hits": 0, "misses": 0, "hinted_bytes": 0}
+                         "hits": 0, "misses": 0, "hinted_bytes": 0, "bytes_again": 0}
         self.limit = cache_limit(cache)
         self.held_bytes = 0  # the disk the held pieces take (4 KiB blocks)
         self.flying_bytes = 0
@@ -728,6 +728,8 @@ class Fetcher:
         fa, fb = subtract(np.array([x]), np.array([y]), *remote.held.arrays())
         if remote.flying.items:
             fa, fb = subtract(fa, fb, *remote.flying.arrays())
+        if len(fa):  # (from the first byte not here to the last: what is held at either end is not fetched again)
+            x, y = int(fa[0]), int(fb[-1])
         job = Job(remote, x, y, list(zip(fa.tolist(), fb.tolist())), [dues[dues > -np.inf]], urgent)
         for a, b in job.parts:
             remote.flying.add(Piece(remote, a, b, job))
@@ -761,6 +763,9 @@ class Fetcher:
             if data is not None:
                 self.counters["requests"] += 1
                 self.counters["bytes"] += len(data)
+                # (bytes a request brought that were held or in flight already: it spanned them, one request
+                # being cheaper than two; never written, never counted as held)
+                self.counters["bytes_again"] += len(data) - sum(y - x for x, y in job.parts)
             self.held_bytes += new
             over = self.held_bytes > self.limit
         if over and not job.urgent:
