@@ -123,12 +123,27 @@ def request(msg: dict) -> dict:
         if reply is not None:
             break
         _local.conn = None  # the fetcher went away (idle exit between two requests): start it again
+        _local.covered = None  # (its pins went with it)
         if attempt:
             raise BabelfeedError("the object-store fetcher closed the connection (see fetcher.log in the cache "
                                  "folder)")
     if "error" in reply:
-        raise _rebuilt(reply["error"])
+        err = reply["error"]
+        if err.get("type") == "FileNotFoundError" and "not a remote file of this fetcher" in err.get("message", "") \
+                and msg.get("op") in ("ensure", "hint") and not msg.get("_again"):
+            _mirror_again()  # (a new fetcher: the one that mirrored the folders went away, killed or crashed)
+            return request({**msg, "_again": True})
+        raise _rebuilt(err)
     return reply
+
+
+def _mirror_again() -> None:
+    """Mirror every folder this process opened again (in a fetcher started since: it knows none of them). The
+    shadow files stay where they are, so open mappings stay valid; what they hold is fetched again."""
+    with _lock:
+        known = list(_folders)
+    for url in known:
+        request({"op": "mirror", "url": url, "options": dict(_options)})
 
 
 def _rebuilt(err: dict) -> Exception:

@@ -411,3 +411,24 @@ def test_binarize_to_the_store_stages_resumes_and_uploads_the_same_bytes(tmp_pat
     got = list(babelfeed.build_train_iterator(config_for(url, data__shards="all", batching__max_tokens=256)))
     mine = list(babelfeed.build_train_iterator(config_for(clean, data__shards="all", batching__max_tokens=256)))
     same_batches(mine, got)
+
+
+def test_a_fetcher_killed_mid_run_is_replaced_and_the_batches_stay_exact(tmp_path, s3_env):
+    """The host's fetcher dies (OOM killer, an operator) while a job reads: the next request starts a new one,
+    which mirrors the job's folders again; the run goes on, batch for batch equal to the local copy."""
+    import itertools
+    import os
+    import signal
+
+    from babelfeed.storage import remote
+
+    local = tmp_path / "data_bin"
+    make_data_bin(local)
+    url = s3_env.upload(str(local), "bkt", "killed/data_bin")
+    kw = dict(data__shards="all", batching__max_tokens=256)
+    mine = list(babelfeed.build_train_iterator(config_for(local, **kw)))
+    it = babelfeed.build_train_iterator(config_for(url, **kw))
+    theirs = list(itertools.islice(it, 5))
+    os.kill(remote.request({"op": "ping"})["pid"], signal.SIGKILL)
+    theirs += list(it)
+    same_batches(mine, theirs)
