@@ -117,19 +117,7 @@ def unpack(text, dtype="<i8") -> np.ndarray:
 
 def merged(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of intervals ``[a, b)`` as sorted, disjoint intervals (touching ones joined; empty ones gone)."""
-    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    keep = b > a
-    a, b = a[keep], b[keep]
-    if len(a) < 2:
-        return a, b
-    order = np.argsort(a, kind="stable")
-    a, b = a[order], b[order]
-    reach = np.maximum.accumulate(b)
-    first = np.empty(len(a), bool)
-    first[0] = True
-    first[1:] = a[1:] > reach[:-1]
-    at = np.flatnonzero(first)
-    return a[at], np.maximum.reduceat(b, at)
+    return merged_dues(a, b, np.zeros(len(a)))[:2]
 
 
 def merged_dues(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -147,6 +135,15 @@ def merged_dues(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> tuple[np.ndarray
     first[1:] = a[1:] > reach[:-1]
     at = np.flatnonzero(first)
     return a[at], np.maximum.reduceat(b, at), np.minimum.reduceat(d, at)
+
+
+def within(a: np.ndarray, b: np.ndarray, ja: np.ndarray, jb: np.ndarray) -> bool:
+    """Whether every range ``[a, b)`` lies inside one of the sorted, disjoint intervals ``[ja, jb)``."""
+    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
+    if not len(ja):
+        return not (b > a).any()
+    k = np.searchsorted(ja, a, side="right") - 1
+    return bool(((b <= a) | ((k >= 0) & (b <= jb[np.maximum(k, 0)]))).all())
 
 
 def subtract(a: np.ndarray, b: np.ndarray, ha: np.ndarray, hb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -237,10 +234,6 @@ class Pieces:
         self._b = np.zeros(0, np.int64)
         self._joined = None  # the pieces' union, for covers()
 
-    @property
-    def starts(self) -> np.ndarray:
-        return self._a
-
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
         return self._a, self._b
 
@@ -248,11 +241,7 @@ class Pieces:
         """Whether every range ``[a, b)`` lies in what the pieces hold (neighbouring pieces joined)."""
         if self._joined is None:
             self._joined = merged(self._a, self._b)
-        ja, jb = self._joined
-        if not len(ja):
-            return not (b > a).any()
-        k = np.searchsorted(ja, a, side="right") - 1
-        return bool(((b <= a) | ((k >= 0) & (b <= jb[np.maximum(k, 0)]))).all())
+        return within(a, b, *self._joined)
 
     def overlapping(self, a: int, b: int) -> list[Piece]:
         return self.items[int(np.searchsorted(self._b, a, side="right")):int(np.searchsorted(self._a, b, side="left"))]
@@ -278,10 +267,6 @@ class Pieces:
         self._b = np.delete(self._b, k)
         self._joined = None
 
-    @property
-    def held(self) -> int:
-        return int((self._b - self._a).sum())
-
 
 _PUNCH = None
 
@@ -305,51 +290,24 @@ def punch_hole(fd: int, offset: int, length: int) -> bool:
     return _PUNCH(fd, 0x02 | 0x01, offset, length) == 0  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 
 
-def spans_for(a: np.ndarray, b: np.ndarray, gap: int | None = None, largest: int | None = None,
-              blocked: np.ndarray | None = None) -> list:
-    """Sorted, disjoint missing ranges ``[a, b)`` joined into requests: ``(start, end, first, stop)`` where ranges
-    ``first..stop-1`` lie in ``[start, end)``. Neighbours less than ``gap`` apart share a request (the bytes
-    between them come too: cheaper than a round trip), unless ``blocked[i]`` says the gap after range i holds
-    bytes held or in flight already; none is longer than ``largest`` (a long range is cut into parallel
-    requests). Defaults: ``GAP`` and ``LARGEST_REQUEST``."""
-    gap = GAP if gap is None else gap
-    largest = LARGEST_REQUEST if largest is None else largest
-    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    if not len(a):
-        return []
-    cut = np.r_[True, ((a[1:] - b[:-1]) >= gap) | (False if blocked is None else blocked)]
-    heads = np.flatnonzero(cut).tolist() + [len(a)]
-    out = []
-    al, bl = a.tolist(), b.tolist()
-    for h0, h1 in zip(heads[:-1], heads[1:]):
-        if bl[h1 - 1] - al[h0] <= largest:  # (the common case: the group is one request)
-            out.append((al[h0], bl[h1 - 1], h0, h1))
-            continue
-        k = h0
-        while k < h1:  # a group too long for one request: greedy, and one range too long is cut in pieces
-            if bl[k] - al[k] > largest:
-                out.append((al[k], bl[k], k, k + 1))
-                k += 1
-                continue
-            j = k + 1
-            while j < h1 and bl[j] - al[k] <= largest:
-                j += 1
-            out.append((al[k], bl[j - 1], k, j))
-            k = j
-    return out
-
-
 def requests_for(missing: list[tuple[int, int]], gap: int | None = None, largest: int | None = None
                  ) -> list[tuple[int, int]]:
-    """The byte ranges of the requests :func:`spans_for` makes of ``missing`` (a range longer than ``largest``
-    counted as the parallel requests it is cut into)."""
+    """Sorted, disjoint ranges joined into requests: neighbours less than ``gap`` apart share one (the bytes
+    between them come too: cheaper than a round trip), none longer than ``largest`` (a long range is cut into
+    parallel requests). Defaults: ``GAP`` and ``LARGEST_REQUEST`` (the benchmark's lower bound of requests)."""
+    gap = GAP if gap is None else gap
     largest = LARGEST_REQUEST if largest is None else largest
-    out = []
-    for x, y, _, _ in spans_for([m[0] for m in missing], [m[1] for m in missing], gap, largest):
-        while y - x > largest:
-            out.append((x, x + largest))
-            x += largest
-        out.append((x, y))
+    out: list[tuple[int, int]] = []
+    joinable = False  # (the last piece of a range cut in pieces takes no neighbour)
+    for a, b in missing:
+        if joinable and a - out[-1][1] < gap and b - out[-1][0] <= largest:
+            out[-1] = (out[-1][0], b)
+            continue
+        joinable = b - a <= largest
+        while b - a > largest:
+            out.append((a, a + largest))
+            a += largest
+        out.append((a, b))
     return out
 
 
@@ -639,7 +597,7 @@ class Fetcher:
                 if not self.queue:
                     return None
                 due, _, remote = self.queue[0]
-            for attempt in (0, 1):
+            for may_evict in (True, False):
                 with remote.lock:
                     first = float(remote.pend_d.min()) if len(remote.pend_a) else None
                     if remote.queued != due or first != due:  # (stale: the file's entry is another, or none)
@@ -650,16 +608,12 @@ class Fetcher:
                                     remote.queued = None
                                     if first is not None:
                                         self._queue(remote, first)
-                        job = False
-                        break
-                    job = self._form(remote, attempt == 0)
+                        break  # (the next entry)
+                    job = self._form(remote, may_evict)
                 if not isinstance(job, tuple):
-                    break
+                    return job  # a request, or None: no room in the cache for what is hinted next (woken when
+                    # a gather releases some)
                 self._evict_for(*job)  # (no file's lock held: eviction takes them one by one)
-            else:
-                return None  # no room in the cache for what is hinted next: woken when a gather releases some
-            if job is not False:
-                return job
 
     def _queue(self, remote: _Remote, due: float) -> None:
         """Give ``remote`` its one entry in the queue of files with ranges pending, at ``due`` (self.lock held)."""

@@ -223,10 +223,10 @@ def ensure_many(files: list, group: bool = False) -> dict:
     if not files:
         if group:
             _local.covered = {}
-        return {"requests": 0, "bytes": 0}
+        return {"waited": False}
     covered = getattr(_local, "covered", None) if getattr(_local, "pid", None) == os.getpid() else None
     if not group and covered and _within(files, covered):
-        return {"requests": 0, "bytes": 0}
+        return {"waited": False}
     t0 = time.perf_counter()
     got = request({"op": "ensure", "files": _files(files), "clock": getattr(_local, "clock", None),
                    "keep": bool(covered) and not group})
@@ -246,14 +246,11 @@ def ensure_many(files: list, group: bool = False) -> dict:
 
 def _within(files: list, covered: dict) -> bool:
     """Whether every range of ``files`` lies inside one interval of ``covered`` (path -> sorted starts, ends)."""
+    from babelfeed.storage.fetcher import within
+
     for path, a, b, *_ in files:
         got = covered.get(os.path.abspath(path))
-        if got is None:
-            return False
-        ca, cb = got
-        a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-        k = np.searchsorted(ca, a, side="right") - 1
-        if (k < 0).any() or (b > cb[np.maximum(k, 0)]).any():
+        if got is None or not within(a, b, *got):
             return False
     return True
 
