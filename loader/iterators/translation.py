@@ -70,7 +70,9 @@ class BatchIterator(Reports, LoaderIterator):
         self._removed_rows: dict = {}  # rows of the streams the last edit removed (their ledger's passes)
         self._former = None  # (sources, id_base) of the run before the last edit, for its removed streams' ids
         self._hint = (0, 0)
-        self._ra_hint = (0, 0, 0)  # random access (batch_at, has_batch): (epoch, window, its first batch)
+        # where random access found its last batch, (epoch, window, its first batch), per user: "ra" (batch_at,
+        # has_batch) and "ahead" (the prefetcher); emptied whenever the plans change
+        self._ra_hint: dict[str, tuple] = {}
         self.total_steps = 0
         self.served: dict[int, np.ndarray] = {}  # epoch -> samples served by this rank, per direction
 
@@ -116,12 +118,13 @@ class BatchIterator(Reports, LoaderIterator):
             raise ValueError("this iterator is finishing the saved run's planning window after a mixture edit: "
                              "iterate it (random access resumes with the next epoch)")
 
-    def _locate(self, g: int):
-        """``planner.locate`` for random access, starting from the window found last (not from window 0)."""
-        epoch, w, start = self._ra_hint
+    def _locate(self, g: int, user: str = "ra"):
+        """``planner.locate`` for random access, starting from the window ``user`` found last (not from window
+        0)."""
+        epoch, w, start = self._ra_hint.get(user, (0, 0, 0))
         where = self.planner.locate(self.epoch, g, (w, start) if epoch == self.epoch else (0, 0))
         if where is not None:
-            self._ra_hint = (self.epoch, where[0], g - where[1])
+            self._ra_hint[user] = (self.epoch, where[0], g - where[1])
         return where
 
     @property
@@ -222,20 +225,15 @@ class BatchIterator(Reports, LoaderIterator):
         """The remote byte ranges (each with its batch's clock) of this rank's batches ``ks`` counted from global
         batch ``base``, and how many of them the epoch has. Rows of packed windows are left to the gather."""
         off = self.rank if self.split == "batches" else 0
-        at = getattr(self, "_ahead_at", None)
-        hint = at[1:] if at is not None and at[0] == self.epoch else (0, 0)
         found: dict[int, list] = {}
         got = 0
         for k in ks:
             g = base + k * self._per_step + off
-            where = self.planner.locate(self.epoch, g, hint if hint[1] <= g else (0, 0))
+            where = self._locate(g, "ahead")
             if where is None:
                 break
-            w, j = where
-            hint = (w, g - j)
-            found.setdefault(w, []).append((j, g))
+            found.setdefault(where[0], []).append((where[1], g))
             got += 1
-        self._ahead_at = (self.epoch, *hint)
         files: list = []
         for w, items in found.items():
             win = self.planner.window(self.epoch, w)
@@ -249,11 +247,7 @@ class BatchIterator(Reports, LoaderIterator):
                     files += self.collater.ranges(s, np.full(len(s), c))
                 continue
             idx = win.batch_rows(js)
-            if win.addr is None:
-                win.addr = np.full((len(win.samples), 2), -1, np.int64)
-            todo = idx[win.addr[idx, 0] < 0]
-            if len(todo):
-                win.addr[todo] = self.collater.addresses(win.samples.comp[todo], win.samples.local[todo])
+            self._addresses(win, idx)
             s = win.samples[idx]
             s.addr = win.addr[idx]
             files += self.collater.ranges(s, np.repeat(clocks, win.batch_sizes(js)))
@@ -309,17 +303,21 @@ class BatchIterator(Reports, LoaderIterator):
         first time in a window, twice as many each time after (grouped by component, each component's pointers
         read once per lookup), so the first batch waits for a few thousand lookups, not the window's million,
         and a window takes a handful of lookups. Random access looks up what it needs the same way."""
-        if win.addr is None:
-            win.addr = np.full((len(win.samples), 2), -1, np.int64)
-        if (win.addr[sl, 0] < 0).any():
+        if win.addr is None or (win.addr[sl, 0] < 0).any():
             step = 1 if self.split == "rows" or self.world_size == 1 else self.world_size
             win.addr_ahead = min(max(256, 2 * win.addr_ahead), len(win))
-            idx = win.batch_rows(np.arange(j, min(len(win), j + step * win.addr_ahead), step))
-            idx = idx[win.addr[idx, 0] < 0]
-            win.addr[idx] = self.collater.addresses(win.samples.comp[idx], win.samples.local[idx])
+            self._addresses(win, win.batch_rows(np.arange(j, min(len(win), j + step * win.addr_ahead), step)))
         s = win.samples[sl]
         s.addr = win.addr[sl]
         return s
+
+    def _addresses(self, win: Window, idx: np.ndarray) -> None:
+        """Look up the token addresses of window samples ``idx`` that the window does not know yet."""
+        if win.addr is None:
+            win.addr = np.full((len(win.samples), 2), -1, np.int64)
+        idx = idx[win.addr[idx, 0] < 0]
+        if len(idx):
+            win.addr[idx] = self.collater.addresses(win.samples.comp[idx], win.samples.local[idx])
 
     def _count_served(self, dirs: np.ndarray) -> None:
         n = len(self.planner.keys)
@@ -389,7 +387,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._base = 0
         self.step = 0
         self._hint = (0, 0)
-        self._ra_hint = (0, 0, 0)
+        self._ra_hint = {}
 
     # ----------------------------------------------------------------------------------------- ledger
     def ledger_start(self, epoch: int) -> np.ndarray:
@@ -477,7 +475,7 @@ class BatchIterator(Reports, LoaderIterator):
         at = self.planner.epoch_start(self.epoch)[1] + self.consumed if self.planner.sampler.streams else 0
         self.planner.set_weights(at, [float(weights[t]) for t in tasks])
         self._hint = (0, 0)
-        self._ra_hint = (0, 0, 0)
+        self._ra_hint = {}
 
     def trace(self, step: int, state: dict | None = None) -> list:
         """The samples of training step ``step`` (1-based, since training began) on every rank: where each came
@@ -504,7 +502,7 @@ class BatchIterator(Reports, LoaderIterator):
             self._handover = None
         self.epoch, self._base, self.step = int(epoch), int(consumed), 0
         self.total_steps = int(total_steps)
-        self._hint, self._ra_hint = (0, 0), (0, 0, 0)
+        self._hint, self._ra_hint = (0, 0), {}
 
     # ----------------------------------------------------------------------------------------- state
     def fingerprint(self) -> str:
@@ -689,7 +687,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._base = consumed
         self.step = 0
         self._hint = (0, 0)
-        self._ra_hint = (0, 0, 0)
+        self._ra_hint = {}
         self.total_steps = int(state["total_steps"])
         self._log_steps(history.steps, self.total_steps, epoch, consumed)
 
@@ -777,7 +775,7 @@ class BatchIterator(Reports, LoaderIterator):
         self.total_steps = int(state["total_steps"])
         # the count goes on where this run stands: in the saved window (finished first), or at the edited start
         self._log_steps(history.steps, self.total_steps, *((epoch, consumed) if end > consumed else (epoch + 1, 0)))
-        self._hint, self._ra_hint, self.step = (0, 0), (0, 0, 0), 0
+        self._hint, self._ra_hint, self.step = (0, 0), {}, 0
         self._former = (P.sources, old.collater.id_base)
         rows: dict = {}
         for c in P.sources.components:
