@@ -21,8 +21,14 @@ from __future__ import annotations
 import os
 from collections import deque
 
-GROUP = 16  # batches whose rows one round trip fetches and pins (the first group: the first batch alone)
-CHUNK = 64  # batches per hint message
+GROUP = 16  # batches whose rows one round trip fetches and pins (the first group: the first batch alone; each
+# later one twice the last while its bytes are under GROUP_SHARE of the lookahead, up to LARGEST_GROUP)
+LARGEST_GROUP = 1024
+GROUP_SHARE = 1 / 16
+CHUNK = 64  # batches of the first hint message; later ones are sized to CHUNK_SHARE of the lookahead's bytes
+# (up to LARGEST_CHUNK batches): with a thousand files, a message of few rows per file costs the fetcher per file
+CHUNK_SHARE = 1 / 4
+LARGEST_CHUNK = 4096
 
 
 def ahead_bytes() -> int:
@@ -47,6 +53,8 @@ class FetchAhead:
         self.chunks: deque = deque()  # (last k, bytes) of the hints ahead
         self.ahead = ahead_bytes()
         self.first = True
+        self.group_n = GROUP  # batches of the next group
+        self.chunk_n = CHUNK  # batches of the next hint message
 
     def before(self, k: int, base: int, epoch: int, stride: int | None = None) -> bool:
         """Batch ``k`` (from global batch ``base`` of ``epoch``) is about to be gathered; returns whether its rows
@@ -73,12 +81,15 @@ class FetchAhead:
         if key != self.key or k < self.group[0]:  # another epoch, resume point, stride, or a step back: start over
             self.key, self.group, self.hinted = key, (k, k - 1), k - stride
             self.chunks.clear()
+            self.group_n, self.chunk_n = GROUP, CHUNK
         if k > self.group[1] or (k - self.group[0]) % stride:
-            n = 1 if self.first else GROUP
+            n = 1 if self.first else self.group_n
             self.first = False
             files, got = self.rows(range(k, k + n * stride, stride), base)
             ensure_many(files, group=True)
             self.group = (k, k + (max(got, 1) - 1) * stride)
+            if n > 1 and got == n and _size(files) < self.ahead * GROUP_SHARE / 2:
+                self.group_n = min(2 * n, LARGEST_GROUP)
         if unknown:
             self.key = None
             return True
@@ -90,15 +101,22 @@ class FetchAhead:
         while (queued < self.ahead / 2 or not self.chunks) and sent < 2:  # (topped up a little at each batch:
             # the first batch does not wait for the whole lookahead to be planned)
             sent += 1
-            files, got = self.rows(range(start, start + CHUNK * stride, stride), base)
+            n = self.chunk_n
+            files, got = self.rows(range(start, start + n * stride, stride), base)
             if not got:
                 break
-            size = sum(int((f[2] - f[1]).sum()) for f in files)
+            size = _size(files)
             if files:
                 hint(files)
             last = start + (got - 1) * stride
             self.chunks.append((last, size))
             self.hinted, start, queued = last, last + stride, queued + size
-            if got < CHUNK or queued >= self.ahead:
+            if got == n and size:  # (the next message: a share of the lookahead's bytes, at this message's rate)
+                self.chunk_n = int(min(max(self.ahead * CHUNK_SHARE * got / size, CHUNK), LARGEST_CHUNK))
+            if got < n or queued >= self.ahead:
                 break
         return True
+
+
+def _size(files: list) -> int:
+    return sum(int((f[2] - f[1]).sum()) for f in files)

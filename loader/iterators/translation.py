@@ -206,8 +206,9 @@ class BatchIterator(Reports, LoaderIterator):
         self._fetch_ahead().stride = None if n is None else max(int(n), 1)
 
     def _fetch_shares(self) -> tuple[dict, int]:
-        """The share of each remote ``.bin``'s rows this rank reads this epoch (a direction's passes, capped at
-        one, over the ranks: each reads its own batches or rows), and the ranks."""
+        """``{path: (share, rows)}``: the share of each remote ``.bin``'s rows this rank reads this epoch (a
+        direction's passes, capped at one, over the ranks: each reads its own batches or rows) and the rows the
+        file holds; and the ranks."""
         setup = self.planner.setup(self.epoch)
         counts = setup.counts if setup.counts.sum() else setup.expected
         out: dict = {}
@@ -218,7 +219,7 @@ class BatchIterator(Reports, LoaderIterator):
             for c in direction.components:
                 for ds in (c.src, c.tgt):
                     if ds is not None:
-                        out[ds.data_file] = max(out.get(ds.data_file, 0.0), share)
+                        out[ds.data_file] = (max(out.get(ds.data_file, (0.0,))[0], share), len(ds))
         return out, self.world_size
 
     def _fetch_rows(self, ks: range, base: int) -> tuple[list, int]:

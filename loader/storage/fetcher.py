@@ -178,6 +178,18 @@ def overlap_pairs(a: np.ndarray, b: np.ndarray, pa: np.ndarray, pb: np.ndarray) 
     return q, lo[q] + offsets
 
 
+def joined_share(share: float, rows: int, size: int, gap: int) -> float:
+    """The share of a file's bytes that fetching ``share`` of its ``rows`` (taken evenly at random), joined
+    across gaps under ``gap`` bytes, brings: with rows of ``size / rows`` bytes, a run of ``m`` rows not read
+    between two read ones is fetched when ``m`` is under ``M = gap / row``; the runs of ``M`` or more (a share
+    ``(1 - s)^M (M s + 1 - s)`` of the rows) are not. ``share`` itself when the rows are not known."""
+    s = min(max(float(share), 0.0), 1.0)
+    if rows <= 0 or size <= 0 or s <= 0.0:
+        return s
+    m = gap / (size / rows)
+    return float(1.0 - (1.0 - s) ** m * (m * s + 1.0 - s)) if s < 1.0 else 1.0
+
+
 # ------------------------------------------------------------------------------------------------ pieces
 class Piece:
     """A byte range of a shadow file: held (fetched), or in flight (``job`` fetching it). What the cache holds,
@@ -895,12 +907,15 @@ class Fetcher:
         return {"bytes": self.store(bucket, options).put_file(key, path)}
 
     def plan(self, files: dict, hosts: int = 1) -> dict:
-        """``{path: share}``: the share of each file's bytes the host's gathers read this epoch (from the plan),
-        with ``hosts`` reading the data. Files read at ``DENSE`` or more are fetched in whole blocks, as long as
-        the cache can keep all of them (the largest first); the others range by range (on several hosts: this
-        host's rows only, the rows between are other hosts')."""
-        dense = sorted(((os.path.getsize(p) if p in self.remotes else 0, p) for p, share in files.items()
-                        if share >= DENSE and p in self.remotes), reverse=True)
+        """``{path: share}`` or ``{path: [share, rows]}``: the share of each file's rows the host's gathers read
+        this epoch (from the plan), and the rows it holds, with ``hosts`` reading the data. Files of which
+        fetching the rows read, joined across gaps under ``GAP``, brings ``DENSE`` or more are fetched in whole
+        blocks, as long as the cache can keep all of them (the largest first); the others range by range (on
+        several hosts: this host's rows only, the rows between are other hosts')."""
+        gap = SPARSE_GAP if hosts > 1 else GAP
+        brings = {p: joined_share(*(v if isinstance(v, (list, tuple)) else (v, 0)), self.remotes[p].size, gap)
+                  for p, v in files.items() if p in self.remotes}
+        dense = sorted(((os.path.getsize(p), p) for p, share in brings.items() if share >= DENSE), reverse=True)
         room = self.limit * 0.8
         chosen = set()
         for size, p in dense:

@@ -113,7 +113,7 @@ def _client() -> socket.socket:
 def request(msg: dict) -> dict:
     from babelfeed.storage.fetcher import receive, send
 
-    for attempt in (0, 1):
+    for attempt in (0, 1, 2):
         conn = _client()
         try:
             send(conn, msg)
@@ -122,11 +122,13 @@ def request(msg: dict) -> dict:
             reply = None
         if reply is not None:
             break
-        _local.conn = None  # the fetcher went away (idle exit between two requests): start it again
+        _local.conn = None  # the fetcher went away (idle exit between two requests, killed): start it again
         _local.covered = None  # (its pins went with it)
-        if attempt:
+        if attempt == 2:
             raise BabelfeedError("the object-store fetcher closed the connection (see fetcher.log in the cache "
                                  "folder)")
+        if attempt:  # (a fetcher killed a moment ago may still take a connection as it goes: wait until it has)
+            time.sleep(0.5)
     if "error" in reply:
         err = reply["error"]
         if err.get("type") == "FileNotFoundError" and "not a remote file of this fetcher" in err.get("message", "") \
@@ -304,13 +306,15 @@ def staging(url: str) -> str:
 
 
 def plan(shares: dict, hosts: int = 1) -> dict:
-    """Tell the host's fetcher what share of each shadow ``.bin`` this process's epoch reads (``{path: share}``),
-    with ``hosts`` reading the data: files read nearly whole are fetched in large blocks, the others range by
-    range (on several hosts, this host's rows only)."""
+    """Tell the host's fetcher what share of each shadow ``.bin``'s rows this process's epoch reads (``{path:
+    share}``, or ``{path: (share, rows in the file)}``), with ``hosts`` reading the data: files whose reads,
+    joined across short gaps, bring nearly all of them are fetched in large blocks, the others range by range (on
+    several hosts, this host's rows only)."""
     if not shares:
         return {}
-    return request({"op": "plan", "files": {os.path.abspath(p): float(v) for p, v in shares.items()},
-                    "hosts": int(hosts)})
+    files = {os.path.abspath(p): [float(v), 0] if np.ndim(v) == 0 else [float(v[0]), int(v[1])]
+             for p, v in shares.items()}
+    return request({"op": "plan", "files": files, "hosts": int(hosts)})
 
 
 def set_clock(clock: float | None) -> None:

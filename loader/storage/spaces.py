@@ -78,9 +78,16 @@ class TokenSpaces:
         if dues is not None:
             dues = np.broadcast_to(np.asarray(dues, np.float64), start.shape)
         out = []
-        sids = [int(space)] if np.ndim(space) == 0 else [x for x in np.unique(space).tolist() if x >= 0]
-        for sid in sids:
-            rows = slice(None) if np.ndim(space) == 0 else np.asarray(space) == sid
+        if np.ndim(space) == 0:
+            groups = [(int(space), slice(None))]
+        else:  # (rows grouped by space in one sort)
+            space = np.asarray(space)
+            by = np.argsort(space, kind="stable")
+            sv = space[by]
+            cuts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1], True])
+            groups = [(int(sv[c0]), by[c0:c1]) for c0, c1 in zip(cuts[:-1].tolist(), cuts[1:].tolist())
+                      if sv[c0] >= 0]
+        for sid, rows in groups:
             st, ln = start[rows], length[rows]
             keep = ln > 0
             st, ln = st[keep], ln[keep]
@@ -91,12 +98,17 @@ class TokenSpaces:
             item = self._spaces[sid]["dtype"].itemsize
             bases = self._bases(sid)
             which = np.searchsorted(bases, st, side="right") - 1
-            for k in np.unique(which).tolist():
+            order = np.argsort(which, kind="stable")  # (rows grouped by file in one sort: a space of a thousand
+            # files costs no more than one of a few)
+            which, st, ln = which[order], st[order], ln[order]
+            du = None if du is None else du[order]
+            cuts = np.flatnonzero(np.r_[True, which[1:] != which[:-1], True])
+            for c0, c1 in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+                k = int(which[c0])
                 ds = members[k]
                 if k >= 0 and self._shadow(ds):
-                    sel = which == k
-                    a = (st[sel] - bases[k]) * item
-                    out.append([ds.data_file, a, a + ln[sel] * item] + ([] if du is None else [du[sel]]))
+                    a = (st[c0:c1] - bases[k]) * item
+                    out.append([ds.data_file, a, a + ln[c0:c1] * item] + ([] if du is None else [du[c0:c1]]))
         return out
 
     def fetch(self, space, start, length) -> None:

@@ -188,7 +188,9 @@ def test_the_iterator_asks_for_its_own_batches_only(monkeypatch):
     assert ks and all(k % 2 == 1 for k in ks)  # (the first batch alone; then the stride read from the next)
     assert [c[0] for c in calls[:3]] == ["plan", "ensure", "ensure"] and asked[0] == [1]
     groups = [c[1][0][1] // 100 for c in calls if c[0] == "ensure"]
-    assert all(len(g) == fetch_ahead.GROUP for g in groups[1:-1])
+    assert len(groups[1]) == fetch_ahead.GROUP  # (then twice the last, while its bytes are few)
+    assert all(len(b) in (len(a), 2 * len(a)) for a, b in zip(groups[1:-2], groups[2:-1]))
+    assert all(np.all(np.diff(g) == 2) for g in groups)
     served = set(range(1, 200, 2))
     assert served <= {int(k) for g in groups for k in g}  # every batch made was pinned by a group first
 
@@ -217,3 +219,27 @@ def test_the_shares_of_a_plan_mark_dense_files_only_while_the_cache_holds_them(p
     fet.limit = 1_000_000  # (80% of it: one of the two)
     assert fet.plan({a.path: 1.0, b.path: 1.0}) == {"dense": 1}
     assert a.dense != b.dense
+
+
+def test_the_share_a_file_is_fetched_at_counts_the_gaps_its_requests_join():
+    """A file whose rows read lie closer than the gap is fetched whole anyway: planned as dense (in blocks). The
+    closed form against a simulation of rows taken at random and joined across short gaps."""
+    from babelfeed.storage.fetcher import joined_share
+
+    rng = np.random.default_rng(0)
+    rows, row = 200_000, 100
+    for share, gap in [(0.01, 16 << 10), (0.02, 4096), (0.3, 1000), (0.5, 0), (0.05, 100)]:
+        read = np.flatnonzero(rng.random(rows) < share)
+        runs = np.diff(read) - 1  # rows not read between two read ones
+        brought = len(read) + runs[runs * row < gap].sum()
+        assert joined_share(share, rows, rows * row, gap) == pytest.approx(brought / rows, abs=0.02)
+    assert joined_share(0.4, 0, 1000, 1 << 20) == 0.4  # (rows not known: the share as it is)
+    assert joined_share(1.0, 10, 1000, 0) == 1.0
+
+
+def test_a_file_read_sparsely_but_closely_is_planned_dense(paused):
+    fet, make = paused
+    a, b = make(600_000), make(600_000)
+    assert fet.plan({a.path: [0.3, 6000], b.path: [0.3, 60]}) == {"dense": 1}  # rows of 100 bytes, of 10 KB
+    assert a.dense and not b.dense
+    assert fet.plan({a.path: [0.3, 6000], b.path: [0.3, 60]}, hosts=2) == {"dense": 0}  # (the others' rows)
