@@ -35,7 +35,9 @@ def socket_path(cache: str | None = None) -> str:
     cache = cache or _cache()
     key = hashlib.blake2b(cache.encode(), digest_size=8).hexdigest()
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    return os.path.join(tempfile.gettempdir(), f"babelfeed-fetcher-{uid}-{key}.sock")
+    from babelfeed.storage.fetcher import PROTOCOL
+
+    return os.path.join(tempfile.gettempdir(), f"babelfeed-fetcher-{uid}-{key}-p{PROTOCOL}.sock")
 
 
 _local = threading.local()

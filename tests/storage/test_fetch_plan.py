@@ -243,3 +243,34 @@ def test_a_file_read_sparsely_but_closely_is_planned_dense(paused):
     assert fet.plan({a.path: [0.3, 6000], b.path: [0.3, 60]}) == {"dense": 1}  # rows of 100 bytes, of 10 KB
     assert a.dense and not b.dense
     assert fet.plan({a.path: [0.3, 6000], b.path: [0.3, 60]}, hosts=2) == {"dense": 0}  # (the others' rows)
+
+
+def test_a_message_carries_its_arrays_exactly():
+    """Arrays travel as raw bytes after the JSON head: every value, dtype and nesting comes back, empty arrays
+    and a message of megabytes included, and a connection closed mid-message reads as closed."""
+    import socket
+
+    rng = np.random.default_rng(3)
+    big = rng.integers(0, 1 << 40, 600_000)
+    dues = fetcher.pack(rng.random(600_000), "<f8")
+    msg = {"op": "hint", "files": [["/a.bin", fetcher.pack(big), fetcher.pack(big + 7), dues],
+                                   ["/b.bin", fetcher.pack([]), fetcher.pack([]), None]], "due": 3.5, "keep": True}
+    x, y = socket.socketpair()
+    try:
+        import threading
+
+        t = threading.Thread(target=fetcher.send, args=(x, msg))
+        t.start()
+        got = fetcher.receive(y)
+        t.join()
+        assert got["op"] == "hint" and got["due"] == 3.5 and got["keep"] is True
+        (pa, a, b, d), (pb, e, f, none) = got["files"]
+        assert (pa, pb, none) == ("/a.bin", "/b.bin", None)
+        assert np.array_equal(fetcher.unpack(a), big) and np.array_equal(fetcher.unpack(b), big + 7)
+        assert np.array_equal(fetcher.unpack(d, "<f8"), msg["files"][0][3])
+        assert len(fetcher.unpack(e)) == 0 and len(fetcher.unpack(f)) == 0
+        x.sendall(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"op\"")  # (a head of 16 bytes, cut after 5)
+        x.close()
+        assert fetcher.receive(y) is None
+    finally:
+        y.close()
