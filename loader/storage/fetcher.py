@@ -48,6 +48,7 @@ DENSE = float(os.environ.get("BABELFEED_FETCH_DENSE", 0.85))  # a file read this
 # the gap bridged in a file the host reads only part of (another host reads the rows between; 0: its own rows
 # only, each run of neighbouring rows one request): bytes fetched stay the rows read, requests are many
 SPARSE_GAP = int(os.environ.get("BABELFEED_FETCH_SPARSE_GAP", 0))
+SPAN_HELD = GAP  # a block request spans bytes held (or in flight) shorter than this: two requests cost more
 SMALL_FILE = 64 << 20  # a non-.bin object up to this size is fetched whole into the shadow
 
 
@@ -676,7 +677,7 @@ class Fetcher:
         urgent = pd[i] == -np.inf
         if remote.dense and not urgent:  # the host reads (nearly) all of this file: its aligned block, whole
             x = int(pa[i]) // LARGEST_REQUEST * LARGEST_REQUEST
-            return self._cut(remote, x, min(x + LARGEST_REQUEST, remote.size), False)
+            return self._cut(remote, x, min(x + LARGEST_REQUEST, remote.size), False, int(pa[i]))
         # the run of neighbours less than GAP apart around i, then at most LARGEST_REQUEST of it around i
         cut = pa[1:] - pb[:-1] >= (SPARSE_GAP if remote.shared else GAP)
         taken = [t for t in (remote.held.arrays()[0], remote.flying.arrays()[0]) if len(t)]
@@ -703,9 +704,22 @@ class Fetcher:
                 return (int(y - x - room), float(pd[i])) if may_evict else None
         return self._cut(remote, x, y, bool(urgent))
 
-    def _cut(self, remote: _Remote, x: int, y: int, urgent: bool) -> Job:
+    def _cut(self, remote: _Remote, x: int, y: int, urgent: bool, anchor: int | None = None) -> Job:
         """The request for bytes ``[x, y)`` (lock held): the pending ranges in it taken out (one cut at an end
-        keeps its rest pending), and what it brings that is neither held nor in flight kept."""
+        keeps its rest pending), and what it brings that is neither held nor in flight kept. With ``anchor`` (a
+        block), ``[x, y)`` is first narrowed to the bytes missing around ``anchor``: from the first byte not here
+        to the last, split where ``SPAN_HELD`` or more are held or in flight (those are not fetched again)."""
+        fa, fb = subtract(np.array([x]), np.array([y]), *remote.held.arrays())
+        if remote.flying.items:
+            fa, fb = subtract(fa, fb, *remote.flying.arrays())
+        if anchor is not None and len(fa) > 1:
+            apart = np.flatnonzero(fa[1:] - fb[:-1] >= SPAN_HELD) + 1
+            k = int(np.searchsorted(fa, anchor, side="right")) - 1
+            lo = int(apart[np.searchsorted(apart, k, side="right") - 1]) if len(apart) and apart[0] <= k else 0
+            j = int(np.searchsorted(apart, k, side="right"))
+            hi = int(apart[j]) if j < len(apart) else len(fa)
+            fa, fb = fa[lo:hi], fb[lo:hi]
+            x, y = int(fa[0]), int(fb[-1])
         pa, pb, pd = remote.pend_a, remote.pend_b, remote.pend_d
         lo = int(np.searchsorted(pb, x, side="right"))
         hi = int(np.searchsorted(pa, y, side="left"))
@@ -724,9 +738,6 @@ class Fetcher:
         keep_d.append(pd[hi:])
         remote.pend_a, remote.pend_b, remote.pend_d = (np.concatenate(keep_a), np.concatenate(keep_b),
                                                        np.concatenate(keep_d))
-        fa, fb = subtract(np.array([x]), np.array([y]), *remote.held.arrays())
-        if remote.flying.items:
-            fa, fb = subtract(fa, fb, *remote.flying.arrays())
         if len(fa):  # (from the first byte not here to the last: what is held at either end is not fetched again)
             x, y = int(fa[0]), int(fb[-1])
         job = Job(remote, x, y, list(zip(fa.tolist(), fb.tolist())), [dues[dues > -np.inf]], urgent)

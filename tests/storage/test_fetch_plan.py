@@ -274,3 +274,29 @@ def test_a_message_carries_its_arrays_exactly():
         assert fetcher.receive(y) is None
     finally:
         y.close()
+
+
+def test_a_block_request_spans_short_held_runs_and_splits_at_long_ones(paused, monkeypatch):
+    """A dense file's block: a run held (fetched for a gather) shorter than SPAN_HELD is spanned (counted in
+    bytes_again, never written twice); one as long or longer splits the block, and what lies past it is the
+    next request's."""
+    import asyncio
+
+    monkeypatch.setattr(fetcher, "SPAN_HELD", 5000)
+    fet, make = paused
+    r = make(1 << 16)  # (one block: LARGEST_REQUEST is 64 KiB here)
+    assert fet.plan({r.path: 1.0}) == {"dense": 1}
+    for a, b in [(10_000, 10_100), (30_000, 38_000)]:  # a short run held, and a long one
+        ask(fet, r, [a], [b], -np.inf)
+        job = fet._take()
+        fet._landed(job, asyncio.run(r.store.get_range_async("k", job.a, job.b, None)), None)
+    ask(fet, r, [0, 50_000], [100, 50_100], 1)
+    first, second = fet._take(), fet._take()
+    assert (first.a, first.b) == (0, 30_000) and first.parts == [(0, 10_000), (10_100, 30_000)]
+    assert (second.a, second.b) == (38_000, 1 << 16)
+    assert fet._take() is None
+    for j in (first, second):
+        fet._landed(j, asyncio.run(r.store.get_range_async("k", j.a, j.b, None)), None)
+    assert fet.counters["bytes_again"] == 100 and fet.counters["bytes"] == (1 << 16) + 100
+    with open(r.path, "rb") as f:
+        assert f.read() == bytes(i % 251 for i in range(1 << 16))
