@@ -89,7 +89,10 @@ class LMIterator(LoaderIterator):
         # the run's blend over time (babelfeed.lm.mixture): [] while it blends the config's weights throughout
         self.blend_events: list = []
         self.consumed = 0  # global samples
-        self._plan: tuple | None = None  # (first global batch, batches, counts, piece pointers, pieces, row blocks)
+        # the planned windows, at most three, least recently used first (the one read, and those the lookahead
+        # plans for remote data):
+        # first global batch -> (batches, counts, piece pointers, pieces, row blocks)
+        self._plans: dict = {}
 
     # the config spec's checks (check_known_keys, validate); set by babelfeed.build, as the spec lives a layer above
     check_config = None
@@ -138,15 +141,26 @@ class LMIterator(LoaderIterator):
     def __next__(self) -> dict:
         if self.consumed >= self.num_samples:
             raise StopIteration
-        batch = self.batch_at(self.consumed // self.global_batch)
+        batch = self._batch(self.consumed // self.global_batch, (self.consumed // self.global_batch, 0, 1))
         self.consumed += self.global_batch
         return batch
 
     def batch_at(self, k: int, base: int = 0) -> dict:
         """This rank's rows of global batch ``base + k``, without moving the iterator."""
-        k = int(base) + k
+        return self._batch(int(base) + k, (k, int(base)))
+
+    def _batch(self, k: int, at: tuple) -> dict:
+        """Global batch ``k``; ``at``: ``(k, base[, stride])`` as the caller counts it (remote data: the batches
+        after it are fetched ahead, :class:`~babelfeed.iterators.fetch_ahead.FetchAhead`)."""
         if not 0 <= k < len(self):
             raise IndexError(f"batch {k} out of range: the run has {len(self)} global batches")
+        if self.spaces.remote:
+            from babelfeed.storage.remote import set_clock
+
+            set_clock(float(k))
+            self._fetch_ahead().before(at[0], at[1], 1, at[2] if len(at) > 2 else None)
+            # (the gather still checks its ranges against the pinned group, in-process: a blend changed since
+            # the lookahead planned it is fetched as it is read, never read from a hole)
         mine = self._my_rows(self.global_batch)
         if (self.dataset_index[k * self.global_batch + mine] < 0).any():
             self._refuse_missing(k * self.global_batch, (k + 1) * self.global_batch)
@@ -158,15 +172,21 @@ class LMIterator(LoaderIterator):
         return self._assemble(rows, {key: v[lo:hi] for key, v in pieces.items()},
                               self.dataset_index[k * self.global_batch + mine])
 
-    def _window(self, k: int):
-        """The plan of the window of global batches holding batch k: this rank's samples, their pieces (CSR)."""
+    def _window(self, k: int, ahead: bool = False):
+        """The plan of the window of global batches holding batch k: this rank's samples, their pieces (CSR).
+        ``ahead``: planned for the lookahead (its files are checked when a batch of it is read)."""
         mine = self._my_rows(self.global_batch)
-        if (self._plan is not None and self._plan[0] <= k < self._plan[0] + self._plan[1]
-                and self._plan[-1] == self.row_blocks):
-            return self._plan[0], *self._plan[2:-1]
-        self.spaces.check_sizes()  # a new window of batches: its files still whole (a truncated one: SIGBUS)
         n_batches = max(1, WINDOW_SAMPLES // len(mine))
         first = k - k % n_batches
+        got = self._plans.pop(first, None)
+        if got is not None and got[-1] == self.row_blocks:
+            if got[-2] and not ahead:  # (planned ahead, read now: its files checked as a new window's are)
+                self.spaces.check_sizes()
+                got = (*got[:-2], False, got[-1])
+            self._plans[first] = got  # (the most recently used last)
+            return first, *got[1:-2]
+        if not ahead:
+            self.spaces.check_sizes()  # a new window of batches: its files still whole (a truncated one: SIGBUS)
         n_batches = min(n_batches, len(self) - first)
         g = (np.arange(first, first + n_batches)[:, None] * self.global_batch + mine[None, :]).reshape(-1)
         which, k_in = self.dataset_index[g].astype(np.int64), self.dataset_sample[g]
@@ -188,8 +208,64 @@ class LMIterator(LoaderIterator):
             dest = ragged_arange(ptr[sub], c)
             for key in pieces:
                 pieces[key][dest] = p[key]
-        self._plan = (first, n_batches, count, ptr, pieces, self.row_blocks)
+        while len(self._plans) >= 3:
+            self._plans.pop(next(iter(self._plans)))
+        self._plans[first] = (n_batches, count, ptr, pieces, ahead, self.row_blocks)
         return first, count, ptr, pieces
+
+    # ------------------------------------------------------------------------------- remote data, ahead
+    def _fetch_ahead(self):
+        if getattr(self, "_ahead", None) is None:
+            from babelfeed.iterators.fetch_ahead import FetchAhead
+
+            self._ahead = FetchAhead(self._fetch_rows, self._fetch_shares)
+        return self._ahead
+
+    @property
+    def fetch_stride(self) -> int | None:
+        """Every how many batches this process makes (a DataLoader worker's count), for remote data's fetching
+        ahead; None: read from the batches asked for."""
+        return self._fetch_ahead().stride
+
+    @fetch_stride.setter
+    def fetch_stride(self, n: int | None) -> None:
+        self._fetch_ahead().stride = None if n is None else max(int(n), 1)
+
+    def _fetch_rows(self, ks: range, base: int) -> tuple[list, int]:
+        """The remote byte ranges of this rank's rows of global batches ``base + k`` for ``k`` in ``ks`` (each
+        with its batch's clock), and how many of them the run has."""
+        per_rank = len(self._my_rows(self.global_batch))
+        parts: dict = {}
+        got = 0
+        for k in ks:
+            g = base + k
+            if not 0 <= g < len(self):
+                break
+            first, count, ptr, pieces = self._window(g, ahead=True)
+            a = (g - first) * per_rank
+            lo, hi = int(ptr[a]), int(ptr[a + per_rank])
+            parts.setdefault(first, []).append((lo, hi, g))
+            got += 1
+        files: list = []
+        for first, runs in parts.items():
+            _, count, ptr, pieces = self._window(runs[0][2], ahead=True)
+            idx = np.concatenate([np.arange(lo, hi) for lo, hi, _ in runs])
+            clocks = np.concatenate([np.full(hi - lo, float(g)) for lo, hi, g in runs])
+            files += self.spaces.ranges(pieces["space"][idx], pieces["start"][idx], pieces["length"][idx], clocks)
+        return files, got
+
+    def _fetch_shares(self) -> tuple[dict, int]:
+        """``{path: (share, rows)}``: the share of each remote ``.bin``'s documents the run reads on this rank
+        (its samples' tokens over the file's, capped at one) and the documents it holds; and the ranks."""
+        if getattr(self, "_shares", None) is None:
+            drawn = np.bincount(self.dataset_index[self.dataset_index >= 0], minlength=len(self.sources))
+            out = {}
+            for d, src in enumerate(self.sources):
+                tokens = max(int(np.asarray(src.ds.sizes).sum()), 1)
+                out[src.ds.data_file] = (min(1.0, float(drawn[d]) * (self.seq_len + 1) / tokens) / self.world_size,
+                                         len(src.ds))
+            self._shares = out
+        return self._shares, self.world_size
 
     def _refuse_tokens(self, text: np.ndarray, bad: tuple, rows: np.ndarray, p: dict, dataset: np.ndarray) -> None:
         """The token id at ``bad`` (row, column) is outside the vocabulary: name the file and record it came from."""
@@ -422,7 +498,8 @@ class LMIterator(LoaderIterator):
             index_of = {k: i for i, k in enumerate(self.data_keys())}
             self.blend_events = [dict(e) for e in events]
             self.dataset_index, self.dataset_sample = arrays(events, self.num_samples, index_of)
-        self._plan = None
+        self._plans = {}
+        self._ahead = self._shares = None  # (the batches ahead are another blend's now)
         self._ledger_cache = None
 
     def _missing(self, lo: int, hi: int) -> str | None:

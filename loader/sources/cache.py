@@ -90,7 +90,20 @@ class IndexCache:
         cached = self.load(name, description)
         if cached is not None:
             return cached
-        arrays = build()
-        self.save(name, description, arrays)
-        return self.load(name, description)
+        import fcntl
+
+        # one builder at a time per entry (DataLoader workers, ranks of a host): a second writer replacing the
+        # first's files between its save and load made the first refuse its own entry as edited since
+        lock = self._path(self.key(description), name, "lock")
+        with open(lock, "a+") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            cached = self.load(name, description)  # (built by another while this one waited)
+            if cached is not None:
+                return cached
+            arrays = build()
+            self.save(name, description, arrays)
+            cached = self.load(name, description)
+        # (None only when another host writes the entry at once, on a file system without locks: these arrays
+        # are the same, built here)
+        return cached if cached is not None else {k: np.asarray(v) for k, v in arrays.items()}
 

@@ -70,6 +70,34 @@ def test_lm_batches_from_s3_equal_the_local_copy(tmp_path, s3_env):
     same_batches(list(babelfeed.build_iterator(config(root / "lm"))), list(babelfeed.build_iterator(config(url))))
 
 
+def test_lm_batches_from_s3_are_fetched_ahead_in_groups_on_each_rank(tmp_path, s3_env, monkeypatch):
+    """The LM iterator fetches its next batches' pieces ahead (pinned in groups, the later ones hinted): its
+    gathers ask the fetcher nothing, and each of two ranks equals the local copy's rank, every leaf."""
+    from babelfeed.storage import remote
+
+    root = tmp_path / "local"
+    golden.make_lm_data(root)
+    url = s3_env.upload(str(root / "lm"), "bkt", "lm2")
+
+    def config(where):
+        cfg = babelfeed.load_config("lm_packing")
+        cfg.data_path = f"0.4 {where}/web 0.6 {where}/books"
+        cfg.seq_len, cfg.global_batch, cfg.num_samples = 24, 12, 12 * 40
+        cfg.split, cfg.cache_dir = "90,10,0", str(tmp_path / "lmcache")
+        return cfg
+
+    ops = []
+    real = remote.request
+    monkeypatch.setattr(remote, "request", lambda msg: ops.append(msg["op"]) or real(msg))
+    for rank in (0, 1):
+        mine = list(babelfeed.build_iterator(config(root / "lm"), rank=rank, world_size=2))
+        ops.clear()
+        theirs = list(babelfeed.build_iterator(config(url), rank=rank, world_size=2))
+        same_batches(mine, theirs)
+        assert len(theirs) == 40 and 2 <= ops.count("ensure") <= 4, ops  # (1 batch, 16, then the rest: not 40)
+        assert ops.count("hint") >= 1 and ops.count("plan") == 1
+
+
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_torch_workers_read_s3_through_the_one_fetcher(tmp_path, s3_env, context):
     """DataLoader workers (forked: an object-store client in the parent would hang them) gather from the shadow;
@@ -432,4 +460,27 @@ def test_a_fetcher_killed_mid_run_is_replaced_and_the_batches_stay_exact(tmp_pat
     theirs = list(itertools.islice(it, 5))
     os.kill(remote.request({"op": "ping"})["pid"], signal.SIGKILL)
     theirs += list(it)
+    same_batches(mine, theirs)
+
+
+def test_lm_torch_workers_read_s3_ahead_each_its_own(tmp_path, s3_env):
+    """Two DataLoader workers over an LM run on S3: each fetches ahead the batches it makes (the adapter tells
+    it the stride); the batches equal the local copy's, every leaf."""
+    pytest.importorskip("torch")
+    from babelfeed.adapters.torch import BatchLoader
+
+    root = tmp_path / "local"
+    golden.make_lm_data(root)
+    url = s3_env.upload(str(root / "lm"), "bkt", "lm3")
+
+    def config(where):
+        cfg = babelfeed.load_config("lm_packing")
+        cfg.data_path = f"0.4 {where}/web 0.6 {where}/books"
+        cfg.seq_len, cfg.global_batch, cfg.num_samples = 24, 12, 12 * 30
+        cfg.split, cfg.cache_dir = "90,10,0", str(tmp_path / "lmcache")
+        return cfg
+
+    mine = list(babelfeed.build_iterator(config(root / "lm")))
+    theirs = list(BatchLoader(config(url), num_workers=2, tensors=False))
+    assert len(theirs) == 30
     same_batches(mine, theirs)
