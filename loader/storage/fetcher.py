@@ -44,6 +44,7 @@ IDLE_SECONDS = float(os.environ.get("BABELFEED_FETCHER_IDLE", "300"))
 GAP = int(os.environ.get("BABELFEED_FETCH_GAP", 16 << 10))
 LARGEST_REQUEST = int(os.environ.get("BABELFEED_FETCH_LARGEST", 8 << 20))
 CONCURRENCY = int(os.environ.get("BABELFEED_FETCH_CONCURRENCY", 64))  # ranged requests in flight at once
+RESERVED = CONCURRENCY // 8  # of them, kept for gathers waiting (hints never take the last ones)
 DENSE = float(os.environ.get("BABELFEED_FETCH_DENSE", 0.85))  # a file read this much is fetched in whole blocks
 # the gap bridged in a file the host reads only part of (another host reads the rows between; 0: its own rows
 # only, each run of neighbouring rows one request): bytes fetched stay the rows read, requests are many
@@ -535,6 +536,7 @@ class Fetcher:
         self.limit = cache_limit(cache)
         self.held_bytes = 0  # the disk the held pieces take (4 KiB blocks)
         self.flying_bytes = 0
+        self.hint_jobs = 0  # requests in flight for hints only (at most CONCURRENCY - RESERVED)
         self.clock = -np.inf  # the latest batch a gather asked for (dues up to it are spent)
         self.queue: list = []  # heap of (earliest due, seq, remote) of files with ranges pending
         self.seq = 0
@@ -635,7 +637,8 @@ class Fetcher:
         """The next request (the network's thread, for a free connection): the pending range needed first, of
         any file, joined with its pending neighbours less than ``GAP`` apart, at most ``LARGEST_REQUEST`` long.
         A range only hinted is requested while the cache has room for it (or can make room by evicting what is
-        needed later than it); a gather's is always requested."""
+        needed later than it); a gather's is always requested. ``RESERVED`` connections are kept for gathers:
+        a gather never queues behind a lookahead's blocks for a free connection."""
         import heapq
 
         while True:
@@ -643,6 +646,8 @@ class Fetcher:
                 if not self.queue:
                     return None
                 due, _, remote = self.queue[0]
+                if due > -np.inf and CONCURRENCY and self.hint_jobs >= CONCURRENCY - RESERVED:
+                    return None  # (woken when a request lands)
             for may_evict in (True, False):
                 with remote.lock:
                     first = float(remote.pend_d.min()) if len(remote.pend_a) else None
@@ -745,6 +750,7 @@ class Fetcher:
             remote.flying.add(Piece(remote, a, b, job))
         with self.lock:
             self.flying_bytes += sum(b - a for a, b in job.parts)
+            self.hint_jobs += not urgent
         return job
 
     def _landed(self, job: Job, data: bytes | None, error: BaseException | None) -> None:
@@ -770,6 +776,7 @@ class Fetcher:
             remote.cond.notify_all()
         with self.lock:
             self.flying_bytes -= sum(y - x for x, y in job.parts)
+            self.hint_jobs -= not job.urgent
             if data is not None:
                 self.counters["requests"] += 1
                 self.counters["bytes"] += len(data)

@@ -300,3 +300,23 @@ def test_a_block_request_spans_short_held_runs_and_splits_at_long_ones(paused, m
     assert fet.counters["bytes_again"] == 100 and fet.counters["bytes"] == (1 << 16) + 100
     with open(r.path, "rb") as f:
         assert f.read() == bytes(i % 251 for i in range(1 << 16))
+
+
+def test_hints_leave_connections_for_gathers(paused, monkeypatch):
+    """Hints never take the last RESERVED connections: a gather that comes while the lookahead's blocks fill the
+    others is requested at once, not after a block lands."""
+    import asyncio
+
+    fet, make = paused
+    monkeypatch.setattr(fetcher, "CONCURRENCY", 4)
+    monkeypatch.setattr(fetcher, "RESERVED", 1)
+    r = make(1 << 20)
+    ask(fet, r, [0, 100_000, 200_000, 300_000, 400_000], [10, 100_010, 200_010, 300_010, 400_010], 5)
+    hints = [fet._take() for _ in range(3)]
+    assert all(j is not None and not j.urgent for j in hints)
+    assert fet._take() is None  # (a fourth hint would take the gathers' connection)
+    ask(fet, r, [900_000], [900_010], -np.inf)
+    job = fet._take()
+    assert job.urgent and job.a == 900_000
+    fet._landed(hints[0], asyncio.run(r.store.get_range_async("k", hints[0].a, hints[0].b, None)), None)
+    assert not fet._take().urgent  # (one hint landed: the next may go)
