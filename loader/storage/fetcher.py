@@ -70,9 +70,17 @@ def cache_limit(cache: str) -> int:
     return int(min(max(free // 4, 256 << 20), 64 << 30))
 
 
-def shadow_root(cache: str, url: str) -> str:
-    """The local folder that mirrors remote folder ``url``."""
-    return os.path.join(cache, "objects", hashlib.blake2b(url.rstrip("/").encode(), digest_size=10).hexdigest())
+def shadow_root(cache: str, url: str, endpoint: str = "") -> str:
+    """The local folder that mirrors remote folder ``url`` (of the store at ``endpoint``, where not the
+    default: two stores may hold buckets of one name)."""
+    name = url.rstrip("/") + (f"\0{endpoint.rstrip('/')}" if endpoint else "")
+    return os.path.join(cache, "objects", hashlib.blake2b(name.encode(), digest_size=10).hexdigest())
+
+
+def _endpoint(options: dict | None, env: dict | None) -> str:
+    env = os.environ if env is None else env
+    return str((options or {}).get("endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+               or "")
 
 
 # ------------------------------------------------------------------------------------------------ messages
@@ -542,16 +550,18 @@ class Fetcher:
         self.seq = 0
         self.network = Network(CONCURRENCY, self._take, self._landed)
 
-    def store(self, root: str, options: dict | None):
+    def store(self, root: str, options: dict | None, env: dict | None = None):
+        """The store for ``root`` as a process configures it: its options, and its store environment (``env``;
+        None: this process's). Processes with other endpoints or credentials get stores of their own."""
         from babelfeed.storage.objects import Store
 
-        key = (root, json.dumps(options or {}, sort_keys=True))
+        key = (root, json.dumps(options or {}, sort_keys=True), json.dumps(env, sort_keys=True))
         with self.lock:
             if key not in self.stores:
-                self.stores[key] = Store(root, options)
+                self.stores[key] = Store(root, options, env)
             return self.stores[key]
 
-    def mirror(self, url: str, options: dict | None = None) -> str:
+    def mirror(self, url: str, options: dict | None = None, env: dict | None = None) -> str:
         """The shadow folder of remote folder ``url``, brought up to date with the store: small files fetched whole
         (kept while size and ETag hold), each ``.bin`` a sparse file of its size (a new file when its ETag
         changed, so nothing fetched from the old object is ever read as the new one's)."""
@@ -559,8 +569,8 @@ class Fetcher:
 
         url = url.rstrip("/")
         root, prefix = split_url(url)
-        store = self.store(root, options)
-        local = shadow_root(self.cache, url)
+        store = self.store(root, options, env)
+        local = shadow_root(self.cache, url, _endpoint(options, env))
         with self.lock:
             lock = self.mirror_locks.setdefault(local, threading.Lock())
         with lock:
@@ -950,12 +960,12 @@ class Fetcher:
                     self._ask(remote, a, b, dues)
         self.network.wake()
 
-    def upload(self, url: str, path: str, options: dict | None = None) -> dict:
+    def upload(self, url: str, path: str, options: dict | None = None, env: dict | None = None) -> dict:
         """Write local file ``path`` to object ``url``."""
         from babelfeed.storage.objects import split_url
 
         bucket, key = split_url(url)
-        return {"bytes": self.store(bucket, options).put_file(key, path)}
+        return {"bytes": self.store(bucket, options, env).put_file(key, path)}
 
     def plan(self, files: dict, hosts: int = 1) -> dict:
         """``{path: share}`` or ``{path: [share, rows]}``: the share of each file's rows the host's gathers read
@@ -1035,7 +1045,7 @@ def serve(sock_path: str, cache: str) -> None:
                     try:
                         op = msg.get("op")
                         if op == "mirror":
-                            reply = {"path": fetcher.mirror(msg["url"], msg.get("options"))}
+                            reply = {"path": fetcher.mirror(msg["url"], msg.get("options"), msg.get("env"))}
                         elif op == "ensure":
                             reply = fetcher.ensure_many(msg["files"], client, msg.get("clock"), bool(msg.get("keep")))
                         elif op == "hint":  # (answered first: the asking process goes on while it is taken in)
@@ -1046,7 +1056,7 @@ def serve(sock_path: str, cache: str) -> None:
                                 pass
                             continue
                         elif op == "upload":
-                            reply = fetcher.upload(msg["url"], msg["path"], msg.get("options"))
+                            reply = fetcher.upload(msg["url"], msg["path"], msg.get("options"), msg.get("env"))
                         elif op == "plan":
                             reply = fetcher.plan(msg["files"], int(msg.get("hosts", 1)))
                         elif op == "stats":

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from datetime import timedelta
 
@@ -56,8 +57,35 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def _store(root: str, options: dict | None):
-    """An obstore store for ``root`` (scheme://bucket), configured from the environment and ``options``."""
+STORE_ENV = ("AWS_", "GOOGLE_", "AZURE_")  # the environment a store is configured from (obstore reads it)
+_env_lock = threading.Lock()
+
+
+def store_env() -> dict:
+    """This process's store environment (what a store it asks the host's fetcher for is configured from)."""
+    return {k: v for k, v in os.environ.items() if k.startswith(STORE_ENV)}
+
+
+def _store(root: str, options: dict | None, env: dict | None = None):
+    """An obstore store for ``root`` (scheme://bucket), configured from the environment and ``options``. ``env``:
+    the store environment of the process that asks (the fetcher serves every process of the host, each with its
+    own endpoint and credentials), in place of this one's while the store is built."""
+    if env is None:
+        return _build_store(root, options)
+    with _env_lock:
+        saved = store_env()
+        for k in saved:
+            del os.environ[k]
+        os.environ.update(env)
+        try:
+            return _build_store(root, options)
+        finally:
+            for k in env:
+                os.environ.pop(k, None)
+            os.environ.update(saved)
+
+
+def _build_store(root: str, options: dict | None):
     try:
         from obstore.store import from_url
     except ImportError:
@@ -110,9 +138,10 @@ def _first_line(e: BaseException) -> str:
 class Store:
     """One object store (``scheme://bucket``): the requests babelfeed makes, each failure one clear error."""
 
-    def __init__(self, root: str, options: dict | None = None):
+    def __init__(self, root: str, options: dict | None = None, env: dict | None = None):
         self.root = root
         self._options = options
+        self._env = env
         self._store = None
         self.requests = 0
         self.bytes = 0
@@ -121,7 +150,7 @@ class Store:
     @property
     def store(self):
         if self._store is None:
-            self._store = _store(self.root, self._options)
+            self._store = _store(self.root, self._options, self._env)
         return self._store
 
     def url(self, key: str) -> str:

@@ -20,7 +20,8 @@ import numpy as np
 
 from babelfeed.errors import BabelfeedError, DataChangedError
 from babelfeed.fileio import cache_dir, private_folders
-from babelfeed.storage.objects import ObjectStoreError, is_remote, split_url  # noqa: F401  (this module's face)
+from babelfeed.storage.objects import ObjectStoreError, is_remote, split_url, store_env  # noqa: F401  (this
+# module's face)
 
 START_SECONDS = 20.0  # how long a process waits for the fetcher it started to answer
 
@@ -147,7 +148,7 @@ def _mirror_again() -> None:
     with _lock:
         known = list(_folders)
     for url in known:
-        request({"op": "mirror", "url": url, "options": dict(_options)})
+        request({"op": "mirror", "url": url, "options": dict(_options), "env": store_env()})
 
 
 def _rebuilt(err: dict) -> Exception:
@@ -180,7 +181,8 @@ def local_folder(url: str, options: dict | None = None) -> str:
         known = _folders.get(url)
     if known is not None:
         return known
-    path = request({"op": "mirror", "url": url, "options": dict(options if options is not None else _options)})["path"]
+    path = request({"op": "mirror", "url": url, "options": dict(options if options is not None else _options),
+                    "env": store_env()})["path"]
     with _lock:
         _folders[url] = path
     return path
@@ -282,12 +284,14 @@ def upload(folder: str, url: str, options: dict | None = None, log=print) -> int
     last = [n for n in names if not n.endswith((".bin", ".idx"))]
     first = [n for n in names if n.endswith((".bin", ".idx"))]
     opts = dict(options if options is not None else _options)
+    env = store_env()
     done = 0
     with tqdm(total=len(names), unit="file", desc=f"upload to {url}", disable=None) as bar:
         for group in (first, last):
             def one(name):
                 got = request({"op": "upload", "url": f"{url}/{name.replace(os.sep, '/')}",
-                               "path": os.path.abspath(os.path.join(folder, name)), "options": opts})
+                               "path": os.path.abspath(os.path.join(folder, name)), "options": opts,
+                               "env": env})
                 bar.update(1)
                 return got["bytes"]
 

@@ -1,6 +1,8 @@
 """Data in an object store (issue 24): a data folder at s3://bucket/prefix gives the batches of the same data on
 local disk, bit for bit, through the host's fetcher; indexes are fetched once and checked as local ones."""
 
+import os
+
 import numpy as np
 import pytest
 
@@ -484,3 +486,32 @@ def test_lm_torch_workers_read_s3_ahead_each_its_own(tmp_path, s3_env):
     theirs = list(BatchLoader(config(url), num_workers=2, tensors=False))
     assert len(theirs) == 30
     same_batches(mine, theirs)
+
+
+def test_each_process_reads_the_store_its_own_environment_names(tmp_path, s3_env, monkeypatch):
+    """The host's fetcher outlives the process that started it: a process with another endpoint (two stores
+    holding a bucket of one name) reads its own store, never the first one's, and an endpoint that is down is
+    an error, not the starter's data."""
+    from s3server import S3Server
+
+    from babelfeed.storage import remote
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    make_data_bin(one, directions={"aaa-bbb": [40]}, valid=False)
+    make_data_bin(two, directions={"aaa-ccc": [30]}, valid=False)
+    url = s3_env.upload(str(one), "bkt", "same/data_bin")
+    other = S3Server()
+    try:
+        assert other.upload(str(two), "bkt", "same/data_bin") == url
+        first = remote.local_folder(url)
+        assert any("aaa-bbb" in n for n in os.listdir(os.path.join(first, "shard000")))
+        monkeypatch.setenv("AWS_ENDPOINT_URL", other.endpoint)
+        remote._folders.clear()
+        second = remote.local_folder(url)
+        names = os.listdir(os.path.join(second, "shard000"))
+        assert second != first and any("aaa-ccc" in n for n in names) and not any("aaa-bbb" in n for n in names)
+    finally:
+        other.stop()
+    remote._folders.clear()
+    with pytest.raises(babelfeed.errors.BabelfeedError, match="s3://bkt"):
+        remote.local_folder(url)  # (the second store is gone: its endpoint refuses)
