@@ -618,13 +618,36 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
         from babelfeed.storage import remote
 
         url = str(opts.output_dir).rstrip("/")
+        remote.listing(url)  # (a bucket missing or credentials refused: said now, before any encoding)
         stage = remote.staging(url)
         log(f"writing to {stage} first (staging), then uploading to {url}")
         report = binarize(dataclasses.replace(opts, output_dir=stage), log)
+        _replace_remote(stage, url, opts.overwrite, log)
         written = remote.upload(stage, url, log=log)
         log(f"uploaded {written / 1e6:,.1f} MB to {url}")
         return report
     return _binarize(opts, log)
+
+
+def _replace_remote(stage: str, url: str, overwrite: bool, log) -> None:
+    """Before ``stage`` is uploaded to ``url``: the datasets there that this run did not write (another run's
+    inputs or --shards) are refused, as a local output folder's are, or deleted first with ``overwrite`` (with
+    ``dict.txt`` first: a folder being replaced never looks complete). Never a folder mixing two runs' shards."""
+    from babelfeed.storage import remote
+
+    mine = {os.path.relpath(os.path.join(d, f), stage).replace(os.sep, "/") for d, _, fs in os.walk(stage)
+            for f in fs}
+    there = remote.listing(url)
+    stale = sorted(n for n in there if n.endswith((".bin", ".idx")) and n not in mine)
+    if not stale:
+        return
+    if not overwrite:
+        raise BinarizeError(f"{url} holds {len(stale)} file(s) of datasets this run does not write (another run's "
+                            f"inputs or --shards?), e.g. {url}/{stale[0]}; nothing was uploaded (the output is "
+                            f"staged in {stage}). Use an empty prefix or --overwrite (which deletes them)")
+    log(f"deleting {len(stale)} file(s) under {url} that this run does not write (--overwrite)")
+    for name in [n for n in ("dict.txt",) if n in there] + stale:
+        remote.delete(f"{url}/{name}")
 
 
 def _binarize(opts: BinarizeOptions, log=print) -> dict:

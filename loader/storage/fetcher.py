@@ -960,6 +960,22 @@ class Fetcher:
                     self._ask(remote, a, b, dues)
         self.network.wake()
 
+    def listing(self, url: str, options: dict | None = None, env: dict | None = None) -> dict:
+        """``{"files": [[name, size], ...]}``: the objects under remote folder ``url``, named relative to it."""
+        from babelfeed.storage.objects import split_url
+
+        root, prefix = split_url(url.rstrip("/"))
+        got = self.store(root, options, env).list(prefix)
+        cut = len(prefix) + 1 if prefix else 0
+        return {"files": [[key[cut:], size] for key, size, _ in got]}
+
+    def delete(self, url: str, options: dict | None = None, env: dict | None = None) -> dict:
+        from babelfeed.storage.objects import split_url
+
+        root, key = split_url(url)
+        self.store(root, options, env).delete(key)
+        return {}
+
     def upload(self, url: str, path: str, options: dict | None = None, env: dict | None = None) -> dict:
         """Write local file ``path`` to object ``url``."""
         from babelfeed.storage.objects import split_url
@@ -1055,6 +1071,10 @@ def serve(sock_path: str, cache: str) -> None:
                             except Exception:  # (advisory: the gather's own request raises what matters)
                                 pass
                             continue
+                        elif op == "list":
+                            reply = fetcher.listing(msg["url"], msg.get("options"), msg.get("env"))
+                        elif op == "delete":
+                            reply = fetcher.delete(msg["url"], msg.get("options"), msg.get("env"))
                         elif op == "upload":
                             reply = fetcher.upload(msg["url"], msg["path"], msg.get("options"), msg.get("env"))
                         elif op == "plan":

@@ -170,8 +170,31 @@ class Store:
             return ObjectStoreError(f"{self.root}: credentials missing or refused ({what} {url}); set them as for "
                                     f"any S3 tool (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) or in "
                                     f"data.storage")
-        return ObjectStoreError(f"{url}: {what} failed after retries for up to {RETRY_SECONDS:.0f} s: "
-                                f"{_first_line(e)}")
+        text = str(e)
+        status = re.search(r"status code: (\d{3})", text)
+        code = int(status.group(1)) if status else None
+        if code == 404 or "NoSuchBucket" in text:
+            if "NoSuchBucket" in text or "list" in what:
+                return ObjectStoreError(f"{self.root}: no such bucket ({what} {url})")
+            return ObjectStoreError(f"{url}: no such object ({what})")
+        if code in (401, 403):
+            return ObjectStoreError(f"{self.root}: credentials missing or refused ({what} {url}: HTTP {code}); set "
+                                    f"them as for any S3 tool (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
+                                    f"AWS_PROFILE) or in data.storage")
+        if "builder error" in text and "http://" in text:
+            return ObjectStoreError(f"{self.root}: the endpoint is plain http: set AWS_ALLOW_HTTP=true (or "
+                                    f"data.storage.allow_http) to allow it ({what} {url})")
+        if "169.254.169.254" in text or "credential" in text.lower():
+            return ObjectStoreError(f"{self.root}: no credentials found ({what} {url}); set them as for any S3 "
+                                    f"tool (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) or in "
+                                    f"data.storage")
+        retried = re.search(r"after (\d+) retries", text)
+        how = f"after {retried.group(1)} retries" if retried else "failed"
+        if "error sending request" in text:
+            return ObjectStoreError(f"{url}: {what}: the store does not answer ({how}, at most {MAX_RETRIES} "
+                                    f"within {RETRY_SECONDS:.0f} s): {_first_line(e)}")
+        return ObjectStoreError(f"{url}: {what} failed ({how}; retries: at most {MAX_RETRIES} within "
+                                f"{RETRY_SECONDS:.0f} s): {_first_line(e)}")
 
     def head(self, key: str) -> tuple[int, str]:
         """``(size, etag)`` of an object."""
@@ -234,6 +257,15 @@ class Store:
         self.requests += 1
         self.bytes += len(data)
         return data
+
+    def delete(self, key: str) -> None:
+        import obstore
+
+        try:
+            obstore.delete(self.store, key)
+        except Exception as e:
+            raise self._explain(e, key, "deleting it") from None
+        self.requests += 1
 
     def put_file(self, key: str, path: str) -> int:
         """Upload local file ``path`` as object ``key`` (multipart when large; the object appears whole or not at

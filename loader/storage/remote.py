@@ -302,6 +302,19 @@ def upload(folder: str, url: str, options: dict | None = None, log=print) -> int
     return done
 
 
+def listing(url: str, options: dict | None = None) -> dict:
+    """``{name: size}`` of the objects under remote folder ``url`` (names relative to it, with ``/``)."""
+    got = request({"op": "list", "url": str(url).rstrip("/"),
+                   "options": dict(options if options is not None else _options), "env": store_env()})
+    return {name: int(size) for name, size in got["files"]}
+
+
+def delete(url: str, options: dict | None = None) -> None:
+    """Delete object ``url``."""
+    request({"op": "delete", "url": str(url), "options": dict(options if options is not None else _options),
+             "env": store_env()})
+
+
 def staging(url: str) -> str:
     """The local folder where output for remote folder ``url`` is written before it is uploaded (kept between
     runs, so an interrupted run resumes from it)."""
