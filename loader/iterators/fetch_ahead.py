@@ -38,8 +38,8 @@ def ahead_bytes() -> int:
 class FetchAhead:
     """``rows(ks, base)`` -> ``(files, n)``: the byte ranges (with each range's due) of this process's batches
     ``ks`` counted from global batch ``base``, and how many of them exist (the epoch may end first).
-    ``shares()`` -> ``({path: share}, hosts)``: how much of each file the epoch reads here, and how many hosts
-    read the data (files read nearly whole are fetched in large blocks)."""
+    ``shares()`` -> ``({path: share}, hosts[, rank])``: how much of each file the epoch reads here, how many ranks
+    read the data, and this one's (files read nearly whole are fetched in large blocks)."""
 
     def __init__(self, rows, shares=None):
         self.rows = rows

@@ -205,22 +205,22 @@ class BatchIterator(Reports, LoaderIterator):
     def fetch_stride(self, n: int | None) -> None:
         self._fetch_ahead().stride = None if n is None else max(int(n), 1)
 
-    def _fetch_shares(self) -> tuple[dict, int]:
+    def _fetch_shares(self) -> tuple[dict, int, int]:
         """``{path: (share, rows)}``: the share of each remote ``.bin``'s rows this rank reads this epoch (a
         direction's passes, capped at one, over the ranks: each reads its own batches or rows) and the rows the
-        file holds; and the ranks."""
+        file holds; the ranks, and this one."""
         setup = self.planner.setup(self.epoch)
         counts = setup.counts if setup.counts.sum() else setup.expected
         out: dict = {}
         if counts is None:
-            return out, self.world_size
+            return out, self.world_size, self.rank
         for d, direction in enumerate(setup.directions):
             share = min(1.0, float(counts[d]) / max(direction.size, 1)) / self.world_size
             for c in direction.components:
                 for ds in (c.src, c.tgt):
                     if ds is not None:
                         out[ds.data_file] = (max(out.get(ds.data_file, (0.0,))[0], share), len(ds))
-        return out, self.world_size
+        return out, self.world_size, self.rank
 
     def _fetch_rows(self, ks: range, base: int) -> tuple[list, int]:
         """The remote byte ranges (each with its batch's clock) of this rank's batches ``ks`` counted from global

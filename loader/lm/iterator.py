@@ -254,9 +254,9 @@ class LMIterator(LoaderIterator):
             files += self.spaces.ranges(pieces["space"][idx], pieces["start"][idx], pieces["length"][idx], clocks)
         return files, got
 
-    def _fetch_shares(self) -> tuple[dict, int]:
+    def _fetch_shares(self) -> tuple[dict, int, int]:
         """``{path: (share, rows)}``: the share of each remote ``.bin``'s documents the run reads on this rank
-        (its samples' tokens over the file's, capped at one) and the documents it holds; and the ranks."""
+        (its samples' tokens over the file's, capped at one) and the documents it holds; the ranks, and this one."""
         if getattr(self, "_shares", None) is None:
             drawn = np.bincount(self.dataset_index[self.dataset_index >= 0], minlength=len(self.sources))
             out = {}
@@ -265,7 +265,7 @@ class LMIterator(LoaderIterator):
                 out[src.ds.data_file] = (min(1.0, float(drawn[d]) * (self.seq_len + 1) / tokens) / self.world_size,
                                          len(src.ds))
             self._shares = out
-        return self._shares, self.world_size
+        return self._shares, self.world_size, self.rank
 
     def _refuse_tokens(self, text: np.ndarray, bad: tuple, rows: np.ndarray, p: dict, dataset: np.ndarray) -> None:
         """The token id at ``bad`` (row, column) is outside the vocabulary: name the file and record it came from."""

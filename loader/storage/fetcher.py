@@ -530,6 +530,7 @@ class Client:
 
     def __init__(self):
         self.pinned: list[Piece] = []
+        self.plan: tuple | None = None  # (ranks, its rank, {path: share}) its process reads this epoch
 
 
 class Fetcher:
@@ -544,6 +545,7 @@ class Fetcher:
         self.limit = cache_limit(cache)
         self.held_bytes = 0  # the disk the held pieces take (4 KiB blocks)
         self.flying_bytes = 0
+        self.clients: set = set()  # the connected clients (whose plans make the host's)
         self.hint_jobs = 0  # requests in flight for hints only (at most CONCURRENCY - RESERVED)
         self.clock = -np.inf  # the latest batch a gather asked for (dues up to it are spent)
         self.queue: list = []  # heap of (earliest due, seq, remote) of files with ranges pending
@@ -983,12 +985,27 @@ class Fetcher:
         bucket, key = split_url(url)
         return {"bytes": self.store(bucket, options, env).put_file(key, path)}
 
-    def plan(self, files: dict, hosts: int = 1) -> dict:
+    def plan(self, files: dict, hosts: int = 1, rank: int | None = None, client: Client | None = None) -> dict:
         """``{path: share}`` or ``{path: [share, rows]}``: the share of each file's rows the host's gathers read
         this epoch (from the plan), and the rows it holds, with ``hosts`` reading the data. Files of which
         fetching the rows read, joined across gaps under ``GAP``, brings ``DENSE`` or more are fetched in whole
         blocks, as long as the cache can keep all of them (the largest first); the others range by range (on
-        several hosts: this host's rows only, the rows between are other hosts')."""
+        several hosts: this host's rows only, the rows between are other hosts').
+
+        ``rank`` (of ``hosts`` ranks), from ``client``: the shares are one rank's, and the ranks of this host
+        (its connected clients') are added up: eight ranks of 64 on one host read an eighth of the data, as
+        one host of eight."""
+        if rank is not None and hosts > 1 and client is not None:
+            with self.lock:
+                client.plan = (hosts, int(rank), files)
+                mine = {c.plan[1]: c.plan[2] for c in self.clients if c.plan and c.plan[0] == hosts}
+            total: dict = {}
+            for got in mine.values():
+                for p, v in got.items():
+                    share, rows = v if isinstance(v, (list, tuple)) else (v, 0)
+                    total[p] = [total.get(p, [0.0])[0] + float(share), int(rows)]
+            files = {p: [min(v[0], 1.0), v[1]] for p, v in total.items()}
+            hosts = max(1, round(hosts / len(mine)))
         gap = SPARSE_GAP if hosts > 1 else GAP
         brings = {p: joined_share(*(v if isinstance(v, (list, tuple)) else (v, 0)), self.remotes[p].size, gap)
                   for p, v in files.items() if p in self.remotes}
@@ -1053,6 +1070,8 @@ def serve(sock_path: str, cache: str) -> None:
             with guard:
                 state["clients"] += 1
             client = Client()
+            with fetcher.lock:
+                fetcher.clients.add(client)
             try:
                 while True:
                     msg = receive(self.request)
@@ -1078,7 +1097,7 @@ def serve(sock_path: str, cache: str) -> None:
                         elif op == "upload":
                             reply = fetcher.upload(msg["url"], msg["path"], msg.get("options"), msg.get("env"))
                         elif op == "plan":
-                            reply = fetcher.plan(msg["files"], int(msg.get("hosts", 1)))
+                            reply = fetcher.plan(msg["files"], int(msg.get("hosts", 1)), msg.get("rank"), client)
                         elif op == "stats":
                             reply = fetcher.stats()
                         elif op == "ping":
@@ -1090,6 +1109,8 @@ def serve(sock_path: str, cache: str) -> None:
                     send(self.request, reply)
             finally:
                 fetcher.release(client)
+                with fetcher.lock:
+                    fetcher.clients.discard(client)
                 with guard:
                     state["clients"] -= 1
                     state["last"] = time.monotonic()

@@ -324,16 +324,17 @@ def staging(url: str) -> str:
     return path
 
 
-def plan(shares: dict, hosts: int = 1) -> dict:
+def plan(shares: dict, hosts: int = 1, rank: int | None = None) -> dict:
     """Tell the host's fetcher what share of each shadow ``.bin``'s rows this process's epoch reads (``{path:
     share}``, or ``{path: (share, rows in the file)}``), with ``hosts`` reading the data: files whose reads,
     joined across short gaps, bring nearly all of them are fetched in large blocks, the others range by range (on
-    several hosts, this host's rows only)."""
+    several hosts, this host's rows only). ``rank``: this process's, of ``hosts`` ranks: the fetcher adds up the
+    shares of the ranks on its host (eight ranks of a host read as one host of eight)."""
     if not shares:
         return {}
     files = {os.path.abspath(p): [float(v), 0] if np.ndim(v) == 0 else [float(v[0]), int(v[1])]
              for p, v in shares.items()}
-    return request({"op": "plan", "files": files, "hosts": int(hosts)})
+    return request({"op": "plan", "files": files, "hosts": int(hosts), "rank": rank})
 
 
 def set_clock(clock: float | None) -> None:

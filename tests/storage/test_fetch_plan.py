@@ -173,7 +173,7 @@ def test_the_iterator_asks_for_its_own_batches_only(monkeypatch):
     calls = []
     monkeypatch.setattr(remote, "ensure_many", lambda files, group=False: calls.append(("ensure", files)))
     monkeypatch.setattr(remote, "hint", lambda files, due=None: calls.append(("hint", files)))
-    monkeypatch.setattr(remote, "plan", lambda shares, hosts=1: calls.append(("plan", shares)))
+    monkeypatch.setattr(remote, "plan", lambda shares, hosts=1, rank=None: calls.append(("plan", shares)))
     asked = []
 
     def rows(ks, base):
@@ -320,3 +320,19 @@ def test_hints_leave_connections_for_gathers(paused, monkeypatch):
     assert job.urgent and job.a == 900_000
     fet._landed(hints[0], asyncio.run(r.store.get_range_async("k", hints[0].a, hints[0].b, None)), None)
     assert not fet._take().urgent  # (one hint landed: the next may go)
+
+
+def test_the_ranks_of_one_host_are_planned_as_one_host(paused):
+    """Two ranks of two on one host (one fetcher): each says it reads half of a file; together the host reads it
+    all, so it is fetched in blocks, not row by row as if another host read the rows between. A rank that
+    disconnects no longer counts."""
+    fet, make = paused
+    a = make(600_000)
+    c0, c1 = fetcher.Client(), fetcher.Client()
+    fet.clients |= {c0, c1}
+    assert fet.plan({a.path: [0.5, 6000]}, hosts=2, rank=0, client=c0) == {"dense": 0}
+    assert a.shared and not a.dense
+    assert fet.plan({a.path: [0.5, 6000]}, hosts=2, rank=1, client=c1) == {"dense": 1}
+    assert a.dense and not a.shared
+    fet.clients.discard(c1)
+    assert fet.plan({a.path: [0.5, 6000]}, hosts=2, rank=0, client=c0) == {"dense": 0}
