@@ -199,6 +199,23 @@ def is_shadow(path: str) -> bool:
     return os.path.abspath(path).startswith(os.path.join(_cache(), "objects", ""))
 
 
+def remote_names(text: str) -> str:
+    """``text`` with each shadow path in it named as its object's URL (for messages a user reads)."""
+    import json
+    import re
+
+    root = os.path.join(_cache(), "objects", "")
+
+    def url(m):
+        try:
+            with open(os.path.join(root, m.group(1), ".manifest.json")) as f:
+                return json.load(f)[""]["url"].rstrip("/") + "/"
+        except (OSError, ValueError, KeyError, TypeError):
+            return m.group(0)
+
+    return re.sub(re.escape(root) + r"([0-9a-f]{20})/", url, text)
+
+
 def resolve_prefix(prefix) -> str:
     """A dataset prefix (``DIR/name``, as Megatron's --data-path gives them) with a remote ``DIR`` mirrored."""
     prefix = str(prefix)

@@ -96,12 +96,13 @@ class IndexChecks:
             self._pointer_mismatch(i + 1, int(pointers[i + 1]), int(pointers[i]) + int(sizes[i]) * unit, "byte pointer")
         return int(pointers[-1]) + int(sizes[-1]) * unit
 
-    def check_ends_with(self, token: int, name: str = "</s>") -> None:
+    def check_ends_with(self, token: int, name: str = "</s>", fetched: bool = False) -> None:
         """Every record's last token is ``token`` (stored value): fairseq's builders, babelfeed's included, end each
         sentence with ``</s>``, so a record that does not is not a sentence: the tail of a ``.bin`` zeroed or
         overwritten after a crash, a sparse copy, another file's bytes. ``verify="full"``: every record, read once
         per file (a stamp remembers); ``"quick"``: the last 4,096 records (where a zeroed tail shows) and 256
-        spread over the file. Raises FormatError naming the file and the first record that fails."""
+        spread over the file. Raises FormatError naming the file and the first record that fails. A remote
+        ``.bin`` is checked only when ``fetched`` (its shadow holds all of it)."""
         key = f"ends_with_{int(token)}"
         if self._facts.get(key):
             return
@@ -111,7 +112,7 @@ class IndexChecks:
         sizes = self._index.sizes
         from .remote import is_shadow
 
-        if is_shadow(self.data_file):  # a remote .bin: every row is checked as the gather fetches it (collate's
+        if is_shadow(self.data_file) and not fetched:  # a remote .bin: every row is checked as the gather fetches it (collate's
             return  # _check_ends); checking here would fetch the file's records one request per file at open
         if self._verify == "full":
             picks = None

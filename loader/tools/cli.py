@@ -548,6 +548,8 @@ def describe(e: BaseException) -> str:
     if isinstance(e, KeyError) and len(e.args) == 1:
         return f"missing key {e.args[0]!r}" if isinstance(e.args[0], str) and " " not in e.args[0] else str(e.args[0])
     text = " ".join(str(e).split()) or type(e).__name__  # multi-line messages (SentencePiece's) on one line
+    if "objects" in text and sys.modules.get("babelfeed.storage.remote") is not None:
+        text = sys.modules["babelfeed.storage.remote"].remote_names(text)  # (shadow files named as the objects)
     # the Python API's way round a mismatch has no flag here: the command reads a state with its own config
     return text.replace(" (set_state(state, strict=False) resumes anyway)",
                         " (the command reads a state with the config and data it was saved with)").replace(

@@ -45,6 +45,20 @@ def _dictionary_size(corpus: ShardedCorpus, lang: str | None) -> int:
         return 0
 
 
+def _fetched_whole(ds) -> None:
+    """A ``.bin`` in an object store, fetched whole before its tokens are checked (its shadow holds only what
+    was fetched: the rest reads as zeros)."""
+    from babelfeed.errors import BabelfeedError
+    from babelfeed.storage.remote import ensure, is_shadow, stats
+
+    if is_shadow(ds.data_file):
+        size = os.path.getsize(ds.data_file)
+        if size > stats()["cache_limit"] // 2:
+            raise BabelfeedError(f"{ds.data_file}: checking every token of a {size / 1e9:.1f} GB object needs a "
+                                 f"fetcher cache twice its size (BABELFEED_FETCH_CACHE_MB), or a local copy")
+        ensure(ds.data_file, [0], [size])
+
+
 def corpus_stats(root, verify: str = "full", check_tokens: bool = False, histograms: bool = False) -> list[dict]:
     """Per split, direction and side: sentences, tokens, shards, length percentiles, dtype. ``check_tokens``
     also reads every token and refuses ids outside the dictionary; ``histograms`` adds each row's sentence count
@@ -62,11 +76,12 @@ def corpus_stats(root, verify: str = "full", check_tokens: bool = False, histogr
                 for shard in shards:
                     ds = corpus.open(split, key, lang if "-" in key else None, shard, verify=verify)
                     if check_tokens and len(ds):
+                        _fetched_whole(ds)
                         vocab = _dictionary_size(corpus, lang)
                         if vocab:
                             check_token_ids(ds, vocab)
                             # every record a sentence ending with </s> (as the training iterators check)
-                            ds.check_ends_with(corpus.dictionary(lang).eos() + ds.token_shift)
+                            ds.check_ends_with(corpus.dictionary(lang).eos() + ds.token_shift, fetched=True)
                     sizes = np.asarray(ds.sizes)
                     dtypes.add(ds.dtype.name)
                     sentences += len(ds)

@@ -553,3 +553,25 @@ def test_each_process_reads_the_store_its_own_environment_names(tmp_path, s3_env
     remote._folders.clear()
     with pytest.raises(babelfeed.errors.BabelfeedError, match="s3://bkt"):
         remote.local_folder(url)  # (the second store is gone: its endpoint refuses)
+
+
+def test_inspect_verify_on_the_store_checks_the_objects_bytes(tmp_path, s3_env, capsys):
+    """``inspect --verify`` on s3:// checks the tokens of the objects (fetched whole), not the holes of their
+    shadows: a .bin whose last rows were zeroed is refused as locally."""
+    from babelfeed.tools.cli import main
+
+    local = tmp_path / "data_bin"
+    make_data_bin(local, directions={"aaa-bbb": [300]}, valid=False)
+    clean = s3_env.upload(str(local), "bkt", "clean/data_bin")
+    assert main(["inspect", clean, "--verify"]) == 0, capsys.readouterr().err  # (its holes would read as zeros)
+    victim = sorted(local.rglob("*.bin"))[0]
+    data = bytearray(victim.read_bytes())
+    data[-64:] = bytes(64)
+    victim.write_bytes(bytes(data))
+    url = s3_env.upload(str(local), "bkt", "zeroed/data_bin")
+    assert main(["inspect", str(local), "--verify"]) != 0
+    want = capsys.readouterr().err
+    assert main(["inspect", url, "--verify"]) != 0
+    err = capsys.readouterr().err
+    assert "ends with token 0" in want and "ends with token 0" in err, (want, err)
+    assert f"{url}/shard000/train.aaa-bbb" in err and "objects" not in err  # (the object named, not its shadow)
