@@ -12,6 +12,12 @@ from babelfeed.gather.transforms import NoiseContext, Ragged, apply, parse_steps
 
 
 def _decoder(root: str, dictionary):
+    from babelfeed.storage.objects import is_remote
+
+    if is_remote(root):  # (the model is in the folder's shadow, fetched whole with the indexes)
+        from babelfeed.storage.remote import resolve
+
+        root = resolve(root)
     path = os.path.join(root, "spm.model")
     sp = None
     if os.path.exists(path):

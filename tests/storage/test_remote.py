@@ -480,6 +480,22 @@ def test_binarize_to_a_prefix_holding_another_runs_shards_refuses_or_replaces_th
     kw = dict(data__shards="all", batching__max_tokens=256)
     same_batches(list(babelfeed.build_train_iterator(config_for(local, **kw))),
                  list(babelfeed.build_train_iterator(config_for(url, **kw))))
+    # a raw-text task (subword sampling with the folder's spm.model) reads the same from the store
+    from babelfeed.config import task
+
+    (local / "raw").mkdir()
+    for lang, text in (("en", "\n".join(lines)), ("de", "\n".join(x.upper() for x in lines))):
+        (local / "raw" / f"train.en-de.{lang}").write_text(text + "\n")
+        s3_env.client().put_object(Bucket="bkt", Key=f"twice/data_bin/raw/train.en-de.{lang}", Body=text + "\n")
+    remote._folders.clear()
+
+    def sampled(where):
+        cfg = config_for(where, **kw)
+        with cfg.unlocked():
+            cfg.tasks.raw = task("en-de", text="raw/{split}.{key}.{lang}", alpha=0.1, nbest=16)
+        return list(babelfeed.build_train_iterator(cfg))
+
+    same_batches(sampled(local), sampled(url))
 
 
 def test_a_fetcher_killed_mid_run_is_replaced_and_the_batches_stay_exact(tmp_path, s3_env):
