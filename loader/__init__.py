@@ -112,6 +112,7 @@ __all__ = [
     "convert_index",
     "dataset_exists",
     "dtype_for_vocab",
+    "Timed",
 ]
 
 from babelfeed.errors import (BabelfeedError, ConfigError, BadMagicError, DataChangedError, FormatError, InconsistentIndexError, SideMismatchError, TruncatedFileError,
@@ -127,6 +128,7 @@ from babelfeed.iterators.state import StateError
 from babelfeed.lm.iterator import LMIterator
 from babelfeed.plan.mixing import sampling_probabilities
 from babelfeed.iterators.translation import BatchIterator
+from babelfeed.iterators.telemetry import Timed
 from babelfeed.plan.packing import PackPlan, gpt_sample_index, pack, pack_pairs, pack_sentences
 from babelfeed.plan.shapes import ShapePlan, plan_shapes
 from babelfeed.storage import IndexedDataset, IndexedDatasetBuilder, convert_index, dataset_exists, dtype_for_vocab

@@ -367,9 +367,18 @@ def stats() -> dict:
     return request({"op": "stats"})
 
 
+def in_use() -> bool:
+    """Whether this process has read a folder of an object store (through the host's fetcher)."""
+    return bool(_folders) or getattr(_local, "conn", None) is not None
+
+
 def telemetry() -> dict:
     """A flat dict of numbers for a training loop's logger: ``fetch/...`` from the host's fetcher, and
-    ``fetch/wait_seconds``: how long this process's gathers waited on bytes not yet fetched."""
+    ``fetch/wait_seconds``: how long this process's gathers waited on bytes not yet fetched. Empty when this
+    process reads no object store (no fetcher is started for it): :class:`babelfeed.Timed` measures the loop's
+    wait on any data."""
+    if not in_use():
+        return {}
     got = {f"fetch/{k}": v for k, v in stats().items()}
     got["fetch/wait_seconds"] = round(_waited["seconds"], 6)
     got["fetch/wait_calls"] = _waited["calls"]

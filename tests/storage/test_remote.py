@@ -36,17 +36,25 @@ def test_translation_batches_from_s3_equal_the_local_copy(tmp_path, s3_env):
     local = tmp_path / "data_bin"
     make_data_bin(local)
     url = s3_env.upload(str(local), "bkt", "runs/data_bin")
-    mine = list(babelfeed.build_train_iterator(config_for(local, data__shards="all")))
-    theirs = list(babelfeed.build_train_iterator(config_for(url, data__shards="all")))
-    same_batches(mine, theirs)
     from babelfeed.storage import remote
+
+    timed = babelfeed.Timed(babelfeed.build_train_iterator(config_for(local, data__shards="all")))
+    mine = list(timed)
+    local_wait = timed.telemetry()  # the loop's wait on local data: no fetcher started for it
+    assert local_wait["data/batches"] == len(mine) and local_wait["data/wait_seconds"] > 0
+    assert not remote.in_use() and not os.path.exists(remote.socket_path()) and remote.telemetry() == {}
+    timed = babelfeed.Timed(babelfeed.build_train_iterator(config_for(url, data__shards="all")))
+    theirs = list(timed)
+    same_batches(mine, theirs)
+    both = timed.telemetry()
+    assert both["data/batches"] == len(theirs) and both["fetch/requests"] > 0
+    assert all(isinstance(v, (int, float)) for v in both.values())
 
     got = remote.stats()
     assert got["bytes"] > 0 and got["requests"] > 0
     flat = remote.telemetry()  # a flat dict of numbers, as loggers take it
     assert all(isinstance(v, (int, float)) for v in flat.values()) and flat["fetch/latency_p50_ms"] > 0
     assert flat["fetch/wait_seconds"] > 0 and flat["fetch/bytes_held"] >= got["bytes"]  # (in 4 KiB blocks)
-    import os
     import stat
 
     for folder in (tmp_path / "cache", tmp_path / "cache" / "objects"):  # the shadows are the user's alone
