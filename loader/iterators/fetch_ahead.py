@@ -54,6 +54,7 @@ class FetchAhead:
         self.ahead = ahead_bytes()
         self.first = True
         self.group_n = GROUP  # batches of the next group
+        self.group_bytes = self.ahead * GROUP_SHARE  # (a group grows while its bytes are under half of this)
         self.chunk_n = CHUNK  # batches of the next hint message
 
     def before(self, k: int, base: int, epoch: int, stride: int | None = None) -> bool:
@@ -64,7 +65,10 @@ class FetchAhead:
 
         if self.shares is not None and self.told != epoch:
             self.told = epoch
-            plan(*self.shares())
+            got = plan(*self.shares())
+            if isinstance(got, dict) and got.get("cache_limit"):  # (a group is pinned while it is read: a small
+                # cache keeps its groups small)
+                self.group_bytes = min(self.group_bytes, int(got["cache_limit"]) / 8)
 
         stride = self.stride or stride
         unknown = False
@@ -88,7 +92,7 @@ class FetchAhead:
             files, got = self.rows(range(k, k + n * stride, stride), base)
             ensure_many(files, group=True)
             self.group = (k, k + (max(got, 1) - 1) * stride)
-            if n > 1 and got == n and _size(files) < self.ahead * GROUP_SHARE / 2:
+            if n > 1 and got == n and _size(files) < self.group_bytes / 2:
                 self.group_n = min(2 * n, LARGEST_GROUP)
         if unknown:
             self.key = None

@@ -1020,7 +1020,7 @@ class Fetcher:
             if p in self.remotes:
                 self.remotes[p].dense = p in chosen
                 self.remotes[p].shared = hosts > 1 and p not in chosen
-        return {"dense": len(chosen)}
+        return {"dense": len(chosen), "cache_limit": self.limit}
 
     def stats(self) -> dict:
         """A flat dict of numbers (TensorBoard and W&B take it as it is): requests and bytes fetched, what was

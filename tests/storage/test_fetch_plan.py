@@ -121,7 +121,7 @@ def test_a_waiting_gather_goes_before_every_hint_and_hints_go_by_due(paused):
 def test_a_file_read_nearly_whole_is_fetched_in_aligned_blocks_and_a_shared_one_row_by_row(paused):
     fet, make = paused
     whole, shared = make(), make()
-    assert fet.plan({whole.path: 1.0, shared.path: 0.5}, hosts=2) == {"dense": 1}
+    assert fet.plan({whole.path: 1.0, shared.path: 0.5}, hosts=2)["dense"] == 1
     ask(fet, whole, [70_000], [70_010], 1)
     job = fet._take()
     block = fetcher.LARGEST_REQUEST
@@ -217,7 +217,7 @@ def test_the_shares_of_a_plan_mark_dense_files_only_while_the_cache_holds_them(p
     fet, make = paused
     a, b = make(600_000), make(600_000)
     fet.limit = 1_000_000  # (80% of it: one of the two)
-    assert fet.plan({a.path: 1.0, b.path: 1.0}) == {"dense": 1}
+    assert fet.plan({a.path: 1.0, b.path: 1.0})["dense"] == 1
     assert a.dense != b.dense
 
 
@@ -240,9 +240,9 @@ def test_the_share_a_file_is_fetched_at_counts_the_gaps_its_requests_join():
 def test_a_file_read_sparsely_but_closely_is_planned_dense(paused):
     fet, make = paused
     a, b = make(600_000), make(600_000)
-    assert fet.plan({a.path: [0.3, 6000], b.path: [0.3, 60]}) == {"dense": 1}  # rows of 100 bytes, of 10 KB
+    assert fet.plan({a.path: [0.3, 6000], b.path: [0.3, 60]})["dense"] == 1  # rows of 100 bytes, of 10 KB
     assert a.dense and not b.dense
-    assert fet.plan({a.path: [0.3, 6000], b.path: [0.3, 60]}, hosts=2) == {"dense": 0}  # (the others' rows)
+    assert fet.plan({a.path: [0.3, 6000], b.path: [0.3, 60]}, hosts=2)["dense"] == 0  # (the others' rows)
 
 
 def test_a_message_carries_its_arrays_exactly():
@@ -285,7 +285,7 @@ def test_a_block_request_spans_short_held_runs_and_splits_at_long_ones(paused, m
     monkeypatch.setattr(fetcher, "SPAN_HELD", 5000)
     fet, make = paused
     r = make(1 << 16)  # (one block: LARGEST_REQUEST is 64 KiB here)
-    assert fet.plan({r.path: 1.0}) == {"dense": 1}
+    assert fet.plan({r.path: 1.0})["dense"] == 1
     for a, b in [(10_000, 10_100), (30_000, 38_000)]:  # a short run held, and a long one
         ask(fet, r, [a], [b], -np.inf)
         job = fet._take()
@@ -330,9 +330,9 @@ def test_the_ranks_of_one_host_are_planned_as_one_host(paused):
     a = make(600_000)
     c0, c1 = fetcher.Client(), fetcher.Client()
     fet.clients |= {c0, c1}
-    assert fet.plan({a.path: [0.5, 6000]}, hosts=2, rank=0, client=c0) == {"dense": 0}
+    assert fet.plan({a.path: [0.5, 6000]}, hosts=2, rank=0, client=c0)["dense"] == 0
     assert a.shared and not a.dense
-    assert fet.plan({a.path: [0.5, 6000]}, hosts=2, rank=1, client=c1) == {"dense": 1}
+    assert fet.plan({a.path: [0.5, 6000]}, hosts=2, rank=1, client=c1)["dense"] == 1
     assert a.dense and not a.shared
     fet.clients.discard(c1)
-    assert fet.plan({a.path: [0.5, 6000]}, hosts=2, rank=0, client=c0) == {"dense": 0}
+    assert fet.plan({a.path: [0.5, 6000]}, hosts=2, rank=0, client=c0)["dense"] == 0
