@@ -124,6 +124,26 @@ class LoaderIterator:
             raise ValueError(f"row blocks {list(blocks)} are not blocks of {of}: need 0 <= block < {of}, at least one")
         self.row_blocks = (tuple(picked), int(of))
 
+    # ------------------------------------------------------------- remote data, fetched ahead (storage/fetcher)
+    def _fetch_ahead(self):
+        """This iterator's :class:`~babelfeed.iterators.fetch_ahead.FetchAhead`, over its ``_fetch_rows`` and
+        ``_fetch_shares``."""
+        if getattr(self, "_ahead", None) is None:
+            from .fetch_ahead import FetchAhead
+
+            self._ahead = FetchAhead(self._fetch_rows, self._fetch_shares)
+        return self._ahead
+
+    @property
+    def fetch_stride(self) -> int | None:
+        """Every how many of this rank's batches this process makes (a DataLoader worker's count), for remote
+        data's fetching ahead; None: read from the batches asked for."""
+        return self._fetch_ahead().stride
+
+    @fetch_stride.setter
+    def fetch_stride(self, n: int | None) -> None:
+        self._fetch_ahead().stride = None if n is None else max(int(n), 1)
+
     def _my_rows(self, n: int) -> np.ndarray:
         """Indices of this rank's rows in a global batch of ``n`` rows (a multiple of the block count)."""
         blocks, of = self.row_blocks

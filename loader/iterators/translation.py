@@ -188,23 +188,6 @@ class BatchIterator(Reports, LoaderIterator):
         soonest)."""
         return float(self.epoch * 2**40 + g)
 
-    def _fetch_ahead(self):
-        if getattr(self, "_ahead", None) is None:
-            from .fetch_ahead import FetchAhead
-
-            self._ahead = FetchAhead(self._fetch_rows, self._fetch_shares)
-        return self._ahead
-
-    @property
-    def fetch_stride(self) -> int | None:
-        """Every how many of this rank's batches this process gathers (a DataLoader worker's count), for remote
-        data's fetching ahead; None: read from the batches asked for."""
-        return self._fetch_ahead().stride
-
-    @fetch_stride.setter
-    def fetch_stride(self, n: int | None) -> None:
-        self._fetch_ahead().stride = None if n is None else max(int(n), 1)
-
     def _fetch_shares(self) -> tuple[dict, int, int]:
         """``{path: (share, rows)}``: the share of each remote ``.bin``'s rows this rank reads this epoch (a
         direction's passes, capped at one, over the ranks: each reads its own batches or rows) and the rows the

@@ -214,23 +214,6 @@ class LMIterator(LoaderIterator):
         return first, count, ptr, pieces
 
     # ------------------------------------------------------------------------------- remote data, ahead
-    def _fetch_ahead(self):
-        if getattr(self, "_ahead", None) is None:
-            from babelfeed.iterators.fetch_ahead import FetchAhead
-
-            self._ahead = FetchAhead(self._fetch_rows, self._fetch_shares)
-        return self._ahead
-
-    @property
-    def fetch_stride(self) -> int | None:
-        """Every how many batches this process makes (a DataLoader worker's count), for remote data's fetching
-        ahead; None: read from the batches asked for."""
-        return self._fetch_ahead().stride
-
-    @fetch_stride.setter
-    def fetch_stride(self, n: int | None) -> None:
-        self._fetch_ahead().stride = None if n is None else max(int(n), 1)
-
     def _fetch_rows(self, ks: range, base: int) -> tuple[list, int]:
         """The remote byte ranges of this rank's rows of global batches ``base + k`` for ``k`` in ``ks`` (each
         with its batch's clock), and how many of them the run has."""

@@ -65,17 +65,22 @@ def test_translation_batches_from_s3_equal_the_local_copy(tmp_path, s3_env):
     assert remote.stats()["bytes"] == got["bytes"]
 
 
+def lm_config(where, tmp_path, batches: int):
+    """The golden LM data's two datasets, blended, ``batches`` global batches of 12 rows of 24 tokens."""
+    cfg = babelfeed.load_config("lm_packing")
+    cfg.data_path = f"0.4 {where}/web 0.6 {where}/books"
+    cfg.seq_len, cfg.global_batch, cfg.num_samples = 24, 12, 12 * batches
+    cfg.split, cfg.cache_dir = "90,10,0", str(tmp_path / "lmcache")
+    return cfg
+
+
 def test_lm_batches_from_s3_equal_the_local_copy(tmp_path, s3_env):
     root = tmp_path / "local"
     golden.make_lm_data(root)
     url = s3_env.upload(str(root / "lm"), "bkt", "lm")
 
     def config(where):
-        cfg = babelfeed.load_config("lm_packing")
-        cfg.data_path = f"0.4 {where}/web 0.6 {where}/books"
-        cfg.seq_len, cfg.global_batch, cfg.num_samples = 24, 12, 12 * 20
-        cfg.split, cfg.cache_dir = "90,10,0", str(tmp_path / "lmcache")
-        return cfg
+        return lm_config(where, tmp_path, 20)
 
     same_batches(list(babelfeed.build_iterator(config(root / "lm"))), list(babelfeed.build_iterator(config(url))))
 
@@ -90,11 +95,7 @@ def test_lm_batches_from_s3_are_fetched_ahead_in_groups_on_each_rank(tmp_path, s
     url = s3_env.upload(str(root / "lm"), "bkt", "lm2")
 
     def config(where):
-        cfg = babelfeed.load_config("lm_packing")
-        cfg.data_path = f"0.4 {where}/web 0.6 {where}/books"
-        cfg.seq_len, cfg.global_batch, cfg.num_samples = 24, 12, 12 * 40
-        cfg.split, cfg.cache_dir = "90,10,0", str(tmp_path / "lmcache")
-        return cfg
+        return lm_config(where, tmp_path, 40)
 
     ops = []
     real = remote.request
@@ -538,11 +539,7 @@ def test_lm_torch_workers_read_s3_ahead_each_its_own(tmp_path, s3_env):
     url = s3_env.upload(str(root / "lm"), "bkt", "lm3")
 
     def config(where):
-        cfg = babelfeed.load_config("lm_packing")
-        cfg.data_path = f"0.4 {where}/web 0.6 {where}/books"
-        cfg.seq_len, cfg.global_batch, cfg.num_samples = 24, 12, 12 * 30
-        cfg.split, cfg.cache_dir = "90,10,0", str(tmp_path / "lmcache")
-        return cfg
+        return lm_config(where, tmp_path, 30)
 
     mine = list(babelfeed.build_iterator(config(root / "lm")))
     theirs = list(BatchLoader(config(url), num_workers=2, tensors=False))
