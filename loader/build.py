@@ -130,13 +130,9 @@ def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=No
             raise ValueError(f"tasks.{name}.corpora names no corpus")
         subword = ()
         if text:
-            root = d.path
-            from babelfeed.storage.objects import is_remote
+            from babelfeed.storage.remote import resolve
 
-            if is_remote(root):  # (the model is in the folder's shadow, fetched whole with the indexes)
-                from babelfeed.storage.remote import resolve
-
-                root = resolve(root)
+            root = resolve(d.path)  # (a store's folder: its shadow, where the model was fetched with the indexes)
             model = os.path.join(root, t.spm_model) if t.spm_model else os.path.join(root, "spm.model")
             if not os.path.exists(model):
                 raise FileNotFoundError(2, f"tasks.{name}: SentencePiece model not found (tasks.{name}.spm_model)",

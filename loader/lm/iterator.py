@@ -224,14 +224,13 @@ class LMIterator(LoaderIterator):
             g = base + k
             if not 0 <= g < len(self):
                 break
-            first, count, ptr, pieces = self._window(g, ahead=True)
+            first, _, ptr, pieces = self._window(g, ahead=True)
             a = (g - first) * per_rank
             lo, hi = int(ptr[a]), int(ptr[a + per_rank])
-            parts.setdefault(first, []).append((lo, hi, g))
+            parts.setdefault(first, (pieces, []))[1].append((lo, hi, g))
             got += 1
         files: list = []
-        for first, runs in parts.items():
-            _, count, ptr, pieces = self._window(runs[0][2], ahead=True)
+        for pieces, runs in parts.values():
             idx = np.concatenate([np.arange(lo, hi) for lo, hi, _ in runs])
             clocks = np.concatenate([np.full(hi - lo, float(g)) for lo, hi, g in runs])
             files += self.spaces.ranges(pieces["space"][idx], pieces["start"][idx], pieces["length"][idx], clocks)

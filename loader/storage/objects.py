@@ -130,6 +130,10 @@ def _profile_credentials(root: str, profile: str | None):
     return Boto3CredentialProvider(boto3.Session(profile_name=profile) if profile else boto3.Session())
 
 
+_SET_CREDENTIALS = ("set them as for any S3 tool (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) or in "
+                    "data.storage")
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0][:400] if text else type(e).__name__
@@ -167,9 +171,7 @@ class Store:
         if isinstance(e, ox.NotFoundError):
             return ObjectStoreError(f"{url}: no such object ({what})")
         if isinstance(e, (ox.UnauthenticatedError, ox.PermissionDeniedError)):
-            return ObjectStoreError(f"{self.root}: credentials missing or refused ({what} {url}); set them as for "
-                                    f"any S3 tool (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) or in "
-                                    f"data.storage")
+            return ObjectStoreError(f"{self.root}: credentials missing or refused ({what} {url}); {_SET_CREDENTIALS}")
         text = str(e)
         status = re.search(r"status code: (\d{3})", text)
         code = int(status.group(1)) if status else None
@@ -178,16 +180,13 @@ class Store:
                 return ObjectStoreError(f"{self.root}: no such bucket ({what} {url})")
             return ObjectStoreError(f"{url}: no such object ({what})")
         if code in (401, 403):
-            return ObjectStoreError(f"{self.root}: credentials missing or refused ({what} {url}: HTTP {code}); set "
-                                    f"them as for any S3 tool (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
-                                    f"AWS_PROFILE) or in data.storage")
+            return ObjectStoreError(f"{self.root}: credentials missing or refused ({what} {url}: HTTP {code}); "
+                                    f"{_SET_CREDENTIALS}")
         if "builder error" in text and "http://" in text:
             return ObjectStoreError(f"{self.root}: the endpoint is plain http: set AWS_ALLOW_HTTP=true (or "
                                     f"data.storage.allow_http) to allow it ({what} {url})")
         if "169.254.169.254" in text or "credential" in text.lower():
-            return ObjectStoreError(f"{self.root}: no credentials found ({what} {url}); set them as for any S3 "
-                                    f"tool (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) or in "
-                                    f"data.storage")
+            return ObjectStoreError(f"{self.root}: no credentials found ({what} {url}); {_SET_CREDENTIALS}")
         retried = re.search(r"after (\d+) retries", text)
         how = f"after {retried.group(1)} retries" if retried else "failed"
         if "error sending request" in text:

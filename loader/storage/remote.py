@@ -148,7 +148,7 @@ def _mirror_again() -> None:
     with _lock:
         known = list(_folders)
     for url in known:
-        request({"op": "mirror", "url": url, "options": dict(_options), "env": store_env()})
+        request({"op": "mirror", "url": url, **_store_args()})
 
 
 def _rebuilt(err: dict) -> Exception:
@@ -173,6 +173,12 @@ def configure(options) -> None:
     _options = {k: v for k, v in dict(options or {}).items() if v not in ("", None, False)}
 
 
+def _store_args(options: dict | None = None) -> dict:
+    """How this process configures a store, for a request that reaches one: the config's storage section (or
+    ``options``) and its store environment (the fetcher serves processes with other credentials too)."""
+    return {"options": dict(options if options is not None else _options), "env": store_env()}
+
+
 def local_folder(url: str, options: dict | None = None) -> str:
     """The local shadow folder of remote folder ``url``, mirrored now (small files fetched, ``.bin`` files
     sparse)."""
@@ -181,8 +187,7 @@ def local_folder(url: str, options: dict | None = None) -> str:
         known = _folders.get(url)
     if known is not None:
         return known
-    path = request({"op": "mirror", "url": url, "options": dict(options if options is not None else _options),
-                    "env": store_env()})["path"]
+    path = request({"op": "mirror", "url": url, **_store_args(options)})["path"]
     with _lock:
         _folders[url] = path
     return path
@@ -300,15 +305,13 @@ def upload(folder: str, url: str, options: dict | None = None, log=print) -> int
                                    for f in fs) if not any(p.startswith(".") for p in rel.split(os.sep)))
     last = [n for n in names if not n.endswith((".bin", ".idx"))]
     first = [n for n in names if n.endswith((".bin", ".idx"))]
-    opts = dict(options if options is not None else _options)
-    env = store_env()
+    store = _store_args(options)
     done = 0
     with tqdm(total=len(names), unit="file", desc=f"upload to {url}", disable=None) as bar:
         for group in (first, last):
             def one(name):
                 got = request({"op": "upload", "url": f"{url}/{name.replace(os.sep, '/')}",
-                               "path": os.path.abspath(os.path.join(folder, name)), "options": opts,
-                               "env": env})
+                               "path": os.path.abspath(os.path.join(folder, name)), **store})
                 bar.update(1)
                 return got["bytes"]
 
@@ -321,15 +324,13 @@ def upload(folder: str, url: str, options: dict | None = None, log=print) -> int
 
 def listing(url: str, options: dict | None = None) -> dict:
     """``{name: size}`` of the objects under remote folder ``url`` (names relative to it, with ``/``)."""
-    got = request({"op": "list", "url": str(url).rstrip("/"),
-                   "options": dict(options if options is not None else _options), "env": store_env()})
+    got = request({"op": "list", "url": str(url).rstrip("/"), **_store_args(options)})
     return {name: int(size) for name, size in got["files"]}
 
 
 def delete(url: str, options: dict | None = None) -> None:
     """Delete object ``url``."""
-    request({"op": "delete", "url": str(url), "options": dict(options if options is not None else _options),
-             "env": store_env()})
+    request({"op": "delete", "url": str(url), **_store_args(options)})
 
 
 def staging(url: str) -> str:

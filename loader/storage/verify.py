@@ -112,8 +112,8 @@ class IndexChecks:
         sizes = self._index.sizes
         from .remote import is_shadow
 
-        if is_shadow(self.data_file) and not fetched:  # a remote .bin: every row is checked as the gather fetches it (collate's
-            return  # _check_ends); checking here would fetch the file's records one request per file at open
+        if is_shadow(self.data_file) and not fetched:  # a remote .bin: every row is checked as the gather
+            return  # fetches it (collate's _check_ends); checking here would fetch its records at open
         if self._verify == "full":
             picks = None
         else:

@@ -12,13 +12,9 @@ from babelfeed.gather.transforms import NoiseContext, Ragged, apply, parse_steps
 
 
 def _decoder(root: str, dictionary):
-    from babelfeed.storage.objects import is_remote
+    from babelfeed.storage.remote import resolve
 
-    if is_remote(root):  # (the model is in the folder's shadow, fetched whole with the indexes)
-        from babelfeed.storage.remote import resolve
-
-        root = resolve(root)
-    path = os.path.join(root, "spm.model")
+    path = os.path.join(resolve(root), "spm.model")  # (a store's folder: its shadow)
     sp = None
     if os.path.exists(path):
         import sentencepiece as spm
