@@ -58,8 +58,79 @@ def load_config(path) -> ml_collections.ConfigDict:
         raise ConfigError(f"{path}: its get_config() raised {type(e).__name__}: {e}") from e
     if not isinstance(config, ml_collections.ConfigDict):
         raise ConfigError(f"{path}: get_config() returned {type(config).__name__}, not an ml_collections.ConfigDict")
+    _speak_babelfeed(config, "")
     config.lock()
     return config
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A config value of the wrong type, set in Python (``config.batching.max_tokens = "4096"``)."""
+
+
+class UnknownConfigKey(ConfigError, KeyError, AttributeError):
+    """A key a locked config does not have, set in Python (``config.batching.max_token = 4096``)."""
+
+    def __str__(self):  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class Config(ml_collections.ConfigDict):
+    """The ConfigDict ``load_config`` returns: the same object, whose assignments are refused in babelfeed's words
+    (the key's path, the type it takes, its value now) rather than ml_collections' (``4.5 is of original type
+    <class 'float'> and cannot be casted to type <class 'int'>``)."""
+
+    def __setitem__(self, key, value):
+        try:
+            super().__setitem__(key, value)
+        except TypeError as e:
+            if "cannot be casted" not in str(e):
+                raise
+            name = self.__dict__.get("_babelfeed_path", "") + str(key)
+            current = self._fields[key]
+            current = current.get() if isinstance(current, ml_collections.FieldReference) else current
+            hint = ""
+            if isinstance(value, (str, float)) and isinstance(current, (int, float)) and not isinstance(current, bool):
+                try:
+                    converted = type(current)(value)
+                    hint = f": write {converted!r}" if converted == float(value) else ""
+                except ValueError:
+                    pass
+            raise ConfigTypeError(f"config key {name!r} takes {_kind_of(current)} (now {current!r}); {value!r} is "
+                                  f"{_kind_of(value)}{hint}") from None
+        except KeyError:
+            if key in self._fields or not self.is_locked:
+                raise
+            name = self.__dict__.get("_babelfeed_path", "") + str(key)
+            known = list(self._fields)
+            near = difflib.get_close_matches(str(key), known, n=3)
+            hint = f"; did you mean {', '.join(near)}?" if near else f"; it has: {', '.join(sorted(known))}"
+            raise UnknownConfigKey(f"unknown config key {name!r}{hint} (the config is locked, so a misspelt key "
+                                   f"is refused rather than added; config.unlock() adds keys of your own)") from None
+
+    def __setstate__(self, state):  # unpickled (a DataLoader worker's copy): the key paths again, from the root
+        super().__setstate__(state)
+        _speak_babelfeed(self, "")
+
+    def __setattr__(self, attribute, value):
+        if attribute.startswith("_babelfeed"):
+            object.__setattr__(self, attribute, value)
+            return
+        try:
+            self._ensure_mutability(attribute)
+        except KeyError as e:
+            raise AttributeError(e) from None
+        self[attribute] = value  # UnknownConfigKey is an AttributeError too
+
+
+def _speak_babelfeed(config: ml_collections.ConfigDict, path: str) -> None:
+    """Make every ConfigDict of the tree a :class:`Config` (same fields, same object), knowing its key path."""
+    if type(config) is ml_collections.ConfigDict:
+        object.__setattr__(config, "__class__", Config)
+    if isinstance(config, Config):
+        object.__setattr__(config, "_babelfeed_path", path)
+    for key, value in config._fields.items():
+        if isinstance(value, ml_collections.ConfigDict) and not isinstance(value, ml_collections.FrozenConfigDict):
+            _speak_babelfeed(value, f"{path}{key}.")
 
 
 def translation_section(config: ml_collections.ConfigDict, path: str = "the config"):
@@ -146,9 +217,21 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides) -> ml_collecti
 
 
 def split_config_args(argv):
-    """Separate ``--config.x.y=value`` overrides from the other arguments of a command line."""
-    overrides = [a for a in argv if a.startswith("--config.")]
-    return [a for a in argv if not a.startswith("--config.")], overrides
+    """Separate config overrides from the other arguments of a command line: ``--config.x.y=value``, or absl's
+    ``--config.x.y value`` (the next argument is the value, as absl's config_flags take it). Returns the other
+    arguments and the overrides, each as ``--config.x.y=value``."""
+    rest, overrides, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith("--config.") and "=" not in arg:
+            if i + 1 >= len(argv):
+                raise ConfigError(f"{arg} needs a value: {arg}=VALUE or {arg} VALUE")
+            overrides.append(f"{arg}={argv[i + 1]}")
+            i += 2
+            continue
+        (overrides if arg.startswith("--config.") else rest).append(arg)
+        i += 1
+    return rest, overrides
 
 
 TASK_KINDS = ("translation", "denoise")

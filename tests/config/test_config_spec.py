@@ -1,5 +1,5 @@
 """One config: every key's type, range, default and doc in one table (babelfeed/config/spec.py), which checks
-every config before any work, and which the shipped configs and the key reference (docs/config.md) follow."""
+every config before any work, and which the shipped configs and the key reference (docs/reference/config.md) follow."""
 
 import os
 
@@ -40,8 +40,8 @@ def test_the_demo_pipeline_has_the_spec_keys():
 
 
 def test_the_key_reference_is_written_from_the_spec():
-    with open(os.path.join(ROOT, "docs", "config.md")) as f:
-        assert f.read() == spec.markdown(), "docs/config.md is stale: run make docs"
+    with open(os.path.join(ROOT, "docs", "reference", "config.md")) as f:
+        assert f.read() == spec.markdown(), "docs/reference/config.md is stale: run make docs"
     text = spec.markdown()
     for kind in spec.TABLES:
         for key in spec.keys(kind):
@@ -144,3 +144,31 @@ def test_an_unknown_key_in_the_demo_config_is_named_with_its_section():
     with pytest.raises(babelfeed.ConfigError, match=r"train\.batching\.max_token is not .*did you mean "
                                                     r"train\.batching\.max_tokens\?"):
         spec.check_known_keys(demo.train, "train")
+
+
+def test_a_wrong_type_set_in_python_is_refused_in_babelfeeds_words():
+    """config.batching.max_tokens = "4096" raised ml_collections' "4096 is of original type <class 'str'> and
+    cannot be casted to type <class 'int'>"; it names the key path, the type it takes and the fix."""
+    import pickle
+
+    from babelfeed.config.files import ConfigTypeError, UnknownConfigKey
+
+    config = babelfeed.load_config("nllb_like")
+    with pytest.raises(TypeError, match=r"config key 'batching.max_tokens' takes an integer \(now 4096\); '4096' "
+                                        r"is text: write 4096$") as e:
+        config.batching.max_tokens = "4096"
+    assert isinstance(e.value, ConfigTypeError) and "casted" not in str(e.value)
+    with pytest.raises(ConfigTypeError, match=r"4096.0 is a number: write 4096$"):
+        config.batching.max_tokens = 4096.0
+    with pytest.raises(ConfigTypeError, match=r"'mixing.temperature' takes a number \(now 5.0\); 'hot' is text$"):
+        config.mixing["temperature"] = "hot"
+    with pytest.raises(AttributeError, match=r"unknown config key 'batching.max_token'; did you mean max_tokens\?"):
+        config.batching.max_token = 4096
+    with pytest.raises(UnknownConfigKey):
+        config["colate"] = 1
+    config.batching.max_tokens, config.mixing.temperature = 2048, 2  # an int where a float goes is fine
+    assert config.batching.max_tokens == 2048 and config.mixing.temperature == 2.0
+    copy = pickle.loads(pickle.dumps(config))  # a DataLoader worker's copy speaks the same way
+    assert copy == config
+    with pytest.raises(ConfigTypeError, match="config key 'batching.max_tokens'"):
+        copy.batching.max_tokens = "x"
