@@ -97,6 +97,26 @@ def positive_float(text: str) -> float:
     return value
 
 
+DEFAULT_CONFIGS = {"plan": "nllb_like", "demo": "demo"}
+
+
+def _config_of(args) -> str:
+    """The config a command was given: the first argument or --config FILE, the same thing either way. Both at
+    once is an error (one of them would be ignored); neither is the command's default, where it has one."""
+    given = [c for c in (args.config, args.config_file) if c is not None]
+    if len(given) == 2:
+        raise ValueError(f"two configs given: {args.config!r} (the first argument) and --config "
+                         f"{args.config_file!r}; give one")
+    if given:
+        return given[0]
+    if args.command in DEFAULT_CONFIGS:
+        return DEFAULT_CONFIGS[args.command]
+    example = {"trace": "trace my_config.py --state state.json --step 10",
+               "preview": "preview nllb_like --set data.path=data_bin --task eng_Latn-deu_Latn"}.get(args.command, "")
+    raise ValueError(f"name the config: a file or a shipped config's name (nllb_like, tpu_static, lm_packing, "
+                     f"demo){', e.g. babelfeed ' + example if example else ''}")
+
+
 def _load(path, overrides):
     """A config file with its overrides applied (read once; then taken as an LM or a translation config)."""
     from babelfeed.config.files import apply_overrides, load_config
@@ -254,7 +274,7 @@ def _inspect(args) -> int:
 def _plan(args) -> int:
     from babelfeed.tools import plan_report
 
-    path, overrides = args.config_file or args.config, (args.set or []) + args.overrides
+    path, overrides = _config_of(args), (args.set or []) + args.overrides
     loaded = _load(path, overrides)
     lm = _lm_config(loaded)
     if lm is not None:
@@ -270,7 +290,7 @@ def _plan(args) -> int:
 def _preview(args) -> int:
     from babelfeed.tools.preview import preview
 
-    config = _translation_config(args.config, (args.set or []) + args.overrides)
+    config = _translation_config(_config_of(args), (args.set or []) + args.overrides)
     print(preview(config, args.task, args.transforms, n=args.n, epoch=args.epoch, side=args.side))
     return 0
 
@@ -279,11 +299,7 @@ def _trace(args) -> int:
     from babelfeed.build import build_train_iterator
     from babelfeed.iterators.ledger import trace
 
-    if not (args.config_file or args.config):
-        raise ValueError("name the run's config (a file or a shipped config's name), e.g. babelfeed trace "
-                         "configs/demo.py --step 10")
-
-    path, overrides = args.config_file or args.config, (args.set or []) + args.overrides
+    path, overrides = _config_of(args), (args.set or []) + args.overrides
     loaded = _load(path, overrides)
     lm = _lm_config(loaded)
     if lm is not None:
@@ -355,9 +371,9 @@ def _trace(args) -> int:
 def _demo(args) -> int:
     from babelfeed.config.files import apply_overrides, load_config
     from babelfeed.config.spec import check_translation_config
-    from babelfeed.tools.demo import DEFAULT_CONFIG, check_demo_config, run_demo
+    from babelfeed.tools.demo import check_demo_config, run_demo
 
-    config = load_config(args.config or DEFAULT_CONFIG)
+    config = load_config(_config_of(args))
     check_demo_config(config)
     config = apply_overrides(config, args.overrides)
     check_translation_config(config.train, "train")
@@ -370,6 +386,15 @@ def _with_parents(add_parser, parents):
         return add_parser(name, parents=parents, **kwargs)
 
     return add
+
+
+def _config_arguments(parser, what: str) -> None:
+    """The config of a command, taken alike by every command that reads one: ``CMD CONFIG`` or ``CMD --config
+    CONFIG`` (``--config=CONFIG``), with ``--config.KEY=VALUE`` or ``--config.KEY VALUE`` overrides."""
+    parser.add_argument("config", nargs="?", default=None, help=what)
+    parser.add_argument("--config", dest="config_file", default=None, metavar="CONFIG",
+                        help="the same, as a flag (give one or the other); --config.KEY=VALUE or --config.KEY VALUE "
+                             "overrides a value")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -466,9 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Plan a translation config's static batch shapes from its data without "
                                     "training: each shape's batch size and padding, epoch 1's mixture, and the "
                                     "plan against the alternatives.")
-    pl.add_argument("config", nargs="?", default="nllb_like",
-                    help="ml-collections config: a file, or the name of a shipped config (default nllb_like)")
-    pl.add_argument("--config", dest="config_file", default=None, help="the same, as --config=FILE")
+    _config_arguments(pl, "ml-collections config: a file, or the name of a shipped config (default nllb_like)")
     pl.add_argument("--shapes", type=count(1), default=None, help="number of shapes (default: the config's, else 8)")
     pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (same as "
                     "--config.KEY=VALUE), e.g. data.path=data_bin")
@@ -483,8 +506,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "to its data. Steps count from 1 since training began, as loggers number "
                                     "them; --state (an iterator state saved during the run, JSON) anchors the "
                                     "count and checks the data is the run's.")
-    tr.add_argument("config", nargs="?", default=None, help="the run's config: a file or a shipped config's name")
-    tr.add_argument("--config", dest="config_file", default=None, help="the same, as --config=FILE")
+    _config_arguments(tr, "the run's config: a file or a shipped config's name")
     tr.add_argument("--step", type=count(1), required=True, help="the training step (from 1)")
     tr.add_argument("--state", default=None, help="a JSON file holding an iterator state of the run "
                     "(get_state(), or a dict with it under 'data')")
@@ -502,7 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text",
                         description="A task's samples before and after each of its transforms (noise, subword "
                                     "sampling), decoded to text.")
-    pv.add_argument("--config", required=True, help="ml-collections config (its data.path, prefixes, seed)")
+    _config_arguments(pv, "ml-collections config (its data.path, prefixes, seed): a file or a shipped config's name")
     pv.add_argument("--task", required=True, help="a task of the config's tasks section (TASK or TASK/CORPUS), "
                                                   "or a direction (eng_Latn-deu_Latn) or monolingual language")
     pv.add_argument("--transforms", default="",
@@ -524,8 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(served shares against the temperature's probabilities, padding, speed), "
                                    "then train a small model on the batches. Settings come from the demo config; "
                                    "--config.KEY=VALUE overrides one (e.g. --config.train.mixing.temperature=2).")
-    d.add_argument("--config", default=None, help="ml-collections config: a file, or the name of a shipped config "
-                   "(default: demo)")
+    _config_arguments(d, "ml-collections config: a file, or the name of a shipped config (default: demo)")
     d.add_argument("--workdir", default=None, help="where the corpus and data_bin go (default: config.workdir, "
                    "build/demo)")
     d.add_argument("--scale", type=positive_float, default=None,
@@ -538,6 +559,31 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the example that trains: flax (jax) or torch (default flax)")
     d.set_defaults(func=_demo)
     return p
+
+
+def reference_markdown() -> str:
+    """docs/reference/cli.md: every command's ``--help``, written from the parser by ``make docs`` (a test holds
+    the file to it), at a fixed width so the file does not depend on the terminal that wrote it."""
+    before = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "112"
+    try:
+        parser = build_parser()
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+        out = ["# Command line", "",
+               "<!-- Written by `make docs` from babelfeed/tools/cli.py (a test holds this file to the parser). -->",
+               "", "Every command, with its `--help` as the installed `babelfeed` prints it.", "",
+               "A command that reads a config takes it as its first argument or as `--config CONFIG`, one or the "
+               "other. `--config.KEY=VALUE`, `--config.KEY VALUE` (absl's forms) and `--set KEY=VALUE` override a "
+               "value; the keys are listed in [config keys](config.md).", "",
+               "```text", parser.format_help().rstrip(), "```", ""]
+        for name, sub in commands.items():
+            out += [f"## `babelfeed {name}`", "", "```text", sub.format_help().rstrip(), "```", ""]
+        return "\n".join(out)
+    finally:
+        if before is None:
+            os.environ.pop("COLUMNS", None)
+        else:
+            os.environ["COLUMNS"] = before
 
 
 def describe(e: BaseException) -> str:
@@ -563,7 +609,14 @@ def main(argv=None) -> int:
     # --config=FILE is the config file; --config.key.path=value overrides one of its values (config_flags syntax)
     argv = [a.replace("--config=", "--config ", 1) if a.startswith("--config=") else a for a in argv]
     argv = [part for a in argv for part in (a.split(" ", 1) if a.startswith("--config ") else [a])]
-    argv, overrides = split_config_args(argv)
+    # stdout line by line, so that its lines and stderr's keep their order in one file (`> log 2>&1`)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
+    try:
+        argv, overrides = split_config_args(argv)
+    except ValueError as e:
+        print(f"babelfeed: error: {e}", file=sys.stderr)
+        return 2
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as e:  # --help (0) or a usage error (2), already printed

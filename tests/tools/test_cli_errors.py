@@ -336,3 +336,35 @@ def test_trace_takes_a_checkpoint_folder(data, capsys, tmp_path):
     assert "step 1:" in capsys.readouterr().out
     fails(capsys, ["trace", NLLB, f"--config.data.path={data}", "--state", str(tmp_path), "--step", "1"],
           "a folder holding no babelfeed state")
+
+
+def test_every_command_takes_its_config_one_way_or_the_other_and_refuses_two(data, capsys):
+    """plan, trace, preview and demo take the config as their first argument or as --config, alike; both at once
+    is refused naming both (plan nllb_like --config my.py once used my.py silently)."""
+    preview = ["--task", "aaa-bbb", "-n", "1", "--transforms", "token_drop:rate=0.2"]
+    for argv in (["plan", NLLB, f"--config.data.path={data}", "--shapes", "2"],
+                 ["plan", "--config", NLLB, f"--config.data.path={data}", "--shapes", "2"],
+                 ["plan", f"--config={NLLB}", f"--config.data.path={data}", "--shapes", "2"],
+                 ["preview", NLLB, f"--config.data.path={data}", *preview],
+                 ["preview", "--config", NLLB, f"--config.data.path={data}", *preview]):
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+    capsys.readouterr()
+    for command, rest in (("plan", []), ("trace", ["--step", "1"]), ("preview", preview), ("demo", [])):
+        fails(capsys, [command, "nllb_like", "--config", NLLB, *rest], "two configs given", "'nllb_like'", NLLB)
+    fails(capsys, ["trace", "--step", "1"], "name the config")
+    fails(capsys, ["preview", *preview], "name the config")
+
+
+def test_overrides_take_absl_space_form_too(data, capsys):
+    """--config.KEY VALUE, as absl's config_flags take it, is the same as --config.KEY=VALUE."""
+    assert main(["plan", NLLB, "--config.data.path", data, "--config.batching.max_tokens", "2048", "--shapes",
+                 "2"]) == 0
+    assert "max_tokens 2048" in capsys.readouterr().out
+    assert main(["plan", NLLB, f"--config.data.path={data}", "--config.batching.max_tokens=1024", "--shapes",
+                 "2"]) == 0
+    assert "max_tokens 1024" in capsys.readouterr().out
+    code = main(["plan", NLLB, f"--config.data.path={data}", "--config.batching.max_tokens"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--config.batching.max_tokens needs a value" in err and "Traceback" not in err
+    fails(capsys, ["plan", NLLB, "--config.data.path", data, "--config.batching.max_tokens", "lots"],
+          "batching.max_tokens", "takes an integer", "'lots'")
