@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import platform
+import sys
 import time
 
 import numpy as np
@@ -191,6 +192,30 @@ def dist_rank_world() -> tuple[int, int]:
     return 0, 1
 
 
+def _refuse_batching_again() -> None:
+    """Refuse a DataLoader that batches the batches again (its default ``batch_size=1``): each item of a
+    BatchDataset is already a whole batch, which a batch size would stack into [1, B, L] arrays or fail on
+    deep inside ``default_collate``. The DataLoader's fetcher calls ``iter(dataset)``; it says whether it collates."""
+    try:
+        from torch.utils.data._utils.fetch import _IterableDatasetFetcher
+    except ImportError:  # another torch layout: no check, the DataLoader behaves as it does
+        return
+    frame = sys._getframe(1)
+    for _ in range(4):
+        if frame is None:
+            return
+        fetcher = frame.f_locals.get("self")
+        if isinstance(fetcher, _IterableDatasetFetcher):
+            if fetcher.auto_collation:
+                raise ValueError("DataLoader(BatchDataset(...)) needs batch_size=None: each item is already a "
+                                 "whole batch (token budget, padding and order come from the config), and the "
+                                 "DataLoader's default batch_size=1 would batch the batches again. Use "
+                                 "DataLoader(dataset, batch_size=None, num_workers=N), or "
+                                 "babelfeed.adapters.torch.BatchLoader(config, num_workers=N)")
+            return
+        frame = frame.f_back
+
+
 class BatchDataset(torch.utils.data.IterableDataset):
     """One epoch of this rank's batches for a DataLoader with ``batch_size=None`` and any ``num_workers``.
 
@@ -287,6 +312,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
                                 expect=expect)
 
     def __iter__(self):
+        _refuse_batching_again()
         worker, n = self._workers()
         in_worker = torch.utils.data.get_worker_info() is not None
         it = self._iterator()

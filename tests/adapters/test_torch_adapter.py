@@ -426,3 +426,33 @@ def test_batch_loader_state_restores_on_another_world_size(root, tmp_path):
         assert (after["epoch"], after["consumed"], after["fingerprint"]) == (2, 0, states[0]["fingerprint"])
         assert after["total_steps"] == steps + -(-(len(ref) - steps * w) // w2)
         assert hist(after).steps == [[0, 1, 0, w], [steps, 1, steps * w, w2]]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_dataloader_that_batches_the_batches_again_is_refused_by_name(root, workers):
+    """DataLoader(BatchDataset(config)) with the default batch_size=1 would stack each batch into [1, B, L] (or fail
+    deep in default_collate with 2): it is refused, naming batch_size=None and BatchLoader."""
+    from babelfeed.adapters.torch import BatchDataset
+
+    for kwargs in ({}, {"batch_size": 2}):
+        loader = torch.utils.data.DataLoader(BatchDataset(config_for(root)), num_workers=workers, **kwargs)
+        with pytest.raises(Exception, match=r"needs batch_size=None.*BatchLoader"):
+            next(iter(loader))
+    loader = torch.utils.data.DataLoader(BatchDataset(config_for(root)), num_workers=workers, batch_size=None)
+    first = next(iter(babelfeed.build_train_iterator(config_for(root))))
+    assert np.array_equal(next(iter(loader))["target"].numpy(), first["target"])
+
+
+def test_a_batch_loader_goes_on_after_a_break_where_a_dataloader_starts_over(root):
+    """The README's promise: a new pass over a BatchLoader after a break continues with the next batch."""
+    from babelfeed.adapters.torch import BatchLoader
+
+    expected = [b["id"] for b in babelfeed.build_train_iterator(config_for(root))]
+    assert len(expected) >= 4
+    loader = BatchLoader(config_for(root))
+    for k, batch in enumerate(loader):
+        if k == 1:
+            break
+    rest = [b["id"].numpy() for b in loader]
+    assert len(rest) == len(expected) - 2 and all(np.array_equal(a, b) for a, b in zip(rest, expected[2:]))
+    assert loader.epoch == 2
