@@ -36,6 +36,7 @@ import threading
 import weakref
 
 import grain
+import numpy as np
 
 from babelfeed.gather import transfer
 
@@ -383,5 +384,8 @@ class EpochsIterator(grain.DatasetIterator):
 
 
 def _unpack(element: dict) -> dict:
+    """A batch from its shared-memory block, copied out (one memcpy of the batch): views of the block would keep
+    grain's SharedMemoryArray alive as long as the program holds the batch, and one still held when the
+    interpreter exits is deleted after the modules its cleanup needs (a traceback at exit, a leaked segment)."""
     plan, scalars = pickle.loads(element["layout"])
-    return transfer.unpack(element["block"], plan, scalars)
+    return transfer.unpack(np.array(element["block"], copy=True), plan, scalars)
