@@ -10,17 +10,26 @@ padding and masked rows), batches keep babelfeed's mixing, token budgets and sta
 real row (an epoch-padding batch) adds nothing to the loss. Set ``per_device_train_batch_size`` aside: the batch
 size is the config's token budget. Outside the Trainer, ``HFView(pad)(batch)`` is the view of one numpy batch.
 
+The Trainer's speed metrics count its batch size (``per_device_train_batch_size``, 8 by default) per batch, while
+a babelfeed batch holds as many rows as the token budget takes (often ~100): its ``train_samples_per_second`` would
+be off by that factor. This Trainer logs what the model really got instead: ``samples_per_second`` and
+``tokens_per_second`` (real rows and non-padding target tokens) with each logged loss, and, at the end,
+``train_samples_per_second`` and ``train_tokens_per_second`` over the run, summed over every process.
+
 Every checkpoint the Trainer saves holds ``babelfeed_state.json``: the run's data state at that step (the state
 every adapter saves, which any of them restores and ``babelfeed trace --state`` reads). The Trainer's own resume
 (``train(resume_from_checkpoint=...)``) replays the epoch's first batches to skip them, which gives the same
-batches (babelfeed's are a pure function of the position).
+batches (babelfeed's are a pure function of the position) at the cost of gathering them again. A loop of your own
+resumes without replay: ``BatchLoader.load_state_dict(state)`` with the checkpoint's state.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 
+import torch
 import transformers
 
 from babelfeed.adapters.torch import BatchLoader
@@ -74,7 +83,42 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
         self.babelfeed_workers = num_workers
         self.babelfeed_pad = ShardedCorpus(babelfeed_config.data.path).dictionary().pad()
         self._babelfeed_loader = None
+        self._babelfeed_seen = None  # [rows, target tokens] trained on since the last log, on this process
+        self._babelfeed_total = [0, 0]  # the same since train() began, every process
+        self._babelfeed_since = None
         self.add_callback(_SaveDataState(self))
+
+    def train(self, *args, **kwargs):
+        self._babelfeed_seen, self._babelfeed_total, self._babelfeed_since = None, [0, 0], time.perf_counter()
+        return super().train(*args, **kwargs)
+
+    def _count(self, inputs, scale) -> None:
+        """Add a training batch's real rows and target tokens (an epoch-padding batch, scale 0, adds none)."""
+        real = inputs["labels"] != -100
+        seen = torch.stack([real.any(dim=-1).sum(), real.sum()])
+        if scale is not None:
+            seen = seen * (torch.as_tensor(scale).reshape(-1)[0] > 0)
+        self._babelfeed_seen = seen if self._babelfeed_seen is None else self._babelfeed_seen + seen
+
+    def log(self, logs: dict, *args, **kwargs) -> None:
+        """The Trainer's log, with babelfeed's real samples and tokens per second (every process calls it)."""
+        if self._babelfeed_since is not None and ("loss" in logs or "train_runtime" in logs):
+            seen = self._babelfeed_seen if self._babelfeed_seen is not None else torch.zeros(2, dtype=torch.long)
+            if self.args.world_size > 1:
+                seen = self.accelerator.reduce(seen.to(self.args.device), reduction="sum")
+            rows, tokens = (int(x) for x in seen.tolist())
+            self._babelfeed_seen = None
+            now = time.perf_counter()
+            elapsed, self._babelfeed_since = max(now - self._babelfeed_since, 1e-9), now
+            self._babelfeed_total = [self._babelfeed_total[0] + rows, self._babelfeed_total[1] + tokens]
+            if "loss" in logs:
+                logs["samples_per_second"] = round(rows / elapsed, 3)
+                logs["tokens_per_second"] = round(tokens / elapsed, 3)
+            if "train_runtime" in logs:  # the end of train(): the run's real rates replace the batch-size estimate
+                runtime = max(float(logs["train_runtime"]), 1e-9)
+                logs["train_samples_per_second"] = round(self._babelfeed_total[0] / runtime, 3)
+                logs["train_tokens_per_second"] = round(self._babelfeed_total[1] / runtime, 3)
+        super().log(logs, *args, **kwargs)
 
     def get_train_dataloader(self) -> BatchLoader:
         if self._babelfeed_loader is None:
@@ -84,6 +128,8 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
 
     def compute_loss(self, model, inputs, return_outputs: bool = False, num_items_in_batch=None):
         scale = inputs.pop("loss_scale", None)
+        if model.training:
+            self._count(inputs, scale)
         # Each batch's loss is the mean over its own labels (masked rows carry -100): babelfeed's batches hold a
         # token budget each, so micro-batches weigh alike, and an epoch-padding batch (every label kept, scale 0)
         # stays finite. The Trainer divides by the gradient accumulation steps only when it believes the model

@@ -107,6 +107,16 @@ def test_seq2seq_trainer_trains_on_babelfeed_batches(root, tmp_path):
     # (a logged loss depends on its batch's direction and lengths; the same batches before and after do not)
     assert probe_loss() < before - 0.05, (before, losses)
     assert np.isfinite(result.training_loss)
+    # the speed metrics count the rows and target tokens the model got, not the Trainer's batch size of 8 a batch
+    served = list(babelfeed.build_train_iterator(config_for(root)))[:12]
+    rows = sum(int((b["weight"] > 0).sum()) for b in served)
+    tokens = sum(int(b["ntokens"]) for b in served)
+    runtime = result.metrics["train_runtime"]
+    assert rows > 12 * 8 * 1.5, "the batches hold more rows than the Trainer's batch size would say"
+    assert result.metrics["train_samples_per_second"] * runtime == pytest.approx(rows, rel=0.02, abs=1)
+    assert result.metrics["train_tokens_per_second"] * runtime == pytest.approx(tokens, rel=0.02, abs=1)
+    logged = [h for h in trainer.state.log_history if "loss" in h]
+    assert all(h["samples_per_second"] > 0 and h["tokens_per_second"] > h["samples_per_second"] for h in logged)
     # an epoch-padding batch adds nothing: the loss the Trainer gets is 0, not NaN
     b = next(iter(babelfeed.build_train_iterator(config_for(root))))
     v = HFView(d.pad(), loss_scale=True)(dict(b, weight=np.zeros_like(b["weight"])))
