@@ -65,3 +65,13 @@ def resolve_config_flag(argv: list) -> list:
             i += 1
         i += 1
     return out
+
+
+def quiet_logging() -> None:
+    """absl's ``app.run`` sends INFO logs to stderr, and orbax logs ~20 INFO lines a checkpoint (handlers, paths,
+    timings), which bury the example's own lines. Warnings and errors still show; ``--verbosity 0`` (absl's flag)
+    brings the INFO lines back."""
+    from absl import flags, logging
+
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)

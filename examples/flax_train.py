@@ -207,6 +207,10 @@ def train(config, steps: int, log_every: int = 25, log=print, checkpoint_dir: st
 def main(argv) -> int:
     from absl import flags
 
+    from babelfeed.examples.common import quiet_logging
+
+    quiet_logging()
+
     try:
         config = example_config(flags.FLAGS.config)
     except ValueError as e:  # an LM config, or not a config of a translation pipeline: one line

@@ -149,6 +149,10 @@ def _largest_id(ds) -> int:
 def main(argv) -> int:
     from absl import flags
 
+    from babelfeed.examples.common import quiet_logging
+
+    quiet_logging()
+
     f = flags.FLAGS
     try:
         train(f.config, f.steps, checkpoint_dir=f.checkpoint_dir, save_every=f.save_every,

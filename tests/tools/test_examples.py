@@ -58,3 +58,27 @@ def test_torch_example_trains_on_nllb_like_by_name(root):
     assert "trained 2 steps" in run.stdout
     lm = subprocess.run(cmd[:3] + ["--config=lm_packing", "--steps=1"], capture_output=True, text=True, timeout=300)
     assert lm.returncode == 2 and "language-model config" in lm.stderr and "Traceback" not in lm.stderr
+
+
+def test_examples_keep_absl_info_logs_off_unless_asked(tmp_path):
+    """absl's app.run logs INFO to stderr (orbax: ~20 lines a checkpoint); the examples keep warnings only unless
+    --verbosity is given."""
+    import inspect
+
+    from babelfeed.examples import flax_train, lm_train, torch_train
+
+    for module in (flax_train, lm_train, torch_train):
+        assert "quiet_logging()" in inspect.getsource(module.main), module.__name__
+    script = tmp_path / "app.py"
+    script.write_text("from absl import app, logging\n"
+                      "from babelfeed.examples.common import quiet_logging\n"
+                      "def main(argv):\n"
+                      "    quiet_logging()\n"
+                      "    logging.info('an info line')\n"
+                      "    logging.warning('a warning line')\n"
+                      "app.run(main)\n")
+    quiet = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert quiet.returncode == 0 and "a warning line" in quiet.stderr and "an info line" not in quiet.stderr
+    loud = subprocess.run([sys.executable, str(script), "--verbosity", "0"], capture_output=True, text=True,
+                          timeout=120)
+    assert "an info line" in loud.stderr
