@@ -272,6 +272,10 @@ def _summary(raw: str, data_bin: str, t0: float, moved: bool) -> None:
     bf, py = _command("babelfeed"), _command("python")
     torch_line = (f"{py} examples/torch_train.py --config=configs/demo.py --steps=100{data}" if checkout else
                   f"{py} -m babelfeed.examples.torch_train --steps=100{data}")
+    import importlib.util
+
+    # the install hint only where torch is missing (make demo installs the demo's extra, which has no torch)
+    torch_hint = "" if importlib.util.find_spec("torch") else " (first: pip install 'babelfeed[torch]')"
     print(f"== done in {time.perf_counter() - t0:.0f} s\n"
           f"   {raw}: the demo corpus (raw text, 4 directions and swh_Latn monolingual)\n"
           f"   {data_bin}: dict.txt, spm.model, binarize_report.json and shard*/ of fairseq .idx/.bin files\n"
@@ -279,8 +283,8 @@ def _summary(raw: str, data_bin: str, t0: float, moved: bool) -> None:
           f"     {bf} inspect {data_bin} --verify        # every token checked against dict.txt\n"
           f"     {bf} plan {cfg}{data} --shapes 8              # static shapes, padding, the alternatives\n"
           f"     {bf} preview --config {cfg}{data} --task eng_Latn-tur_Latn -n 3 --transforms \"token_drop:rate=0.15\"\n"
-          f"     {torch_line}   # the same data in PyTorch (pip install 'babelfeed[torch]')\n"
-          f"   README.md explains each step; every command takes --help.")
+          f"     {torch_line}   # the same data in PyTorch{torch_hint}\n"
+          f"   README.md and docs/ explain each step (make docs builds the site); every command takes --help.")
 
 
 def _example(trainer: str):

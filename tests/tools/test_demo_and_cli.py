@@ -48,6 +48,7 @@ def test_run_demo_small(tmp_path, capsys):
     summary = out[out.index("== done in"):]
     data_bin = str(tmp_path / "demo" / "data_bin")
     assert f"{data_bin}: dict.txt, spm.model" in summary and "try next:" in summary
+    assert "pip install 'babelfeed[torch]'" not in summary, "torch is installed here: no install hint"
     from babelfeed.demo import _command
 
     bf, py = _command("babelfeed"), _command("python")  # the venv's own, by path where it is not on PATH
