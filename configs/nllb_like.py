@@ -9,7 +9,7 @@ import ml_collections
 def get_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 1  # every draw, order and shuffle derives from it (fairseq mode: its --seed)
-    c.compat = "none"  # "fairseq": the same batches as fairseq's translation_multi_simple_epoch (see README)
+    c.compat = "none"  # "fairseq": the batches of fairseq's translation_multi_simple_epoch (docs/concepts/pipeline.md)
 
     c.data = ml_collections.ConfigDict()
     c.data.path = "build/demo/data_bin"  # a data_bin (shardNNN/{split}.{src}-{tgt}.{lang}.{bin,idx})

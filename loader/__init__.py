@@ -3,7 +3,7 @@
 The core imports numpy (and sentencepiece / ml_collections where needed) only; torch, jax, flax and grain
 live in ``babelfeed.adapters``. The layers, bottom to top, are packages: ``storage``, ``sources``, ``plan``,
 ``gather``, ``iterators``, ``lm``, ``config``, then ``build`` and ``tools`` (``preprocess`` beside them); see
-docs/architecture.md.
+docs/concepts/architecture.md.
 """
 
 import importlib

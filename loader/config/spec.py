@@ -8,7 +8,7 @@ configs/demo.py) and :data:`LM` (configs/lm_packing.py). From them:
 * :func:`check_known_keys` refuses a key babelfeed does not know inside its sections, with the closest names;
 * :func:`defaults` is the config the tables describe: a test holds configs/nllb_like.py and configs/lm_packing.py
   to it (same keys, types and defaults);
-* :func:`markdown` writes docs/config.md, the key reference (a test holds the file to it).
+* :func:`markdown` writes docs/reference/config.md, the key reference (a test holds the file to it).
 
 Settings that depend on each other (``max_tokens`` against the longest sample, packing against static shapes)
 are checked by the part that uses them (``babelfeed.plan.options.PlanOptions.validate``).
@@ -254,7 +254,7 @@ def defaults(kind: str) -> ml_collections.ConfigDict:
 
 def validate(config, kind: str = "translation", where: str = "") -> None:
     """Every key of ``config`` that the ``kind`` table names, checked (ConfigError naming ``where.key``). A key
-    the config leaves out is given its default (docs/config.md), inside a section the config has (a missing
+    the config leaves out is given its default (docs/reference/config.md), inside a section the config has (a missing
     section says the config is of another kind). ``where``: the path of ``config`` inside the file's config."""
     prefix = f"{where}." if where else ""
     for key in keys(kind):
@@ -347,7 +347,7 @@ def check_translation_config(config, where: str = "") -> None:
 
 
 def markdown() -> str:
-    """docs/config.md: the key reference, written from the tables."""
+    """docs/reference/config.md: the key reference, written from the tables."""
     lines = ["# Config keys", "",
              "Written from `babelfeed/config/spec.py` (`make docs` writes this page); a test "
              "holds this page, `configs/nllb_like.py` and `configs/lm_packing.py` to it. Every key is checked "
