@@ -35,6 +35,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import time
 import uuid
@@ -47,8 +48,9 @@ from babelfeed.preprocess import engines
 from babelfeed.preprocess.stats import Stats, _work_prefix  # noqa: F401  (part of this module's face)
 from babelfeed.preprocess.options import POLICIES, BinarizeOptions, check_shards
 from babelfeed.sources.dictionary import Dictionary
-from babelfeed.preprocess.rawtext import BinarizeError, Part, RawInput, decode_lines, discover, discover_documents
-from babelfeed.preprocess.textio import RecordReader, TextInputError, count_records
+from babelfeed.preprocess.rawtext import (BinarizeError, Part, RawInput, decode_lines, discover, discover_documents,
+                                          looks_paired, pair_prefixes)
+from babelfeed.preprocess.textio import RecordReader, TextInputError, count_records, strip_compression
 from babelfeed.fileio import atomic_write, fsync_dir
 from babelfeed.storage.builder import IndexedDatasetBuilder
 from babelfeed.storage.dtypes import dtype_for_vocab
@@ -660,12 +662,13 @@ def _binarize(opts: BinarizeOptions, log=print) -> dict:
         inputs, ignored = discover_documents(opts.input_dir, opts.inputs, opts.json_keys)
         what = "document files (NAME.jsonl, NAME.json or NAME.txt, compressed or not, or folders of them)"
     else:
-        inputs, ignored = discover(opts.input_dir, opts.inputs)
+        inputs, ignored = discover(opts.input_dir, opts.inputs, opts.pair_langs,
+                                   pair_prefixes(opts.trainpref, opts.validpref, opts.testpref))
         what = "input files ({src}-{tgt}.{lang} or {split}.{lang}, compressed or not, or folders of them)"
     where = opts.input_dir or "--input"
     if ignored:
         log(f"ignored {len(ignored)} name(s) in {where} that are not named like inputs: {', '.join(ignored[:5])}"
-            + (f", … ({len(ignored) - 5} more)" if len(ignored) > 5 else ""))
+            + (f", … ({len(ignored) - 5} more)" if len(ignored) > 5 else "") + _prefix_hint(ignored, opts))
     if not inputs:
         from babelfeed.preprocess.rawtext import _doc_format
 
@@ -687,6 +690,23 @@ def _binarize(opts: BinarizeOptions, log=print) -> dict:
             engine.close()
     finally:
         os.close(lock)  # (the lock goes with the descriptor, and with the process if it dies)
+
+
+def _prefix_hint(ignored: list[str], opts) -> str:
+    """With --source-lang/--target-lang, ignored files named PREFIX.{src} or PREFIX.{tgt} (``train.tok.en``): the
+    flag that reads them."""
+    langs = opts.pair_langs
+    if not langs:
+        return ""
+    hits = sorted({strip_compression(n)[0].rpartition(".")[0] for n in ignored
+                   if strip_compression(n)[0].rpartition(".")[2] in langs and "." in n})
+    if not hits:
+        return ""
+    flag = "--testpref" if hits[0].startswith("test") else "--validpref" if hits[0].startswith(("valid", "dev")) \
+        else "--trainpref"
+    return (f" (fairseq's naming reads {{split}}.{langs[0]} and {{split}}.{langs[1]} where the split is train, valid "
+            f"or test...; give other prefixes with --trainpref, --validpref or --testpref: {flag} "
+            f"{os.path.join(opts.input_dir or '', hits[0])})")
 
 
 def _lock_output(out: str) -> int:
@@ -722,6 +742,9 @@ def _run(opts, inputs, engine, t0, log) -> dict:
     except TextInputError as e:
         raise BinarizeError(str(e)) from None
     check_shards(inputs, opts.shards)
+    paired = _paired_warnings(inputs, opts)
+    for w in paired:
+        log(f"WARNING: {w}")
     level = "sentence" if opts.split_sentences else "document"
     jobs = plan_jobs(inputs, opts.shards, opts.chunk_lines, level)
     planned = {job.out_prefix(out, lang) for job in jobs for lang in job.langs}
@@ -851,7 +874,7 @@ def _run(opts, inputs, engine, t0, log) -> dict:
     elapsed = time.perf_counter() - t0
     report = _report(totals, inputs, opts, vocab_size, dtype, elapsed, engine, total_lines)
     report["encode_seconds"] = round(time.perf_counter() - t_encode, 3)  # without SentencePiece training
-    report["warnings"] += _output_warnings(jobs, out, report["inputs"], opts)
+    report["warnings"] = paired + report["warnings"] + _output_warnings(jobs, out, report["inputs"], opts)
     if opts.documents:
         report["documents"] = {"json_keys": list(opts.json_keys), "level": level, "eod": cfg["eod"],
                                "append_eod": cfg["append_eod"],
@@ -904,6 +927,44 @@ def _report(totals, inputs, opts, vocab_size, dtype, elapsed, engine, processed)
         "inputs": entries,
         "warnings": _drop_warnings(entries, opts),
     }
+
+
+def _paired_warnings(inputs: list[RawInput], opts) -> list[str]:
+    """Monolingual inputs of one split with the same line count (fairseq's ``train.en`` and ``train.de``): most
+    likely the two sides of a direction, read apart. The binarize succeeded and the mistake showed only at plan
+    (no directions), so it is said here, with the command that reads them as a direction."""
+    by_langs: dict[tuple, list] = {}
+    for group in looks_paired(inputs):
+        by_langs.setdefault(tuple(i.key for i in group), []).append(group)
+    out = []
+    for langs, groups in by_langs.items():
+        files = [p for g in groups for i in g for p in i.paths]
+        seen = "; ".join(f"{', '.join(f'{g[0].split}.{i.key}' for i in g)}: {g[0].num_lines:,} lines each"
+                         for g in groups)
+        head = (f"{', '.join(files[:6])}{' ...' if len(files) > 6 else ''} were read as monolingual text, one "
+                f"corpus per language ({seen}), but they look like the sides of parallel text (fairseq's naming, "
+                f"PREFIX.SRC and PREFIX.TGT), which plan cannot use as a direction")
+        if len(langs) != 2:
+            out.append(f"{head}: to read two of them as a direction, binarize with --source-lang SRC --target-lang TGT "
+                       f"naming those two")
+            continue
+        a, b = langs
+        replace = " (--overwrite replaces the monolingual datasets written here)"
+        if not all(i.origin == i.paths[0] for g in groups for i in g):  # a folder or --input: the flags read files
+            fix = (f"name them as a direction: {{split}}.{a}-{b}.{{lang}} files, a {{split}}.{a}-{b}/ folder of "
+                   f"NAME.{a} and NAME.{b} files, or --input {{split}}.{a}-{b}=GLOB with {{lang}} in the glob")
+        elif opts.source_lang is not None:  # a direction is given already: one per run
+            fix = (f"binarize them in a run of their own with --source-lang {a} --target-lang {b} (one direction "
+                   f"per run of these flags)")
+        elif opts.command:
+            cmd = list(opts.command) + ["--source-lang", a, "--target-lang", b]
+            cmd += [] if "--overwrite" in cmd else ["--overwrite"]
+            fix = f"rerun as: {shlex.join(cmd)}{replace}"
+        else:
+            fix = (f"binarize again with BinarizeOptions(..., source_lang={a!r}, target_lang={b!r}, overwrite=True)"
+                   f"{replace}")
+        out.append(f"{head}. If they are the direction {a}-{b} (or {b}-{a}: swap the two), {fix}")
+    return out
 
 
 def _drop_warnings(entries: list[dict], opts) -> list[str]:

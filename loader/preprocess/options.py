@@ -48,6 +48,16 @@ class BinarizeOptions:
     split_sentences: bool = False
     append_eod: bool = True
     bad_record: str = "error"  # documents: a line that is no JSON object with the keys
+    source_lang: str | None = None  # fairseq-preprocess's naming: {split}.{src} and {split}.{tgt} are a direction
+    target_lang: str | None = None
+    trainpref: str | None = None  # fairseq's path prefixes: PREFIX.{src}, PREFIX.{tgt} (comma-separated: valid1 ...)
+    validpref: str | None = None
+    testpref: str | None = None
+    command: tuple = ()  # the command line that started the run (the CLI's), quoted in hints; changes no output
+
+    @property
+    def pair_langs(self) -> list[str] | None:
+        return [self.source_lang, self.target_lang] if self.source_lang is not None else None
 
     def validate(self) -> None:
         if self.format is None:
@@ -57,8 +67,19 @@ class BinarizeOptions:
         one_of("--engine", self.engine, ("local", "ray"))
         if self.ray_address is not None and self.engine != "ray":
             raise ValueError("--ray-address is for --engine ray")
-        if self.input_dir is None and not self.inputs:
-            raise ValueError("give an input folder, or --input KEY=GLOB (or both)")
+        prefs = self.trainpref or self.validpref or self.testpref
+        if self.input_dir is None and not self.inputs and not prefs:
+            raise ValueError("give an input folder, or --input KEY=GLOB, or --source-lang, --target-lang and "
+                             "--trainpref PREFIX (fairseq-preprocess's naming)")
+        if (self.source_lang is None) != (self.target_lang is None):
+            raise ValueError("--source-lang and --target-lang go together: they name the two sides of a direction "
+                             "(train.en and train.de with --source-lang en --target-lang de)")
+        if prefs and self.source_lang is None:
+            raise ValueError("--trainpref, --validpref and --testpref name the files PREFIX.{src} and PREFIX.{tgt}: "
+                             "give --source-lang and --target-lang with them")
+        if self.documents and self.source_lang is not None:
+            raise ValueError("--source-lang, --target-lang and --trainpref/--validpref/--testpref are for parallel "
+                             "sentences, not --documents")
         if isinstance(self.inputs, str) or isinstance(self.json_keys, str):
             raise ValueError("inputs and json_keys are lists of strings")
         if self.documents:
