@@ -40,7 +40,7 @@ import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from itertools import chain
+from itertools import chain, islice
 
 import numpy as np
 
@@ -282,9 +282,39 @@ def _encode_lines(sides_lines: list[list[bytes]], where: list[tuple[str, int]], 
         out[is_eos] = eos
         out[~is_eos] = tokens
         stats.unk_tokens += int((tokens == unk).sum())
+        unk_at = (flat == unk) & (pos < np.repeat(cap, lengths))
+        if unk_at.any():  # only the lines holding <unk> are looked at again
+            lines = np.unique(np.repeat(np.arange(n), lengths)[unk_at])
+            _count_unk(sp, table, unk, [sides_text[side][i] for i in lines], cap[lines], stats.unk_chars)
         stats.tokens[langs[side]] = int(len(out))
         out_sides.append((out, out_len))
     return stats, out_sides
+
+
+_PROTO: list = []  # SentencePiece's name of its pieces-with-offsets output, once known
+
+
+def _pieces(sp, texts: list[str]) -> list:
+    """SentencePiece's pieces of each text with their ``id`` and ``surface`` (the input text they cover)."""
+    if not _PROTO:
+        try:  # sentencepiece >= 0.2.1 ("immutable_proto" before)
+            sp.encode([""], out_type="proto")
+            _PROTO.append("proto")
+        except (ValueError, RuntimeError, TypeError):
+            _PROTO.append("immutable_proto")
+    return [p.pieces for p in sp.encode(texts, out_type=_PROTO[0], num_threads=1)]
+
+
+def _count_unk(sp, table, unk: int, texts: list[str], caps, into: dict) -> None:
+    """Add what became ``<unk>`` in the first ``caps[i]`` pieces of each text to ``into``: every character of an
+    unknown run (SentencePiece makes a run of characters it has no piece for one ``<unk>``), and a piece the
+    dictionary lacks (``--dict``) as itself."""
+    for pieces, cap in zip(_pieces(sp, texts), caps):
+        for piece in islice(pieces, int(cap)):
+            if table[piece.id] != unk:
+                continue
+            for ch in (piece.surface if sp.is_unknown(piece.id) else [piece.piece]):
+                into[ch] = into.get(ch, 0) + 1
 
 
 def _encode_chunk(chunk: Chunk, work_dir: str) -> tuple[tuple, int, Stats, list[str]]:
@@ -443,7 +473,8 @@ def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, lo
     if not sample:
         raise BinarizeError(f"no text to train SentencePiece on: the sampled train records hold none"
                             f"{_why_no_text(inputs, opts)}")
-    log(f"training SentencePiece ({opts.spm_model_type}, vocab {opts.train_spm}) on {len(sample):,} sampled "
+    log(f"training SentencePiece ({opts.spm_model_type}, vocab {opts.train_spm}, character coverage "
+        f"{opts.character_coverage:g}) on {len(sample):,} sampled "
         f"{'lines of documents' if opts.documents else 'sentences'} (no progress is shown until it ends)")
     t0 = time.perf_counter()
     model = io.BytesIO()
@@ -454,7 +485,7 @@ def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, lo
             model_writer=model,
             vocab_size=opts.train_spm,
             model_type=opts.spm_model_type,
-            character_coverage=opts.spm_character_coverage,
+            character_coverage=opts.character_coverage,
             hard_vocab_limit=False,  # small corpora cannot always fill the requested vocabulary
             num_threads=SPM_THREADS,
             minloglevel=2,
@@ -764,7 +795,7 @@ def _run(opts, inputs, engine, t0, log) -> dict:
         spm_record = os.path.join(out, STATE_DIR, "spm.json")
         spm_key = json.dumps({"vocab": opts.train_spm, "type": opts.spm_model_type, "seed": opts.seed,
                               "sample": opts.spm_sample, "T": opts.spm_temperature,
-                              "coverage": opts.spm_character_coverage,
+                              "coverage": opts.character_coverage,
                               "inputs": [(p, os.path.getsize(p)) for i in inputs for p in i.paths]}, sort_keys=True)
         reuse = os.path.exists(model_path) and os.path.exists(spm_record) and open(spm_record).read() == spm_key
         if reuse:
@@ -907,7 +938,8 @@ def _report(totals, inputs, opts, vocab_size, dtype, elapsed, engine, processed)
     entries = []
     for inp in inputs:
         st = totals.get((inp.split, inp.key), Stats())
-        entries.append({"split": inp.split, "key": inp.key, "files": inp.paths, **asdict(st), "dropped": st.dropped})
+        entries.append({"split": inp.split, "key": inp.key, "files": inp.paths, **asdict(st), "dropped": st.dropped,
+                        "unk_chars": st.top_unk(UNK_TOP), "unk_char_kinds": len(st.unk_chars)})
     policies = {"empty": opts.empty, "bad_utf8": opts.bad_utf8}
     if opts.documents:
         policies["bad_record"] = opts.bad_record
@@ -924,6 +956,9 @@ def _report(totals, inputs, opts, vocab_size, dtype, elapsed, engine, processed)
         "workers": engine.workers,
         "seconds": round(elapsed, 3),
         "lines_processed_this_run": processed,
+        # the model's origin, for what the report says about <unk>
+        "spm": {"trained": bool(opts.train_spm), "dict": bool(opts.dict_path),
+                "character_coverage": opts.character_coverage if opts.train_spm else None},
         "inputs": entries,
         "warnings": _drop_warnings(entries, opts),
     }
@@ -984,6 +1019,7 @@ def _drop_warnings(entries: list[dict], opts) -> list[str]:
 
 
 UNK_SHARE = 0.05  # an input more <unk> than this: the SentencePiece model does not cover its text
+UNK_TOP = 20  # what became <unk> most often, per input, kept in the report
 
 
 def _output_warnings(jobs: list[ShardJob], out: str, entries: list[dict], opts) -> list[str]:
@@ -996,7 +1032,8 @@ def _output_warnings(jobs: list[ShardJob], out: str, entries: list[dict], opts) 
         unk = e.get("unk_tokens", 0)
         if tokens and unk / tokens > UNK_SHARE:
             fix = ("train one on this data (--train-spm)" if opts.spm_model else
-                   "the characters the trained model left out are rare in the training sample")
+                   "the characters the trained model left out are rare in the training sample: "
+                   "--character-coverage 1.0 gives each of the sample's characters a piece")
             out_warnings.append(f"{e['split']}.{e['key']}: {unk:,} of its {tokens:,} tokens ({unk / tokens:.1%}) are "
                                 f"<unk>: the SentencePiece model does not cover this text (another script or "
                                 f"language?); {fix}")
@@ -1062,6 +1099,7 @@ def format_report(report: dict) -> str:
         f"{p['max_len']} tokens, {tot.bad_utf8:,} undecodable (policies: empty={p['empty']}, "
         f"overlong={p['overlong']}, bad_utf8={p['bad_utf8']}); truncated {tot.truncated:,}, replaced {tot.replaced_utf8:,}"
     )
+    lines += _unk_notes(report, tot)
     lines.append(
         f"{report['lines_processed_this_run']:,} lines encoded in {encode:.1f} s ({rate:,.0f} sentences/s, "
         f"{report['workers']} worker(s) on {engine}; {report['seconds']:.1f} s in all); vocabulary "
@@ -1069,3 +1107,41 @@ def format_report(report: dict) -> str:
     )
     lines += [f"WARNING: {w}" for w in report.get("warnings", [])]
     return "\n".join(lines)
+
+
+def _shown(ch: str) -> str:
+    """A character (or piece) of the <unk> notes, quoted; an invisible one by its code point."""
+    if len(ch) == 1 and (not ch.isprintable() or ch.isspace()):
+        return f"U+{ord(ch):04X}"
+    return repr(ch)
+
+
+def _unk_notes(report: dict, tot: Stats) -> list[str]:
+    """The footnote of the ``unk tok`` column: what it counts, what became <unk> in each input, and how to lower
+    it (a trained model: --character-coverage 1.0; any model: byte fallback)."""
+    what = "unk tok: tokens encoded as <unk>, text the SentencePiece model has no piece for"
+    if not tot.unk_tokens:
+        return [f"{what}: none"]
+    sp = report.get("spm") or {}
+    dict_too = ", or a piece of it that --dict lacks (listed with its \u2581 for a space)" if sp.get("dict") else ""
+    out = [f"{what} (a run of such characters is one <unk>){dict_too}; what became <unk>, with its occurrences:"]
+    for e in report["inputs"]:
+        chars = e.get("unk_chars") or {}
+        if e.get("unk_tokens") and chars:
+            shown = ", ".join(f"{_shown(ch)} {n:,}" for ch, n in list(chars.items())[:10])
+            kinds = e.get("unk_char_kinds", len(chars))
+            more = f" and {kinds - 10:,} more" if kinds > 10 else ""
+            out.append(f"  {e['split']}.{e['key']}: {shown}{more}")
+    coverage = sp.get("character_coverage")
+    if sp.get("trained") and coverage is not None and coverage < 1:
+        fix = (f"train with --character-coverage 1.0 (this model covers {coverage:g} of the sample's characters: "
+               f"the rarest are left out; a character absent from the sample stays <unk> even then), or use a model "
+               f"with byte fallback (--spm)")
+    elif sp.get("trained"):
+        fix = ("these characters are not in the training sample (--spm-sample, drawn from the train split) even at "
+               "--character-coverage 1.0: use a model with byte fallback (--spm)")
+    else:
+        fix = ("the model given with --spm lacks them: train one on this data (--train-spm VOCAB "
+               "--character-coverage 1.0), or use a model with byte fallback")
+    out.append(f"  to lower it: {fix}")
+    return out

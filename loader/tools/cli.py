@@ -208,7 +208,8 @@ def _binarize(args) -> int:
         ray_address=args.ray_address, documents=args.documents,
         json_keys=tuple(k for spec in (args.json_keys or ["text"]) for k in re.split(r"[,\s]+", spec) if k),
         split_sentences=args.split_sentences, append_eod=not args.no_append_eod, bad_record=args.on_bad_record,
-        max_dropped=args.max_dropped, source_lang=args.source_lang, target_lang=args.target_lang, trainpref=args.trainpref,
+        max_dropped=args.max_dropped, spm_character_coverage=args.character_coverage,
+        source_lang=args.source_lang, target_lang=args.target_lang, trainpref=args.trainpref,
         validpref=args.validpref, testpref=args.testpref, command=("babelfeed", *getattr(args, "argv", ())),
     )
     report = binarize(opts, log=lambda m: print(m, file=sys.stderr))
@@ -447,6 +448,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a JSONL line that is not an object holding every key as a string: stop with an error "
                         "naming the file and line (default), or drop it and count it")
     b.add_argument("--spm-sample", type=count(1), default=1_000_000, help="sentences sampled to train SentencePiece (default 1000000)")
+    b.add_argument("--character-coverage", type=float, metavar="SHARE",
+                   help="with --train-spm: the share of the sample's characters that get pieces (SentencePiece's "
+                        "character_coverage, default 0.9995: the rarest characters, accented letters of a mostly "
+                        "ASCII text, become <unk>); 1.0 keeps every one")
     f = b.add_argument_group("fairseq-preprocess naming (files PREFIX.SRC and PREFIX.TGT are one direction)")
     f.add_argument("--source-lang", metavar="SRC",
                    help="with --target-lang: {split}.SRC and {split}.TGT in the input folder (train.en, train.de, "

@@ -157,6 +157,8 @@ def raw(tmp_path_factory):
     (["--train-spm", "60", "--max-len", "1"], "--max-len", "1"),
     (["--train-spm", "60", "--chunk-lines", "0"], "--chunk-lines", "0"),
     (["--train-spm", "60", "--spm-sample", "0"], "--spm-sample", "0"),
+    (["--train-spm", "60", "--character-coverage", "0"], "--character-coverage", "got 0.0"),
+    (["--spm", "any.model", "--character-coverage", "1.0"], "--character-coverage 1 is a setting", "--train-spm"),
     (["--train-spm", "60", "--source-lang", "en"], "--source-lang and --target-lang go together", "train.en"),
 ])
 def test_binarize_refuses_nonsense_before_any_work(raw, tmp_path, capsys, flags, name, value):
