@@ -906,6 +906,8 @@ def _run(opts, inputs, engine, t0, log) -> dict:
     report = _report(totals, inputs, opts, vocab_size, dtype, elapsed, engine, total_lines)
     report["encode_seconds"] = round(time.perf_counter() - t_encode, 3)  # without SentencePiece training
     report["warnings"] = paired + report["warnings"] + _output_warnings(jobs, out, report["inputs"], opts)
+    report["shards_done_before"] = skipped  # shards a resumed run found done: their counts are the recorded ones
+    report["shards_total"] = len(jobs)
     if opts.documents:
         report["documents"] = {"json_keys": list(opts.json_keys), "level": level, "eod": cfg["eod"],
                                "append_eod": cfg["append_eod"],
@@ -1071,10 +1073,7 @@ def format_report(report: dict) -> str:
         else:
             lines.append(f"{name:<{w}}  {st.lines:>10,} {st.kept:>10,} {st.empty:>7,} {st.overlong:>8,} "
                          f"{st.bad_utf8:>8,} {st.unk_tokens:>8,}")
-    encode = report.get("encode_seconds", report["seconds"])
-    rate = report["lines_processed_this_run"] / encode if encode else 0.0
     p = report["policies"]
-    engine = report.get("engine", "local")
     if docs:
         d = report["documents"]
         lines.append(
@@ -1082,10 +1081,8 @@ def format_report(report: dict) -> str:
             f"records, {tot.bad_utf8:,} undecodable (policies: empty={p['empty']}, bad_record={p['bad_record']}, "
             f"bad_utf8={p['bad_utf8']}); replaced {tot.replaced_utf8:,}; one sequence per {d['level']}, "
             + (f"end-of-document id {d['eod']} appended" if d["append_eod"] else "no end-of-document token"))
-        lines.append(
-            f"{report['lines_processed_this_run']:,} documents encoded in {encode:.1f} s ({rate:,.0f} documents/s, "
-            f"{report['workers']} worker(s) on {engine}; {report['seconds']:.1f} s in all); vocabulary "
-            f"{report['vocab_size']:,} -> {report['dtype']} megatron files in {report['output']}")
+        lines.append(f"{_work_done(report, 'documents')}; vocabulary {report['vocab_size']:,} -> {report['dtype']} "
+                     f"megatron files in {report['output']}")
         for key, path in d["data_path"].items():
             lines.append(f"Megatron --data-path ({key}, weighted by tokens): {path}")
         lines += [f"WARNING: {w}" for w in report.get("warnings", [])]
@@ -1100,13 +1097,27 @@ def format_report(report: dict) -> str:
         f"overlong={p['overlong']}, bad_utf8={p['bad_utf8']}); truncated {tot.truncated:,}, replaced {tot.replaced_utf8:,}"
     )
     lines += _unk_notes(report, tot)
-    lines.append(
-        f"{report['lines_processed_this_run']:,} lines encoded in {encode:.1f} s ({rate:,.0f} sentences/s, "
-        f"{report['workers']} worker(s) on {engine}; {report['seconds']:.1f} s in all); vocabulary "
-        f"{report['vocab_size']:,} -> {report['dtype']} {report['format']} files in {report['output']}"
-    )
+    lines.append(f"{_work_done(report, 'lines')}; vocabulary {report['vocab_size']:,} -> {report['dtype']} "
+                 f"{report['format']} files in {report['output']}")
     lines += [f"WARNING: {w}" for w in report.get("warnings", [])]
     return "\n".join(lines)
+
+
+def _work_done(report: dict, unit: str) -> str:
+    """What this run encoded and how fast; a resumed run that found shards done says so, and a run that found
+    them all done encoded nothing (its table is the counts recorded when the shards were written)."""
+    encode = report.get("encode_seconds", report["seconds"])
+    processed = report["lines_processed_this_run"]
+    done, total = report.get("shards_done_before", 0), report.get("shards_total", 0)
+    where = f"{report['workers']} worker(s) on {report.get('engine', 'local')}"
+    if done and done == total:
+        return (f"all {total:,} shard(s) were already done by an earlier run: nothing encoded, the table is the "
+                f"counts recorded then ({report['seconds']:.1f} s in all)")
+    rate = f"{processed / encode:,.0f} {'documents' if unit == 'documents' else 'sentences'}/s, " if encode else ""
+    before = (f"; {done:,} of {total:,} shard(s) were already done by an earlier run (their counts in the table are "
+              f"the recorded ones)" if done else "")
+    return (f"{processed:,} {unit} encoded in {encode:.1f} s ({rate}{where}; {report['seconds']:.1f} s in all)"
+            f"{before}")
 
 
 def _shown(ch: str) -> str:

@@ -191,6 +191,8 @@ def test_resume_skips_finished_shards_and_matches_a_clean_run(raw, tmp_path, mon
     logs = []
     binarize(opts(raw, out, spm_model=str(clean / "spm.model"), train_spm=None), log=logs.append)
     assert any("1 of 5 shard(s) already finalized" in m for m in logs), logs
+    assert "; 1 of 5 shard(s) were already done by an earlier run" in format_report(json.loads(
+        (out / "binarize_report.json").read_text()))
     assert read_all(out) == read_all(clean)
     # A third run has nothing to do.
     logs.clear()
@@ -198,6 +200,10 @@ def test_resume_skips_finished_shards_and_matches_a_clean_run(raw, tmp_path, mon
     assert any("5 of 5 shard(s) already finalized" in m for m in logs), logs
     assert report["lines_processed_this_run"] == 0
     assert sum(e["kept"] for e in report["inputs"]) == 397 + 2 + 50
+    # It says so, instead of "0 lines encoded in 0.0 s (0 sentences/s" under the recorded table (issue 25).
+    text = format_report(report)
+    assert "all 5 shard(s) were already done by an earlier run: nothing encoded, the table is the counts" in text
+    assert "sentences/s" not in text and "0 lines encoded" not in text
 
 
 def test_changed_input_redoes_its_shards(raw, tmp_path):
