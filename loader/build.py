@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -62,8 +63,34 @@ def _keys(corpus: ShardedCorpus, split: str, directions: str, monolingual: str) 
     keys = corpus.directions(split) if str(directions).strip() == "all" else _list(directions)
     keys += _list(monolingual)
     if not keys:
-        raise ValueError(f"{corpus.root}: no directions selected for split {split!r}")
+        raise ValueError(f"{corpus.root}: no directions selected for split {split!r}{_pair_hint(corpus, split)}")
     return keys
+
+
+def _pair_hint(corpus: ShardedCorpus, split: str) -> str:
+    """When ``split`` holds only monolingual corpora and two or more of them are the same size, they are most
+    likely the sides of a direction that binarize read apart (fairseq's ``train.en``, ``train.de``): say so, with
+    the flags that read them as one. Sizes are the raw line counts of binarize's report when it has them (drops
+    differ between sides read apart), else the sentences written."""
+    mono = corpus.monolingual(split)
+    if corpus.directions(split) or len(mono) < 2:
+        return ""
+    sizes = {}
+    try:
+        with open(os.path.join(corpus.root, "binarize_report.json")) as f:
+            sizes = {e["key"]: e["lines"] for e in json.load(f)["inputs"] if e.get("split") == split}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    by_size: dict[int, list[str]] = {}
+    for lang in mono:
+        by_size.setdefault(sizes.get(lang, corpus.num_sentences(split, lang)), []).append(lang)
+    same = next((langs for n, langs in sorted(by_size.items()) if len(langs) > 1 and n), None)
+    if same is None:
+        return ""
+    a, b = same[:2]
+    return (f"; it holds only monolingual corpora ({', '.join(mono)}), and {', '.join(same)} are the same size: if "
+            f"they are the sides of one direction (fairseq's naming: {split}.{a} and {split}.{b}), binarize them as "
+            f"one with --source-lang {a} --target-lang {b} (or the other way round) and --overwrite")
 
 
 def _collater(config, sources, dictionary) -> Collater:

@@ -35,11 +35,12 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from itertools import chain
+from itertools import chain, islice
 
 import numpy as np
 
@@ -47,8 +48,9 @@ from babelfeed.preprocess import engines
 from babelfeed.preprocess.stats import Stats, _work_prefix  # noqa: F401  (part of this module's face)
 from babelfeed.preprocess.options import POLICIES, BinarizeOptions, check_shards
 from babelfeed.sources.dictionary import Dictionary
-from babelfeed.preprocess.rawtext import BinarizeError, Part, RawInput, decode_lines, discover, discover_documents
-from babelfeed.preprocess.textio import RecordReader, TextInputError, count_records
+from babelfeed.preprocess.rawtext import (BinarizeError, Part, RawInput, decode_lines, discover, discover_documents,
+                                          looks_paired, pair_prefixes)
+from babelfeed.preprocess.textio import RecordReader, TextInputError, count_records, strip_compression
 from babelfeed.fileio import atomic_write, fsync_dir
 from babelfeed.storage.builder import IndexedDatasetBuilder
 from babelfeed.storage.dtypes import dtype_for_vocab
@@ -280,9 +282,39 @@ def _encode_lines(sides_lines: list[list[bytes]], where: list[tuple[str, int]], 
         out[is_eos] = eos
         out[~is_eos] = tokens
         stats.unk_tokens += int((tokens == unk).sum())
+        unk_at = (flat == unk) & (pos < np.repeat(cap, lengths))
+        if unk_at.any():  # only the lines holding <unk> are looked at again
+            lines = np.unique(np.repeat(np.arange(n), lengths)[unk_at])
+            _count_unk(sp, table, unk, [sides_text[side][i] for i in lines], cap[lines], stats.unk_chars)
         stats.tokens[langs[side]] = int(len(out))
         out_sides.append((out, out_len))
     return stats, out_sides
+
+
+_PROTO: list = []  # SentencePiece's name of its pieces-with-offsets output, once known
+
+
+def _pieces(sp, texts: list[str]) -> list:
+    """SentencePiece's pieces of each text with their ``id`` and ``surface`` (the input text they cover)."""
+    if not _PROTO:
+        try:  # sentencepiece >= 0.2.1 ("immutable_proto" before)
+            sp.encode([""], out_type="proto")
+            _PROTO.append("proto")
+        except (ValueError, RuntimeError, TypeError):
+            _PROTO.append("immutable_proto")
+    return [p.pieces for p in sp.encode(texts, out_type=_PROTO[0], num_threads=1)]
+
+
+def _count_unk(sp, table, unk: int, texts: list[str], caps, into: dict) -> None:
+    """Add what became ``<unk>`` in the first ``caps[i]`` pieces of each text to ``into``: every character of an
+    unknown run (SentencePiece makes a run of characters it has no piece for one ``<unk>``), and a piece the
+    dictionary lacks (``--dict``) as itself."""
+    for pieces, cap in zip(_pieces(sp, texts), caps):
+        for piece in islice(pieces, int(cap)):
+            if table[piece.id] != unk:
+                continue
+            for ch in (piece.surface if sp.is_unknown(piece.id) else [piece.piece]):
+                into[ch] = into.get(ch, 0) + 1
 
 
 def _encode_chunk(chunk: Chunk, work_dir: str) -> tuple[tuple, int, Stats, list[str]]:
@@ -441,7 +473,8 @@ def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, lo
     if not sample:
         raise BinarizeError(f"no text to train SentencePiece on: the sampled train records hold none"
                             f"{_why_no_text(inputs, opts)}")
-    log(f"training SentencePiece ({opts.spm_model_type}, vocab {opts.train_spm}) on {len(sample):,} sampled "
+    log(f"training SentencePiece ({opts.spm_model_type}, vocab {opts.train_spm}, character coverage "
+        f"{opts.character_coverage:g}) on {len(sample):,} sampled "
         f"{'lines of documents' if opts.documents else 'sentences'} (no progress is shown until it ends)")
     t0 = time.perf_counter()
     model = io.BytesIO()
@@ -452,7 +485,7 @@ def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, lo
             model_writer=model,
             vocab_size=opts.train_spm,
             model_type=opts.spm_model_type,
-            character_coverage=opts.spm_character_coverage,
+            character_coverage=opts.character_coverage,
             hard_vocab_limit=False,  # small corpora cannot always fill the requested vocabulary
             num_threads=SPM_THREADS,
             minloglevel=2,
@@ -660,12 +693,13 @@ def _binarize(opts: BinarizeOptions, log=print) -> dict:
         inputs, ignored = discover_documents(opts.input_dir, opts.inputs, opts.json_keys)
         what = "document files (NAME.jsonl, NAME.json or NAME.txt, compressed or not, or folders of them)"
     else:
-        inputs, ignored = discover(opts.input_dir, opts.inputs)
+        inputs, ignored = discover(opts.input_dir, opts.inputs, opts.pair_langs,
+                                   pair_prefixes(opts.trainpref, opts.validpref, opts.testpref))
         what = "input files ({src}-{tgt}.{lang} or {split}.{lang}, compressed or not, or folders of them)"
     where = opts.input_dir or "--input"
     if ignored:
         log(f"ignored {len(ignored)} name(s) in {where} that are not named like inputs: {', '.join(ignored[:5])}"
-            + (f", … ({len(ignored) - 5} more)" if len(ignored) > 5 else ""))
+            + (f", … ({len(ignored) - 5} more)" if len(ignored) > 5 else "") + _prefix_hint(ignored, opts))
     if not inputs:
         from babelfeed.preprocess.rawtext import _doc_format
 
@@ -687,6 +721,23 @@ def _binarize(opts: BinarizeOptions, log=print) -> dict:
             engine.close()
     finally:
         os.close(lock)  # (the lock goes with the descriptor, and with the process if it dies)
+
+
+def _prefix_hint(ignored: list[str], opts) -> str:
+    """With --source-lang/--target-lang, ignored files named PREFIX.{src} or PREFIX.{tgt} (``train.tok.en``): the
+    flag that reads them."""
+    langs = opts.pair_langs
+    if not langs:
+        return ""
+    hits = sorted({strip_compression(n)[0].rpartition(".")[0] for n in ignored
+                   if strip_compression(n)[0].rpartition(".")[2] in langs and "." in n})
+    if not hits:
+        return ""
+    flag = "--testpref" if hits[0].startswith("test") else "--validpref" if hits[0].startswith(("valid", "dev")) \
+        else "--trainpref"
+    return (f" (fairseq's naming reads {{split}}.{langs[0]} and {{split}}.{langs[1]} where the split is train, valid "
+            f"or test...; give other prefixes with --trainpref, --validpref or --testpref: {flag} "
+            f"{os.path.join(opts.input_dir or '', hits[0])})")
 
 
 def _lock_output(out: str) -> int:
@@ -722,6 +773,9 @@ def _run(opts, inputs, engine, t0, log) -> dict:
     except TextInputError as e:
         raise BinarizeError(str(e)) from None
     check_shards(inputs, opts.shards)
+    paired = _paired_warnings(inputs, opts)
+    for w in paired:
+        log(f"WARNING: {w}")
     level = "sentence" if opts.split_sentences else "document"
     jobs = plan_jobs(inputs, opts.shards, opts.chunk_lines, level)
     planned = {job.out_prefix(out, lang) for job in jobs for lang in job.langs}
@@ -741,7 +795,7 @@ def _run(opts, inputs, engine, t0, log) -> dict:
         spm_record = os.path.join(out, STATE_DIR, "spm.json")
         spm_key = json.dumps({"vocab": opts.train_spm, "type": opts.spm_model_type, "seed": opts.seed,
                               "sample": opts.spm_sample, "T": opts.spm_temperature,
-                              "coverage": opts.spm_character_coverage,
+                              "coverage": opts.character_coverage,
                               "inputs": [(p, os.path.getsize(p)) for i in inputs for p in i.paths]}, sort_keys=True)
         reuse = os.path.exists(model_path) and os.path.exists(spm_record) and open(spm_record).read() == spm_key
         if reuse:
@@ -851,7 +905,9 @@ def _run(opts, inputs, engine, t0, log) -> dict:
     elapsed = time.perf_counter() - t0
     report = _report(totals, inputs, opts, vocab_size, dtype, elapsed, engine, total_lines)
     report["encode_seconds"] = round(time.perf_counter() - t_encode, 3)  # without SentencePiece training
-    report["warnings"] += _output_warnings(jobs, out, report["inputs"], opts)
+    report["warnings"] = paired + report["warnings"] + _output_warnings(jobs, out, report["inputs"], opts)
+    report["shards_done_before"] = skipped  # shards a resumed run found done: their counts are the recorded ones
+    report["shards_total"] = len(jobs)
     if opts.documents:
         report["documents"] = {"json_keys": list(opts.json_keys), "level": level, "eod": cfg["eod"],
                                "append_eod": cfg["append_eod"],
@@ -884,7 +940,8 @@ def _report(totals, inputs, opts, vocab_size, dtype, elapsed, engine, processed)
     entries = []
     for inp in inputs:
         st = totals.get((inp.split, inp.key), Stats())
-        entries.append({"split": inp.split, "key": inp.key, "files": inp.paths, **asdict(st), "dropped": st.dropped})
+        entries.append({"split": inp.split, "key": inp.key, "files": inp.paths, **asdict(st), "dropped": st.dropped,
+                        "unk_chars": st.top_unk(UNK_TOP), "unk_char_kinds": len(st.unk_chars)})
     policies = {"empty": opts.empty, "bad_utf8": opts.bad_utf8}
     if opts.documents:
         policies["bad_record"] = opts.bad_record
@@ -901,9 +958,50 @@ def _report(totals, inputs, opts, vocab_size, dtype, elapsed, engine, processed)
         "workers": engine.workers,
         "seconds": round(elapsed, 3),
         "lines_processed_this_run": processed,
+        # the model's origin, for what the report says about <unk>
+        "spm": {"trained": bool(opts.train_spm), "dict": bool(opts.dict_path),
+                "character_coverage": opts.character_coverage if opts.train_spm else None},
         "inputs": entries,
         "warnings": _drop_warnings(entries, opts),
     }
+
+
+def _paired_warnings(inputs: list[RawInput], opts) -> list[str]:
+    """Monolingual inputs of one split with the same line count (fairseq's ``train.en`` and ``train.de``): most
+    likely the two sides of a direction, read apart. The binarize succeeded and the mistake showed only at plan
+    (no directions), so it is said here, with the command that reads them as a direction."""
+    by_langs: dict[tuple, list] = {}
+    for group in looks_paired(inputs):
+        by_langs.setdefault(tuple(i.key for i in group), []).append(group)
+    out = []
+    for langs, groups in by_langs.items():
+        files = [p for g in groups for i in g for p in i.paths]
+        seen = "; ".join(f"{', '.join(f'{g[0].split}.{i.key}' for i in g)}: {g[0].num_lines:,} lines each"
+                         for g in groups)
+        head = (f"{', '.join(files[:6])}{' ...' if len(files) > 6 else ''} were read as monolingual text, one "
+                f"corpus per language ({seen}), but they look like the sides of parallel text (fairseq's naming, "
+                f"PREFIX.SRC and PREFIX.TGT), which plan cannot use as a direction")
+        if len(langs) != 2:
+            out.append(f"{head}: to read two of them as a direction, binarize with --source-lang SRC --target-lang TGT "
+                       f"naming those two")
+            continue
+        a, b = langs
+        replace = " (--overwrite replaces the monolingual datasets written here)"
+        if not all(i.origin == i.paths[0] for g in groups for i in g):  # a folder or --input: the flags read files
+            fix = (f"name them as a direction: {{split}}.{a}-{b}.{{lang}} files, a {{split}}.{a}-{b}/ folder of "
+                   f"NAME.{a} and NAME.{b} files, or --input {{split}}.{a}-{b}=GLOB with {{lang}} in the glob")
+        elif opts.source_lang is not None:  # a direction is given already: one per run
+            fix = (f"binarize them in a run of their own with --source-lang {a} --target-lang {b} (one direction "
+                   f"per run of these flags)")
+        elif opts.command:
+            cmd = list(opts.command) + ["--source-lang", a, "--target-lang", b]
+            cmd += [] if "--overwrite" in cmd else ["--overwrite"]
+            fix = f"rerun as: {shlex.join(cmd)}{replace}"
+        else:
+            fix = (f"binarize again with BinarizeOptions(..., source_lang={a!r}, target_lang={b!r}, overwrite=True)"
+                   f"{replace}")
+        out.append(f"{head}. If they are the direction {a}-{b} (or {b}-{a}: swap the two), {fix}")
+    return out
 
 
 def _drop_warnings(entries: list[dict], opts) -> list[str]:
@@ -923,6 +1021,7 @@ def _drop_warnings(entries: list[dict], opts) -> list[str]:
 
 
 UNK_SHARE = 0.05  # an input more <unk> than this: the SentencePiece model does not cover its text
+UNK_TOP = 20  # what became <unk> most often, per input, kept in the report
 
 
 def _output_warnings(jobs: list[ShardJob], out: str, entries: list[dict], opts) -> list[str]:
@@ -935,7 +1034,8 @@ def _output_warnings(jobs: list[ShardJob], out: str, entries: list[dict], opts) 
         unk = e.get("unk_tokens", 0)
         if tokens and unk / tokens > UNK_SHARE:
             fix = ("train one on this data (--train-spm)" if opts.spm_model else
-                   "the characters the trained model left out are rare in the training sample")
+                   "the characters the trained model left out are rare in the training sample: "
+                   "--character-coverage 1.0 gives each of the sample's characters a piece")
             out_warnings.append(f"{e['split']}.{e['key']}: {unk:,} of its {tokens:,} tokens ({unk / tokens:.1%}) are "
                                 f"<unk>: the SentencePiece model does not cover this text (another script or "
                                 f"language?); {fix}")
@@ -973,10 +1073,7 @@ def format_report(report: dict) -> str:
         else:
             lines.append(f"{name:<{w}}  {st.lines:>10,} {st.kept:>10,} {st.empty:>7,} {st.overlong:>8,} "
                          f"{st.bad_utf8:>8,} {st.unk_tokens:>8,}")
-    encode = report.get("encode_seconds", report["seconds"])
-    rate = report["lines_processed_this_run"] / encode if encode else 0.0
     p = report["policies"]
-    engine = report.get("engine", "local")
     if docs:
         d = report["documents"]
         lines.append(
@@ -984,10 +1081,8 @@ def format_report(report: dict) -> str:
             f"records, {tot.bad_utf8:,} undecodable (policies: empty={p['empty']}, bad_record={p['bad_record']}, "
             f"bad_utf8={p['bad_utf8']}); replaced {tot.replaced_utf8:,}; one sequence per {d['level']}, "
             + (f"end-of-document id {d['eod']} appended" if d["append_eod"] else "no end-of-document token"))
-        lines.append(
-            f"{report['lines_processed_this_run']:,} documents encoded in {encode:.1f} s ({rate:,.0f} documents/s, "
-            f"{report['workers']} worker(s) on {engine}; {report['seconds']:.1f} s in all); vocabulary "
-            f"{report['vocab_size']:,} -> {report['dtype']} megatron files in {report['output']}")
+        lines.append(f"{_work_done(report, 'documents')}; vocabulary {report['vocab_size']:,} -> {report['dtype']} "
+                     f"megatron files in {report['output']}")
         for key, path in d["data_path"].items():
             lines.append(f"Megatron --data-path ({key}, weighted by tokens): {path}")
         lines += [f"WARNING: {w}" for w in report.get("warnings", [])]
@@ -1001,10 +1096,63 @@ def format_report(report: dict) -> str:
         f"{p['max_len']} tokens, {tot.bad_utf8:,} undecodable (policies: empty={p['empty']}, "
         f"overlong={p['overlong']}, bad_utf8={p['bad_utf8']}); truncated {tot.truncated:,}, replaced {tot.replaced_utf8:,}"
     )
-    lines.append(
-        f"{report['lines_processed_this_run']:,} lines encoded in {encode:.1f} s ({rate:,.0f} sentences/s, "
-        f"{report['workers']} worker(s) on {engine}; {report['seconds']:.1f} s in all); vocabulary "
-        f"{report['vocab_size']:,} -> {report['dtype']} {report['format']} files in {report['output']}"
-    )
+    lines += _unk_notes(report, tot)
+    lines.append(f"{_work_done(report, 'lines')}; vocabulary {report['vocab_size']:,} -> {report['dtype']} "
+                 f"{report['format']} files in {report['output']}")
     lines += [f"WARNING: {w}" for w in report.get("warnings", [])]
     return "\n".join(lines)
+
+
+def _work_done(report: dict, unit: str) -> str:
+    """What this run encoded and how fast; a resumed run that found shards done says so, and a run that found
+    them all done encoded nothing (its table is the counts recorded when the shards were written)."""
+    encode = report.get("encode_seconds", report["seconds"])
+    processed = report["lines_processed_this_run"]
+    done, total = report.get("shards_done_before", 0), report.get("shards_total", 0)
+    where = f"{report['workers']} worker(s) on {report.get('engine', 'local')}"
+    if done and done == total:
+        return (f"all {total:,} shard(s) were already done by an earlier run: nothing encoded, the table is the "
+                f"counts recorded then ({report['seconds']:.1f} s in all)")
+    rate = f"{processed / encode:,.0f} {'documents' if unit == 'documents' else 'sentences'}/s, " if encode else ""
+    before = (f"; {done:,} of {total:,} shard(s) were already done by an earlier run (their counts in the table are "
+              f"the recorded ones)" if done else "")
+    return (f"{processed:,} {unit} encoded in {encode:.1f} s ({rate}{where}; {report['seconds']:.1f} s in all)"
+            f"{before}")
+
+
+def _shown(ch: str) -> str:
+    """A character (or piece) of the <unk> notes, quoted; an invisible one by its code point."""
+    if len(ch) == 1 and (not ch.isprintable() or ch.isspace()):
+        return f"U+{ord(ch):04X}"
+    return repr(ch)
+
+
+def _unk_notes(report: dict, tot: Stats) -> list[str]:
+    """The footnote of the ``unk tok`` column: what it counts, what became <unk> in each input, and how to lower
+    it (a trained model: --character-coverage 1.0; any model: byte fallback)."""
+    what = "unk tok: tokens encoded as <unk>, text the SentencePiece model has no piece for"
+    if not tot.unk_tokens:
+        return [f"{what}: none"]
+    sp = report.get("spm") or {}
+    dict_too = ", or a piece of it that --dict lacks (listed with its \u2581 for a space)" if sp.get("dict") else ""
+    out = [f"{what} (a run of such characters is one <unk>){dict_too}; what became <unk>, with its occurrences:"]
+    for e in report["inputs"]:
+        chars = e.get("unk_chars") or {}
+        if e.get("unk_tokens") and chars:
+            shown = ", ".join(f"{_shown(ch)} {n:,}" for ch, n in list(chars.items())[:10])
+            kinds = e.get("unk_char_kinds", len(chars))
+            more = f" and {kinds - 10:,} more" if kinds > 10 else ""
+            out.append(f"  {e['split']}.{e['key']}: {shown}{more}")
+    coverage = sp.get("character_coverage")
+    if sp.get("trained") and coverage is not None and coverage < 1:
+        fix = (f"train with --character-coverage 1.0 (this model covers {coverage:g} of the sample's characters: "
+               f"the rarest are left out; a character absent from the sample stays <unk> even then), or use a model "
+               f"with byte fallback (--spm)")
+    elif sp.get("trained"):
+        fix = ("these characters are not in the training sample (--spm-sample, drawn from the train split) even at "
+               "--character-coverage 1.0: use a model with byte fallback (--spm)")
+    else:
+        fix = ("the model given with --spm lacks them: train one on this data (--train-spm VOCAB "
+               "--character-coverage 1.0), or use a model with byte fallback")
+    out.append(f"  to lower it: {fix}")
+    return out

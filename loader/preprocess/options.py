@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 from babelfeed.checks import at_least, is_int, one_of, positive
 
+DEFAULT_COVERAGE = 0.9995  # SentencePiece's character_coverage when --character-coverage is not given
+
 POLICIES = {
     "empty": ("drop", "keep", "error"),
     "overlong": ("drop", "truncate", "keep", "error"),
@@ -36,7 +38,7 @@ class BinarizeOptions:
     spm_sample: int = 1_000_000  # sentences sampled to train SentencePiece
     spm_temperature: float = 5.0  # per-language share of that sample, p ~ n^(1/T)
     spm_model_type: str = "unigram"
-    spm_character_coverage: float = 0.9995
+    spm_character_coverage: float | None = None  # --character-coverage; None: SentencePiece's 0.9995
     seed: int = 1
     overwrite: bool = False
     progress: bool | None = None  # None: a bar when stderr is a terminal
@@ -48,6 +50,20 @@ class BinarizeOptions:
     split_sentences: bool = False
     append_eod: bool = True
     bad_record: str = "error"  # documents: a line that is no JSON object with the keys
+    source_lang: str | None = None  # fairseq-preprocess's naming: {split}.{src} and {split}.{tgt} are a direction
+    target_lang: str | None = None
+    trainpref: str | None = None  # fairseq's path prefixes: PREFIX.{src}, PREFIX.{tgt} (comma-separated: valid1 ...)
+    validpref: str | None = None
+    testpref: str | None = None
+    command: tuple = ()  # the command line that started the run (the CLI's), quoted in hints; changes no output
+
+    @property
+    def pair_langs(self) -> list[str] | None:
+        return [self.source_lang, self.target_lang] if self.source_lang is not None else None
+
+    @property
+    def character_coverage(self) -> float:
+        return DEFAULT_COVERAGE if self.spm_character_coverage is None else self.spm_character_coverage
 
     def validate(self) -> None:
         if self.format is None:
@@ -57,8 +73,28 @@ class BinarizeOptions:
         one_of("--engine", self.engine, ("local", "ray"))
         if self.ray_address is not None and self.engine != "ray":
             raise ValueError("--ray-address is for --engine ray")
-        if self.input_dir is None and not self.inputs:
-            raise ValueError("give an input folder, or --input KEY=GLOB (or both)")
+        prefs = self.trainpref or self.validpref or self.testpref
+        if self.input_dir is None and not self.inputs and not prefs:
+            raise ValueError("give an input folder, or --input KEY=GLOB, or --source-lang, --target-lang and "
+                             "--trainpref PREFIX (fairseq-preprocess's naming)")
+        if (self.source_lang is None) != (self.target_lang is None):
+            raise ValueError("--source-lang and --target-lang go together: they name the two sides of a direction "
+                             "(train.en and train.de with --source-lang en --target-lang de)")
+        if prefs and self.source_lang is None:
+            raise ValueError("--trainpref, --validpref and --testpref name the files PREFIX.{src} and PREFIX.{tgt}: "
+                             "give --source-lang and --target-lang with them")
+        if self.documents and self.source_lang is not None:
+            raise ValueError("--source-lang, --target-lang and --trainpref/--validpref/--testpref are for parallel "
+                             "sentences, not --documents")
+        if self.spm_character_coverage is not None:
+            if self.spm_model is not None:
+                raise ValueError(f"--character-coverage {self.spm_character_coverage:g} is a setting of SentencePiece "
+                                 f"training (--train-spm): the model given with --spm ({self.spm_model}) is trained "
+                                 f"already; leave --character-coverage out, or train one here with --train-spm VOCAB")
+            c = self.spm_character_coverage
+            if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c <= 1:
+                raise ValueError(f"--character-coverage must be a share in (0, 1] of the sample's characters that "
+                                 f"get pieces (1.0: all of them), got {c!r}")
         if isinstance(self.inputs, str) or isinstance(self.json_keys, str):
             raise ValueError("inputs and json_keys are lists of strings")
         if self.documents:

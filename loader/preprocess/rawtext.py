@@ -4,7 +4,10 @@ Input folder naming (one sentence per line, UTF-8, ``\\n`` line ends; a trailing
 
 * ``{src}-{tgt}.{src}`` and ``{src}-{tgt}.{tgt}``: a parallel direction of the ``train`` split;
 * ``{split}.{src}-{tgt}.{lang}``: the same for another split (``valid``, ``test``, ``train2`` ...);
-* ``{split}.{lang}``: monolingual text (the split is required here, so that ``README.md`` is never data).
+* ``{split}.{lang}``: monolingual text (the split is required here, so that ``README.md`` is never data);
+* with ``langs=(src, tgt)`` (``--source-lang``/``--target-lang``), fairseq-preprocess's naming: ``{split}.{src}``
+  and ``{split}.{tgt}`` are the direction ``src-tgt`` of that split, and ``prefixes`` (``--trainpref`` ...) name
+  files ``PREFIX.{src}``/``PREFIX.{tgt}`` anywhere.
 
 Any file may be compressed (``.gz``, ``.zst``, ``.xz``, ``.bz2`` after its name: ``en-de.en.gz``). A direction
 held in many files is a folder named like the direction (``en-de/`` or ``valid.en-de/``) of files
@@ -192,9 +195,50 @@ def parse_input_spec(spec: str) -> tuple[str, str, list[str], str]:
                         f"split.lang")
 
 
-def discover(input_dir=None, specs=()) -> tuple[list[RawInput], list[str]]:
+def check_lang(flag: str, lang: str) -> None:
+    """A language code names files (``train.{src}-{tgt}.{lang}.idx``): letters, digits and ``_`` only."""
+    if not isinstance(lang, str) or not re.fullmatch(_LANG, lang):
+        raise BinarizeError(f"{flag} {lang!r}: a language code is letters, digits and _ only (it names the output "
+                            f"files, train.{{src}}-{{tgt}}.{{lang}}.bin; write en_US, not en-US)")
+
+
+def _prefix_files(split: str, prefix: str, langs: list[str], flag: str) -> list[str]:
+    """The files ``PREFIX.{lang}`` (compressed or not) of both sides of a fairseq-style prefix."""
+    prefix = os.fspath(prefix)
+    out = []
+    for lang in langs:
+        names = [f"{prefix}.{lang}"] + [f"{prefix}.{lang}{ext}" for ext in (".gz", ".zst", ".xz", ".bz2")]
+        there = [n for n in names if os.path.exists(n)]
+        if len(there) > 1:
+            raise BinarizeError(f"{flag} {prefix}: two files for its {lang} side, {there[0]} and {there[1]}; keep one")
+        if not there:
+            raise BinarizeError(f"{flag} {prefix}: no {lang} side ({prefix}.{lang}, compressed or not, not found); "
+                                f"the {split} split of --source-lang {langs[0]} --target-lang {langs[1]} is read "
+                                f"from {prefix}.{langs[0]} and {prefix}.{langs[1]}")
+        refuse_special(there[0])
+        out.append(there[0])
+    return out
+
+
+def discover(input_dir=None, specs=(), langs=None, prefixes=()) -> tuple[list[RawInput], list[str]]:
     """Inputs found in ``input_dir`` and given by ``specs`` (``KEY=GLOB``), and the names that were not
-    recognised (never silently dropped)."""
+    recognised (never silently dropped).
+
+    ``langs`` (``[src, tgt]``, from ``--source-lang``/``--target-lang``) reads fairseq-preprocess's naming:
+    ``{split}.{src}`` with ``{split}.{tgt}`` in ``input_dir`` is the direction ``src-tgt`` of that split, and each
+    ``(split, PREFIX)`` of ``prefixes`` (``--trainpref``, ``--validpref``, ``--testpref``) names the files
+    ``PREFIX.{src}`` and ``PREFIX.{tgt}`` of that split."""
+    pair = list(langs) if langs is not None else None  # (the --input loop below has langs of its own)
+    if pair is not None:
+        src_lang, tgt_lang = pair
+        check_lang("--source-lang", src_lang)
+        check_lang("--target-lang", tgt_lang)
+        if src_lang == tgt_lang:
+            raise BinarizeError(f"--source-lang and --target-lang are both {src_lang!r}: a direction joins two "
+                                f"languages")
+    elif prefixes:
+        raise BinarizeError("--trainpref, --validpref and --testpref name the files PREFIX.{src} and PREFIX.{tgt}: "
+                            "give --source-lang and --target-lang with them")
     found: dict[tuple[str, str], RawInput] = {}
     ignored: list[str] = []
 
@@ -239,6 +283,13 @@ def discover(input_dir=None, specs=()) -> tuple[list[RawInput], list[str]]:
                 side[m["lang"]] = path
                 continue
             m = _MONO.match(stem)
+            if m and pair is not None and m["lang"] in pair:  # fairseq's naming: {split}.{src}, {split}.{tgt}
+                side = sides.setdefault((m["split"], "-".join(pair)), {})
+                if m["lang"] in side:
+                    raise BinarizeError(f"two files for the {m['lang']} side of {m['split']} {'-'.join(pair)}: "
+                                        f"{side[m['lang']]} and {path}; keep one")
+                side[m["lang"]] = path
+                continue
             if m:
                 add(RawInput(m["split"], m["lang"], [m["lang"]], [Part([path])], origin=path))
                 continue
@@ -247,9 +298,15 @@ def discover(input_dir=None, specs=()) -> tuple[list[RawInput], list[str]]:
             src, tgt = key.split("-")
             missing = [lang for lang in (src, tgt) if lang not in have]
             if missing:
+                named = (f" (--source-lang {src} --target-lang {tgt} pairs {split}.{src} with {split}.{tgt})"
+                         if pair is not None and key == "-".join(pair) else "")
                 raise BinarizeError(f"{next(iter(have.values()))}: direction {key} ({split}) has no {missing[0]} "
-                                    f"side beside it")
+                                    f"side beside it{named}")
             add(RawInput(split, key, [src, tgt], [Part([have[src], have[tgt]])], origin=have[src]))
+    for split, prefix in prefixes:
+        flag = "--" + re.match(r"[a-z]+", split)[0] + "pref"
+        add(RawInput(split, "-".join(pair), pair, [Part(_prefix_files(split, prefix, pair, flag))],
+                     origin=f"{flag} {prefix}"))
     for spec in specs:
         split, key, langs, pattern = parse_input_spec(spec)
         if len(langs) == 2:
@@ -259,8 +316,35 @@ def discover(input_dir=None, specs=()) -> tuple[list[RawInput], list[str]]:
         if not parts:
             raise BinarizeError(f"--input {spec}: the glob matches no file")
         add(RawInput(split, key, langs, parts, origin=f"--input {spec}"))
+    if pair is not None and not any(key == "-".join(pair) for _, key in found):
+        where = f"{input_dir}" if input_dir is not None else "the inputs"
+        raise BinarizeError(f"--source-lang {pair[0]} --target-lang {pair[1]}: {where} holds no pair of files "
+                            f"{{split}}.{pair[0]} and {{split}}.{pair[1]} (train.{pair[0]} and train.{pair[1]}, "
+                            f"valid.{pair[0]} ...); name other prefixes with --trainpref, --validpref or "
+                            f"--testpref PREFIX")
     inputs = sorted(found.values(), key=lambda i: (i.parallel is False, i.split, i.key))
     return inputs, ignored
+
+
+def pair_prefixes(trainpref=None, validpref=None, testpref=None) -> list[tuple[str, str]]:
+    """``(split, prefix)`` of fairseq-preprocess's prefix flags: ``--validpref a,b`` gives the splits ``valid``
+    and ``valid1``, as fairseq names them."""
+    out = []
+    for split, value in (("train", trainpref), ("valid", validpref), ("test", testpref)):
+        for k, prefix in enumerate(p for p in (value or "").split(",") if p):
+            out.append((f"{split}{k or ''}", prefix))
+    return out
+
+
+def looks_paired(inputs: list[RawInput]) -> list[list[RawInput]]:
+    """Monolingual inputs that look like the two sides of one direction read apart: the same split (the prefix
+    of fairseq's ``train.en``/``train.de``) and the same number of lines. Groups of two or more, after the line
+    counts are known."""
+    by: dict[tuple, list[RawInput]] = {}
+    for inp in inputs:
+        if not inp.documents and len(inp.langs) == 1 and inp.num_lines:
+            by.setdefault((inp.split, inp.num_lines), []).append(inp)
+    return [sorted(g, key=lambda i: i.key) for _, g in sorted(by.items()) if len(g) > 1]
 
 
 def _doc_format(name: str) -> str | None:

@@ -19,6 +19,9 @@ class Stats:
     bad_record: int = 0  # documents: a line that is not a JSON object with the keys asked for
     sequences: int = 0  # sequences written per output (= kept, or sentences with --split-sentences)
     tokens: dict = field(default_factory=dict)  # lang (or JSON key) -> tokens kept (</s> included)
+    # what became <unk> in the kept tokens: a character SentencePiece has no piece for -> its occurrences (a run of
+    # them is one <unk> token); a piece the --dict lacks -> its <unk> tokens
+    unk_chars: dict = field(default_factory=dict)
 
     _COUNTS = ("lines", "kept", "empty", "overlong", "bad_utf8", "truncated", "replaced_utf8", "unk_tokens",
                "bad_record", "sequences")
@@ -28,6 +31,12 @@ class Stats:
             setattr(self, k, getattr(self, k) + getattr(other, k))
         for lang, n in other.tokens.items():
             self.tokens[lang] = self.tokens.get(lang, 0) + n
+        for ch, n in other.unk_chars.items():
+            self.unk_chars[ch] = self.unk_chars.get(ch, 0) + n
+
+    def top_unk(self, k: int) -> dict:
+        """The ``k`` most frequent of ``unk_chars``, most frequent first (ties in character order)."""
+        return dict(sorted(self.unk_chars.items(), key=lambda kv: (-kv[1], kv[0]))[:k])
 
     @property
     def dropped(self) -> int:

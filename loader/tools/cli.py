@@ -228,7 +228,9 @@ def _binarize(args) -> int:
         ray_address=args.ray_address, documents=args.documents,
         json_keys=tuple(k for spec in (args.json_keys or ["text"]) for k in re.split(r"[,\s]+", spec) if k),
         split_sentences=args.split_sentences, append_eod=not args.no_append_eod, bad_record=args.on_bad_record,
-        max_dropped=args.max_dropped,
+        max_dropped=args.max_dropped, spm_character_coverage=args.character_coverage,
+        source_lang=args.source_lang, target_lang=args.target_lang, trainpref=args.trainpref,
+        validpref=args.validpref, testpref=args.testpref, command=("babelfeed", *getattr(args, "argv", ())),
     )
     report = binarize(opts, log=lambda m: print(m, file=sys.stderr))
     print(format_report(report))
@@ -417,8 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the rest.")
     b.add_argument("input_dir", nargs="?",
                    help="folder of {src}-{tgt}.{lang}, {split}.{src}-{tgt}.{lang} and {split}.{lang} files (or "
-                        "folders of that name holding many files); with --documents, NAME.jsonl, NAME.json and "
-                        "NAME.txt files or NAME/ folders of them")
+                        "folders of that name holding many files); with --source-lang/--target-lang, fairseq's "
+                        "{split}.SRC and {split}.TGT; with --documents, NAME.jsonl, NAME.json and NAME.txt files "
+                        "or NAME/ folders of them")
     b.add_argument("-o", "--output", required=True, help="data_bin folder to write")
     b.add_argument("--input", action="append", metavar="KEY=GLOB",
                    help="an input given by a glob, repeatable: [split.]src-tgt=GLOB with {lang} where each side's "
@@ -470,6 +473,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a JSONL line that is not an object holding every key as a string: stop with an error "
                         "naming the file and line (default), or drop it and count it")
     b.add_argument("--spm-sample", type=count(1), default=1_000_000, help="sentences sampled to train SentencePiece (default 1000000)")
+    b.add_argument("--character-coverage", type=float, metavar="SHARE",
+                   help="with --train-spm: the share of the sample's characters that get pieces (SentencePiece's "
+                        "character_coverage, default 0.9995: the rarest characters, accented letters of a mostly "
+                        "ASCII text, become <unk>); 1.0 keeps every one")
+    f = b.add_argument_group("fairseq-preprocess naming (files PREFIX.SRC and PREFIX.TGT are one direction)")
+    f.add_argument("--source-lang", metavar="SRC",
+                   help="with --target-lang: {split}.SRC and {split}.TGT in the input folder (train.en, train.de, "
+                        "valid.en ...) are the direction SRC-TGT of that split, not two monolingual corpora")
+    f.add_argument("--target-lang", metavar="TGT", help="the target side's language (see --source-lang)")
+    f.add_argument("--trainpref", metavar="PREFIX",
+                   help="the train split is PREFIX.SRC and PREFIX.TGT (a path: raw/train.tok), as fairseq-preprocess "
+                        "reads it; no input folder needed")
+    f.add_argument("--validpref", metavar="PREFIX[,PREFIX]",
+                   help="the valid split's prefix; comma-separated prefixes are the splits valid, valid1, ...")
+    f.add_argument("--testpref", metavar="PREFIX[,PREFIX]", help="the test split's prefix (test, test1, ...)")
     b.add_argument("--chunk-lines", type=count(1), default=20000, help="lines per unit of parallel work (default 20000)")
     b.add_argument("--seed", type=int, default=1, help="seed of the SentencePiece training sample (default 1)")
     b.add_argument("--overwrite", action="store_true", help="delete datasets in the output that this run would not write")
@@ -622,6 +640,7 @@ def main(argv=None) -> int:
     except SystemExit as e:  # --help (0) or a usage error (2), already printed
         return e.code if isinstance(e.code, int) else int(e.code is not None)
     args.overrides = overrides
+    args.argv = argv  # (binarize quotes its command line in hints)
     debug = args.debug or bool(os.environ.get("BABELFEED_DEBUG"))
     prog = f"babelfeed {args.command}"
     if overrides and args.command not in ("plan", "demo", "preview", "trace"):

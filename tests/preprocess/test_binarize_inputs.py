@@ -330,3 +330,69 @@ def test_text_the_model_does_not_cover_and_empty_shards_are_warned_about(tmp_pat
     assert any(w.startswith("train.en-ja: ") and "are <unk>: the SentencePiece model does not cover this text"
                in w and "--train-spm" in w for w in report["warnings"]), report["warnings"]
     assert "1 shard(s) hold no sentences: train.de-fr shard001" in text
+
+
+def _fairseq_named(root, src, tgt, names=("train", "valid")):
+    """make_raw's en-de train and valid pairs under fairseq-preprocess's names: {split}.en, {split}.de."""
+    os.makedirs(root, exist_ok=True)
+    for split in names:
+        stem = "en-de" if split == "train" else f"{split}.en-de"
+        for lang in ("en", "de"):
+            (root / f"{split}.{lang}").write_bytes((src / f"{stem}.{lang}").read_bytes())
+
+
+def test_fairseq_names_with_source_and_target_lang_are_one_direction(tmp_path):
+    """train.en and train.de binarized as two monolingual corpora with exit 0; plan then found no direction (issue
+    25). With --source-lang/--target-lang (in a folder, or by fairseq's --trainpref/--validpref) they are the
+    direction en-de, both sides aligned: the bytes of the same text named en-de.en/en-de.de."""
+    import babelfeed
+
+    make_raw(tmp_path / "named", n=300)  # an empty source line, an undecodable target one: the pair is dropped
+    os.unlink(tmp_path / "named" / "train.fr")
+    _fairseq_named(tmp_path / "fs", tmp_path / "named", tmp_path / "named")
+    binarize(opts(tmp_path / "named", tmp_path / "ref"), log=quiet)
+    model = str(tmp_path / "ref" / "spm.model")
+    flags = dict(train_spm=None, spm_model=model, source_lang="en", target_lang="de")
+    binarize(opts(tmp_path / "fs", tmp_path / "out", **flags), log=quiet)
+    corpus = babelfeed.ShardedCorpus(tmp_path / "out")
+    assert corpus.directions() == ["en-de"] and corpus.monolingual() == [] and corpus.splits == ["train", "valid"]
+    for split in ("train", "valid"):
+        for shard in corpus.shard_ids(split, "en-de"):
+            src, tgt = corpus.open_pair(split, "en-de", shard)
+            assert len(src) == len(tgt) > 0
+    assert read_all(tmp_path / "out") == read_all(tmp_path / "ref")
+    # fairseq-preprocess's own flags: path prefixes, no input folder
+    pref = opts(tmp_path, tmp_path / "pref", trainpref=str(tmp_path / "fs" / "train"),
+                validpref=str(tmp_path / "fs" / "valid"), **flags)
+    pref.input_dir = None
+    report = binarize(pref, log=quiet)
+    assert read_all(tmp_path / "pref") == read_all(tmp_path / "ref") and not report["warnings"]
+    pref.trainpref, pref.output_dir = str(tmp_path / "nope"), str(tmp_path / "x")
+    with pytest.raises(BinarizeError, match=r"--trainpref .*/nope: no en side \(.*/nope.en, compressed or not"):
+        binarize(pref, log=quiet)
+    os.unlink(tmp_path / "fs" / "valid.de")
+    with pytest.raises(BinarizeError, match=r"valid.en: direction en-de \(valid\) has no de side beside it"):
+        binarize(opts(tmp_path / "fs", tmp_path / "x", **flags), log=quiet)
+    with pytest.raises(BinarizeError, match=r"--source-lang es --target-lang fr: .* holds no pair of files"):
+        binarize(opts(tmp_path / "fs", tmp_path / "x", **{**flags, "source_lang": "es", "target_lang": "fr"}),
+                 log=quiet)
+    with pytest.raises(BinarizeError, match=r"--source-lang 'en-US': a language code is letters, digits and _"):
+        binarize(opts(tmp_path / "fs", tmp_path / "x", **{**flags, "source_lang": "en-US"}), log=quiet)
+
+
+def test_pair_looking_monolingual_names_are_warned_about_with_the_fix(tmp_path):
+    """Without the flags the same files are still read as monolingual corpora (as named), but the run says, on
+    its log and in its report, that they look like one direction and how to read them as one; a monolingual
+    corpus of another size beside them draws no warning."""
+    make_raw(tmp_path / "named", n=100, bad=False)
+    _fairseq_named(tmp_path / "fs", tmp_path / "named", tmp_path / "named")
+    (tmp_path / "fs" / "train.fr").write_bytes((tmp_path / "named" / "train.fr").read_bytes())  # 50 lines
+    logs = []
+    report = binarize(opts(tmp_path / "fs", tmp_path / "out", shards=1), log=logs.append)
+    assert sorted(e["key"] for e in report["inputs"]) == ["de", "de", "en", "en", "fr"]
+    [warning] = report["warnings"]
+    assert any(m == f"WARNING: {warning}" for m in logs), logs
+    for path in ("train.de", "train.en", "valid.de", "valid.en"):
+        assert str(tmp_path / "fs" / path) in warning
+    assert "train.fr" not in warning and "100 lines each" in warning and "2 lines each" in warning
+    assert "source_lang='de', target_lang='en', overwrite=True" in warning

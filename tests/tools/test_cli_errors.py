@@ -157,6 +157,9 @@ def raw(tmp_path_factory):
     (["--train-spm", "60", "--max-len", "1"], "--max-len", "1"),
     (["--train-spm", "60", "--chunk-lines", "0"], "--chunk-lines", "0"),
     (["--train-spm", "60", "--spm-sample", "0"], "--spm-sample", "0"),
+    (["--train-spm", "60", "--character-coverage", "0"], "--character-coverage", "got 0.0"),
+    (["--spm", "any.model", "--character-coverage", "1.0"], "--character-coverage 1 is a setting", "--train-spm"),
+    (["--train-spm", "60", "--source-lang", "en"], "--source-lang and --target-lang go together", "train.en"),
 ])
 def test_binarize_refuses_nonsense_before_any_work(raw, tmp_path, capsys, flags, name, value):
     fails(capsys, ["binarize", str(raw), "-o", str(tmp_path / "out"), "--no-progress"] + flags, name, value)
@@ -169,6 +172,32 @@ def test_binarize_refuses_more_shards_than_lines(raw, tmp_path, capsys):
                           "--no-progress"], "--shards 50", "40", "en-de")
     assert "train.fr" in line or "en-de" in line
     assert not os.path.exists(tmp_path / "out" / "shard000")
+
+
+def test_pair_looking_monolingual_files_are_warned_about_with_the_command_that_pairs_them(raw, tmp_path, capsys):
+    """train.en and train.de binarized as two monolingual corpora with exit 0, and plan said only "no directions
+    selected for split 'train'" (issue 25). binarize now says on stderr which files look paired and the exact
+    command that reads them as a direction; plan's error says the same; the command works."""
+    import shlex
+
+    fs = tmp_path / "fs"
+    fs.mkdir()
+    for lang in ("en", "de"):
+        (fs / f"train.{lang}").write_bytes((raw / f"en-de.{lang}").read_bytes())
+    out = tmp_path / "out"
+    assert main(["binarize", str(fs), "-o", str(out), "--train-spm", "60", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    warning = next(ln for ln in err.splitlines() if ln.startswith("WARNING: "))
+    assert f"{fs / 'train.de'}, {fs / 'train.en'} were read as monolingual text" in warning
+    assert "40 lines each" in warning
+    command = warning.split("rerun as: ", 1)[1].split(" (--overwrite", 1)[0]
+    assert command == shlex.join(["babelfeed", "binarize", str(fs), "-o", str(out), "--train-spm", "60",
+                                  "--no-progress", "--source-lang", "de", "--target-lang", "en", "--overwrite"])
+    fails(capsys, ["plan", NLLB, f"--config.data.path={out}"], "no directions selected for split 'train'",
+          "--source-lang de --target-lang en")
+    assert main(shlex.split(command)[1:]) == 0
+    assert "WARNING" not in capsys.readouterr().err
+    assert babelfeed.ShardedCorpus(out).directions() == ["de-en"] and not babelfeed.ShardedCorpus(out).monolingual()
 
 
 # ------------------------------------------------------------------------------------ rank and world size
