@@ -1,4 +1,4 @@
-"""On-the-fly noise on token ids, vectorised over a whole batch (seed 003's dynamically sampled noise).
+"""On-the-fly noise on token ids, vectorised over a whole batch (noise sampled anew each time a sample is used).
 
 A batch is *ragged*: ``tokens`` (every sentence's ids back to back) and ``lengths``. Each transform maps a
 ragged batch to a ragged batch with numpy, without a Python loop over sentences. Every random choice is a

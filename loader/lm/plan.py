@@ -10,7 +10,7 @@ A dataset's split is read as its sequences, shuffled anew every epoch, and cut i
   (``carry``) before its own ``order``;
 * ``pack``: whole sequences packed into rows of ``seq_len + 1`` tokens (best-fit decreasing), a piece per
   sequence at its column;
-* ``sentences``: consecutive sentences of one document up to ``seq_len + 1`` tokens (BERT-style, seed 002).
+* ``sentences``: consecutive sentences of one document up to ``seq_len + 1`` tokens (BERT-style).
 
 Samples of an epoch are served in a keyed pseudorandom order. :meth:`LMSource.pieces` turns any set of
 (epoch, sample) pairs into pieces in one vectorised pass, checking that every record it reads lies inside the

@@ -1,8 +1,8 @@
-"""Dynamic length bins (seed 004) as a batch sampler for torch's DataLoader and the Hugging Face Trainer.
+"""Dynamic length bins as a batch sampler for torch's DataLoader and the Hugging Face Trainer.
 
 Samples are split into length bins, each bin has its own batch size, bins are drawn in proportion to their
 size, and every sample of a bin is seen before the bin reshuffles. The bins are a shape plan
-(:mod:`babelfeed.shapes`): seed 004's quarters of the maximum length (``bins="quarters"``: edges L/4, L/2, 3L/4, L),
+(:mod:`babelfeed.shapes`): quarters of the maximum length (``bins="quarters"``: edges L/4, L/2, 3L/4, L),
 or the padding-optimal K edges (``bins=K``); a bin's batch size is the token budget over its edge, so every
 batch of a bin has the same padded size.
 

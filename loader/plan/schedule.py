@@ -1,4 +1,4 @@
-"""Mixing-weight schedules over training (OpenNMT-py's ``mixing_weight_schedule``, seed 003).
+"""Mixing-weight schedules over training (OpenNMT-py's ``mixing_weight_schedule``).
 
 A schedule has boundaries ``b_1 < ... < b_n`` (in optimizer updates) and ``n + 1`` weight lists: ``weights[0]``
 applies before ``b_1``, ``weights[i]`` from ``b_i`` on. ``mode="linear"`` instead interpolates between
@@ -7,7 +7,7 @@ consecutive lists: ``weights[0]`` at update 0, ``weights[i]`` at ``b_i``, the la
 Steps are optimizer updates, not loader batches: one update consumes ``world_size x accumulation`` global
 batches in the ``split="batches"`` layout (one batch per rank per forward pass) or ``accumulation`` global
 batches in the ``split="rows"`` layout. ``update_of(global_batches)`` does that conversion, so a boundary at 40k
-updates is the same point of training whatever the batch split - the caveat seed 003 names.
+updates is the same point of training whatever the batch split - a caveat of OpenNMT-py's schedules.
 """
 
 from __future__ import annotations

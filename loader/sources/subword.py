@@ -1,4 +1,4 @@
-"""Subword regularisation on the fly: raw text segmented anew each time it is used (seed 003, Kudo 2018).
+"""Subword regularisation on the fly: raw text segmented anew each time it is used (Kudo 2018).
 
 ``RawText`` gives random access to the lines of a raw text shard (a line-offset index, built once and cached).
 ``SubwordSampler`` segments lines by sampling among SentencePiece's ``nbest`` best segmentations with

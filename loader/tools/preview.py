@@ -1,4 +1,4 @@
-"""``babelfeed preview``: samples of a direction before and after each transform, decoded to text (seed 003)."""
+"""``babelfeed preview``: samples of a direction before and after each transform, decoded to text."""
 
 from __future__ import annotations
 

@@ -397,3 +397,16 @@ def test_overrides_take_absl_space_form_too(data, capsys):
     assert code == 2 and "--config.batching.max_tokens needs a value" in err and "Traceback" not in err
     fails(capsys, ["plan", NLLB, "--config.data.path", data, "--config.batching.max_tokens", "lots"],
           "batching.max_tokens", "takes an integer", "'lots'")
+
+
+def test_stdout_keeps_its_order_with_stderr_in_one_file(data, tmp_path):
+    """`babelfeed ... > log 2>&1`: what a command printed lands before what is written to stderr after it (a
+    block-buffered stdout held it back until exit)."""
+    code = ("import sys; from babelfeed.cli import main; "
+            f"main(['inspect', {data!r}]); print('AFTER', file=sys.stderr)")
+    with open(tmp_path / "log", "w") as log:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # (as a user's shell has it)
+        subprocess.run([sys.executable, "-c", code], stdout=log, stderr=subprocess.STDOUT, timeout=120, check=True,
+                       env=env)
+    text = (tmp_path / "log").read_text()
+    assert "AFTER" in text and "aaa-bbb" in text and text.index("aaa-bbb") < text.index("AFTER"), text[-2000:]
