@@ -280,12 +280,13 @@ def _plan(args) -> int:
     loaded = _load(path, overrides)
     lm = _lm_config(loaded)
     if lm is not None:
-        if args.plot:
-            raise ValueError("--plot draws a translation plan's shapes and mixture; an LM run's plan is printed")
+        if args.plot or args.json:
+            raise ValueError("--plot and --json give a translation plan's shapes and mixture; an LM run's plan is "
+                             "printed")
         print(_lm_plan(lm))
         return 0
     config = _translation_config(path, overrides, loaded)
-    print(plan_report.plan_report(config, args.shapes, plot_dir=args.plot))
+    print(plan_report.plan_report(config, args.shapes, plot_dir=args.plot, as_json=args.json))
     return 0
 
 
@@ -501,8 +502,14 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--json", action="store_true", help="machine-readable output")
     i.add_argument("--verify", action="store_true",
                    help="also read every token and refuse ids outside the dictionary (reads all the data)")
-    i.add_argument("--plot", metavar="DIR", help="also draw lengths.png (length histograms per direction and "
-                   "side) and sentences.png (sentences per direction, log scale) into DIR; needs matplotlib")
+    i.add_argument("--plot", metavar="DIR", help="also draw lengths.png (sentence lengths: up to 12 directions "
+                   "each direction's histogram per side; more, by resource tier (a third of the directions each, by "
+                   "sentences) with each direction's medians and 99th percentiles, the most unusual named) and "
+                   "sentences.png (sentences per direction and split, log scale, values printed; more than 12: the "
+                   "10 largest and smallest, the others added up, every direction by rank) into DIR, and "
+                   "inspect.json, the numbers they draw: per direction its sentences per split, tier, and per side "
+                   "its length percentiles and histogram (entry L counts sentences of L tokens); per tier the "
+                   "pooled histograms; the axis cut and the directions named; needs matplotlib")
     i.set_defaults(func=_inspect)
 
     pl = sub.add_parser("plan", help="the static batch shapes a config gets, their padding, the alternatives",
@@ -515,7 +522,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "--config.KEY=VALUE), e.g. data.path=data_bin")
     pl.add_argument("--plot", metavar="DIR", help="also draw shapes.png (the shapes over the length histogram, "
                     "padding per shape, the alternatives) and mixing.png (probability against size, served "
-                    "share) into DIR; needs matplotlib")
+                    "share; shares of the data, probability and served samples per direction, or per resource "
+                    "tier above 12 directions) into DIR, with plan.json, the numbers they draw (as --json "
+                    "prints them); needs matplotlib")
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON instead of the report: per shape "
+                    "its batch and widths, planned share, epoch 1's batches, real and padded tokens and padding "
+                    "efficiency; epoch 1 static and dynamic; the alternatives; the mixture's (source, target) "
+                    "length histogram (cells of 'bin' tokens up to each side's 99.5th percentile); per direction "
+                    "its size, probability, served samples and tier, and per tier their shares")
     pl.set_defaults(func=_plan)
 
     tr = sub.add_parser("trace", help="the samples of a training step: stream, task, corpus, shard and row",

@@ -53,8 +53,33 @@ def _weighted_copies(cost: np.ndarray, weights: np.ndarray, most: int = 2_000_00
     return np.repeat(cost, copies.astype(np.int64))
 
 
-def plan_report(config, num_shapes: int | None = None, plot_dir: str | None = None) -> str:
-    """The report's text; with ``plot_dir``, also shapes.png and mixing.png there (plots.py)."""
+def plan_report(config, num_shapes: int | None = None, plot_dir: str | None = None, as_json: bool = False) -> str:
+    """The report's text (``as_json``: :func:`plan_data`'s dict as JSON); with ``plot_dir``, also shapes.png,
+    mixing.png and plan.json there (plots.py)."""
+    lines, data = _plan(config, num_shapes)
+    if plot_dir:
+        from babelfeed.tools import plots
+
+        files = plots.plan_figures(data, plot_dir)
+        lines.append("wrote " + ", ".join(files))
+    if as_json:
+        import json
+
+        return json.dumps(data, indent=1)
+    return "\n".join(lines)
+
+
+def plan_data(config, num_shapes: int | None = None) -> dict:
+    """What ``plan --plot`` draws and ``plan --json`` prints, JSON-ready: the config's batching; per shape its
+    ``batch``, ``source`` and ``target`` widths, planned share of the samples, and in epoch 1 its batches, their
+    share, real and padded tokens (masked rows as padding) and ``efficiency`` (real / padded); epoch 1 with
+    these shapes and with dynamic batches; the ``alternatives`` (name, efficiency, whether it is this plan);
+    ``lengths``, the (source, target) histogram of the mixture (:func:`plots.length_cells`); ``mixing``, each
+    direction's size, probability and served samples with the tiers (:func:`plots.mixing_data`)."""
+    return _plan(config, num_shapes)[1]
+
+
+def _plan(config, num_shapes: int | None) -> tuple[list[str], dict]:
     from babelfeed.build import mixture_lengths, shape_plan
     from babelfeed.checks import at_least
     from babelfeed.config.spec import check_translation_config
@@ -110,24 +135,34 @@ def plan_report(config, num_shapes: int | None = None, plot_dir: str | None = No
                      f"of batches")
     lines.append(f"epoch 1 with dynamic batches: {d_batches:,} batches in {len(d_shapes):,} distinct shapes "
                  f"(one XLA compilation each), padding efficiency {d_eff:.1%}")
-    if plot_dir:
-        from babelfeed.tools import plots
+    from babelfeed.tools import plots
 
-        per_shape = {s: (r / max(p, 1), s_shapes.get(s, 0) / max(s_batches, 1)) for s, (r, p) in tokens.items()}
-        compared = {**{f"{name}, 1-D": v for name, v in alternatives.items()},
-                    "buckets of max(src, tgt), 2-D widths": old.fill,
-                    f"this plan: {k} (source, target) boxes": plan.fill,
-                    f"this plan, epoch 1 ({s_batches:,} batches)": s_eff,
-                    f"dynamic batches ({len(d_shapes):,} shapes)": d_eff}
-        limits = (config.filter.max_source_positions, config.filter.max_target_positions)
-        files = plots.plan_figures(lengths, weights, [tuple(s) for s in plan.shapes], per_shape, compared, plot_dir,
-                                   limits=limits)
-        setup = dynamic.setup(1)
-        served = setup.counts - dynamic.filtered(1)
-        files += plots.mixing_figure([d.key for d in setup.directions], [d.size for d in setup.directions],
-                                     np.asarray(setup.probs, np.float64), served, config.mixing.temperature, plot_dir,
-                                     size_label=("sentences of the direction in epoch 1's shard (log; data.shards="
-                                                 f"{config.data.shards!r})" if config.data.shards == "cycle" else
-                                                 "sentences of the direction, every shard (log)"))
-        lines.append("wrote " + ", ".join(files))
-    return "\n".join(lines)
+    setup = dynamic.setup(1)
+    served = setup.counts - dynamic.filtered(1)
+    shards = config.data.shards
+    data = {"data_path": str(config.data.path), "max_tokens": int(config.batching.max_tokens),
+            "required_batch_size_multiple": int(config.batching.required_batch_size_multiple),
+            "shapes": [], "alternatives": [],
+            "epoch1": {"static": {"batches": s_batches, "efficiency": s_eff, "masked_rows": masked},
+                       "dynamic": {"batches": d_batches, "shapes": len(d_shapes), "efficiency": d_eff}}}
+    for shape, share in zip(plan.shapes, plan.share.tolist()):
+        real, padded = tokens.get(tuple(shape), (0, 0))
+        n = s_shapes.get(tuple(shape), 0)
+        data["shapes"].append({"batch": int(shape[0]), "source": int(shape[1]), "target": int(shape[-1]),
+                               "planned_share": float(share), "batches": n, "share_of_batches": n / max(s_batches, 1),
+                               "real_tokens": real, "padded_tokens": padded, "efficiency": real / max(padded, 1)})
+    compared = {**{f"{name}, 1-D": v for name, v in alternatives.items()},
+                "buckets of max(src, tgt), 2-D widths": old.fill,
+                f"this plan: {k} (source, target) boxes": plan.fill,
+                f"this plan, epoch 1 ({s_batches:,} batches)": s_eff,
+                f"dynamic batches ({len(d_shapes):,} shapes)": d_eff}
+    data["alternatives"] = [{"name": name, "efficiency": float(v), "this_plan": name.startswith("this plan")}
+                            for name, v in compared.items()]
+    data["lengths"] = plots.length_cells(lengths, weights, (config.filter.max_source_positions,
+                                                            config.filter.max_target_positions))
+    data["mixing"] = plots.mixing_data(
+        [d.key for d in setup.directions], [d.size for d in setup.directions], np.asarray(setup.probs, np.float64),
+        served, config.mixing.temperature,
+        size_label=(f"sentences of the direction in epoch 1's shard (log; data.shards={shards!r})"
+                    if shards == "cycle" else "sentences of the direction, every shard (log)"))
+    return lines, data
