@@ -92,5 +92,7 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
     assert out.returncode == 0, out.stderr[-4000:]
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
     assert "BatchLoader" in api and "state_dict" in api, "the API page holds the docstrings"
+    roles = re.findall(r":(?:func|class|mod|meth|attr):\S{0,40}", api)
+    assert not roles, f"Sphinx roles left as text on the API page: {roles[:5]}"
     home = (tmp_path / "site" / "index.html").read_text()
     assert "Your own data in five minutes" in home, "the home page is README.md"
