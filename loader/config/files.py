@@ -224,7 +224,7 @@ def split_config_args(argv):
     while i < len(argv):
         arg = argv[i]
         if arg.startswith("--config.") and "=" not in arg:
-            if i + 1 >= len(argv):
+            if i + 1 >= len(argv) or argv[i + 1].startswith("--"):  # (a flag is not a value: absl takes it as one)
                 raise ConfigError(f"{arg} needs a value: {arg}=VALUE or {arg} VALUE")
             overrides.append(f"{arg}={argv[i + 1]}")
             i += 2

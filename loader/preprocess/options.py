@@ -92,9 +92,9 @@ class BinarizeOptions:
                                  f"training (--train-spm): the model given with --spm ({self.spm_model}) is trained "
                                  f"already; leave --character-coverage out, or train one here with --train-spm VOCAB")
             c = self.spm_character_coverage
-            if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c <= 1:
-                raise ValueError(f"--character-coverage must be a share in (0, 1] of the sample's characters that "
-                                 f"get pieces (1.0: all of them), got {c!r}")
+            if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0.98 <= c <= 1:
+                raise ValueError(f"--character-coverage must be a share in [0.98, 1] of the sample's characters that "
+                                 f"get pieces (1.0: all of them; SentencePiece refuses less than 0.98), got {c!r}")
         if isinstance(self.inputs, str) or isinstance(self.json_keys, str):
             raise ValueError("inputs and json_keys are lists of strings")
         if self.documents:

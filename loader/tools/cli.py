@@ -164,11 +164,30 @@ def _read_state(path) -> dict:
             raise FileNotFoundError(2, "a folder holding no babelfeed state (babelfeed_state.json of a Hugging Face "
                                        "checkpoint, or an orbax step's data/metadata): name the state file", path)
         path = found
-    with open(path) as f:
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head[:2] == b"PK" or head[:1] == b"\x80":  # torch.save's zip file, or a pickle: a torch checkpoint
+        return _torch_checkpoint(path)
+    with open(path, encoding="utf-8", errors="replace") as f:
         try:
             return json.load(f)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not a JSON iterator state ({e})") from None
+            raise ValueError(f"{path}: not a JSON iterator state ({e}); a checkpoint of torch.save is read too") from None
+
+
+def _torch_checkpoint(path: str) -> dict:
+    """A ``torch.save`` checkpoint holding a babelfeed state (``{"data": loader.state_dict(), "model": ...}``), read
+    with ``weights_only=True``: tensors and plain containers, no code of the file run."""
+    try:
+        import torch
+    except ImportError:
+        raise ValueError(f"{path}: a torch.save checkpoint; reading it needs torch (pip install 'babelfeed[torch]'), "
+                         f"or save the state as JSON: json.dump(loader.state_dict(), f)") from None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a pickle of other objects, or a file cut short
+        raise ValueError(f"{path}: not a torch checkpoint torch.load reads with weights_only=True "
+                         f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
 
 
 def _lm_trace(args, config) -> int:

@@ -158,6 +158,7 @@ def raw(tmp_path_factory):
     (["--train-spm", "60", "--chunk-lines", "0"], "--chunk-lines", "0"),
     (["--train-spm", "60", "--spm-sample", "0"], "--spm-sample", "0"),
     (["--train-spm", "60", "--character-coverage", "0"], "--character-coverage", "got 0.0"),
+    (["--train-spm", "60", "--character-coverage", "0.5"], "--character-coverage", "[0.98, 1]"),
     (["--spm", "any.model", "--character-coverage", "1.0"], "--character-coverage 1 is a setting", "--train-spm"),
     (["--train-spm", "60", "--source-lang", "en"], "--source-lang and --target-lang go together", "train.en"),
 ])
@@ -367,6 +368,26 @@ def test_trace_takes_a_checkpoint_folder(data, capsys, tmp_path):
           "a folder holding no babelfeed state")
 
 
+def test_trace_reads_the_torch_checkpoint_the_pytorch_guide_saves(data, capsys, tmp_path):
+    """torch.save({"data": loader.state_dict(), ...}) as the README's PyTorch snippet saves it: trace read it as
+    text and said only "'utf-8' codec can't decode byte 0x80"."""
+    torch = pytest.importorskip("torch")
+    cfg = babelfeed.load_config(NLLB)
+    cfg.data.path = data
+    it = babelfeed.build_train_iterator(cfg)
+    next(it)
+    torch.save({"data": it.get_state(), "model": {"w": torch.zeros(3)}}, tmp_path / "ckpt.pt")
+    assert main(["trace", NLLB, f"--config.data.path={data}", "--state", str(tmp_path / "ckpt.pt"), "--step",
+                 "1"]) == 0
+    assert "step 1:" in capsys.readouterr().out
+    (tmp_path / "bad.pt").write_bytes(b"PK\x03\x04 cut short")
+    fails(capsys, ["trace", NLLB, f"--config.data.path={data}", "--state", str(tmp_path / "bad.pt"), "--step", "1"],
+          str(tmp_path / "bad.pt"), "torch")
+    (tmp_path / "bad.json").write_bytes(b"{not json \xff")
+    fails(capsys, ["trace", NLLB, f"--config.data.path={data}", "--state", str(tmp_path / "bad.json"), "--step",
+                   "1"], str(tmp_path / "bad.json"), "not a JSON iterator state")
+
+
 def test_every_command_takes_its_config_one_way_or_the_other_and_refuses_two(data, capsys):
     """plan, trace, preview and demo take the config as their first argument or as --config, alike; both at once
     is refused naming both (plan nllb_like --config my.py once used my.py silently)."""
@@ -395,6 +416,9 @@ def test_overrides_take_absl_space_form_too(data, capsys):
     code = main(["plan", NLLB, f"--config.data.path={data}", "--config.batching.max_tokens"])
     err = capsys.readouterr().err
     assert code == 2 and "--config.batching.max_tokens needs a value" in err and "Traceback" not in err
+    code = main(["plan", NLLB, f"--config.data.path={data}", "--config.batching.max_tokens", "--shapes", "4"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--config.batching.max_tokens needs a value" in err, "the next flag is not its value"
     fails(capsys, ["plan", NLLB, "--config.data.path", data, "--config.batching.max_tokens", "lots"],
           "batching.max_tokens", "takes an integer", "'lots'")
 

@@ -3,7 +3,9 @@ tagged to run, in a fresh process, in a folder holding what the pages' names ref
 README's own `babelfeed binarize` command, Megatron datasets data/web and data/books).
 
 A block preceded by ``<!-- doc-test: skip: REASON -->`` is not run (say why: a placeholder path, a GPU);
-``<!-- doc-test: run -->`` runs a bash block. An untagged bash block fails this test, so every command is
+``<!-- doc-test: run -->`` runs a bash block; ``<!-- doc-test: run after the bash block above -->`` runs the page's
+nearest bash block above first, in the same folder, where a block reads what a command just made (a reader runs
+them in turn). An untagged bash block fails this test, so every command is
 either run or given a reason. The Python blocks share PRELUDE, the names a reader would have in hand at that
 point (``rank``, ``lengths``, a ``ds``...), so a block must not depend on another block.
 """
@@ -78,6 +80,9 @@ def readme_dir(tmp_path_factory):
     return root
 
 
+AFTER = "run after the bash block above"
+
+
 def blocks(path: str) -> list:
     """(where, language, tag, code) of every fenced block of one page, ``where`` as ``docs/x.md:LINE``."""
     name = os.path.relpath(path, REPO)
@@ -96,7 +101,12 @@ def blocks(path: str) -> list:
         while k >= 0 and not lines[k].strip():
             k -= 1
         tag = re.match(r"^<!-- doc-test: (.*?) -->$", lines[k].strip()) if k >= 0 else None
-        out.append((f"{name}:{start + 1}", lang, tag.group(1) if tag else None, "\n".join(lines[i + 1:j])))
+        code = "\n".join(lines[i + 1:j])
+        if tag and tag.group(1) == AFTER:
+            above = [c for _, language, _, c in out if language == "bash"]
+            assert above, f"{name}:{start + 1}: no bash block above to run first"
+            code = (above[-1], code)
+        out.append((f"{name}:{start + 1}", lang, tag.group(1) if tag else None, code))
         i = j + 1
     return out
 
@@ -109,7 +119,8 @@ def test_the_pages_have_blocks_to_run():
     assert sum(lang == "python" and tag is None for _, lang, tag, _ in BLOCKS) >= 15
     assert sum(tag == "run" for _, _, tag, _ in BLOCKS) >= 5
     readme = blocks(README)
-    assert sum(lang == "python" and tag is None for _, lang, tag, _ in readme) >= 3, "the README's own-data snippets"
+    assert sum(lang == "python" and tag in (None, AFTER) for _, lang, tag, _ in readme) >= 3, \
+        "the README's own-data snippets"
 
 
 @pytest.mark.parametrize("line,lang,tag,code", BLOCKS, ids=[b[0] for b in BLOCKS])
@@ -119,6 +130,12 @@ def test_block_runs_as_written(readme_dir, tmp_path, line, lang, tag, code):
         pytest.skip(f"{line}: {tag}")
     env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), JAX_PLATFORMS="cpu",
                XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    if tag == AFTER:  # the command whose output the block reads, run first (as the reader did)
+        first, code = code
+        out = subprocess.run(["bash", "-euo", "pipefail", "-c", first], cwd=readme_dir, capture_output=True,
+                             text=True, env=env, timeout=600)
+        assert out.returncode == 0, f"{line}: the bash block above failed:\n{first}\n--- {out.stderr[-4000:]}"
+        tag = "run"
     if lang == "bash":
         assert tag == "run", (f"{line}: a bash block must be tagged <!-- doc-test: run --> or "
                               f"<!-- doc-test: skip: REASON -->")
