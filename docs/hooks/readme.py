@@ -2,8 +2,6 @@
 
 * The home page is README.md: the same text on GitHub and on the site, its ``docs/`` links made relative to the
   site's root. A README link outside docs/ would have no page on the site, so it fails the build.
-* The docstrings use Sphinx's roles (:func:`name`, :class:`~a.b.Name`), which mkdocstrings leaves as text: the
-  API page shows the name alone, as code, as Sphinx would.
 * The API pages read the sources as the installed package lays them out: ``babelfeed`` is the folder loader/,
   ``babelfeed.adapters`` the folder adapters/. mkdocstrings reads files, not the import system, so a tree of
   links with that layout is made under build/apisrc for it.
@@ -53,9 +51,3 @@ def on_page_markdown(markdown, page, config, files):
 
     return LINK.sub(relink, text)
 
-
-ROLE = re.compile(r":(?:func|class|mod|meth|attr|data|exc|obj):<code>(~?)([^<]*)</code>")
-
-
-def on_page_content(html, page, config, files):
-    return ROLE.sub(lambda m: f"<code>{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}</code>", html)

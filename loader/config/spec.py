@@ -359,8 +359,9 @@ def markdown() -> str:
         lines += [f"## {title}", "", f"Read by `babelfeed.{source}(config)`.", "",
                   "| key | type | default | allowed | what it does |", "|---|---|---|---|---|"]
         for key in keys(kind):
-            lines.append(f"| `{key.path}` | {key.kind.replace('|', ' or ')} | `{key.default!r}` | {key.describe()} "
-                         f"| {key.doc.replace('|', chr(92) + '|')} |")
+            doc = key.doc.replace("<", "&lt;").replace("|", chr(92) + "|")  # </s> and <unk> are text, not HTML
+            lines.append(f"| `{key.path}` | {key.kind.replace('|', ' or ')} | `{key.default!r}` | "
+                         f"{key.describe().replace('<', '&lt;')} | {doc} |")
         if kind == "translation":
             for name, doc in OPEN_SECTIONS.items():
                 lines.append(f"| `{name}.*` | section | empty | your task names | {doc} |")

@@ -101,6 +101,10 @@ class LMIterator(LoaderIterator):
     def build(cls, data_path, seq_len: int, global_batch: int, num_samples: int, split: str = "969,30,1",
               split_name: str = "train", mode: str = "concat", seed: int = 1, cache_dir=None, rank: int = 0,
               world_size: int = 1, verify: str = "full", vocab_size: int = 0) -> "LMIterator":
+        """An LM iterator from Megatron's ``--data-path`` string (``"0.3 PREFIX 0.7 PREFIX"``) and the run's shape:
+        rows of ``seq_len`` tokens, ``global_batch`` rows a step over all ranks, ``num_samples`` rows in all,
+        documents split by ``split`` (train/valid/test shares) and served from ``split_name``, ``mode``
+        ``"concat"``, ``"pack"`` or ``"sentences"``. ``from_config`` takes the same from a config."""
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         for key, value, low in (("seq_len", seq_len, 1), ("global_batch", global_batch, 1),

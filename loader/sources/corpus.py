@@ -130,6 +130,7 @@ class ShardedCorpus:
         return sorted({f.split for f in self.files})
 
     def directions(self, split: str | None = None) -> list[str]:
+        """Directions (``src-tgt``) with files in ``split`` (any split when None), sorted."""
         return sorted({f.direction for f in self.files if f.direction and (split is None or f.split == split)})
 
     def monolingual(self, split: str | None = None) -> list[str]:
@@ -152,6 +153,7 @@ class ShardedCorpus:
         return sorted(self._shards.get((split, None, key), ()))
 
     def num_shards(self, split: str, key: str) -> int:
+        """How many shards hold ``key`` (a direction or a monolingual language) in ``split``."""
         return len(self.shard_ids(split, key))
 
     def prefix(self, split: str, key: str, lang: str | None = None, shard: int = 0) -> str:
@@ -170,6 +172,7 @@ class ShardedCorpus:
         return IndexedDataset(self.prefix(split, key, lang, shard), **kwargs)
 
     def open_pair(self, split: str, direction: str, shard: int = 0, **kwargs):
+        """The source and target ``IndexedDataset`` of ``direction`` in one shard (``kwargs``: ``verify``, ...)."""
         src, tgt = direction.split("-")
         return self.open(split, direction, src, shard, **kwargs), self.open(split, direction, tgt, shard, **kwargs)
 

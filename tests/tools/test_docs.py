@@ -94,5 +94,8 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
     assert "BatchLoader" in api and "state_dict" in api, "the API page holds the docstrings"
     roles = re.findall(r":(?:func|class|mod|meth|attr):\S{0,40}", api)
     assert not roles, f"Sphinx roles left as text on the API page: {roles[:5]}"
+    assert "<blockquote>" not in api and "doctest:" not in api, "doctest examples are code blocks, not quotes"
+    keys = (tmp_path / "site" / "reference" / "config" / "index.html").read_text()
+    assert "&lt;/s&gt; included" in keys, "</s> in a key's text shows as text, not as an HTML tag"
     home = (tmp_path / "site" / "index.html").read_text()
     assert "Your own data in five minutes" in home, "the home page is README.md"
