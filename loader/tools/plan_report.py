@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections import Counter
 
@@ -86,11 +87,14 @@ def _plan(config, num_shapes: int | None) -> tuple[list[str], dict]:
     from babelfeed.plan.planner import EpochPlanner
 
     check_translation_config(config)
+    config = copy.deepcopy(config)  # (the shapes asked for are set on a copy: the caller's config is left as it is)
     if num_shapes is not None:
         at_least("num_shapes", num_shapes, 1)
         config.batching.num_shapes = num_shapes
         config.batching.shapes = ""
-    if config.batching.num_shapes <= 0 and not str(config.batching.shapes).strip():
+    # a config of dynamic batches: the report shows what static shapes would be, and says so first
+    dynamic_config = config.batching.num_shapes <= 0 and not str(config.batching.shapes).strip()
+    if dynamic_config:
         config.batching.num_shapes = 8
     from babelfeed.build import train_sources
 
@@ -101,6 +105,10 @@ def _plan(config, num_shapes: int | None) -> tuple[list[str], dict]:
     lines = [f"static shapes for {config.data.path} (max_tokens {config.batching.max_tokens}, "
              f"multiple {config.batching.required_batch_size_multiple}), from the mixture's length histogram:",
              plan.describe(), ""]
+    if dynamic_config:
+        lines[:0] = ["this config batches dynamically (batching.num_shapes = 0): its epoch is the last line, "
+                     f"'epoch 1 with dynamic batches'. The {plan.num_shapes} shapes below are what batching.num_shapes = 8 "
+                     f"(or --shapes K) would give, for XLA.", ""]
     lengths, weights, _ = mixture_lengths(dynamic)
     cost = lengths.max(axis=1)
     k = plan.num_shapes
@@ -140,7 +148,8 @@ def _plan(config, num_shapes: int | None) -> tuple[list[str], dict]:
     setup = dynamic.setup(1)
     served = setup.counts - dynamic.filtered(1)
     shards = config.data.shards
-    data = {"data_path": str(config.data.path), "max_tokens": int(config.batching.max_tokens),
+    data = {"data_path": str(config.data.path), "batches": "dynamic" if dynamic_config else "static",
+            "max_tokens": int(config.batching.max_tokens),
             "required_batch_size_multiple": int(config.batching.required_batch_size_multiple),
             "shapes": [], "alternatives": [],
             "epoch1": {"static": {"batches": s_batches, "efficiency": s_eff, "masked_rows": masked},

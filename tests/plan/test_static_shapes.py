@@ -128,3 +128,8 @@ def test_the_plan_report_optimal_edges_bound_the_other_bucketings_and_say_what_t
     for other in ("percentile edges (fairseq get_buckets)", "equal token mass (Lhotse)", "pad to the longest"):
         assert opt >= value(other), (other, text)
     assert "1-D" in text and "2-D" in text and "not with the 2-D lines" in text and "<- the shapes above" in text
+    # a config of dynamic batches (num_shapes 0) is told first that the shapes are not what it runs
+    config.batching.num_shapes, config.batching.shapes = 0, ""
+    dynamic = plan_report(config)
+    assert dynamic.startswith("this config batches dynamically") and "dynamically" not in text
+    assert json.loads(plan_report(config, as_json=True))["batches"] == "dynamic"
