@@ -576,11 +576,12 @@ def build_parser() -> argparse.ArgumentParser:
                         description="A task's samples before and after each of its transforms (noise, subword "
                                     "sampling), decoded to text.")
     _config_arguments(pv, "ml-collections config (its data.path, prefixes, seed): a file or a shipped config's name")
-    pv.add_argument("--task", required=True, help="a task of the config's tasks section (TASK or TASK/CORPUS), "
-                                                  "or a direction (eng_Latn-deu_Latn) or monolingual language")
+    pv.add_argument("--task", default=None, help="a task of the config's tasks section (TASK or TASK/CORPUS), "
+                                                 "or a direction (eng_Latn-deu_Latn) or monolingual language "
+                                                 "(default: the config's first task, else the first direction)")
     pv.add_argument("--transforms", default="",
                     help='e.g. "token_drop:rate=0.1;local_reorder:k=3;span_mask:ratio=0.3,mask_id=<unk>" '
-                         "(default: the task's own transforms)")
+                         "(default: the task's own transforms; none: the samples as the data holds them)")
     pv.add_argument("-n", type=count(1), default=5, help="samples to show (default 5)")
     pv.add_argument("--epoch", type=count(1), default=1, help="noise changes with the epoch")
     pv.add_argument("--side", choices=("source", "target"), default="source",

@@ -40,7 +40,10 @@ def _decoder(root: str, dictionary):
     return text
 
 
-def preview(config, task: str, transforms: str, n: int = 5, epoch: int = 1, side: str = "source") -> str:
+def preview(config, task: str | None, transforms: str, n: int = 5, epoch: int = 1, side: str = "source") -> str:
+    """``n`` samples of ``task`` (a task of the config, ``TASK/CORPUS``, a direction or a monolingual language;
+    None: the config's first task, else the data's first direction) decoded to text, as the data holds them and
+    after each transform (``transforms``, else the task's own; none: the samples as they are)."""
     from babelfeed.checks import at_least
     from babelfeed.config.spec import check_translation_config
 
@@ -52,6 +55,10 @@ def preview(config, task: str, transforms: str, n: int = 5, epoch: int = 1, side
     split = config.data.train_split
     source_prefix, target_prefix = config.data.source_prefix, config.data.target_prefix
     tasks = dict(config.tasks) if "tasks" in config and config.tasks else {}
+    if task is None:
+        task = next(iter(tasks), None) or next(iter(corpus.directions(split) + corpus.monolingual(split)), None)
+        if task is None:
+            raise ValueError(f"{config.data.path} holds no {split} data to preview")
     name, _, key = task.partition("/")
     if name in tasks:  # a task of the config: its corpus, prefixes and (unless given) transforms
         t = tasks[name]
@@ -68,14 +75,12 @@ def preview(config, task: str, transforms: str, n: int = 5, epoch: int = 1, side
     shard = corpus.shard_ids(split, task)
     if not shard:
         raise ValueError(f"no {split} data for {task!r}; available: {corpus.directions(split) + corpus.monolingual(split)}")
-    if not str(transforms).strip():
-        raise ValueError(f"no transforms to preview for {task!r}: pass --transforms")
     src_lang, tgt_lang = task.split("-") if "-" in task else (task, task)
     lang = src_lang if side == "source" else tgt_lang
     ds = corpus.open(split, task, lang if "-" in task else None, shard[0])
     template = source_prefix if side == "source" else target_prefix
     prefix = resolve_prefix(template, dictionary, task, src=src_lang, tgt=tgt_lang, lang=src_lang)
-    steps = parse_steps(transforms, dictionary)
+    steps = parse_steps(transforms, dictionary) if str(transforms or "").strip() else []
     rows = np.arange(min(n, len(ds)))
     batch = Ragged.from_lists([prefix.tolist() + ds[int(r)].astype(np.int64).tolist() for r in rows])
     ctx = NoiseContext(config.seed, epoch, rows, protect_prefix=len(prefix))

@@ -434,3 +434,11 @@ def test_stdout_keeps_its_order_with_stderr_in_one_file(data, tmp_path):
                        env=env)
     text = (tmp_path / "log").read_text()
     assert "AFTER" in text and "aaa-bbb" in text and text.index("aaa-bbb") < text.index("AFTER"), text[-2000:]
+
+
+def test_preview_without_task_or_transforms_shows_the_first_directions_samples(data, capsys):
+    """The README's `babelfeed preview CONFIG`: --task defaults to the first task or direction, and no transforms
+    shows the samples as the data holds them (it refused: "no transforms to preview ... pass --transforms")."""
+    assert main(["preview", NLLB, f"--config.data.path={data}", "-n", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("aaa-bbb (source)") and "0 transform(s)" in out and out.count("original") == 2
