@@ -397,8 +397,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
 class BatchLoader(torch.utils.data.DataLoader):
     """A ``torch.utils.data.DataLoader`` over ``BatchDataset`` that knows its position: ``state_dict()`` and
     ``load_state_dict()`` as torchdata's ``StatefulDataLoader`` has them, counting the batches the loop has
-    received (not those the workers made ahead), and ``len()`` = the batches one pass yields, whatever
-    ``num_workers``.
+    received (not those the workers made ahead), and ``len()`` = the batches the next pass yields (the rest of
+    the epoch after a ``break``), whatever ``num_workers``.
 
         loader = BatchLoader(config, num_workers=4, pin_memory=True)    # rank/world from torch.distributed
         for epoch in range(3):

@@ -699,13 +699,15 @@ def _binarize(opts: BinarizeOptions, log=print) -> dict:
     where = opts.input_dir or "--input"
     if ignored:
         log(f"ignored {len(ignored)} name(s) in {where} that are not named like inputs: {', '.join(ignored[:5])}"
-            + (f", … ({len(ignored) - 5} more)" if len(ignored) > 5 else "") + _prefix_hint(ignored, opts))
+            + (f", … ({len(ignored) - 5} more)" if len(ignored) > 5 else "") + _prefix_hint(ignored, opts)
+            + _dash_hint(ignored))
     if not inputs:
         from babelfeed.preprocess.rawtext import _doc_format
 
         hint = ""
         if not opts.documents and any(_doc_format(n) for n in ignored):
             hint = "; for documents (JSONL, or text with blank lines between documents) add --documents"
+        hint += _dash_hint(ignored)
         raise BinarizeError(f"{where}: no {what}{hint}")
     out = opts.output_dir
     os.makedirs(os.path.join(out, STATE_DIR), exist_ok=True)
@@ -721,6 +723,15 @@ def _binarize(opts: BinarizeOptions, log=print) -> dict:
             engine.close()
     finally:
         os.close(lock)  # (the lock goes with the descriptor, and with the process if it dies)
+
+
+def _dash_hint(ignored: list[str]) -> str:
+    """Ignored names whose language holds a dash (``train.pt-BR``, ``en-pt-BR.en``): the dash separates the two
+    languages of a direction, so a language code writes ``_`` (``pt_BR``), as the language flags say."""
+    dashed = [n for n in ignored if len(strip_compression(n)[0].rpartition(".")[2].split("-")) == 2
+              or strip_compression(n)[0].count("-") > 1]
+    return (f" (a language code with a dash, as in {dashed[0]}, cannot be told from a direction src-tgt: write "
+            f"it with _, e.g. pt_BR)" if dashed else "")
 
 
 def _prefix_hint(ignored: list[str], opts) -> str:

@@ -666,6 +666,10 @@ def main(argv=None) -> int:
         sys.stdout.reconfigure(line_buffering=True)
     try:
         argv, overrides = split_config_args(argv)
+        for flag, value in zip(argv, argv[1:]):
+            if flag == "--set" and "=" not in value:
+                raise ValueError(f"--set takes KEY=VALUE as one argument: --set {value}=..., or --config.{value} "
+                                 f"VALUE")
     except ValueError as e:
         print(f"babelfeed: error: {e}", file=sys.stderr)
         return 2

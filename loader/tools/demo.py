@@ -275,7 +275,9 @@ def _summary(raw: str, data_bin: str, t0: float, moved: bool) -> None:
     import importlib.util
 
     # the install hint only where torch is missing (make demo installs the demo's extra, which has no torch)
-    torch_hint = "" if importlib.util.find_spec("torch") else " (first: pip install 'babelfeed[torch]')"
+    torch_hint = "" if importlib.util.find_spec("torch") else (
+        " (first: make venv EXTRAS=demo,torch)" if checkout else
+        " (first: pip install torch==2.13.0, then pip install 'babelfeed[torch]')")
     print(f"== done in {time.perf_counter() - t0:.0f} s\n"
           f"   {raw}: the demo corpus (raw text, 4 directions and swh_Latn monolingual)\n"
           f"   {data_bin}: dict.txt, spm.model, binarize_report.json and shard*/ of fairseq .idx/.bin files\n"

@@ -421,6 +421,9 @@ def test_overrides_take_absl_space_form_too(data, capsys):
     assert code == 2 and "--config.batching.max_tokens needs a value" in err, "the next flag is not its value"
     fails(capsys, ["plan", NLLB, "--config.data.path", data, "--config.batching.max_tokens", "lots"],
           "batching.max_tokens", "takes an integer", "'lots'")
+    code = main(["plan", NLLB, "--set", "batching.max_tokens", "2048"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--set takes KEY=VALUE as one argument: --set batching.max_tokens=..." in err
 
 
 def test_stdout_keeps_its_order_with_stderr_in_one_file(data, tmp_path):
@@ -442,3 +445,11 @@ def test_preview_without_task_or_transforms_shows_the_first_directions_samples(d
     assert main(["preview", NLLB, f"--config.data.path={data}", "-n", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("aaa-bbb (source)") and "0 transform(s)" in out and out.count("original") == 2
+
+
+def test_a_dashed_language_code_in_a_file_name_is_named_with_the_fix(tmp_path, capsys):
+    """train.pt-BR was ignored as "not named like inputs" with no reason; the dash reads as a direction."""
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "train.pt-BR").write_text("um dois\ntres quatro\n")
+    fails(capsys, ["binarize", str(tmp_path / "raw"), "-o", str(tmp_path / "out"), "--train-spm", "8",
+                   "--no-progress"], "train.pt-BR", "write it with _, e.g. pt_BR")
