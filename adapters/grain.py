@@ -31,7 +31,9 @@ round-robin reads put them back in order. The state is the next batch's index (p
 from __future__ import annotations
 
 import atexit
+import os
 import pickle
+import sys
 import threading
 import weakref
 
@@ -218,6 +220,39 @@ class _ClosingIterator(grain.DatasetIterator):
         return str(self._inner)
 
 
+def _check_main_guard(what: str) -> None:
+    """grain starts its workers with "spawn": each re-runs the script as ``__mp_main__``, so a script that builds
+    the pipeline at its top level, outside ``if __name__ == "__main__":``, starts workers from every worker, and
+    Python stops that with 100 lines of tracebacks from every process. Said here in one line, before a worker
+    starts: the statement of the script that led here is read from the script's source."""
+    import ast
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    frame, top = sys._getframe(1), None
+    while frame is not None:  # the outermost frame running the script's own top-level code
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") in ("__main__", "__mp_main__"):
+            top = frame
+        frame = frame.f_back
+    if top is None or not path or os.path.abspath(top.f_code.co_filename) != os.path.abspath(path):
+        return  # a notebook, python -c, a test runner: no script to re-run
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return
+    line = top.f_lineno
+    for node in tree.body:
+        if node.lineno <= line <= (node.end_lineno or node.lineno):
+            guarded = isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) \
+                and "__main__" in ast.unparse(node.test)
+            if not guarded:
+                raise RuntimeError(f"{what} with num_workers > 0 is built at the top level of {path} (line {line}): "
+                                   f"grain starts its workers by re-running the script, so put the pipeline under "
+                                   f"`if __name__ == \"__main__\":` (or in a function called from there)")
+            return
+
+
 def _flags_parsed() -> None:
     try:
         from absl import flags
@@ -256,6 +291,7 @@ def batch_dataset(config, epoch: int = 1, rank: int = 0, world_size: int = 1, nu
     else:
         ds = BatchDataset(source)
     if num_workers > 0:
+        _check_main_guard("batch_dataset")
         _flags_parsed()
         ds = ds.mp_prefetch(grain.MultiprocessingOptions(num_workers=num_workers,
                                                         per_worker_buffer_size=per_worker_buffer_size))
@@ -273,11 +309,12 @@ class EpochsDataset(grain.IterDataset):
     state at the consumer's position (``babelfeed.state``), which every other adapter and ``babelfeed trace``
     take; ``set_state`` takes theirs too.
 
-        ds = EpochsDataset(config, num_workers=2)
-        it = iter(ds)
-        for step, batch in zip(range(steps), it): ...
-        state = it.get_state()                     # JSON; or orbax through grain.checkpoint.CheckpointSave
-        it = iter(EpochsDataset(config, num_workers=0)); it.set_state(state)   # the next batch, exactly
+        if __name__ == "__main__":                 # grain's workers re-run the script: build under the guard
+            ds = EpochsDataset(config, num_workers=2)
+            it = iter(ds)
+            for step, batch in zip(range(steps), it): ...
+            state = it.get_state()                 # JSON; or orbax through grain.checkpoint.CheckpointSave
+            it = iter(EpochsDataset(config, num_workers=0)); it.set_state(state)   # the next batch, exactly
     """
 
     def __init__(self, config, epoch: int = 1, num_epochs: int | None = None, rank: int = 0, world_size: int = 1,
@@ -290,6 +327,8 @@ class EpochsDataset(grain.IterDataset):
         if num_epochs is not None and not (isinstance(num_epochs, int) and num_epochs >= 1):
             raise ValueError(f"num_epochs must be an int >= 1 (or None: no end), got {num_epochs!r}")
         _counts(num_workers=(num_workers, 0), per_worker_buffer_size=(per_worker_buffer_size, 1), epoch=(epoch, 1))
+        if num_workers > 0:
+            _check_main_guard("EpochsDataset")
         if is_lm_config(config):
             if epoch != 1:
                 raise ValueError("an LM config is one pass over num_samples: epoch must be 1")

@@ -252,3 +252,26 @@ def test_grain_workers_read_a_store_through_the_one_fetcher(tmp_path, s3_env):
     assert len(got) == len(plain) and got == plain
     st, data = remote.stats(), sum(p.stat().st_size for p in root.rglob("*.bin"))
     assert st["bytes"] - st["bytes_again"] <= data and st["bytes_again"] <= 0.25 * data, st  # (each byte kept once)
+
+
+def test_workers_built_at_a_scripts_top_level_are_refused_in_one_line(tmp_path):
+    """grain's workers re-run the script ("spawn"): a pipeline built outside `if __name__ == "__main__":` gave 100+
+    lines of tracebacks from every process. It is refused before a worker starts; under the guard it runs."""
+    root = tmp_path / "bin"
+    make_data_bin(root)
+    head = (f"import sys; sys.path.insert(0, {HERE!r})\nfrom synthetic import config_for\n"
+            f"from babelfeed.adapters import grain as grain_adapter\ncfg = config_for({str(root)!r})\n")
+    for body, ok in (("it = iter(grain_adapter.batch_dataset(cfg, num_workers=1))\nprint(next(it)['id'][:1])\n",
+                      False),
+                     ("def main():\n    return grain_adapter.EpochsDataset(cfg, num_workers=1)\nmain()\n", False),
+                     ("if __name__ == '__main__':\n    it = iter(grain_adapter.batch_dataset(cfg, num_workers=1))\n"
+                      "    print(next(it)['id'][:1])\n", True)):
+        script = tmp_path / "job.py"
+        script.write_text(head + body)
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                             cwd=str(tmp_path))
+        if ok:
+            assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+        else:
+            assert out.returncode == 1 and 'put the pipeline under `if __name__ == "__main__":`' in out.stderr
+            assert out.stderr.count("Traceback") == 1 and "bootstrapping" not in out.stderr, out.stderr[-3000:]
