@@ -248,13 +248,25 @@ def _times(x: float) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the drawing
-def _figure(width: float, height: float):
+def require_matplotlib() -> None:
+    """Raise :class:`babelfeed.errors.MissingExtraError` (with the pip line) unless matplotlib imports: the
+    commands call it before any work when ``--plot`` is given, so a missing extra costs no planning time."""
     try:
-        from matplotlib.figure import Figure
+        import matplotlib.colors  # noqa: F401  (the submodules the drawing imports, not the package alone)
+        import matplotlib.figure  # noqa: F401
+        import matplotlib.lines  # noqa: F401
+        import matplotlib.patches  # noqa: F401
+        import matplotlib.ticker  # noqa: F401
     except ImportError:
         from babelfeed.errors import MissingExtraError
 
         raise MissingExtraError("--plot needs matplotlib: pip install 'babelfeed[plot]' (or matplotlib)") from None
+
+
+def _figure(width: float, height: float):
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
     return Figure(figsize=(min(width, MAX_INCHES), min(height, MAX_INCHES)), dpi=100, layout="constrained")
 
 
@@ -317,6 +329,7 @@ def _cut_note(what: str, L: dict, directions: int, sep: str = " ") -> str:
 
 def inspect_pictures(data: dict) -> dict:
     """``lengths.png`` and ``sentences.png`` for :func:`inspect_data`'s dict, as unsaved Figures."""
+    require_matplotlib()
     lengths = _lengths_detail(data) if len(data["directions"]) <= DETAIL else _lengths_overview(data)
     return {"lengths.png": lengths, "sentences.png": _sentences(data)}
 
@@ -566,6 +579,7 @@ def _log_bar_values(ax, bars, texts) -> None:
 def plan_pictures(data: dict) -> dict:
     """``shapes.png`` and ``mixing.png`` for the dict of :func:`babelfeed.tools.plan_report.plan_data`, as
     unsaved Figures."""
+    require_matplotlib()
     return {"shapes.png": _shapes(data), "mixing.png": _mixing(data["mixing"])}
 
 

@@ -239,14 +239,31 @@ def test_padding_efficiency_is_real_over_padded_tokens_never_past_100_percent(tm
         assert all(0 < a["efficiency"] <= 1 for a in data["alternatives"])
 
 
-def test_without_matplotlib_the_plot_flag_says_what_to_install_and_json_needs_none(tmp_path):
+BLOCK_MATPLOTLIB = ("import sys; sys.modules.update(dict.fromkeys(['matplotlib', 'matplotlib.colors', "
+                    "'matplotlib.figure', 'matplotlib.lines', 'matplotlib.patches', 'matplotlib.ticker'])); ")
+
+
+@pytest.mark.parametrize("command", ["inspect", "plan"])
+def test_without_matplotlib_the_plot_flag_says_what_to_install(tmp_path, command):
+    """Before any reading or planning: one line with the pip command and exit 2, not an internal error (plan's
+    drawing imported matplotlib.colors before the check) and not a report printed for nothing."""
     make_data_bin(tmp_path / "bin")
-    code = ("import sys; sys.modules['matplotlib'] = None; from babelfeed.cli import main; "
-            f"sys.exit(main(['inspect', {str(tmp_path / 'bin')!r}, '--plot', {str(tmp_path / 'p')!r}]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and "pip install 'babelfeed[plot]'" in out.stderr and "Traceback" not in out.stderr
-    code = ("import sys; sys.modules['matplotlib'] = None; from babelfeed.cli import main; "
-            f"sys.exit(main(['plan', '--set', 'data.path={tmp_path / 'bin'}', '--shapes', '2', '--json']))")
+    argv = ([command, str(tmp_path / "bin")] if command == "inspect" else
+            [command, "--set", f"data.path={tmp_path / 'bin'}", "--shapes", "2"]) + ["--plot", str(tmp_path / "p")]
+    code = BLOCK_MATPLOTLIB + f"from babelfeed.cli import main; sys.exit(main({argv!r}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 2, out.stderr
+    assert "--plot needs matplotlib: pip install 'babelfeed[plot]'" in out.stderr
+    assert "internal error" not in out.stderr and "Traceback" not in out.stderr and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_without_matplotlib_plan_json_needs_none(tmp_path):
+    make_data_bin(tmp_path / "bin")
+    code = BLOCK_MATPLOTLIB + ("from babelfeed.cli import main; "
+                               f"sys.exit(main(['plan', '--set', 'data.path={tmp_path / 'bin'}', '--shapes', '2', "
+                               "'--json']))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr  # the numbers need numpy only
     assert len(json.loads(out.stdout)["shapes"]) == 2
