@@ -167,7 +167,8 @@ def length_cells(lengths, weights=None, limits: tuple | None = None, bins: int =
     """The (source, target) length histogram that ``shapes.png`` draws: cells of ``bin`` tokens (at most
     ``bins`` a side) up to each side's 99.5th percentile (``clip``; weighted), as ``[source, target, weight]``
     with the lower edges of the cell; the weight longer than the clip on each side, the longest of each side,
-    and the filter's ``limits`` (source, target)."""
+    the ``samples`` (the weights' total, rounded: with epoch 1's expected draws as weights, its samples) and the
+    filter's ``limits`` (source, target)."""
     lengths = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)
     w = np.ones(len(lengths)) if weights is None else np.asarray(weights, dtype=np.float64)
     total = float(w.sum())
@@ -188,12 +189,14 @@ def length_cells(lengths, weights=None, limits: tuple | None = None, bins: int =
     cells = np.flatnonzero(hist)
     s, t = np.divmod(cells, nt)
     return {"bin": int(width), "clip": clip, "quantile": CLIP, "longer": longer, "longest": longest,
-            "samples": total, "limits": None if limits is None else [int(x) for x in limits],
+            "samples": int(round(total)), "limits": None if limits is None else [int(x) for x in limits],
             "cells": [[int(a) * width, int(b) * width, float(v)] for a, b, v in zip(s, t, hist[cells])]}
 
 
-def mixing_data(keys, sizes, probs, served, temperature: float, size_label: str, top: int = TOP) -> dict:
-    """What ``mixing.png`` draws: per direction its size, configured probability, epoch 1's served samples and
+def mixing_data(keys, sizes, probs, served, temperature: float, size_is: str = "every shard",
+                top: int = TOP) -> dict:
+    """What ``mixing.png`` draws: per direction its size (its sentences in ``size_is``: "every shard", or
+    "epoch 1's shard" where each epoch reads one shard), configured probability, epoch 1's served samples and
     tier; per tier its share of the data (T = 1), of the probability and of the served samples, and the
     up-sampling factor (probability over share of the data); the directions named (all up to ``DETAIL``, else
     the ``top // 2`` largest and smallest)."""
@@ -217,7 +220,7 @@ def mixing_data(keys, sizes, probs, served, temperature: float, size_label: str,
     order = np.argsort(-sizes, kind="stable")
     half = max(top // 2, 1)
     named = order if len(keys) <= DETAIL else np.concatenate([order[:half], order[len(order) - half:]])
-    return {"temperature": float(temperature), "size_label": size_label, "served": int(served.sum()),
+    return {"temperature": float(temperature), "size_is": size_is, "served": int(served.sum()),
             "directions": [{"key": k, "size": int(s), "probability": float(p), "served": int(v), "tier": TIERS[t]}
                            for k, s, p, v, t in zip(keys, sizes, probs, served, tier.tolist())],
             "tiers": rows, "named": [keys[i] for i in named.tolist()]}
@@ -734,7 +737,8 @@ def _mixing(data: dict):
         _log_ticks(ax.yaxis, shown.min() / 2, min(shown.max() * 2, 1.0), percent=True)
     _log_ticks(ax.xaxis, sizes.min(), sizes.max())
     ax.tick_params(labelsize=7)
-    ax.set_xlabel(data["size_label"], fontsize=8)
+    cycle = "; data.shards='cycle'" if data["size_is"] == "epoch 1's shard" else ""
+    ax.set_xlabel(f"sentences of the direction, {data['size_is']} (log{cycle})", fontsize=8)
     ax.set_ylabel("share of the mixture (log)", fontsize=8)
     ax.set_title(f"temperature sampling (T = {data['temperature']:g}): small directions up-sampled, large ones down",
                  fontsize=9)

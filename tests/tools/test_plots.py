@@ -216,6 +216,11 @@ def test_plan_plot_draws_the_shapes_and_the_mixture(tmp_path, config):
     assert printed == json.loads((tmp_path / "p" / "plan.json").read_text())
     assert len(printed["shapes"]) == 4
     assert [d["key"] for d in printed["mixing"]["directions"]] == ["aaa-bbb", "aaa-ccc", "aaa-ddd"]
+    assert type(printed["lengths"]["samples"]) is int  # a count (epoch 1's expected draws), not 93771.0
+    assert "size_label" not in printed["mixing"]  # the picture's axis label is not data
+    assert printed["mixing"]["size_is"] == "epoch 1's shard"  # both configs read a shard an epoch
+    measures = [(a["measure"], a["name"].endswith(", 1-D")) for a in printed["alternatives"]]
+    assert measures == [("1-D", True)] * 4 + [("2-D", False)] * 4  # the bucketings of one length, then both sides
 
 
 def test_padding_efficiency_is_real_over_padded_tokens_never_past_100_percent(tmp_path):
