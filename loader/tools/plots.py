@@ -31,6 +31,7 @@ CLIP = 99.5  # length axes stop at this percentile of the sentences (or samples)
 WITHIN = 0.8  # inspect: ... of this share of the directions (each direction's own percentile)
 MAX_INCHES = 19.5  # no figure wider or taller (1,950 pixels at 100 dpi)
 MAX_SHAPES = 48  # shapes drawn one bar each; more: the most used, the rest named in the title
+BEYOND = 6  # shapes past the length axes' cut named in a corner (the most used); more: counted
 TIERS = ("high", "mid", "low")
 TIER_COLOURS = ("#1f77b4", "#2ca02c", "#ff7f0e")
 SPLIT_COLOURS = ("#33337a", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")  # not the tiers' colours
@@ -622,11 +623,13 @@ def _shapes(data: dict):
     colours = _shape_colours(len(drawn))
     if len(drawn) <= 16:  # one row: the histogram, the shapes, the alternatives
         fig = _figure(17, max(5.4, 2.6 + 0.27 * len(drawn)))
-        ax_hist, ax_shape, ax_alt = fig.subplots(1, 3, width_ratios=[1.25, 1, 1.1])
+        grid = fig.add_gridspec(1, 3, width_ratios=[1.25, 1, 1.1])
+        ax_hist, ax_shape = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+        alt_slot = grid[0, 2]
     else:  # the shapes' bars down the right, as tall as they need; the histogram above the alternatives
         fig = _figure(17, max(10.0, 2.0 + 0.2 * len(drawn)))
         grid = fig.add_gridspec(2, 2, width_ratios=[1.2, 1], height_ratios=[1.6, 1])
-        ax_hist, ax_alt = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, 0])
+        ax_hist, alt_slot = fig.add_subplot(grid[0, 0]), grid[1, 0]
         ax_shape = fig.add_subplot(grid[:, 1])
 
     H = data["lengths"]
@@ -653,10 +656,12 @@ def _shapes(data: dict):
             ax_hist.axhline(limits[1], color="C3", linestyle="--", linewidth=1)
         notes.append(f"red dashes: the filter ({', '.join(inside)} dropped)" if inside else
                      f"the filter (source > {limits[0]:,}, target > {limits[1]:,} dropped) lies past the axes")
-    wider = [shapes[i] for i in drawn if shapes[i]["source"] > cs or shapes[i]["target"] > ct]
+    wider = [(c, i) for c, i in zip(colours, drawn) if shapes[i]["source"] > cs or shapes[i]["target"] > ct]
     if wider:
-        notes.append(f"{len(wider)} box{'es reach' if len(wider) > 1 else ' reaches'} past the axes (up to "
-                     f"{max(s['source'] for s in wider)} x {max(s['target'] for s in wider)})")
+        corner = _emptier_corner(H["cells"], cs, ct)
+        notes.append(f"{len(wider)} box{'es reach' if len(wider) > 1 else ' reaches'} past the axes: named "
+                     f"{corner}")
+        _beyond_labels(ax_hist, [(c, shapes[i]) for c, i in wider], corner, cs + w, ct + w)
     ax_hist.set_xlim(0, cs + w)
     ax_hist.set_ylim(0, ct + w)
     ax_hist.set_xlabel(_clip_note("source tokens", cs, H["longer"][0], H["longest"][0], H["quantile"], "\n"),
@@ -680,16 +685,77 @@ def _shapes(data: dict):
     more = f" ({len(drawn)} most used of {len(shapes)})" if len(drawn) < len(shapes) else ""
     ax_shape.set_title(f"padding efficiency per shape (B x src x tgt){more}", fontsize=9)
 
-    bars = ax_alt.barh(np.arange(len(alt)), values, color=["C3" if a["this_plan"] else "C7" for a in alt])
-    _bar_values(ax_alt, bars, [f"{v:.1%}" for v in values], size=8)
-    ax_alt.set_yticks(np.arange(len(alt)), [a["name"] for a in alt], fontsize=7)
-    ax_alt.invert_yaxis()
-    ax_alt.set_xlim(0, 1)
-    _percent_axis(ax_alt.xaxis)
-    ax_alt.tick_params(axis="x", labelsize=7)
-    ax_alt.set_xlabel("real / padded tokens (red: this plan)", fontsize=8)
-    ax_alt.set_title(f"{len(shapes)} static shapes against the alternatives", fontsize=9)
+    _alternatives(fig, alt_slot, alt, values, len(shapes))
     return fig
+
+
+MEASURES = {"1-D": ("1-D: the usual bucketings, one length per sample (max(src, tgt)),\nno masked rows: compare "
+                    "them with each other, not with the 2-D bars", "#8da0cb"),
+            "2-D": ("2-D: what a batch pays, both sides, masked rows counted\n(red: this plan)", "C7")}
+
+
+def _measure(alt: dict) -> str:
+    """An alternative's measure; a plan.json of before the field: from its name."""
+    return alt.get("measure") or ("1-D" if alt["name"].endswith("1-D") else "2-D")
+
+
+def _alternatives(fig, slot, alt: list[dict], values: list[float], shapes: int) -> None:
+    """The plan against the alternatives, one axes per measure (1-D bucketings apart from the 2-D lines, so that
+    no bar is read against one of the other measure), each with its heading, its bars in their own colour."""
+    order = list(MEASURES) + [m for m in dict.fromkeys(_measure(a) for a in alt) if m not in MEASURES]
+    groups = [(m, [j for j, a in enumerate(alt) if _measure(a) == m]) for m in order]
+    groups = [(m, js) for m, js in groups if js]
+    sub = slot.subgridspec(len(groups), 1, height_ratios=[len(js) + 1.2 for _, js in groups])
+    for g, (m, js) in enumerate(groups):
+        ax = fig.add_subplot(sub[g, 0])
+        heading, colour = MEASURES.get(m, (m, "C7"))
+        bars = ax.barh(np.arange(len(js)), [values[j] for j in js], height=0.7,
+                       color=["C3" if alt[j]["this_plan"] else colour for j in js])
+        _bar_values(ax, bars, [f"{values[j]:.1%}" for j in js], size=8)
+        names = [alt[j]["name"].removesuffix(", 1-D") if m == "1-D" else alt[j]["name"] for j in js]
+        ax.set_yticks(np.arange(len(js)), names, fontsize=7)
+        ax.set_ylim(len(js) - 0.4, -0.6)
+        ax.set_xlim(0, 1)
+        _percent_axis(ax.xaxis)
+        ax.tick_params(axis="x", labelsize=7)
+        # (right-aligned, the headings reach over the names' column, not past the figure)
+        ax.set_title(heading if g else f"{shapes} static shapes against the alternatives, in two measures\n{heading}",
+                     fontsize=8, loc="right")
+        if g == len(groups) - 1:
+            ax.set_xlabel("real / padded tokens", fontsize=8)
+
+
+def _emptier_corner(cells: list, cs: int, ct: int) -> str:
+    """Where the names of the boxes past the axes hide the least data: the top left (long targets are rare) or
+    the bottom right (long sources), whichever holds less of the histogram's weight."""
+    c = np.asarray(cells, dtype=np.float64).reshape(-1, 3)
+    top_left = c[(c[:, 0] < 0.5 * cs) & (c[:, 1] > 0.75 * ct), 2].sum()
+    bottom_right = c[(c[:, 0] > 0.5 * cs) & (c[:, 1] < 0.25 * ct), 2].sum()
+    return "bottom right" if bottom_right < top_left else "top left"
+
+
+def _beyond_labels(ax, wider: list, corner: str, x_end: float, y_end: float) -> None:
+    """The boxes past the axes' cut, named in their colours in a corner of the axes with their share of the
+    batches, an arrow to the side they leave by: a shape of 15% of the batches is not to be invisible."""
+    right = corner == "bottom right"
+    lines = [("boxes past the axes:", "0.15", "normal")]
+    named = sorted(wider, key=lambda cs: -cs[1]["share_of_batches"])[:BEYOND]
+    for c, s in [cs for cs in wider if cs in named]:  # (the most used, in the bars' order)
+        arrow = "\u2197" if s["source"] > x_end and s["target"] > y_end else "\u2192" if s["source"] > x_end else \
+            "\u2191"
+        lines.append((f"{arrow} {s['batch']} x {s['source']} x {s['target']}: {_pct(s['share_of_batches'])} of "
+                      f"batches", c, "bold"))
+    if len(wider) > len(named):
+        rest = sum(s["share_of_batches"] for c, s in wider if (c, s) not in named)
+        lines.append((f"+{len(wider) - len(named)} more: {_pct(rest)} of batches", "0.15", "normal"))
+    if right:
+        lines.reverse()  # (stacked up from the bottom)
+    for n, (text, colour, weight) in enumerate(lines):
+        ax.annotate(text, (0.985 if right else 0.015, 0.02 if right else 0.98), xycoords="axes fraction",
+                    xytext=(0, 10.5 * n if right else -10.5 * n), textcoords="offset points", fontsize=7,
+                    ha="right" if right else "left", va="bottom" if right else "top", color=colour,
+                    fontweight=weight,
+                    bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.9})
 
 
 def _mixing(data: dict):

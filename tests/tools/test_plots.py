@@ -146,6 +146,34 @@ def test_many_shapes_stay_legible(tmp_path, monkeypatch):
     assert any(f"most used of {len(data['shapes'])}" in ax.get_title() for ax in fig.axes)
 
 
+def test_shapes_keep_the_two_measures_apart_and_name_the_boxes_past_the_axes():
+    """The 1-D bucketings (one length per sample, no masked rows) and the 2-D lines (what a batch pays) on axes of
+    their own, each headed by its measure, so no bar is read against one of the other measure; a shape whose box
+    lies past the axes' cut is named on the histogram with its share of the batches, not left invisible."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from babelfeed.tools import plots
+
+    data = plan_dict(60)
+    fig = plots.plan_pictures(data)["shapes.png"]
+    FigureCanvasAgg(fig).draw()
+    by_measure = {}
+    for ax in fig.axes:
+        title = ax.get_title(loc="right")
+        for m in ("1-D", "2-D"):
+            if f"{m}: " in title:
+                by_measure.setdefault(m, []).extend(t.get_text() for t in ax.get_yticklabels())
+    one_d = [a["name"].removesuffix(", 1-D") for a in data["alternatives"] if a["measure"] == "1-D"]
+    assert by_measure == {"1-D": one_d, "2-D": [a["name"] for a in data["alternatives"] if a["measure"] == "2-D"]}
+    cs, ct = data["lengths"]["clip"]
+    past = [s for s in data["shapes"] if s["source"] > cs or s["target"] > ct]
+    assert past  # (the synthetic plan's widest shape, 11 x 346 x 347)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    for s in past:
+        assert any(f"{s['batch']} x {s['source']} x {s['target']}: {plots._pct(s['share_of_batches'])} of batches"
+                   in t for t in texts), texts
+
+
 def test_inspect_data_tiers_and_the_length_axis():
     """Tiers hold a third of the directions each by size; the length axis stops where 4 in 5 directions hold
     99.5% of their train sentences (one long-tailed direction in 5 does not move it), and the share beyond is
