@@ -30,6 +30,7 @@ TOP = 10  # above: this many named at each end (largest, smallest, longest tails
 CLIP = 99.5  # length axes stop at this percentile of the sentences (or samples)
 WITHIN = 0.8  # inspect: ... of this share of the directions (each direction's own percentile)
 MAX_INCHES = 19.5  # no figure wider or taller (1,950 pixels at 100 dpi)
+LENGTH_BINS = 40  # inspect's tier length histograms: about this many bins up to the axis cut
 MAX_SHAPES = 48  # shapes drawn one bar each; more: the most used, the rest named in the title
 BEYOND = 6  # shapes past the length axes' cut named in a corner (the most used); more: counted
 TIERS = ("high", "mid", "low")
@@ -395,14 +396,20 @@ def _lengths_overview(data: dict):
     (ax_dist, ax_tail), (ax_med, ax_p99) = fig.subplots(2, 2)
     L = data["lengths"]
     clip = L["clip"]
-    x = np.arange(clip + 1)
-    for t in data["tiers"]:
-        c = TIER_COLOURS[TIERS.index(t["tier"])]
+    # bins of a few tokens (about LENGTH_BINS up to the cut): six 1-token step lines of the tiers, the low one
+    # noisy from its few sentences, crossed at every token and could not be told apart
+    width = max(1, math.ceil((clip + 1) / LENGTH_BINS))
+    edges = np.arange(0, clip + width + 1, width)
+    centres = (edges[:-1] + np.minimum(edges[1:], clip + 1) - 1) / 2
+    for t in sorted(data["tiers"], key=lambda t: -TIERS.index(t["tier"])):  # the noisiest (low) first, under
+        k = TIERS.index(t["tier"])
+        c = TIER_COLOURS[k]
         for role, style in (("source", "-"), ("target", "--")):
             if role in t:
                 h = np.asarray(t[role]["histogram"][:clip + 1], dtype=np.float64)
-                ax_dist.step(x, np.pad(h, (0, clip + 1 - len(h))) / max(t[role]["sentences"], 1), where="mid",
-                             color=c, linestyle=style, linewidth=1.2)
+                binned = np.add.reduceat(np.pad(h, (0, clip + 1 - len(h))), edges[:-1])
+                ax_dist.plot(centres, binned / max(t[role]["sentences"], 1), color=c, linestyle=style,
+                             linewidth=(2.0, 1.5, 1.1)[k])
         both = _added([t[r]["histogram"] for r in ("source", "target") if r in t]).astype(np.float64)
         longer = 1 - np.cumsum(both) / max(both.sum(), 1)
         ax_tail.step(np.arange(len(both)), np.where(longer > 0, longer, np.nan), where="post", color=c,
@@ -412,8 +419,10 @@ def _lengths_overview(data: dict):
     _percent_axis(ax_dist.yaxis)
     ax_dist.set_xlabel(_cut_note("tokens per sentence", L, sum(1 for d in data["directions"] if d["sides"]), "\n"),
                        fontsize=8)
-    ax_dist.set_ylabel("share of the tier's sentences", fontsize=8)
-    ax_dist.set_title("length distribution by resource tier (solid: source, dashed: target)", fontsize=9)
+    ax_dist.set_ylabel(f"share of the tier's sentences per {width} tokens" if width > 1 else
+                       "share of the tier's sentences", fontsize=8)
+    ax_dist.set_title(f"length distribution by resource tier (solid: source, dashed: target; bins of {width} "
+                      f"token{'s' if width > 1 else ''})", fontsize=9)
     ax_tail.set_yscale("log")
     ax_tail.axvline(clip, color="0.5", linestyle=":", linewidth=1)
     ax_tail.set_xlim(0, max(L["longest"], 1))

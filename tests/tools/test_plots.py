@@ -174,6 +174,20 @@ def test_shapes_keep_the_two_measures_apart_and_name_the_boxes_past_the_axes():
                    in t for t in texts), texts
 
 
+def test_tier_lengths_in_bins_of_a_few_tokens_the_noisiest_tier_first():
+    """lengths.png above DETAIL directions: six 1-token step lines could not be told apart; the tiers' histograms
+    in about LENGTH_BINS bins up to the cut, the low tier (fewest sentences, noisiest) drawn first, under."""
+    from matplotlib.colors import to_rgba
+
+    from babelfeed.tools import plots
+
+    data = plots.inspect_data(stats_rows(60))
+    lines = plots.inspect_pictures(data)["lengths.png"].axes[0].get_lines()
+    assert len(lines) == 6 and all(len(line.get_xdata()) <= plots.LENGTH_BINS for line in lines)
+    assert to_rgba(lines[0].get_color()) == to_rgba(plots.TIER_COLOURS[2])
+    assert max(lines[0].get_xdata()) <= data["lengths"]["clip"]
+
+
 def test_inspect_data_tiers_and_the_length_axis():
     """Tiers hold a third of the directions each by size; the length axis stops where 4 in 5 directions hold
     99.5% of their train sentences (one long-tailed direction in 5 does not move it), and the share beyond is
