@@ -35,6 +35,8 @@ MAX_SHAPES = 48  # shapes drawn one bar each; more: the most used, the rest name
 BEYOND = 6  # shapes past the length axes' cut named in a corner (the most used); more: counted
 TIERS = ("high", "mid", "low")
 TIER_COLOURS = ("#1f77b4", "#2ca02c", "#ff7f0e")
+RANK_ALPHA = 0.55  # sentences.png's tier fills (and their legend's swatches)
+MIX_ALPHA = 0.8  # mixing.png's tier points (and their legend's markers)
 SPLIT_COLOURS = ("#33337a", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")  # not the tiers' colours
 NAMED = (("o", "#d62728"), ("s", "#9467bd"), ("^", "#8c564b"), ("D", "#e377c2"), ("v", "#17becf"),
          ("P", "#bcbd22"), ("X", "#7f7f7f"), ("*", "#000000"), ("<", "#aec7e8"), (">", "#ff9896"))
@@ -375,16 +377,20 @@ def _lengths_detail(data: dict):
     return fig
 
 
-def _tier_handles(data_tiers: list[dict]) -> list:
-    """A legend entry per tier: its directions and their sizes (inspect's tiers or the mixture's)."""
+def _tier_handles(data_tiers: list[dict], points: float | None = None) -> list:
+    """A legend entry per tier: its directions and their sizes (inspect's tiers or the mixture's); a swatch of
+    the tier's colour, or with ``points`` (their alpha) a point as the scatter draws it."""
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     out = []
     for t in data_tiers:
         c = TIER_COLOURS[TIERS.index(t["tier"])]
         lo, hi = (t["min_sentences"], t["max_sentences"]) if "min_sentences" in t else (t["min_size"], t["max_size"])
-        out.append(Patch(color=c, label=f"{t['tier']}: {t['directions']:,} directions of {_num(lo)}-{_num(hi)} "
-                                        f"sentences"))
+        label = f"{t['tier']}: {t['directions']:,} directions of {_num(lo)}-{_num(hi)} sentences"
+        out.append(Patch(color=c, label=label) if points is None else
+                   Line2D([], [], marker="o", markersize=5, markeredgewidth=0, color=c, alpha=points, linestyle="",
+                          label=label))
     return out
 
 
@@ -550,11 +556,11 @@ def _sentences(data: dict):
             if len(m):  # each direction a step one rank wide, the tiers meeting without a gap
                 ys = np.maximum(sizes[order][m], 1)
                 ax_rank.fill_between(np.append(rank[m] - 0.5, rank[m[-1]] + 0.5), np.append(ys, ys[-1]), 0.5,
-                                     step="post", color=TIER_COLOURS[t], alpha=0.55, linewidth=0)
+                                     step="post", color=TIER_COLOURS[t], alpha=RANK_ALPHA, linewidth=0)
         ys = np.maximum(sizes[order], 1)
         ax_rank.step(np.append(rank - 0.5, rank[-1] + 0.5), np.append(ys, ys[-1]), where="post", color="black",
                      linewidth=0.8)
-        tier_handles = [Patch(color=TIER_COLOURS[TIERS.index(t["tier"])],
+        tier_handles = [Patch(facecolor=TIER_COLOURS[TIERS.index(t["tier"])], alpha=RANK_ALPHA, linewidth=0,
                               label=f"{t['tier']}: {t['directions']:,} directions, {_num(t['min_sentences'])}-"
                                     f"{_num(t['max_sentences'])} sentences each, {t['share']:.1%} of all")
                         for t in data["tiers"]]
@@ -789,9 +795,9 @@ def _mixing(data: dict):
     total = served.sum()
     by_key = {d["key"]: i for i, d in enumerate(dirs)}
     if many:
-        ax.scatter(sizes, probs, s=14, linewidths=0, alpha=0.8, zorder=3,
+        ax.scatter(sizes, probs, s=14, linewidths=0, alpha=MIX_ALPHA, zorder=3,
                    c=[TIER_COLOURS[TIERS.index(d["tier"])] for d in dirs])
-        handles += _tier_handles(data["tiers"])
+        handles += _tier_handles(data["tiers"], points=MIX_ALPHA)
     for (marker, colour), key in zip(NAMED, data["named"]):
         i = by_key[key]
         ax.scatter([sizes[i]], [probs[i]], s=45, marker=marker, color=colour, edgecolors="black", linewidths=0.6,

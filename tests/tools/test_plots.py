@@ -188,6 +188,15 @@ def test_tier_lengths_in_bins_of_a_few_tokens_the_noisiest_tier_first():
     assert max(lines[0].get_xdata()) <= data["lengths"]["clip"]
 
 
+def test_mixing_tier_markers_are_as_faint_as_the_points():
+    from babelfeed.tools import plots
+
+    ax = plots.plan_pictures(plan_dict(60))["mixing.png"].axes[0]
+    points = [c for c in ax.collections if len({tuple(f) for f in c.get_facecolor()}) == 3]  # in the tiers' colours
+    markers = [h for h in ax.get_legend().legend_handles if "directions of" in h.get_label()]
+    assert len(points) == 1 and len(markers) == 3 and all(h.get_alpha() == points[0].get_alpha() for h in markers)
+
+
 def test_inspect_data_tiers_and_the_length_axis():
     """Tiers hold a third of the directions each by size; the length axis stops where 4 in 5 directions hold
     99.5% of their train sentences (one long-tailed direction in 5 does not move it), and the share beyond is
