@@ -517,18 +517,30 @@ def _sentences(data: dict):
         ax, ax_rank = fig.subplots(1, 2, width_ratios=[1.15, 1])
     else:
         ax = fig.subplots()
-    values = [v for r in rows for v in r.values() if v > 0]
+    # the others' sum is a row of text, not a bar: on the directions' log axis it would dwarf them (1M against
+    # the largest direction's 80k) and stretch the axis past every single one
+    other = len(S["largest"]) if crowd else -1
+    values = [v for j, r in enumerate(rows) if j != other for v in r.values() if v > 0]
     lo, hi = (min(values), max(values)) if values else (1, 10)
     h = 0.8 / max(len(splits), 1)
+    sums = []
     for i, split in enumerate(splits):
-        at = [j for j, r in enumerate(rows) if r.get(split, 0) > 0]  # a split a direction lacks: no bar
-        colours = ["0.6" if crowd and j == len(S["largest"]) else _split_colour(i) for j in at]
-        bars = ax.barh(np.asarray(at, np.float64) + i * h, [rows[j][split] for j in at], height=h, color=colours,
-                       log=True)
+        at = [j for j, r in enumerate(rows) if r.get(split, 0) > 0 and j != other]  # a split a direction lacks: none
+        bars = ax.barh(np.asarray(at, np.float64) + i * h, [rows[j][split] for j in at], height=h,
+                       color=_split_colour(i), log=True)
         share = split in data["length_splits"] and many  # the train bars: their share of all
         total = max(sum(d["splits"].get(split, 0) for d in data["directions"]), 1)
         _log_bar_values(ax, bars, [_num(rows[j][split]) + (f", {_pct(rows[j][split] / total, 1e-4)}" if share else "")
                                    for j in at])
+        if crowd and rows[other].get(split, 0):
+            v = rows[other][split]
+            sums.append(f"{_num(v)} {split}" + (f" ({_pct(v / total, 1e-4)} of all)" if share else ""))
+    if crowd:
+        ax.axhspan(other - h / 2, other + h * (len(splits) - 0.5), color="0.93", linewidth=0, zorder=0)
+        ax.annotate(f"the {S['others']['directions']:,} directions between, added up: {', '.join(sums) or 'none'}; "
+                    f"median {_num(S['others']['median'])} each", (0.01, other + h * (len(splits) - 1) / 2),
+                    xycoords=("axes fraction", "data"), va="center", ha="left", fontsize=7, style="italic",
+                    color="0.2")
     span = max(math.log10(hi) - math.log10(max(lo, 1)), 1.0)
     ax.set_xlim(max(lo, 1) / 2, hi * 10 ** (0.14 * span + 0.2))  # room for the values past the longest bar
     _log_ticks(ax.xaxis, max(lo, 1), hi * 10)
@@ -538,9 +550,6 @@ def _sentences(data: dict):
     ax.set_xlabel("sentences (log scale)", fontsize=8)
     missing = ", ".join(f"{n:,} lack {s}" for s, n in S["without"].items() if n)
     handles = [Patch(color=_split_colour(i), label=s) for i, s in enumerate(splits)]
-    if crowd:
-        handles.append(Patch(color="0.6", label=f"the {S['others']['directions']:,} others between, added up "
-                                                 f"(median {_num(S['others']['median'])} each)"))
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=min(len(handles), 3), fontsize=7,
               frameon=False, borderaxespad=0.3)
     title = (f"the {len(S['largest'])} largest and {len(S['smallest'])} smallest of {len(data['directions']):,} "

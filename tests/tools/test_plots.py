@@ -174,6 +174,25 @@ def test_shapes_keep_the_two_measures_apart_and_name_the_boxes_past_the_axes():
                    in t for t in texts), texts
 
 
+def test_sentences_add_the_others_up_in_text_and_the_tier_swatches_are_the_fills_colours():
+    """sentences.png: the others' sum is a row of text, not a bar on the directions' log axis (40 directions added
+    up outgrow the largest one; 980 of them stretched the axis to 1M against 82k), and the tiers' legend swatches
+    are the fills' colours, alpha included (they were saturated beside pastel fills)."""
+    from babelfeed.tools import plots
+
+    data = plots.inspect_data(stats_rows(60))
+    ax, ax_rank = plots.inspect_pictures(data)["sentences.png"].axes[:2]
+    largest = max(d["sentences"] for d in data["directions"])
+    others = data["sentences"]["others"]
+    assert others["splits"]["train"] > largest
+    assert max(bar.get_width() for bar in ax.patches) == largest  # the axis fitted to single directions
+    assert any(f"the {others['directions']} directions between, added up: {plots._num(others['splits']['train'])} "
+               "train" in t.get_text() for t in ax.texts)
+    fills = {tuple(np.round(c.get_facecolor()[0], 3)) for c in ax_rank.collections if len(c.get_facecolor())}
+    swatches = [h for h in ax_rank.get_legend().legend_handles if type(h).__name__ == "Rectangle"]
+    assert len(swatches) == 3 and all(tuple(np.round(h.get_facecolor(), 3)) in fills for h in swatches)
+
+
 def test_tier_lengths_in_bins_of_a_few_tokens_the_noisiest_tier_first():
     """lengths.png above DETAIL directions: six 1-token step lines could not be told apart; the tiers' histograms
     in about LENGTH_BINS bins up to the cut, the low tier (fewest sentences, noisiest) drawn first, under."""
