@@ -128,9 +128,10 @@ def plan_dict(directions: int, seed: int = 0, shapes: int = 8) -> dict:
              "dynamic batches (1,742 shapes)"]
     keys = [f"d{i:04d}_Latn-x{i:04d}_Latn" for i in range(directions)]
     return {"data_path": "synthetic", "max_tokens": 4096, "required_batch_size_multiple": 8, "shapes": rows,
-            "alternatives": [{"name": n, "efficiency": float(e), "this_plan": n.startswith("this plan")}
+            "alternatives": [{"name": n, "efficiency": float(e), "this_plan": n.startswith("this plan"),
+                              "measure": "1-D" if n.endswith("1-D") else "2-D"}
                              for n, e in zip(names, (0.8, 0.2, 0.46, 0.03, 0.745, 0.746, 0.746, 0.953))],
             "epoch1": {"static": {"batches": 20233, "efficiency": 0.746, "masked_rows": 312},
                        "dynamic": {"batches": 15758, "shapes": 1742, "efficiency": 0.953}},
             "lengths": plots.length_cells(np.stack([src, tgt], axis=1), rng.random(len(src)) + 0.5, (1024, 1024)),
-            "mixing": plots.mixing_data(keys, sizes, probs, served, 5.0, "sentences of the direction (log)")}
+            "mixing": plots.mixing_data(keys, sizes, probs, served, 5.0, "every shard")}

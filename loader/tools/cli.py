@@ -259,6 +259,11 @@ def _binarize(args) -> int:
 def _inspect(args) -> int:
     from babelfeed.tools.stats import corpus_stats, format_stats
 
+    if args.plot:  # before the data_bin is read: a missing extra says so at once
+        from babelfeed.tools.plots import require_matplotlib
+
+        require_matplotlib()
+
     from babelfeed.sources.corpus import ShardedCorpus
 
     import warnings
@@ -294,6 +299,11 @@ def _inspect(args) -> int:
 
 def _plan(args) -> int:
     from babelfeed.tools import plan_report
+
+    if args.plot:  # before the planning (minutes for many directions): a missing extra says so at once
+        from babelfeed.tools.plots import require_matplotlib
+
+        require_matplotlib()
 
     path, overrides = _config_of(args), (args.set or []) + args.overrides
     loaded = _load(path, overrides)

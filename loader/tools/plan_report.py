@@ -74,7 +74,9 @@ def plan_data(config, num_shapes: int | None = None) -> dict:
     """What ``plan --plot`` draws and ``plan --json`` prints, JSON-ready: the config's batching; per shape its
     ``batch``, ``source`` and ``target`` widths, planned share of the samples, and in epoch 1 its batches, their
     share, real and padded tokens (masked rows as padding) and ``efficiency`` (real / padded); epoch 1 with
-    these shapes and with dynamic batches; the ``alternatives`` (name, efficiency, whether it is this plan);
+    these shapes and with dynamic batches; the ``alternatives`` (name, efficiency, whether it is this plan,
+    and its ``measure``: "1-D", a bucketing of one length per sample, max(source, target), without masked rows, or
+    "2-D", what a batch pays, both sides, masked rows counted; compare within a measure, not across);
     ``lengths``, the (source, target) histogram of the mixture (:func:`plots.length_cells`); ``mixing``, each
     direction's size, probability and served samples with the tiers (:func:`plots.mixing_data`)."""
     return _plan(config, num_shapes)[1]
@@ -147,7 +149,6 @@ def _plan(config, num_shapes: int | None) -> tuple[list[str], dict]:
 
     setup = dynamic.setup(1)
     served = setup.counts - dynamic.filtered(1)
-    shards = config.data.shards
     data = {"data_path": str(config.data.path), "batches": "dynamic" if dynamic_config else "static",
             "max_tokens": int(config.batching.max_tokens),
             "required_batch_size_multiple": int(config.batching.required_batch_size_multiple),
@@ -160,18 +161,19 @@ def _plan(config, num_shapes: int | None) -> tuple[list[str], dict]:
         data["shapes"].append({"batch": int(shape[0]), "source": int(shape[1]), "target": int(shape[-1]),
                                "planned_share": float(share), "batches": n, "share_of_batches": n / max(s_batches, 1),
                                "real_tokens": real, "padded_tokens": padded, "efficiency": real / max(padded, 1)})
-    compared = {**{f"{name}, 1-D": v for name, v in alternatives.items()},
-                "buckets of max(src, tgt), 2-D widths": old.fill,
-                f"this plan: {k} (source, target) boxes": plan.fill,
-                f"this plan, epoch 1 ({s_batches:,} batches)": s_eff,
-                f"dynamic batches ({len(d_shapes):,} shapes)": d_eff}
-    data["alternatives"] = [{"name": name, "efficiency": float(v), "this_plan": name.startswith("this plan")}
-                            for name, v in compared.items()]
+    # two measures, not to be compared across: "1-D", one length per sample (max(src, tgt)), no masked rows;
+    # "2-D", what a batch pays, both sides, masked rows counted
+    compared = [(f"{name}, 1-D", v, "1-D") for name, v in alternatives.items()] + [
+        ("buckets of max(src, tgt), 2-D widths", old.fill, "2-D"),
+        (f"this plan: {k} (source, target) boxes", plan.fill, "2-D"),
+        (f"this plan, epoch 1 ({s_batches:,} batches)", s_eff, "2-D"),
+        (f"dynamic batches ({len(d_shapes):,} shapes)", d_eff, "2-D")]
+    data["alternatives"] = [{"name": name, "efficiency": float(v), "this_plan": name.startswith("this plan"),
+                             "measure": measure} for name, v, measure in compared]
     data["lengths"] = plots.length_cells(lengths, weights, (config.filter.max_source_positions,
                                                             config.filter.max_target_positions))
     data["mixing"] = plots.mixing_data(
         [d.key for d in setup.directions], [d.size for d in setup.directions], np.asarray(setup.probs, np.float64),
         served, config.mixing.temperature,
-        size_label=(f"sentences of the direction in epoch 1's shard (log; data.shards={shards!r})"
-                    if shards == "cycle" else "sentences of the direction, every shard (log)"))
+        size_is="epoch 1's shard" if config.data.shards == "cycle" else "every shard")
     return lines, data

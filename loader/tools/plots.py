@@ -30,9 +30,13 @@ TOP = 10  # above: this many named at each end (largest, smallest, longest tails
 CLIP = 99.5  # length axes stop at this percentile of the sentences (or samples)
 WITHIN = 0.8  # inspect: ... of this share of the directions (each direction's own percentile)
 MAX_INCHES = 19.5  # no figure wider or taller (1,950 pixels at 100 dpi)
+LENGTH_BINS = 40  # inspect's tier length histograms: about this many bins up to the axis cut
 MAX_SHAPES = 48  # shapes drawn one bar each; more: the most used, the rest named in the title
+BEYOND = 6  # shapes past the length axes' cut named in a corner (the most used); more: counted
 TIERS = ("high", "mid", "low")
 TIER_COLOURS = ("#1f77b4", "#2ca02c", "#ff7f0e")
+RANK_ALPHA = 0.55  # sentences.png's tier fills (and their legend's swatches)
+MIX_ALPHA = 0.8  # mixing.png's tier points (and their legend's markers)
 SPLIT_COLOURS = ("#33337a", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")  # not the tiers' colours
 NAMED = (("o", "#d62728"), ("s", "#9467bd"), ("^", "#8c564b"), ("D", "#e377c2"), ("v", "#17becf"),
          ("P", "#bcbd22"), ("X", "#7f7f7f"), ("*", "#000000"), ("<", "#aec7e8"), (">", "#ff9896"))
@@ -167,7 +171,8 @@ def length_cells(lengths, weights=None, limits: tuple | None = None, bins: int =
     """The (source, target) length histogram that ``shapes.png`` draws: cells of ``bin`` tokens (at most
     ``bins`` a side) up to each side's 99.5th percentile (``clip``; weighted), as ``[source, target, weight]``
     with the lower edges of the cell; the weight longer than the clip on each side, the longest of each side,
-    and the filter's ``limits`` (source, target)."""
+    the ``samples`` (the weights' total, rounded: with epoch 1's expected draws as weights, its samples) and the
+    filter's ``limits`` (source, target)."""
     lengths = np.asarray(lengths, dtype=np.int64).reshape(-1, 2)
     w = np.ones(len(lengths)) if weights is None else np.asarray(weights, dtype=np.float64)
     total = float(w.sum())
@@ -188,12 +193,14 @@ def length_cells(lengths, weights=None, limits: tuple | None = None, bins: int =
     cells = np.flatnonzero(hist)
     s, t = np.divmod(cells, nt)
     return {"bin": int(width), "clip": clip, "quantile": CLIP, "longer": longer, "longest": longest,
-            "samples": total, "limits": None if limits is None else [int(x) for x in limits],
+            "samples": int(round(total)), "limits": None if limits is None else [int(x) for x in limits],
             "cells": [[int(a) * width, int(b) * width, float(v)] for a, b, v in zip(s, t, hist[cells])]}
 
 
-def mixing_data(keys, sizes, probs, served, temperature: float, size_label: str, top: int = TOP) -> dict:
-    """What ``mixing.png`` draws: per direction its size, configured probability, epoch 1's served samples and
+def mixing_data(keys, sizes, probs, served, temperature: float, size_is: str = "every shard",
+                top: int = TOP) -> dict:
+    """What ``mixing.png`` draws: per direction its size (its sentences in ``size_is``: "every shard", or
+    "epoch 1's shard" where each epoch reads one shard), configured probability, epoch 1's served samples and
     tier; per tier its share of the data (T = 1), of the probability and of the served samples, and the
     up-sampling factor (probability over share of the data); the directions named (all up to ``DETAIL``, else
     the ``top // 2`` largest and smallest)."""
@@ -217,7 +224,7 @@ def mixing_data(keys, sizes, probs, served, temperature: float, size_label: str,
     order = np.argsort(-sizes, kind="stable")
     half = max(top // 2, 1)
     named = order if len(keys) <= DETAIL else np.concatenate([order[:half], order[len(order) - half:]])
-    return {"temperature": float(temperature), "size_label": size_label, "served": int(served.sum()),
+    return {"temperature": float(temperature), "size_is": size_is, "served": int(served.sum()),
             "directions": [{"key": k, "size": int(s), "probability": float(p), "served": int(v), "tier": TIERS[t]}
                            for k, s, p, v, t in zip(keys, sizes, probs, served, tier.tolist())],
             "tiers": rows, "named": [keys[i] for i in named.tolist()]}
@@ -248,13 +255,25 @@ def _times(x: float) -> str:
 
 
 # ------------------------------------------------------------------------------------------------ the drawing
-def _figure(width: float, height: float):
+def require_matplotlib() -> None:
+    """Raise :class:`babelfeed.errors.MissingExtraError` (with the pip line) unless matplotlib imports: the
+    commands call it before any work when ``--plot`` is given, so a missing extra costs no planning time."""
     try:
-        from matplotlib.figure import Figure
+        import matplotlib.colors  # noqa: F401  (the submodules the drawing imports, not the package alone)
+        import matplotlib.figure  # noqa: F401
+        import matplotlib.lines  # noqa: F401
+        import matplotlib.patches  # noqa: F401
+        import matplotlib.ticker  # noqa: F401
     except ImportError:
         from babelfeed.errors import MissingExtraError
 
         raise MissingExtraError("--plot needs matplotlib: pip install 'babelfeed[plot]' (or matplotlib)") from None
+
+
+def _figure(width: float, height: float):
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
     return Figure(figsize=(min(width, MAX_INCHES), min(height, MAX_INCHES)), dpi=100, layout="constrained")
 
 
@@ -317,6 +336,7 @@ def _cut_note(what: str, L: dict, directions: int, sep: str = " ") -> str:
 
 def inspect_pictures(data: dict) -> dict:
     """``lengths.png`` and ``sentences.png`` for :func:`inspect_data`'s dict, as unsaved Figures."""
+    require_matplotlib()
     lengths = _lengths_detail(data) if len(data["directions"]) <= DETAIL else _lengths_overview(data)
     return {"lengths.png": lengths, "sentences.png": _sentences(data)}
 
@@ -357,16 +377,20 @@ def _lengths_detail(data: dict):
     return fig
 
 
-def _tier_handles(data_tiers: list[dict]) -> list:
-    """A legend entry per tier: its directions and their sizes (inspect's tiers or the mixture's)."""
+def _tier_handles(data_tiers: list[dict], points: float | None = None) -> list:
+    """A legend entry per tier: its directions and their sizes (inspect's tiers or the mixture's); a swatch of
+    the tier's colour, or with ``points`` (their alpha) a point as the scatter draws it."""
+    from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     out = []
     for t in data_tiers:
         c = TIER_COLOURS[TIERS.index(t["tier"])]
         lo, hi = (t["min_sentences"], t["max_sentences"]) if "min_sentences" in t else (t["min_size"], t["max_size"])
-        out.append(Patch(color=c, label=f"{t['tier']}: {t['directions']:,} directions of {_num(lo)}-{_num(hi)} "
-                                        f"sentences"))
+        label = f"{t['tier']}: {t['directions']:,} directions of {_num(lo)}-{_num(hi)} sentences"
+        out.append(Patch(color=c, label=label) if points is None else
+                   Line2D([], [], marker="o", markersize=5, markeredgewidth=0, color=c, alpha=points, linestyle="",
+                          label=label))
     return out
 
 
@@ -378,14 +402,20 @@ def _lengths_overview(data: dict):
     (ax_dist, ax_tail), (ax_med, ax_p99) = fig.subplots(2, 2)
     L = data["lengths"]
     clip = L["clip"]
-    x = np.arange(clip + 1)
-    for t in data["tiers"]:
-        c = TIER_COLOURS[TIERS.index(t["tier"])]
+    # bins of a few tokens (about LENGTH_BINS up to the cut): six 1-token step lines of the tiers, the low one
+    # noisy from its few sentences, crossed at every token and could not be told apart
+    width = max(1, math.ceil((clip + 1) / LENGTH_BINS))
+    edges = np.arange(0, clip + width + 1, width)
+    centres = (edges[:-1] + np.minimum(edges[1:], clip + 1) - 1) / 2
+    for t in sorted(data["tiers"], key=lambda t: -TIERS.index(t["tier"])):  # the noisiest (low) first, under
+        k = TIERS.index(t["tier"])
+        c = TIER_COLOURS[k]
         for role, style in (("source", "-"), ("target", "--")):
             if role in t:
                 h = np.asarray(t[role]["histogram"][:clip + 1], dtype=np.float64)
-                ax_dist.step(x, np.pad(h, (0, clip + 1 - len(h))) / max(t[role]["sentences"], 1), where="mid",
-                             color=c, linestyle=style, linewidth=1.2)
+                binned = np.add.reduceat(np.pad(h, (0, clip + 1 - len(h))), edges[:-1])
+                ax_dist.plot(centres, binned / max(t[role]["sentences"], 1), color=c, linestyle=style,
+                             linewidth=(2.0, 1.5, 1.1)[k])
         both = _added([t[r]["histogram"] for r in ("source", "target") if r in t]).astype(np.float64)
         longer = 1 - np.cumsum(both) / max(both.sum(), 1)
         ax_tail.step(np.arange(len(both)), np.where(longer > 0, longer, np.nan), where="post", color=c,
@@ -395,8 +425,10 @@ def _lengths_overview(data: dict):
     _percent_axis(ax_dist.yaxis)
     ax_dist.set_xlabel(_cut_note("tokens per sentence", L, sum(1 for d in data["directions"] if d["sides"]), "\n"),
                        fontsize=8)
-    ax_dist.set_ylabel("share of the tier's sentences", fontsize=8)
-    ax_dist.set_title("length distribution by resource tier (solid: source, dashed: target)", fontsize=9)
+    ax_dist.set_ylabel(f"share of the tier's sentences per {width} tokens" if width > 1 else
+                       "share of the tier's sentences", fontsize=8)
+    ax_dist.set_title(f"length distribution by resource tier (solid: source, dashed: target; bins of {width} "
+                      f"token{'s' if width > 1 else ''})", fontsize=9)
     ax_tail.set_yscale("log")
     ax_tail.axvline(clip, color="0.5", linestyle=":", linewidth=1)
     ax_tail.set_xlim(0, max(L["longest"], 1))
@@ -485,18 +517,30 @@ def _sentences(data: dict):
         ax, ax_rank = fig.subplots(1, 2, width_ratios=[1.15, 1])
     else:
         ax = fig.subplots()
-    values = [v for r in rows for v in r.values() if v > 0]
+    # the others' sum is a row of text, not a bar: on the directions' log axis it would dwarf them (1M against
+    # the largest direction's 80k) and stretch the axis past every single one
+    other = len(S["largest"]) if crowd else -1
+    values = [v for j, r in enumerate(rows) if j != other for v in r.values() if v > 0]
     lo, hi = (min(values), max(values)) if values else (1, 10)
     h = 0.8 / max(len(splits), 1)
+    sums = []
     for i, split in enumerate(splits):
-        at = [j for j, r in enumerate(rows) if r.get(split, 0) > 0]  # a split a direction lacks: no bar
-        colours = ["0.6" if crowd and j == len(S["largest"]) else _split_colour(i) for j in at]
-        bars = ax.barh(np.asarray(at, np.float64) + i * h, [rows[j][split] for j in at], height=h, color=colours,
-                       log=True)
+        at = [j for j, r in enumerate(rows) if r.get(split, 0) > 0 and j != other]  # a split a direction lacks: none
+        bars = ax.barh(np.asarray(at, np.float64) + i * h, [rows[j][split] for j in at], height=h,
+                       color=_split_colour(i), log=True)
         share = split in data["length_splits"] and many  # the train bars: their share of all
         total = max(sum(d["splits"].get(split, 0) for d in data["directions"]), 1)
         _log_bar_values(ax, bars, [_num(rows[j][split]) + (f", {_pct(rows[j][split] / total, 1e-4)}" if share else "")
                                    for j in at])
+        if crowd and rows[other].get(split, 0):
+            v = rows[other][split]
+            sums.append(f"{_num(v)} {split}" + (f" ({_pct(v / total, 1e-4)} of all)" if share else ""))
+    if crowd:
+        ax.axhspan(other - h / 2, other + h * (len(splits) - 0.5), color="0.93", linewidth=0, zorder=0)
+        ax.annotate(f"the {S['others']['directions']:,} directions between, added up: {', '.join(sums) or 'none'}; "
+                    f"median {_num(S['others']['median'])} each", (0.01, other + h * (len(splits) - 1) / 2),
+                    xycoords=("axes fraction", "data"), va="center", ha="left", fontsize=7, style="italic",
+                    color="0.2")
     span = max(math.log10(hi) - math.log10(max(lo, 1)), 1.0)
     ax.set_xlim(max(lo, 1) / 2, hi * 10 ** (0.14 * span + 0.2))  # room for the values past the longest bar
     _log_ticks(ax.xaxis, max(lo, 1), hi * 10)
@@ -506,9 +550,6 @@ def _sentences(data: dict):
     ax.set_xlabel("sentences (log scale)", fontsize=8)
     missing = ", ".join(f"{n:,} lack {s}" for s, n in S["without"].items() if n)
     handles = [Patch(color=_split_colour(i), label=s) for i, s in enumerate(splits)]
-    if crowd:
-        handles.append(Patch(color="0.6", label=f"the {S['others']['directions']:,} others between, added up "
-                                                 f"(median {_num(S['others']['median'])} each)"))
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=min(len(handles), 3), fontsize=7,
               frameon=False, borderaxespad=0.3)
     title = (f"the {len(S['largest'])} largest and {len(S['smallest'])} smallest of {len(data['directions']):,} "
@@ -524,11 +565,11 @@ def _sentences(data: dict):
             if len(m):  # each direction a step one rank wide, the tiers meeting without a gap
                 ys = np.maximum(sizes[order][m], 1)
                 ax_rank.fill_between(np.append(rank[m] - 0.5, rank[m[-1]] + 0.5), np.append(ys, ys[-1]), 0.5,
-                                     step="post", color=TIER_COLOURS[t], alpha=0.55, linewidth=0)
+                                     step="post", color=TIER_COLOURS[t], alpha=RANK_ALPHA, linewidth=0)
         ys = np.maximum(sizes[order], 1)
         ax_rank.step(np.append(rank - 0.5, rank[-1] + 0.5), np.append(ys, ys[-1]), where="post", color="black",
                      linewidth=0.8)
-        tier_handles = [Patch(color=TIER_COLOURS[TIERS.index(t["tier"])],
+        tier_handles = [Patch(facecolor=TIER_COLOURS[TIERS.index(t["tier"])], alpha=RANK_ALPHA, linewidth=0,
                               label=f"{t['tier']}: {t['directions']:,} directions, {_num(t['min_sentences'])}-"
                                     f"{_num(t['max_sentences'])} sentences each, {t['share']:.1%} of all")
                         for t in data["tiers"]]
@@ -566,6 +607,7 @@ def _log_bar_values(ax, bars, texts) -> None:
 def plan_pictures(data: dict) -> dict:
     """``shapes.png`` and ``mixing.png`` for the dict of :func:`babelfeed.tools.plan_report.plan_data`, as
     unsaved Figures."""
+    require_matplotlib()
     return {"shapes.png": _shapes(data), "mixing.png": _mixing(data["mixing"])}
 
 
@@ -605,11 +647,13 @@ def _shapes(data: dict):
     colours = _shape_colours(len(drawn))
     if len(drawn) <= 16:  # one row: the histogram, the shapes, the alternatives
         fig = _figure(17, max(5.4, 2.6 + 0.27 * len(drawn)))
-        ax_hist, ax_shape, ax_alt = fig.subplots(1, 3, width_ratios=[1.25, 1, 1.1])
+        grid = fig.add_gridspec(1, 3, width_ratios=[1.25, 1, 1.1])
+        ax_hist, ax_shape = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
+        alt_slot = grid[0, 2]
     else:  # the shapes' bars down the right, as tall as they need; the histogram above the alternatives
         fig = _figure(17, max(10.0, 2.0 + 0.2 * len(drawn)))
         grid = fig.add_gridspec(2, 2, width_ratios=[1.2, 1], height_ratios=[1.6, 1])
-        ax_hist, ax_alt = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[1, 0])
+        ax_hist, alt_slot = fig.add_subplot(grid[0, 0]), grid[1, 0]
         ax_shape = fig.add_subplot(grid[:, 1])
 
     H = data["lengths"]
@@ -636,10 +680,12 @@ def _shapes(data: dict):
             ax_hist.axhline(limits[1], color="C3", linestyle="--", linewidth=1)
         notes.append(f"red dashes: the filter ({', '.join(inside)} dropped)" if inside else
                      f"the filter (source > {limits[0]:,}, target > {limits[1]:,} dropped) lies past the axes")
-    wider = [shapes[i] for i in drawn if shapes[i]["source"] > cs or shapes[i]["target"] > ct]
+    wider = [(c, i) for c, i in zip(colours, drawn) if shapes[i]["source"] > cs or shapes[i]["target"] > ct]
     if wider:
-        notes.append(f"{len(wider)} box{'es reach' if len(wider) > 1 else ' reaches'} past the axes (up to "
-                     f"{max(s['source'] for s in wider)} x {max(s['target'] for s in wider)})")
+        corner = _emptier_corner(H["cells"], cs, ct)
+        notes.append(f"{len(wider)} box{'es reach' if len(wider) > 1 else ' reaches'} past the axes: named "
+                     f"{corner}")
+        _beyond_labels(ax_hist, [(c, shapes[i]) for c, i in wider], corner, cs + w, ct + w)
     ax_hist.set_xlim(0, cs + w)
     ax_hist.set_ylim(0, ct + w)
     ax_hist.set_xlabel(_clip_note("source tokens", cs, H["longer"][0], H["longest"][0], H["quantile"], "\n"),
@@ -663,16 +709,77 @@ def _shapes(data: dict):
     more = f" ({len(drawn)} most used of {len(shapes)})" if len(drawn) < len(shapes) else ""
     ax_shape.set_title(f"padding efficiency per shape (B x src x tgt){more}", fontsize=9)
 
-    bars = ax_alt.barh(np.arange(len(alt)), values, color=["C3" if a["this_plan"] else "C7" for a in alt])
-    _bar_values(ax_alt, bars, [f"{v:.1%}" for v in values], size=8)
-    ax_alt.set_yticks(np.arange(len(alt)), [a["name"] for a in alt], fontsize=7)
-    ax_alt.invert_yaxis()
-    ax_alt.set_xlim(0, 1)
-    _percent_axis(ax_alt.xaxis)
-    ax_alt.tick_params(axis="x", labelsize=7)
-    ax_alt.set_xlabel("real / padded tokens (red: this plan)", fontsize=8)
-    ax_alt.set_title(f"{len(shapes)} static shapes against the alternatives", fontsize=9)
+    _alternatives(fig, alt_slot, alt, values, len(shapes))
     return fig
+
+
+MEASURES = {"1-D": ("1-D: the usual bucketings, one length per sample (max(src, tgt)),\nno masked rows: compare "
+                    "them with each other, not with the 2-D bars", "#8da0cb"),
+            "2-D": ("2-D: what a batch pays, both sides, masked rows counted\n(red: this plan)", "C7")}
+
+
+def _measure(alt: dict) -> str:
+    """An alternative's measure; a plan.json of before the field: from its name."""
+    return alt.get("measure") or ("1-D" if alt["name"].endswith("1-D") else "2-D")
+
+
+def _alternatives(fig, slot, alt: list[dict], values: list[float], shapes: int) -> None:
+    """The plan against the alternatives, one axes per measure (1-D bucketings apart from the 2-D lines, so that
+    no bar is read against one of the other measure), each with its heading, its bars in their own colour."""
+    order = list(MEASURES) + [m for m in dict.fromkeys(_measure(a) for a in alt) if m not in MEASURES]
+    groups = [(m, [j for j, a in enumerate(alt) if _measure(a) == m]) for m in order]
+    groups = [(m, js) for m, js in groups if js]
+    sub = slot.subgridspec(len(groups), 1, height_ratios=[len(js) + 1.2 for _, js in groups])
+    for g, (m, js) in enumerate(groups):
+        ax = fig.add_subplot(sub[g, 0])
+        heading, colour = MEASURES.get(m, (m, "C7"))
+        bars = ax.barh(np.arange(len(js)), [values[j] for j in js], height=0.7,
+                       color=["C3" if alt[j]["this_plan"] else colour for j in js])
+        _bar_values(ax, bars, [f"{values[j]:.1%}" for j in js], size=8)
+        names = [alt[j]["name"].removesuffix(", 1-D") if m == "1-D" else alt[j]["name"] for j in js]
+        ax.set_yticks(np.arange(len(js)), names, fontsize=7)
+        ax.set_ylim(len(js) - 0.4, -0.6)
+        ax.set_xlim(0, 1)
+        _percent_axis(ax.xaxis)
+        ax.tick_params(axis="x", labelsize=7)
+        # (right-aligned, the headings reach over the names' column, not past the figure)
+        ax.set_title(heading if g else f"{shapes} static shapes against the alternatives, in two measures\n{heading}",
+                     fontsize=8, loc="right")
+        if g == len(groups) - 1:
+            ax.set_xlabel("real / padded tokens", fontsize=8)
+
+
+def _emptier_corner(cells: list, cs: int, ct: int) -> str:
+    """Where the names of the boxes past the axes hide the least data: the top left (long targets are rare) or
+    the bottom right (long sources), whichever holds less of the histogram's weight."""
+    c = np.asarray(cells, dtype=np.float64).reshape(-1, 3)
+    top_left = c[(c[:, 0] < 0.5 * cs) & (c[:, 1] > 0.75 * ct), 2].sum()
+    bottom_right = c[(c[:, 0] > 0.5 * cs) & (c[:, 1] < 0.25 * ct), 2].sum()
+    return "bottom right" if bottom_right < top_left else "top left"
+
+
+def _beyond_labels(ax, wider: list, corner: str, x_end: float, y_end: float) -> None:
+    """The boxes past the axes' cut, named in their colours in a corner of the axes with their share of the
+    batches, an arrow to the side they leave by: a shape of 15% of the batches is not to be invisible."""
+    right = corner == "bottom right"
+    lines = [("boxes past the axes:", "0.15", "normal")]
+    named = sorted(wider, key=lambda cs: -cs[1]["share_of_batches"])[:BEYOND]
+    for c, s in [cs for cs in wider if cs in named]:  # (the most used, in the bars' order)
+        arrow = "\u2197" if s["source"] > x_end and s["target"] > y_end else "\u2192" if s["source"] > x_end else \
+            "\u2191"
+        lines.append((f"{arrow} {s['batch']} x {s['source']} x {s['target']}: {_pct(s['share_of_batches'])} of "
+                      f"batches", c, "bold"))
+    if len(wider) > len(named):
+        rest = sum(s["share_of_batches"] for c, s in wider if (c, s) not in named)
+        lines.append((f"+{len(wider) - len(named)} more: {_pct(rest)} of batches", "0.15", "normal"))
+    if right:
+        lines.reverse()  # (stacked up from the bottom)
+    for n, (text, colour, weight) in enumerate(lines):
+        ax.annotate(text, (0.985 if right else 0.015, 0.02 if right else 0.98), xycoords="axes fraction",
+                    xytext=(0, 10.5 * n if right else -10.5 * n), textcoords="offset points", fontsize=7,
+                    ha="right" if right else "left", va="bottom" if right else "top", color=colour,
+                    fontweight=weight,
+                    bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.9})
 
 
 def _mixing(data: dict):
@@ -697,9 +804,9 @@ def _mixing(data: dict):
     total = served.sum()
     by_key = {d["key"]: i for i, d in enumerate(dirs)}
     if many:
-        ax.scatter(sizes, probs, s=14, linewidths=0, alpha=0.8, zorder=3,
+        ax.scatter(sizes, probs, s=14, linewidths=0, alpha=MIX_ALPHA, zorder=3,
                    c=[TIER_COLOURS[TIERS.index(d["tier"])] for d in dirs])
-        handles += _tier_handles(data["tiers"])
+        handles += _tier_handles(data["tiers"], points=MIX_ALPHA)
     for (marker, colour), key in zip(NAMED, data["named"]):
         i = by_key[key]
         ax.scatter([sizes[i]], [probs[i]], s=45, marker=marker, color=colour, edgecolors="black", linewidths=0.6,
@@ -720,7 +827,8 @@ def _mixing(data: dict):
         _log_ticks(ax.yaxis, shown.min() / 2, min(shown.max() * 2, 1.0), percent=True)
     _log_ticks(ax.xaxis, sizes.min(), sizes.max())
     ax.tick_params(labelsize=7)
-    ax.set_xlabel(data["size_label"], fontsize=8)
+    cycle = "; data.shards='cycle'" if data["size_is"] == "epoch 1's shard" else ""
+    ax.set_xlabel(f"sentences of the direction, {data['size_is']} (log{cycle})", fontsize=8)
     ax.set_ylabel("share of the mixture (log)", fontsize=8)
     ax.set_title(f"temperature sampling (T = {data['temperature']:g}): small directions up-sampled, large ones down",
                  fontsize=9)

@@ -146,6 +146,76 @@ def test_many_shapes_stay_legible(tmp_path, monkeypatch):
     assert any(f"most used of {len(data['shapes'])}" in ax.get_title() for ax in fig.axes)
 
 
+def test_shapes_keep_the_two_measures_apart_and_name_the_boxes_past_the_axes():
+    """The 1-D bucketings (one length per sample, no masked rows) and the 2-D lines (what a batch pays) on axes of
+    their own, each headed by its measure, so no bar is read against one of the other measure; a shape whose box
+    lies past the axes' cut is named on the histogram with its share of the batches, not left invisible."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from babelfeed.tools import plots
+
+    data = plan_dict(60)
+    fig = plots.plan_pictures(data)["shapes.png"]
+    FigureCanvasAgg(fig).draw()
+    by_measure = {}
+    for ax in fig.axes:
+        title = ax.get_title(loc="right")
+        for m in ("1-D", "2-D"):
+            if f"{m}: " in title:
+                by_measure.setdefault(m, []).extend(t.get_text() for t in ax.get_yticklabels())
+    one_d = [a["name"].removesuffix(", 1-D") for a in data["alternatives"] if a["measure"] == "1-D"]
+    assert by_measure == {"1-D": one_d, "2-D": [a["name"] for a in data["alternatives"] if a["measure"] == "2-D"]}
+    cs, ct = data["lengths"]["clip"]
+    past = [s for s in data["shapes"] if s["source"] > cs or s["target"] > ct]
+    assert past  # (the synthetic plan's widest shape, 11 x 346 x 347)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    for s in past:
+        assert any(f"{s['batch']} x {s['source']} x {s['target']}: {plots._pct(s['share_of_batches'])} of batches"
+                   in t for t in texts), texts
+
+
+def test_sentences_add_the_others_up_in_text_and_the_tier_swatches_are_the_fills_colours():
+    """sentences.png: the others' sum is a row of text, not a bar on the directions' log axis (40 directions added
+    up outgrow the largest one; 980 of them stretched the axis to 1M against 82k), and the tiers' legend swatches
+    are the fills' colours, alpha included (they were saturated beside pastel fills)."""
+    from babelfeed.tools import plots
+
+    data = plots.inspect_data(stats_rows(60))
+    ax, ax_rank = plots.inspect_pictures(data)["sentences.png"].axes[:2]
+    largest = max(d["sentences"] for d in data["directions"])
+    others = data["sentences"]["others"]
+    assert others["splits"]["train"] > largest
+    assert max(bar.get_width() for bar in ax.patches) == largest  # the axis fitted to single directions
+    assert any(f"the {others['directions']} directions between, added up: {plots._num(others['splits']['train'])} "
+               "train" in t.get_text() for t in ax.texts)
+    fills = {tuple(np.round(c.get_facecolor()[0], 3)) for c in ax_rank.collections if len(c.get_facecolor())}
+    swatches = [h for h in ax_rank.get_legend().legend_handles if type(h).__name__ == "Rectangle"]
+    assert len(swatches) == 3 and all(tuple(np.round(h.get_facecolor(), 3)) in fills for h in swatches)
+
+
+def test_tier_lengths_in_bins_of_a_few_tokens_the_noisiest_tier_first():
+    """lengths.png above DETAIL directions: six 1-token step lines could not be told apart; the tiers' histograms
+    in about LENGTH_BINS bins up to the cut, the low tier (fewest sentences, noisiest) drawn first, under."""
+    from matplotlib.colors import to_rgba
+
+    from babelfeed.tools import plots
+
+    data = plots.inspect_data(stats_rows(60))
+    lines = plots.inspect_pictures(data)["lengths.png"].axes[0].get_lines()
+    assert len(lines) == 6 and all(len(line.get_xdata()) <= plots.LENGTH_BINS for line in lines)
+    assert to_rgba(lines[0].get_color()) == to_rgba(plots.TIER_COLOURS[2])
+    assert max(lines[0].get_xdata()) <= data["lengths"]["clip"]
+
+
+def test_mixing_tier_markers_are_as_faint_as_the_points():
+    from babelfeed.tools import plots
+
+    ax = plots.plan_pictures(plan_dict(60))["mixing.png"].axes[0]
+    points = [c for c in ax.collections if len({tuple(f) for f in c.get_facecolor()}) == 3]  # in the tiers' colours
+    markers = [h for h in ax.get_legend().legend_handles if "directions of" in h.get_label()]
+    assert len(points) == 1 and len(markers) == 3 and all(h.get_alpha() == points[0].get_alpha() for h in markers)
+
+
 def test_inspect_data_tiers_and_the_length_axis():
     """Tiers hold a third of the directions each by size; the length axis stops where 4 in 5 directions hold
     99.5% of their train sentences (one long-tailed direction in 5 does not move it), and the share beyond is
@@ -216,6 +286,11 @@ def test_plan_plot_draws_the_shapes_and_the_mixture(tmp_path, config):
     assert printed == json.loads((tmp_path / "p" / "plan.json").read_text())
     assert len(printed["shapes"]) == 4
     assert [d["key"] for d in printed["mixing"]["directions"]] == ["aaa-bbb", "aaa-ccc", "aaa-ddd"]
+    assert type(printed["lengths"]["samples"]) is int  # a count (epoch 1's expected draws), not 93771.0
+    assert "size_label" not in printed["mixing"]  # the picture's axis label is not data
+    assert printed["mixing"]["size_is"] == "epoch 1's shard"  # both configs read a shard an epoch
+    measures = [(a["measure"], a["name"].endswith(", 1-D")) for a in printed["alternatives"]]
+    assert measures == [("1-D", True)] * 4 + [("2-D", False)] * 4  # the bucketings of one length, then both sides
 
 
 def test_padding_efficiency_is_real_over_padded_tokens_never_past_100_percent(tmp_path):
@@ -239,14 +314,31 @@ def test_padding_efficiency_is_real_over_padded_tokens_never_past_100_percent(tm
         assert all(0 < a["efficiency"] <= 1 for a in data["alternatives"])
 
 
-def test_without_matplotlib_the_plot_flag_says_what_to_install_and_json_needs_none(tmp_path):
+BLOCK_MATPLOTLIB = ("import sys; sys.modules.update(dict.fromkeys(['matplotlib', 'matplotlib.colors', "
+                    "'matplotlib.figure', 'matplotlib.lines', 'matplotlib.patches', 'matplotlib.ticker'])); ")
+
+
+@pytest.mark.parametrize("command", ["inspect", "plan"])
+def test_without_matplotlib_the_plot_flag_says_what_to_install(tmp_path, command):
+    """Before any reading or planning: one line with the pip command and exit 2, not an internal error (plan's
+    drawing imported matplotlib.colors before the check) and not a report printed for nothing."""
     make_data_bin(tmp_path / "bin")
-    code = ("import sys; sys.modules['matplotlib'] = None; from babelfeed.cli import main; "
-            f"sys.exit(main(['inspect', {str(tmp_path / 'bin')!r}, '--plot', {str(tmp_path / 'p')!r}]))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 2 and "pip install 'babelfeed[plot]'" in out.stderr and "Traceback" not in out.stderr
-    code = ("import sys; sys.modules['matplotlib'] = None; from babelfeed.cli import main; "
-            f"sys.exit(main(['plan', '--set', 'data.path={tmp_path / 'bin'}', '--shapes', '2', '--json']))")
+    argv = ([command, str(tmp_path / "bin")] if command == "inspect" else
+            [command, "--set", f"data.path={tmp_path / 'bin'}", "--shapes", "2"]) + ["--plot", str(tmp_path / "p")]
+    code = BLOCK_MATPLOTLIB + f"from babelfeed.cli import main; sys.exit(main({argv!r}))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 2, out.stderr
+    assert "--plot needs matplotlib: pip install 'babelfeed[plot]'" in out.stderr
+    assert "internal error" not in out.stderr and "Traceback" not in out.stderr and out.stdout == ""
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_without_matplotlib_plan_json_needs_none(tmp_path):
+    make_data_bin(tmp_path / "bin")
+    code = BLOCK_MATPLOTLIB + ("from babelfeed.cli import main; "
+                               f"sys.exit(main(['plan', '--set', 'data.path={tmp_path / 'bin'}', '--shapes', '2', "
+                               "'--json']))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert out.returncode == 0, out.stderr  # the numbers need numpy only
     assert len(json.loads(out.stdout)["shapes"]) == 2
