@@ -13,7 +13,8 @@ DOCS_EXTRAS := $(or $(EXTRAS),docs)
 TORCH_PIN := torch==2.13.0
 stamp = $(VENV)/.installed-$(subst $(comma),-,$(1))
 ARGS ?=
-# make test runs the suite on every core (pytest-xdist); TEST_WORKERS=0 runs it in one process
+# make test runs the suite on every core (pytest-xdist; an idle worker takes tests queued for the other, so a few
+# long tests at the end do not leave a core idle); TEST_WORKERS=0 runs it in one process
 TEST_WORKERS ?= auto
 
 .PHONY: demo test bench docs venv clean
@@ -31,7 +32,7 @@ demo: $(call stamp,$(DEMO_EXTRAS))
 	$(BIN)/babelfeed demo --config configs/demo.py $(ARGS)
 
 test: $(call stamp,$(TEST_EXTRAS))
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) $(ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 # The documentation site, into site/: the generated reference pages are written first (docs/reference/config.md
 # from babelfeed/config/spec.py, docs/reference/cli.md from the command's parser; tests hold both to their
