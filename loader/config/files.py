@@ -88,24 +88,14 @@ class Config(ml_collections.ConfigDict):
             name = self.__dict__.get("_babelfeed_path", "") + str(key)
             current = self._fields[key]
             current = current.get() if isinstance(current, ml_collections.FieldReference) else current
-            hint = ""
-            if isinstance(value, (str, float)) and isinstance(current, (int, float)) and not isinstance(current, bool):
-                try:
-                    converted = type(current)(value)
-                    hint = f": write {converted!r}" if converted == float(value) else ""
-                except ValueError:
-                    pass
-            raise ConfigTypeError(f"config key {name!r} takes {_kind_of(current)} (now {current!r}); {value!r} is "
-                                  f"{_kind_of(value)}{hint}") from None
+            raise ConfigTypeError(_wrong_type(name, current, value, repr(value))) from None
         except KeyError:
             if key in self._fields or not self.is_locked:
                 raise
             name = self.__dict__.get("_babelfeed_path", "") + str(key)
-            known = list(self._fields)
-            near = difflib.get_close_matches(str(key), known, n=3)
-            hint = f"; did you mean {', '.join(near)}?" if near else f"; it has: {', '.join(sorted(known))}"
-            raise UnknownConfigKey(f"unknown config key {name!r}{hint} (the config is locked, so a misspelt key "
-                                   f"is refused rather than added; config.unlock() adds keys of your own)") from None
+            raise UnknownConfigKey(f"unknown config key {name!r}{_closest(str(key), list(self._fields), 'it')} (the "
+                                   f"config is locked, so a misspelt key is refused rather than added; "
+                                   f"config.unlock() adds keys of your own)") from None
 
     def __setstate__(self, state):  # unpickled (a DataLoader worker's copy): the key paths again, from the root
         super().__setstate__(state)
@@ -120,6 +110,25 @@ class Config(ml_collections.ConfigDict):
         except KeyError as e:
             raise AttributeError(e) from None
         self[attribute] = value  # UnknownConfigKey is an AttributeError too
+
+
+def _wrong_type(name: str, current, value, shown: str) -> str:
+    """The refusal of ``value`` (given as ``shown``) for the key ``name`` holding ``current``, with the value to
+    write where the given one converts to the key's type exactly (``4096.0`` or ``"4096"`` for an integer)."""
+    hint = ""
+    if isinstance(value, (str, float)) and isinstance(current, (int, float)) and not isinstance(current, bool):
+        try:
+            converted = type(current)(value)
+            hint = f": write {converted!r}" if converted == float(value) else ""
+        except ValueError:
+            pass
+    return f"config key {name!r} takes {_kind_of(current)} (now {current!r}); {shown} is {_kind_of(value)}{hint}"
+
+
+def _closest(key: str, known: list, where: str) -> str:
+    """``; did you mean ...?`` with the known names closest to a misspelt ``key``, else all of ``where``'s."""
+    near = difflib.get_close_matches(key, known, n=3)
+    return f"; did you mean {', '.join(near)}?" if near else f"; {where} has: {', '.join(sorted(known))}"
 
 
 def _speak_babelfeed(config: ml_collections.ConfigDict, path: str) -> None:
@@ -193,10 +202,8 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides) -> ml_collecti
         for depth, part in enumerate(parts):
             known = list(node.keys()) if isinstance(node, ml_collections.ConfigDict) else []
             if part not in known:
-                near = difflib.get_close_matches(part, known, n=3)
                 where = ".".join(parts[:depth]) or "the config"
-                hint = f"; did you mean {', '.join(near)}?" if near else f"; {where} has: {', '.join(sorted(known))}"
-                raise ConfigError(f"unknown config key {key!r}: no {part!r} in {where}{hint}")
+                raise ConfigError(f"unknown config key {key!r}: no {part!r} in {where}{_closest(part, known, where)}")
             if depth < len(parts) - 1:
                 node = node[part]
         last = parts[-1]
@@ -208,11 +215,7 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides) -> ml_collecti
         try:
             node[last] = value
         except (TypeError, ValueError):  # ml_collections' own wording names its internals: say it plainly
-            hint = ""
-            if isinstance(current, int) and isinstance(value, float) and value.is_integer():
-                hint = f": write {int(value)}"
-            raise ConfigError(f"config key {key!r} takes {_kind_of(current)} (now {current!r}); {raw!r} is "
-                              f"{_kind_of(value)}{hint}") from None
+            raise ConfigError(_wrong_type(key, current, value, repr(raw))) from None
     return config
 
 
