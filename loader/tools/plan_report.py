@@ -57,7 +57,7 @@ def _weighted_copies(cost: np.ndarray, weights: np.ndarray, most: int = 2_000_00
 def plan_report(config, num_shapes: int | None = None, plot_dir: str | None = None, as_json: bool = False) -> str:
     """The report's text (``as_json``: :func:`plan_data`'s dict as JSON); with ``plot_dir``, also shapes.png,
     mixing.png and plan.json there (plots.py)."""
-    lines, data = _plan(config, num_shapes)
+    lines, data = _plan(config, num_shapes, with_data=bool(plot_dir or as_json))
     if plot_dir:
         from babelfeed.tools import plots
 
@@ -82,7 +82,9 @@ def plan_data(config, num_shapes: int | None = None) -> dict:
     return _plan(config, num_shapes)[1]
 
 
-def _plan(config, num_shapes: int | None) -> tuple[list[str], dict]:
+def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[str], dict | None]:
+    """The report's lines, and with ``with_data`` :func:`plan_data`'s dict (its histograms and mixture are work
+    the text alone does not need)."""
     from babelfeed.build import mixture_lengths, shape_plan
     from babelfeed.checks import at_least
     from babelfeed.config.spec import check_translation_config
@@ -109,8 +111,8 @@ def _plan(config, num_shapes: int | None) -> tuple[list[str], dict]:
              plan.describe(), ""]
     if dynamic_config:
         lines[:0] = ["this config batches dynamically (batching.num_shapes = 0): its epoch is the last line, "
-                     f"'epoch 1 with dynamic batches'. The {plan.num_shapes} shapes below are what batching.num_shapes = 8 "
-                     f"(or --shapes K) would give, for XLA.", ""]
+                     f"'epoch 1 with dynamic batches'. The {plan.num_shapes} shapes below are what "
+                     f"batching.num_shapes = 8 (or --shapes K) would give, for XLA.", ""]
     lengths, weights, _ = mixture_lengths(dynamic)
     cost = lengths.max(axis=1)
     k = plan.num_shapes
@@ -145,6 +147,8 @@ def _plan(config, num_shapes: int | None) -> tuple[list[str], dict]:
                      f"of batches")
     lines.append(f"epoch 1 with dynamic batches: {d_batches:,} batches in {len(d_shapes):,} distinct shapes "
                  f"(one XLA compilation each), padding efficiency {d_eff:.1%}")
+    if not with_data:
+        return lines, None
     from babelfeed.tools import plots
 
     setup = dynamic.setup(1)
