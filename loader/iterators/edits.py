@@ -126,12 +126,16 @@ class Handover:
         return np.where(ids < 0, -1, np.where(new >= 0, self.new_base[np.maximum(new, 0)] + local,
                                               int(self.new_base[-1]) + ids))
 
-    def totals(self, consumed: int) -> np.ndarray:
+    def totals(self, consumed: int) -> tuple[np.ndarray, np.ndarray | None]:
         """The ledger's totals at ``consumed`` of the epoch, in the edited run's streams, then the streams the
-        edit removed (which still serve until the window ends)."""
-        _, old_totals, _ = self.old.ledger_totals(self.epoch, consumed)
-        return np.concatenate([map_totals(old_totals, self.old.planner.keys, self.new_keys),
-                               old_totals[:, self.removed]], axis=1)
+        edit removed (which still serve until the window ends); and the same of the rows the skips dropped
+        (None: none)."""
+        _, old_totals, _, old_skipped = self.old.ledger_totals(self.epoch, consumed)
+
+        def mapped(t):
+            return np.concatenate([map_totals(t, self.old.planner.keys, self.new_keys), t[:, self.removed]], axis=1)
+
+        return mapped(old_totals), None if old_skipped is None else mapped(old_skipped)
 
 
 def map_totals(totals: np.ndarray, keys, new_keys, dormant: dict | None = None) -> np.ndarray:

@@ -23,6 +23,10 @@ data. A state keeps it as one list, ``state["history"]``, of events (dicts with 
 ``{"event": "blend", "sample", "weights", "offsets", "names"}``
     an LM run's blend from global sample ``sample`` on: its weights and where each dataset stood
     (``babelfeed.lm.mixture``): the first segment, then each ``set_weights`` and mixture edit.
+``{"event": "skip", "step", "reason", ...}``
+    ``it.skip``: from training step ``step + 1`` on, these steps' batches, these samples or the samples of these
+    corpora are dropped from their batches (``babelfeed.iterators.skips``). Listed after the other events, in
+    the order made.
 
 Each part of an iterator keeps its own view of the list (the planner its weights and update counts, the iterator
 its step segments and edits): :func:`views` reads them out of a history, :func:`compose` writes one from them.
@@ -38,6 +42,7 @@ import operator
 from dataclasses import dataclass, field
 
 from babelfeed.errors import BabelfeedError
+from babelfeed.iterators.skips import SHAPE as SKIP_SHAPE, check_order as check_skip_order, event_ok as skip_event_ok
 
 VERSION = 2
 
@@ -59,6 +64,7 @@ class Views:
     updates: list = field(default_factory=list)
     edits: list = field(default_factory=list)
     blend: list = field(default_factory=list)
+    skips: list = field(default_factory=list)
 
 
 def _int(x, smallest: int = 0) -> bool:
@@ -78,6 +84,7 @@ SHAPES = {
              ">= 0}, 'names': {data key: name}, 'changes'?: {key: [old, new]}} (an LM run's blend from 'sample' on)",
     "edit": "{'event': 'edit', 'saved_at_step', 'step', 'global_batch': ints >= 0, 'epoch': int >= 1, 'changes': "
             "{key: [old, new]}, 'saved': {'epoch': int >= 1, 'consumed': int >= 0}}",
+    "skip": SKIP_SHAPE,
 }
 
 
@@ -99,6 +106,8 @@ def _event_ok(e) -> bool:
                 and all(_number(v) for v in w.values()) and sum(w.values()) > 0
                 and all(_int(v) for v in o.values()) and set(w) <= set(o) and set(w) <= set(n)
                 and all(isinstance(v, str) for v in n.values()) and isinstance(e.get("changes", {}), dict))
+    if kind == "skip":
+        return skip_event_ok(e)
     if kind == "edit":
         saved = e.get("saved", {})
         return (set(e) - {"saved"} == {"event", *EDIT_FIELDS, "changes"} and all(_int(e[f]) for f in EDIT_FIELDS)
@@ -121,6 +130,11 @@ def check(history, total_steps: int | None = None) -> Views:
             raise HistoryError(f"iterator state field 'history' event {i} is {str(e)[:200]}; it must be {want}")
     v = views(history)
     steps = [s[0] for s in v.steps]
+    skips = [e["step"] for e in history if e["event"] == "skip"]
+    if total_steps is not None and skips and skips[-1] > total_steps:
+        raise HistoryError(f"iterator state field 'history': a skip made after step {skips[-1]} lies past the "
+                           f"state's own total_steps={total_steps}")
+    check_skip_order(history)
     if any(a > b for a, b in zip(steps, steps[1:])) or (total_steps is not None and steps and steps[-1] > total_steps):
         raise HistoryError(f"iterator state field 'history': the 'ranks' events must come in training order up to "
                            f"total_steps={total_steps}; their steps are {steps[:20]}")
@@ -170,6 +184,8 @@ def views(history: list) -> Views:
             updates = _fold(updates, [e["batch"], e["update"], e["per"]])
         elif kind == "blend":
             v.blend.append(copy.deepcopy(e))
+        elif kind == "skip":
+            v.skips.append(copy.deepcopy(e))
         elif kind == "edit":
             edit = {k: copy.deepcopy(x) for k, x in e.items() if k != "event"}
             if "saved" in e:
@@ -202,9 +218,9 @@ def _i(x) -> int:
     return operator.index(x)
 
 
-def compose(steps: list, weights: list, updates: list, edits: list) -> list:
+def compose(steps: list, weights: list, updates: list, edits: list, skips: list = ()) -> list:
     """The history of a run from its parts' views (see :class:`Views`): ``edits`` with their ``saved`` run's
-    weights and update counts, ``weights`` and ``updates`` of the segment after the last edit."""
+    weights and update counts, ``weights`` and ``updates`` of the segment after the last edit, then ``skips``."""
     out: list = []
     have: list = []
     ranks = [{"event": "ranks", "step": _i(s), "epoch": _i(e), "consumed": _i(c), "world_size": _i(w)}
@@ -232,7 +248,7 @@ def compose(steps: list, weights: list, updates: list, edits: list) -> list:
         out.append(event)
     ranks_until(1 << 62)
     segment(weights, updates)
-    return out
+    return out + [copy.deepcopy(e) for e in skips]
 
 
 def world_size_at(steps: list, step: int | None = None) -> int | None:

@@ -45,18 +45,59 @@ def from_state(ledger, keys: list[str]) -> np.ndarray:
     return out
 
 
+def skipped_state(totals: np.ndarray, keys: list[str], others: dict) -> dict:
+    """The state's ``skipped`` field: ``{field: {stream: count}}`` of the rows the run's skips dropped, for this
+    config's streams and (``others``: ``{stream: [3 counts]}``) streams an edit removed."""
+    out = as_state(totals, keys)
+    for k, counts in others.items():
+        for i, f in enumerate(FIELDS):
+            out[f][k] = int(counts[i])
+    return out
+
+
+def skipped_from_state(saved, keys: list[str]) -> tuple[np.ndarray, dict]:
+    """The totals of a state's ``skipped`` field for streams ``keys`` (0 where it names none), and the counts
+    it holds for other streams (an edit removed them), checked."""
+    if not isinstance(saved, dict) or set(saved) != set(FIELDS):
+        raise ValueError(f"iterator state field 'skipped' must be {{{', '.join(FIELDS)}}} of {{stream: count}}, "
+                         f"got {str(saved)[:200]}")
+    out = np.zeros((3, len(keys)), np.int64)
+    others: dict = {}
+    index = {k: j for j, k in enumerate(keys)}
+    for i, f in enumerate(FIELDS):
+        counts = saved[f]
+        if not isinstance(counts, dict):
+            raise ValueError(f"iterator state skipped[{f!r}] must map streams to counts, got {str(counts)[:200]}")
+        for k, v in counts.items():
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or not isinstance(k, str):
+                raise ValueError(f"iterator state skipped[{f!r}][{k!r}] must be an integer >= 0, got {v!r}")
+            if k in index:
+                out[i, index[k]] = v
+            else:
+                others.setdefault(k, [0, 0, 0])[i] = v
+    return out, others
+
+
 def flat(totals: np.ndarray, keys: list[str], rows: np.ndarray, epoch: int, step: int | None,
-         prefix: str = "ledger") -> dict:
+         prefix: str = "ledger", skipped: np.ndarray | None = None) -> dict:
     """A flat dict of numbers for TensorBoard, W&B or absl logging: per stream ``{prefix}/{stream}/samples``,
     ``src_tokens``, ``tgt_tokens`` and ``passes`` (served samples over the stream's rows, rounded down), and the
-    totals ``{prefix}/samples``, ``{prefix}/tokens``, ``{prefix}/epoch`` and ``{prefix}/step``."""
+    totals ``{prefix}/samples``, ``{prefix}/tokens``, ``{prefix}/epoch`` and ``{prefix}/step``. Once the run
+    skipped data (``skipped``: the same shape as ``totals``), per stream ``{prefix}/{stream}/skipped`` and
+    ``skipped_tokens`` (source and target), and ``{prefix}/skipped``: samples the skips dropped, never served
+    (``samples`` does not count them)."""
     out: dict = {}
     for j, k in enumerate(keys):
         for i, f in enumerate(FIELDS):
             out[f"{prefix}/{k}/{f}"] = int(totals[i, j])
         out[f"{prefix}/{k}/passes"] = int(totals[0, j] // rows[j]) if rows[j] else 0
+        if skipped is not None:
+            out[f"{prefix}/{k}/skipped"] = int(skipped[0, j])
+            out[f"{prefix}/{k}/skipped_tokens"] = int(skipped[1, j] + skipped[2, j])
     out[f"{prefix}/samples"] = int(totals[0].sum())
     out[f"{prefix}/tokens"] = int(totals[1].sum() + totals[2].sum())
+    if skipped is not None:
+        out[f"{prefix}/skipped"] = int(skipped[0].sum())
     out[f"{prefix}/epoch"] = int(epoch)
     if step is not None:  # (a DataLoader's position counts batches, not the run's steps)
         out[f"{prefix}/step"] = int(step)
@@ -103,14 +144,15 @@ def check_trace_state(it, state: dict) -> None:
         cached(it, ("checked", state_key(state)), check)
         return
     it._check_state(state, True, {"epoch": 1, "consumed": 0, "total_steps": 0},
-                    optional=it.STREAM_FIELDS if it.planner.sampler.streams else ("ledger", "history"))
+                    optional=it.STREAM_FIELDS if it.planner.sampler.streams else ("ledger", "history", "skipped"))
     it._check_extra(state)
 
 
 def trace(it, step: int, state: dict | None = None) -> list[dict]:
     """The samples of training step ``step`` (1-based, counted since training began, as loggers number optimizer
     steps), every rank's: per sample ``{"step", "epoch", "batch" (global batch of the epoch), "rank", "id",
-    "stream", "task", "corpus", "shard", "row", "src_len", "tgt_len"}``, in each batch's plan order, ids as the
+    "stream", "task", "corpus", "shard", "row", "src_len", "tgt_len", "skipped"}`` (``skipped``: a skip of the
+    run dropped it from its batch, so the model never saw it), in each batch's plan order, ids as the
     ranks received them. ``state``: the run's latest state (default: ``it``'s own), which holds its history:
     the world size that took each step, weight changes and mixture edits; any step of the run is answered, on
     either side of any of them (``babelfeed.replay``). ``it``: an iterator of the run's data; its world size does
@@ -124,11 +166,15 @@ def trace(it, step: int, state: dict | None = None) -> list[dict]:
 
         state = upgrade(state)  # (a state an older babelfeed wrote)
         check_trace_state(it, state)
+    from babelfeed.iterators.replay import _views
+    from babelfeed.iterators.skips import Skips
+
     src = step_source(it, step, state)
     out: list = []
-    for k, g, ids, src_len, tgt_len in step_rows(src):
-        for d, sl, tl in zip(src.it.describe_ids(ids), src_len.tolist(), tgt_len.tolist()):
+    for k, g, ids, src_len, tgt_len, dropped in step_rows(src, Skips(_views(state).skips)):
+        dropped = np.zeros(len(ids), bool) if dropped is None else dropped
+        for d, sl, tl, x in zip(src.it.describe_ids(ids), src_len.tolist(), tgt_len.tolist(), dropped.tolist()):
             out.append({"step": step, "epoch": src.epoch, "batch": g,
                         "rank": k if src.it.split == "batches" else None, **d, "src_len": int(sl),
-                        "tgt_len": int(tl)})
+                        "tgt_len": int(tl), "skipped": bool(x)})
     return out

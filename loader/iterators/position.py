@@ -130,5 +130,5 @@ class Position:
         it = self.iterator(epoch)
         if it.kind == "lm":
             return it.ledger(prefix, consumed=consumed)
-        e, totals, _ = it.ledger_totals(epoch, consumed)
-        return it.ledger(prefix, at=(e, totals, None))
+        e, totals, _, skipped = it.ledger_totals(epoch, consumed)
+        return it.ledger(prefix, at=(e, totals, None, skipped))

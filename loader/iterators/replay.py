@@ -178,6 +178,38 @@ def _segment(probe, state: dict, m: int, world: int):
     return it
 
 
+def step_batch(probe, step: int, state: dict, rank: int | None = None) -> dict:
+    """Rank ``rank``'s batch of training step ``step`` of the run whose latest state is ``state``, as the run
+    served it: the plan in force then (:func:`step_source`), with the skips made by then. ``rank``: of the world
+    size that took the step (None: the probe's rank); with ``split="rows"``, its block of that many equal row
+    blocks."""
+    src = step_source(probe, step, state)
+    world = src.world_size
+    rank = probe.rank if rank is None else rank
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
+        raise ValueError(f"rank must be an integer in [0, {world}): step {step} was taken on {world} rank(s), got "
+                         f"{rank!r}")
+    from babelfeed.iterators.skips import Skips
+
+    it = src.it
+    views = _views(state)
+    skips = Skips(views.skips)
+    h = it._handover if src.handover else None
+    served = h.old if h is not None else it
+    g = src.g0 + (rank if it.split == "batches" else 0)
+    saved = (served.epoch, served.skips, served.row_blocks, served._fillers if hasattr(served, "_fillers") else {})
+    try:
+        served.epoch, served.skips, served._fillers = src.epoch, skips, {}
+        if it.split == "rows":
+            served.row_blocks = ((rank,), world)
+        if h is not None:
+            return h.batch(g, g)
+        where = served.planner.locate(src.epoch, g)
+        return served._dummy() if where is None else served._collate_one(*where)
+    finally:
+        served.epoch, served.skips, served.row_blocks, served._fillers = saved
+
+
 def _rebuild(probe, world: int):
     from babelfeed.iterators.protocol import builder
 
@@ -235,9 +267,10 @@ def _locate(it, step: int, segments: list, edit: dict | None, world: int) -> Ste
     return StepSource(it, epoch, consumed + (step - first) * per, False, world)
 
 
-def step_rows(src: StepSource) -> list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-    """Per global batch of the step: ``(rank or k, global batch, ids, src_len, tgt_len, stream names)`` of its
-    planned samples, ids as the ranks received them."""
+def step_rows(src: StepSource, skips=None) -> list[tuple]:
+    """Per global batch of the step: ``(rank or k, global batch, ids, src_len, tgt_len, dropped)`` of its
+    planned samples, ids as the ranks received them; ``dropped``: which of them the run's ``skips`` (a
+    :class:`~babelfeed.iterators.skips.Skips`) left out of the batch (None: none)."""
     it = src.it
     out = []
     for k in range(it.batches_per_step):
@@ -257,7 +290,8 @@ def step_rows(src: StepSource) -> list[tuple[int, int, np.ndarray, np.ndarray, n
         rows = win.batch_rows(np.array([j]))
         s = win.samples
         ids = collater.ids(s.comp[rows].astype(np.int64), s.local[rows])
+        dropped = skips.dropped(planner.sources, src.epoch, g, s.comp[rows], s.local[rows]) if skips else None
         if src.handover:
             ids = it._handover.map_ids(ids)
-        out.append((k, g, ids, s.src_len[rows], s.tgt_len[rows]))
+        out.append((k, g, ids, s.src_len[rows], s.tgt_len[rows], dropped))
     return out

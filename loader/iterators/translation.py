@@ -19,9 +19,10 @@ import math
 import numpy as np
 
 from babelfeed.gather.collate import Collater
-from babelfeed.iterators.protocol import STATE_VERSION, LoaderIterator
+from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD, STATE_VERSION, LoaderIterator
 from babelfeed.plan.planner import EpochPlanner, Window
 from babelfeed.iterators.reports import Reports
+from babelfeed.iterators.skips import Skips
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -60,6 +61,8 @@ class BatchIterator(Reports, LoaderIterator):
         self._base = 0  # global batches consumed before this run's first step of the epoch
         self.step = 0  # steps taken by every rank since _base
         self._ledger_start: dict[int, np.ndarray] = {1: np.zeros((3, len(planner.keys)), np.int64)}
+        self._skipped_start: dict = {1: np.zeros((3, len(planner.keys)), np.int64)}  # (see skipped_start)
+        self._skipped_other: dict = {}  # skipped counts of streams an edit removed, as the state kept them
         self.config_snapshot: dict | None = None  # the config as JSON (build_train_iterator sets it): edits
         self.source_config = None  # the config it was built from (build_train_iterator): trace on other world sizes
         self._handover = None  # edits.Handover: the saved run's window in progress, after an edited resume
@@ -75,6 +78,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._ra_hint: dict[str, tuple] = {}
         self.total_steps = 0
         self.served: dict[int, np.ndarray] = {}  # epoch -> samples served by this rank, per direction
+        self.skips = Skips()  # what the run leaves out, from which step on (it.skip; babelfeed.iterators.skips)
 
     # ----------------------------------------------------------------------------------------- counters
     @property
@@ -243,9 +247,11 @@ class BatchIterator(Reports, LoaderIterator):
         win = self.planner.window(self.epoch, w)
         if win.packed is not None:
             return self._collate_packed(win, j, win.batch(j), weight)
-        s, weight, pad_to, sort = self._served(win, j, weight)
+        s, weight, pad_to, sort, empty = self._served(win, j, weight)
         batch = self.collater(s, weight=weight, pad_to_length=pad_to, sort=sort, epoch=self.epoch)
         batch["nsentences"] = int((batch["weight"] > 0).sum())
+        if empty:  # every row skipped: the filler rows name no sample
+            batch["id"] = np.full_like(batch["id"], -1)
         self._count_served(s.direction[weight > 0])
         return batch
 
@@ -257,6 +263,10 @@ class BatchIterator(Reports, LoaderIterator):
         n = sl.stop - sl.start
         weight = np.ones(n, np.float32) if weight is None else np.asarray(weight, np.float32)
         shape_idx, masked = win.batch_shape(j)
+        empty = False
+        if self.skips:  # rows the run's skips drop leave the batch (babelfeed.iterators.skips)
+            s, weight, masked, empty = self._drop_skipped(win, j, s, weight, masked, shape_idx)
+            n = len(s)
         pad_to = None
         if shape_idx >= 0:
             shape = self.planner.opts.shapes[shape_idx]
@@ -279,7 +289,81 @@ class BatchIterator(Reports, LoaderIterator):
             s = s[mine]
             weight = weight[mine]
             sort = False
-        return s, weight, pad_to, sort
+        return s, weight, pad_to, sort, empty
+
+    def _drop_skipped(self, win: Window, j: int, s, weight, masked: int, shape_idx: int) -> tuple:
+        """Served batch j of window ``win`` without the rows the run's skips drop: ``(samples, weights, masked
+        rows to add, empty)``. A static shape keeps its rows (the dropped rows' slots become masked copies); a
+        batch with no row left is one filler row (dynamic shape) or its shape of weight-0 copies of a sample of
+        the window that no skip drops (``empty``)."""
+        g = self.planner.window_start(win.epoch, win.index) + j
+        drop = self.skips.dropped(self.planner.sources, win.epoch, g, s.comp, s.local)
+        if drop is None:
+            return s, weight, masked, False
+        rows = len(s) + masked
+        keep = ~drop
+        if keep.any():
+            s, weight = s[np.flatnonzero(keep)], weight[keep]
+            return s, weight, (rows - len(s) if shape_idx >= 0 else masked), False
+        filler = self._filler(win, g, shape_idx)
+        return filler, np.zeros(1, np.float32), (rows - 1 if shape_idx >= 0 else 0), True
+
+    def _filler(self, win: Window, g: int, shape_idx: int):
+        """One sample of the epoch that no skip drops at global batch g (of this window, else of the epoch's
+        other windows) and that fits shape ``shape_idx`` (-1: any): the shortest. The rows of an all-skipped
+        batch are its copies, with weight 0, so no skipped sample's tokens reach the model."""
+        shape = self.planner.opts.shapes[shape_idx] if shape_idx >= 0 else None
+        n_force = self.skips.in_force(win.epoch, g)
+        key = (win.epoch, win.index, n_force, shape_idx, len(self.skips.events))
+        cache = self.__dict__.setdefault("_fillers", {})
+        if key in cache:
+            return cache[key]
+        planner = self.planner
+        setup = planner.setup(win.epoch)
+        found = self._filler_in(win, n_force, shape)
+        w = 0
+        while found is None and w < win.index:  # the epoch's earlier windows, then its later ones
+            found = self._filler_in(planner.window(win.epoch, w), n_force, shape)
+            w += 1
+        w = win.index + 1
+        while found is None and planner._exists(setup, w):
+            found = self._filler_in(planner.window(win.epoch, w), n_force, shape)
+            w += 1
+        if found is None:
+            from babelfeed.iterators.skips import SkipError
+
+            raise SkipError(f"every sample of epoch {win.epoch} that fits its batch shapes is skipped: no sample is "
+                            f"left to fill its empty batches (a skip 'where' that matches the whole mixture?)")
+        fwin, i = found
+        idx = np.array([i], np.int64)
+        self._addresses(fwin, idx)
+        out = fwin.samples[idx]
+        out.addr = fwin.addr[idx]
+        if len(cache) > 64:
+            cache.clear()
+        cache[key] = out
+        return out
+
+    def _filler_in(self, win: Window, n_force: int, shape) -> tuple | None:
+        """(window, sample index) of the shortest sample of ``win`` that no skip drops and that fits ``shape``."""
+        s = win.samples
+        ok = np.ones(len(s), bool)
+        start = self.planner.window_start(win.epoch, win.index)
+        for e, lo, hi in self.skips.step_ranges():  # the rows of skipped steps' batches in this window
+            a, b = max(lo - start, 0), min(hi - start, len(win))
+            if e == win.epoch and a < b:
+                ok[win.batch_rows(np.arange(a, b))] = False
+        if n_force:
+            dropped = self.skips.rows_dropped(self.planner.sources, n_force, s.comp, s.local)
+            if dropped is not None:
+                ok &= ~dropped
+        if shape is not None:
+            ok &= (s.src_len <= shape[1]) & (s.tgt_len <= shape[-1])
+        if not ok.any():
+            return None
+        cand = np.flatnonzero(ok)
+        size = np.maximum(s.src_len[cand], s.tgt_len[cand])
+        return win, int(cand[np.argmin(size)])
 
     def _samples(self, win: Window, sl: slice, j: int):
         """The planned samples of served batch j (slice ``sl``), with their token addresses. A batch whose
@@ -320,10 +404,25 @@ class BatchIterator(Reports, LoaderIterator):
         row_weight = np.concatenate([np.ones(real_rows, np.float32), np.zeros(masked, np.float32)])
         if weight is not None and not np.any(weight):
             row_weight[:] = 0  # an epoch-padding batch
-        if masked:  # repeat real rows (attention stays well-defined), weight 0
-            pick = [np.flatnonzero(place["row"] == (i % real_rows)) for i in range(masked)]
+        empty = False
+        if self.skips:  # pairs the run's skips drop leave their rows (babelfeed.iterators.skips)
+            g = self.planner.window_start(win.epoch, win.index) + j
+            drop = self.skips.dropped(self.planner.sources, win.epoch, g, s.comp, s.local)
+            if drop is not None and (~drop).any():
+                keep = np.flatnonzero(~drop)
+                s, place = s[keep], {k: v[keep] for k, v in place.items()}
+            elif drop is not None:  # every pair: one filler pair, weight 0
+                s, empty = self._filler(win, g, -1), True
+                place = {k: np.zeros(1, np.int64) for k in place}
+        live = np.unique(place["row"])
+        holes = np.setdiff1d(np.arange(n_rows), live)  # rows left without a pair (masked rows included)
+        row_weight[holes] = 0
+        if empty:
+            row_weight[:] = 0
+        if len(holes):  # repeat real rows (attention stays well-defined), weight 0
+            pick = [np.flatnonzero(place["row"] == live[i % len(live)]) for i in range(len(holes))]
             extra = np.concatenate(pick)
-            new_rows = np.concatenate([np.full(len(p), real_rows + i) for i, p in enumerate(pick)])
+            new_rows = np.concatenate([np.full(len(p), holes[i]) for i, p in enumerate(pick)])
             s = s.concat(s[extra])
             place = {"row": np.concatenate([place["row"], new_rows]),
                      "src_offset": np.concatenate([place["src_offset"], place["src_offset"][extra]]),
@@ -338,6 +437,8 @@ class BatchIterator(Reports, LoaderIterator):
             place = {k: (local[v[keep]] if k == "row" else v[keep]) for k, v in place.items()}
             row_weight = row_weight[mine]
         batch = self.collater.packed(s, place, tuple(self.planner.opts.pack_shape), row_weight)
+        if empty:
+            batch["id"] = np.full_like(batch["id"], -1)
         self._count_served(s.direction[row_weight[place["row"]] > 0])
         return batch
 
@@ -384,19 +485,118 @@ class BatchIterator(Reports, LoaderIterator):
             # (a state without a ledger, an older babelfeed's, many epochs on: counted from every epoch's plan)
             for e in tqdm(range(known, epoch), desc="counting the ledger of earlier epochs", unit="epoch",
                           disable=epoch - known < 50, leave=False):
-                totals += self.planner.consumed_totals(e, self.planner.num_batches(e))
+                n = self.planner.num_batches(e)
+                totals += self.planner.consumed_totals(e, n) - self.skipped_in(e, n)
                 self._ledger_start[e + 1] = totals.copy()
         return self._ledger_start[epoch]
 
-    def ledger_totals(self, epoch: int | None = None, consumed: int | None = None) -> tuple[int, np.ndarray, int]:
-        """``(epoch, int64[3, streams] totals, steps)`` at this iterator's position (or at ``epoch``,
-        ``consumed``): what :meth:`ledger` reports, as arrays (cheap to take after every batch)."""
+    def ledger_totals(self, epoch: int | None = None, consumed: int | None = None) -> tuple:
+        """``(epoch, int64[3, streams] totals, steps, skipped)`` at this iterator's position (or at ``epoch``,
+        ``consumed``): what :meth:`ledger` reports, as arrays (cheap to take after every batch). ``totals``
+        counts what was served, ``skipped`` (the same shape; None while nothing was skipped) what the run's skips
+        dropped, never served."""
         epoch = self.epoch if epoch is None else epoch
         consumed = self.consumed if consumed is None else consumed
         h = self._handover
         if h is not None and epoch == h.epoch:
-            return epoch, h.totals(consumed), self.total_steps
-        return epoch, self.ledger_start(epoch) + self.planner.consumed_totals(epoch, consumed), self.total_steps
+            totals, skipped = h.totals(consumed)
+            return epoch, totals, self.total_steps, skipped
+        skipped = self.skipped_totals(epoch, consumed)
+        totals = self.ledger_start(epoch) + self.planner.consumed_totals(epoch, consumed)
+        if skipped is not None:
+            totals = totals - self.skipped_in(epoch, consumed)
+        return epoch, totals, self.total_steps, skipped
+
+    # what the skips dropped: at each epoch's start (from the state, else counted), and inside an epoch
+    def skipped_start(self, epoch: int) -> np.ndarray:
+        """The skipped rows' totals (int64[3, streams]) when ``epoch`` began."""
+        if epoch not in self._skipped_start:
+            known = max(e for e in self._skipped_start if e < epoch)
+            totals = self._skipped_start[known].copy()
+            for e in range(known, epoch):
+                totals += self.skipped_in(e, self.planner.num_batches(e))
+                self._skipped_start[e + 1] = totals.copy()
+        return self._skipped_start[epoch]
+
+    def skipped_totals(self, epoch: int, consumed: int) -> np.ndarray | None:
+        """What the skips dropped from global batches before ``consumed`` of ``epoch`` since training began,
+        per stream (int64[3, streams]); None when the run made no skip."""
+        if not self.skips:
+            return None
+        return self.skipped_start(epoch) + self.skipped_in(epoch, consumed)
+
+    def skipped_in(self, epoch: int, consumed: int) -> np.ndarray:
+        """The rows the skips drop from global batches ``[0, consumed)`` of ``epoch``, per stream: whole windows
+        counted once (cached), the window in progress from where the last call left it."""
+        from babelfeed.plan.totals import window_totals
+
+        planner, skips = self.planner, self.skips
+        streams = len(planner.keys)
+        zeros = np.zeros((3, streams), np.int64)
+        if not skips or not self._skips_reach(epoch):
+            return zeros
+        version = (len(skips.events), id(skips))
+        cache = self.__dict__.setdefault("_skip_ledger", {})
+        if cache.get("version") != version:
+            cache.clear()
+            cache["version"] = version
+        windows = cache.setdefault("windows", {})
+        hint = cache.get("hint")
+        if hint is None or hint[0] != epoch or consumed < hint[2] + hint[3]:
+            hint = (epoch, 0, 0, 0, zeros, zeros)
+        _, w, start, j, base, part = hint
+        setup = planner.setup(epoch)
+        while consumed > start and planner._exists(setup, w):
+            n = setup.window_batches.get(w)
+            if n is None:
+                planner.window(epoch, w)
+                n = setup.window_batches[w]
+            if consumed >= start + n:
+                got = windows.get((epoch, w))
+                if got is None:
+                    got = windows[(epoch, w)] = self._dropped_totals(planner.window(epoch, w), start, 0, n)
+                base, start, w, j, part = base + got, start + n, w + 1, 0, zeros
+                continue
+            if consumed - start > j:
+                part = part + self._dropped_totals(planner.window(epoch, w), start, j, consumed - start)
+                j = consumed - start
+            break
+        cache["hint"] = (epoch, w, start, j, base, part)
+        return base + part
+
+    def _skips_reach(self, epoch: int) -> bool:
+        """Whether any skip drops rows in ``epoch`` (a step range in it, or a row skip made by its end)."""
+        if any(e == epoch for e, _, _ in self.skips.step_ranges()):
+            return True
+        return any(e["epoch"] <= epoch for e in self.skips.row_events)
+
+    def _dropped_totals(self, win: Window, start: int, j0: int, j1: int) -> np.ndarray:
+        """Per stream, the rows the skips drop from served batches ``[j0, j1)`` of window ``win`` (its first
+        global batch is ``start``)."""
+        from babelfeed.plan.totals import window_totals
+
+        skips, epoch = self.skips, win.epoch
+        js = np.arange(j0, j1)
+        g = start + js
+        whole = np.zeros(len(js), bool)
+        for e, lo, hi in skips.step_ranges():
+            if e == epoch:
+                whole |= (g >= lo) & (g < hi)
+        force = np.array([skips.in_force(epoch, int(x)) for x in g], np.int64) if skips.row_events else \
+            np.zeros(len(js), np.int64)
+        s = win.samples
+        dropped = [win.batch_rows(js[whole])] if whole.any() else []
+        for n in np.unique(force[~whole]).tolist():
+            if n == 0:
+                continue
+            rows = win.batch_rows(js[~whole & (force == n)])
+            hit = skips.rows_dropped(self.planner.sources, n, s.comp[rows], s.local[rows])
+            if hit is not None:
+                dropped.append(rows[hit])
+        if not dropped:
+            return np.zeros((3, len(self.planner.keys)), np.int64)
+        rows = np.concatenate(dropped)
+        return window_totals(s.direction[rows], s.src_len[rows], s.tgt_len[rows], len(self.planner.keys))
 
     def ledger(self, prefix: str = "ledger", at: tuple | None = None) -> dict:
         """What every rank together has consumed up to this iterator's position, per stream, since training
@@ -406,7 +606,7 @@ class BatchIterator(Reports, LoaderIterator):
         :meth:`ledger_totals` taken earlier (the adapters' read-ahead threads take one per batch)."""
         from babelfeed.iterators.ledger import FIELDS, flat
 
-        epoch, totals, steps = self.ledger_totals() if at is None else at
+        epoch, totals, steps, skipped = self.ledger_totals() if at is None else at
         keys = list(self.planner.keys)
         rows = np.zeros(len(keys), np.int64)
         index = {k: i for i, k in enumerate(keys)}
@@ -422,7 +622,12 @@ class BatchIterator(Reports, LoaderIterator):
         if extra:
             totals = np.concatenate([totals, np.array([[self.dormant[k][f] for k in extra] for f in FIELDS],
                                                       np.int64).reshape(len(FIELDS), len(extra))], axis=1)
-        return flat(totals, keys, rows, epoch, steps, prefix)
+        if skipped is not None:
+            skipped = np.concatenate([skipped, np.zeros((3, len(keys) - skipped.shape[1]), np.int64)], axis=1)
+            for k, counts in self._skipped_other.items():  # (streams an edit removed: as the state kept them)
+                if k in keys:
+                    skipped[:, keys.index(k)] += counts
+        return flat(totals, keys, rows, epoch, steps, prefix, skipped=skipped)
 
     def describe_ids(self, ids) -> list:
         """Where each sample of a batch came from: per ``id``, ``{"id", "stream", "task", "corpus", "shard",
@@ -460,6 +665,163 @@ class BatchIterator(Reports, LoaderIterator):
         self.planner.set_weights(at, [float(weights[t]) for t in tasks])
         self._hint = (0, 0)
         self._ra_hint = {}
+
+    def skip(self, steps=None, ids=None, where=None, reason: str = "") -> dict:
+        """Leave data out of the rest of the run, from the next step on: ``steps`` (a ``range`` of training
+        steps, 1-based, not yet taken: every row of their global batches), ``ids`` (samples, by the ``id`` their
+        batches carried) or ``where`` (``{"stream" | "task" | "corpus": names, "shard": n or [n, ...], "rows":
+        range(lo, hi)}``: every sample matching all the terms given). Exactly one of them; ``reason`` is kept
+        with it ("loss spike at step 1234").
+
+        Skipped rows are dropped from their batches and nothing else moves: every other sample keeps its step
+        (``babelfeed.iterators.skips`` says what a batch looks like). The skip is recorded in the state's history
+        with the step it took effect after, so a run resumed from a later state, on any world size, makes the
+        same skip; ``trace``, ``batch_for_step`` and the ledger count with it. After a rollback
+        (``set_state(earlier_state)``), a skip of the steps around a spike gives exactly the batches of a run
+        that made it at that step from the start. Call it on every rank at the same step. Returns the event
+        recorded."""
+        from babelfeed.iterators.skips import SkipError
+
+        given = [k for k, v in (("steps", steps), ("ids", ids), ("where", where)) if v is not None]
+        if len(given) != 1:
+            raise SkipError(f"skip takes exactly one of steps=, ids=, where=; got {given or 'none'}")
+        if not isinstance(reason, str):
+            raise SkipError(f"reason must be text, got {reason!r}")
+        h = self._handover
+        epoch, consumed = self.epoch, self.consumed
+        event = {"event": "skip", "step": int(self.total_steps), "epoch": int(epoch), "batch": int(consumed),
+                 "reason": reason}
+        if steps is not None:
+            event.update(self._skip_steps(steps))
+        elif ids is not None:
+            event.update(self._skip_ids(ids))
+        else:
+            event["where"] = self._skip_where(where)
+        self.skips.add(event)
+        self._fillers = {}
+        if h is not None and self.epoch == h.epoch:  # the saved run's window drops them too: its counts change
+            h.old._fillers = {}
+            self._count_edited_start(*self._handover_counts)
+        return dict(event)
+
+    def _skip_steps(self, steps) -> dict:
+        """The global batches of training steps ``steps`` (not yet taken), as this run counts its steps."""
+        from babelfeed.iterators.skips import SkipError, range_arg
+
+        a, b = range_arg(steps, "steps")
+        if a < 1:
+            raise SkipError(f"steps count from 1, got {steps!r}")
+        t = self.total_steps
+        if a <= t:
+            raise SkipError(f"steps {a}..{min(b - 1, t)} were already taken (this iterator stands after step {t}): "
+                            f"roll back to a state saved before step {a} (set_state), then skip")
+        per = self._per_step
+
+        def left(e: int, c: int) -> int:  # steps from global batch c of epoch e to the epoch's end
+            if self.max_epochs is not None and e > self.max_epochs:
+                raise SkipError(f"steps {a}..{b - 1} lie past the run's last epoch ({self.max_epochs}, max_epochs)")
+            return -(-max(self.epoch_batches(e) - c, 0) // per)
+
+        e, c, k = self.epoch, self.consumed, a - 1 - t
+        while k >= left(e, c):  # to step a
+            k -= left(e, c)
+            e, c = e + 1, 0
+            if e - self.epoch > MAX_EPOCHS_AHEAD:
+                raise SkipError(f"step {a} lies more than {MAX_EPOCHS_AHEAD:,} epochs ahead")
+        c += k * per
+        out, k = [], b - a
+        while k > 0:
+            n = left(e, c)
+            if n == 0:
+                e, c = e + 1, 0
+                continue
+            take = min(k, n)
+            hi = min(c + take * per, self.epoch_batches(e))
+            out.append([int(e), int(c), int(hi)])
+            k -= take
+            e, c = (e + 1, 0) if take == n else (e, hi)
+        return {"steps": [a, b], "batches": out}
+
+    def _skip_ids(self, ids) -> dict:
+        """Samples by id, as the records they name (stable across mixture edits that renumber ids)."""
+        from babelfeed.iterators.skips import SkipError, as_ranges
+
+        try:
+            arr = np.asarray(ids)
+        except Exception:
+            arr = None
+        if arr is None or arr.dtype.kind not in "iu" or arr.size == 0:
+            raise SkipError(f"ids must be a non-empty list of sample ids (integers, a batch's 'id'), got "
+                            f"{str(ids)[:200]}")
+        arr = arr.reshape(-1).astype(np.int64)
+        if (arr < 0).any():
+            raise SkipError("id -1 marks a row that holds no sample (an epoch-padding or skipped batch's): leave "
+                            "it out of ids")
+        try:
+            found = self.describe_ids(arr)
+        except ValueError as e:
+            raise SkipError(str(e)) from None
+        groups: dict = {}
+        for d in found:
+            groups.setdefault((d["stream"], d["shard"]), []).append(d["row"])
+        rows = [{"stream": k, "shard": int(n), "rows": as_ranges(v)} for (k, n), v in sorted(groups.items())]
+        return {"rows": rows, "ids": int(len(np.unique(arr)))}
+
+    def _skip_where(self, where) -> dict:
+        """``where``'s terms checked against this run's streams, tasks, corpora and shards."""
+        from babelfeed.iterators.skips import TERMS, SkipError, name_list, range_arg
+
+        if callable(where) or not isinstance(where, dict) or not where:
+            raise SkipError(f"where is a dict of terms {list(TERMS)} (a state records it, so no function), got "
+                            f"{str(where)[:200]}")
+        unknown = sorted(set(where) - set(TERMS))
+        if unknown:
+            raise SkipError(f"where has unknown terms {unknown}; it takes {list(TERMS)}")
+        sources = self.planner.sources
+        known = {"stream": [s.name for s in sources.streams], "task": list(sources.tasks),
+                 "corpus": sorted({s.key for s in sources.streams})}
+        out: dict = {}
+        for term in ("stream", "task", "corpus"):
+            if term in where:
+                out[term] = name_list(where[term], term, known[term])
+        if "shard" in where:
+            v = where["shard"]
+            shards = [v] if isinstance(v, (int, np.integer)) else list(v) if isinstance(v, (list, tuple, range)) \
+                else None
+            have = sorted({int(c.shard) for c in sources.components})
+            if not shards or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in shards):
+                raise SkipError(f"where['shard'] takes a shard number or a list of them, got {v!r}")
+            missing = [int(x) for x in shards if int(x) not in have]
+            if missing:
+                raise SkipError(f"where['shard']: shard {missing[0]} is not a shard of this run (it has {have[:20]})")
+            out["shard"] = sorted({int(x) for x in shards})
+        if "rows" in where:
+            out["rows"] = range_arg(where["rows"], "where['rows']")
+        return out
+
+    def batch_for_step(self, step: int, state: dict | None = None, rank: int | None = None) -> dict:
+        """The batch rank ``rank`` (default: this iterator's) received at training step ``step`` (1-based, since
+        training began), rebuilt exactly, leaf for leaf, without serving the steps before it. ``state``: the
+        run's latest state (default: this iterator's own), whose history answers any step: across mixture edits,
+        weight changes, skips and resumes on other world sizes (``rank`` counts the ranks of the world size that
+        took the step). With ``split="rows"``, the rank's block of that many equal row blocks (the JAX adapter
+        may hand a process other blocks: ``take_row_blocks``). This iterator's position is left as it was."""
+        from babelfeed.iterators.ledger import check_trace_state
+        from babelfeed.iterators.replay import step_batch
+
+        if state is None:
+            state = self.get_state()
+        else:
+            from babelfeed.iterators.history import upgrade
+            from babelfeed.iterators.state import find_state
+
+            state = upgrade(find_state(state, "state"))
+            if not state.get("version"):  # a bare loader position: the run's state there
+                from babelfeed.iterators.state import resolve
+
+                state = resolve(state, self)
+            check_trace_state(self, state)
+        return step_batch(self, step, state, rank)
 
     def trace(self, step: int, state: dict | None = None) -> list:
         """The samples of training step ``step`` (1-based, since training began) on every rank: where each came
@@ -513,12 +875,12 @@ class BatchIterator(Reports, LoaderIterator):
 
                 v = views(h.state["history"])
                 return {**h.state, "consumed": c, "total_steps": self.total_steps,
-                        "history": compose(self.steps_out(), v.weights, v.updates, v.edits)}
+                        "history": compose(self.steps_out(), v.weights, v.updates, v.edits, self.skips.events)}
             epoch, c = epoch + 1, 0
         elif self.planner.locate(epoch, c, self._hint) is None and c > 0:
             epoch, c = epoch + 1, 0  # finished epoch: resume at the start of the next
         from babelfeed.iterators.history import compose
-        from babelfeed.iterators.ledger import as_state
+        from babelfeed.iterators.ledger import as_state, skipped_state
 
         planner = self.planner
         stream = planner.sampler.streams
@@ -527,7 +889,7 @@ class BatchIterator(Reports, LoaderIterator):
         # schedule updates were counted ([first global batch, update, per]) and the mixture edits
         history = compose(self.steps_out(), [[at, dict(zip(tasks, w.tolist()))] for at, w in planner.weight_changes],
                           [[b, u, p] for b, u, p in planner.update_segments] if stream and planner.changing_schedule
-                          else [], self.edits)
+                          else [], self.edits, self.skips.events)
         state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
                  "total_steps": self.total_steps, "fingerprint": planner.fingerprint(), "history": history,
                  "identity": copy.deepcopy(planner.identity())}  # (a copy: the state is the caller's)
@@ -535,6 +897,8 @@ class BatchIterator(Reports, LoaderIterator):
             positions, batches = planner.epoch_start(epoch)
             state["stream"] = {"positions": positions.tolist(), "batches": int(batches)}
         state["ledger"] = as_state(self.ledger_start(epoch), planner.keys)  # consumed before this epoch
+        if self.skips:  # what the skips dropped before this epoch
+            state["skipped"] = skipped_state(self.skipped_start(epoch), planner.keys, self._skipped_other)
         if stream:
             state["stream"]["keys"] = list(self.planner.keys)  # positions by name: an edit maps them
             if self.config_snapshot is not None:  # to finish a window in progress under an edited config
@@ -546,7 +910,20 @@ class BatchIterator(Reports, LoaderIterator):
                 state["dormant"] = self.dormant
         return state
 
-    STREAM_FIELDS = ("stream", "ledger", "config", "dormant", "history")
+    STREAM_FIELDS = ("stream", "ledger", "config", "dormant", "history", "skipped")
+
+    def _load_skipped(self, saved, epoch: int) -> None:
+        """The state's ``skipped`` counts (what the skips dropped before ``epoch``), per stream; counted from the
+        plans of earlier epochs where the state has none."""
+        from babelfeed.iterators.ledger import skipped_from_state
+
+        zeros = np.zeros((3, len(self.planner.keys)), np.int64)
+        self._skipped_other = {}
+        if saved is None:
+            self._skipped_start = {1: zeros}
+            return
+        totals, self._skipped_other = skipped_from_state(saved, self.planner.keys)
+        self._skipped_start = {epoch: totals}
 
     def steps_out(self) -> list:
         """The state's ``steps``: how steps were counted (a segment per world size the run was resumed on)."""
@@ -599,6 +976,11 @@ class BatchIterator(Reports, LoaderIterator):
                 raise HistoryError(f"iterator state field 'history': an 'edit' event saved at step "
                                    f"{late[0]['saved_at_step']} (epoch {late[0]['epoch']}) lies past the state's own "
                                    f"position (step {total}, epoch {at[0]})")
+            late = [e for e in views.skips if "epoch" not in e or (e["epoch"], e["batch"]) > at]
+            if late:
+                raise HistoryError(f"iterator state field 'history': a skip made at "
+                                   f"{'an LM run' if 'sample' in late[0] else (late[0]['epoch'], late[0]['batch'])} "
+                                   f"(epoch, global batch) lies past the state's own position {at}")
             stream = state.get("stream")
             if isinstance(stream, dict) and type(stream.get("batches")) is int:
                 now = stream["batches"] + at[1]
@@ -624,7 +1006,7 @@ class BatchIterator(Reports, LoaderIterator):
                 and state.get("fingerprint") not in self.fingerprints()):
             return self._resume_edited(state)
         self._check_state(state, strict, {"epoch": 1, "consumed": 0, "total_steps": 0},
-                          optional=self.STREAM_FIELDS if stream else ("ledger", "history"))
+                          optional=self.STREAM_FIELDS if stream else ("ledger", "history", "skipped"))
         history = self._check_extra(state)
         if stream and "stream" in state:
             self._check_stream(state["stream"], self.planner.keys)
@@ -667,6 +1049,9 @@ class BatchIterator(Reports, LoaderIterator):
         self._handover = None
         self.dormant = dict(state.get("dormant", {}))
         self.edits = history.edits
+        self.skips = Skips(history.skips)
+        self._fillers = {}
+        self._load_skipped(state.get("skipped"), epoch)
         self.epoch = epoch
         self._base = consumed
         self.step = 0
@@ -731,11 +1116,8 @@ class BatchIterator(Reports, LoaderIterator):
             mark = P.stream_mark(epoch, w if j == 0 else w + 1)
             positions, batches = mark.positions, mark.batches
         pos = {k: int(p) for k, p in zip(P.keys, positions.tolist())}
-        _, totals, _ = old.ledger_totals(epoch, end)
-        counts = {k: {f: int(totals[i, n]) for i, f in enumerate(FIELDS)} for n, k in enumerate(P.keys)}
         for name, kept in old.dormant.items():
             pos.setdefault(name, int(kept["position"]))
-            counts.setdefault(name, {f: int(kept[f]) for f in FIELDS})
         segs = list(P.update_segments)
         if segs[-1][2] != planner.opts.batches_per_update:
             if segs[-1][0] >= batches:
@@ -745,8 +1127,9 @@ class BatchIterator(Reports, LoaderIterator):
         planner.weight_changes = []  # the edited config's weights rule from here
         planner.update_segments = segs
         planner.set_epoch_start(epoch + 1, [pos.get(k, 0) for k in planner.keys], int(batches))
-        self._ledger_start = {epoch + 1: map_totals(np.zeros((3, 0), np.int64), [], planner.keys, counts)}
-        self.dormant = {k: {"position": pos[k], **counts[k]} for k in pos if k not in planner.keys}
+        self.skips = Skips(history.skips)
+        old.skips = self.skips  # (one list: a skip made while the saved window is finished applies to it too)
+        self._count_edited_start(old, epoch, end, pos)
         finishing = -(-(end - consumed) // self._per_step)  # steps that finish the saved run's window
         # what the run before the edit had (its position, weight changes and update counts), so its segment
         # can be planned again from this state alone (babelfeed.replay: trace any step)
@@ -756,6 +1139,15 @@ class BatchIterator(Reports, LoaderIterator):
             "saved_at_step": int(state["total_steps"]), "step": int(state["total_steps"]) + finishing,
             "global_batch": int(batches), "epoch": epoch + 1, "changes": config_changes(snap, self.config_snapshot or {}),
             "saved": saved}]
+        pending = [b for e in history.skips if "steps" in e for b in e["batches"] if (b[0], b[2]) > (epoch, end)]
+        if pending:
+            from babelfeed.iterators.skips import SkipError
+
+            raise SkipError(f"this state skips global batches {pending[0][1]}..{pending[0][2] - 1} of epoch "
+                            f"{pending[0][0]}, which the saved run has not reached yet, and a mixture edit plans "
+                            f"those batches anew (other samples): resume it with its own config, or skip those "
+                            f"samples by id (it.skip(ids=...), the ids trace names) after the edit")
+        self._fillers = {}
         self.total_steps = int(state["total_steps"])
         # the count goes on where this run stands: in the saved window (finished first), or at the edited start
         self._log_steps(history.steps, self.total_steps, *((epoch, consumed) if end > consumed else (epoch + 1, 0)))
@@ -771,6 +1163,34 @@ class BatchIterator(Reports, LoaderIterator):
         else:
             self._handover = None
             self.epoch, self._base = epoch + 1, 0
+
+    def _count_edited_start(self, old, epoch: int, end: int, pos: dict) -> None:
+        """The ledger (served and skipped) when the edited mixture begins, epoch ``epoch + 1``: the saved run's
+        (iterator ``old``) at the end of its window, global batch ``end`` of ``epoch``, in this config's streams;
+        a removed stream's counts (and its position in ``pos``) stay in the state's dormant streams."""
+        from babelfeed.iterators.edits import map_totals
+        from babelfeed.iterators.ledger import FIELDS
+
+        keys = self.planner.keys
+        _, totals, _, skipped = old.ledger_totals(epoch, end)
+        counts = {k: {f: int(totals[i, n]) for i, f in enumerate(FIELDS)} for n, k in enumerate(old.planner.keys)}
+        for name, kept in old.dormant.items():
+            counts.setdefault(name, {f: int(kept[f]) for f in FIELDS})
+        self._ledger_start = {epoch + 1: map_totals(np.zeros((3, 0), np.int64), [], keys, counts)}
+        self.dormant = {k: {"position": pos[k], **counts[k]} for k in pos if k not in keys}
+        others = {k: list(v) for k, v in old._skipped_other.items()}
+        if skipped is not None:
+            for n, k in enumerate(old.planner.keys):
+                if k not in keys:
+                    others[k] = [int(x) for x in skipped[:, n]]
+            start = map_totals(skipped, old.planner.keys, keys)
+            for k in list(others):
+                if k in keys:  # (a stream added back: its counts go on)
+                    start[:, keys.index(k)] += others.pop(k)
+        else:
+            start = np.zeros((3, len(keys)), np.int64)
+        self._skipped_start, self._skipped_other = {epoch + 1: start}, others
+        self._handover_counts = (old, epoch, end, pos)
 
     def _check_weights(self, changes) -> list:
         """The weight changes of a state's history (set_weights'): ``[[global batch, {task: weight}], ...]`` in

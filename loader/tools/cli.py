@@ -327,16 +327,11 @@ def _preview(args) -> int:
     return 0
 
 
-def _trace(args) -> int:
+def _translation_run(args, config, step: int | None):
+    """An iterator of a translation run (on the world size that took ``step``, as ``--state`` records it, or
+    ``--world-size``) and the run's state from ``--state`` (any adapter's checkpoint; None without one)."""
     from babelfeed.build import build_train_iterator
-    from babelfeed.iterators.ledger import trace
 
-    path, overrides = _config_of(args), (args.set or []) + args.overrides
-    loaded = _load(path, overrides)
-    lm = _lm_config(loaded)
-    if lm is not None:
-        return _lm_trace(args, lm)
-    config = _translation_config(path, overrides, loaded)
     state = None
     if args.state:
         state = _read_state(args.state)
@@ -348,17 +343,75 @@ def _trace(args) -> int:
     if world_size is None:  # the world size that took the step, as the state's history says (else 1)
         from babelfeed.iterators.history import ran_on
 
-        world_size = ran_on(state, args.step)
+        world_size = ran_on(state, step)
         if world_size is None and isinstance(state, dict) and "version" not in state:
             raise ValueError(f"--state {args.state} is a loader position that does not say which world size ran it "
                              f"(an older babelfeed's): pass --world-size, the number of ranks of the run")
         world_size = world_size or 1
     args.world_size = world_size
-    it = build_train_iterator(config, world_size=world_size, split=args.split)
+    it = build_train_iterator(config, world_size=world_size, split=getattr(args, "split", "batches"))
     if state is not None:
         from babelfeed.iterators.state import resolve
 
         state = resolve(state, it, f"--state {args.state}")  # a bare loader position: counted on this world size
+    return it, state
+
+
+def _flat_leaves(batch: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in batch.items():
+        if isinstance(v, dict):
+            out.update(_flat_leaves(v, f"{prefix}{k}/"))
+        else:
+            out[f"{prefix}{k}"] = np.asarray(v)
+    return out
+
+
+def _replay(args) -> int:
+    path, overrides = _config_of(args), (args.set or []) + args.overrides
+    loaded = _load(path, overrides)
+    lm = _lm_config(loaded)
+    if lm is not None:
+        from babelfeed.lm.iterator import LMIterator
+
+        it = LMIterator.from_config(lm, world_size=args.world_size or 1)
+        state = _read_state(args.state)
+        batch = it.batch_for_step(args.step, state, rank=args.rank or 0)
+        where = f"global batch {args.step - 1}, rank {args.rank or 0} of {it.world_size}"
+    else:
+        config = _translation_config(path, overrides, loaded)
+        it, state = _translation_run(args, config, args.step)
+        rank = args.rank if args.rank is not None else 0
+        batch = it.batch_for_step(args.step, state, rank=rank)
+        from babelfeed.iterators.history import ran_on
+
+        where = f"rank {rank} of {ran_on(state, args.step) or it.world_size} (split {args.split})"
+    leaves = _flat_leaves(batch)
+    from babelfeed.fileio import atomic_open
+
+    with atomic_open(args.out) as f:
+        np.savez(f, **leaves)
+    print(f"step {args.step}: {where} -> {args.out}")
+    weight = leaves.get("weight", leaves.get("loss_mask"))
+    for k, v in leaves.items():
+        print(f"  {k:<28} {str(v.dtype):<8} {'x'.join(map(str, v.shape)) or 'scalar'}")
+    if "nsentences" in leaves:
+        print(f"  {int(leaves['nsentences'])} samples, {int(leaves['ntokens'])} target tokens"
+              + (" (every row skipped: an empty batch)" if weight is not None and not weight.any() else ""))
+    return 0
+
+
+def _trace(args) -> int:
+    from babelfeed.build import build_train_iterator
+    from babelfeed.iterators.ledger import trace
+
+    path, overrides = _config_of(args), (args.set or []) + args.overrides
+    loaded = _load(path, overrides)
+    lm = _lm_config(loaded)
+    if lm is not None:
+        return _lm_trace(args, lm)
+    config = _translation_config(path, overrides, loaded)
+    it, state = _translation_run(args, config, args.step)
     rows = trace(it, args.step, state)
     if args.json:
         if args.decode:
@@ -581,6 +634,26 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--decode", action="store_true", help="also print each sample's text")
     tr.add_argument("--json", action="store_true", help="one JSON list of the samples instead of a table")
     tr.set_defaults(func=_trace)
+
+    rp = sub.add_parser("replay", help="rebuild the exact batch a rank received at a training step, as .npz",
+                        description="The batch one rank received at a training step, rebuilt from the run's latest "
+                                    "state without serving the steps before it (across mixture edits, weight "
+                                    "changes, skips and world-size changes), written as an .npz of its leaves "
+                                    "(net_input/src_tokens, target, ...) to feed the model again.")
+    _config_arguments(rp, "the run's config: a file or a shipped config's name")
+    rp.add_argument("--state", required=True, help="the run's latest state (JSON, or any adapter's checkpoint)")
+    rp.add_argument("--step", type=count(1), required=True, help="the training step (from 1)")
+    rp.add_argument("--rank", type=count(0), default=None, help="the rank whose batch to rebuild (default 0)")
+    rp.add_argument("--world-size", type=count(1), default=None,
+                    help="translation: the world size that took the step (default: as --state records it); LM: the "
+                         "ranks the global batch is split into (default 1: the whole global batch)")
+    rp.add_argument("--split", choices=("batches", "rows"), default="batches",
+                    help="batches: a whole batch per rank (torch DDP, default); rows: the rank's rows of one global "
+                         "batch (JAX)")
+    rp.add_argument("--out", required=True, help="the .npz file to write")
+    rp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
+                    "data.path=data_bin")
+    rp.set_defaults(func=_replay)
 
     pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text",
                         description="A task's samples before and after each of its transforms (noise, subword "

@@ -1,0 +1,279 @@
+"""Skipping data after a loss spike: what a run leaves out, from which step on, recorded in its history.
+
+A skip drops samples from the batches that would have held them. It never moves another sample: the plan (which
+sample lies in which global batch of which epoch) is the plan of a run that made no skip, so a skip cannot change
+what any other step holds, on any world size, before or after a resume. A dropped row leaves its batch:
+
+* a batch of dynamic shape simply has fewer rows (its widths are its remaining rows');
+* a batch of a static shape keeps its shape; the dropped rows' slots hold weight-0 copies of its remaining rows,
+  as the rows that fill a partial batch always do (the skipped sample's tokens never reach the model);
+* a batch left with no row is served *empty*: every ``weight`` 0, ``ntokens`` and ``nsentences`` 0, every ``id``
+  -1, its rows weight-0 copies of a sample of the same window that is not skipped (a batch of one row when its
+  shape is dynamic, the batch's own static shape otherwise). A training loop should take no optimizer step on a
+  step whose tokens are 0 over all ranks (Adam moves the weights even on a zero gradient).
+
+Three kinds, each recorded in the state's ``history`` with the training step after which it took effect (a run
+resumed from a later state, on any world size, skips exactly the same rows):
+
+``{"event": "skip", "step": s, "epoch": e, "batch": g, "reason": text, "steps": [a, b], "batches": [[e, lo, hi], ...]}``
+    the global batches of training steps ``a`` to ``b - 1``, as this run counts its steps: every row dropped;
+``{..., "rows": [{"stream": name, "shard": n, "rows": [[lo, hi], ...]}], "ids": count}``
+    samples by id (a batch's ``id``), kept as the records they name, so they stay the same samples across
+    mixture edits that renumber ids; dropped wherever they come again from global batch ``g`` of epoch ``e`` on;
+``{..., "where": {"stream" | "task" | "corpus": [names], "shard": [n], "rows": [lo, hi]}}``
+    every sample matching all the terms given (any of a term's values), from global batch ``g`` of epoch ``e``
+    on: a corpus, a task, a shard of one, a range of a shard's records (its ``.idx`` rows).
+
+An LM run's events have ``"sample": n`` (the global sample the skip took effect at) instead of ``epoch`` and
+``batch``, ``"samples": [[lo, hi], ...]`` (global samples) for skipped steps, ``"ids": [[lo, hi], ...]`` (global
+samples) for ids, and ``"where": {"dataset": [names], "documents": [lo, hi]}``: samples of a dataset, or the
+samples holding any document of a range.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from babelfeed.errors import BabelfeedError
+
+TERMS = ("stream", "task", "corpus", "shard", "rows")
+LM_TERMS = ("dataset", "documents")
+KINDS = ("steps", "rows", "where", "ids")
+
+
+class SkipError(BabelfeedError, ValueError):
+    """A skip that cannot be made: steps already served, an unknown corpus, a malformed id."""
+
+
+def _int(x, smallest: int = 0) -> bool:
+    return type(x) is int and x >= smallest
+
+
+def _pair(x) -> bool:
+    return isinstance(x, list) and len(x) == 2 and _int(x[0]) and _int(x[1]) and x[0] < x[1]
+
+
+def _ranges(x) -> bool:
+    return isinstance(x, list) and all(_pair(r) for r in x)
+
+
+def _names(x) -> bool:
+    return isinstance(x, list) and len(x) > 0 and all(isinstance(v, str) for v in x)
+
+
+SHAPE = ("{'event': 'skip', 'step': int >= 0, 'reason': text, 'epoch': int >= 1, 'batch': int >= 0 (an LM run: "
+         "'sample': int >= 0), and one of 'steps': [a, b] with 'batches': [[epoch, lo, hi], ...] (LM: 'samples': "
+         "[[lo, hi], ...]), 'rows': [{'stream', 'shard', 'rows': [[lo, hi], ...]}] with 'ids': int, 'ids': [[lo, "
+         "hi], ...] (LM), 'where': {term: values}}")
+
+
+def event_ok(e: dict) -> bool:
+    """Whether ``e`` is a well-formed skip event (see the module's docstring)."""
+    base = {"event", "step", "reason"}
+    if not (_int(e.get("step")) and isinstance(e.get("reason"), str)):
+        return False
+    lm = "sample" in e
+    if lm:
+        if not _int(e["sample"]):
+            return False
+        base |= {"sample"}
+    else:
+        if not (_int(e.get("epoch"), 1) and _int(e.get("batch"))):
+            return False
+        base |= {"epoch", "batch"}
+    rest = set(e) - base
+    if "steps" in e:
+        if not (_pair(e["steps"]) and e["steps"][0] >= 1):
+            return False
+        if lm:
+            return rest == {"steps", "samples"} and _ranges(e["samples"])
+        return (rest == {"steps", "batches"} and isinstance(e["batches"], list)
+                and all(isinstance(b, list) and len(b) == 3 and _int(b[0], 1) and _pair(b[1:]) for b in e["batches"]))
+    if "where" in e:
+        w = e["where"]
+        if rest != {"where"} or not isinstance(w, dict) or not w:
+            return False
+        if lm:
+            return (set(w) <= set(LM_TERMS) and ("dataset" not in w or _names(w["dataset"]))
+                    and ("documents" not in w or _pair(w["documents"])))
+        return (set(w) <= set(TERMS) and all(_names(w[k]) for k in ("stream", "task", "corpus") if k in w)
+                and ("shard" not in w or isinstance(w["shard"], list) and len(w["shard"]) > 0
+                     and all(_int(s) for s in w["shard"]))
+                and ("rows" not in w or _pair(w["rows"])))
+    if lm:
+        return rest == {"ids"} and _ranges(e["ids"]) and len(e["ids"]) > 0
+    return (rest == {"rows", "ids"} and _int(e["ids"], 1) and isinstance(e["rows"], list) and len(e["rows"]) > 0
+            and all(isinstance(r, dict) and set(r) == {"stream", "shard", "rows"} and isinstance(r["stream"], str)
+                    and _int(r["shard"]) and _ranges(r["rows"]) and len(r["rows"]) > 0 for r in e["rows"]))
+
+
+def as_ranges(values) -> list[list[int]]:
+    """Sorted integers as ``[[lo, hi], ...]`` runs (``hi`` exclusive)."""
+    v = np.unique(np.asarray(values, np.int64).reshape(-1))
+    if not len(v):
+        return []
+    breaks = np.flatnonzero(np.diff(v) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    ends = np.concatenate([breaks, [len(v)]])
+    return [[int(v[a]), int(v[b - 1]) + 1] for a, b in zip(starts.tolist(), ends.tolist())]
+
+
+def merged(ranges) -> tuple[np.ndarray, np.ndarray]:
+    """Non-overlapping sorted ``(starts, ends)`` of the union of ``[[lo, hi], ...]``."""
+    if not len(ranges):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    r = np.array(sorted((int(a), int(b)) for a, b in ranges), np.int64)
+    starts, ends = [int(r[0, 0])], [int(r[0, 1])]
+    for a, b in r[1:].tolist():
+        if a <= ends[-1]:
+            ends[-1] = max(ends[-1], b)
+        else:
+            starts.append(a)
+            ends.append(b)
+    return np.array(starts, np.int64), np.array(ends, np.int64)
+
+
+def in_ranges(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which ``values`` lie in one of the merged ranges."""
+    values = np.asarray(values, np.int64)
+    if not len(starts):
+        return np.zeros(len(values), bool)
+    k = np.searchsorted(starts, values, side="right") - 1
+    return (k >= 0) & (values < ends[np.maximum(k, 0)])
+
+
+def range_arg(x, what: str) -> list[int]:
+    """A ``range`` (step 1) or ``[lo, hi]`` / ``(lo, hi)`` pair as ``[lo, hi]``, ``hi`` exclusive."""
+    if isinstance(x, range):
+        if x.step != 1 or len(x) == 0:
+            raise SkipError(f"{what} must be a non-empty range with step 1, got {x!r}")
+        return [x.start, x.stop]
+    if (isinstance(x, (list, tuple)) and len(x) == 2 and all(isinstance(v, (int, np.integer)) and not
+                                                            isinstance(v, bool) for v in x) and 0 <= x[0] < x[1]):
+        return [int(x[0]), int(x[1])]
+    raise SkipError(f"{what} must be a range(lo, hi) or a [lo, hi] pair of integers with 0 <= lo < hi (hi "
+                    f"excluded), got {x!r}")
+
+
+def name_list(x, what: str, known: list[str]) -> list[str]:
+    """One name or a list of them, each among ``known`` (an unknown one is refused with the closest)."""
+    values = [x] if isinstance(x, str) else list(x) if isinstance(x, (list, tuple, set)) else None
+    if not values or not all(isinstance(v, str) for v in values):
+        raise SkipError(f"where[{what!r}] takes a name or a list of names, got {x!r}")
+    for v in values:
+        if v not in known:
+            import difflib
+
+            close = difflib.get_close_matches(v, known, n=3)
+            raise SkipError(f"where[{what!r}]: {v!r} is not a {what} of this run"
+                            + (f"; did you mean {', '.join(close)}?" if close else f" (it has {sorted(known)[:10]})"))
+    return sorted(set(values), key=values.index)
+
+
+class Skips:
+    """The skips of a translation run (its history's skip events, in the order made), answering per batch which
+    rows they drop. Events are kept as the history records them; each sources object's components (a mixture
+    edit changes them) get the events compiled once into per-component rules."""
+
+    def __init__(self, events=()):
+        self.events: list = [dict(e) for e in events]
+        self._compiled: dict = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.events)
+
+    def add(self, event: dict) -> None:
+        self.events.append(event)
+        self._compiled = {}
+
+    @property
+    def row_events(self) -> list:
+        return [e for e in self.events if "steps" not in e]
+
+    def step_ranges(self) -> list[tuple[int, int, int]]:
+        return [tuple(b) for e in self.events if "steps" in e for b in e["batches"]]
+
+    def whole(self, epoch: int, g: int) -> bool:
+        """Whether global batch ``g`` of ``epoch`` is a skipped step's (every row dropped)."""
+        return any(e == epoch and lo <= g < hi for e, lo, hi in self.step_ranges())
+
+    def in_force(self, epoch: int, g: int) -> int:
+        """How many of the row events (ids, where) are in force at global batch ``g`` of ``epoch`` (they take
+        effect in the order made)."""
+        n = 0
+        for e in self.row_events:
+            if (e["epoch"], e["batch"]) <= (epoch, g):
+                n += 1
+        return n
+
+    def _rules(self, sources, n: int):
+        """Per component of ``sources``: 0 (no row dropped), 1 (every row), 2 (rows in ranges), and the merged
+        ranges of the code-2 components, for the first ``n`` row events."""
+        key = (id(sources), n)
+        got = self._compiled.get(key)
+        if got is not None and got[0] is sources:
+            return got[1], got[2]
+        comps = sources.components
+        specs = {s.name: s for s in sources.streams}
+        code = np.zeros(len(comps), np.int8)
+        ranges: dict[int, list] = {}
+        by_name = {(c.key, int(c.shard)): i for i, c in enumerate(comps)}
+        for e in self.row_events[:n]:
+            if "rows" in e:
+                for r in e["rows"]:
+                    i = by_name.get((r["stream"], r["shard"]))
+                    if i is not None and code[i] != 1:
+                        code[i] = 2
+                        ranges.setdefault(i, []).extend(r["rows"])
+                continue
+            w = e["where"]
+            for i, c in enumerate(comps):
+                spec = specs[c.key]
+                if ("stream" in w and c.key not in w["stream"]) or ("task" in w and spec.task not in w["task"]) \
+                        or ("corpus" in w and spec.key not in w["corpus"]) \
+                        or ("shard" in w and int(c.shard) not in w["shard"]):
+                    continue
+                if "rows" in w:
+                    if code[i] != 1:
+                        code[i] = 2
+                        ranges.setdefault(i, []).append(w["rows"])
+                else:
+                    code[i] = 1
+                    ranges.pop(i, None)
+        compiled = {i: merged(r) for i, r in ranges.items() if code[i] == 2}
+        self._compiled[key] = (sources, code, compiled)
+        return code, compiled
+
+    def dropped(self, sources, epoch: int, g: int, comp: np.ndarray, local: np.ndarray) -> np.ndarray | None:
+        """Which rows (components ``comp``, records ``local`` of ``sources``) of global batch ``g`` of ``epoch`` the
+        skips drop; None when none."""
+        if not self.events:
+            return None
+        if self.whole(epoch, g):
+            return np.ones(len(comp), bool)
+        n = self.in_force(epoch, g)
+        if not n:
+            return None
+        return self.rows_dropped(sources, n, comp, local)
+
+    def rows_dropped(self, sources, n: int, comp: np.ndarray, local: np.ndarray) -> np.ndarray | None:
+        code, ranges = self._rules(sources, n)
+        comp = np.asarray(comp, np.int64)
+        c = code[comp]
+        out = c == 1
+        if ranges and (c == 2).any():
+            for i in np.unique(comp[c == 2]).tolist():
+                sel = np.flatnonzero(comp == i)
+                out[sel] = in_ranges(np.asarray(local)[sel], *ranges[i])
+        return out if out.any() else None
+
+
+def check_order(events: list) -> None:
+    """Skip events come in training order (their steps, and their positions, never go back)."""
+    from babelfeed.iterators.history import HistoryError
+
+    skips = [e for e in events if e.get("event") == "skip"]
+    at = [(e["step"], e.get("sample", 0), e.get("epoch", 0), e.get("batch", 0)) for e in skips]
+    if any(a > b for a, b in zip(at, at[1:])):
+        raise HistoryError(f"iterator state field 'history': skip events must come in training order; they are at "
+                           f"steps {[a[0] for a in at][:20]}")

@@ -1,0 +1,372 @@
+"""it.skip after a loss spike: skipped rows leave their batches and nothing else moves; the skip is in the state's
+history, so a run resumed later (fresh process, other world size) and a run rolled back and skipped both equal a
+run that made the same skip and never stopped, leaf for leaf; the ledger counts what was served and what was
+skipped; batch_for_step rebuilds any rank's batch of any step of a multi-segment run."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import babelfeed
+from babelfeed.iterators.history import HistoryError
+from babelfeed.iterators.skips import SkipError
+from synthetic import config_for, make_data_bin
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
+DIRS = {"aaa-bbb": [600, 500], "aaa-ccc": [120, 80], "bbb-ccc": [200, 150]}
+STREAM = {"mixing__sampler": "stream", "data__shards": "all", "batching__window": 150}
+SEED = int(os.environ.get("BABELFEED_TEST_SEED", random.randrange(1 << 30)))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("skip")
+    make_data_bin(r, directions=DIRS)
+    return r
+
+
+def cfg(root, **kw):
+    return config_for(root, **{**STREAM, **kw})
+
+
+def leaves(batch, prefix=""):
+    out = {}
+    for k, v in batch.items():
+        if isinstance(v, dict):
+            out.update(leaves(v, prefix + k + "/"))
+        else:
+            out[prefix + k] = np.asarray(v)
+    return out
+
+
+def assert_same(a, b, what):
+    la, lb = leaves(a), leaves(b)
+    assert sorted(la) == sorted(lb), what
+    for k in la:
+        assert la[k].dtype == lb[k].dtype and la[k].shape == lb[k].shape and np.array_equal(la[k], lb[k]), \
+            f"{what}: leaf {k} differs"
+
+
+def served_ids(batch):
+    return batch["id"][batch["weight"] > 0].tolist()
+
+
+def run(its, steps, actions=None, record=None):
+    """Serve ``steps`` steps on the ranks ``its`` (split="batches"); ``actions[step]`` runs on every rank before
+    that step. Records every real global batch as ``record[(epoch, g)] = batch`` (not the epoch-padding ones)."""
+    actions = actions or {}
+    taken = 0
+    while taken < steps:
+        step = its[0].total_steps + 1
+        for f in actions.get(step, ()):
+            for it in its:
+                f(it)
+        epoch, base = its[0].epoch, its[0].consumed
+        batches = [next(it, None) for it in its]
+        if batches[0] is None:
+            assert all(b is None for b in batches)
+            continue
+        n = its[0].epoch_batches(epoch)
+        for r, b in enumerate(batches):
+            if record is not None and base + r < n:
+                record[(epoch, base + r)] = b
+        taken += 1
+    return record
+
+
+def test_a_skip_drops_rows_and_moves_nothing_else(root):
+    ref = {}
+    run([babelfeed.build_train_iterator(cfg(root))], 40, record=ref)
+    it = babelfeed.build_train_iterator(cfg(root))
+    got = {}
+    run([it], 5, record=got)
+    bad_ids = served_ids(ref[(1, 20)])[:3]
+    it.skip(steps=range(8, 11), reason="spike at 9")
+    it.skip(ids=bad_ids)
+    it.skip(where={"corpus": "aaa-ccc", "shard": 1})
+    run([it], 35, record=got)
+    assert sorted(got) == sorted(ref)
+    comps = {(c.key, c.shard): c for c in it.planner.sources.components}
+    for key in sorted(ref):
+        a, b = ref[key], got[key]
+        if key[1] < 5:
+            assert_same(a, b, f"batch {key} before the skips")
+            continue
+        desc = {d["id"]: d for d in it.describe_ids(a["id"][a["weight"] > 0])}
+        gone = {i for i, d in desc.items() if i in bad_ids or (d["corpus"] == "aaa-ccc" and d["shard"] == 1)}
+        if key[1] in (7, 8, 9):  # steps 8..10: the whole batch
+            gone = set(desc)
+        want = sorted(i for i in served_ids(a) if i not in gone)
+        assert sorted(served_ids(b)) == want, key
+        if not want:  # an empty batch: no sample named, nothing counted
+            assert b["nsentences"] == 0 and b["ntokens"] == 0 and (b["id"] == -1).all() and len(b["id"]) == 1
+        assert not set(b["id"].tolist()) & gone, f"a skipped sample's tokens are in batch {key}"
+    assert comps  # (the components named above exist)
+
+
+def test_skip_refuses_what_it_cannot_do(root):
+    it = babelfeed.build_train_iterator(cfg(root))
+    run([it], 6)
+    with pytest.raises(SkipError, match="already taken.*roll back"):
+        it.skip(steps=range(4, 9))
+    with pytest.raises(SkipError, match="exactly one"):
+        it.skip(steps=range(8, 9), ids=[1])
+    with pytest.raises(SkipError, match="did you mean aaa-ccc"):
+        it.skip(where={"corpus": "aaa-cc"})
+    with pytest.raises(SkipError, match="no function"):
+        it.skip(where=lambda d: True)
+    with pytest.raises(SkipError, match="unknown terms"):
+        it.skip(where={"language": "aaa"})
+    with pytest.raises(SkipError, match="-1 marks"):
+        it.skip(ids=[3, -1])
+    with pytest.raises(SkipError, match="not an id of this data"):
+        it.skip(ids=[10**9])
+    with pytest.raises(SkipError, match="shard 7 is not a shard"):
+        it.skip(where={"shard": 7})
+    assert not it.skips  # nothing recorded by a refused skip
+    state = it.get_state()
+    bad = dict(state, history=state["history"] + [{"event": "skip", "step": 6, "epoch": 1, "batch": 6,
+                                                   "reason": "", "steps": [9, 8], "batches": []}])
+    with pytest.raises(HistoryError, match="event 1 is"):
+        babelfeed.build_train_iterator(cfg(root)).set_state(bad)
+    late = dict(state, history=state["history"] + [{"event": "skip", "step": 6, "epoch": 1, "batch": 60,
+                                                    "reason": "", "where": {"corpus": ["aaa-ccc"]}}])
+    with pytest.raises(HistoryError, match="past the state's own position"):
+        babelfeed.build_train_iterator(cfg(root)).set_state(late)
+
+
+RESUME = r"""
+import json, sys
+import numpy as np
+import babelfeed
+sys.path.insert(0, sys.argv[1])
+from synthetic import config_for
+root, state_file, world, steps, out = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+cfg = config_for(root, mixing__sampler="stream", data__shards="all", batching__window=150)
+state = json.load(open(state_file))
+its = [babelfeed.build_train_iterator(cfg, rank=r, world_size=world) for r in range(world)]
+for it in its:
+    it.set_state(state)
+flat = {}
+taken = 0
+while taken < steps:
+    epoch, base = its[0].epoch, its[0].consumed
+    batches = [next(it, None) for it in its]
+    if batches[0] is None:
+        continue
+    n = its[0].epoch_batches(epoch)
+    for r, b in enumerate(batches):
+        if base + r < n:
+            def put(d, p):
+                for k, v in d.items():
+                    if isinstance(v, dict):
+                        put(v, p + k + "/")
+                    else:
+                        flat[f"{epoch}:{base + r}:{p}{k}"] = np.asarray(v)
+            put(b, "")
+    taken += 1
+np.savez(out, **flat)
+print(json.dumps(its[0].ledger()))
+"""
+
+
+def test_skip_then_resume_later_in_a_fresh_process_on_three_ranks(root, tmp_path):
+    rng = random.Random(SEED)
+    probe = {}
+    run([babelfeed.build_train_iterator(cfg(root))], 70, record=probe)
+    t1 = rng.randrange(3, 10)
+    cut = rng.randrange(t1 + 1, t1 + 12)
+    steps = range(cut - 1, cut + 3)  # straddles the cut: part taken before it, part pending in the state
+    later = [k for k in sorted(probe) if k[1] > cut + 4 and served_ids(probe[k])]
+    ids = served_ids(probe[later[rng.randrange(len(later) // 2)]])[:4]
+    actions = {t1 + 1: [lambda it: it.skip(steps=steps, reason="spike"), lambda it: it.skip(ids=ids),
+                        lambda it: it.skip(where={"task": babelfeed.build_train_iterator(cfg(root)).planner.sources
+                                                  .tasks[1:2], "rows": range(10, 40)})]}
+    ref = {}
+    it = babelfeed.build_train_iterator(cfg(root))
+    run([it], cut, actions, ref)
+    state_file = tmp_path / "state.json"
+    state_file.write_text(json.dumps(it.get_state()))
+    run([it], 60, record=ref)
+    out = tmp_path / "resumed.npz"
+    done = subprocess.run([sys.executable, "-c", RESUME, HERE, str(root), str(state_file), "3", "20", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    got = np.load(out)
+    keys = sorted({tuple(int(x) for x in k.split(":")[:2]) for k in got.files})
+    assert len(keys) >= 50, f"seed {SEED}"
+    for key in keys:
+        want = leaves(ref[key])
+        have = {k.split(":", 2)[2]: got[k] for k in got.files if tuple(int(x) for x in k.split(":")[:2]) == key}
+        assert sorted(want) == sorted(have), key
+        for leaf in want:
+            assert want[leaf].shape == have[leaf].shape and np.array_equal(want[leaf], have[leaf]), \
+                f"seed {SEED}: batch {key} leaf {leaf}"
+    assert any(not served_ids(ref[k]) for k in keys) or cut + 3 <= cut, "a skipped step lies after the cut"
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_rollback_and_skip_equals_a_run_that_skipped_from_the_start(root, world):
+    rng = random.Random(SEED + world)
+    s = rng.randrange(15, 40)
+    k = rng.randrange(3, 9)
+    skip = range(s - 2, s + 1)
+    ranks = lambda: [babelfeed.build_train_iterator(cfg(root), rank=r, world_size=world) for r in range(world)]
+    # the diverged run: saves a state every step, spikes at s
+    diverged, saved = ranks(), {}
+    for step in range(1, s + 1):
+        saved[step - 1] = diverged[0].get_state()
+        run(diverged, 1)
+    # roll back to s - k, skip, go on
+    rolled = ranks()
+    for it in rolled:
+        it.set_state(json.loads(json.dumps(saved[s - k])))
+        it.skip(steps=skip, reason=f"loss spike at step {s}")
+    got = run(rolled, k + 20, record={})
+    # a run that made the same skip at step s - k from the start
+    ref = run(ranks(), s + 20, {s - k + 1: [lambda it: it.skip(steps=skip, reason=f"loss spike at step {s}")]}, {})
+    assert set(got) <= set(ref) and len(got) >= world * (k + 19)
+    for key in got:
+        assert_same(ref[key], got[key], f"seed {SEED}: batch {key}")
+    assert rolled[0].get_state()["history"][-1]["steps"] == [s - 2, s + 1]
+    # the whole epoch: every skipped sample absent, every other one as often as without the skip
+    plain, skipped = {}, {}
+    run(ranks(), 130 // world + 1, record=plain)
+    run(ranks(), 130 // world + 1, {s - k + 1: [lambda it: it.skip(steps=skip)]}, skipped)
+    epoch1 = [key for key in plain if key[0] == 1]
+    gone = [i for key in epoch1 if (s - 3) * world <= key[1] < s * world for i in served_ids(plain[key])]
+    from collections import Counter
+
+    before = Counter(i for key in epoch1 for i in served_ids(plain[key]))
+    after = Counter(i for key in epoch1 for i in served_ids(skipped[key]))
+    assert gone and before - Counter(gone) == after
+
+
+def test_the_ledger_counts_served_and_skipped_rows(root):
+    it = babelfeed.build_train_iterator(cfg(root))
+    plain = run([babelfeed.build_train_iterator(cfg(root))], 90, record={})
+    got = {}
+    run([it], 4, record=got)
+    it.skip(steps=range(10, 14))
+    it.skip(where={"corpus": "bbb-ccc"})
+    run([it], 86, record=got)
+    keys = it.planner.keys
+    direction_of = {}
+    for b in got.values():
+        for i, d in zip(b["id"].tolist(), b["direction"].tolist()):
+            direction_of[i] = d
+    ledger = it.ledger()
+    served = np.bincount(np.concatenate([b["direction"][b["weight"] > 0] for b in got.values()]),
+                         minlength=len(keys))
+    assert [ledger[f"ledger/{k}/samples"] for k in keys] == served.tolist()
+    lost = np.zeros(len(keys), np.int64)
+    for key, b in plain.items():
+        kept = set(served_ids(got[key]))
+        for i, d in zip(b["id"][b["weight"] > 0].tolist(), b["direction"][b["weight"] > 0].tolist()):
+            lost[d] += i not in kept
+    assert [ledger[f"ledger/{k}/skipped"] for k in keys] == lost.tolist()
+    assert ledger["ledger/skipped"] == lost.sum() > 0
+    # the same counts from a state, in a new iterator (the epoch-start counts travel in the state)
+    again = babelfeed.build_train_iterator(cfg(root))
+    again.set_state(json.loads(json.dumps(it.get_state())))
+    assert again.ledger() == ledger
+
+
+def test_static_shapes_and_packed_rows_keep_their_shape(root):
+    for kw in ({"batching__num_shapes": 3}, {"batching__pack": "64x64", "filter__max_source_positions": 64,
+                                              "filter__max_target_positions": 64}):
+        plain = run([babelfeed.build_train_iterator(cfg(root, **kw))], 30, record={})
+        it = babelfeed.build_train_iterator(cfg(root, **kw))
+        got = run([it], 2, record={})
+        it.skip(steps=range(5, 7))
+        it.skip(where={"corpus": "aaa-bbb", "rows": range(0, 300)})
+        run([it], 28, record=got)
+        gone = {d["id"] for b in plain.values() for d in it.describe_ids(b["id"][b["id"] >= 0])
+                if d["corpus"] == "aaa-bbb" and d["row"] < 300}
+        assert gone
+        for key, b in got.items():
+            a = plain[key]
+            assert leaves(a)["net_input/src_tokens"].shape == leaves(b)["net_input/src_tokens"].shape, (kw, key)
+            assert leaves(a)["target"].shape == leaves(b)["target"].shape, (kw, key)
+            if key[1] >= 2:
+                assert not set(b["id"].tolist()) & gone, (kw, key)
+                if key[1] in (4, 5):
+                    assert b["ntokens"] == 0 and (b["id"] == -1).all() and not b["weight"].any()
+            else:
+                assert_same(a, b, f"{kw} {key}")
+
+
+def multi_segment_run(root, record, tmp_path):
+    """1 rank with a weight change and a skip; resumed on 2 ranks with an edited mixture and a skip by id;
+    resumed on 3 ranks with a skip of a corpus. Records every rank's batch per step; returns the final state."""
+    seg = [cfg(root, data__directions="aaa-bbb,aaa-ccc"), cfg(root), cfg(root)]
+    its = [babelfeed.build_train_iterator(seg[0])]
+    tasks = its[0].planner.sources.tasks
+    step = 0
+
+    def go(its, n, actions=()):
+        nonlocal step
+        for i in range(n):
+            for f in actions[i] if i < len(actions) else ():
+                for it in its:
+                    f(it)
+            batches = [next(it, None) for it in its]
+            if batches[0] is None:
+                continue
+            step += 1
+            record[step] = (len(its), batches)
+
+    go(its, 9, [[], [], [lambda it: it.set_weights({t: 1.0 + i for i, t in enumerate(tasks)})], [], [],
+                [lambda it: it.skip(steps=range(8, 10), reason="spike")]])
+    state = its[0].get_state()
+    its = [babelfeed.build_train_iterator(seg[1], rank=r, world_size=2) for r in range(2)]
+    for it in its:
+        it.set_state(json.loads(json.dumps(state)), mixture_change="allow")
+    ids = served_ids(record[3][1][0])[:3]
+    go(its, 12, [[lambda it: it.skip(ids=ids)]])
+    state = its[0].get_state()
+    its = [babelfeed.build_train_iterator(seg[2], rank=r, world_size=3) for r in range(3)]
+    for it in its:
+        it.set_state(json.loads(json.dumps(state)))
+    go(its, 10, [[], [lambda it: it.skip(where={"corpus": "aaa-ccc"}, reason="bad corpus")]])
+    return its[0].get_state()
+
+
+def test_batch_for_step_rebuilds_any_rank_of_any_step(root, tmp_path):
+    record = {}
+    state = multi_segment_run(root, record, tmp_path)
+    events = [e["event"] for e in state["history"]]
+    assert events.count("skip") == 3 and "edit" in events and "weights" in events
+    probe = babelfeed.build_train_iterator(cfg(root))
+    rng = random.Random(SEED)
+    steps = sorted(record)
+    for step in sorted(set(rng.sample(steps, 10)) | {8, 9, steps[-1]}):
+        world, batches = record[step]
+        for r in range(world):
+            assert_same(batches[r], probe.batch_for_step(step, state, rank=r), f"seed {SEED}: step {step} rank {r}")
+    with pytest.raises(ValueError, match="rank must be"):
+        probe.batch_for_step(1, state, rank=1)
+    # the command line, in a fresh process: the batch as an .npz, every leaf
+    state_file = tmp_path / "final.json"
+    state_file.write_text(json.dumps(state))
+    cfg_file = tmp_path / "run.py"
+    cfg_file.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom synthetic import config_for\n\n"
+                        f"def get_config():\n    return config_for({str(root)!r}, mixing__sampler='stream', "
+                        f"data__shards='all', batching__window=150)\n")
+    step = steps[-3]
+    out = tmp_path / "batch.npz"
+    done = subprocess.run([sys.executable, "-m", "babelfeed.cli", "replay", str(cfg_file), "--state", str(state_file),
+                           "--step", str(step), "--rank", "2", "--out", str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"step {step}" in done.stdout and "rank 2 of 3" in done.stdout
+    got = np.load(out)
+    want = leaves(record[step][1][2])
+    assert sorted(got.files) == sorted(want)
+    for k in want:
+        assert np.array_equal(got[k], want[k]) and got[k].dtype == want[k].dtype, k
