@@ -88,6 +88,7 @@ class LMIterator(LoaderIterator):
         self._config_blend = (self.dataset_index, self.dataset_sample)
         # the run's blend over time (babelfeed.lm.mixture): [] while it blends the config's weights throughout
         self.blend_events: list = []
+        self.skip_events: list = []  # it.skip's events, in the order made (babelfeed.iterators.skips)
         self.consumed = 0  # global samples
         # the planned windows, at most three, least recently used first (the one read, and those the lookahead
         # plans for remote data):
@@ -173,8 +174,68 @@ class LMIterator(LoaderIterator):
         a = (k - first) * per_rank
         lo, hi = int(ptr[a]), int(ptr[a + per_rank])
         rows = np.repeat(np.arange(per_rank), count[a:a + per_rank])
-        return self._assemble(rows, {key: v[lo:hi] for key, v in pieces.items()},
-                              self.dataset_index[k * self.global_batch + mine])
+        batch = self._assemble(rows, {key: v[lo:hi] for key, v in pieces.items()},
+                               self.dataset_index[k * self.global_batch + mine])
+        if self.skip_events:
+            self._drop_skipped(batch, k * self.global_batch + mine)
+        return batch
+
+    def _drop_skipped(self, batch: dict, g: np.ndarray) -> None:
+        """Rows of global samples ``g`` that the run's skips drop become rows that teach nothing: tokens and
+        labels 0, ``loss_mask`` 0, one segment, positions 0, 1, ..., ``dataset`` -1 (the skipped sample's tokens
+        never reach the model)."""
+        drop = self.skipped_samples(g)
+        if not drop.any():
+            return
+        width = batch["tokens"].shape[1]
+        for key in ("tokens", "labels", "loss_mask"):
+            batch[key][drop] = 0
+        batch["segment_ids"][drop] = 1
+        batch["positions"][drop] = np.arange(width, dtype=batch["positions"].dtype)
+        batch["dataset"][drop] = -1
+
+    def skipped_samples(self, g) -> np.ndarray:
+        """Which of global samples ``g`` the run's skips drop (each skip from the sample it took effect at)."""
+        from babelfeed.iterators.skips import in_ranges, merged
+
+        g = np.asarray(g, np.int64)
+        out = np.zeros(len(g), bool)
+        for e in self.skip_events:
+            if "samples" in e or "ids" in e:  # (global samples: positions the run had not reached)
+                out |= in_ranges(g, *merged(e.get("samples", e.get("ids"))))
+                continue
+            live = g >= e["sample"]
+            if not live.any():
+                continue
+            out |= live & self._where(e["where"], g)
+        return out
+
+    def _where(self, where: dict, g: np.ndarray) -> np.ndarray:
+        """Which of global samples ``g`` match a skip's ``where`` (a dataset, and the samples holding any
+        document of a range)."""
+        names = self.dataset_names()
+        which = self.dataset_index[g].astype(np.int64)
+        datasets = [names.index(n) for n in where.get("dataset", names) if n in names]
+        out = np.isin(which, datasets)
+        if "documents" not in where or not out.any():
+            return out
+        lo, hi = where["documents"]
+        hit = np.zeros(len(g), bool)
+        k_in = self.dataset_sample[g]
+        for d in np.unique(which[out]).tolist():
+            src = self.sources[d]
+            sel = np.flatnonzero(out & (which == d))
+            doc_starts = np.asarray(src.ds.doc_idx, dtype=np.int64) if len(src.ds.doc_idx) else None
+            epochs, samples = src.locate(k_in[sel])
+            for e in np.unique(epochs).tolist():
+                sub = sel[epochs == e]
+                count, p = src.pieces(e, samples[epochs == e], self.seq_len + 1)
+                seq = np.asarray(p["sequence"], np.int64)
+                docs = np.searchsorted(doc_starts, seq, side="right") - 1 if doc_starts is not None else seq
+                inside = (docs >= lo) & (docs < hi)
+                owner = np.repeat(np.arange(len(sub)), count)
+                hit[sub] = np.bincount(owner, weights=inside, minlength=len(sub)) > 0
+        return hit
 
     def _window(self, k: int, ahead: bool = False):
         """The plan of the window of global batches holding batch k: this rank's samples, their pieces (CSR).
@@ -349,45 +410,68 @@ class LMIterator(LoaderIterator):
             self._check_state(state, not events, {"consumed_samples": 0}, optional=("history",))
             if events:
                 self._check_blend_only(state, "this state is of a run with other settings")
-            if events != (self.blend_events or [self._first_event()]) and events:
+            skips = self._skips_of(state) if isinstance(state, dict) else []
+            if (events != (self.blend_events or [self._first_event()]) and events) or skips != self.skip_events:
                 import copy
 
-                probe = copy.copy(self)  # the run's blend, this iterator's left as it was
-                probe._set_blend(events)
+                probe = copy.copy(self)  # the run's blend and skips, this iterator's left as it was
+                if events:
+                    probe._set_blend(events)
+                probe.skip_events = skips
                 return probe.trace(step)
         if step > len(self):
             raise ValueError(f"step {step} is past the run's end: it is {len(self)} global batches (num_samples)")
         first = (step - 1) * self.global_batch
         per_rank = self.global_batch // self.world_size
-        rows = self.describe_samples(np.arange(first, first + self.global_batch))
-        return [{"step": step, "batch": step - 1, "rank": i // per_rank, "row": i % per_rank, **r}
-                for i, r in enumerate(rows)]
+        g = np.arange(first, first + self.global_batch)
+        rows = self.describe_samples(g)
+        dropped = self.skipped_samples(g).tolist() if self.skip_events else [False] * len(g)
+        return [{"step": step, "batch": step - 1, "rank": i // per_rank, "row": i % per_rank, **r,
+                 "skipped": bool(x)} for i, (r, x) in enumerate(zip(rows, dropped))]
 
     # ----------------------------------------------------------------------------------------- ledger
     def ledger_totals(self, consumed: int | None = None) -> np.ndarray:
         """``int64[3, datasets]``: samples, tokens (their rows' real input tokens) and completed passes (epochs of
-        the dataset's split) taken by every rank together up to global batch ``consumed`` (default: here)."""
+        the dataset's split) taken by every rank together up to global batch ``consumed`` (default: here). Samples
+        and tokens are those served; samples the run's skips dropped are counted apart (:meth:`skipped_totals`),
+        passes count them (the dataset moved past them)."""
+        return self._count(consumed)[0]
+
+    def skipped_totals(self, consumed: int | None = None) -> np.ndarray | None:
+        """``int64[2, datasets]``: samples and tokens the run's skips dropped (never served) up to global batch
+        ``consumed`` (default: here); None when the run made no skip."""
+        return self._count(consumed)[1] if self.skip_events else None
+
+    def _count(self, consumed: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """(served totals as :meth:`ledger_totals` gives them, skipped samples and tokens) up to ``consumed``."""
         n = (self.consumed if consumed is None else int(consumed) * self.global_batch)
         cache = getattr(self, "_ledger_cache", None)
         if cache is None or cache[0] > n:
-            cache = (0, np.zeros((3, len(self.sources)), np.int64))
-        done, totals = cache[0], cache[1].copy()
+            cache = (0, np.zeros((3, len(self.sources)), np.int64), np.zeros((2, len(self.sources)), np.int64))
+        done, totals, skipped = cache[0], cache[1].copy(), cache[2].copy()
         step = 1 << 16
         for lo in range(done, n, step):  # tokens count sample by sample: in blocks, remembered
             g = np.arange(lo, min(lo + step, n))
             which, k_in = self.dataset_index[g].astype(np.int64), self.dataset_sample[g]
+            drop = self.skipped_samples(g) if self.skip_events else np.zeros(len(g), bool)
             keep = which >= 0  # (a dataset an edit removed: not among this config's, not counted here)
-            which, k_in = which[keep], k_in[keep]
-            totals[0] += np.bincount(which, minlength=len(self.sources))
+            which, k_in, drop = which[keep], k_in[keep], drop[keep]
+            totals[0] += np.bincount(which, minlength=len(self.sources))  # (drawn: the passes count them)
+            skipped[0] += np.bincount(which[drop], minlength=len(self.sources))
             for d in np.unique(which).tolist():
                 src = self.sources[d]
-                epochs, samples = src.locate(k_in[which == d])
+                mine = which == d
+                epochs, samples = src.locate(k_in[mine])
+                gone = drop[mine]
                 for e in np.unique(epochs).tolist():
-                    totals[1, d] += int(self._real_tokens(*src.pieces(e, samples[epochs == e],
-                                                                      self.seq_len + 1)).sum())
-        totals[2] = self.passes(totals[0])
-        self._ledger_cache = (n, totals.copy())
-        return totals
+                    real = self._real_tokens(*src.pieces(e, samples[epochs == e], self.seq_len + 1))
+                    totals[1, d] += int(real.sum())
+                    skipped[1, d] += int(real[gone[epochs == e]].sum())
+        self._ledger_cache = (n, totals.copy(), skipped.copy())
+        out = totals.copy()
+        out[2] = self.passes(totals[0])
+        out[:2] -= skipped
+        return out, skipped
 
     def _real_tokens(self, count: np.ndarray, pieces: dict) -> np.ndarray:
         """Per sample of ``LMSource.pieces``' answer: its real input tokens (the ``tokens`` positions of its row
@@ -426,6 +510,12 @@ class LMIterator(LoaderIterator):
                     removed += int(taken)
         out[f"{prefix}/samples"] = int(totals[0].sum()) + removed
         out[f"{prefix}/tokens"] = int(totals[1].sum())
+        skipped = self.skipped_totals(consumed)
+        if skipped is not None:
+            for d, name in enumerate(self.dataset_names()):
+                out[f"{prefix}/{name}/skipped"] = int(skipped[0, d])
+                out[f"{prefix}/{name}/skipped_tokens"] = int(skipped[1, d])
+            out[f"{prefix}/skipped"] = int(skipped[0].sum())
         out[f"{prefix}/step"] = (self.consumed if consumed is None else int(consumed) * self.global_batch) \
             // self.global_batch
         return out
@@ -453,10 +543,12 @@ class LMIterator(LoaderIterator):
 
     def get_state(self) -> dict:
         """``{"version", "kind": "lm", "name", "consumed_samples", "fingerprint", "identity", "history"}``; the
-        history lists the blend's segments (``babelfeed.lm.mixture``), from the config's weights at sample 0."""
+        history lists the blend's segments (``babelfeed.lm.mixture``), from the config's weights at sample 0, then
+        the skips (``babelfeed.iterators.skips``)."""
         return {"version": STATE_VERSION, "kind": "lm", "name": self.name, "consumed_samples": self.consumed,
                 "fingerprint": self.fingerprint(), "identity": self.identity(),
-                "history": [dict(e) for e in (self.blend_events or [self._first_event()])]}
+                "history": [dict(e) for e in (self.blend_events or [self._first_event()])]
+                + [dict(e) for e in self.skip_events]}
 
     # ----------------------------------------------------------------------------------------- blend changes
     def data_keys(self) -> list[str]:
@@ -532,6 +624,95 @@ class LMIterator(LoaderIterator):
                  "names": {**events[-1]["names"], **dict(zip(keys, names))}}
         self._set_blend(add(events, event))
 
+    def skip(self, steps=None, ids=None, where=None, reason: str = "") -> dict:
+        """Leave data out of the rest of the run, from the next step on: ``steps`` (a ``range`` of training
+        steps, 1-based, not yet taken: every row of their global batches), ``ids`` (global samples not yet
+        served: ``trace``'s ``sample``) or ``where`` (``{"dataset": names, "documents": range(lo, hi)}``: the
+        samples of those datasets, or of those holding any document of the range). Exactly one of them;
+        ``reason`` is kept with it. A skipped row stays in its batch as a row that teaches nothing (``loss_mask``
+        0, tokens 0, ``dataset`` -1); every other sample keeps its step. Recorded in the state's history, so a
+        resumed run makes the same skip; ``trace``, ``batch_for_step`` and the ledger count with it. Call it on
+        every rank at the same step. Returns the event recorded."""
+        from babelfeed.iterators.skips import LM_TERMS, SkipError, as_ranges, name_list, range_arg
+
+        given = [k for k, v in (("steps", steps), ("ids", ids), ("where", where)) if v is not None]
+        if len(given) != 1:
+            raise SkipError(f"skip takes exactly one of steps=, ids=, where=; got {given or 'none'}")
+        if not isinstance(reason, str):
+            raise SkipError(f"reason must be text, got {reason!r}")
+        t, B = self.total_steps, self.global_batch
+        event = {"event": "skip", "step": int(t), "sample": int(self.consumed), "reason": reason}
+        if steps is not None:
+            a, b = range_arg(steps, "steps")
+            if a < 1:
+                raise SkipError(f"steps count from 1, got {steps!r}")
+            if a <= t:
+                raise SkipError(f"steps {a}..{min(b - 1, t)} were already taken (this iterator stands after step "
+                                f"{t}): roll back to a state saved before step {a} (set_state), then skip")
+            if b - 1 > len(self):
+                raise SkipError(f"steps {a}..{b - 1} run past the run's last step, {len(self)} (num_samples)")
+            event.update(steps=[a, b], samples=[[(a - 1) * B, (b - 1) * B]])
+        elif ids is not None:
+            arr = np.asarray(ids) if isinstance(ids, (list, tuple, range, np.ndarray)) else None
+            if arr is None or arr.dtype.kind not in "iu" or arr.size == 0:
+                raise SkipError(f"ids must be a non-empty list of global samples (trace's 'sample'), got "
+                                f"{str(ids)[:200]}")
+            arr = arr.reshape(-1).astype(np.int64)
+            if arr.min() < self.consumed or arr.max() >= self.num_samples:
+                bad = int(arr.min()) if arr.min() < self.consumed else int(arr.max())
+                raise SkipError(f"sample {bad} is not a sample the run has yet to serve (it stands at sample "
+                                f"{self.consumed}; it has {self.num_samples}): roll back to a state before it")
+            event["ids"] = as_ranges(arr)
+        else:
+            if callable(where) or not isinstance(where, dict) or not where:
+                raise SkipError(f"where is a dict of terms {list(LM_TERMS)} (a state records it, so no function), "
+                                f"got {str(where)[:200]}")
+            unknown = sorted(set(where) - set(LM_TERMS))
+            if unknown:
+                raise SkipError(f"where has unknown terms {unknown}; an LM run's are {list(LM_TERMS)}")
+            out: dict = {}
+            if "dataset" in where:
+                out["dataset"] = name_list(where["dataset"], "dataset", self.dataset_names())
+            if "documents" in where:
+                if "dataset" not in out and len(self.sources) > 1:
+                    raise SkipError("where['documents'] names documents of one dataset: give where['dataset'] too")
+                out["documents"] = range_arg(where["documents"], "where['documents']")
+            event["where"] = out
+        self.skip_events = self.skip_events + [event]
+        self._ledger_cache = None
+        return dict(event)
+
+    def batch_for_step(self, step: int, state: dict | None = None, rank: int | None = None,
+                       world_size: int | None = None) -> dict:
+        """The batch rank ``rank`` of ``world_size`` (default: this iterator's) received at training step
+        ``step``, rebuilt exactly from the run's latest ``state`` (default: this iterator's own): its blend and
+        skips, without serving the steps before it."""
+        import copy
+
+        if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(self):
+            raise ValueError(f"step must be an integer in [1, {len(self)}] (the run's global batches), got {step!r}")
+        world = self.world_size if world_size is None else int(world_size)
+        rank = self.rank if rank is None else rank
+        if world < 1 or self.global_batch % world:
+            raise ValueError(f"world_size {world} must divide global_batch {self.global_batch}")
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
+            raise ValueError(f"rank must be an integer in [0, {world}), got {rank!r}")
+        probe = copy.copy(self)  # this iterator's blend, position and caches left as they were
+        probe._plans, probe._ahead = {}, None
+        if state is not None:
+            from babelfeed.iterators.history import upgrade
+            from babelfeed.iterators.state import find_state
+
+            state = upgrade(find_state(state, "state"))
+            events = self._events_of(state)
+            self._check_state(state, not events, {"consumed_samples": 0}, optional=("history",))
+            if events:
+                self._check_blend_only(state, "this state is of a run with other settings")
+            probe._set_blend(events)
+            probe.skip_events = self._skips_of(state)
+        probe.row_blocks = ((rank,), world)
+        return probe._batch(step - 1, (step - 1, 0))
+
     def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
         if epoch != 1:
             raise ValueError(f"an LM run is one pass (epoch 1), not epoch {epoch}")
@@ -564,6 +745,7 @@ class LMIterator(LoaderIterator):
             raise ValueError(f"consumed_samples={consumed} must be a multiple of global_batch={self.global_batch} "
                              f"and at most num_samples={self.num_samples}")
         events = self._events_of(state)
+        skips = self._skips_of(state)
         before = (self.blend_events, self.dataset_index, self.dataset_sample)
         self._set_blend(events)
         missing = self._missing(int(consumed), self.num_samples)
@@ -571,7 +753,23 @@ class LMIterator(LoaderIterator):
             self.blend_events, self.dataset_index, self.dataset_sample = before
             raise ValueError(f"this state's blend takes samples from dataset {missing}: resume with the run's "
                              f"data_path and data")
+        self.skip_events = skips
         self.consumed = int(consumed)
+
+    def _skips_of(self, state: dict) -> list:
+        """The skip events of a state's history: an LM run's, none past its ``consumed_samples``."""
+        from babelfeed.iterators.history import HistoryError, check
+
+        skips = check(state["history"]).skips if "history" in state else []
+        at = state.get("consumed_samples")
+        for i, e in enumerate(skips):
+            if "sample" not in e:
+                raise HistoryError(f"iterator state field 'history': skip {i} is a translation run's (it names an "
+                                   f"epoch and global batch); an LM run's names the global sample it took effect at")
+            if isinstance(at, int) and e["sample"] > at:
+                raise HistoryError(f"iterator state field 'history': skip {i} took effect at sample {e['sample']}, "
+                                   f"past the state's consumed_samples={at}")
+        return skips
 
     def _edit_hint(self) -> str:
         return (", or, for another blend (weights, datasets added or removed), set_state(state, "
@@ -643,5 +841,6 @@ class LMIterator(LoaderIterator):
                  "names": {**last_names, **dict(zip(keys, names))},
                  "changes": {"data_path": [old, dict(zip(names, self.weights))]}}
         self._set_blend(add(events, event))
+        self.skip_events = self._skips_of(state)
         self.consumed = at
 
