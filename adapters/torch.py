@@ -440,11 +440,28 @@ class BatchLoader(torch.utils.data.DataLoader):
         if pos.is_lm and not pos.iterator(1).has_batch(0, base=ds.consumed()):
             raise RuntimeError(f"this LM run is over: it is one pass of {len(pos.iterator(1))} global batches "
                                f"(num_samples), all taken; raise num_samples in the config for a longer run")
-        for batch in super().__iter__():
-            ds.batches_seen += 1  # the loop has it now
-            yield batch
-        if not pos.is_lm:
-            ds.set_epoch(ds.epoch + 1)
+        self._passes = getattr(self, "_passes", 0) + 1
+        try:
+            for batch in super().__iter__():
+                ds.batches_seen += 1  # the loop has it now
+                yield batch
+            if not pos.is_lm:
+                ds.set_epoch(ds.epoch + 1)
+        finally:
+            self._passes -= 1
+
+    def skip(self, steps=None, ids=None, where=None, reason: str = "") -> dict:
+        """The iterator's ``skip`` (``babelfeed.iterators.skips``) at the position the loop has reached, from the
+        next pass on: after ``load_state_dict(checkpoint)`` of a rollback, before iterating. Call it on every
+        rank. Returns the skip's event."""
+        if getattr(self, "_passes", 0):
+            raise RuntimeError("skip while a pass over this loader is running: its workers have made batches ahead "
+                               "without the skip. Skip between passes (after load_state_dict, before iterating), "
+                               "or break out of the loop first")
+        ds = self.batches
+        state, event = ds.position().skip(ds.epoch, ds.consumed(), steps=steps, ids=ids, where=where, reason=reason)
+        ds.load_state_dict(state)
+        return event
 
     def set_epoch(self, epoch: int) -> None:
         self.batches.set_epoch(epoch)

@@ -124,6 +124,15 @@ class Position:
                                  f"does not record how updates were counted, so it resumes a mixing schedule only "
                                  f"with the same count. States saved by this babelfeed resume it on any world size")
 
+    def skip(self, epoch: int, consumed: int, **what) -> tuple[dict, dict]:
+        """``it.skip(**what)`` made at this position: the run's state with the skip recorded (for the loader to
+        load) and the skip's event."""
+        state = self.state(epoch, consumed)
+        it = self.iterator(epoch)
+        it.set_state(state)
+        event = it.skip(**what)
+        return it.get_state(), event
+
     def ledger(self, epoch: int, consumed: int, prefix: str = "ledger") -> dict:
         """The run's ledger (``babelfeed.ledger``) at this position: what every rank together has consumed, per
         stream (an LM run: per blended dataset), since training began, counted from the plan."""

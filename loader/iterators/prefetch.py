@@ -107,6 +107,20 @@ class Prefetcher:
         self._state = self.iterator.get_state()
         self._ledger = self.iterator.ledger_totals() if self._tracks else None
 
+    def skip(self, steps=None, ids=None, where=None, reason: str = "") -> dict:
+        """The wrapped iterator's ``skip`` (``babelfeed.iterators.skips``) at the position of the last batch handed
+        out: the read-ahead is dropped and made again with it. Returns the skip's event."""
+        if not hasattr(self.iterator, "skip"):
+            raise TypeError(f"{type(self.iterator).__name__} has no skip")
+        self.close()
+        if self._dropped and self._state is not None:
+            self.iterator.set_state(self._state)
+        self._dropped = False
+        event = self.iterator.skip(steps=steps, ids=ids, where=where, reason=reason)
+        self._state = self.iterator.get_state()
+        self._ledger = self.iterator.ledger_totals() if self._tracks else None
+        return event
+
     def ledger(self, prefix: str = "ledger") -> dict:
         """The wrapped iterator's ledger after the last batch handed out (not the read-ahead)."""
         if getattr(self.iterator, "kind", "") == "lm":

@@ -178,13 +178,14 @@ class Skips:
     def __init__(self, events=()):
         self.events: list = [dict(e) for e in events]
         self._compiled: dict = {}
+        self._single: dict = {}  # event index -> a Skips of that event alone (which())
 
     def __bool__(self) -> bool:
         return bool(self.events)
 
     def add(self, event: dict) -> None:
         self.events.append(event)
-        self._compiled = {}
+        self._compiled, self._single = {}, {}
 
     @property
     def row_events(self) -> list:
@@ -255,6 +256,33 @@ class Skips:
         if not n:
             return None
         return self.rows_dropped(sources, n, comp, local)
+
+    def which(self, sources, epoch: int, g: np.ndarray, comp: np.ndarray, local: np.ndarray) -> np.ndarray:
+        """Per row (of global batch ``g[i]`` of ``epoch``, component ``comp[i]`` of ``sources``, record
+        ``local[i]``): the index in :attr:`events` of the first skip that drops it, -1 where none does (what the
+        ledger's report attributes to each skip)."""
+        g = np.asarray(g, np.int64)
+        out = np.full(len(g), -1, np.int64)
+        for i, e in enumerate(self.events):
+            free = out < 0
+            if not free.any():
+                break
+            if "steps" in e:
+                hit = np.zeros(len(g), bool)
+                for ep, lo, hi in e["batches"]:
+                    if ep == epoch:
+                        hit |= (g >= lo) & (g < hi)
+            else:
+                if (e["epoch"], e["batch"]) > (epoch, int(g.max(initial=-1))):
+                    continue
+                live = (epoch > e["epoch"]) | (g >= e["batch"])
+                one = self._single.get(i)
+                if one is None:
+                    one = self._single[i] = Skips([e])
+                got = one.rows_dropped(sources, 1, comp, local)
+                hit = live & (got if got is not None else False)
+            out[free & hit] = i
+        return out
 
     def rows_dropped(self, sources, n: int, comp: np.ndarray, local: np.ndarray) -> np.ndarray | None:
         code, ranges = self._rules(sources, n)

@@ -329,11 +329,19 @@ class BatchIterator(Reports, LoaderIterator):
         while found is None and planner._exists(setup, w):
             found = self._filler_in(planner.window(win.epoch, w), n_force, shape)
             w += 1
+        epoch = win.epoch + 1  # (every batch of the epoch skipped: the next epochs', which any process can plan)
+        while found is None and epoch <= win.epoch + 3 and (self.max_epochs is None or epoch <= self.max_epochs):
+            later, w = planner.setup(epoch), 0
+            while found is None and planner._exists(later, w):
+                found = self._filler_in(planner.window(epoch, w), n_force, shape)
+                w += 1
+            epoch += 1
         if found is None:
             from babelfeed.iterators.skips import SkipError
 
-            raise SkipError(f"every sample of epoch {win.epoch} that fits its batch shapes is skipped: no sample is "
-                            f"left to fill its empty batches (a skip 'where' that matches the whole mixture?)")
+            raise SkipError(f"every sample of epoch {win.epoch} and the epochs after it that fits its batch shapes is "
+                            f"skipped: no sample is left to fill its empty batches (a skip 'where' that matches the "
+                            f"whole mixture?)")
         fwin, i = found
         idx = np.array([i], np.int64)
         self._addresses(fwin, idx)
@@ -575,28 +583,21 @@ class BatchIterator(Reports, LoaderIterator):
         global batch is ``start``)."""
         from babelfeed.plan.totals import window_totals
 
-        skips, epoch = self.skips, win.epoch
-        js = np.arange(j0, j1)
-        g = start + js
-        whole = np.zeros(len(js), bool)
-        for e, lo, hi in skips.step_ranges():
-            if e == epoch:
-                whole |= (g >= lo) & (g < hi)
-        force = np.array([skips.in_force(epoch, int(x)) for x in g], np.int64) if skips.row_events else \
-            np.zeros(len(js), np.int64)
+        rows, _ = self.dropped_rows(win, start, j0, j1)
         s = win.samples
-        dropped = [win.batch_rows(js[whole])] if whole.any() else []
-        for n in np.unique(force[~whole]).tolist():
-            if n == 0:
-                continue
-            rows = win.batch_rows(js[~whole & (force == n)])
-            hit = skips.rows_dropped(self.planner.sources, n, s.comp[rows], s.local[rows])
-            if hit is not None:
-                dropped.append(rows[hit])
-        if not dropped:
-            return np.zeros((3, len(self.planner.keys)), np.int64)
-        rows = np.concatenate(dropped)
         return window_totals(s.direction[rows], s.src_len[rows], s.tgt_len[rows], len(self.planner.keys))
+
+    def dropped_rows(self, win: Window, start: int, j0: int, j1: int) -> tuple[np.ndarray, np.ndarray]:
+        """The rows (indices into ``win.samples``) of served batches ``[j0, j1)`` of window ``win`` (its first
+        global batch is ``start``) that the run's skips drop, and per row the skip that drops it (its index in
+        ``skips.events``)."""
+        js = np.arange(j0, j1)
+        rows = win.batch_rows(js)
+        g = np.repeat(start + js, win.batch_sizes(js))
+        s = win.samples
+        which = self.skips.which(self.planner.sources, win.epoch, g, s.comp[rows], s.local[rows])
+        hit = which >= 0
+        return rows[hit], which[hit]
 
     def ledger(self, prefix: str = "ledger", at: tuple | None = None) -> dict:
         """What every rank together has consumed up to this iterator's position, per stream, since training

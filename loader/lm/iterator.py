@@ -210,6 +210,34 @@ class LMIterator(LoaderIterator):
             out |= live & self._where(e["where"], g)
         return out
 
+    def skip_which(self, g) -> np.ndarray:
+        """Per global sample of ``g``: the index in ``skip_events`` of the first skip that drops it, -1 where
+        none does (what the ledger's report attributes to each skip)."""
+        g = np.asarray(g, np.int64)
+        out = np.full(len(g), -1, np.int64)
+        for i, e in enumerate(self.skip_events):
+            probe = self.skip_events
+            try:
+                self.skip_events = [e]
+                hit = self.skipped_samples(g)
+            finally:
+                self.skip_events = probe
+            out[(out < 0) & hit] = i
+        return out
+
+    def real_tokens_of(self, g) -> np.ndarray:
+        """Per global sample of ``g``: its real input tokens (what the ledger counts)."""
+        g = np.asarray(g, np.int64)
+        out = np.zeros(len(g), np.int64)
+        which, k_in = self.dataset_index[g].astype(np.int64), self.dataset_sample[g]
+        for d in np.unique(which[which >= 0]).tolist():
+            sel = np.flatnonzero(which == d)
+            epochs, samples = self.sources[d].locate(k_in[sel])
+            for e in np.unique(epochs).tolist():
+                out[sel[epochs == e]] = self._real_tokens(*self.sources[d].pieces(e, samples[epochs == e],
+                                                                                  self.seq_len + 1))
+        return out
+
     def _where(self, where: dict, g: np.ndarray) -> np.ndarray:
         """Which of global samples ``g`` match a skip's ``where`` (a dataset, and the samples holding any
         document of a range)."""

@@ -401,6 +401,35 @@ def _replay(args) -> int:
     return 0
 
 
+def _ledger(args) -> int:
+    from babelfeed.tools import ledger_report
+
+    if args.plot:  # before the recount: a missing extra says so at once
+        from babelfeed.tools.plots import require_matplotlib
+
+        require_matplotlib()
+    path, overrides = _config_of(args), (args.set or []) + args.overrides
+    loaded = _load(path, overrides)
+    lm = _lm_config(loaded)
+    if lm is not None:
+        from babelfeed.lm.iterator import LMIterator
+
+        report = ledger_report.lm_ledger(LMIterator.from_config(lm), _read_state(args.state))
+    else:
+        config = _translation_config(path, overrides, loaded)
+        it, state = _translation_run(args, config, None)
+        report = ledger_report.translation_ledger(it, state)
+    if args.plot:
+        files = ledger_report.ledger_figures(report, args.plot)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(ledger_report.format_report(report, args.state))
+    if args.plot:
+        print("wrote " + ", ".join(files), file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
 def _trace(args) -> int:
     from babelfeed.build import build_train_iterator
     from babelfeed.iterators.ledger import trace
@@ -654,6 +683,22 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
                     "data.path=data_bin")
     rp.set_defaults(func=_replay)
+
+    lg = sub.add_parser("ledger", help="what a run trained on: per corpus and shard, served, passes, skipped",
+                        description="What a run trained on, from its latest state alone: per corpus and shard (an LM "
+                                    "run: per dataset) the samples and tokens served, the passes over its rows and "
+                                    "what the run's skips dropped; then every skip: after which step, why, what it "
+                                    "named and how much it dropped. A recount of the run's plan across its edits, "
+                                    "weight changes, skips and world sizes.")
+    _config_arguments(lg, "the run's config: a file or a shipped config's name")
+    lg.add_argument("--state", required=True, help="the run's latest state (JSON, or any adapter's checkpoint)")
+    lg.add_argument("--json", action="store_true", help="the report as one JSON object instead of tables")
+    lg.add_argument("--plot", metavar="DIR", help="also draw ledger.png (served and skipped samples per corpus; "
+                    "what each skip dropped) and write ledger.json in DIR; needs matplotlib")
+    lg.add_argument("--world-size", type=count(1), default=None, help=argparse.SUPPRESS)
+    lg.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
+                    "data.path=data_bin")
+    lg.set_defaults(func=_ledger)
 
     pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text",
                         description="A task's samples before and after each of its transforms (noise, subword "

@@ -301,7 +301,7 @@ def test_static_shapes_and_packed_rows_keep_their_shape(root):
                 assert_same(a, b, f"{kw} {key}")
 
 
-def multi_segment_run(root, record, tmp_path):
+def multi_segment_run(root, record, tmp_path, served=None):
     """1 rank with a weight change and a skip; resumed on 2 ranks with an edited mixture and a skip by id;
     resumed on 3 ranks with a skip of a corpus. Records every rank's batch per step; returns the final state."""
     seg = [cfg(root, data__directions="aaa-bbb,aaa-ccc"), cfg(root), cfg(root)]
@@ -320,6 +320,10 @@ def multi_segment_run(root, record, tmp_path):
                 continue
             step += 1
             record[step] = (len(its), batches)
+            if served is not None:  # a recount of what was served, named by the iterator that served it
+                for b in batches:
+                    for d in its[0].describe_ids(b["id"][b["weight"] > 0]):
+                        served[(d["stream"], d["shard"])] = served.get((d["stream"], d["shard"]), 0) + 1
 
     go(its, 9, [[], [], [lambda it: it.set_weights({t: 1.0 + i for i, t in enumerate(tasks)})], [], [],
                 [lambda it: it.skip(steps=range(8, 10), reason="spike")]])
@@ -370,3 +374,29 @@ def test_batch_for_step_rebuilds_any_rank_of_any_step(root, tmp_path):
     assert sorted(got.files) == sorted(want)
     for k in want:
         assert np.array_equal(got[k], want[k]) and got[k].dtype == want[k].dtype, k
+
+
+def test_the_ledger_report_recounts_every_corpus_and_shard(root, tmp_path):
+    from babelfeed.tools.ledger_report import format_report, translation_ledger
+
+    record, served = {}, {}
+    state = multi_segment_run(root, record, tmp_path, served)
+    report = translation_ledger(babelfeed.build_train_iterator(cfg(root)), state, progress=False)
+    got = {(r["stream"], r["shard"]): r["samples"] for r in report["rows"] if r["samples"]}
+    assert got == served
+    it = babelfeed.build_train_iterator(cfg(root))
+    it.set_state(state)
+    ledger = it.ledger()
+    for k in it.planner.keys:
+        rows = [r for r in report["rows"] if r["stream"] == k]
+        assert sum(r["samples"] for r in rows) == ledger[f"ledger/{k}/samples"], k
+        assert sum(r["src_tokens"] for r in rows) == ledger[f"ledger/{k}/src_tokens"], k
+        assert sum(r["skipped"] for r in rows) == ledger[f"ledger/{k}/skipped"], k
+    assert report["totals"]["skipped"] == ledger["ledger/skipped"] == sum(e["samples"] for e in report["skips"]) > 0
+    # the step skip dropped exactly its steps' rows (what trace names for them)
+    steps = report["skips"][0]
+    assert steps["what"] == "steps 8-9" and steps["reason"] == "spike"
+    assert steps["samples"] == sum(len(it.trace(s, state)) for s in (8, 9))
+    text = format_report(report, "final.json")
+    assert "1. after step 5 (epoch 1, global batch 5): steps 8-9 \"spike\"" in text
+    assert "3. after step" in text and "corpus aaa-ccc \"bad corpus\"" in text
