@@ -241,7 +241,19 @@ class Skips:
                 else:
                     code[i] = 1
                     ranges.pop(i, None)
-        compiled = {i: merged(r) for i, r in ranges.items() if code[i] == 2}
+        # the ranges of every code-2 component as one sorted list over all components' records (each component's
+        # records numbered from its first id), so a batch's rows are looked up in one search
+        base = np.concatenate([[0], np.cumsum([len(c) for c in comps])]).astype(np.int64)
+        starts, ends = [], []
+        for i, r in sorted(ranges.items()):
+            if code[i] == 2:
+                a, b = merged(r)
+                n = int(base[i + 1] - base[i])
+                a, b = np.minimum(a, n), np.minimum(b, n)
+                starts.append(base[i] + a)
+                ends.append(base[i] + b)
+        compiled = (base, np.concatenate(starts) if starts else np.zeros(0, np.int64),
+                    np.concatenate(ends) if ends else np.zeros(0, np.int64))
         self._compiled[key] = (sources, code, compiled)
         return code, compiled
 
@@ -285,14 +297,13 @@ class Skips:
         return out
 
     def rows_dropped(self, sources, n: int, comp: np.ndarray, local: np.ndarray) -> np.ndarray | None:
-        code, ranges = self._rules(sources, n)
+        code, (base, starts, ends) = self._rules(sources, n)
         comp = np.asarray(comp, np.int64)
         c = code[comp]
         out = c == 1
-        if ranges and (c == 2).any():
-            for i in np.unique(comp[c == 2]).tolist():
-                sel = np.flatnonzero(comp == i)
-                out[sel] = in_ranges(np.asarray(local)[sel], *ranges[i])
+        two = c == 2
+        if two.any():
+            out[two] = in_ranges(base[comp[two]] + np.asarray(local, np.int64)[two], starts, ends)
         return out if out.any() else None
 
 

@@ -198,15 +198,18 @@ def _lm_trace(args, config) -> int:
     if args.json:
         print(json.dumps(rows))
         return 0
+    gone = sum(r["skipped"] for r in rows)
     print(f"step {args.step}: global batch {args.step - 1}, {len(rows)} samples of {it.seq_len + 1} tokens "
-          f"(world size {it.world_size}, mode {it.mode})")
+          f"(world size {it.world_size}, mode {it.mode})" + (f"; {gone} of them skipped, never served" if gone else ""))
     width = max([len("dataset")] + [len(r["dataset"]) for r in rows])
-    print(f"{'rank':>4} {'row':>4} {'dataset':<{width}} {'epoch':>5} {'sample':>8} {'tokens':>6}  documents")
+    print(f"{'rank':>4} {'row':>4} {'dataset':<{width}} {'epoch':>5} {'sample':>8} {'tokens':>6}  "
+          + ("skipped  " if gone else "") + "documents")
     for r in rows:
         docs = r["documents"]
         shown = ", ".join(map(str, docs[:6])) + (f" ... ({len(docs)})" if len(docs) > 6 else "")
+        mark = ("yes      " if r["skipped"] else "-        ") if gone else ""
         print(f"{r['rank']:>4} {r['row']:>4} {r['dataset']:<{width}} {r['epoch']:>5} {r['index']:>8} "
-              f"{r['tokens']:>6}  {shown}")
+              f"{r['tokens']:>6}  {mark}{shown}")
     return 0
 
 
@@ -465,15 +468,18 @@ def _trace(args) -> int:
     from babelfeed.iterators.history import ran_on
 
     took = (ran_on(state, args.step) if state is not None else None) or args.world_size  # the run's, where recorded
+    gone = sum(r["skipped"] for r in rows)
     print(f"step {args.step}: epoch {rows[0]['epoch'] if rows else '-'}, {len(rows)} samples "
-          f"(world size {took}, split {args.split})")
+          f"(world size {took}, split {args.split})" + (f"; {gone} of them skipped, never served" if gone else ""))
     width = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("stream", "task", "corpus")}
+    skipped = any(r["skipped"] for r in rows)  # (a column only where a skip dropped some of them)
     print(f"{'rank':>4} {'batch':>6} {'stream':<{width['stream']}} {'task':<{width['task']}} "
-          f"{'corpus':<{width['corpus']}} {'shard':>5} {'row':>9} {'src':>4} {'tgt':>4}")
+          f"{'corpus':<{width['corpus']}} {'shard':>5} {'row':>9} {'src':>4} {'tgt':>4}" + ("  skipped" if skipped else ""))
     for r in rows:
         rank = "-" if r["rank"] is None else r["rank"]
         print(f"{rank:>4} {r['batch']:>6} {r['stream']:<{width['stream']}} {r['task']:<{width['task']}} "
-              f"{r['corpus']:<{width['corpus']}} {r['shard']:>5} {r['row']:>9} {r['src_len']:>4} {r['tgt_len']:>4}")
+              f"{r['corpus']:<{width['corpus']}} {r['shard']:>5} {r['row']:>9} {r['src_len']:>4} {r['tgt_len']:>4}"
+              + (("  yes" if r["skipped"] else "  -") if skipped else ""))
         c = comps.get((r["stream"], r["shard"])) if text is not None else None
         if c is not None:  # (a stream an edit removed since is not in this config's data: not decoded)
             print(f"       source: {text(np.asarray(c.src[r['row']]).tolist())}")

@@ -231,10 +231,11 @@ def format_report(report: dict, source: str = "") -> str:
         for s in skips:
             where = f"epoch {s['epoch']}, global batch {_n(s['batch'])}" if "epoch" in s else \
                 f"global sample {_n(s['sample'])}"
-            why = f" \"{s['reason']}\"" if s["reason"] else ""
-            lines.append(f"  {s['skip']}. after step {_n(s['after_step'])} ({where}): {s['what']}{why}: "
+            lines.append(f"  {s['skip']}. after step {_n(s['after_step'])} ({where}): {s['what']}: "
                          f"{_n(s['samples'])} sample{'' if s['samples'] == 1 else 's'}, {_n(s['tokens'])} tokens "
                          f"dropped")
+            if s["reason"]:
+                lines.append(f"     why: {s['reason']}")
     return "\n".join(lines)
 
 

@@ -79,10 +79,11 @@ def run(its, steps, actions=None, record=None):
     return record
 
 
-def test_a_skip_drops_rows_and_moves_nothing_else(root):
+@pytest.mark.parametrize("sampler", ["stream", "stratified"])
+def test_a_skip_drops_rows_and_moves_nothing_else(root, sampler):
     ref = {}
-    run([babelfeed.build_train_iterator(cfg(root))], 40, record=ref)
-    it = babelfeed.build_train_iterator(cfg(root))
+    run([babelfeed.build_train_iterator(cfg(root, mixing__sampler=sampler))], 40, record=ref)
+    it = babelfeed.build_train_iterator(cfg(root, mixing__sampler=sampler))
     got = {}
     run([it], 5, record=got)
     bad_ids = served_ids(ref[(1, 20)])[:3]
@@ -398,5 +399,6 @@ def test_the_ledger_report_recounts_every_corpus_and_shard(root, tmp_path):
     assert steps["what"] == "steps 8-9" and steps["reason"] == "spike"
     assert steps["samples"] == sum(len(it.trace(s, state)) for s in (8, 9))
     text = format_report(report, "final.json")
-    assert "1. after step 5 (epoch 1, global batch 5): steps 8-9 \"spike\"" in text
-    assert "3. after step" in text and "corpus aaa-ccc \"bad corpus\"" in text
+    assert f"1. after step 5 (epoch 1, global batch 5): steps 8-9: {steps['samples']} samples" in text
+    assert "     why: spike\n" in text
+    assert "3. after step" in text and "corpus aaa-ccc: " in text and "why: bad corpus" in text

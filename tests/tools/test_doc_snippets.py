@@ -5,7 +5,7 @@ README's own `babelfeed binarize` command, Megatron datasets data/web and data/b
 A block preceded by ``<!-- doc-test: skip: REASON -->`` is not run (say why: a placeholder path, a GPU);
 ``<!-- doc-test: run -->`` runs a bash block; ``<!-- doc-test: run after the bash block above -->`` runs the page's
 nearest bash block above first, in the same folder, where a block reads what a command just made (a reader runs
-them in turn). An untagged bash block fails this test, so every command is
+them in turn), and ``<!-- doc-test: run after the python block above -->`` its nearest python block. An untagged bash block fails this test, so every command is
 either run or given a reason. The Python blocks share PRELUDE, the names a reader would have in hand at that
 point (``rank``, ``lengths``, a ``ds``...), so a block must not depend on another block.
 """
@@ -81,6 +81,9 @@ def readme_dir(tmp_path_factory):
 
 
 AFTER = "run after the bash block above"
+AFTER_PY = "run after the python block above"
+OUTPUT = "output of the block above"  # a ```text block: what the block above prints (check_output)
+OUTPUTS: dict = {}  # where a block is -> the output its page shows
 
 
 def blocks(path: str) -> list:
@@ -102,13 +105,36 @@ def blocks(path: str) -> list:
             k -= 1
         tag = re.match(r"^<!-- doc-test: (.*?) -->$", lines[k].strip()) if k >= 0 else None
         code = "\n".join(lines[i + 1:j])
-        if tag and tag.group(1) == AFTER:
-            above = [c for _, language, _, c in out if language == "bash"]
-            assert above, f"{name}:{start + 1}: no bash block above to run first"
+        if tag and tag.group(1) in (AFTER, AFTER_PY):
+            want = "bash" if tag.group(1) == AFTER else "python"
+            above = [c for _, language, _, c in out if language == want]
+            assert above, f"{name}:{start + 1}: no {want} block above to run first"
             code = (above[-1], code)
+        if tag and tag.group(1) == OUTPUT:
+            assert out and out[-1][1] in ("python", "bash"), f"{name}:{start + 1}: no block above whose output it is"
+            OUTPUTS[out[-1][0]] = code
         out.append((f"{name}:{start + 1}", lang, tag.group(1) if tag else None, code))
         i = j + 1
     return out
+
+
+def check_output(line: str, printed: str, shown: str) -> None:
+    """The output a page shows is what its block printed: every line, in order; a line ``...`` stands for any
+    number of printed lines, and a line ending in ``...`` for any printed line that starts with what precedes it."""
+    got = printed.rstrip("\n").split("\n")
+    i = 0
+    skipping = False
+    for want in shown.split("\n"):
+        if want.strip() == "...":
+            skipping = True
+            continue
+        prefix = want[:-3] if want.endswith("...") else None
+        while i < len(got) and not (got[i] == want or prefix is not None and got[i].startswith(prefix)):
+            assert skipping, f"{line}: the page shows\n{want}\nwhere the block printed\n{got[i]}\n--- all:\n{printed}"
+            i += 1
+        assert i < len(got), f"{line}: the page shows\n{want}\nwhich the block never printed:\n{printed}"
+        i += 1
+        skipping = False
 
 
 BLOCKS = [b for page in PAGES for b in blocks(page) if b[1] in ("python", "bash")]
@@ -130,11 +156,16 @@ def test_block_runs_as_written(readme_dir, tmp_path, line, lang, tag, code):
         pytest.skip(f"{line}: {tag}")
     env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), JAX_PLATFORMS="cpu",
                XLA_FLAGS="--xla_force_host_platform_device_count=8")
-    if tag == AFTER:  # the command whose output the block reads, run first (as the reader did)
+    if tag in (AFTER, AFTER_PY):  # the block whose output this one reads, run first (as the reader did)
         first, code = code
-        out = subprocess.run(["bash", "-euo", "pipefail", "-c", first], cwd=readme_dir, capture_output=True,
-                             text=True, env=env, timeout=600)
-        assert out.returncode == 0, f"{line}: the bash block above failed:\n{first}\n--- {out.stderr[-4000:]}"
+        if tag == AFTER:
+            cmd = ["bash", "-euo", "pipefail", "-c", first]
+        else:
+            script = tmp_path / "first.py"
+            script.write_text(PRELUDE + "\n" + first + "\n")
+            cmd = [sys.executable, str(script)]
+        out = subprocess.run(cmd, cwd=readme_dir, capture_output=True, text=True, env=env, timeout=600)
+        assert out.returncode == 0, f"{line}: the block above failed:\n{first}\n--- {out.stderr[-4000:]}"
         tag = "run"
     if lang == "bash":
         assert tag == "run", (f"{line}: a bash block must be tagged <!-- doc-test: run --> or "
@@ -147,3 +178,5 @@ def test_block_runs_as_written(readme_dir, tmp_path, line, lang, tag, code):
         cmd = [sys.executable, str(script)]
     out = subprocess.run(cmd, cwd=readme_dir, capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, f"{line} failed:\n{code}\n--- stderr:\n{out.stderr[-4000:]}"
+    if line in OUTPUTS:
+        check_output(line, out.stdout, OUTPUTS[line])
