@@ -155,6 +155,37 @@ def range_arg(x, what: str) -> list[int]:
                     f"excluded), got {x!r}")
 
 
+def which_kind(steps, ids, where, reason) -> str:
+    """The one of ``steps``, ``ids`` and ``where`` a skip was given (``skip``'s arguments checked)."""
+    given = [k for k, v in (("steps", steps), ("ids", ids), ("where", where)) if v is not None]
+    if len(given) != 1:
+        raise SkipError(f"skip takes exactly one of steps=, ids=, where=; got {given or 'none'}")
+    if not isinstance(reason, str):
+        raise SkipError(f"reason must be text, got {reason!r}")
+    return given[0]
+
+
+def step_range(steps, taken: int) -> tuple[int, int]:
+    """``steps`` as ``(a, b)``: training steps ``a`` to ``b - 1``, none of them among the ``taken`` ones."""
+    a, b = range_arg(steps, "steps")
+    if a < 1:
+        raise SkipError(f"steps count from 1, got {steps!r}")
+    if a <= taken:
+        raise SkipError(f"steps {a}..{min(b - 1, taken)} were already taken (this iterator stands after step "
+                        f"{taken}): roll back to a state saved before step {a} (set_state), then skip")
+    return a, b
+
+
+def where_terms(where, terms: tuple, whose: str) -> None:
+    """Refuse a ``where`` that is not a non-empty dict of ``terms`` (``whose``: whose terms they are)."""
+    if callable(where) or not isinstance(where, dict) or not where:
+        raise SkipError(f"where is a dict of terms {list(terms)} (a state records it, so no function), got "
+                        f"{str(where)[:200]}")
+    unknown = sorted(set(where) - set(terms))
+    if unknown:
+        raise SkipError(f"where has unknown terms {unknown}; {whose} takes {list(terms)}")
+
+
 def name_list(x, what: str, known: list[str]) -> list[str]:
     """One name or a list of them, each among ``known`` (an unknown one is refused with the closest)."""
     values = [x] if isinstance(x, str) else list(x) if isinstance(x, (list, tuple, set)) else None

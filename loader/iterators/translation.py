@@ -681,13 +681,9 @@ class BatchIterator(Reports, LoaderIterator):
         (``set_state(earlier_state)``), a skip of the steps around a spike gives exactly the batches of a run
         that made it at that step from the start. Call it on every rank at the same step. Returns the event
         recorded."""
-        from babelfeed.iterators.skips import SkipError
+        from babelfeed.iterators.skips import which_kind
 
-        given = [k for k, v in (("steps", steps), ("ids", ids), ("where", where)) if v is not None]
-        if len(given) != 1:
-            raise SkipError(f"skip takes exactly one of steps=, ids=, where=; got {given or 'none'}")
-        if not isinstance(reason, str):
-            raise SkipError(f"reason must be text, got {reason!r}")
+        which_kind(steps, ids, where, reason)
         h = self._handover
         epoch, consumed = self.epoch, self.consumed
         event = {"event": "skip", "step": int(self.total_steps), "epoch": int(epoch), "batch": int(consumed),
@@ -707,15 +703,10 @@ class BatchIterator(Reports, LoaderIterator):
 
     def _skip_steps(self, steps) -> dict:
         """The global batches of training steps ``steps`` (not yet taken), as this run counts its steps."""
-        from babelfeed.iterators.skips import SkipError, range_arg
+        from babelfeed.iterators.skips import SkipError, step_range
 
-        a, b = range_arg(steps, "steps")
-        if a < 1:
-            raise SkipError(f"steps count from 1, got {steps!r}")
         t = self.total_steps
-        if a <= t:
-            raise SkipError(f"steps {a}..{min(b - 1, t)} were already taken (this iterator stands after step {t}): "
-                            f"roll back to a state saved before step {a} (set_state), then skip")
+        a, b = step_range(steps, t)
         per = self._per_step
 
         def left(e: int, c: int) -> int:  # steps from global batch c of epoch e to the epoch's end
@@ -770,14 +761,9 @@ class BatchIterator(Reports, LoaderIterator):
 
     def _skip_where(self, where) -> dict:
         """``where``'s terms checked against this run's streams, tasks, corpora and shards."""
-        from babelfeed.iterators.skips import TERMS, SkipError, name_list, range_arg
+        from babelfeed.iterators.skips import TERMS, SkipError, name_list, range_arg, where_terms
 
-        if callable(where) or not isinstance(where, dict) or not where:
-            raise SkipError(f"where is a dict of terms {list(TERMS)} (a state records it, so no function), got "
-                            f"{str(where)[:200]}")
-        unknown = sorted(set(where) - set(TERMS))
-        if unknown:
-            raise SkipError(f"where has unknown terms {unknown}; it takes {list(TERMS)}")
+        where_terms(where, TERMS, "a translation run")
         sources = self.planner.sources
         known = {"stream": [s.name for s in sources.streams], "task": list(sources.tasks),
                  "corpus": sorted({s.key for s in sources.streams})}

@@ -661,22 +661,14 @@ class LMIterator(LoaderIterator):
         0, tokens 0, ``dataset`` -1); every other sample keeps its step. Recorded in the state's history, so a
         resumed run makes the same skip; ``trace``, ``batch_for_step`` and the ledger count with it. Call it on
         every rank at the same step. Returns the event recorded."""
-        from babelfeed.iterators.skips import LM_TERMS, SkipError, as_ranges, name_list, range_arg
+        from babelfeed.iterators.skips import (LM_TERMS, SkipError, as_ranges, name_list, range_arg, step_range,
+                                               where_terms, which_kind)
 
-        given = [k for k, v in (("steps", steps), ("ids", ids), ("where", where)) if v is not None]
-        if len(given) != 1:
-            raise SkipError(f"skip takes exactly one of steps=, ids=, where=; got {given or 'none'}")
-        if not isinstance(reason, str):
-            raise SkipError(f"reason must be text, got {reason!r}")
+        which_kind(steps, ids, where, reason)
         t, B = self.total_steps, self.global_batch
         event = {"event": "skip", "step": int(t), "sample": int(self.consumed), "reason": reason}
         if steps is not None:
-            a, b = range_arg(steps, "steps")
-            if a < 1:
-                raise SkipError(f"steps count from 1, got {steps!r}")
-            if a <= t:
-                raise SkipError(f"steps {a}..{min(b - 1, t)} were already taken (this iterator stands after step "
-                                f"{t}): roll back to a state saved before step {a} (set_state), then skip")
+            a, b = step_range(steps, t)
             if b - 1 > len(self):
                 raise SkipError(f"steps {a}..{b - 1} run past the run's last step, {len(self)} (num_samples)")
             event.update(steps=[a, b], samples=[[(a - 1) * B, (b - 1) * B]])
@@ -692,12 +684,7 @@ class LMIterator(LoaderIterator):
                                 f"{self.consumed}; it has {self.num_samples}): roll back to a state before it")
             event["ids"] = as_ranges(arr)
         else:
-            if callable(where) or not isinstance(where, dict) or not where:
-                raise SkipError(f"where is a dict of terms {list(LM_TERMS)} (a state records it, so no function), "
-                                f"got {str(where)[:200]}")
-            unknown = sorted(set(where) - set(LM_TERMS))
-            if unknown:
-                raise SkipError(f"where has unknown terms {unknown}; an LM run's are {list(LM_TERMS)}")
+            where_terms(where, LM_TERMS, "an LM run")
             out: dict = {}
             if "dataset" in where:
                 out["dataset"] = name_list(where["dataset"], "dataset", self.dataset_names())
