@@ -402,3 +402,49 @@ def test_the_ledger_report_recounts_every_corpus_and_shard(root, tmp_path):
     assert f"1. after step 5 (epoch 1, global batch 5): steps 8-9: {steps['samples']} samples" in text
     assert "     why: spike\n" in text
     assert "3. after step" in text and "corpus aaa-ccc: " in text and "why: bad corpus" in text
+
+
+def test_rows_split_replay_and_the_ledger_command(root, tmp_path, capsys):
+    """split="rows" (every rank its rows of each global batch): skipped, resumed on 2 ranks, replayed per rank;
+    then `babelfeed ledger` as JSON (the report), as a picture, and as a table."""
+    from babelfeed.cli import main
+    from babelfeed.tools.ledger_report import translation_ledger
+
+    one = babelfeed.build_train_iterator(cfg(root, batching__num_shapes=3), split="rows")
+    for _ in range(3):
+        next(one)
+    one.skip(steps=range(6, 8))
+    one.skip(where={"corpus": "aaa-bbb", "rows": range(0, 200)})
+    state = json.loads(json.dumps(one.get_state()))
+    its = [babelfeed.build_train_iterator(cfg(root, batching__num_shapes=3), rank=r, world_size=2, split="rows")
+           for r in range(2)]
+    got = {}
+    for it in its:
+        it.set_state(state)
+    for step in range(4, 16):
+        got[step] = [next(it, None) or next(it) for it in its]
+    final = its[0].get_state()
+    probe = babelfeed.build_train_iterator(cfg(root, batching__num_shapes=3), split="rows")
+    for step in (4, 6, 7, 9, 15):
+        for r in range(2):
+            assert_same(got[step][r], probe.batch_for_step(step, final, rank=r), f"step {step} rank {r}")
+        if step in (6, 7):  # a skipped step: no rank holds a token
+            assert got[step][0]["ntokens"] == got[step][1]["ntokens"] == 0
+    cfg_file = tmp_path / "run.py"
+    cfg_file.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom synthetic import config_for\n\n"
+                        f"def get_config():\n    return config_for({str(root)!r}, mixing__sampler='stream', "
+                        f"data__shards='all', batching__window=150, batching__num_shapes=3)\n")
+    state_file = tmp_path / "final.json"
+    state_file.write_text(json.dumps(final))
+    capsys.readouterr()
+    assert main(["ledger", str(cfg_file), "--state", str(state_file), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    want = translation_ledger(babelfeed.build_train_iterator(cfg(root, batching__num_shapes=3)), final, progress=False)
+    assert report == json.loads(json.dumps(want))
+    assert [s["what"] for s in report["skips"]] == ["steps 6-7", "corpus aaa-bbb; rows 0-199"]
+    pytest.importorskip("matplotlib")
+    assert main(["ledger", str(cfg_file), "--state", str(state_file), "--plot", str(tmp_path / "pics")]) == 0
+    out = capsys.readouterr().out
+    assert "what run 'train' trained on, up to step 15" in out and "2. after step 3" in out
+    assert os.path.getsize(tmp_path / "pics" / "ledger.png") > 10_000
+    assert json.loads((tmp_path / "pics" / "ledger.json").read_text()) == report

@@ -156,3 +156,37 @@ def test_rollback_skip_replay_and_ledger(path):
     assert ledger["ledger/skipped"] == 3 * 8 == ledger["ledger/web/skipped"] + ledger["ledger/books/skipped"]
     tokens = sum(int(b["loss_mask"].sum()) for b in ref)
     assert ledger["ledger/tokens"] >= tokens > 0
+
+
+def test_the_ledger_and_replay_commands_on_an_lm_run(path, tmp_path, capsys):
+    from babelfeed.cli import main
+
+    it = build(path)
+    for _ in range(6):
+        next(it)
+    it.skip(steps=range(9, 11), reason="spike")
+    it.skip(where={"dataset": "books"}, reason="books out")
+    batches = [next(it) for _ in range(8)]
+    state_file = tmp_path / "state.json"
+    state_file.write_text(json.dumps(it.get_state()))
+    cfg_file = tmp_path / "lm.py"
+    cfg_file.write_text(
+        "import babelfeed\n\ndef get_config():\n    c = babelfeed.load_config('lm_packing')\n"
+        f"    c.data_path = {path[0]!r}\n    c.seq_len, c.global_batch, c.num_samples = 16, 8, 400\n"
+        f"    c.split, c.mode, c.cache_dir = '100,0,0', 'concat', {str(path[1] / 'cache')!r}\n    return c\n")
+    capsys.readouterr()
+    assert main(["ledger", str(cfg_file), "--state", str(state_file), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    ledger = it.ledger()
+    assert {r["dataset"]: r["samples"] for r in report["rows"]} == {"web": ledger["ledger/web/samples"],
+                                                                     "books": ledger["ledger/books/samples"]}
+    assert report["totals"]["skipped"] == ledger["ledger/skipped"] == sum(s["samples"] for s in report["skips"])
+    assert report["skips"][0]["samples"] == 16 and report["skips"][0]["what"] == "steps 9-10"
+    books = sum(int((b["dataset"] == -1).sum()) for k, b in enumerate(batches) if k + 7 not in (9, 10))
+    assert report["skips"][1]["samples"] == books > 0  # (rows of books outside the skipped steps)
+    out = tmp_path / "b.npz"
+    assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "12", "--world-size", "2",
+                 "--rank", "1", "--out", str(out)]) == 0
+    got = np.load(out)
+    for key, value in batches[12 - 7].items():
+        assert np.array_equal(got[key], value[4:]), key
