@@ -18,6 +18,7 @@ import bench_noise  # noqa: E402
 import bench_subword  # noqa: E402
 import bench_pipeline  # noqa: E402
 import bench_shapes  # noqa: E402
+import bench_skip  # noqa: E402
 import bench_storage  # noqa: E402
 import bench_workers  # noqa: E402
 
@@ -42,6 +43,7 @@ def main() -> None:  # run under __main__ only: grain's worker processes re-impo
     parts.append(bench_grain.main(["--batches", "100", "--samples", "200000", "--repeats", "1"] if a.quick else []))
     parts.append(bench_noise.main(["--batches", "50"] if a.quick else []))
     parts.append(bench_subword.main(["--sentences", "4000"] if a.quick else []))
+    parts.append(bench_skip.main(["--sentences", "200000", "--steps", "100", "--far", "1000"] if a.quick else []))
     parts.append(bench_blending.main(["--samples", "2000000", "--fallback-samples", "100000", "--repeat", "1"]
                                      if a.quick else []))
     with open("build/bench/results.md", "w") as f:
