@@ -421,11 +421,11 @@ class EpochsIterator(grain.DatasetIterator):
         self._close()
         self._epoch, self._base, self._seen = epoch, consumed, 0
 
-    def skip(self, steps=None, ids=None, where=None, reason: str = "") -> dict:
+    def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
         """The iterator's ``skip`` (``babelfeed.iterators.skips``) at this position: the workers' read-ahead is
         dropped and made again with it. Call it on every rank. Returns the skip's event."""
         state, event = self._ds.position().skip(self._epoch, self._base + self._seen * self._per_step, steps=steps,
-                                                ids=ids, where=where, reason=reason)
+                                                ids=ids, where=where, reason=reason, world_size=world_size)
         self.set_state(state)
         return event
 

@@ -450,16 +450,14 @@ class BatchLoader(torch.utils.data.DataLoader):
         finally:
             self._passes -= 1
 
-    def skip(self, steps=None, ids=None, where=None, reason: str = "") -> dict:
+    def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
         """The iterator's ``skip`` (``babelfeed.iterators.skips``) at the position the loop has reached, from the
         next pass on: after ``load_state_dict(checkpoint)`` of a rollback, before iterating. Call it on every
         rank. Returns the skip's event."""
-        if getattr(self, "_passes", 0):
-            raise RuntimeError("skip while a pass over this loader is running: its workers have made batches ahead "
-                               "without the skip. Skip between passes (after load_state_dict, before iterating), "
-                               "or break out of the loop first")
+        self._no_pass_running("skip")  # (skip between passes: after load_state_dict, before iterating)
         ds = self.batches
-        state, event = ds.position().skip(ds.epoch, ds.consumed(), steps=steps, ids=ids, where=where, reason=reason)
+        state, event = ds.position().skip(ds.epoch, ds.consumed(), steps=steps, ids=ids, where=where, reason=reason,
+                                          world_size=world_size)
         ds.load_state_dict(state)
         return event
 
@@ -479,8 +477,16 @@ class BatchLoader(torch.utils.data.DataLoader):
         return self.batches.state_dict(self.batches.batches_seen)
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue after ``state_dict()``'s batch, from the next iteration on."""
+        """Continue after ``state_dict()``'s batch, from the next iteration on (refused while a pass is running:
+        its workers would go on serving the old position)."""
+        self._no_pass_running("load_state_dict")
         self.batches.load_state_dict(state)
+
+    def _no_pass_running(self, what: str) -> None:
+        if getattr(self, "_passes", 0):
+            raise RuntimeError(f"{what} while a pass over this loader is running: its workers have made batches "
+                               f"ahead from the old position. Finish the pass, break out of the loop, or close the "
+                               f"iterator you took with iter(loader) (its .close()), then call {what}")
 
     def ledger(self, prefix: str = "ledger") -> dict:
         """What every rank together has consumed, per stream, once every rank has received as many batches as

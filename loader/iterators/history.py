@@ -60,6 +60,7 @@ class Views:
     babelfeed did not record them)."""
 
     steps: list = field(default_factory=list)
+    splits: list = field(default_factory=list)  # per step segment: "batches", "rows" (how its ranks split), None
     weights: list = field(default_factory=list)
     updates: list = field(default_factory=list)
     edits: list = field(default_factory=list)
@@ -77,7 +78,8 @@ def _number(x) -> bool:
 
 EDIT_FIELDS = ("saved_at_step", "step", "global_batch", "epoch")
 SHAPES = {
-    "ranks": "{'event': 'ranks', 'step': int >= 0, 'epoch': int >= 1, 'consumed': int >= 0, 'world_size': int >= 1}",
+    "ranks": "{'event': 'ranks', 'step': int >= 0, 'epoch': int >= 1, 'consumed': int >= 0, 'world_size': int >= 1, "
+             "'split'?: 'rows' | 'batches'}",
     "weights": "{'event': 'weights', 'batch': int >= 0, 'weights': {task: number >= 0}}",
     "updates": "{'event': 'updates', 'batch': int >= 0, 'update': number >= 0, 'per': int >= 1}",
     "blend": "{'event': 'blend', 'sample': int >= 0, 'weights': {data key: number >= 0}, 'offsets': {data key: int "
@@ -91,8 +93,9 @@ SHAPES = {
 def _event_ok(e) -> bool:
     kind = e.get("event")
     if kind == "ranks":
-        return (set(e) == {"event", "step", "epoch", "consumed", "world_size"} and _int(e["step"])
-                and _int(e["epoch"], 1) and _int(e["consumed"]) and _int(e["world_size"], 1))
+        return (set(e) - {"split"} == {"event", "step", "epoch", "consumed", "world_size"} and _int(e["step"])
+                and _int(e["epoch"], 1) and _int(e["consumed"]) and _int(e["world_size"], 1)
+                and e.get("split", "batches") in ("batches", "rows"))
     if kind == "weights":
         return (set(e) == {"event", "batch", "weights"} and _int(e["batch"]) and isinstance(e["weights"], dict)
                 and all(isinstance(k, str) and _number(v) for k, v in e["weights"].items()))
@@ -178,6 +181,7 @@ def views(history: list) -> Views:
         kind = e["event"]
         if kind == "ranks":
             v.steps.append([e["step"], e["epoch"], e["consumed"], e["world_size"]])
+            v.splits.append(e.get("split"))  # (None: a state of an earlier babelfeed, which did not say)
         elif kind == "weights":
             weights.append([e["batch"], dict(e["weights"])])
         elif kind == "updates":
@@ -218,13 +222,17 @@ def _i(x) -> int:
     return operator.index(x)
 
 
-def compose(steps: list, weights: list, updates: list, edits: list, skips: list = ()) -> list:
+def compose(steps: list, weights: list, updates: list, edits: list, skips: list = (), splits=None) -> list:
     """The history of a run from its parts' views (see :class:`Views`): ``edits`` with their ``saved`` run's
-    weights and update counts, ``weights`` and ``updates`` of the segment after the last edit, then ``skips``."""
+    weights and update counts, ``weights`` and ``updates`` of the segment after the last edit, then ``skips``;
+    ``splits``: per step segment, how its ranks split (recorded where it is "rows")."""
     out: list = []
     have: list = []
     ranks = [{"event": "ranks", "step": _i(s), "epoch": _i(e), "consumed": _i(c), "world_size": _i(w)}
              for s, e, c, w in steps]
+    for r, split in zip(ranks, splits or ()):
+        if split == "rows":
+            r["split"] = "rows"
 
     def ranks_until(step: int) -> None:  # the world-size segments that began before a mark
         while ranks and ranks[0]["step"] < step:
@@ -256,6 +264,24 @@ def world_size_at(steps: list, step: int | None = None) -> int | None:
     of :class:`Views` (``None`` when they do not say)."""
     earlier = [s for s in steps if step is None or s[0] < step]
     return int(earlier[-1][3]) if earlier else None
+
+
+def split_at(steps: list, splits: list, step: int | None = None) -> str | None:
+    """How the ranks that took training step ``step`` split their batches ("batches" or "rows"), from the step
+    segments and splits of :class:`Views` (``None`` when they do not say)."""
+    earlier = [sp for s, sp in zip(steps, splits) if step is None or s[0] < step]
+    return earlier[-1] if earlier else None
+
+
+def split_of(state, step: int | None = None) -> str | None:
+    """How the ranks of the run whose state is ``state`` split the batches of ``step``, where it says."""
+    if not isinstance(state, dict) or "history" not in state:
+        return None
+    try:
+        v = check(upgrade(state)["history"])
+    except (HistoryError, KeyError, TypeError):
+        return None
+    return split_at(v.steps, v.splits, step)
 
 
 def ran_on(state, step: int | None = None) -> int | None:

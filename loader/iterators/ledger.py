@@ -132,6 +132,12 @@ def check_trace_state(it, state: dict) -> None:
     state the run's own config (carried in it) does not resume on this data (with it)."""
     if not isinstance(state, dict):
         raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}")
+    if state.get("kind") == "lm" or "consumed_samples" in state:
+        raise ValueError("this is a state of an LM run (it counts consumed_samples); the config is a translation "
+                         "config: give the LM run's config (its data_path)")
+    if not it.planner.sampler.streams and {"stream", "config", "dormant"} & set(state):
+        raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "
+                         f"this config's sampler is {it.planner.opts.sampler!r}: use the run's config")
     if it.planner.sampler.streams and isinstance(state.get("config"), dict):
         from babelfeed.iterators.replay import _build, cached, state_key
 

@@ -61,6 +61,10 @@ def as_number(value) -> float | None:
     (``float()`` takes them all); None for a bool, a string or anything else."""
     if isinstance(value, (bool, str, bytes)) or type(value).__name__ == "bool_":
         return None
+    if getattr(value, "size", None) == 1 and hasattr(value, "item") and getattr(value, "ndim", 0) > 0:
+        value = value.item()  # (a one-element array: numpy refuses float() of it)
+        if isinstance(value, bool):
+            return None
     try:
         return float(value)
     except (TypeError, ValueError, OverflowError):

@@ -107,7 +107,7 @@ class Prefetcher:
         self._state = self.iterator.get_state()
         self._ledger = self.iterator.ledger_totals() if self._tracks else None
 
-    def skip(self, steps=None, ids=None, where=None, reason: str = "") -> dict:
+    def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
         """The wrapped iterator's ``skip`` (``babelfeed.iterators.skips``) at the position of the last batch handed
         out: the read-ahead is dropped and made again with it. Returns the skip's event."""
         if not hasattr(self.iterator, "skip"):
@@ -116,7 +116,7 @@ class Prefetcher:
         if self._dropped and self._state is not None:
             self.iterator.set_state(self._state)
         self._dropped = False
-        event = self.iterator.skip(steps=steps, ids=ids, where=where, reason=reason)
+        event = self.iterator.skip(steps=steps, ids=ids, where=where, reason=reason, world_size=world_size)
         self._state = self.iterator.get_state()
         self._ledger = self.iterator.ledger_totals() if self._tracks else None
         return event

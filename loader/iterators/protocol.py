@@ -278,7 +278,7 @@ class LoaderIterator:
             if total is None:
                 per = ran_on if self.split == "batches" else 1
                 total = self.steps_between((1, 0), (epoch, consumed), per=per)
-            self.step_log = [[0, 1, 0, ran_on]]  # so the state says which world size took those steps
+            self.step_log = [[0, 1, 0, ran_on, self.split]]  # so the state says which world size took those steps
         if total is None:
             start = self.position() if base is not None else (1, 0)
             total = (self.total_steps if base is not None else 0) + self.steps_between(start, (epoch, consumed))

@@ -119,12 +119,16 @@ def step_source(probe, step: int, state: dict) -> StepSource:
     ``probe``: an iterator of the run's data (its config's data path is used; its world size does not matter)."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
+    from babelfeed.iterators.history import split_at
+
     history = _views(state)
     segments = history.steps or [[0, 1, 0, probe.world_size]]
     world = world_size_at(segments, step)
+    split = split_at(history.steps, history.splits, step) or probe.split
     edits = history.edits
     m = len([e for e in edits if e["saved_at_step"] < step])
-    it = cached(probe, ("segment", state_key(state), m, world), lambda: _segment(probe, state, m, world))
+    it = cached(probe, ("segment", state_key(state), m, world, split),
+                lambda: _segment(probe, state, m, world, split))
     src = _locate(it, step, segments, edits[m - 1] if m else None, world)
     if src.epoch < getattr(it, "_legacy_from", 0):
         raise ValueError(f"step {step} lies in epoch {src.epoch}, between this run's last mixture edit and the "
@@ -133,9 +137,11 @@ def step_source(probe, step: int, state: dict) -> StepSource:
     return src
 
 
-def _segment(probe, state: dict, m: int, world: int):
-    """An iterator of the config in force after the run's first ``m`` edits, on ``world`` ranks, holding the
-    weight changes and update counts of that segment (and, after an edit, its saved run's window)."""
+def _segment(probe, state: dict, m: int, world: int, split: str | None = None):
+    """An iterator of the config in force after the run's first ``m`` edits, on ``world`` ranks that split the
+    batches as ``split`` (default: the probe's), holding the weight changes and update counts of that segment
+    (and, after an edit, its saved run's window)."""
+    split = split or probe.split
     views = _views(state)
     edits = views.edits
     stream = probe.planner.sampler.streams
@@ -144,7 +150,7 @@ def _segment(probe, state: dict, m: int, world: int):
         if edits:
             raise ValueError("this state records mixture edits but carries no config of its run: trace it with a "
                              "state saved by this babelfeed")
-        it = probe if probe.world_size == world else _rebuild(probe, world)
+        it = probe if (probe.world_size, probe.split) == (world, split) else _rebuild(probe, world, split)
         _apply_history(it, views.weights, views.updates)
         return it
     data_path = (probe.config_snapshot or current)["data"]["path"]
@@ -162,17 +168,17 @@ def _segment(probe, state: dict, m: int, world: int):
         return views.weights, views.updates
 
     if any("saved" not in e for e in edits[:m]):  # an older state, and a step after its last edit
-        it = _build(configs[-1], data_path, world, probe.split)
+        it = _build(configs[-1], data_path, world, split)
         it.set_state(state, mixture_change="allow")
         it._legacy_from = int(state["epoch"])  # epochs before the state's are not known: refused
         return it
-    it = _build(configs[0], data_path, world, probe.split)
+    it = _build(configs[0], data_path, world, split)
     _apply_history(it, *history(0))
     for i in range(m):
         saved = edits[i]["saved"]
         it._seek(int(saved["epoch"]), int(saved["consumed"]), int(edits[i]["saved_at_step"]))
         before = it.get_state()
-        it = _build(configs[i + 1], data_path, world, probe.split)
+        it = _build(configs[i + 1], data_path, world, split)
         it.set_state(before, mixture_change="allow")
         _apply_history(it, *history(i + 1))
     return it
@@ -210,14 +216,15 @@ def step_batch(probe, step: int, state: dict, rank: int | None = None) -> dict:
         served.epoch, served.skips, served.row_blocks, served._fillers = saved
 
 
-def _rebuild(probe, world: int):
+def _rebuild(probe, world: int, split: str | None = None):
     from babelfeed.iterators.protocol import builder
 
+    split = split or probe.split
     config = getattr(probe, "source_config", None)
     if config is None:
         raise ValueError(f"this iterator was not built from a config (build_train_iterator): trace steps taken on "
-                         f"{world} rank(s) with an iterator of that world size")
-    return builder("translation")(config, world_size=world, split=probe.split)
+                         f"{world} rank(s) (split={split!r}) with an iterator of that world size and split")
+    return builder("translation")(config, world_size=world, split=split)
 
 
 # (trace walks the plan of every epoch before a step's: protocol.MAX_EPOCHS_AHEAD bounds it)

@@ -16,7 +16,8 @@ Three kinds, each recorded in the state's ``history`` with the training step aft
 resumed from a later state, on any world size, skips exactly the same rows):
 
 ``{"event": "skip", "step": s, "epoch": e, "batch": g, "reason": text, "steps": [a, b], "batches": [[e, lo, hi], ...]}``
-    the global batches of training steps ``a`` to ``b - 1``, as this run counts its steps: every row dropped;
+    the global batches of training steps ``a`` to ``b - 1``, as this run counts its steps (``"world_size": w``:
+    as a run on ``w`` ranks counts them): every row dropped;
 ``{..., "rows": [{"stream": name, "shard": n, "rows": [[lo, hi], ...]}], "ids": count}``
     samples by id (a batch's ``id``), kept as the records they name, so they stay the same samples across
     mixture edits that renumber ids; dropped wherever they come again from global batch ``g`` of epoch ``e`` on;
@@ -87,7 +88,8 @@ def event_ok(e: dict) -> bool:
             return False
         if lm:
             return rest == {"steps", "samples"} and _ranges(e["samples"])
-        return (rest == {"steps", "batches"} and isinstance(e["batches"], list)
+        return (rest - {"world_size"} == {"steps", "batches"} and isinstance(e["batches"], list)
+                and _int(e.get("world_size", 1), 1)
                 and all(isinstance(b, list) and len(b) == 3 and _int(b[0], 1) and _pair(b[1:]) for b in e["batches"]))
     if "where" in e:
         w = e["where"]
@@ -145,8 +147,8 @@ def in_ranges(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nd
 def range_arg(x, what: str) -> list[int]:
     """A ``range`` (step 1) or ``[lo, hi]`` / ``(lo, hi)`` pair as ``[lo, hi]``, ``hi`` exclusive."""
     if isinstance(x, range):
-        if x.step != 1 or len(x) == 0:
-            raise SkipError(f"{what} must be a non-empty range with step 1, got {x!r}")
+        if x.step != 1 or len(x) == 0 or x.start < 0:
+            raise SkipError(f"{what} must be a non-empty range with step 1 from 0 or later, got {x!r}")
         return [x.start, x.stop]
     if (isinstance(x, (list, tuple)) and len(x) == 2 and all(isinstance(v, (int, np.integer)) and not
                                                             isinstance(v, bool) for v in x) and 0 <= x[0] < x[1]):

@@ -667,7 +667,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._hint = (0, 0)
         self._ra_hint = {}
 
-    def skip(self, steps=None, ids=None, where=None, reason: str = "") -> dict:
+    def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
         """Leave data out of the rest of the run, from the next step on: ``steps`` (a ``range`` of training
         steps, 1-based, not yet taken: every row of their global batches), ``ids`` (samples, by the ``id`` their
         batches carried) or ``where`` (``{"stream" | "task" | "corpus": names, "shard": n or [n, ...], "rows":
@@ -680,7 +680,12 @@ class BatchIterator(Reports, LoaderIterator):
         same skip; ``trace``, ``batch_for_step`` and the ledger count with it. After a rollback
         (``set_state(earlier_state)``), a skip of the steps around a spike gives exactly the batches of a run
         that made it at that step from the start. Call it on every rank at the same step. Returns the event
-        recorded."""
+        recorded.
+
+        ``world_size`` (``steps`` only, ``split="batches"``): the world size whose steps ``steps`` counts, where
+        it is not this iterator's: a run rolled back onto another number of ranks skips the steps the run that
+        spiked took (their global batches). Without it, a state saved on another world size is refused, as the
+        steps would name other batches."""
         from babelfeed.iterators.skips import which_kind
 
         which_kind(steps, ids, where, reason)
@@ -689,31 +694,64 @@ class BatchIterator(Reports, LoaderIterator):
         event = {"event": "skip", "step": int(self.total_steps), "epoch": int(epoch), "batch": int(consumed),
                  "reason": reason}
         if steps is not None:
-            event.update(self._skip_steps(steps))
+            event.update(self._skip_steps(steps, world_size))
         elif ids is not None:
             event.update(self._skip_ids(ids))
         else:
             event["where"] = self._skip_where(where)
+            self._refuse_skipping_everything(event)
         self.skips.add(event)
         self._fillers = {}
         if h is not None and self.epoch == h.epoch:  # the saved run's window drops them too: its counts change
             h.old._fillers = {}
             self._count_edited_start(*self._handover_counts)
-        return dict(event)
+        return copy.deepcopy(event)
 
-    def _skip_steps(self, steps) -> dict:
-        """The global batches of training steps ``steps`` (not yet taken), as this run counts its steps."""
+    def _refuse_skipping_everything(self, event: dict) -> None:
+        """Refuse a skip that, with the run's earlier ones, drops every sample of the mixture: no batch could be
+        filled any more (and a checkpoint saved after it would hold a run that cannot go on)."""
+        from babelfeed.iterators.skips import SkipError
+
+        trial = Skips(self.skips.events + [event])
+        code, _ = trial._rules(self.planner.sources, len(trial.row_events))
+        if len(code) and (code == 1).all():
+            raise SkipError(f"where={event['where']}: with the run's earlier skips, this leaves no sample of the "
+                            f"mixture to serve; skip less, or edit the mixture (set_state(state, "
+                            f"mixture_change='allow') with the corpora to keep)")
+
+    def _skip_steps(self, steps, world_size: int | None = None) -> dict:
+        """The global batches of training steps ``steps`` (not yet taken), as this run counts its steps (or a run
+        on ``world_size`` ranks would)."""
+        from babelfeed.iterators.history import world_size_at
         from babelfeed.iterators.skips import SkipError, step_range
 
         t = self.total_steps
         a, b = step_range(steps, t)
         per = self._per_step
+        if self.split == "batches":
+            took = world_size_at(self.step_log, t) if t else None  # the world size that took the last step
+            if world_size is None and took is not None and took != self.world_size:
+                raise SkipError(f"steps {a}..{b - 1}: this iterator runs on {self.world_size} rank(s), and the state "
+                                f"it resumed was saved by a run on {took}, whose step {a} holds other global "
+                                f"batches. Say whose steps they are: skip(steps=..., world_size={took}) for the steps "
+                                f"of the run that was saved (the one that spiked), world_size={self.world_size} for "
+                                f"this run's")
+            if world_size is not None:
+                if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+                    raise SkipError(f"world_size must be an integer >= 1, got {world_size!r}")
+                per = world_size
+        elif world_size not in (None, self.world_size) and not (isinstance(world_size, int) and world_size >= 1):
+            raise SkipError(f"world_size must be an integer >= 1, got {world_size!r}")
 
         def left(e: int, c: int) -> int:  # steps from global batch c of epoch e to the epoch's end
             if self.max_epochs is not None and e > self.max_epochs:
                 raise SkipError(f"steps {a}..{b - 1} lie past the run's last epoch ({self.max_epochs}, max_epochs)")
             return -(-max(self.epoch_batches(e) - c, 0) // per)
 
+        epoch_steps = max(left(self.epoch, 0), 1)
+        if b - 1 - t > 2 * MAX_EPOCHS_AHEAD * epoch_steps:  # (about: epochs vary; said before planning them all)
+            raise SkipError(f"steps {a}..{b - 1} run about {(b - 1 - t) // epoch_steps:,} epochs ahead (epoch "
+                            f"{self.epoch} has {epoch_steps:,} steps); more than {MAX_EPOCHS_AHEAD:,} are refused")
         e, c, k = self.epoch, self.consumed, a - 1 - t
         while k >= left(e, c):  # to step a
             k -= left(e, c)
@@ -723,6 +761,9 @@ class BatchIterator(Reports, LoaderIterator):
         c += k * per
         out, k = [], b - a
         while k > 0:
+            if e - self.epoch > MAX_EPOCHS_AHEAD:
+                raise SkipError(f"steps {a}..{b - 1} run more than {MAX_EPOCHS_AHEAD:,} epochs ahead: skip fewer "
+                                f"steps (a corpus or shard is skipped for good with where=)")
             n = left(e, c)
             if n == 0:
                 e, c = e + 1, 0
@@ -732,7 +773,8 @@ class BatchIterator(Reports, LoaderIterator):
             out.append([int(e), int(c), int(hi)])
             k -= take
             e, c = (e + 1, 0) if take == n else (e, hi)
-        return {"steps": [a, b], "batches": out}
+        return {"steps": [a, b], "batches": out, **({"world_size": int(world_size)} if world_size is not None and
+                                                     world_size != self.world_size else {})}
 
     def _skip_ids(self, ids) -> dict:
         """Samples by id, as the records they name (stable across mixture edits that renumber ids)."""
@@ -745,10 +787,14 @@ class BatchIterator(Reports, LoaderIterator):
         if arr is None or arr.dtype.kind not in "iu" or arr.size == 0:
             raise SkipError(f"ids must be a non-empty list of sample ids (integers, a batch's 'id'), got "
                             f"{str(ids)[:200]}")
-        arr = arr.reshape(-1).astype(np.int64)
+        arr = arr.reshape(-1)
+        if arr.dtype.kind == "u" and int(arr.max()) > np.iinfo(np.int64).max:
+            raise SkipError(f"sample id {int(arr.max())} is not an id of this data")
+        arr = arr.astype(np.int64)
         if (arr < 0).any():
             raise SkipError("id -1 marks a row that holds no sample (an epoch-padding or skipped batch's): leave "
-                            "it out of ids")
+                            "it out of ids" if (arr == -1).any() else f"sample id {int(arr.min())} is not an id of "
+                            f"this data (ids are 0 or more)")
         try:
             found = self.describe_ids(arr)
         except ValueError as e:
@@ -784,6 +830,13 @@ class BatchIterator(Reports, LoaderIterator):
             out["shard"] = sorted({int(x) for x in shards})
         if "rows" in where:
             out["rows"] = range_arg(where["rows"], "where['rows']")
+            trial = Skips([{"event": "skip", "step": 0, "epoch": 1, "batch": 0, "reason": "", "where": out}])
+            picked = [c for c, x in zip(sources.components, trial._rules(sources, 1)[0]) if x] or \
+                list(sources.components)
+            longest = max(len(c) for c in picked)
+            if out["rows"][0] >= longest:
+                raise SkipError(f"where['rows'] {out['rows'][0]}-{out['rows'][1] - 1}: the shards it names hold at "
+                                f"most {longest:,} records (rows 0 to {longest - 1:,}); it would skip nothing")
         return out
 
     def batch_for_step(self, step: int, state: dict | None = None, rank: int | None = None) -> dict:
@@ -862,7 +915,8 @@ class BatchIterator(Reports, LoaderIterator):
 
                 v = views(h.state["history"])
                 return {**h.state, "consumed": c, "total_steps": self.total_steps,
-                        "history": compose(self.steps_out(), v.weights, v.updates, v.edits, self.skips.events)}
+                        "history": compose(self.steps_out(), v.weights, v.updates, v.edits, self.skips.events,
+                                           self.splits_out())}
             epoch, c = epoch + 1, 0
         elif self.planner.locate(epoch, c, self._hint) is None and c > 0:
             epoch, c = epoch + 1, 0  # finished epoch: resume at the start of the next
@@ -876,7 +930,7 @@ class BatchIterator(Reports, LoaderIterator):
         # schedule updates were counted ([first global batch, update, per]) and the mixture edits
         history = compose(self.steps_out(), [[at, dict(zip(tasks, w.tolist()))] for at, w in planner.weight_changes],
                           [[b, u, p] for b, u, p in planner.update_segments] if stream and planner.changing_schedule
-                          else [], self.edits, self.skips.events)
+                          else [], self.edits, self.skips.events, self.splits_out())
         state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
                  "total_steps": self.total_steps, "fingerprint": planner.fingerprint(), "history": history,
                  "identity": copy.deepcopy(planner.identity())}  # (a copy: the state is the caller's)
@@ -914,16 +968,29 @@ class BatchIterator(Reports, LoaderIterator):
 
     def steps_out(self) -> list:
         """The state's ``steps``: how steps were counted (a segment per world size the run was resumed on)."""
-        return [list(x) for x in self.step_log] or [[0, 1, 0, self.world_size]]
+        return [list(x[:4]) for x in self.step_log] or [[0, 1, 0, self.world_size]]
 
-    def _log_steps(self, steps, total: int, epoch: int, consumed: int) -> None:
-        log = [list(x) for x in steps] if steps else []
+    def splits_out(self) -> list:
+        """Per segment of :meth:`steps_out`, how its ranks split the batches."""
+        return [x[4] for x in self.step_log] or [self.split]
+
+    def _log_steps(self, steps, total: int, epoch: int, consumed: int, splits=None) -> None:
+        """The step segments after a resume at step ``total`` (``epoch``, ``consumed``) on this world size and
+        split: a new segment where either differs from the last one's."""
+        splits = list(splits or []) + [None] * (len(steps or []) - len(splits or []))
+        log = [list(x[:4]) + [sp] for x, sp in zip(steps, splits)] if steps else []
+
+        def mine(seg) -> bool:  # (a segment whose split an earlier babelfeed did not record: this one's)
+            return seg[3] == self.world_size and seg[4] in (None, self.split)
+
         while log and log[-1][0] == total and len(log) > 1:  # a world size that took no step: no segment
             log.pop()
-        if log and log[-1][0] == total and log[-1][3] != self.world_size:
+        if log and log[-1][0] == total and not mine(log[-1]):
             log.pop()  # (the run's first segment, without a step yet)
-        if not log or log[-1][3] != self.world_size:
-            log.append([int(total), int(epoch), int(consumed), int(self.world_size)])
+        if log and mine(log[-1]):
+            log[-1][4] = self.split
+        else:
+            log.append([int(total), int(epoch), int(consumed), int(self.world_size), self.split])
         self.step_log = log
 
     def _check_dormant(self, dormant) -> None:
@@ -963,6 +1030,12 @@ class BatchIterator(Reports, LoaderIterator):
                 raise HistoryError(f"iterator state field 'history': an 'edit' event saved at step "
                                    f"{late[0]['saved_at_step']} (epoch {late[0]['epoch']}) lies past the state's own "
                                    f"position (step {total}, epoch {at[0]})")
+            early = [e for e in views.skips if "steps" in e and any((b[0], b[1]) < (e["epoch"], e["batch"])
+                                                                   for b in e["batches"])]
+            if early:
+                raise HistoryError(f"iterator state field 'history': the skip of steps {early[0]['steps']} names "
+                                   f"global batches {early[0]['batches'][:3]} before its own position (epoch "
+                                   f"{early[0]['epoch']}, batch {early[0]['batch']}): batches already served")
             late = [e for e in views.skips if "epoch" not in e or (e["epoch"], e["batch"]) > at]
             if late:
                 raise HistoryError(f"iterator state field 'history': a skip made at "
@@ -1045,7 +1118,7 @@ class BatchIterator(Reports, LoaderIterator):
         self._hint = (0, 0)
         self._ra_hint = {}
         self.total_steps = int(state["total_steps"])
-        self._log_steps(history.steps, self.total_steps, epoch, consumed)
+        self._log_steps(history.steps, self.total_steps, epoch, consumed, history.splits)
 
     @staticmethod
     def _check_epoch_reached(state: dict, epoch: int) -> None:
@@ -1137,7 +1210,8 @@ class BatchIterator(Reports, LoaderIterator):
         self._fillers = {}
         self.total_steps = int(state["total_steps"])
         # the count goes on where this run stands: in the saved window (finished first), or at the edited start
-        self._log_steps(history.steps, self.total_steps, *((epoch, consumed) if end > consumed else (epoch + 1, 0)))
+        self._log_steps(history.steps, self.total_steps, *((epoch, consumed) if end > consumed else (epoch + 1, 0)),
+                        splits=history.splits)
         self._hint, self._ra_hint, self.step = (0, 0), {}, 0
         self._former = (P.sources, old.collater.id_base)
         rows: dict = {}

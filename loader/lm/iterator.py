@@ -652,7 +652,7 @@ class LMIterator(LoaderIterator):
                  "names": {**events[-1]["names"], **dict(zip(keys, names))}}
         self._set_blend(add(events, event))
 
-    def skip(self, steps=None, ids=None, where=None, reason: str = "") -> dict:
+    def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
         """Leave data out of the rest of the run, from the next step on: ``steps`` (a ``range`` of training
         steps, 1-based, not yet taken: every row of their global batches), ``ids`` (global samples not yet
         served: ``trace``'s ``sample``) or ``where`` (``{"dataset": names, "documents": range(lo, hi)}``: the
@@ -660,7 +660,10 @@ class LMIterator(LoaderIterator):
         ``reason`` is kept with it. A skipped row stays in its batch as a row that teaches nothing (``loss_mask``
         0, tokens 0, ``dataset`` -1); every other sample keeps its step. Recorded in the state's history, so a
         resumed run makes the same skip; ``trace``, ``batch_for_step`` and the ledger count with it. Call it on
-        every rank at the same step. Returns the event recorded."""
+        every rank at the same step. Returns the event recorded. (``world_size`` is accepted for the adapters'
+        sake: an LM run's step is one global batch on any world size.)"""
+        import copy
+
         from babelfeed.iterators.skips import (LM_TERMS, SkipError, as_ranges, name_list, range_arg, step_range,
                                                where_terms, which_kind)
 
@@ -673,11 +676,15 @@ class LMIterator(LoaderIterator):
                 raise SkipError(f"steps {a}..{b - 1} run past the run's last step, {len(self)} (num_samples)")
             event.update(steps=[a, b], samples=[[(a - 1) * B, (b - 1) * B]])
         elif ids is not None:
-            arr = np.asarray(ids) if isinstance(ids, (list, tuple, range, np.ndarray)) else None
+            arr = np.asarray(ids) if isinstance(ids, (list, tuple, range, np.ndarray, int, np.integer)) and \
+                not isinstance(ids, bool) else None
             if arr is None or arr.dtype.kind not in "iu" or arr.size == 0:
                 raise SkipError(f"ids must be a non-empty list of global samples (trace's 'sample'), got "
                                 f"{str(ids)[:200]}")
-            arr = arr.reshape(-1).astype(np.int64)
+            arr = arr.reshape(-1)
+            if arr.dtype.kind == "u" and int(arr.max()) >= self.num_samples:
+                raise SkipError(f"sample {int(arr.max())} is not a sample of this run (it has {self.num_samples})")
+            arr = arr.astype(np.int64)
             if arr.min() < self.consumed or arr.max() >= self.num_samples:
                 bad = int(arr.min()) if arr.min() < self.consumed else int(arr.max())
                 raise SkipError(f"sample {bad} is not a sample the run has yet to serve (it stands at sample "
@@ -692,10 +699,12 @@ class LMIterator(LoaderIterator):
                 if "dataset" not in out and len(self.sources) > 1:
                     raise SkipError("where['documents'] names documents of one dataset: give where['dataset'] too")
                 out["documents"] = range_arg(where["documents"], "where['documents']")
+            if "documents" not in out and set(out.get("dataset", self.dataset_names())) >= set(self.dataset_names()):
+                raise SkipError(f"where={out}: this skips every dataset of the blend, leaving nothing to serve")
             event["where"] = out
         self.skip_events = self.skip_events + [event]
         self._ledger_cache = None
-        return dict(event)
+        return copy.deepcopy(event)
 
     def batch_for_step(self, step: int, state: dict | None = None, rank: int | None = None,
                        world_size: int | None = None) -> dict:

@@ -342,17 +342,26 @@ def _translation_run(args, config, step: int | None):
 
         # any adapter's checkpoint: the iterator's state, a loader's, a StatefulDataLoader's, {"data": state}
         state = find_state(state, f"--state {args.state}")
-    world_size = args.world_size
-    if world_size is None:  # the world size that took the step, as the state's history says (else 1)
-        from babelfeed.iterators.history import ran_on
+    from babelfeed.iterators.history import ran_on, split_of
 
-        world_size = ran_on(state, step)
-        if world_size is None and isinstance(state, dict) and "version" not in state:
+    world_size = args.world_size
+    took = ran_on(state, step) if state is not None else None  # the world size that took the step, as recorded
+    if world_size is None:
+        if took is None and isinstance(state, dict) and "version" not in state:
             raise ValueError(f"--state {args.state} is a loader position that does not say which world size ran it "
                              f"(an older babelfeed's): pass --world-size, the number of ranks of the run")
-        world_size = world_size or 1
+        world_size = took or 1
+    elif took is not None and took != world_size and step is not None:
+        raise ValueError(f"--world-size {world_size}: the state records that step {step} was taken on {took} rank(s); "
+                         f"leave --world-size out (it is read from the state)")
     args.world_size = world_size
-    it = build_train_iterator(config, world_size=world_size, split=getattr(args, "split", "batches"))
+    split = getattr(args, "split", None)
+    recorded = split_of(state, step) if state is not None and step is not None else None
+    if split is not None and recorded is not None and split != recorded:
+        raise ValueError(f"--split {split}: the state records that step {step} was taken with split {recorded!r}; "
+                         f"leave --split out (it is read from the state)")
+    args.split = split or recorded or "batches"
+    it = build_train_iterator(config, world_size=world_size, split=args.split)
     if state is not None:
         from babelfeed.iterators.state import resolve
 
@@ -379,12 +388,19 @@ def _replay(args) -> int:
 
         it = LMIterator.from_config(lm, world_size=args.world_size or 1)
         state = _read_state(args.state)
+        reached = state.get("consumed_samples", 0) // it.global_batch if isinstance(state, dict) else 0
+        if args.step > reached:
+            print(f"warning: step {args.step} lies after the state's last step, {reached}: this is the batch the run "
+                  f"would serve there, unless a later skip or edit changes it", file=sys.stderr)
         batch = it.batch_for_step(args.step, state, rank=args.rank or 0)
         where = f"global batch {args.step - 1}, rank {args.rank or 0} of {it.world_size}"
     else:
         config = _translation_config(path, overrides, loaded)
         it, state = _translation_run(args, config, args.step)
         rank = args.rank if args.rank is not None else 0
+        if args.step > int(state.get("total_steps", 0)):
+            print(f"warning: step {args.step} lies after the state's last step, {state.get('total_steps')}: this is "
+                  f"the batch the run would serve there, unless a later skip or edit changes it", file=sys.stderr)
         batch = it.batch_for_step(args.step, state, rank=rank)
         from babelfeed.iterators.history import ran_on
 
@@ -661,9 +677,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "(get_state(), or a dict with it under 'data')")
     tr.add_argument("--world-size", type=count(1), default=None,
                     help="the world size that took the step (default: as --state records it, else 1)")
-    tr.add_argument("--split", choices=("batches", "rows"), default="batches",
-                    help="batches: a whole batch per rank (torch DDP, default); rows: every rank's rows of one "
-                         "global batch (JAX)")
+    tr.add_argument("--split", choices=("batches", "rows"), default=None,
+                    help="batches: a whole batch per rank (torch DDP); rows: every rank's rows of one global batch "
+                         "(JAX); default: as --state records it, else batches")
     tr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
                     "data.path=data_bin")
     tr.add_argument("--decode", action="store_true", help="also print each sample's text")
@@ -682,9 +698,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--world-size", type=count(1), default=None,
                     help="translation: the world size that took the step (default: as --state records it); LM: the "
                          "ranks the global batch is split into (default 1: the whole global batch)")
-    rp.add_argument("--split", choices=("batches", "rows"), default="batches",
-                    help="batches: a whole batch per rank (torch DDP, default); rows: the rank's rows of one global "
-                         "batch (JAX)")
+    rp.add_argument("--split", choices=("batches", "rows"), default=None,
+                    help="batches: a whole batch per rank (torch DDP); rows: the rank's rows of one global batch "
+                         "(JAX); default: as --state records it, else batches")
     rp.add_argument("--out", required=True, help="the .npz file to write")
     rp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
                     "data.path=data_bin")

@@ -15,7 +15,8 @@ import numpy as np
 def _what(e: dict) -> str:
     if "steps" in e:
         a, b = e["steps"]
-        return f"step {a}" if b == a + 1 else f"steps {a}-{b - 1}"
+        on = f" (of a run on {e['world_size']} ranks)" if "world_size" in e else ""
+        return (f"step {a}" if b == a + 1 else f"steps {a}-{b - 1}") + on
     if "ids" in e and "rows" in e:
         return f"{e['ids']} sample id(s)"
     if "ids" in e:  # an LM run's: global samples
@@ -43,9 +44,10 @@ def _segment_ranges(probe, state: dict, views) -> list:
 
     edits = views.edits
     out = []
-    world = probe.world_size
+    world, split = probe.world_size, probe.split  # (the plan, and so the count, does not depend on them)
     for m in range(len(edits) + 1):
-        it = cached(probe, ("segment", state_key(state), m, world), lambda: _segment(probe, state, m, world))
+        it = cached(probe, ("segment", state_key(state), m, world, split),
+                    lambda: _segment(probe, state, m, world, split))
         first = (1, 0) if m == 0 else (int(edits[m - 1]["epoch"]), 0)
         if m < len(edits):
             saved = edits[m]["saved"]
@@ -69,6 +71,11 @@ def translation_ledger(probe, state: dict, progress: bool = True) -> dict:
     from babelfeed.iterators.replay import _views
     from babelfeed.iterators.skips import Skips
 
+    from babelfeed.iterators.history import upgrade
+    from babelfeed.iterators.ledger import check_trace_state
+
+    state = upgrade(state)
+    check_trace_state(probe, state)  # a state of this data and these settings (else the counts would be another run's)
     views = _views(state)
     skips = Skips(views.skips)
     counts: dict = {}  # (stream, shard) -> [samples, src tokens, tgt tokens, skipped, skipped tokens]
@@ -262,7 +269,7 @@ def _ledger_figure(report: dict):
         rest = [sum(v[0] for _, v in items[25:]), sum(v[1] for _, v in items[25:])]
         top.append((f"+{len(items) - 25} others", rest))
     skips = report["skips"]
-    fig = _figure(12.0, max(3.0, 0.28 * len(top) + 1.5))
+    fig = _figure(13.0, max(3.0, 0.28 * len(top) + 1.5, 0.45 * len(skips) + 1.5))
     axes = fig.subplots(1, 2, width_ratios=[3, 2]) if skips else [fig.subplots(1, 1)]
     ax = axes[0]
     y = np.arange(len(top))[::-1]
@@ -270,16 +277,25 @@ def _ledger_figure(report: dict):
     dropped = np.array([v[1] for _, v in top], float)
     ax.barh(y, served, color="#4c72b0", label="served")
     ax.barh(y, dropped, left=served, color="#c44e52", label="skipped")
-    ax.set_yticks(y, [k for k, _ in top], fontsize=7)
+    ax.set_yticks(y, [k for k, _ in top], fontsize=8)
     ax.set_xlabel("samples")
     ax.set_title(f"samples per {name} up to step {report['step']:,}", fontsize=9)
     ax.legend(loc="lower right", fontsize=7, frameon=False)
     if skips:
+        import textwrap
+
         ax2 = axes[1]
         ys = np.arange(len(skips))[::-1]
-        ax2.barh(ys, [s["samples"] for s in skips], color="#c44e52")
-        labels = [f"{s['skip']}. after step {s['after_step']:,}: {s['what']}"[:48] for s in skips]
-        ax2.set_yticks(ys, labels, fontsize=7)
+        values = [max(s["samples"], 0) for s in skips]
+        bars = ax2.barh(ys, values, color="#c44e52")
+        labels = ["\n".join(textwrap.wrap(f"{s['skip']}. after step {s['after_step']:,}: {s['what']}", 34)[:2])
+                  for s in skips]
+        ax2.set_yticks(ys, labels, fontsize=8)
+        top = max(values) or 1
+        ax2.set_xlim(0, top * 1.25)
+        for bar, v in zip(bars, values):  # the number beside each bar: a small skip's bar is hard to see
+            ax2.annotate(f"{v:,}", (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0),
+                         textcoords="offset points", va="center", fontsize=8)
         ax2.set_xlabel("samples dropped")
-        ax2.set_title("what each skip dropped", fontsize=9)
+        ax2.set_title("what each skip dropped (reasons: ledger.json)", fontsize=9)
     return fig

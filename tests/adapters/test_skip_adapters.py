@@ -114,7 +114,14 @@ def test_a_loader_refuses_a_skip_in_the_middle_of_a_pass(tmp_path):
     make_data_bin(root)
     loader = BatchLoader(config_for(root, mixing__sampler="stream", data__shards="all"))
     for _ in loader:
-        with pytest.raises(RuntimeError, match="Skip between passes"):
+        with pytest.raises(RuntimeError, match="skip while a pass over this loader is running"):
             loader.skip(steps=range(5, 6))
         break
     assert loader.skip(steps=range(5, 6))["steps"] == [5, 6]  # after the break: from the next pass
+    state = loader.state_dict()
+    running = iter(loader)
+    next(running)
+    with pytest.raises(RuntimeError, match="load_state_dict while a pass.*close"):
+        loader.load_state_dict(state)  # (it used to be taken, and the running pass served the old position)
+    running.close()
+    loader.load_state_dict(state)

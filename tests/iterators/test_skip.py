@@ -129,6 +129,17 @@ def test_skip_refuses_what_it_cannot_do(root):
         it.skip(ids=[10**9])
     with pytest.raises(SkipError, match="shard 7 is not a shard"):
         it.skip(where={"shard": 7})
+    with pytest.raises(SkipError, match="from 0 or later"):
+        it.skip(where={"corpus": "aaa-ccc", "rows": range(-5, 3)})
+    n = max(len(c) for c in it.planner.sources.components if (c.key, c.shard) == ("aaa-ccc", 0))
+    with pytest.raises(SkipError, match=f"hold at most {n:,} records"):
+        it.skip(where={"corpus": "aaa-ccc", "shard": 0, "rows": range(n, n + 40)})
+    with pytest.raises(SkipError, match="leaves no sample of the mixture"):
+        it.skip(where={"corpus": ["aaa-bbb", "aaa-ccc", "bbb-ccc"]})
+    with pytest.raises(SkipError, match="not an id of this data"):
+        it.skip(ids=np.array([2**63 + 1], np.uint64))
+    with pytest.raises(SkipError, match="epochs ahead"):
+        it.skip(steps=range(7, 10**12))
     assert not it.skips  # nothing recorded by a refused skip
     state = it.get_state()
     bad = dict(state, history=state["history"] + [{"event": "skip", "step": 6, "epoch": 1, "batch": 6,
@@ -139,6 +150,13 @@ def test_skip_refuses_what_it_cannot_do(root):
                                                     "reason": "", "where": {"corpus": ["aaa-ccc"]}}])
     with pytest.raises(HistoryError, match="past the state's own position"):
         babelfeed.build_train_iterator(cfg(root)).set_state(late)
+    early = dict(state, history=state["history"] + [{"event": "skip", "step": 6, "epoch": 1, "batch": 6,
+                                                     "reason": "", "steps": [7, 9], "batches": [[1, 2, 4]]}])
+    with pytest.raises(HistoryError, match="before its own position"):
+        babelfeed.build_train_iterator(cfg(root)).set_state(early)
+    event = it.skip(where={"corpus": ["aaa-ccc"]})
+    event["where"]["corpus"].append("aaa-bbb")  # (the caller's copy: the run's skip stays as made)
+    assert it.get_state()["history"][-1]["where"] == {"corpus": ["aaa-ccc"]}
 
 
 RESUME = r"""
@@ -448,3 +466,70 @@ def test_rows_split_replay_and_the_ledger_command(root, tmp_path, capsys):
     assert "what run 'train' trained on, up to step 15" in out and "2. after step 3" in out
     assert os.path.getsize(tmp_path / "pics" / "ledger.png") > 10_000
     assert json.loads((tmp_path / "pics" / "ledger.json").read_text()) == report
+
+
+def test_a_rollback_onto_another_world_size_skips_the_spiked_runs_steps(root):
+    """The steps a spike names are the run's that spiked (2 ranks); the rollback runs on 3: skip(world_size=2)
+    drops that run's global batches; without it the skip is refused (it used to take other batches silently)."""
+    two = [babelfeed.build_train_iterator(cfg(root), rank=r, world_size=2) for r in range(2)]
+    run(two, 10)
+    saved = json.loads(json.dumps(two[0].get_state()))
+    ref = run([babelfeed.build_train_iterator(cfg(root), rank=r, world_size=2) for r in range(2)], 40,
+              {11: [lambda it: it.skip(steps=range(14, 17))]}, {})
+    three = [babelfeed.build_train_iterator(cfg(root), rank=r, world_size=3) for r in range(3)]
+    for it in three:
+        it.set_state(saved)
+    with pytest.raises(SkipError, match="world_size=2"):
+        three[0].skip(steps=range(14, 17))
+    for it in three:
+        it.skip(steps=range(14, 17), world_size=2)
+    got = run(three, 20, record={})
+    assert len(got) >= 55
+    for key in got:
+        assert_same(ref[key], got[key], f"batch {key}")
+    assert [k for k in got if not served_ids(got[k])] == [(1, g) for g in range(26, 32)]
+    state = three[0].get_state()
+    assert state["history"][-1]["world_size"] == 2
+    assert any(s["what"] == "steps 14-16 (of a run on 2 ranks)" for s in
+               __import__("babelfeed.tools.ledger_report", fromlist=["x"]).translation_ledger(
+                   babelfeed.build_train_iterator(cfg(root)), state, progress=False)["skips"])
+
+
+def test_the_state_records_the_split_and_replay_reads_it(root, tmp_path, capsys):
+    """A split="rows" run's state says so: replay and trace take its split from the state (they used to assume
+    "batches" and return a batch the rank never received); a flag that contradicts the state is refused; the
+    ledger refuses a state of other data or settings."""
+    from babelfeed.cli import main
+
+    its = [babelfeed.build_train_iterator(cfg(root), rank=r, world_size=2, split="rows") for r in range(2)]
+    got = [[next(it) for it in its] for _ in range(6)]
+    state = its[0].get_state()
+    assert [e.get("split") for e in state["history"] if e["event"] == "ranks"] == ["rows"]
+    state_file = tmp_path / "rows.json"
+    state_file.write_text(json.dumps(state))
+    cfg_file = tmp_path / "run.py"
+    cfg_file.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom synthetic import config_for\n\n"
+                        f"def get_config():\n    return config_for({str(root)!r}, mixing__sampler='stream', "
+                        f"data__shards='all', batching__window=150)\n")
+    out = tmp_path / "b.npz"
+    assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "5", "--rank", "1",
+                 "--out", str(out)]) == 0
+    assert "rank 1 of 2 (split rows)" in capsys.readouterr().out
+    want = leaves(got[4][1])
+    have = np.load(out)
+    assert sorted(have.files) == sorted(want) and all(np.array_equal(have[k], want[k]) for k in want)
+    assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "5", "--split", "batches",
+                 "--out", str(out)]) == 2
+    assert "the state records that step 5 was taken with split 'rows'" in capsys.readouterr().err
+    assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "5", "--world-size", "3",
+                 "--out", str(out)]) == 2
+    assert "taken on 2 rank(s)" in capsys.readouterr().err
+    # a run without the stream sampler carries no config of its own: its ledger refuses other settings or data
+    plain = babelfeed.build_train_iterator(cfg(root, mixing__sampler="stratified"))
+    run([plain], 4)
+    state_file.write_text(json.dumps(plain.get_state()))
+    cfg_file.write_text(cfg_file.read_text().replace("'stream'", "'stratified'"))
+    assert main(["ledger", str(cfg_file), "--state", str(state_file)]) == 0
+    capsys.readouterr()
+    assert main(["ledger", str(cfg_file), "--state", str(state_file), "--set", "seed=7"]) == 2
+    assert "seed 1 -> 7" in capsys.readouterr().err
