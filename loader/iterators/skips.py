@@ -338,14 +338,3 @@ class Skips:
         if two.any():
             out[two] = in_ranges(base[comp[two]] + np.asarray(local, np.int64)[two], starts, ends)
         return out if out.any() else None
-
-
-def check_order(events: list) -> None:
-    """Skip events come in training order (their steps, and their positions, never go back)."""
-    from babelfeed.iterators.history import HistoryError
-
-    skips = [e for e in events if e.get("event") == "skip"]
-    at = [(e["step"], e.get("sample", 0), e.get("epoch", 0), e.get("batch", 0)) for e in skips]
-    if any(a > b for a, b in zip(at, at[1:])):
-        raise HistoryError(f"iterator state field 'history': skip events must come in training order; they are at "
-                           f"steps {[a[0] for a in at][:20]}")

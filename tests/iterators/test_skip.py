@@ -154,6 +154,10 @@ def test_skip_refuses_what_it_cannot_do(root):
                                                      "reason": "", "steps": [7, 9], "batches": [[1, 2, 4]]}])
     with pytest.raises(HistoryError, match="before its own position"):
         babelfeed.build_train_iterator(cfg(root)).set_state(early)
+    later = {"event": "skip", "step": 5, "epoch": 1, "batch": 5, "reason": "", "where": {"corpus": ["aaa-ccc"]}}
+    order = dict(state, history=state["history"] + [later, dict(later, step=3, batch=3)])
+    with pytest.raises(HistoryError, match="skip events must come in training order"):
+        babelfeed.build_train_iterator(cfg(root)).set_state(order)
     event = it.skip(where={"corpus": ["aaa-ccc"]})
     event["where"]["corpus"].append("aaa-bbb")  # (the caller's copy: the run's skip stays as made)
     assert it.get_state()["history"][-1]["where"] == {"corpus": ["aaa-ccc"]}
