@@ -229,14 +229,14 @@ def _i(x) -> int:
 def compose(steps: list, weights: list, updates: list, edits: list, skips: list = (), splits=None) -> list:
     """The history of a run from its parts' views (see :class:`Views`): ``edits`` with their ``saved`` run's
     weights and update counts, ``weights`` and ``updates`` of the segment after the last edit, then ``skips``;
-    ``splits``: per step segment, how its ranks split (recorded where it is "rows")."""
+    ``splits``: per step segment, how its ranks split (recorded where known)."""
     out: list = []
     have: list = []
     ranks = [{"event": "ranks", "step": _i(s), "epoch": _i(e), "consumed": _i(c), "world_size": _i(w)}
              for s, e, c, w in steps]
     for r, split in zip(ranks, splits or ()):
-        if split == "rows":
-            r["split"] = "rows"
+        if split is not None:
+            r["split"] = split
 
     def ranks_until(step: int) -> None:  # the world-size segments that began before a mark
         while ranks and ranks[0]["step"] < step:

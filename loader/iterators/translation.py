@@ -713,8 +713,13 @@ class BatchIterator(Reports, LoaderIterator):
         from babelfeed.iterators.skips import SkipError
 
         trial = Skips(self.skips.events + [event])
-        code, _ = trial._rules(self.planner.sources, len(trial.row_events))
-        if len(code) and (code == 1).all():
+        code, (base, starts, ends) = trial._rules(self.planner.sources, len(trial.row_events))
+        whole = code == 1
+        if len(starts):  # components whose every record a range covers
+            owner = np.searchsorted(base, starts, side="right") - 1
+            covered = np.bincount(owner, weights=(ends - starts).astype(np.float64), minlength=len(code))
+            whole |= (code == 2) & (covered >= np.diff(base))
+        if len(code) and whole.all():
             raise SkipError(f"where={event['where']}: with the run's earlier skips, this leaves no sample of the "
                             f"mixture to serve; skip less, or edit the mixture (set_state(state, "
                             f"mixture_change='allow') with the corpora to keep)")

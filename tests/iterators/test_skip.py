@@ -136,6 +136,8 @@ def test_skip_refuses_what_it_cannot_do(root):
         it.skip(where={"corpus": "aaa-ccc", "shard": 0, "rows": range(n, n + 40)})
     with pytest.raises(SkipError, match="leaves no sample of the mixture"):
         it.skip(where={"corpus": ["aaa-bbb", "aaa-ccc", "bbb-ccc"]})
+    with pytest.raises(SkipError, match="leaves no sample of the mixture"):
+        it.skip(where={"rows": range(0, 10**9)})  # (ranges that cover every record, too)
     with pytest.raises(SkipError, match="not an id of this data"):
         it.skip(ids=np.array([2**63 + 1], np.uint64))
     with pytest.raises(SkipError, match="epochs ahead"):
@@ -508,7 +510,7 @@ def test_the_state_records_the_split_and_replay_reads_it(root, tmp_path, capsys)
     its = [babelfeed.build_train_iterator(cfg(root), rank=r, world_size=2, split="rows") for r in range(2)]
     got = [[next(it) for it in its] for _ in range(6)]
     state = its[0].get_state()
-    assert [e.get("split") for e in state["history"] if e["event"] == "ranks"] == ["rows"]
+    assert [e["split"] for e in state["history"] if e["event"] == "ranks"] == ["rows"]
     state_file = tmp_path / "rows.json"
     state_file.write_text(json.dumps(state))
     cfg_file = tmp_path / "run.py"
@@ -528,6 +530,12 @@ def test_the_state_records_the_split_and_replay_reads_it(root, tmp_path, capsys)
     assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "5", "--world-size", "3",
                  "--out", str(out)]) == 2
     assert "taken on 2 rank(s)" in capsys.readouterr().err
+    batches = babelfeed.build_train_iterator(cfg(root), world_size=2)  # a "batches" run records its split too
+    next(batches)
+    state_file.write_text(json.dumps(batches.get_state()))
+    assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "1", "--split", "rows",
+                 "--out", str(out)]) == 2
+    assert "taken with split 'batches'" in capsys.readouterr().err
     # a run without the stream sampler carries no config of its own: its ledger refuses other settings or data
     plain = babelfeed.build_train_iterator(cfg(root, mixing__sampler="stratified"))
     run([plain], 4)
