@@ -7,7 +7,8 @@ a fresh process pinned to one core, 300 batches after a first step:
 * **serving**: real tokens per second through ``next(it)`` with no skip (the baseline, measured in the same
   process), then with each skip in force: a corpus skipped for good (``where``, the 100 smallest directions'
   shards), 10,000 sample ids, and every step of the range skipped (``steps``);
-* **ledger**: ``it.ledger_totals()`` after every batch, as the read-ahead threads take it, with all three skips;
+* **ledger**: ``it.ledger_totals()`` after every batch, as the read-ahead threads take it, with the corpus and
+  ids skips;
 * **the shape of a skipped batch** (static shapes): skipped rows keep their slots as weight-0 copies, so the
   batch keeps its compiled shape. What re-cutting would save instead: the slots of the smallest shape of the set
   that holds the rows left, against the batch's own, over the batches a skip touched and over the run;
@@ -18,7 +19,6 @@ a fresh process pinned to one core, 300 batches after a first step:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
@@ -50,7 +50,7 @@ small = sorted(sizes, key=sizes.get)[:100]
 ids = np.random.default_rng(0).choice(int(probe.collater.id_base[-1]), 10_000, replace=False)
 SKIPS = {"none": [], "where 100 corpora": [dict(where={"stream": small})], "10k ids": [dict(ids=ids)],
          "steps": [dict(steps=range(2, steps + 2))]}
-SKIPS["all three"] = SKIPS["where 100 corpora"] + SKIPS["10k ids"]
+SKIPS["where + ids"] = SKIPS["where 100 corpora"] + SKIPS["10k ids"]
 
 out = {}
 warm = babelfeed.build_train_iterator(cfg)  # the data's pages touched once, before any case is timed
@@ -62,16 +62,14 @@ for name, skips in SKIPS.items():
     for s in skips:
         it.skip(**s)
     n_tok, t0 = 0, time.perf_counter()
-    kept = dropped = area = recut = 0
-    shapes_set = [tuple(x) for x in it.planner.opts.shapes] if shapes else []
     for _ in range(steps):
         b = next(it, None) or next(it)
         n_tok += tokens(b)
     dt = time.perf_counter() - t0
     out[name] = {"tokens_s": n_tok / dt, "tokens": n_tok, "batch_ms": dt / steps * 1e3}
-    if name == "all three":
+    if name == "where + ids":
         it2 = babelfeed.build_train_iterator(cfg); next(it2)
-        for s in skips + SKIPS["steps"][:0]:
+        for s in skips:
             it2.skip(**s)
         t0 = time.perf_counter()
         for _ in range(steps):
@@ -137,11 +135,10 @@ def main(argv=None) -> str:
         root = many_data.build(os.path.join(a.workdir, f"skip_{a.directions}_{total}"), a.directions, total=total)
         for shapes in (0, 8):
             r = run_child(CHILD, root, str(shapes), str(a.steps), REPO, str(a.far))
-            base = r["none"]["tokens_s"]
             ms = r["none"]["batch_ms"]
             rows = [[f"serving, skip: {name}", f"{r[name]['tokens_s'] / 1e6:.1f} M tok/s",
                      f"{r[name]['batch_ms']:.2f} ms/batch", f"{ms / r[name]['batch_ms']:.2f}x"]
-                    for name in ("none", "where 100 corpora", "10k ids", "steps", "all three")]
+                    for name in ("none", "where 100 corpora", "10k ids", "steps", "where + ids")]
             rows.append(["ledger_totals() after each batch, 2 skips", "", f"{r['ledger per batch']['s'] * 1e3:.2f} ms",
                          ""])
             rp = r["replay"]

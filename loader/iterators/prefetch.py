@@ -97,29 +97,26 @@ class Prefetcher:
     def set_weights(self, weights: dict) -> None:
         """The wrapped iterator's ``set_weights``, at the position of the last batch handed out: the read-ahead is
         dropped (it may hold batches of a window the change re-plans) and made again from there."""
-        if not hasattr(self.iterator, "set_weights"):
-            raise TypeError(f"{type(self.iterator).__name__} has no set_weights")
-        self.close()
-        if self._dropped and self._state is not None:
-            self.iterator.set_state(self._state)
-        self._dropped = False
-        self.iterator.set_weights(weights)
-        self._state = self.iterator.get_state()
-        self._ledger = self.iterator.ledger_totals() if self._tracks else None
+        self._at_last_batch("set_weights", weights)
 
     def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
         """The wrapped iterator's ``skip`` (``babelfeed.iterators.skips``) at the position of the last batch handed
         out: the read-ahead is dropped and made again with it. Returns the skip's event."""
-        if not hasattr(self.iterator, "skip"):
-            raise TypeError(f"{type(self.iterator).__name__} has no skip")
+        return self._at_last_batch("skip", steps=steps, ids=ids, where=where, reason=reason, world_size=world_size)
+
+    def _at_last_batch(self, method: str, *args, **kwargs):
+        """The wrapped iterator's ``method`` called where the last batch handed out left it (the read-ahead
+        dropped; the next batch starts it again)."""
+        if not hasattr(self.iterator, method):
+            raise TypeError(f"{type(self.iterator).__name__} has no {method}")
         self.close()
         if self._dropped and self._state is not None:
             self.iterator.set_state(self._state)
         self._dropped = False
-        event = self.iterator.skip(steps=steps, ids=ids, where=where, reason=reason, world_size=world_size)
+        out = getattr(self.iterator, method)(*args, **kwargs)
         self._state = self.iterator.get_state()
         self._ledger = self.iterator.ledger_totals() if self._tracks else None
-        return event
+        return out
 
     def ledger(self, prefix: str = "ledger") -> dict:
         """The wrapped iterator's ledger after the last batch handed out (not the read-ahead)."""

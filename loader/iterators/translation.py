@@ -318,24 +318,8 @@ class BatchIterator(Reports, LoaderIterator):
         cache = self.__dict__.setdefault("_fillers", {})
         if key in cache:
             return cache[key]
-        planner = self.planner
-        setup = planner.setup(win.epoch)
-        found = self._filler_in(win, n_force, shape)
-        w = 0
-        while found is None and w < win.index:  # the epoch's earlier windows, then its later ones
-            found = self._filler_in(planner.window(win.epoch, w), n_force, shape)
-            w += 1
-        w = win.index + 1
-        while found is None and planner._exists(setup, w):
-            found = self._filler_in(planner.window(win.epoch, w), n_force, shape)
-            w += 1
-        epoch = win.epoch + 1  # (every batch of the epoch skipped: the next epochs', which any process can plan)
-        while found is None and epoch <= win.epoch + 3 and (self.max_epochs is None or epoch <= self.max_epochs):
-            later, w = planner.setup(epoch), 0
-            while found is None and planner._exists(later, w):
-                found = self._filler_in(planner.window(epoch, w), n_force, shape)
-                w += 1
-            epoch += 1
+        found = next((f for f in (self._filler_in(x, n_force, shape) for x in self._filler_windows(win))
+                      if f is not None), None)
         if found is None:
             from babelfeed.iterators.skips import SkipError
 
@@ -351,6 +335,21 @@ class BatchIterator(Reports, LoaderIterator):
             cache.clear()
         cache[key] = out
         return out
+
+    def _filler_windows(self, win: Window):
+        """The windows a filler sample is looked for in, in order: ``win``, the epoch's earlier windows, its later
+        ones, then (every batch of the epoch skipped) the next epochs', which any process can plan."""
+        planner = self.planner
+        yield win
+        for w in range(win.index):
+            yield planner.window(win.epoch, w)
+        for epoch in range(win.epoch, win.epoch + 4):
+            if self.max_epochs is not None and epoch > self.max_epochs:
+                return
+            setup, w = planner.setup(epoch), (win.index + 1 if epoch == win.epoch else 0)
+            while planner._exists(setup, w):
+                yield planner.window(epoch, w)
+                w += 1
 
     def _filler_in(self, win: Window, n_force: int, shape) -> tuple | None:
         """(window, sample index) of the shortest sample of ``win`` that no skip drops and that fits ``shape``."""
@@ -509,11 +508,11 @@ class BatchIterator(Reports, LoaderIterator):
         if h is not None and epoch == h.epoch:
             totals, skipped = h.totals(consumed)
             return epoch, totals, self.total_steps, skipped
-        skipped = self.skipped_totals(epoch, consumed)
         totals = self.ledger_start(epoch) + self.planner.consumed_totals(epoch, consumed)
-        if skipped is not None:
-            totals = totals - self.skipped_in(epoch, consumed)
-        return epoch, totals, self.total_steps, skipped
+        if not self.skips:
+            return epoch, totals, self.total_steps, None
+        inside = self.skipped_in(epoch, consumed)
+        return epoch, totals - inside, self.total_steps, self.skipped_start(epoch) + inside
 
     # what the skips dropped: at each epoch's start (from the state, else counted), and inside an epoch
     def skipped_start(self, epoch: int) -> np.ndarray:
@@ -536,8 +535,6 @@ class BatchIterator(Reports, LoaderIterator):
     def skipped_in(self, epoch: int, consumed: int) -> np.ndarray:
         """The rows the skips drop from global batches ``[0, consumed)`` of ``epoch``, per stream: whole windows
         counted once (cached), the window in progress from where the last call left it."""
-        from babelfeed.plan.totals import window_totals
-
         planner, skips = self.planner, self.skips
         streams = len(planner.keys)
         zeros = np.zeros((3, streams), np.int64)
@@ -732,8 +729,11 @@ class BatchIterator(Reports, LoaderIterator):
 
         t = self.total_steps
         a, b = step_range(steps, t)
+        if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)
+                                       or world_size < 1):
+            raise SkipError(f"world_size must be an integer >= 1, got {world_size!r}")
         per = self._per_step
-        if self.split == "batches":
+        if self.split == "batches":  # (with split="rows" a step is one global batch on any world size)
             took = world_size_at(self.step_log, t) if t else None  # the world size that took the last step
             if world_size is None and took is not None and took != self.world_size:
                 raise SkipError(f"steps {a}..{b - 1}: this iterator runs on {self.world_size} rank(s), and the state "
@@ -741,12 +741,7 @@ class BatchIterator(Reports, LoaderIterator):
                                 f"batches. Say whose steps they are: skip(steps=..., world_size={took}) for the steps "
                                 f"of the run that was saved (the one that spiked), world_size={self.world_size} for "
                                 f"this run's")
-            if world_size is not None:
-                if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-                    raise SkipError(f"world_size must be an integer >= 1, got {world_size!r}")
-                per = world_size
-        elif world_size not in (None, self.world_size) and not (isinstance(world_size, int) and world_size >= 1):
-            raise SkipError(f"world_size must be an integer >= 1, got {world_size!r}")
+            per = world_size or per
 
         def left(e: int, c: int) -> int:  # steps from global batch c of epoch e to the epoch's end
             if self.max_epochs is not None and e > self.max_epochs:
@@ -1146,8 +1141,7 @@ class BatchIterator(Reports, LoaderIterator):
         import ml_collections
 
         from babelfeed.iterators.protocol import builder
-        from babelfeed.iterators.edits import Handover, check_data, config_changes, map_totals
-        from babelfeed.iterators.ledger import FIELDS
+        from babelfeed.iterators.edits import Handover, check_data, config_changes
 
         self._check_state(state, False, {"epoch": 1, "consumed": 0, "total_steps": 0}, optional=self.STREAM_FIELDS)
         history = self._check_extra(state)

@@ -194,13 +194,14 @@ class LMIterator(LoaderIterator):
         batch["positions"][drop] = np.arange(width, dtype=batch["positions"].dtype)
         batch["dataset"][drop] = -1
 
-    def skipped_samples(self, g) -> np.ndarray:
-        """Which of global samples ``g`` the run's skips drop (each skip from the sample it took effect at)."""
+    def skipped_samples(self, g, events: list | None = None) -> np.ndarray:
+        """Which of global samples ``g`` the run's skips (or ``events``) drop (each skip from the sample it took
+        effect at)."""
         from babelfeed.iterators.skips import in_ranges, merged
 
         g = np.asarray(g, np.int64)
         out = np.zeros(len(g), bool)
-        for e in self.skip_events:
+        for e in self.skip_events if events is None else events:
             if "samples" in e or "ids" in e:  # (global samples: positions the run had not reached)
                 out |= in_ranges(g, *merged(e.get("samples", e.get("ids"))))
                 continue
@@ -216,13 +217,7 @@ class LMIterator(LoaderIterator):
         g = np.asarray(g, np.int64)
         out = np.full(len(g), -1, np.int64)
         for i, e in enumerate(self.skip_events):
-            probe = self.skip_events
-            try:
-                self.skip_events = [e]
-                hit = self.skipped_samples(g)
-            finally:
-                self.skip_events = probe
-            out[(out < 0) & hit] = i
+            out[(out < 0) & self.skipped_samples(g, [e])] = i
         return out
 
     def real_tokens_of(self, g) -> np.ndarray:

@@ -450,7 +450,6 @@ def _ledger(args) -> int:
 
 
 def _trace(args) -> int:
-    from babelfeed.build import build_train_iterator
     from babelfeed.iterators.ledger import trace
 
     path, overrides = _config_of(args), (args.set or []) + args.overrides
