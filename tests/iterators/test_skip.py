@@ -205,7 +205,7 @@ def test_skip_then_resume_later_in_a_fresh_process_on_three_ranks(root, tmp_path
     probe = {}
     run([babelfeed.build_train_iterator(cfg(root))], 70, record=probe)
     t1 = rng.randrange(3, 10)
-    cut = rng.randrange(t1 + 1, t1 + 12)
+    cut = rng.randrange(t1 + 2, t1 + 12)  # (the skip, made after step t1, starts at cut - 1 > t1)
     steps = range(cut - 1, cut + 3)  # straddles the cut: part taken before it, part pending in the state
     later = [k for k in sorted(probe) if k[1] > cut + 4 and served_ids(probe[k])]
     ids = served_ids(probe[later[rng.randrange(len(later) // 2)]])[:4]
