@@ -546,28 +546,16 @@ class BatchIterator(Reports, LoaderIterator):
             cache.clear()
             cache["version"] = version
         windows = cache.setdefault("windows", {})
-        hint = cache.get("hint")
-        if hint is None or hint[0] != epoch or consumed < hint[2] + hint[3]:
-            hint = (epoch, 0, 0, 0, zeros, zeros)
-        _, w, start, j, base, part = hint
-        setup = planner.setup(epoch)
-        while consumed > start and planner._exists(setup, w):
-            n = setup.window_batches.get(w)
-            if n is None:
-                planner.window(epoch, w)
-                n = setup.window_batches[w]
-            if consumed >= start + n:
-                got = windows.get((epoch, w))
-                if got is None:
-                    got = windows[(epoch, w)] = self._dropped_totals(planner.window(epoch, w), start, 0, n)
-                base, start, w, j, part = base + got, start + n, w + 1, 0, zeros
-                continue
-            if consumed - start > j:
-                part = part + self._dropped_totals(planner.window(epoch, w), start, j, consumed - start)
-                j = consumed - start
-            break
-        cache["hint"] = (epoch, w, start, j, base, part)
-        return base + part
+
+        def whole(w: int, start: int, n: int) -> np.ndarray:  # (a whole window's, counted once)
+            if (epoch, w) not in windows:
+                windows[(epoch, w)] = self._dropped_totals(planner.window(epoch, w), start, 0, n)
+            return windows[(epoch, w)]
+
+        total, cache["hint"] = planner.sum_batches(
+            epoch, consumed, cache.get("hint"), whole,
+            lambda w, start, j0, j1: self._dropped_totals(planner.window(epoch, w), start, j0, j1))
+        return total
 
     def _skips_reach(self, epoch: int) -> bool:
         """Whether any skip drops rows in ``epoch`` (a step range in it, or a row skip made by its end)."""

@@ -453,11 +453,27 @@ class EpochPlanner(StreamPlanning):
         """The ledger's totals of global batches ``[0, consumed)`` of ``epoch`` (every batch of it when
         ``consumed`` is past its end): the windows before the position whole, and its window's served batches.
         Incremental: a position at or after the one asked for last adds only the batches in between."""
+
+        def part(w: int, start: int, j0: int, j1: int) -> np.ndarray:
+            win = self.window(epoch, w)
+            rows = win.batch_rows(np.arange(j0, j1))
+            s = win.samples
+            return window_totals(s.direction[rows], s.src_len[rows], s.tgt_len[rows], len(self.keys))
+
+        total, self._ledger_hint = self.sum_batches(epoch, consumed, self._ledger_hint,
+                                                    lambda w, start, n: self.window_totals(epoch, w), part)
+        return total
+
+    def sum_batches(self, epoch: int, consumed: int, hint, whole, part) -> tuple[np.ndarray, tuple]:
+        """An int64[3, streams] sum over global batches ``[0, consumed)`` of ``epoch``: ``whole(w, start, n)`` for
+        each window before the position (its first global batch ``start``, its ``n`` batches), ``part(w, start,
+        j0, j1)`` for the served batches ``[j0, j1)`` of the position's window. Incremental: ``hint`` (the hint the
+        last call returned, or None) lets a position at or after that call's add only the batches in between.
+        Returns the sum and the hint for the next call."""
         zeros = np.zeros((3, len(self.keys)), np.int64)
-        hint = self._ledger_hint
         if hint is None or hint[0] != epoch or consumed < hint[2] + hint[4]:
             hint = (epoch, 0, 0, zeros, 0, zeros)
-        _, w, start, base, j, part = hint
+        _, w, start, base, j, acc = hint
         setup = self.setup(epoch)
         while consumed > start and self._exists(setup, w):
             n = setup.window_batches.get(w)
@@ -465,17 +481,13 @@ class EpochPlanner(StreamPlanning):
                 self.window(epoch, w)
                 n = setup.window_batches[w]
             if consumed >= start + n:  # the whole window
-                base, start, w, j, part = base + self.window_totals(epoch, w), start + n, w + 1, 0, zeros
+                base, start, w, j, acc = base + whole(w, start, n), start + n, w + 1, 0, zeros
                 continue
             if consumed - start > j:  # its served batches since the last call
-                win = self.window(epoch, w)
-                rows = win.batch_rows(np.arange(j, consumed - start))
-                s = win.samples
-                part = part + window_totals(s.direction[rows], s.src_len[rows], s.tgt_len[rows], len(self.keys))
+                acc = acc + part(w, start, j, consumed - start)
                 j = consumed - start
             break
-        self._ledger_hint = (epoch, w, start, base, j, part)
-        return base + part
+        return base + acc, (epoch, w, start, base, j, acc)
 
     def masked_rows(self, epoch: int) -> int:
         """Rows added to fill static-shape batches in ``epoch``, over the windows planned so far."""
