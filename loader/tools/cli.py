@@ -532,6 +532,19 @@ def _config_arguments(parser, what: str) -> None:
                              "overrides a value")
 
 
+def _set_argument(parser) -> None:
+    """``--set KEY=VALUE``, taken alike by every command that reads a config."""
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (same as "
+                        "--config.KEY=VALUE), e.g. data.path=data_bin")
+
+
+def _split_argument(parser) -> None:
+    """``--split``, taken alike by trace and replay: how the run's ranks split their batches."""
+    parser.add_argument("--split", choices=("batches", "rows"), default=None,
+                        help="batches: a whole batch per rank (torch DDP); rows: every rank its rows of one global "
+                             "batch (JAX); default: as --state records it, else batches")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="babelfeed", description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--debug", action="store_true", help="show the traceback of an error (also BABELFEED_DEBUG=1)")
@@ -650,8 +663,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "plan against the alternatives.")
     _config_arguments(pl, "ml-collections config: a file, or the name of a shipped config (default nllb_like)")
     pl.add_argument("--shapes", type=count(1), default=None, help="number of shapes (default: the config's, else 8)")
-    pl.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (same as "
-                    "--config.KEY=VALUE), e.g. data.path=data_bin")
+    _set_argument(pl)
     pl.add_argument("--plot", metavar="DIR", help="also draw shapes.png (the shapes over the length histogram, "
                     "padding per shape, the alternatives) and mixing.png (probability against size, served "
                     "share; shares of the data, probability and served samples per direction, or per resource "
@@ -676,11 +688,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "(get_state(), or a dict with it under 'data')")
     tr.add_argument("--world-size", type=count(1), default=None,
                     help="the world size that took the step (default: as --state records it, else 1)")
-    tr.add_argument("--split", choices=("batches", "rows"), default=None,
-                    help="batches: a whole batch per rank (torch DDP); rows: every rank's rows of one global batch "
-                         "(JAX); default: as --state records it, else batches")
-    tr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
-                    "data.path=data_bin")
+    _split_argument(tr)
+    _set_argument(tr)
     tr.add_argument("--decode", action="store_true", help="also print each sample's text")
     tr.add_argument("--json", action="store_true", help="one JSON list of the samples instead of a table")
     tr.set_defaults(func=_trace)
@@ -697,12 +706,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--world-size", type=count(1), default=None,
                     help="translation: the world size that took the step (default: as --state records it); LM: the "
                          "ranks the global batch is split into (default 1: the whole global batch)")
-    rp.add_argument("--split", choices=("batches", "rows"), default=None,
-                    help="batches: a whole batch per rank (torch DDP); rows: the rank's rows of one global batch "
-                         "(JAX); default: as --state records it, else batches")
+    _split_argument(rp)
     rp.add_argument("--out", required=True, help="the .npz file to write")
-    rp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
-                    "data.path=data_bin")
+    _set_argument(rp)
     rp.set_defaults(func=_replay)
 
     lg = sub.add_parser("ledger", help="what a run trained on: per corpus and shard, served, passes, skipped",
@@ -717,8 +723,7 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--plot", metavar="DIR", help="also draw ledger.png (served and skipped samples per corpus; "
                     "what each skip dropped) and write ledger.json in DIR; needs matplotlib")
     lg.add_argument("--world-size", type=count(1), default=None, help=argparse.SUPPRESS)
-    lg.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
-                    "data.path=data_bin")
+    _set_argument(lg)
     lg.set_defaults(func=_ledger)
 
     pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text",
@@ -735,8 +740,7 @@ def build_parser() -> argparse.ArgumentParser:
     pv.add_argument("--epoch", type=count(1), default=1, help="noise changes with the epoch")
     pv.add_argument("--side", choices=("source", "target"), default="source",
                     help="which side of the samples to show (default source)")
-    pv.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value, e.g. "
-                    "data.path=data_bin (or --config.KEY=VALUE)")
+    _set_argument(pv)
     pv.set_defaults(func=_preview)
 
     d = sub.add_parser("demo", help="the whole pipeline on an embedded corpus: write it, binarize, inspect, stream "
