@@ -34,6 +34,12 @@ def cfg(root, **kw):
     return config_for(root, **{**STREAM, **kw})
 
 
+def write_config(path, root, **kw) -> None:
+    """A config file of :func:`cfg`'s config, for the command line."""
+    path.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom synthetic import config_for\n\n"
+                    f"def get_config():\n    return config_for({str(root)!r}, **{ {**STREAM, **kw}!r})\n")
+
+
 def leaves(batch, prefix=""):
     out = {}
     for k, v in batch.items():
@@ -384,9 +390,7 @@ def test_batch_for_step_rebuilds_any_rank_of_any_step(root, tmp_path):
     state_file = tmp_path / "final.json"
     state_file.write_text(json.dumps(state))
     cfg_file = tmp_path / "run.py"
-    cfg_file.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom synthetic import config_for\n\n"
-                        f"def get_config():\n    return config_for({str(root)!r}, mixing__sampler='stream', "
-                        f"data__shards='all', batching__window=150)\n")
+    write_config(cfg_file, root)
     step = steps[-3]
     out = tmp_path / "batch.npz"
     done = subprocess.run([sys.executable, "-m", "babelfeed.cli", "replay", str(cfg_file), "--state", str(state_file),
@@ -455,9 +459,7 @@ def test_rows_split_replay_and_the_ledger_command(root, tmp_path, capsys):
         if step in (6, 7):  # a skipped step: no rank holds a token
             assert got[step][0]["ntokens"] == got[step][1]["ntokens"] == 0
     cfg_file = tmp_path / "run.py"
-    cfg_file.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom synthetic import config_for\n\n"
-                        f"def get_config():\n    return config_for({str(root)!r}, mixing__sampler='stream', "
-                        f"data__shards='all', batching__window=150, batching__num_shapes=3)\n")
+    write_config(cfg_file, root, batching__num_shapes=3)
     state_file = tmp_path / "final.json"
     state_file.write_text(json.dumps(final))
     capsys.readouterr()
@@ -514,9 +516,7 @@ def test_the_state_records_the_split_and_replay_reads_it(root, tmp_path, capsys)
     state_file = tmp_path / "rows.json"
     state_file.write_text(json.dumps(state))
     cfg_file = tmp_path / "run.py"
-    cfg_file.write_text(f"import sys\nsys.path.insert(0, {HERE!r})\nfrom synthetic import config_for\n\n"
-                        f"def get_config():\n    return config_for({str(root)!r}, mixing__sampler='stream', "
-                        f"data__shards='all', batching__window=150)\n")
+    write_config(cfg_file, root)
     out = tmp_path / "b.npz"
     assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "5", "--rank", "1",
                  "--out", str(out)]) == 0
@@ -540,7 +540,7 @@ def test_the_state_records_the_split_and_replay_reads_it(root, tmp_path, capsys)
     plain = babelfeed.build_train_iterator(cfg(root, mixing__sampler="stratified"))
     run([plain], 4)
     state_file.write_text(json.dumps(plain.get_state()))
-    cfg_file.write_text(cfg_file.read_text().replace("'stream'", "'stratified'"))
+    write_config(cfg_file, root, mixing__sampler="stratified")
     assert main(["ledger", str(cfg_file), "--state", str(state_file)]) == 0
     capsys.readouterr()
     assert main(["ledger", str(cfg_file), "--state", str(state_file), "--set", "seed=7"]) == 2
