@@ -203,7 +203,7 @@ def step_batch(probe, step: int, state: dict, rank: int | None = None) -> dict:
     h = it._handover if src.handover else None
     served = h.old if h is not None else it
     g = src.g0 + (rank if it.split == "batches" else 0)
-    saved = (served.epoch, served.skips, served.row_blocks, served._fillers if hasattr(served, "_fillers") else {})
+    saved = (served.epoch, served.skips, served.row_blocks, served._fillers)
     try:
         served.epoch, served.skips, served._fillers = src.epoch, skips, {}
         if it.split == "rows":

@@ -241,8 +241,9 @@ class Skips:
         return n
 
     def _rules(self, sources, n: int):
-        """Per component of ``sources``: 0 (no row dropped), 1 (every row), 2 (rows in ranges), and the merged
-        ranges of the code-2 components, for the first ``n`` row events."""
+        """For the first ``n`` row events: per component of ``sources``, 0 (no row dropped), 1 (every row) or 2
+        (rows in ranges); and ``(base, starts, ends)``: each component's first record in one numbering of all
+        their records, and the code-2 components' merged ranges in that numbering."""
         key = (id(sources), n)
         got = self._compiled.get(key)
         if got is not None and got[0] is sources:

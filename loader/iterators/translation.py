@@ -79,6 +79,8 @@ class BatchIterator(Reports, LoaderIterator):
         self.total_steps = 0
         self.served: dict[int, np.ndarray] = {}  # epoch -> samples served by this rank, per direction
         self.skips = Skips()  # what the run leaves out, from which step on (it.skip; babelfeed.iterators.skips)
+        self._fillers: dict = {}  # (epoch, window, skips in force, shape, skips) -> the filler sample (_filler)
+        self._skip_ledger: dict = {}  # skipped_in's counts: whole windows, and where its last call stood
 
     # ----------------------------------------------------------------------------------------- counters
     @property
@@ -315,7 +317,7 @@ class BatchIterator(Reports, LoaderIterator):
         shape = self.planner.opts.shapes[shape_idx] if shape_idx >= 0 else None
         n_force = self.skips.in_force(win.epoch, g)
         key = (win.epoch, win.index, n_force, shape_idx, len(self.skips.events))
-        cache = self.__dict__.setdefault("_fillers", {})
+        cache = self._fillers
         if key in cache:
             return cache[key]
         found = next((f for f in (self._filler_in(x, n_force, shape) for x in self._filler_windows(win))
@@ -541,7 +543,7 @@ class BatchIterator(Reports, LoaderIterator):
         if not skips or not self._skips_reach(epoch):
             return zeros
         version = (len(skips.events), id(skips))
-        cache = self.__dict__.setdefault("_skip_ledger", {})
+        cache = self._skip_ledger
         if cache.get("version") != version:
             cache.clear()
             cache["version"] = version
