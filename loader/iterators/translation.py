@@ -1161,7 +1161,7 @@ class BatchIterator(Reports, LoaderIterator):
         if where is None:  # (a state at an epoch's end is written as the next epoch's start; for safety)
             end, positions, batches = consumed, *P.epoch_start(epoch + 1)
         else:
-            end = consumed if j == 0 else P.window_start(epoch, w) + len(P.window(epoch, w))
+            end = P.window_end(epoch, consumed)
             mark = P.stream_mark(epoch, w if j == 0 else w + 1)
             positions, batches = mark.positions, mark.batches
         pos = {k: int(p) for k, p in zip(P.keys, positions.tolist())}

@@ -424,6 +424,15 @@ class EpochPlanner(StreamPlanning):
             w += 1
         return None
 
+    def window_end(self, epoch: int, g: int) -> int:
+        """Where the planning window holding global batch ``g`` of ``epoch`` ends (``g`` itself at a window's
+        first batch or past the epoch's end): how far a saved run's window in progress is finished after an
+        edit."""
+        where = self.locate(epoch, g)
+        if where is None or where[1] == 0:
+            return g
+        return self.window_start(epoch, where[0]) + len(self.window(epoch, where[0]))
+
     def num_batches(self, epoch: int) -> int:
         """Batches in the epoch (plans every window's integers the first time)."""
         setup = self.setup(epoch)

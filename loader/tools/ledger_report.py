@@ -50,13 +50,9 @@ def _segment_ranges(probe, state: dict, views) -> list:
                     lambda: _segment(probe, state, m, world, split))
         first = (1, 0) if m == 0 else (int(edits[m - 1]["epoch"]), 0)
         if m < len(edits):
-            saved = edits[m]["saved"]
-            e, c = int(saved["epoch"]), int(saved["consumed"])
-            planner = it.planner
-            where = planner.locate(e, c)
-            end = c if where is None or where[1] == 0 else planner.window_start(e, where[0]) + len(
-                planner.window(e, where[0]))
-            last = (e, end)
+            saved = edits[m]["saved"]  # (the saved run finished its window in progress after the edit)
+            e = int(saved["epoch"])
+            last = (e, it.planner.window_end(e, int(saved["consumed"])))
         else:
             last = (int(state["epoch"]), int(state["consumed"]))
         out.append((it, first, last))
@@ -68,11 +64,10 @@ def translation_ledger(probe, state: dict, progress: bool = True) -> dict:
     the run's config and data)."""
     from tqdm.auto import tqdm
 
-    from babelfeed.iterators.replay import _views
-    from babelfeed.iterators.skips import Skips
-
     from babelfeed.iterators.history import upgrade
     from babelfeed.iterators.ledger import check_trace_state
+    from babelfeed.iterators.replay import _views
+    from babelfeed.iterators.skips import Skips
 
     state = upgrade(state)
     check_trace_state(probe, state)  # a state of this data and these settings (else the counts would be another run's)
