@@ -433,6 +433,7 @@ class BatchLoader(torch.utils.data.DataLoader):
         self.batches = BatchDataset(config, epoch=epoch, rank=rank, world_size=world_size, split=split,
                                     tensors=tensors, transform=transform, ring_slots=ring_slots)
         super().__init__(self.batches, batch_size=None, **dataloader_kwargs)
+        self._passes = 0  # passes over the loader running now (iterators taken and not yet finished or closed)
 
     def __iter__(self):
         ds = self.batches
@@ -440,7 +441,7 @@ class BatchLoader(torch.utils.data.DataLoader):
         if pos.is_lm and not pos.iterator(1).has_batch(0, base=ds.consumed()):
             raise RuntimeError(f"this LM run is over: it is one pass of {len(pos.iterator(1))} global batches "
                                f"(num_samples), all taken; raise num_samples in the config for a longer run")
-        self._passes = getattr(self, "_passes", 0) + 1
+        self._passes += 1
         try:
             for batch in super().__iter__():
                 ds.batches_seen += 1  # the loop has it now
@@ -483,7 +484,7 @@ class BatchLoader(torch.utils.data.DataLoader):
         self.batches.load_state_dict(state)
 
     def _no_pass_running(self, what: str) -> None:
-        if getattr(self, "_passes", 0):
+        if self._passes:
             raise RuntimeError(f"{what} while a pass over this loader is running: its workers have made batches "
                                f"ahead from the old position. Finish the pass, break out of the loop, or close the "
                                f"iterator you took with iter(loader) (its .close()), then call {what}")

@@ -135,9 +135,7 @@ def check_trace_state(it, state: dict) -> None:
     if state.get("kind") == "lm" or "consumed_samples" in state:
         raise ValueError("this is a state of an LM run (it counts consumed_samples); the config is a translation "
                          "config: give the LM run's config (its data_path)")
-    if not it.planner.sampler.streams and {"stream", "config", "dormant"} & set(state):
-        raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "
-                         f"this config's sampler is {it.planner.opts.sampler!r}: use the run's config")
+    it._refuse_a_stream_state(state, "use the run's config")
     if it.planner.sampler.streams and isinstance(state.get("config"), dict):
         from babelfeed.iterators.replay import _build, cached, state_key
 

@@ -1049,9 +1049,7 @@ class BatchIterator(Reports, LoaderIterator):
             raise ValueError(f"mixture_change must be 'refuse' or 'allow', got {mixture_change!r}")
         state = self._state_in(state)
         stream = self.planner.sampler.streams
-        if not stream and isinstance(state, dict) and {"stream", "config", "dormant"} & set(state):
-            raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "
-                             f"this config's sampler is {self.planner.opts.sampler!r}: resume with the run's config")
+        self._refuse_a_stream_state(state, "resume with the run's config")
         if (mixture_change == "allow" and stream and isinstance(state, dict)
                 and state.get("fingerprint") not in self.fingerprints()):
             return self._resume_edited(state)
@@ -1109,6 +1107,12 @@ class BatchIterator(Reports, LoaderIterator):
         self._ra_hint = {}
         self.total_steps = int(state["total_steps"])
         self._log_steps(history.steps, self.total_steps, epoch, consumed, history.splits)
+
+    def _refuse_a_stream_state(self, state, then: str) -> None:
+        """Refuse a state of the stream sampler (where every stream stands) when this config's is another."""
+        if not self.planner.sampler.streams and isinstance(state, dict) and {"stream", "config", "dormant"} & set(state):
+            raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "
+                             f"this config's sampler is {self.planner.opts.sampler!r}: {then}")
 
     @staticmethod
     def _check_epoch_reached(state: dict, epoch: int) -> None:
