@@ -424,24 +424,7 @@ class LMIterator(LoaderIterator):
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
             raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
         if state is not None:
-            from babelfeed.iterators.history import upgrade
-            from babelfeed.iterators.state import find_state
-
-            state = upgrade(find_state(state, "state"))  # (a checkpoint holding it: {"data": state}, a loader's)
-            events = self._events_of(state) if isinstance(state, dict) else []
-            # a state of an edited blend names its datasets in its history: any config of the run traces it
-            self._check_state(state, not events, {"consumed_samples": 0}, optional=("history",))
-            if events:
-                self._check_blend_only(state, "this state is of a run with other settings")
-            skips = self._skips_of(state) if isinstance(state, dict) else []
-            if (events != (self.blend_events or [self._first_event()]) and events) or skips != self.skip_events:
-                import copy
-
-                probe = copy.copy(self)  # the run's blend and skips, this iterator's left as it was
-                if events:
-                    probe._set_blend(events)
-                probe.skip_events = skips
-                return probe.trace(step)
+            return self.run_of(state).trace(step)
         if step > len(self):
             raise ValueError(f"step {step} is past the run's end: it is {len(self)} global batches (num_samples)")
         first = (step - 1) * self.global_batch
@@ -716,19 +699,8 @@ class LMIterator(LoaderIterator):
             raise ValueError(f"world_size {world} must divide global_batch {self.global_batch}")
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
             raise ValueError(f"rank must be an integer in [0, {world}), got {rank!r}")
-        probe = copy.copy(self)  # this iterator's blend, position and caches left as they were
+        probe = copy.copy(self) if state is None else self.run_of(state)  # (this iterator left as it was)
         probe._plans, probe._ahead = {}, None
-        if state is not None:
-            from babelfeed.iterators.history import upgrade
-            from babelfeed.iterators.state import find_state
-
-            state = upgrade(find_state(state, "state"))
-            events = self._events_of(state)
-            self._check_state(state, not events, {"consumed_samples": 0}, optional=("history",))
-            if events:
-                self._check_blend_only(state, "this state is of a run with other settings")
-            probe._set_blend(events)
-            probe.skip_events = self._skips_of(state)
         probe.row_blocks = ((rank,), world)
         return probe._batch(step - 1, (step - 1, 0))
 
@@ -774,6 +746,29 @@ class LMIterator(LoaderIterator):
                              f"data_path and data")
         self.skip_events = skips
         self.consumed = int(consumed)
+
+    def run_of(self, state) -> "LMIterator":
+        """A copy of this iterator standing where the run whose ``state`` it is stands (any checkpoint holding
+        one), with its blend and skips: what trace, replay and the ledger read a run through. The state is checked
+        against this data and these settings; a state of an edited blend names its datasets in its history, so any
+        config of the run with the same settings reads it. This iterator is left as it was."""
+        import copy
+
+        from babelfeed.iterators.history import upgrade
+        from babelfeed.iterators.state import find_state
+
+        state = upgrade(find_state(state, "state"))  # (a checkpoint holding it: {"data": state}, a loader's)
+        events = self._events_of(state)
+        self._check_state(state, not events, {"consumed_samples": 0}, optional=("history",))
+        if events:
+            self._check_blend_only(state, "this state is of a run with other settings")
+        probe = copy.copy(self)
+        if events:
+            probe._set_blend(events)
+        probe.skip_events = self._skips_of(state)
+        probe.consumed = int(state["consumed_samples"])
+        probe._ledger_cache = None  # (its counts are of this iterator's skips)
+        return probe
 
     def _skips_of(self, state: dict) -> list:
         """The skip events of a state's history: an LM run's, none past its ``consumed_samples``."""

@@ -153,20 +153,8 @@ def _count_epoch(it, epoch: int, start: int, stop: int | None, counts: dict, per
 
 def lm_ledger(it, state: dict | None) -> dict:
     """The consumption report of an LM run (``it``: an iterator of its config) at ``state`` (None: ``it``'s)."""
-    import copy
-
     if state is not None:
-        from babelfeed.iterators.history import upgrade
-        from babelfeed.iterators.state import find_state
-
-        state = upgrade(find_state(state, "state"))
-        it = copy.copy(it)
-        events = it._events_of(state)
-        it._check_state(state, not events, {"consumed_samples": 0}, optional=("history",))
-        if events:
-            it._set_blend(events)
-        it.skip_events = it._skips_of(state)
-        it.consumed = int(state["consumed_samples"])
+        it = it.run_of(state)
     batches = it.consumed // it.global_batch
     totals = it.ledger_totals(batches)
     skipped = it.skipped_totals(batches)
