@@ -278,21 +278,23 @@ if __name__ == "__main__":
     import warnings
 
     warnings.filterwarnings("ignore", "This DataLoader will create")
-    workers, take, state = json.loads(sys.argv[3])
-    loader = BatchLoader(config_for(sys.argv[2], batching__window=300), num_workers=workers,
-                         multiprocessing_context="forkserver" if workers else None)
-    if state is not None:
-        loader.load_state_dict(state)
-    passes = []
-    for _ in range(2 if take is None else 1):
-        n = len(loader)
-        got = []
-        for batch in loader:
-            got.append(digest(as_numpy(batch)))
-            if take is not None and len(got) == take:
-                break
-        passes.append({"len": n, "batches": got, "epoch_after": loader.epoch})
-    print(json.dumps({"passes": passes, "state": loader.state_dict()}))
+    results = []
+    for workers, take, state in json.loads(sys.argv[3]):  # (each job its own loader)
+        loader = BatchLoader(config_for(sys.argv[2], batching__window=300), num_workers=workers,
+                             multiprocessing_context="forkserver" if workers else None)
+        if state is not None:
+            loader.load_state_dict(state)
+        passes = []
+        for _ in range(2 if take is None else 1):
+            n = len(loader)
+            got = []
+            for batch in loader:
+                got.append(digest(as_numpy(batch)))
+                if take is not None and len(got) == take:
+                    break
+            passes.append({"len": n, "batches": got, "epoch_after": loader.epoch})
+        results.append({"passes": passes, "state": loader.state_dict()})
+    print(json.dumps(results))
 """
 
 
@@ -311,18 +313,19 @@ def test_batch_loader_state_counts_what_the_loop_received_and_resumes_with_other
     script.write_text(LOADER)
     rng = np.random.default_rng(11)
 
-    def run(workers, take, state):
-        out = subprocess.run([sys.executable, str(script), HERE, str(root), json.dumps([workers, take, state])],
+    def run(*jobs):
+        out = subprocess.run([sys.executable, str(script), HERE, str(root), json.dumps(jobs)],
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr[-3000:]
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    for first, second in ((0, 2), (2, 0), (1, 3)):
-        k = int(rng.integers(1, len(epoch1) - 1))
-        a = run(first, k, None)
+    pairs = ((0, 2), (2, 0), (1, 3))
+    cuts = [int(rng.integers(1, len(epoch1) - 1)) for _ in pairs]
+    saved = run(*[(first, k, None) for (first, _), k in zip(pairs, cuts)])  # (one process saves: torch's import
+    for (first, second), k, a in zip(pairs, cuts, saved):  # and the forkserver cost seconds a process)
         assert a["passes"][0]["batches"] == epoch1[:k] and a["passes"][0]["len"] == len(epoch1)
         assert a["state"]["epoch"] == 1 and a["state"]["consumed"] == k, (first, k, a["state"])
-        b = run(second, None, a["state"])
+        [b] = run((second, None, a["state"]))  # each restore in a fresh process
         rest, whole = b["passes"]
         assert rest["len"] == len(rest["batches"]) == len(epoch1) - k and rest["batches"] == epoch1[k:]
         assert rest["epoch_after"] == 2
