@@ -11,6 +11,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_binarize  # noqa: E402
 import bench_blending  # noqa: E402
+import bench_first_open  # noqa: E402
 import bench_grain  # noqa: E402
 import bench_lm  # noqa: E402
 import bench_many_directions  # noqa: E402
@@ -35,6 +36,7 @@ def main() -> None:  # run under __main__ only: grain's worker processes re-impo
     parts.append(bench_storage.main(["--sentences", "200000", "--reads", "20000"] if a.quick else []))
     parts.append(bench_binarize.main(["--scale", "0.5"] if a.quick else []))
     parts.append(bench_pipeline.main(["--sentences", "200000", "--skip-billion"] if a.quick else []))
+    parts.append(bench_first_open.main(["--directions", "100,1000", "--repeat", "1"] if a.quick else []))
     parts.append(bench_many_directions.main(["--directions", "4,1000", "--sentences", "200000", "--repeat", "1"]
                                             if a.quick else []))
     parts.append(bench_lm.main(["--batches", "20"] if a.quick else []))

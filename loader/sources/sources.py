@@ -20,6 +20,7 @@ import numpy as np
 from babelfeed._native import plan_kernel
 from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.sources.dictionary import Dictionary
+from babelfeed.storage import stamps
 from babelfeed.storage.spaces import TokenSpaces
 from babelfeed.sources.rows import LengthCache, RowTable, check_records, distinct_datasets
 from babelfeed.storage.indexed import IndexedDataset
@@ -270,47 +271,48 @@ class SourceSet:
             return opened[("text", path, spec.subword)]
 
         self.total_sizes = {}
-        for spec in self.streams:
-            key = spec.key
-            ids = [0] if spec.text else corpus.shard_ids(split, key)
-            if not ids:
-                raise ValueError(f"{corpus.root}: no {split} data for {key!r} (stream {spec.name!r}); available: "
-                                 f"{corpus.directions(split) + corpus.monolingual(split)}")
-            if "-" in key:
-                src_lang, tgt_lang = key.split("-")
-                langs = {"src": src_lang, "tgt": tgt_lang}
-            else:
-                src_lang = tgt_lang = key
-                langs = {"src": key, "tgt": key, "lang": key}
-            sp = resolve_prefix(spec.source_prefix, dictionary, spec.name, **langs)
-            tp = resolve_prefix(spec.target_prefix, dictionary, spec.name, **langs)
-            self._by_key[spec.name] = []
-            for shard in ids:
-                if spec.text:
-                    src = open_text(spec, src_lang, langs)
-                    tgt = (open_text(spec, tgt_lang, langs) if "-" in key else src) if with_target else None
+        with stamps.deferred():  # each index's stamp written once, when all are opened (its check, its </s> endings)
+            for spec in self.streams:
+                key = spec.key
+                ids = [0] if spec.text else corpus.shard_ids(split, key)
+                if not ids:
+                    raise ValueError(f"{corpus.root}: no {split} data for {key!r} (stream {spec.name!r}); available: "
+                                     f"{corpus.directions(split) + corpus.monolingual(split)}")
+                if "-" in key:
+                    src_lang, tgt_lang = key.split("-")
+                    langs = {"src": src_lang, "tgt": tgt_lang}
                 else:
-                    if "-" in key:
-                        corpus.check_shard(split, key, shard, counts=(0, 0))  # both sides exist (no reading)
-                    src = open_(key, src_lang if "-" in key else None, shard)
-                    tgt = None
-                    if with_target:
-                        tgt = open_(key, tgt_lang, shard) if "-" in key else src
+                    src_lang = tgt_lang = key
+                    langs = {"src": key, "tgt": key, "lang": key}
+                sp = resolve_prefix(spec.source_prefix, dictionary, spec.name, **langs)
+                tp = resolve_prefix(spec.target_prefix, dictionary, spec.name, **langs)
+                self._by_key[spec.name] = []
+                for shard in ids:
+                    if spec.text:
+                        src = open_text(spec, src_lang, langs)
+                        tgt = (open_text(spec, tgt_lang, langs) if "-" in key else src) if with_target else None
+                    else:
                         if "-" in key:
-                            corpus.check_shard(split, key, shard, counts=(len(src), len(tgt)))
-                self._by_key[spec.name].append(len(self.components))
-                comp = Component(spec.name, shard, src, tgt, sp, tp, cache, src_noise=tuple(spec.noise))
-                comp._lengths = lengths.setdefault(id(src), {})  # one length copy per file, however many streams
-                self.components.append(comp)
-            self.total_sizes[spec.name] = sum(len(self.components[i]) for i in self._by_key[spec.name])
-        # every binarized file's tokens in token spaces (mapped when first gathered): addresses are planned here
-        binarized = [ds for c in self.components for ds in (c.src, c.tgt) if isinstance(ds, IndexedDataset)]
-        self.spaces = TokenSpaces(binarized)
-        for c in self.components:
-            if isinstance(c.src, IndexedDataset):
-                c.src_at = self.spaces.address(c.src)
-            if isinstance(c.tgt, IndexedDataset):
-                c.tgt_at = self.spaces.address(c.tgt)
+                            corpus.check_shard(split, key, shard, counts=(0, 0))  # both sides exist (no reading)
+                        src = open_(key, src_lang if "-" in key else None, shard)
+                        tgt = None
+                        if with_target:
+                            tgt = open_(key, tgt_lang, shard) if "-" in key else src
+                            if "-" in key:
+                                corpus.check_shard(split, key, shard, counts=(len(src), len(tgt)))
+                    self._by_key[spec.name].append(len(self.components))
+                    comp = Component(spec.name, shard, src, tgt, sp, tp, cache, src_noise=tuple(spec.noise))
+                    comp._lengths = lengths.setdefault(id(src), {})  # one length copy per file, however many streams
+                    self.components.append(comp)
+                self.total_sizes[spec.name] = sum(len(self.components[i]) for i in self._by_key[spec.name])
+            # every binarized file's tokens in token spaces (mapped when first gathered): addresses are planned here
+            binarized = [ds for c in self.components for ds in (c.src, c.tgt) if isinstance(ds, IndexedDataset)]
+            self.spaces = TokenSpaces(binarized)
+            for c in self.components:
+                if isinstance(c.src, IndexedDataset):
+                    c.src_at = self.spaces.address(c.src)
+                if isinstance(c.tgt, IndexedDataset):
+                    c.tgt_at = self.spaces.address(c.tgt)
 
     def check_unchanged(self) -> None:
         """Refuse to go on when the data of a file this source set opened was replaced since (a data folder
@@ -318,7 +320,6 @@ class SourceSet:
         anew (DataLoader and grain workers) would read the new data and this one the old. A file only touched
         (same content digest, the fingerprint's) is fine. Two ``stat`` calls per file."""
         from babelfeed.errors import DataChangedError
-        from babelfeed.storage import stamps
         from babelfeed.storage.indexed import IndexedDataset
 
         seen: set = set()

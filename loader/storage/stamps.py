@@ -21,9 +21,11 @@ ignored, every index is checked in full, and a warning says why).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import threading
 import time
 
 from babelfeed.fileio import cache_dir, private_folders  # noqa: F401  (cache_dir: part of this module's face)
@@ -153,7 +155,8 @@ def _sound(stamp) -> bool:
 def record_ids(idx_path: str, ids: list, **facts) -> None:
     """Remember ``facts`` (JSON values) about the files as they were when the caller took ``ids`` (before it
     read them: a file changed since no longer matches the stamp), next to what is known already. Nothing is
-    recorded for files modified in the last ``RACY_SECONDS`` (see the module docstring)."""
+    recorded for files modified in the last ``RACY_SECONDS`` (see the module docstring). Inside
+    :func:`deferred`, the stamp file is written when the outermost ``deferred`` ends."""
     newest = max(ids[0][3], ids[1][3], ids[0][4], ids[1][4]) / 1e9
     if time.time() - newest < RACY_SECONDS:
         return
@@ -162,18 +165,51 @@ def record_ids(idx_path: str, ids: list, **facts) -> None:
     known.update(facts)
     stamp = {"version": _VERSION, "index": os.path.abspath(idx_path), "files": ids, "facts": known}
     _memo[path] = stamp
-    folder = os.path.dirname(path)
+    pending = getattr(_deferral, "pending", None)
+    if pending is not None:
+        pending[path] = stamp
+        return
+    _write({path: stamp})
+
+
+def _write(stamps: dict) -> None:
+    """Write stamp files (stamp file -> stamp), each atomically."""
+    checked: set = set()
+    for path, stamp in stamps.items():
+        folder = os.path.dirname(path)
+        try:
+            if folder not in checked:
+                private_folders(folder)
+                checked.add(folder)
+            if not _folder_trusted(folder):
+                continue
+            tmp = f"{path}.{os.getpid()}.partial"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(stamp, f)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only cache: the stamp lives for this process only
+
+
+_deferral = threading.local()  # .pending: stamp file -> stamp, while deferred() holds this thread's writes back
+
+
+@contextlib.contextmanager
+def deferred():
+    """Hold this thread's stamp writes back until the block ends, then write each stamp file once: opening a
+    data folder records two facts per index (its check, then its ``</s>`` endings), and thousands of corpora made
+    that two file writes each. Stamps are remembered in memory at once, and written even when the block raises
+    (the files checked before the error were checked)."""
+    if getattr(_deferral, "pending", None) is not None:  # (nested: the outermost block writes)
+        yield
+        return
+    _deferral.pending = {}
     try:
-        private_folders(folder)
-        if not _folder_trusted(folder):
-            return
-        tmp = f"{path}.{os.getpid()}.partial"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(stamp, f)
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache: the stamp lives for this process only
+        yield
+    finally:
+        pending, _deferral.pending = _deferral.pending, None
+        _write(pending)
 
 
 def forget() -> None:

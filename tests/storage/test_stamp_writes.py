@@ -1,0 +1,89 @@
+"""Opening a data folder writes each index's verification stamp once, with every fact its opening found (the
+full check, the ``</s>`` endings, the content digest): two or three writes per index made the first open of
+thousands of corpora twice as slow. Held-back stamps are still written when the opening fails, and only the
+thread that holds them back waits."""
+
+import json
+import os
+import threading
+
+import pytest
+
+import babelfeed
+from babelfeed.storage import stamps
+from babelfeed.storage.indexed import IndexedDataset
+
+from synthetic import config_for, make_data_bin
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(stamps, "RACY_SECONDS", 0.0)  # (files just written)
+    stamps.forget()
+    yield tmp_path / "cache" / "stamps"
+    stamps.forget()
+
+
+def _count_writes(monkeypatch):
+    writes = []
+    real = os.replace
+
+    def replace(src, dst, *a, **kw):
+        if str(dst).endswith(".json") and "stamps" in str(dst):
+            writes.append(str(dst))
+        return real(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return writes
+
+
+def test_a_data_folder_is_stamped_with_one_write_per_index_holding_every_fact(tmp_path, cache, monkeypatch):
+    root = tmp_path / "bin"
+    make_data_bin(root)
+    writes = _count_writes(monkeypatch)
+    it = babelfeed.build_train_iterator(config_for(root))
+    files = {ds.index_file for c in it.planner.sources.components for ds in (c.src, c.tgt)}
+    assert len(files) >= 4
+    assert sorted(writes) == sorted({stamps._stamp_path(f) for f in files}), "one stamp write per index"
+    eos = babelfeed.ShardedCorpus(str(root)).dictionary().eos()
+    for f in files:
+        facts = json.loads(open(stamps._stamp_path(f)).read())["facts"]
+        assert facts["verified"] and facts[f"ends_with_{eos}"] and isinstance(facts["digest"], str), (f, facts)
+    # a fresh process's opening (nothing in memory) reads them: no check again, nothing written
+    stamps.forget()
+    writes.clear()
+    babelfeed.build_train_iterator(config_for(root))
+    assert writes == []
+
+
+def test_held_back_stamps_are_written_when_the_block_raises_and_nested_blocks_write_once(tmp_path, cache,
+                                                                                          monkeypatch):
+    root = tmp_path / "bin"
+    make_data_bin(root)
+    prefixes = sorted({os.path.splitext(os.path.join(d, n))[0] for d, _, names in os.walk(root) for n in names
+                       if n.endswith(".idx")})[:3]
+    writes = _count_writes(monkeypatch)
+    with pytest.raises(RuntimeError, match="after two"):
+        with stamps.deferred():
+            with stamps.deferred():
+                IndexedDataset(prefixes[0])
+            IndexedDataset(prefixes[1])
+            assert writes == [] and not cache.exists()  # held back, by the outermost block
+            raise RuntimeError("after two")
+    assert sorted(writes) == sorted(stamps._stamp_path(p + ".idx") for p in prefixes[:2])
+    stamps.forget()
+    assert stamps.lookup(prefixes[0] + ".idx", prefixes[0] + ".bin")["verified"]
+
+
+def test_another_threads_stamps_are_not_held_back(tmp_path, cache, monkeypatch):
+    root = tmp_path / "bin"
+    make_data_bin(root)
+    prefix = sorted(os.path.splitext(os.path.join(d, n))[0] for d, _, names in os.walk(root) for n in names
+                    if n.endswith(".idx"))[0]
+    writes = _count_writes(monkeypatch)
+    with stamps.deferred():
+        t = threading.Thread(target=IndexedDataset, args=(prefix,))
+        t.start()
+        t.join()
+        assert writes == [stamps._stamp_path(prefix + ".idx")]
