@@ -100,56 +100,57 @@ def collate(items):
 
 
 if __name__ == "__main__":
-    lengths = np.array(json.loads(sys.argv[1]))
+    lengths = np.array(json.loads(sys.argv[2]))
     data = [torch.full((int(n),), i) for i, n in enumerate(lengths)]
     out = []
-    for workers, state in json.loads(sys.argv[2]):
+    for workers, arg in json.loads(sys.argv[3]):
         s = LengthBinSampler(lengths, max_tokens=2048, bins=4, seed=5)
-        s.load_state_dict(state)
+        if sys.argv[1] == "save":  # the whole epoch, a state saved at each cut (arg)
+            s.set_epoch(1)
+        else:  # resume from the state (arg)
+            s.load_state_dict(arg)
         dl = torch.utils.data.DataLoader(data, batch_sampler=s, collate_fn=collate, num_workers=workers)
-        out.append([b.tolist() for b in dl])
+        if sys.argv[1] == "resume":
+            out.append([b.tolist() for b in dl])
+            continue
+        full, states = [], []
+        for step, batch in enumerate(dl, 1):
+            full.append(batch.tolist())
+            if step in arg:  # mid-iteration, with the workers' read-ahead in flight
+                states.append(s.state_dict(step))
+        out.append({"full": full, "len": len(s), "states": states})
     print(json.dumps(out))
 """
 
 
 def test_dataloader_workers_resume_exactly_in_a_fresh_process(lengths, tmp_path):
     """The state counts the batches the loop received, not the index lists DataLoader workers took ahead: a
-    resume in a fresh process continues with the next batch, every batch equal, for 0, 1 and 2 workers."""
-    import torch
-
+    resume in a fresh process continues with the next batch, every batch equal, for 0, 1 and 2 workers. (Both
+    sides run in processes of their own: DataLoader forks its workers, and this test's process may hold JAX's
+    threads, which fork is not safe with.)"""
     lengths = lengths[:700]
-    data = [torch.full((int(n),), i) for i, n in enumerate(lengths)]
-    collate = TorchCollate()
+    n = len(LengthBinSampler(lengths, max_tokens=2048, bins=4, seed=5))
     rng = np.random.default_rng(11)
-    jobs, expect = [], []
-    for workers in (0, 1, 2):
-        s = LengthBinSampler(lengths, max_tokens=2048, bins=4, seed=5)
-        s.set_epoch(1)
-        dl = torch.utils.data.DataLoader(data, batch_sampler=s, collate_fn=collate, num_workers=workers)
-        cuts = sorted(rng.choice(np.arange(1, len(s) - 1), 3, replace=False).tolist())
-        full = []
-        for step, batch in enumerate(dl, 1):
-            full.append(batch.tolist())
-            if step in cuts:  # mid-iteration, with the workers' read-ahead in flight
-                jobs.append((workers, s.state_dict(step)))
-                assert jobs[-1][1] == {"epoch": 1, "batches_done": step}
-        assert len(full) == len(s)
-        expect += [(c, full) for c in cuts]
+    cuts = {workers: sorted(rng.choice(np.arange(1, n - 1), 3, replace=False).tolist()) for workers in (0, 1, 2)}
     script = tmp_path / "resume_bins.py"
     script.write_text(RESUME)
-    out = subprocess.run([sys.executable, str(script), json.dumps(lengths.tolist()), json.dumps(jobs)],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    resumed = json.loads(out.stdout.strip().splitlines()[-1])
+
+    def run(mode, jobs):
+        out = subprocess.run([sys.executable, str(script), mode, json.dumps(lengths.tolist()), json.dumps(jobs)],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-3000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    saved = run("save", list(cuts.items()))
+    jobs, expect = [], []
+    for (workers, at), got in zip(cuts.items(), saved):
+        assert len(got["full"]) == got["len"] == n
+        assert got["states"] == [{"epoch": 1, "batches_done": c} for c in at]
+        jobs += [(workers, state) for state in got["states"]]
+        expect += [(c, got["full"]) for c in at]
+    resumed = run("resume", jobs)
     assert len(resumed) == len(expect) == 9
     for (c, full), rest in zip(expect, resumed):
         assert len(rest) == len(full) - c
         assert rest == full[c:]  # every batch, every index, in order
 
-
-class TorchCollate:
-    def __call__(self, items):
-        import torch
-
-        width = max(len(x) for x in items)
-        return torch.stack([torch.nn.functional.pad(x, (0, width - len(x)), value=-1) for x in items])
