@@ -153,4 +153,3 @@ def test_dataloader_workers_resume_exactly_in_a_fresh_process(lengths, tmp_path)
     for (c, full), rest in zip(expect, resumed):
         assert len(rest) == len(full) - c
         assert rest == full[c:]  # every batch, every index, in order
-
