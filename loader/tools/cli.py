@@ -366,7 +366,26 @@ def _translation_run(args, config, step: int | None):
         from babelfeed.iterators.state import resolve
 
         state = resolve(state, it, f"--state {args.state}")  # a bare loader position: counted on this world size
+        _note_recorded_config(args, it, state)
     return it, state
+
+
+def _note_recorded_config(args, it, state: dict) -> None:
+    """Say so when a stream-sampler run's state, which carries the config the run streamed with (and the
+    commands follow), differs from the config given (``--set`` included): that config's values are not used."""
+    recorded, given = state.get("config"), getattr(it, "config_snapshot", None)
+    if not (isinstance(recorded, dict) and isinstance(given, dict)):
+        return
+    from babelfeed.iterators.edits import config_changes
+
+    changes = {k: v for k, v in config_changes(recorded, given).items() if k != "data.path"}
+    if changes:
+        shown = "; ".join(f"{k} {json.dumps(new)} (the run's: {json.dumps(old)})"
+                          for k, (old, new) in list(changes.items())[:4])
+        more = f"; and {len(changes) - 4} more" if len(changes) > 4 else ""
+        print(f"note: --state {args.state} is a state of a mixing.sampler='stream' run, which carries the config "
+              f"it ran with, and babelfeed {args.command} follows it; not used from this config: {shown}{more}",
+              file=sys.stderr)
 
 
 def _flat_leaves(batch: dict, prefix: str = "") -> dict:

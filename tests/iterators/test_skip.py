@@ -545,3 +545,14 @@ def test_the_state_records_the_split_and_replay_reads_it(root, tmp_path, capsys)
     capsys.readouterr()
     assert main(["ledger", str(cfg_file), "--state", str(state_file), "--set", "seed=7"]) == 2
     assert "seed 1 -> 7" in capsys.readouterr().err
+    # a stream-sampler run's state carries its config, which the commands follow: a config that differs is said
+    stream = babelfeed.build_train_iterator(cfg(root))
+    run([stream], 4)
+    state_file.write_text(json.dumps(stream.get_state()))
+    write_config(cfg_file, root)
+    for command in (["ledger"], ["trace", "--step", "2"], ["replay", "--step", "2", "--out", str(out)]):
+        assert main([command[0], str(cfg_file), "--state", str(state_file)] + command[1:]) == 0
+        assert "note:" not in capsys.readouterr().err
+        assert main([command[0], str(cfg_file), "--state", str(state_file), "--set", "seed=7"] + command[1:]) == 0
+        err = capsys.readouterr().err
+        assert f"babelfeed {command[0]} follows it; not used from this config: seed 7 (the run's: 1)" in err, err
