@@ -157,11 +157,12 @@ def trace(it, step: int, state: dict | None = None) -> list[dict]:
     steps), every rank's: per sample ``{"step", "epoch", "batch" (global batch of the epoch), "rank", "id",
     "stream", "task", "corpus", "shard", "row", "src_len", "tgt_len", "skipped"}`` (``skipped``: a skip of the
     run dropped it from its batch, so the model never saw it), in each batch's plan order, ids as the
-    ranks received them. ``state``: the run's latest state (default: ``it``'s own), which holds its history:
+    ranks received them. With ``split="rows"``, ``rank`` is the row block of the global batch that held the
+    sample (the rank, unless the JAX adapter handed a process other blocks), None for a skipped one. ``state``: the run's latest state (default: ``it``'s own), which holds its history:
     the world size that took each step, weight changes and mixture edits; any step of the run is answered, on
     either side of any of them (``babelfeed.replay``). ``it``: an iterator of the run's data; its world size does
     not matter and its position is left as it was."""
-    from babelfeed.iterators.replay import step_rows, step_source
+    from babelfeed.iterators.replay import row_ranks, step_rows, step_source
 
     if state is None:
         state = it.get_state()
@@ -174,11 +175,13 @@ def trace(it, step: int, state: dict | None = None) -> list[dict]:
     from babelfeed.iterators.skips import Skips
 
     src = step_source(it, step, state)
+    skips = Skips(_views(state).skips)
+    ranks = row_ranks(src, skips) if src.it.split == "rows" else None  # (which rank's rows, once ordered)
     out: list = []
-    for k, g, ids, src_len, tgt_len, dropped in step_rows(src, Skips(_views(state).skips)):
+    for k, g, ids, src_len, tgt_len, dropped in step_rows(src, skips):
         dropped = np.zeros(len(ids), bool) if dropped is None else dropped
         for d, sl, tl, x in zip(src.it.describe_ids(ids), src_len.tolist(), tgt_len.tolist(), dropped.tolist()):
             out.append({"step": step, "epoch": src.epoch, "batch": g,
-                        "rank": k if src.it.split == "batches" else None, **d, "src_len": int(sl),
+                        "rank": k if ranks is None else ranks.get(d["id"]), **d, "src_len": int(sl),
                         "tgt_len": int(tl), "skipped": bool(x)})
     return out

@@ -197,9 +197,12 @@ def step_batch(probe, step: int, state: dict, rank: int | None = None) -> dict:
                          f"{rank!r}")
     from babelfeed.iterators.skips import Skips
 
+    return _rank_batch(src, Skips(_views(state).skips), rank)
+
+
+def _rank_batch(src: StepSource, skips, rank: int) -> dict:
+    """Rank ``rank``'s batch of the step ``src`` locates, with the run's ``skips`` (a ``Skips``)."""
     it = src.it
-    views = _views(state)
-    skips = Skips(views.skips)
     h = it._handover if src.handover else None
     served = h.old if h is not None else it
     g = src.g0 + (rank if it.split == "batches" else 0)
@@ -207,13 +210,26 @@ def step_batch(probe, step: int, state: dict, rank: int | None = None) -> dict:
     try:
         served.epoch, served.skips, served._fillers = src.epoch, skips, {}
         if it.split == "rows":
-            served.row_blocks = ((rank,), world)
+            served.row_blocks = ((rank,), src.world_size)
         if h is not None:
             return h.batch(g, g)
         where = served.planner.locate(src.epoch, g)
         return served._dummy() if where is None else served._collate_one(*where)
     finally:
         served.epoch, served.skips, served.row_blocks, served._fillers = saved
+
+
+def row_ranks(src: StepSource, skips) -> dict:
+    """``split="rows"``: ``{sample id: rank}`` of the step's samples, the rank whose row block served each (the
+    global batch is ordered before it is cut into the ranks' blocks, so the plan alone does not say). Every rank's
+    block is gathered once: together, one global batch."""
+    out: dict = {}
+    for rank in range(src.world_size):
+        batch = _rank_batch(src, skips, rank)
+        for i, w in zip(np.asarray(batch["id"]).tolist(), np.asarray(batch["weight"]).tolist()):
+            if w > 0:
+                out[int(i)] = rank
+    return out
 
 
 def _rebuild(probe, world: int, split: str | None = None):

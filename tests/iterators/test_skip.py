@@ -510,9 +510,27 @@ def test_the_state_records_the_split_and_replay_reads_it(root, tmp_path, capsys)
     from babelfeed.cli import main
 
     its = [babelfeed.build_train_iterator(cfg(root), rank=r, world_size=2, split="rows") for r in range(2)]
+    plain = babelfeed.build_train_iterator(cfg(root), rank=1, world_size=2, split="rows")
+    third = [b for _, b in zip(range(3), plain)][-1]  # (rank 1's rows of step 3: one of them is skipped)
+    gone = int(third["id"][third["weight"] > 0][0])
+    for it in its:
+        it.skip(ids=[gone], reason="one row")
     got = [[next(it) for it in its] for _ in range(6)]
     state = its[0].get_state()
     assert [e["split"] for e in state["history"] if e["event"] == "ranks"] == ["rows"]
+    # trace names the rank whose rows held each sample (it said None for every one: the global batch is ordered
+    # before it is cut into the ranks' rows), and None for a skipped one
+    from babelfeed.iterators.ledger import trace
+
+    probe = babelfeed.build_train_iterator(cfg(root))
+    for step in range(1, 7):
+        served = {int(i): r for r, b in enumerate(got[step - 1])
+                  for i, w in zip(b["id"].tolist(), b["weight"].tolist()) if w > 0}
+        samples = trace(probe, step, state)
+        assert len(samples) == len(served) + sum(s["skipped"] for s in samples) and len(set(served.values())) == 2
+        assert {s["id"]: s["rank"] for s in samples if not s["skipped"]} == served
+        assert [s["id"] for s in samples if s["skipped"]] == ([gone] if step == 3 else [])
+        assert all(s["rank"] is None for s in samples if s["skipped"])
     state_file = tmp_path / "rows.json"
     state_file.write_text(json.dumps(state))
     cfg_file = tmp_path / "run.py"
