@@ -167,15 +167,19 @@ def record_ids(idx_path: str, ids: list, **facts) -> None:
     _memo[path] = stamp
     pending = getattr(_deferral, "pending", None)
     if pending is not None:
-        pending[path] = stamp
+        pending[path] = None
         return
-    _write({path: stamp})
+    _write([path])
 
 
-def _write(stamps: dict) -> None:
-    """Write stamp files (stamp file -> stamp), each atomically."""
+def _write(paths) -> None:
+    """Write the stamp files ``paths`` as this process knows them now (each the newest merged stamp, which may
+    hold facts another thread added since it was held back), each atomically."""
     checked: set = set()
-    for path, stamp in stamps.items():
+    for path in paths:
+        stamp = _memo.get(path)
+        if stamp is None:  # (forgotten since)
+            continue
         folder = os.path.dirname(path)
         try:
             if folder not in checked:
@@ -183,7 +187,7 @@ def _write(stamps: dict) -> None:
                 checked.add(folder)
             if not _folder_trusted(folder):
                 continue
-            tmp = f"{path}.{os.getpid()}.partial"
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.partial"  # (threads write the same stamp)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
                 json.dump(stamp, f)
@@ -192,7 +196,7 @@ def _write(stamps: dict) -> None:
             pass  # a read-only cache: the stamp lives for this process only
 
 
-_deferral = threading.local()  # .pending: stamp file -> stamp, while deferred() holds this thread's writes back
+_deferral = threading.local()  # .pending: {stamp file: None} whose writes deferred() holds back, in this thread
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ thread that holds them back waits."""
 
 import json
 import os
+import re
 import threading
 
 import pytest
@@ -87,3 +88,51 @@ def test_another_threads_stamps_are_not_held_back(tmp_path, cache, monkeypatch):
         t.start()
         t.join()
         assert writes == [stamps._stamp_path(prefix + ".idx")]
+
+
+def test_a_damaged_index_mid_folder_is_named_and_the_indexes_checked_before_it_are_stamped(tmp_path, cache,
+                                                                                            monkeypatch):
+    from babelfeed.storage.verify import IndexChecks
+
+    root = tmp_path / "bin"
+    make_data_bin(root)
+    order = []  # the indexes in the order they are opened
+    real = IndexChecks.check_ends_with
+
+    def ends(self, *a, **kw):
+        order.append(self.index_file)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(IndexChecks, "check_ends_with", ends)
+    babelfeed.build_train_iterator(config_for(root))
+    victim = order[len(order) // 2]
+    stamps.forget()
+    for p in cache.iterdir():
+        p.unlink()
+    raw = bytearray(open(victim, "rb").read())  # an inner pointer of the fairseq index off by 2 bytes
+    n = int.from_bytes(raw[18:26], "little")
+    at = 26 + 4 * n + 8 * 5
+    raw[at:at + 8] = (int.from_bytes(raw[at:at + 8], "little") + 2).to_bytes(8, "little")
+    open(victim, "wb").write(raw)
+    order.clear()
+    with pytest.raises(Exception, match=re.escape(victim)):
+        babelfeed.build_train_iterator(config_for(root))
+    before = order[:order.index(victim)] if victim in order else order
+    assert len(before) >= 2
+    stamped = {f for f in order + [victim] if os.path.exists(stamps._stamp_path(f))}
+    assert stamped == set(before), "the indexes checked before the damaged one, and only they"
+    assert not [p for p in cache.iterdir() if p.name.endswith(".partial")]
+
+
+def test_a_held_back_stamp_does_not_overwrite_a_newer_one_another_thread_wrote(tmp_path, cache):
+    root = tmp_path / "bin"
+    make_data_bin(root)
+    prefix = sorted(os.path.splitext(os.path.join(d, n))[0] for d, _, names in os.walk(root) for n in names
+                    if n.endswith(".idx"))[0]
+    with stamps.deferred():
+        ds = IndexedDataset(prefix)  # its check's stamp, held back
+        t = threading.Thread(target=ds.check_ends_with, args=(2,))  # another thread adds a fact, written at once
+        t.start()
+        t.join()
+    facts = json.loads(open(stamps._stamp_path(prefix + ".idx")).read())["facts"]
+    assert facts["verified"] and facts["ends_with_2"], facts
