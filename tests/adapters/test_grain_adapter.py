@@ -122,9 +122,10 @@ if __name__ == "__main__":
 
 def test_epochs_dataset_spans_epochs_and_its_state_restores_with_any_worker_count(tmp_path):
     """A state saved with 2 workers mid-epoch-2 restores with 0 (and 0 -> 2, 1 -> 3, cut in epoch 1) in a fresh
-    process: the batches before and after the cut are epochs 1-2 of the plain iterator, every leaf; a whole run
-    without a cut ends after num_epochs; a state of other data is refused. (Two epochs, not three: grain starts its
-    worker processes again each epoch, seconds a time, and the cut and the boundary are covered with two.)"""
+    process: the batches before and after the cut are the plain iterator's, every leaf, across the next epoch
+    boundary (2 -> 3 for the state of epoch 2, 1 -> 2 for the others); a whole run without a cut ends after
+    num_epochs; a state of other data is refused. (The runs with workers stop after epoch 2: grain starts its
+    worker processes again each epoch, seconds a time.)"""
     import numpy as np
 
     import babelfeed
@@ -134,7 +135,7 @@ def test_epochs_dataset_spans_epochs_and_its_state_restores_with_any_worker_coun
     root = tmp_path / "bin"
     make_data_bin(root)
     it = babelfeed.build_train_iterator(config_for(root), rank=1, world_size=2)
-    epochs = [[digest(b) for b in it] for _ in range(2)]
+    epochs = [[digest(b) for b in it] for _ in range(3)]
     plain = [d for e in epochs for d in e]
     script = tmp_path / "epochs_job.py"
     script.write_text(EPOCHS)
@@ -155,9 +156,11 @@ def test_epochs_dataset_spans_epochs_and_its_state_restores_with_any_worker_coun
         epoch = 1 + (cut >= n1)
         # consumed: global batches of the epoch (2 ranks), so the state is the same on every rank
         assert a["state"]["epoch"] == epoch and a["state"]["consumed"] == 2 * (cut - sum(map(len, epochs[:epoch - 1])))
-        [b] = run((second, None, a["state"], 2))  # each restore in a fresh process
-        assert len(b["batches"]) == len(plain) - cut and b["batches"] == plain[cut:], (first, second, cut)
-        assert b["state"]["epoch"] == 3 and b["state"]["consumed"] == 0
+        last = 3 if epoch == 2 else 2  # (a restore from epoch 2 crosses into epoch 3)
+        [b] = run((second, None, a["state"], last))  # each restore in a fresh process
+        end = sum(map(len, epochs[:last]))
+        assert len(b["batches"]) == end - cut and b["batches"] == plain[cut:end], (first, second, cut)
+        assert b["state"]["epoch"] == last + 1 and b["state"]["consumed"] == 0
     other = tmp_path / "other"
     make_data_bin(other, seed=9)
     from babelfeed.adapters.grain import EpochsDataset
