@@ -200,7 +200,8 @@ def _lm_trace(args, config) -> int:
         return 0
     gone = sum(r["skipped"] for r in rows)
     print(f"step {args.step}: global batch {args.step - 1}, {len(rows)} samples of {it.seq_len + 1} tokens "
-          f"(world size {it.world_size}, mode {it.mode})" + (f"; {gone} of them skipped, never served" if gone else ""))
+          f"(seq_len {it.seq_len}, + 1 for the shifted labels; world size {it.world_size}, mode {it.mode})"
+          + (f"; {gone} of them skipped, never served" if gone else ""))
     width = max([len("dataset")] + [len(r["dataset"]) for r in rows])
     print(f"{'rank':>4} {'row':>4} {'dataset':<{width}} {'epoch':>5} {'sample':>8} {'tokens':>6}  "
           + ("skipped  " if gone else "") + "documents")
@@ -223,7 +224,8 @@ def _lm_plan(config) -> str:
     names = it.dataset_names()
     width = max([len("dataset")] + [len(n) for n in names])
     lines = [f"LM run: {len(it):,} global batches of {it.global_batch} samples x {it.seq_len + 1} tokens "
-             f"({it.num_samples:,} samples), mode {it.mode}, split {it.sources[0].split} ({it.sources[0].split_name})",
+             f"(seq_len + 1; {it.num_samples:,} samples), mode {it.mode}, split {it.sources[0].split} "
+             f"({it.sources[0].split_name})",
              f"{'dataset':<{width}} {'weight':>7} {'samples':>11} {'share':>7} {'passes':>7} {'real tokens':>13}"]
     passes = it.passes(counts)
     for d, name in enumerate(names):
