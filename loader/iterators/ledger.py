@@ -158,10 +158,11 @@ def trace(it, step: int, state: dict | None = None) -> list[dict]:
     "stream", "task", "corpus", "shard", "row", "src_len", "tgt_len", "skipped"}`` (``skipped``: a skip of the
     run dropped it from its batch, so the model never saw it), in each batch's plan order, ids as the
     ranks received them. With ``split="rows"``, ``rank`` is the row block of the global batch that held the
-    sample (the rank, unless the JAX adapter handed a process other blocks), None for a skipped one. ``state``: the run's latest state (default: ``it``'s own), which holds its history:
-    the world size that took each step, weight changes and mixture edits; any step of the run is answered, on
-    either side of any of them (``babelfeed.replay``). ``it``: an iterator of the run's data; its world size does
-    not matter and its position is left as it was."""
+    sample (the rank, unless the JAX adapter handed a process other blocks), None for a skipped one. ``state``:
+    the run's latest state (default: ``it``'s own), which holds its history: the world size that took each step,
+    weight changes and mixture edits; any step of the run is answered, on either side of any of them
+    (``babelfeed.replay``). ``it``: an iterator of the run's data; its world size does not matter and its
+    position is left as it was."""
     from babelfeed.iterators.replay import row_ranks, step_rows, step_source
 
     if state is None:
