@@ -145,16 +145,19 @@ def in_ranges(values: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.nd
 
 
 def range_arg(x, what: str) -> list[int]:
-    """A ``range`` (step 1) or ``[lo, hi]`` / ``(lo, hi)`` pair as ``[lo, hi]``, ``hi`` exclusive."""
+    """A ``range`` (step 1) as ``[lo, hi]``, ``hi`` exclusive. Only a range: a list such as ``[10, 11]`` reads as
+    "10 and 11" to one person and as the pair "10 up to 11" to another (and skipped only step 10)."""
     if isinstance(x, range):
         if x.step != 1 or len(x) == 0 or x.start < 0:
             raise SkipError(f"{what} must be a non-empty range with step 1 from 0 or later, got {x!r}")
         return [x.start, x.stop]
-    if (isinstance(x, (list, tuple)) and len(x) == 2 and all(isinstance(v, (int, np.integer)) and not
-                                                            isinstance(v, bool) for v in x) and 0 <= x[0] < x[1]):
-        return [int(x[0]), int(x[1])]
-    raise SkipError(f"{what} must be a range(lo, hi) or a [lo, hi] pair of integers with 0 <= lo < hi (hi "
-                    f"excluded), got {x!r}")
+    hint = ""
+    if isinstance(x, (list, tuple)) and x and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                                                  for v in x):
+        lo, hi = int(min(x)), int(max(x))
+        hint = f" (for {lo} to {hi}, both included: range({lo}, {hi + 1})" + (
+            "; for the pair [first, stop] that SpikeGuard logs: range(first, stop))" if what == "steps" else ")")
+    raise SkipError(f"{what} takes a range, e.g. range(lo, hi) with hi excluded, got {x!r}{hint}")
 
 
 def which_kind(steps, ids, where, reason) -> str:

@@ -818,11 +818,20 @@ class BatchIterator(Reports, LoaderIterator):
             if missing:
                 raise SkipError(f"where['shard']: shard {missing[0]} is not a shard of this run (it has {have[:20]})")
             out["shard"] = sorted({int(x) for x in shards})
+
+        def matched(terms):
+            trial = Skips([{"event": "skip", "step": 0, "epoch": 1, "batch": 0, "reason": "", "where": terms}])
+            return [c for c, x in zip(sources.components, trial._rules(sources, 1)[0]) if x]
+
+        picked = matched(out)
+        if not picked:  # (each term names something of the run, but no shard has them all)
+            others = {k: v for k, v in out.items() if k != "shard"}
+            have = sorted({int(c.shard) for c in matched(others)}) if others else []
+            raise SkipError(f"where={where!r}: no shard of this run matches every term"
+                            + (f" (what the other terms name has shard(s) {have[:20]})" if have else "")
+                            + "; it would skip nothing")
         if "rows" in where:
             out["rows"] = range_arg(where["rows"], "where['rows']")
-            trial = Skips([{"event": "skip", "step": 0, "epoch": 1, "batch": 0, "reason": "", "where": out}])
-            picked = [c for c, x in zip(sources.components, trial._rules(sources, 1)[0]) if x] or \
-                list(sources.components)
             longest = max(len(c) for c in picked)
             if out["rows"][0] >= longest:
                 raise SkipError(f"where['rows'] {out['rows'][0]}-{out['rows'][1] - 1}: the shards it names hold at "

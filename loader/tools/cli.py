@@ -507,15 +507,15 @@ def _trace(args) -> int:
     gone = sum(r["skipped"] for r in rows)
     print(f"step {args.step}: epoch {rows[0]['epoch'] if rows else '-'}, {len(rows)} samples "
           f"(world size {took}, split {args.split})" + (f"; {gone} of them skipped, never served" if gone else ""))
-    width = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("stream", "task", "corpus")}
+    width = {k: max([len(k)] + [len(str(r[k])) for r in rows]) for k in ("stream", "task", "corpus", "id")}
     skipped = any(r["skipped"] for r in rows)  # (a column only where a skip dropped some of them)
-    print(f"{'rank':>4} {'batch':>6} {'stream':<{width['stream']}} {'task':<{width['task']}} "
+    print(f"{'rank':>4} {'batch':>6} {'id':>{width['id']}} {'stream':<{width['stream']}} {'task':<{width['task']}} "
           f"{'corpus':<{width['corpus']}} {'shard':>5} {'row':>9} {'src':>4} {'tgt':>4}" + ("  skipped" if skipped else ""))
-    for r in rows:
+    for r in rows:  # (the id: what it.skip(ids=...) takes)
         rank = "-" if r["rank"] is None else r["rank"]
-        print(f"{rank:>4} {r['batch']:>6} {r['stream']:<{width['stream']}} {r['task']:<{width['task']}} "
-              f"{r['corpus']:<{width['corpus']}} {r['shard']:>5} {r['row']:>9} {r['src_len']:>4} {r['tgt_len']:>4}"
-              + (("  yes" if r["skipped"] else "  -") if skipped else ""))
+        print(f"{rank:>4} {r['batch']:>6} {r['id']:>{width['id']}} {r['stream']:<{width['stream']}} "
+              f"{r['task']:<{width['task']}} {r['corpus']:<{width['corpus']}} {r['shard']:>5} {r['row']:>9} "
+              f"{r['src_len']:>4} {r['tgt_len']:>4}" + (("  yes" if r["skipped"] else "  -") if skipped else ""))
         c = comps.get((r["stream"], r["shard"])) if text is not None else None
         if c is not None:  # (a stream an edit removed since is not in this config's data: not decoded)
             print(f"       source: {text(np.asarray(c.src[r['row']]).tolist())}")

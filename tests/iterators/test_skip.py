@@ -6,6 +6,7 @@ skipped; batch_for_step rebuilds any rank's batch of any step of a multi-segment
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -169,6 +170,24 @@ def test_skip_refuses_what_it_cannot_do(root):
     event = it.skip(where={"corpus": ["aaa-ccc"]})
     event["where"]["corpus"].append("aaa-bbb")  # (the caller's copy: the run's skip stays as made)
     assert it.get_state()["history"][-1]["where"] == {"corpus": ["aaa-ccc"]}
+
+
+def test_skip_refuses_a_list_for_a_range_and_terms_no_shard_has_together(tmp_path):
+    """skip(steps=[10, 11]) skipped step 10 alone (a list was read as the pair [lo, hi)); a where whose corpus has
+    no such shard was accepted and skipped nothing. Both are refused, saying what to write."""
+    make_data_bin(tmp_path / "bin", directions={"aaa-bbb": [60, 50], "aaa-ccc": [40]})
+    it = babelfeed.build_train_iterator(cfg(tmp_path / "bin"))
+    with pytest.raises(SkipError, match=re.escape("got [10, 11] (for 10 to 11, both included: range(10, 12); for "
+                                                  "the pair [first, stop] that SpikeGuard logs")):
+        it.skip(steps=[10, 11])
+    with pytest.raises(SkipError, match=re.escape("where['rows'] takes a range")):
+        it.skip(where={"corpus": "aaa-bbb", "rows": (0, 5)})
+    with pytest.raises(SkipError, match=re.escape("no shard of this run matches every term (what the other terms "
+                                                  "name has shard(s) [0]); it would skip nothing")):
+        it.skip(where={"corpus": "aaa-ccc", "shard": 1})
+    assert not it.skips
+    it.skip(where={"corpus": "aaa-bbb", "shard": 1}, reason="the shard it has")
+    assert len(it.skips.events) == 1
 
 
 RESUME = r"""
@@ -531,10 +550,17 @@ def test_the_state_records_the_split_and_replay_reads_it(root, tmp_path, capsys)
         assert {s["id"]: s["rank"] for s in samples if not s["skipped"]} == served
         assert [s["id"] for s in samples if s["skipped"]] == ([gone] if step == 3 else [])
         assert all(s["rank"] is None for s in samples if s["skipped"])
-    state_file = tmp_path / "rows.json"
-    state_file.write_text(json.dumps(state))
-    cfg_file = tmp_path / "run.py"
+    cfg_file, state_file = tmp_path / "run.py", tmp_path / "rows.json"
     write_config(cfg_file, root)
+    state_file.write_text(json.dumps(state))
+    capsys.readouterr()
+    assert main(["trace", str(cfg_file), "--state", str(state_file), "--step", "3"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    head = table[1].split()
+    assert head[:3] == ["rank", "batch", "id"] and head[-1] == "skipped", table[:2]
+    shown = {int(ln.split()[2]): ln.split()[0] for ln in table[2:] if ln.split()[0] not in ("source:", "target:")}
+    want = {s["id"]: "-" if s["rank"] is None else str(s["rank"]) for s in trace(probe, 3, state)}
+    assert shown == want and want[gone] == "-"  # every sample's id and rank, the skipped one's none
     out = tmp_path / "b.npz"
     assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "5", "--rank", "1",
                  "--out", str(out)]) == 0
