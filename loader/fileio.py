@@ -84,7 +84,11 @@ def atomic_open(path):
     removed if it raises. The temporary is ``.<name>.*.partial`` beside the target."""
     path = os.fspath(path)
     directory = os.path.dirname(path) or "."
-    fd, tmp = create_temp(directory, f".{os.path.basename(path)}.", ".partial")
+    try:
+        fd, tmp = create_temp(directory, f".{os.path.basename(path)}.", ".partial")
+    except (FileNotFoundError, NotADirectoryError, PermissionError) as e:
+        # named as the file asked for (the error named the temporary, a file the user never heard of)
+        raise type(e)(e.errno, f"{e.strerror} (cannot write into {directory})", path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             yield NamedWrites(f, path)

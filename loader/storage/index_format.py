@@ -69,7 +69,9 @@ def _parse_mmidx(path: str, buf, size: int) -> _Index:
             fmt, header, modes = "megatron", MEGATRON_HEADER, True
         else:
             layouts = f"fairseq needs 26 + 12*{n} = {fairseq_size} bytes"
-            if d is not None:
+            # (a document index holds a leading 0 and at most one entry per sequence: a larger count is the bytes
+            # of a fairseq index, not a Megatron header, and the size it gives means nothing)
+            if d is not None and d <= n + 1:
                 layouts += (
                     f", Megatron-LM needs 34 + 12*{n} + 8*{d} = {MEGATRON_HEADER + 12 * n + 8 * d} bytes "
                     f"(or {MEGATRON_HEADER + 13 * n + 8 * d} with sequence modes)"

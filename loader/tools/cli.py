@@ -822,9 +822,8 @@ def describe(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__  # multi-line messages (SentencePiece's) on one line
     if "objects" in text and sys.modules.get("babelfeed.storage.remote") is not None:
         text = sys.modules["babelfeed.storage.remote"].remote_names(text)  # (shadow files named as the objects)
-    # the Python API's way round a mismatch has no flag here: the command reads a state with its own config
-    return text.replace(" (set_state(state, strict=False) resumes anyway)",
-                        " (the command reads a state with the config and data it was saved with)").replace(
+    # the Python API's way round a mismatch has no flag here (the message already says to use the run's config)
+    return text.replace(" (set_state(state, strict=False) resumes anyway)", "").replace(
         " Pass strict=False to resume anyway.", " The command reads states that have one.")
 
 
@@ -855,6 +854,10 @@ def main(argv=None) -> int:
     args.argv = argv  # (binarize quotes its command line in hints)
     debug = args.debug or bool(os.environ.get("BABELFEED_DEBUG"))
     prog = f"babelfeed {args.command}"
+    if not debug:  # a warning is one line, as errors are (Python adds the warning's class, file and source line)
+        import warnings
+
+        warnings.formatwarning = lambda message, category, *_, **__: f"{prog}: warning: {message}\n"
     if overrides and args.command not in ("plan", "demo", "preview", "trace"):
         print(f"{prog}: error: --config.* overrides apply to plan, preview, trace and demo only", file=sys.stderr)
         return 2

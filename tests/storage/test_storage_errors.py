@@ -108,6 +108,18 @@ def test_idx_size_matches_no_layout(fs):
         IndexedDataset(fs)
 
 
+def test_a_cut_index_is_measured_against_the_layouts_its_header_can_be(fs, mg):
+    """A fairseq .idx cut short also printed what "Megatron-LM needs" from a document count read out of its
+    sizes (8 * 103079215115 bytes): a count larger than the sequences + 1 is no Megatron header, and is left out."""
+    os.truncate(f"{fs}.idx", 50)
+    with pytest.raises(babelfeed.TruncatedFileError, match=r"fairseq needs 26 \+ 12\*20 = 266 bytes") as e:
+        IndexedDataset(fs)
+    assert "Megatron" not in str(e.value)
+    os.truncate(f"{mg}.idx", os.path.getsize(f"{mg}.idx") - 8)  # a Megatron index cut short: both layouts said
+    with pytest.raises(babelfeed.FormatError, match="Megatron-LM needs 34"):
+        IndexedDataset(mg)
+
+
 def test_negative_size(fs):
     patch(f"{fs}.idx", 26 + 4 * 3, struct.pack("<i", -5))
     with pytest.raises(babelfeed.InconsistentIndexError, match="record 3 has negative size -5"):
@@ -297,3 +309,14 @@ def test_format_errors_keep_their_type_across_processes():
         assert type(back) is cls and str(back) == str(e) and back.path == e.path and back.reason == e.reason
         again = cls(f"Caught {cls.__name__} in DataLoader worker process 1.\nOriginal Traceback ...\n{e}")
         assert type(again) is cls and str(e) in str(again)
+
+
+def test_a_write_into_a_missing_folder_names_the_file_asked_for(tmp_path):
+    """replay --out /missing/x.npz named the temporary file (/missing/.x.npz.<hex>.partial) the user never asked for."""
+    from babelfeed.fileio import atomic_open
+
+    target = tmp_path / "missing" / "x.npz"
+    with pytest.raises(FileNotFoundError) as e:
+        with atomic_open(target) as f:
+            f.write(b"x")
+    assert e.value.filename == str(target) and "cannot write into" in str(e.value) and ".partial" not in str(e.value)

@@ -103,6 +103,22 @@ def test_cli_reports_format_errors_without_traceback(tmp_path):
     assert "train.en-de.en.idx" in r.stderr
 
 
+def test_cli_warnings_are_one_line_each(tmp_path):
+    """A warning (a .bin longer than its index says) printed Python's form: file, line, class and the source line
+    of the warning call, under the command's output."""
+    from synthetic import make_data_bin
+
+    make_data_bin(tmp_path / "bin")
+    with open(tmp_path / "bin" / "shard000" / "train.aaa-bbb.aaa.bin", "ab") as f:
+        f.write(b"\0" * 6)
+    r = subprocess.run([sys.executable, "-m", "babelfeed.cli", "inspect", str(tmp_path / "bin")], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines and all(ln.startswith("babelfeed inspect: warning: ") for ln in lines), r.stderr
+    assert "train.aaa-bbb.aaa.bin" in r.stderr and "UserWarning" not in r.stderr
+
+
 def test_read_data_bin_example_decodes_the_demo(tmp_path, capsys):
     run_demo(None, workdir=str(tmp_path / "demo"), scale=0.05, workers=1, train_steps=0)
     capsys.readouterr()
