@@ -147,12 +147,17 @@ def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[
                      f"of batches")
     lines.append(f"epoch 1 with dynamic batches: {d_batches:,} batches in {len(d_shapes):,} distinct shapes "
                  f"(one XLA compilation each), padding efficiency {d_eff:.1%}")
-    if not with_data:
-        return lines, None
     from babelfeed.tools import plots
 
     setup = dynamic.setup(1)
     served = setup.counts - dynamic.filtered(1)
+    mixing = plots.mixing_data(
+        [d.key for d in setup.directions], [d.size for d in setup.directions], np.asarray(setup.probs, np.float64),
+        served, config.mixing.temperature,
+        size_is="epoch 1's shard" if config.data.shards == "cycle" else "every shard")
+    lines += [""] + mixture_lines(mixing)
+    if not with_data:
+        return lines, None
     data = {"data_path": str(config.data.path), "batches": "dynamic" if dynamic_config else "static",
             "max_tokens": int(config.batching.max_tokens),
             "required_batch_size_multiple": int(config.batching.required_batch_size_multiple),
@@ -176,8 +181,31 @@ def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[
                              "measure": measure} for name, v, measure in compared]
     data["lengths"] = plots.length_cells(lengths, weights, (config.filter.max_source_positions,
                                                             config.filter.max_target_positions))
-    data["mixing"] = plots.mixing_data(
-        [d.key for d in setup.directions], [d.size for d in setup.directions], np.asarray(setup.probs, np.float64),
-        served, config.mixing.temperature,
-        size_is="epoch 1's shard" if config.data.shards == "cycle" else "every shard")
+    data["mixing"] = mixing
     return lines, data
+
+
+def mixture_lines(mixing: dict) -> list[str]:
+    """Epoch 1's mixture as text (:func:`plots.mixing_data`'s dict): per resource tier its share of the data, of
+    the probability and of the served samples; then each direction (the largest and smallest above 12): its size,
+    probability and served samples."""
+    dirs = mixing["directions"]
+    lines = [f"epoch 1's mixture (temperature {mixing['temperature']:g}; sizes: {mixing['size_is']}): "
+             f"{len(dirs):,} directions, {mixing['served']:,} samples served"]
+    if len(mixing["tiers"]) > 1:
+        lines.append(f"  {'tier':<5} {'directions':>10} {'sizes':>19} {'data share':>10} {'probability':>11} "
+                     f"{'served share':>12} {'up-sampling':>11}")
+        for t in mixing["tiers"]:
+            lines.append(f"  {t['tier']:<5} {t['directions']:>10,} {t['min_size']:>9,}-{t['max_size']:<9,} "
+                         f"{t['data_share']:>10.1%} {t['probability']:>11.1%} {t['served_share']:>12.1%} "
+                         f"{t['upsampling']:>10.2f}x")
+    by_key = {d["key"]: d for d in dirs}
+    named = [by_key[k] for k in mixing["named"]]
+    served = max(mixing["served"], 1)
+    head = "direction" if len(named) == len(dirs) else f"direction ({len(named)} of {len(dirs):,}: largest, smallest)"
+    width = max([len(head)] + [len(d["key"]) for d in named])
+    lines.append(f"  {head:<{width}} {'size':>11} {'probability':>11} {'served':>11} {'served share':>12}")
+    for d in named:
+        lines.append(f"  {d['key']:<{width}} {d['size']:>11,} {d['probability']:>11.3f} {d['served']:>11,} "
+                     f"{d['served'] / served:>12.3f}")
+    return lines

@@ -133,3 +133,29 @@ def test_the_plan_report_optimal_edges_bound_the_other_bucketings_and_say_what_t
     dynamic = plan_report(config)
     assert dynamic.startswith("this config batches dynamically") and "dynamically" not in text
     assert json.loads(plan_report(config, as_json=True))["batches"] == "dynamic"
+
+
+def test_the_plan_report_shows_epoch_1s_mixture_as_its_json_gives_it(tmp_path):
+    """plan's help promises epoch 1's mixture; the text had only the shapes (the mixture was in --json and
+    --plot). Each direction's size, probability and served samples, and the tiers' shares, as plan_data gives them;
+    above 12 directions, the largest and smallest named."""
+    from babelfeed.tools import plots
+    from babelfeed.tools.plan_report import mixture_lines, plan_data, plan_report
+
+    make_data_bin(tmp_path)
+    config = config_for(tmp_path)
+    text = plan_report(config).split("epoch 1's mixture")[1].splitlines()
+    mixes = [(plan_data(config)["mixing"], text)]
+    sizes = np.arange(1, 31) * 1000  # 30 directions: the text names the 5 largest and 5 smallest
+    many = plots.mixing_data([f"d{i:02d}" for i in range(30)], sizes, sizes / sizes.sum(), sizes // 2, 1.0)
+    mixes.append((many, mixture_lines(many)[0].split("epoch 1's mixture")[1:] + mixture_lines(many)[1:]))
+    for mix, lines in mixes:
+        assert lines[0].endswith(f"{len(mix['directions'])} directions, {mix['served']:,} samples served")
+        rows = {ln.split()[0]: ln.split()[1:] for ln in lines[1:] if ln.strip()}
+        named = [d for d in mix["directions"] if d["key"] in mix["named"]]
+        assert len(named) == min(len(mix["directions"]), 10 if len(mix["directions"]) > 12 else 12)
+        assert set(rows) - {"tier", "direction", "high", "mid", "low"} == {d["key"] for d in named}
+        for d in named:
+            assert rows[d["key"]][:3] == [f"{d['size']:,}", f"{d['probability']:.3f}", f"{d['served']:,}"], d
+        for t in mix["tiers"]:
+            assert rows[t["tier"]][0] == f"{t['directions']:,}" and rows[t["tier"]][3] == f"{t['probability']:.1%}"
