@@ -400,6 +400,13 @@ def _flat_leaves(batch: dict, prefix: str = "") -> dict:
     return out
 
 
+def _say_if_past(step: int, last: int) -> None:
+    """Warn that ``step`` lies after the state's ``last`` step: replay gives the batch the run would serve there."""
+    if step > last:
+        print(f"warning: step {step} lies after the state's last step, {last}: this is the batch the run would serve "
+              f"there, unless a later skip or edit changes it", file=sys.stderr)
+
+
 def _replay(args) -> int:
     path, overrides = _config_of(args), (args.set or []) + args.overrides
     loaded = _load(path, overrides)
@@ -409,19 +416,14 @@ def _replay(args) -> int:
 
         it = LMIterator.from_config(lm, world_size=args.world_size or 1)
         state = _read_state(args.state)
-        reached = state.get("consumed_samples", 0) // it.global_batch if isinstance(state, dict) else 0
-        if args.step > reached:
-            print(f"warning: step {args.step} lies after the state's last step, {reached}: this is the batch the run "
-                  f"would serve there, unless a later skip or edit changes it", file=sys.stderr)
+        _say_if_past(args.step, state.get("consumed_samples", 0) // it.global_batch if isinstance(state, dict) else 0)
         batch = it.batch_for_step(args.step, state, rank=args.rank or 0)
         where = f"global batch {args.step - 1}, rank {args.rank or 0} of {it.world_size}"
     else:
         config = _translation_config(path, overrides, loaded)
         it, state = _translation_run(args, config, args.step)
         rank = args.rank if args.rank is not None else 0
-        if args.step > int(state.get("total_steps", 0)):
-            print(f"warning: step {args.step} lies after the state's last step, {state.get('total_steps')}: this is "
-                  f"the batch the run would serve there, unless a later skip or edit changes it", file=sys.stderr)
+        _say_if_past(args.step, int(state.get("total_steps", 0)))
         batch = it.batch_for_step(args.step, state, rank=rank)
         from babelfeed.iterators.history import ran_on
 

@@ -564,7 +564,11 @@ def test_the_state_records_the_split_and_replay_reads_it(root, tmp_path, capsys)
     out = tmp_path / "b.npz"
     assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "5", "--rank", "1",
                  "--out", str(out)]) == 0
-    assert "rank 1 of 2 (split rows)" in capsys.readouterr().out
+    said = capsys.readouterr()
+    assert "rank 1 of 2 (split rows)" in said.out and "lies after" not in said.err
+    assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "8",
+                 "--out", str(tmp_path / "c.npz")]) == 0
+    assert "warning: step 8 lies after the state's last step, 6:" in capsys.readouterr().err
     want = leaves(got[4][1])
     have = np.load(out)
     assert sorted(have.files) == sorted(want) and all(np.array_equal(have[k], want[k]) for k in want)

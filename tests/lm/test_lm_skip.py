@@ -187,6 +187,10 @@ def test_the_ledger_and_replay_commands_on_an_lm_run(path, tmp_path, capsys):
     out = tmp_path / "b.npz"
     assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "12", "--world-size", "2",
                  "--rank", "1", "--out", str(out)]) == 0
+    assert "lies after" not in capsys.readouterr().err
+    assert main(["replay", str(cfg_file), "--state", str(state_file), "--step", "15",
+                 "--out", str(tmp_path / "c.npz")]) == 0
+    assert "warning: step 15 lies after the state's last step, 14:" in capsys.readouterr().err
     got = np.load(out)
     for key, value in batches[12 - 7].items():
         assert np.array_equal(got[key], value[4:]), key
