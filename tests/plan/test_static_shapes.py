@@ -148,7 +148,8 @@ def test_the_plan_report_shows_epoch_1s_mixture_as_its_json_gives_it(tmp_path):
     mixes = [(plan_data(config)["mixing"], text)]
     sizes = np.arange(1, 31) * 1000  # 30 directions: the text names the 5 largest and 5 smallest
     many = plots.mixing_data([f"d{i:02d}" for i in range(30)], sizes, sizes / sizes.sum(), sizes // 2, 1.0)
-    mixes.append((many, mixture_lines(many)[0].split("epoch 1's mixture")[1:] + mixture_lines(many)[1:]))
+    lines = mixture_lines(many)
+    mixes.append((many, [lines[0].split("epoch 1's mixture")[1]] + lines[1:]))
     for mix, lines in mixes:
         assert lines[0].endswith(f"{len(mix['directions'])} directions, {mix['served']:,} samples served")
         rows = {ln.split()[0]: ln.split()[1:] for ln in lines[1:] if ln.strip()}

@@ -26,6 +26,13 @@ def cache(tmp_path, monkeypatch):
     stamps.forget()
 
 
+def _indexes(root) -> list[str]:
+    """A synthetic data_bin made at ``root``: its index prefixes, sorted."""
+    make_data_bin(root)
+    return sorted(os.path.splitext(os.path.join(d, n))[0] for d, _, names in os.walk(root) for n in names
+                  if n.endswith(".idx"))
+
+
 def _count_writes(monkeypatch):
     writes = []
     real = os.replace
@@ -60,10 +67,7 @@ def test_a_data_folder_is_stamped_with_one_write_per_index_holding_every_fact(tm
 
 def test_held_back_stamps_are_written_when_the_block_raises_and_nested_blocks_write_once(tmp_path, cache,
                                                                                           monkeypatch):
-    root = tmp_path / "bin"
-    make_data_bin(root)
-    prefixes = sorted({os.path.splitext(os.path.join(d, n))[0] for d, _, names in os.walk(root) for n in names
-                       if n.endswith(".idx")})[:3]
+    prefixes = _indexes(tmp_path / "bin")[:3]
     writes = _count_writes(monkeypatch)
     with pytest.raises(RuntimeError, match="after two"):
         with stamps.deferred():
@@ -78,10 +82,7 @@ def test_held_back_stamps_are_written_when_the_block_raises_and_nested_blocks_wr
 
 
 def test_another_threads_stamps_are_not_held_back(tmp_path, cache, monkeypatch):
-    root = tmp_path / "bin"
-    make_data_bin(root)
-    prefix = sorted(os.path.splitext(os.path.join(d, n))[0] for d, _, names in os.walk(root) for n in names
-                    if n.endswith(".idx"))[0]
+    prefix = _indexes(tmp_path / "bin")[0]
     writes = _count_writes(monkeypatch)
     with stamps.deferred():
         t = threading.Thread(target=IndexedDataset, args=(prefix,))
@@ -125,10 +126,7 @@ def test_a_damaged_index_mid_folder_is_named_and_the_indexes_checked_before_it_a
 
 
 def test_a_held_back_stamp_does_not_overwrite_a_newer_one_another_thread_wrote(tmp_path, cache):
-    root = tmp_path / "bin"
-    make_data_bin(root)
-    prefix = sorted(os.path.splitext(os.path.join(d, n))[0] for d, _, names in os.walk(root) for n in names
-                    if n.endswith(".idx"))[0]
+    prefix = _indexes(tmp_path / "bin")[0]
     with stamps.deferred():
         ds = IndexedDataset(prefix)  # its check's stamp, held back
         t = threading.Thread(target=ds.check_ends_with, args=(2,))  # another thread adds a fact, written at once
