@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import run_child, table  # noqa: E402
 
 CHILD = r"""
-import contextlib, json, os, sys, tempfile, time
+import contextlib, json, os, shutil, sys, tempfile, time
 cache = tempfile.mkdtemp(prefix="babelfeed-bench-stamps-")
 os.environ["BABELFEED_CACHE_DIR"] = cache
 import babelfeed
@@ -43,7 +44,6 @@ stamps.forget()   # as a fresh process: nothing in memory, the stamp files on di
 t0 = time.perf_counter()
 babelfeed.build_train_iterator(cfg)
 again = time.perf_counter() - t0
-import shutil
 shutil.rmtree(cache)
 print(json.dumps({"first_s": first, "again_s": again, "indexes": files}))
 """
@@ -56,8 +56,6 @@ def main(argv=None) -> str:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--workdir", default=os.path.join("build", "bench"))
     a = p.parse_args(argv)
-    import time
-
     import many_data
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
