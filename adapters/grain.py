@@ -416,18 +416,42 @@ class EpochsIterator(grain.DatasetIterator):
         """What every rank together has consumed, per stream, at this position (``babelfeed.ledger``)."""
         return self._ds.position().ledger(self._epoch, self._base + self._seen * self._per_step, prefix)
 
-    def set_state(self, state: dict) -> None:
-        epoch, consumed = self._ds.position().load(state)
+    def set_state(self, state: dict, mixture_change: str = "refuse") -> None:
+        """Resume after the batch of ``state`` (any adapter's state). ``mixture_change="allow"``: a state of another
+        config of the same data goes on under this one from its next step (``babelfeed.iterators.edits``)."""
+        epoch, consumed = self._ds.position().load(state, mixture_change)
         self._close()
         self._epoch, self._base, self._seen = epoch, consumed, 0
+
+    def _change(self, method: str, *args, **kwargs):
+        """The run's iterator's ``method`` at this position; the workers' read-ahead is dropped and made again
+        from the next batch on."""
+        ds = self._ds
+        pos = ds.position()
+        state, out = pos.apply(self._epoch, self._base + self._seen * self._per_step, method, *args, **kwargs)
+        if method == "edit":  # the run's config is the edited one now: every worker builds theirs from it
+            from babelfeed.iterators.position import pinned
+
+            it = pos.iterator(self._epoch)
+            ds.config = pos.config = it.source_config
+            ds._expect = pinned(it)
+        self.set_state(state)
+        return out
 
     def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
         """The iterator's ``skip`` (``babelfeed.iterators.skips``) at this position: the workers' read-ahead is
         dropped and made again with it. Call it on every rank. Returns the skip's event."""
-        state, event = self._ds.position().skip(self._epoch, self._base + self._seen * self._per_step, steps=steps,
-                                                ids=ids, where=where, reason=reason, world_size=world_size)
-        self.set_state(state)
-        return event
+        return self._change("skip", steps=steps, ids=ids, where=where, reason=reason, world_size=world_size)
+
+    def set_weights(self, weights: dict):
+        """The iterator's ``set_weights`` at this position (the workers' read-ahead is made again). Call it on
+        every rank at the same step."""
+        return self._change("set_weights", weights)
+
+    def edit(self, config=None, **changes):
+        """Change the run's config from the next batch on (``babelfeed.iterators.edits``): every stream goes on
+        from its position. Call it on every rank at the same step. Returns the ``EditReport``."""
+        return self._change("edit", config, **changes)
 
 
 def _unpack(element: dict) -> dict:

@@ -364,10 +364,12 @@ class BatchDataset(torch.utils.data.IterableDataset):
                 "base": self.resume, "world_size": self.world_size,
                 "worker": {"id": info.id, "of": info.num_workers, "next": k_next, "from": base}}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, mixture_change: str = "refuse") -> None:
         """Continue after the batch of ``state`` from the next iteration on (any world size, any workers): any
         babelfeed state (``babelfeed.state.find_state``: another adapter's, an older babelfeed's position, a
-        ``StatefulDataLoader`` checkpoint). In a DataLoader worker, its own position (torchdata's protocol)."""
+        ``StatefulDataLoader`` checkpoint). In a DataLoader worker, its own position (torchdata's protocol).
+        ``mixture_change="allow"``: a state of another config of the same data goes on under this one (an edit,
+        from its next step: ``babelfeed.iterators.edits``)."""
         from babelfeed.iterators.state import find_state, is_position
 
         found = find_state(state, "BatchDataset state")
@@ -382,7 +384,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
             self.resume = found.get("base")
             self.base, self._worker_next = int(worker["from"]), int(worker["next"])
             return
-        epoch, consumed = self.position().load(found)
+        epoch, consumed = self.position().load(found, mixture_change)
         self.set_epoch(epoch)
         self.base = consumed
         self.resume = self.position().resume
@@ -434,6 +436,7 @@ class BatchLoader(torch.utils.data.DataLoader):
                                     tensors=tensors, transform=transform, ring_slots=ring_slots)
         super().__init__(self.batches, batch_size=None, **dataloader_kwargs)
         self._passes = 0  # passes over the loader running now (iterators taken and not yet finished or closed)
+        self._changed = False  # a change made during a pass (skip, set_weights, edit): its workers start again
 
     def __iter__(self):
         ds = self.batches
@@ -443,24 +446,59 @@ class BatchLoader(torch.utils.data.DataLoader):
                                f"(num_samples), all taken; raise num_samples in the config for a longer run")
         self._passes += 1
         try:
-            for batch in super().__iter__():
-                ds.batches_seen += 1  # the loop has it now
-                yield batch
+            while True:
+                inner = super().__iter__()
+                for batch in inner:
+                    ds.batches_seen += 1  # the loop has it now
+                    self._changed = False
+                    yield batch
+                    if self._changed:  # a change made after this batch: the workers' read-ahead is the old run's
+                        break
+                else:
+                    break
+                shutdown = getattr(inner, "_shutdown_workers", None)
+                if shutdown is not None:
+                    shutdown()
+                del inner  # (the next batch comes from workers started at the changed run's state)
             if not pos.is_lm:
                 ds.set_epoch(ds.epoch + 1)
         finally:
             self._passes -= 1
 
-    def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
-        """The iterator's ``skip`` (``babelfeed.iterators.skips``) at the position the loop has reached, from the
-        next pass on: after ``load_state_dict(checkpoint)`` of a rollback, before iterating. Call it on every
-        rank. Returns the skip's event."""
-        self._no_pass_running("skip")  # (skip between passes: after load_state_dict, before iterating)
+    def _change(self, method: str, *args, **kwargs):
+        """The run's iterator's ``method`` at the position the loop has reached; during a pass, the workers start
+        again from the next batch on (their read-ahead was made before the change)."""
         ds = self.batches
-        state, event = ds.position().skip(ds.epoch, ds.consumed(), steps=steps, ids=ids, where=where, reason=reason,
-                                          world_size=world_size)
+        pos = ds.position()
+        state, out = pos.apply(ds.epoch, ds.consumed(), method, *args, **kwargs)
+        if method == "edit":  # the run's config is the edited one now: the workers build theirs from it
+            from babelfeed.iterators.position import pinned
+
+            it = pos.iterator(ds.epoch)
+            ds.config = pos.config = it.source_config
+            ds._expect = pinned(it)
         ds.load_state_dict(state)
-        return event
+        if self._passes:
+            self._changed = True
+        return out
+
+    def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
+        """The iterator's ``skip`` (``babelfeed.iterators.skips``) at the position the loop has reached: from the
+        next batch on (during a pass its workers start again there), or, after ``load_state_dict(checkpoint)`` of
+        a rollback, from the first. Call it on every rank at the same step. Returns the skip's event."""
+        return self._change("skip", steps=steps, ids=ids, where=where, reason=reason, world_size=world_size)
+
+    def set_weights(self, weights: dict):
+        """The iterator's ``set_weights`` at the position the loop has reached (during a pass, its workers start
+        again at the next batch). Call it on every rank at the same step."""
+        return self._change("set_weights", weights)
+
+    def edit(self, config=None, **changes):
+        """Change the run's config from the next batch on (``babelfeed.iterators.edits``): ``config`` (a whole
+        config of the same data) or ``changes`` (``{"mixing.temperature": 2.0}``, ``mixing__temperature=2.0``).
+        Every stream goes on from its position; during a pass the workers start again at the next batch. Call it
+        on every rank at the same step. Returns the edit's report (``EditReport``), which is also printed."""
+        return self._change("edit", config, **changes)
 
     def set_epoch(self, epoch: int) -> None:
         self.batches.set_epoch(epoch)

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from babelfeed.iterators.edits import snapshot
 from babelfeed.iterators.protocol import register_builder
 from babelfeed.iterators.translation import BatchIterator
 from babelfeed.checks import check_rank
@@ -358,10 +359,7 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
     it = BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, epoch, name="train",
                        split=split)
     it.source_config = config  # (not in the state) trace builds iterators of other world sizes from it
-    if planner.sampler.streams:  # the state carries it, so an edited config can finish this run's window
-        from babelfeed.iterators.edits import snapshot
-
-        it.config_snapshot = snapshot(config)
+    it.config_snapshot = snapshot(config)  # the state carries it: an edit says what changed, trace undoes edits
     return it
 
 

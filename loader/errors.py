@@ -60,6 +60,24 @@ class DataChangedError(FormatError):
     --overwrite``): the rest of the run would not be the run its plan and state describe."""
 
 
+class Notice(UserWarning):
+    """Something babelfeed did that the user should hear once, not an error: an accepted mixture edit, a resume
+    that repeats or skips samples. ``warnings.filterwarnings("ignore", category=Notice)`` silences them."""
+
+
+def user_frame() -> int:
+    """The ``stacklevel`` of ``warnings.warn``, called by the caller of this function, that names the first frame
+    outside babelfeed (the user's line that led to the warning, whichever adapter it went through)."""
+    import sys
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    ours = (here, os.path.join(os.path.dirname(here), "adapters"))
+    frame, level = sys._getframe(2), 2
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(ours):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 class ConfigError(BabelfeedError, ValueError):
     """A config value (or a combination of values) that babelfeed cannot run with; the message names the key."""
 

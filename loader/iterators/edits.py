@@ -1,27 +1,32 @@
-"""Mixture edits on resume: a run resumed with an edited config goes on where every stream stood.
+"""Mixture edits: a run resumed with an edited config goes on where every stream stood, from the next step.
 
-With the stream sampler every stream (a task's corpus) is an endless sequence with a position, so a mixture can
-change without losing or repeating a sample: streams on both sides continue from their positions, a new stream
-starts at 0, a removed one keeps its position in the state (re-added later, it goes on from there). What must not
-change is each kept stream's data (its files, hence its sequence) and the seed; everything else is a mixture
-setting (task weights, temperature, schedule, filters, batching, prefixes, noise).
+Every stream (a task's corpus) is a sequence with a position: the epoch's draw of the corpus (stratified and
+concat samplers) or an endless stream (``mixing.sampler="stream"``). So a mixture can change without losing or
+repeating a sample: streams on both sides continue from their positions, a new stream starts at its beginning, a
+removed one keeps its position in the state (re-added later, it goes on from there). The planning window in
+progress is left where the run stands: its rows not yet served go back to their streams, which read them again
+first (``babelfeed.plan.parts``). What must not change is each kept stream's data (its files, hence its sequence),
+the seed, the sampler and the shard scheme; everything else is a mixture setting (task weights, temperature,
+method, schedule, filters, batching, prefixes, noise). fairseq-compatible sampling fixes its epochs as fairseq
+does and refuses edits.
 
-A state saved in the middle of a planning window has served part of that window's samples. The state carries
-the config it was made with, so the resumed run first serves the rest of that window as it was planned (an
-iterator of the saved config, on the same data), then ends the epoch there and goes on with the edited mixture
-in the next epoch, from every stream's position at the window's end. (A stream sampler's epoch is a count of
-samples, not a pass over data: ending one early loses nothing.) The edit is recorded in the state's ``edits``:
-at which step and global batch, and which config values changed.
+The state carries the config it was made with, so ``set_state(state, mixture_change="allow")`` on an iterator of
+the edited config rebuilds the saved run and continues from it (``BatchIterator.continue_from``). The edit is
+recorded in the state's history (step, epoch, global batch, and which config values changed) and said: an
+:class:`EditReport`, printed once (a :class:`~babelfeed.errors.Notice`) and kept as the iterator's ``last_edit``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import warnings
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from babelfeed.iterators.ledger import FIELDS
+from babelfeed.errors import Notice, user_frame
+from babelfeed.plan.totals import FIELDS
 from babelfeed.sources.sources import data_digest
 
 
@@ -45,6 +50,36 @@ def stream_identities(planner) -> dict:
     return planner._identities
 
 
+def edited_config(it, config, changes: dict):
+    """The config an edit of iterator ``it`` goes on with: ``config`` (a whole config, a dict of changes, or None:
+    ``it``'s own) with ``changes`` applied (``"mixing.temperature"`` or ``mixing__temperature`` keys)."""
+    import ml_collections
+
+    snap = getattr(it, "config_snapshot", None)
+    if isinstance(config, dict) and not isinstance(config, ml_collections.ConfigDict) and "data" not in config \
+            and "data_path" not in config:
+        changes, config = {**config, **changes}, None  # a dict of changes
+    if config is None:
+        if snap is None:
+            raise ValueError("edit: this iterator was not built from a config; give the edited config")
+        config = ml_collections.ConfigDict(json.loads(json.dumps(snap)))
+    else:
+        config = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict") else dict(config))
+    if not changes and snap is not None and snapshot(config) == snap:
+        raise ValueError("edit: give the edited config or the changes to make")
+    for dotted, value in changes.items():
+        path = dotted.replace("__", ".").split(".")
+        node = config
+        for k in path[:-1]:
+            if k not in node:
+                raise ValueError(f"edit: {dotted!r} is not a key of the run's config (no {k!r})")
+            node = node[k]
+        if path[-1] not in node and path[0] != "tasks":
+            raise ValueError(f"edit: {dotted!r} is not a key of the run's config")
+        node[path[-1]] = value
+    return config
+
+
 def _flat(d, prefix="") -> dict:
     out = {}
     for k, v in d.items():
@@ -66,7 +101,7 @@ def check_data(saved: dict, old_config: dict, new_planner) -> None:
     """Refuse an edit that changes data a kept stream reads (``saved``: the state's stream identities), or the
     seed (every stream's sequence)."""
     if not isinstance(saved, dict) or not all(isinstance(k, str) for k in saved):
-        raise ValueError(f"iterator state field stream['data'] must map stream names to what they read, got "
+        raise ValueError(f"iterator state field 'data' must map stream names to what they read, got "
                          f"{str(saved)[:200]}")
     if not isinstance(old_config.get("data"), dict) or "seed" not in old_config:
         raise ValueError("iterator state field 'config' is not a whole config of the run (its data section or seed "
@@ -86,58 +121,6 @@ def check_data(saved: dict, old_config: dict, new_planner) -> None:
                          f"name (a task of its own) and keep the old name for the old data")
 
 
-class Handover:
-    """The rest of the saved run's window in progress, served by an iterator of the saved config until global
-    batch ``end`` of ``epoch``; its batches' ``direction`` and ``id`` are renumbered into the edited run's
-    streams and ids (a stream the edit removed: direction -1, ids after this data's, which ``describe_ids``
-    still names)."""
-
-    def __init__(self, old, epoch: int, end: int, state: dict, new_it):
-        self.old, self.epoch, self.end, self.state = old, epoch, end, state
-        new_keys = {k: i for i, k in enumerate(new_it.planner.keys)}
-        self.direction = np.array([new_keys.get(k, -1) for k in old.planner.keys], np.int64)
-        new_comp = {(c.key, c.shard): i for i, c in enumerate(new_it.planner.sources.components)}
-        old_comps = old.planner.sources.components
-        self.comp_map = np.array([new_comp.get((c.key, c.shard), -1) for c in old_comps], np.int64)
-        self.old_base = old.collater.id_base
-        self.new_base = new_it.collater.id_base
-        self.new_keys = new_it.planner.keys
-        self.removed = [i for i, k in enumerate(old.planner.keys) if k not in new_keys]
-
-    def batch(self, g: int, base: int) -> dict:
-        old = self.old
-        if g < self.end:
-            batch = old.batch_at(0, base=base)
-        else:  # past the window's end on this step: an epoch-padding batch, as at an epoch's end
-            batch = old._dummy()
-        d = np.asarray(batch["direction"])
-        batch["direction"] = np.where(d >= 0, self.direction[np.maximum(d, 0)], -1).astype(d.dtype)
-        ids = np.asarray(batch["id"], np.int64)
-        batch["id"] = self.map_ids(ids).astype(batch["id"].dtype)
-        return batch
-
-    def map_ids(self, ids) -> np.ndarray:
-        """Ids of the saved run's data as the edited run numbers them (a stream the edit removed: after this
-        data's ids, which ``describe_ids`` still names; -1 stays -1)."""
-        ids = np.asarray(ids, np.int64)
-        comp = np.searchsorted(self.old_base, ids, side="right") - 1
-        new = self.comp_map[np.clip(comp, 0, len(self.comp_map) - 1)]
-        local = ids - self.old_base[np.clip(comp, 0, len(self.old_base) - 1)]
-        return np.where(ids < 0, -1, np.where(new >= 0, self.new_base[np.maximum(new, 0)] + local,
-                                              int(self.new_base[-1]) + ids))
-
-    def totals(self, consumed: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """The ledger's totals at ``consumed`` of the epoch, in the edited run's streams, then the streams the
-        edit removed (which still serve until the window ends); and the same of the rows the skips dropped
-        (None: none)."""
-        _, old_totals, _, old_skipped = self.old.ledger_totals(self.epoch, consumed)
-
-        def mapped(t):
-            return np.concatenate([map_totals(t, self.old.planner.keys, self.new_keys), t[:, self.removed]], axis=1)
-
-        return mapped(old_totals), None if old_skipped is None else mapped(old_skipped)
-
-
 def map_totals(totals: np.ndarray, keys, new_keys, dormant: dict | None = None) -> np.ndarray:
     """Ledger totals of streams ``keys`` in the order of ``new_keys`` (a new stream: 0, or its dormant counts)."""
     index = {k: i for i, k in enumerate(keys)}
@@ -148,3 +131,109 @@ def map_totals(totals: np.ndarray, keys, new_keys, dormant: dict | None = None) 
         elif dormant and k in dormant:
             out[:, j] = [dormant[k][f] for f in FIELDS]
     return out
+
+
+# settings an edit cannot change: what a stream's positions mean (the sampler, the shards an epoch reads)
+FIXED = {"mixing.sampler": "what a stream's position means (the epoch's draw of a corpus, or an endless stream)",
+         "data.shards": "which rows an epoch reads (one shard of each corpus, or every shard)",
+         "compat": "fairseq-compatible batches"}
+
+
+def check_editable(old: dict, new: dict, planner) -> None:
+    """Refuse an edit this run cannot make: fairseq-compatible sampling, or a change of a setting in
+    :data:`FIXED` (a stream's position would mean something else on the other side)."""
+    why = planner.can_hand_off()
+    if why:
+        raise ValueError(f"this run cannot take a mixture edit: {why}")
+    changed = config_changes(old, new)
+    for key, what in FIXED.items():
+        if key in changed:
+            before, after = changed[key]
+            if key == "mixing.sampler" and {before, after} <= {"auto", planner.opts.sampler}:
+                continue  # ("auto" resolves to the same sampler)
+            raise ValueError(f"an edit cannot change {key} ({before!r} -> {after!r}): it decides {what}, so no "
+                             f"stream could go on where it stood. Keep {key}={before!r}, or start a new run")
+
+
+@dataclass
+class EditReport:
+    """What a mixture edit changed, said when it is accepted (and kept as the iterator's ``last_edit``).
+
+    ``step``: the first training step (1-based) the edited mixture serves; ``epoch``, ``batch``: where it begins
+    (its global batch of the epoch); ``changes``: ``{config key: [old, new]}``; ``shares``: per stream, its
+    probability before and after (0 where absent); ``added``, ``removed``: streams; ``returned``: rows of the
+    planning window in progress that were planned and not served, back in their streams."""
+
+    step: int
+    epoch: int
+    batch: int
+    changes: dict
+    shares: dict = field(default_factory=dict)
+    added: list = field(default_factory=list)
+    removed: list = field(default_factory=list)
+    returned: int = 0
+
+    @staticmethod
+    def shares_of(it) -> dict:
+        """Per stream, its probability where ``it`` stands (its epoch's, or the stream window's)."""
+        planner = it.planner
+        epoch = it.epoch
+        try:
+            setup = planner.setup(epoch)
+            probs = setup.probs
+            if planner.sampler.streams:
+                where = planner.locate(epoch, it.consumed)
+                if where is not None:
+                    mark = planner.stream_mark(epoch, where[0])
+                    probs = planner.probabilities(setup.directions, mark.update, batches=mark.batches)
+        except (ValueError, IndexError):
+            return {}
+        return {k: float(p) for k, p in zip(planner.keys, np.asarray(probs, np.float64).tolist())}
+
+    @classmethod
+    def made(cls, it, before: dict, changes: dict, returned: int = 0) -> "EditReport":
+        after = cls.shares_of(it)
+        streams = sorted(set(before) | set(after), key=lambda k: (-after.get(k, 0.0), k))
+        return cls(step=int(it.total_steps) + 1, epoch=int(it.epoch), batch=int(it.consumed), changes=dict(changes),
+                   shares={k: (before.get(k, 0.0), after.get(k, 0.0)) for k in streams},
+                   added=sorted(set(after) - set(before)), removed=sorted(set(before) - set(after)),
+                   returned=int(returned))
+
+    def as_dict(self) -> dict:
+        return {"step": self.step, "epoch": self.epoch, "batch": self.batch, "changes": self.changes,
+                "shares": {k: list(v) for k, v in self.shares.items()}, "added": self.added,
+                "removed": self.removed, "returned": self.returned}
+
+    def table(self, limit: int = 12) -> str:
+        """The edit as a few lines and a table of every stream's share before and after (the ``limit`` that
+        changed most, above that many)."""
+        lines = [f"mixture edit: from step {self.step} (epoch {self.epoch}, global batch {self.batch}) the run "
+                 f"follows the edited config" + (f"; {self.returned:,} rows planned and not yet served went back to "
+                                                  f"their streams" if self.returned else "")]
+        for k, (old, new) in list(self.changes.items())[:8]:
+            if k != "data.path":
+                lines.append(f"  {k}: {json.dumps(old)} -> {json.dumps(new)}")
+        if len(self.changes) > 8:
+            lines.append(f"  ... and {len(self.changes) - 8} more changes")
+        if self.added:
+            lines.append(f"  streams added: {', '.join(self.added[:10])}" + (" ..." if len(self.added) > 10 else ""))
+        if self.removed:
+            lines.append(f"  streams removed (their positions kept, for when they come back): "
+                         f"{', '.join(self.removed[:10])}" + (" ..." if len(self.removed) > 10 else ""))
+        rows = sorted(self.shares.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))
+        shown = rows[:limit]
+        width = max([len(k) for k, _ in shown] + [6])
+        lines.append(f"  {'stream':<{width}}  share before  share after")
+        for k, (a, b) in sorted(shown, key=lambda kv: -kv[1][1]):
+            lines.append(f"  {k:<{width}}  {a:12.2%}  {b:11.2%}")
+        if len(rows) > limit:
+            lines.append(f"  ({len(rows) - limit} more streams changed less)")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def say(self) -> None:
+        """Print the edit once (a :class:`~babelfeed.errors.Notice`: ``warnings.filterwarnings("ignore",
+        category=babelfeed.errors.Notice)`` silences it)."""
+        warnings.warn(self.table(), Notice, stacklevel=user_frame())

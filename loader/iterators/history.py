@@ -14,11 +14,13 @@ data. A state keeps it as one list, ``state["history"]``, of events (dicts with 
     a mixing schedule's update count: from global batch ``b`` (update ``u``) on, an update is ``p`` global
     batches (a resume on another world size or accumulation changes it). An event replaces the counts listed
     before it that start at ``b`` or later (they were not in effect yet).
-``{"event": "edit", "saved_at_step", "step", "global_batch", "epoch", "changes", "saved": {"epoch", "consumed"}}``
-    a mixture edit: the run saved after ``saved_at_step`` steps at ``saved`` was resumed with another config
-    (``changes``: ``{key: [old, new]}``); it finished the saved planning window up to step ``step`` and the
-    edited config began at ``global_batch`` of epoch ``epoch``. The weights and update counts listed before it
-    are the saved run's.
+``{"event": "edit", "step": s, "epoch": e, "batch": g, "changes": {key: [old, new]}}``
+    a mixture edit: after ``s`` steps, from global batch ``g`` of epoch ``e`` on, the run follows another config
+    (``changes``: what differs). The planning window in progress was left there: its rows not yet served went
+    back to their streams (``babelfeed.plan.parts``). The weights and update counts listed before it are the
+    segment's before the edit. (States of babelfeed 0.1 hold edits of another shape, ``saved_at_step``,
+    ``global_batch`` and ``saved``: the saved window was finished first and the edit began the next epoch; they
+    are read as they are.)
 
 ``{"event": "blend", "sample", "weights", "offsets", "names"}``
     an LM run's blend from global sample ``sample`` on: its weights and where each dataset stood
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field
 from babelfeed.errors import BabelfeedError
 from babelfeed.iterators.skips import SHAPE as SKIP_SHAPE, event_ok as skip_event_ok
 
-VERSION = 2
+VERSION = 3
 
 
 class HistoryError(BabelfeedError, ValueError):
@@ -84,8 +86,7 @@ SHAPES = {
     "updates": "{'event': 'updates', 'batch': int >= 0, 'update': number >= 0, 'per': int >= 1}",
     "blend": "{'event': 'blend', 'sample': int >= 0, 'weights': {data key: number >= 0}, 'offsets': {data key: int "
              ">= 0}, 'names': {data key: name}, 'changes'?: {key: [old, new]}} (an LM run's blend from 'sample' on)",
-    "edit": "{'event': 'edit', 'saved_at_step', 'step', 'global_batch': ints >= 0, 'epoch': int >= 1, 'changes': "
-            "{key: [old, new]}, 'saved': {'epoch': int >= 1, 'consumed': int >= 0}}",
+    "edit": "{'event': 'edit', 'step': int >= 0, 'epoch': int >= 1, 'batch': int >= 0, 'changes': {key: [old, new]}}",
     "skip": SKIP_SHAPE,
 }
 
@@ -111,7 +112,10 @@ def _event_ok(e) -> bool:
                 and all(isinstance(v, str) for v in n.values()) and isinstance(e.get("changes", {}), dict))
     if kind == "skip":
         return skip_event_ok(e)
-    if kind == "edit":
+    if kind == "edit" and "saved_at_step" not in e:
+        return (set(e) == {"event", "step", "epoch", "batch", "changes"} and _int(e["step"]) and _int(e["epoch"], 1)
+                and _int(e["batch"]) and isinstance(e["changes"], dict))
+    if kind == "edit":  # (babelfeed 0.1's: the saved window finished first)
         saved = e.get("saved", {})
         return (set(e) - {"saved"} == {"event", *EDIT_FIELDS, "changes"} and all(_int(e[f]) for f in EDIT_FIELDS)
                 and e["epoch"] >= 1 and e["step"] >= e["saved_at_step"] and isinstance(e["changes"], dict)
@@ -149,7 +153,7 @@ def check(history, total_steps: int | None = None) -> Views:
     if any(a >= b for a, b in zip(blends, blends[1:])):
         raise HistoryError(f"iterator state field 'history': an LM run's blend events must come in training order, "
                            f"one per sample; they start at samples {blends[:20]}")
-    marks = [h["saved_at_step"] for h in history if h["event"] == "edit"]
+    marks = [h.get("saved_at_step", h["step"]) for h in history if h["event"] == "edit"]
     if any(a > b for a, b in zip(marks, marks[1:])):
         raise HistoryError(f"iterator state field 'history': mixture edits must come in training order; saved at "
                            f"steps {marks[:20]}")
@@ -196,8 +200,8 @@ def views(history: list) -> Views:
             v.skips.append(copy.deepcopy(e))
         elif kind == "edit":
             edit = {k: copy.deepcopy(x) for k, x in e.items() if k != "event"}
-            if "saved" in e:
-                edit["saved"] = {**e["saved"], "weights": weights, "updates": [list(u) for u in updates]}
+            if "saved" in e or "saved_at_step" not in e:  # (the segment before it: its weights, update counts)
+                edit["saved"] = {**e.get("saved", {}), "weights": weights, "updates": [list(u) for u in updates]}
             v.edits.append(edit)
             weights = []
     v.weights = weights
@@ -250,12 +254,12 @@ def compose(steps: list, weights: list, updates: list, edits: list, skips: list 
         have = [list(x) for x in us] if us else have
 
     for edit in edits:
-        ranks_until(_i(edit["saved_at_step"]) + 1)
+        ranks_until(_i(edit.get("saved_at_step", edit["step"])) + 1)
         saved = edit.get("saved")
         if saved:
             segment(saved.get("weights", []), saved.get("updates", []))
         event = {"event": "edit", **{k: copy.deepcopy(x) for k, x in edit.items() if k != "saved"}}
-        if saved:
+        if saved and "saved_at_step" in edit:
             event["saved"] = {"epoch": _i(saved["epoch"]), "consumed": _i(saved["consumed"])}
         out.append(event)
     ranks_until(1 << 62)
@@ -306,11 +310,26 @@ def ran_on(state, step: int | None = None) -> int | None:
 
 def upgrade(state):
     """A state of any version this babelfeed reads, as the current version (others are returned as they are,
-    for the checks to name). Version 1 kept four logs: ``steps``, ``weights``, ``edits`` and ``stream.updates``."""
-    if not isinstance(state, dict) or state.get("version") != 1 or type(state.get("version")) is not int:
+    for the checks to name): the one place that knows older states. Version 1 kept four logs (``steps``,
+    ``weights``, ``edits`` and ``stream.updates``); version 2 one history but no ``kind`` on translation states,
+    and the streams' data identities inside ``stream``."""
+    if not isinstance(state, dict) or type(state.get("version")) is not int or state["version"] not in (1, 2):
         return state
+    if state["version"] == 1:
+        state = _from_v1(state)
+    out = dict(state)
+    out["version"] = VERSION
+    out.setdefault("kind", "lm" if "consumed_samples" in state else "translation")
+    stream = out.get("stream")
+    if isinstance(stream, dict) and "data" in stream:
+        out["stream"] = {k: v for k, v in stream.items() if k != "data"}
+        out["data"] = stream["data"]
+    return out
+
+
+def _from_v1(state: dict) -> dict:
     if "consumed_samples" in state or state.get("kind") == "lm":
-        return {**state, "version": VERSION}
+        return {**state, "version": 2}
     out = {k: v for k, v in state.items() if k not in ("steps", "weights", "edits")}
     stream = state.get("stream")
     updates: list = []
@@ -323,6 +342,6 @@ def upgrade(state):
     except (TypeError, ValueError, KeyError, AttributeError, IndexError):
         raise HistoryError(f"this version-1 state's logs (steps, weights, edits, stream.updates) are not well "
                            f"formed: {str(parts)[:300]}") from None
-    out["version"] = VERSION
+    out["version"] = 2
     out["history"] = history
     return out

@@ -136,7 +136,9 @@ def check_trace_state(it, state: dict) -> None:
         raise ValueError("this is a state of an LM run (it counts consumed_samples); the config is a translation "
                          "config: give the LM run's config (its data_path)")
     it._refuse_a_stream_state(state, "use the run's config")
-    if it.planner.sampler.streams and isinstance(state.get("config"), dict):
+    edited = isinstance(state.get("history"), list) and any(isinstance(e, dict) and e.get("event") == "edit"
+                                                            for e in state["history"])
+    if (it.planner.sampler.streams or edited) and isinstance(state.get("config"), dict):
         from babelfeed.iterators.replay import _build, cached, state_key
 
         def check():
@@ -148,7 +150,7 @@ def check_trace_state(it, state: dict) -> None:
         cached(it, ("checked", state_key(state)), check)
         return
     it._check_state(state, True, {"epoch": 1, "consumed": 0, "total_steps": 0},
-                    optional=it.STREAM_FIELDS if it.planner.sampler.streams else ("ledger", "history", "skipped"))
+                    optional=it.STATE_FIELDS)
     it._check_extra(state)
 
 

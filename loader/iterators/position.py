@@ -89,18 +89,21 @@ class Position:
             consumed = min(consumed, len(it))
         return it.state_at(epoch, consumed, self.total_at(epoch, consumed))
 
-    def load(self, state) -> tuple[int, int]:
+    def load(self, state, mixture_change: str = "refuse") -> tuple[int, int]:
         """Take a saved state (any adapter's, an older babelfeed's position, a StatefulDataLoader checkpoint:
-        ``babelfeed.state.find_state``); returns the position it holds."""
+        ``babelfeed.state.find_state``); returns the position it holds. ``mixture_change="allow"``: a state of
+        another config of the same data (an edited mixture) goes on under this config from its next step; the
+        edited run's state is what the workers then load."""
         from babelfeed.iterators.state import find_state, is_iterator_state
 
         found = find_state(state, f"{self.what} state")
         it = self.iterator(1) if self._it is None else self._it
         if is_iterator_state(found):
-            it.set_state(found)
+            it.last_edit = None
+            it.set_state(found, mixture_change=mixture_change)
             epoch, consumed = it.position()
             total = it.total_steps
-            full = found
+            full = found if it.last_edit is None else it.get_state()  # (an edit: the edited run's state)
         else:
             self._check_schedule(found, it)
             epoch, consumed, total = it.load_position(found, self.what)  # (checked there)
@@ -124,14 +127,14 @@ class Position:
                                  f"does not record how updates were counted, so it resumes a mixing schedule only "
                                  f"with the same count. States saved by this babelfeed resume it on any world size")
 
-    def skip(self, epoch: int, consumed: int, **what) -> tuple[dict, dict]:
-        """``it.skip(**what)`` made at this position: the run's state with the skip recorded (for the loader to
-        load) and the skip's event."""
+    def apply(self, epoch: int, consumed: int, method: str, *args, **kwargs) -> tuple[dict, object]:
+        """The run's iterator's ``method`` (``skip``, ``set_weights``, ``edit``) called at this position: the
+        run's state afterwards (for the loader to load) and what the method returned."""
         state = self.state(epoch, consumed)
         it = self.iterator(epoch)
         it.set_state(state)
-        event = it.skip(**what)
-        return it.get_state(), event
+        out = getattr(it, method)(*args, **kwargs)
+        return it.get_state(), out
 
     def ledger(self, epoch: int, consumed: int, prefix: str = "ledger") -> dict:
         """The run's ledger (``babelfeed.ledger``) at this position: what every rank together has consumed, per

@@ -94,10 +94,15 @@ class Prefetcher:
     def get_state(self):
         return self._state
 
-    def set_weights(self, weights: dict) -> None:
+    def set_weights(self, weights: dict):
         """The wrapped iterator's ``set_weights``, at the position of the last batch handed out: the read-ahead is
-        dropped (it may hold batches of a window the change re-plans) and made again from there."""
-        self._at_last_batch("set_weights", weights)
+        dropped (it may hold batches the change re-plans) and made again from there."""
+        return self._at_last_batch("set_weights", weights)
+
+    def edit(self, config=None, **changes):
+        """The wrapped iterator's ``edit`` (``babelfeed.iterators.edits``) at the position of the last batch handed
+        out, from the next batch on: the read-ahead is dropped and made again. Returns the ``EditReport``."""
+        return self._at_last_batch("edit", config, **changes)
 
     def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
         """The wrapped iterator's ``skip`` (``babelfeed.iterators.skips``) at the position of the last batch handed
@@ -128,11 +133,13 @@ class Prefetcher:
             raise TypeError(f"{type(self.iterator).__name__} keeps no ledger")
         return self.iterator.ledger(prefix, at=self._ledger)
 
-    def set_state(self, state) -> None:
+    def set_state(self, state, mixture_change: str = "refuse") -> None:
         """Resume after the batch of ``state``: any babelfeed state (``babelfeed.state``: this adapter's, another
-        adapter's, a StatefulDataLoader checkpoint, an older babelfeed's loader position)."""
+        adapter's, a StatefulDataLoader checkpoint, an older babelfeed's loader position). ``mixture_change``: what
+        to do with a state of another config (``"allow"``: an edited mixture, every stream on from its position;
+        ``babelfeed.iterators.protocol.MIXTURE_CHANGES``)."""
         self.close()
-        self.iterator.set_state(state)
+        self.iterator.set_state(state, mixture_change=mixture_change)
         self._state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else state
         self._ledger = self.iterator.ledger_totals() if self._tracks else None
         self._start()

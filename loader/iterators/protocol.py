@@ -12,9 +12,10 @@ An iterator serves one rank's batches (dicts of numpy arrays) and is fully descr
   start (a position saved at another world size); ``it.batches_per_step`` is the global batches one step takes
   and ``it.steps_after(base)`` this rank's batches from there to the epoch's end;
 * ``it.get_state()`` -> a small JSON-serialisable dict, the same on every rank at the same step;
-  ``it.set_state(state, strict=True)`` on a fresh iterator, in any process and on any world size, continues
-  with the same global batches. The state names the iterator (``name``) and carries a ``fingerprint`` of the
-  data and every setting that shapes the batches: a mismatch raises unless ``strict=False``;
+  ``it.set_state(state)`` on a fresh iterator, in any process and on any world size, continues with the same
+  global batches. The state names the iterator (``name``) and carries a ``fingerprint`` of the data and every
+  setting that shapes the batches: a mismatch raises, unless ``mixture_change`` names what to do instead
+  (:data:`MIXTURE_CHANGES`);
 * ``rank``, ``world_size``, ``split`` (``"batches"``: whole batches per rank, torch DDP; ``"rows"``: every rank
   takes its rows of each global batch, JAX global arrays), ``epoch``.
 
@@ -62,6 +63,46 @@ class StateMismatch(BabelfeedError, ValueError):
     """A state saved with other data or settings than this iterator's."""
 
 
+# What ``set_state(state, mixture_change=...)`` does with a state of another config:
+MIXTURE_CHANGES = {
+    "refuse": "refused, naming what differs (the default)",
+    "allow": "an edit: every stream goes on from its position under this config, from the next step; the planning "
+             "window in progress gives its rows not yet served back to their streams, so nothing is repeated or "
+             "skipped (the data of a kept stream and the seed must be the same)",
+    "keep_position": "this config's plan from the state's epoch and global batch: the saved plan's samples not yet "
+                     "served there may be skipped and its served ones come again (which ones is not known); the "
+                     "only choice for a state with no fingerprint or config (an older babelfeed's) or of changed "
+                     "data",
+}
+# what a state mismatch says about the choices (the command line, which takes no such choice, leaves it out)
+EDIT_HINT = (" (set_state(state, mixture_change='allow') continues an edited mixture from its next step, every "
+             "stream from its position; mixture_change='keep_position' resumes at the same global batch of this "
+             "config's plan, repeating or skipping samples)")
+
+
+def check_mixture_change(value) -> None:
+    if value not in MIXTURE_CHANGES:
+        raise ValueError(f"mixture_change must be one of {list(MIXTURE_CHANGES)}, got {value!r}: "
+                         + "; ".join(f"{k!r}: {v}" for k, v in MIXTURE_CHANGES.items()))
+
+
+def say_kept_position(it, state: dict) -> None:
+    """Say, once, that a state of another plan resumed at its position of this one (``keep_position``)."""
+    import warnings
+
+    from babelfeed.errors import Notice, user_frame
+
+    if state.get("fingerprint") in it.fingerprints():
+        return
+    what = "; ".join(identity_changes(state.get("identity"), it.identity())) or "a state with no fingerprint"
+    epoch, consumed = it.position()
+    warnings.warn(f"resumed at epoch {epoch}, global batch {consumed} of this config's plan, which is not the plan "
+                  f"the state was saved with ({what}): from here the batches are this plan's, so samples the saved "
+                  f"run had planned and not served may be skipped and samples it served may come again (which ones "
+                  f"is not known; mixture_change='allow' continues every stream where it stood instead)", Notice,
+                  stacklevel=user_frame())
+
+
 def _short(value) -> str:
     text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -106,6 +147,9 @@ class LoaderIterator:
 
     def __init__(self, rank: int, world_size: int, split: str):
         check_rank(rank, world_size)
+        self.last_edit = None  # the report of the last mixture edit this iterator made (iterators.edits)
+        self.config_snapshot: dict | None = None  # the config as JSON (set where it was built from one)
+        self.source_config = None  # the config it was built from
         if split not in ("batches", "rows"):
             raise ValueError(f"split must be 'batches' or 'rows', got {split!r}")
         self.rank, self.world_size, self.split = rank, world_size, split
@@ -200,18 +244,14 @@ class LoaderIterator:
         fp = self.fingerprint()
         if strict and "fingerprint" not in state:
             raise ValueError("iterator state has no fingerprint (saved by an older babelfeed): nothing proves it "
-                             "belongs to this data and these settings. Pass strict=False to resume anyway.")
+                             "belongs to this data and these settings. set_state(state, "
+                             "mixture_change='keep_position') resumes at its position anyway.")
         if strict and state.get("fingerprint") != fp and state.get("fingerprint") not in self.fingerprints():
             changed = identity_changes(state.get("identity"), self.identity())
             what = "; ".join(changed) if changed else f"fingerprint {state.get('fingerprint')} != {fp}"
             raise StateMismatch(
                 f"iterator state was saved with different data or settings ({what}): resuming would not continue "
-                f"the same stream. Resume with the config and data it was saved with{self._edit_hint()}"
-                " (set_state(state, strict=False) resumes anyway)")
-
-    def _edit_hint(self) -> str:
-        """What a state mismatch adds where this iterator can resume an edited mixture."""
-        return ""
+                f"the same stream. Resume with the config and data it was saved with{EDIT_HINT}")
 
     def identity(self) -> dict | None:
         """What the fingerprint stands for, kept in the state so that a mismatch can say what changed."""
@@ -287,4 +327,37 @@ class LoaderIterator:
     def position(self) -> tuple[int, int]:
         """``(epoch, consumed)``: where this iterator stands."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------------------------------------ steering
+    def edit(self, config=None, **changes):
+        """Change the run's config from the next step on, in place: ``config`` (a whole config of the same data)
+        or ``changes`` to this run's config (``{"mixing.temperature": 2.0}`` as keyword arguments with ``__`` for
+        the dots, or a dict as ``config``). Every stream goes on from its position (``babelfeed.iterators.edits``;
+        an LM run: every dataset of the blend). Returns the edit's report (``EditReport``), which is also printed
+        once; the state records the edit, so a run resumed later, and ``trace``, follow it. Call it on every rank
+        at the same step."""
+        from babelfeed.iterators.edits import edited_config
+
+        new = builder("any")(edited_config(self, config, changes), rank=self.rank, world_size=self.world_size,
+                             split=self.split)
+        if new.fingerprint() in self.fingerprints():
+            raise ValueError("edit: the edited config plans what this run's does (nothing that shapes the batches "
+                             "changed)")
+        new.take_edit(self)
+        self._become(new)
+        return self.last_edit
+
+    def take_edit(self, old):
+        """:meth:`edit`'s second half: go on with this iterator's config from ``old`` (the run so far)."""
+        self.set_state(old.get_state(), mixture_change="allow")
+        return self.last_edit
+
+    def _become(self, new) -> None:
+        """Take ``new``'s plan and record (an iterator of this run under its edited config), keeping what an
+        adapter set on this one (the JAX adapter's row blocks and row multiple)."""
+        keep = {k: self.__dict__[k] for k in ("row_blocks", "row_multiple") if k in self.__dict__}
+        self.__dict__.clear()
+        self.__dict__.update(new.__dict__)
+        self.__dict__.update(keep)
+        self._ahead = None
 

@@ -23,18 +23,18 @@ import numpy as np
 
 from babelfeed.iterators.history import world_size_at
 from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD
+from babelfeed.plan.parts import Part
 
 
 @dataclass
 class StepSource:
     """Where training step ``step`` was served from: ``it`` (an iterator of the config in force then, on the
-    world size that took the step, holding the weights of its segment), its epoch and first global batch ``g0``;
-    ``handover``: the step finished the saved run's planning window after an edit (``it._handover`` serves it)."""
+    world size that took the step, holding the weights of its segment), its epoch and first global batch
+    ``g0``."""
 
     it: object
     epoch: int
     g0: int
-    handover: bool
     world_size: int
 
 
@@ -126,7 +126,7 @@ def step_source(probe, step: int, state: dict) -> StepSource:
     world = world_size_at(segments, step)
     split = split_at(history.steps, history.splits, step) or probe.split
     edits = history.edits
-    m = len([e for e in edits if e["saved_at_step"] < step])
+    m = len([e for e in edits if e["step"] < step])
     it = cached(probe, ("segment", state_key(state), m, world, split),
                 lambda: _segment(probe, state, m, world, split))
     src = _locate(it, step, segments, edits[m - 1] if m else None, world)
@@ -140,13 +140,12 @@ def step_source(probe, step: int, state: dict) -> StepSource:
 def _segment(probe, state: dict, m: int, world: int, split: str | None = None):
     """An iterator of the config in force after the run's first ``m`` edits, on ``world`` ranks that split the
     batches as ``split`` (default: the probe's), holding the weight changes and update counts of that segment
-    (and, after an edit, its saved run's window)."""
+    (and, after an edit, where the edit began it)."""
     split = split or probe.split
     views = _views(state)
     edits = views.edits
-    stream = probe.planner.sampler.streams
-    current = state.get("config") if stream else None
-    if current is None:
+    current = state.get("config")
+    if current is None or not edits:
         if edits:
             raise ValueError("this state records mixture edits but carries no config of its run: trace it with a "
                              "state saved by this babelfeed")
@@ -175,11 +174,17 @@ def _segment(probe, state: dict, m: int, world: int, split: str | None = None):
     it = _build(configs[0], data_path, world, split)
     _apply_history(it, *history(0))
     for i in range(m):
-        saved = edits[i]["saved"]
-        it._seek(int(saved["epoch"]), int(saved["consumed"]), int(edits[i]["saved_at_step"]))
-        before = it.get_state()
+        edit = edits[i]
+        old = it
         it = _build(configs[i + 1], data_path, world, split)
-        it.set_state(before, mixture_change="allow")
+        if "saved_at_step" in edit:  # babelfeed 0.1's: the saved window finished, the edit began the next epoch
+            e = int(edit["saved"]["epoch"])
+            part = old.planner.handoff(e, old.planner.window_end(e, int(edit["saved"]["consumed"])))
+            it.planner.begin(Part(e + 1, 0, -1, 0.0, part.positions, part.served, batches=part.batches))
+            it._seek(e + 1, 0, int(edit["step"]))
+        else:
+            old._seek(int(edit["epoch"]), int(edit["batch"]), int(edit["step"]))
+            it.continue_from(old, quiet=True)
         _apply_history(it, *history(i + 1))
     return it
 
@@ -203,16 +208,13 @@ def step_batch(probe, step: int, state: dict, rank: int | None = None) -> dict:
 def _rank_batch(src: StepSource, skips, rank: int) -> dict:
     """Rank ``rank``'s batch of the step ``src`` locates, with the run's ``skips`` (a ``Skips``)."""
     it = src.it
-    h = it._handover if src.handover else None
-    served = h.old if h is not None else it
+    served = it
     g = src.g0 + (rank if it.split == "batches" else 0)
     saved = (served.epoch, served.skips, served.row_blocks, served._fillers)
     try:
         served.epoch, served.skips, served._fillers = src.epoch, skips, {}
         if it.split == "rows":
             served.row_blocks = ((rank,), src.world_size)
-        if h is not None:
-            return h.batch(g, g)
         where = served.planner.locate(src.epoch, g)
         return served._dummy() if where is None else served._collate_one(*where)
     finally:
@@ -250,15 +252,8 @@ def _locate(it, step: int, segments: list, edit: dict | None, world: int) -> Ste
     """Count ``step`` from the latest point where the count is known, with ``it`` the plan in force."""
     per = it.batches_per_step
     planner = it.planner
-    if edit is not None and step <= edit["step"]:  # the saved run's window, finished after the edit
-        saved = edit.get("saved") or {}
-        if "epoch" not in saved:
-            raise ValueError(f"step {step} finished the planning window of the run saved before an edit, which a "
-                             f"babelfeed older than this one recorded without its position")
-        first, epoch, consumed = edit["saved_at_step"] + 1, int(saved["epoch"]), int(saved["consumed"])
-        return StepSource(it, epoch, consumed + (step - first) * per, True, world)
-    if edit is not None:
-        first, epoch, consumed = edit["step"] + 1, int(edit["epoch"]), 0
+    if edit is not None:  # (babelfeed 0.1's edits began an epoch)
+        first, epoch, consumed = edit["step"] + 1, int(edit["epoch"]), int(edit.get("batch", 0))
     else:
         first, epoch, consumed = 1, 1, 0
     for start, e, c, _ws in segments:  # a resume on another world size after it: counted from there
@@ -287,7 +282,7 @@ def _locate(it, step: int, segments: list, edit: dict | None, world: int) -> Ste
             bar.update(1)
     if bar is not None:
         bar.close()
-    return StepSource(it, epoch, consumed + (step - first) * per, False, world)
+    return StepSource(it, epoch, consumed + (step - first) * per, world)
 
 
 def step_rows(src: StepSource, skips=None) -> list[tuple]:
@@ -298,13 +293,7 @@ def step_rows(src: StepSource, skips=None) -> list[tuple]:
     out = []
     for k in range(it.batches_per_step):
         g = src.g0 + k
-        if src.handover:
-            h = it._handover
-            if g >= h.end:
-                continue
-            planner, collater = h.old.planner, h.old.collater
-        else:
-            planner, collater = it.planner, it.collater
+        planner, collater = it.planner, it.collater
         where = planner.locate(src.epoch, g)
         if where is None:  # the epoch's last step: this rank's batch is an epoch-padding one
             continue
@@ -314,7 +303,5 @@ def step_rows(src: StepSource, skips=None) -> list[tuple]:
         s = win.samples
         ids = collater.ids(s.comp[rows].astype(np.int64), s.local[rows])
         dropped = skips.dropped(planner.sources, src.epoch, g, s.comp[rows], s.local[rows]) if skips else None
-        if src.handover:
-            ids = it._handover.map_ids(ids)
         out.append((k, g, ids, s.src_len[rows], s.tgt_len[rows], dropped))
     return out

@@ -13,7 +13,7 @@ class Reports:
         (global batches since training began / batches per update)."""
         if not self.planner.sampler.streams:
             raise ValueError("the update count is kept by mixing.sampler='stream' (or 'auto' with a schedule)")
-        return self.planner.update_at(self.planner.epoch_start(self.epoch)[1] + self.consumed)
+        return self.planner.update_at(self.planner.since_start(self.epoch, self.consumed))
 
     def task_stats(self) -> dict:
         """Per task: its probability now, the samples drawn from it since training began (up to the current
@@ -23,15 +23,6 @@ class Reports:
         planner = self.planner
         if not planner.sampler.streams:
             raise ValueError("per-task positions exist with mixing.sampler='stream' (or 'auto' with a schedule)")
-        h = getattr(self, "_handover", None)
-        if h is not None and self.epoch == h.epoch:
-            # the saved run's window is being finished (an edited resume): its tasks, where they stand
-            old = h.old
-            old.epoch, old._base, old.step, old._hint = self.epoch, self.consumed, 0, (0, 0)
-            out = old.task_stats()
-            for name, st in out.items():
-                st["served"] = 0  # this run serves the edited mixture's tasks; the saved one's are not counted
-            return out
         setup = planner.setup(self.epoch)
         where = planner.locate(self.epoch, self.consumed, self._hint)
         if where is None:  # the epoch is over: every stream stands where the next epoch starts

@@ -63,15 +63,10 @@ class BatchIterator(Reports, LoaderIterator):
         self._ledger_start: dict[int, np.ndarray] = {1: np.zeros((3, len(planner.keys)), np.int64)}
         self._skipped_start: dict = {1: np.zeros((3, len(planner.keys)), np.int64)}  # (see skipped_start)
         self._skipped_other: dict = {}  # skipped counts of streams an edit removed, as the state kept them
-        self.config_snapshot: dict | None = None  # the config as JSON (build_train_iterator sets it): edits
-        self.source_config = None  # the config it was built from (build_train_iterator): trace on other world sizes
-        self._handover = None  # edits.Handover: the saved run's window in progress, after an edited resume
         self.dormant: dict = {}  # streams an edit removed: name -> position and ledger counts, kept in the state
-        self.edits: list = []  # the mixture edits of this run: step, global batch, epoch, what changed
+        self.edits: list = []  # the mixture edits of this run: step, epoch, global batch, what changed
         # how steps were counted: [steps before, epoch, global batch, world size] each time the world size changed
         self.step_log: list = []
-        self._removed_rows: dict = {}  # rows of the streams the last edit removed (their ledger's passes)
-        self._former = None  # (sources, id_base) of the run before the last edit, for its removed streams' ids
         self._hint = (0, 0)
         # where random access found its last batch, (epoch, window, its first batch), per user: "ra" (batch_at,
         # has_batch) and "ahead" (the prefetcher); emptied whenever the plans change
@@ -91,8 +86,7 @@ class BatchIterator(Reports, LoaderIterator):
     def __len__(self) -> int:
         """Steps of the current epoch for this rank, counted from the epoch's start (the first call plans the
         integers of every window of the epoch)."""
-        h = self._handover
-        n = h.end if h is not None and self.epoch == h.epoch else self.planner.num_batches(self.epoch)
+        n = self.planner.num_batches(self.epoch)
         before_resume = -(-self._base // self._per_step)
         return before_resume + -(-max(n - self._base, 0) // self._per_step)
 
@@ -112,21 +106,18 @@ class BatchIterator(Reports, LoaderIterator):
         position saved at another world size), as :meth:`batch_at` takes it."""
         if k < 0:
             return False
-        self._no_random_access_in_handover()
         if base is not None:
             return base >= 0 and self._locate(int(base) + k * self._per_step) is not None
         if self._base % self._per_step:  # resumed between steps on another world size: count them all
             return k < len(self)
         return self._locate(k * self._per_step) is not None
 
-    def _no_random_access_in_handover(self) -> None:
-        if self._handover is not None and self.epoch == self._handover.epoch:
-            raise ValueError("this iterator is finishing the saved run's planning window after a mixture edit: "
-                             "iterate it (random access resumes with the next epoch)")
-
     def _locate(self, g: int, user: str = "ra"):
         """``planner.locate`` for random access, starting from the window ``user`` found last (not from window
-        0)."""
+        0). A batch served before the run's last mixture edit (``plan.parts``) is ``(-1, -1)``: it existed, and
+        this plan does not make it."""
+        if g < self.planner.first_batch(self.epoch):
+            return -1, -1
         epoch, w, start = self._ra_hint.get(user, (0, 0, 0))
         where = self.planner.locate(self.epoch, g, (w, start) if epoch == self.epoch else (0, 0))
         if where is not None:
@@ -140,17 +131,6 @@ class BatchIterator(Reports, LoaderIterator):
     def __next__(self) -> dict:
         if self.max_epochs is not None and self.epoch > self.max_epochs:
             raise StopIteration
-        h = self._handover
-        if h is not None and self.epoch == h.epoch:  # the rest of the saved run's window, then the edited mixture
-            start = self.consumed
-            if start >= h.end:
-                self._handover = None
-                self._next_epoch()
-                raise StopIteration
-            batch = h.batch(start + (self.rank if self.split == "batches" else 0), start)
-            self.step += 1
-            self.total_steps += 1
-            return batch
         start = self.consumed
         if self.step == 0 and self._base == 0 and self.epoch > 1:  # an epoch's first batch: the data still its own
             self.planner.sources.check_unchanged()
@@ -222,6 +202,8 @@ class BatchIterator(Reports, LoaderIterator):
             where = self._locate(g, "ahead")
             if where is None:
                 break
+            if where == (-1, -1):  # (served before the run's last edit)
+                continue
             found.setdefault(where[0], []).append((where[1], g))
             got += 1
         files: list = []
@@ -464,6 +446,10 @@ class BatchIterator(Reports, LoaderIterator):
                              f"{self.steps_after(base)} batches from there in epoch {self.epoch}")
         g = base + k * self._per_step + (self.rank if self.split == "batches" else 0)
         where = self._locate(g)
+        if where == (-1, -1):
+            first = self.planner.first_batch(self.epoch)
+            raise IndexError(f"batch {k} (global batch {g} of epoch {self.epoch}) was served before this run's "
+                             f"mixture edit, which began at global batch {first}: count from there (base={first})")
         return self._dummy() if where is None else self._collate(*where, at=(k, base))
 
     def _dummy(self) -> dict:
@@ -506,10 +492,6 @@ class BatchIterator(Reports, LoaderIterator):
         dropped, never served."""
         epoch = self.epoch if epoch is None else epoch
         consumed = self.consumed if consumed is None else consumed
-        h = self._handover
-        if h is not None and epoch == h.epoch:
-            totals, skipped = h.totals(consumed)
-            return epoch, totals, self.total_steps, skipped
         totals = self.ledger_start(epoch) + self.planner.consumed_totals(epoch, consumed)
         if not self.skips:
             return epoch, totals, self.total_steps, None
@@ -600,13 +582,10 @@ class BatchIterator(Reports, LoaderIterator):
         index = {k: i for i, k in enumerate(keys)}
         for c in self.planner.sources.components:
             rows[index[c.key]] += len(c)
-        # streams an edit removed count on: while the saved window is finished their columns come with the
-        # totals; after it, from the state's dormant streams (so the run's totals never go down)
-        removed = list(self._removed_rows) if totals.shape[1] > len(keys) else []
-        extra = [k for k in self.dormant if k not in index and k not in removed]
-        keys += removed + extra
-        rows = np.concatenate([rows, [self._removed_rows[k] for k in removed],
-                               [self._removed_rows.get(k, 0) for k in extra]]).astype(np.int64)
+        # streams an edit removed count on, from the state's dormant streams (so the run's totals never go down)
+        extra = [k for k in self.dormant if k not in index]
+        keys += extra
+        rows = np.concatenate([rows, [self.dormant[k].get("rows", 0) for k in extra]]).astype(np.int64)
         if extra:
             totals = np.concatenate([totals, np.array([[self.dormant[k][f] for k in extra] for f in FIELDS],
                                                       np.int64).reshape(len(FIELDS), len(extra))], axis=1)
@@ -622,34 +601,26 @@ class BatchIterator(Reports, LoaderIterator):
         "row"}`` (``None`` for -1, an epoch-padding row). ``row`` is the record in that shard's ``.idx``."""
         from babelfeed.iterators.ledger import describe_ids
 
-        ids = np.asarray(ids, np.int64).reshape(-1)
-        total = int(self.collater.id_base[-1])
-        former = self._former
-        if former is None or not (ids >= total).any():
-            return describe_ids(self.planner.sources, self.collater.id_base, ids)
-        out = describe_ids(self.planner.sources, self.collater.id_base, np.where(ids >= total, -1, ids))
-        late = np.flatnonzero(ids >= total)  # rows of a stream an edit removed, served while finishing its window
-        for i, d in zip(late.tolist(), describe_ids(former[0], former[1], ids[late] - total)):
-            out[i] = dict(d, id=int(ids[i]))
-        return out
+        return describe_ids(self.planner.sources, self.collater.id_base, np.asarray(ids, np.int64).reshape(-1))
 
-    def set_weights(self, weights: dict) -> None:
-        """Change the mixture from the next planning window on: ``{task: weight}`` for every task (the tasks of
-        the config's tasks section, or every direction), normalised; the temperature still splits a task's
-        weight among its corpora. Stream sampler only (``mixing.sampler="stream"``). The change is recorded in
-        the state with the global batch it was made at, so a resumed run mixes exactly as this one, whether it
-        resumes before the change (and makes it again) or after it. Call it on every rank at the same step."""
+    def set_weights(self, weights: dict):
+        """Change the mixture: ``{task: weight}`` for every task (the tasks of the config's tasks section, or
+        every direction), normalised; the temperature still splits a task's weight among its corpora. Call it on
+        every rank at the same step. The change is recorded in the state, so a resumed run mixes exactly as this
+        one, whether it resumes before the change (and makes it again) or after it.
+
+        With ``mixing.sampler="stream"`` it takes effect from the next planning window (the window being served
+        keeps its mix; cheap enough for a policy that calls it every few steps). With the other samplers it is an
+        edit of the config's task weights (``mixing.schedule.weights``, :meth:`edit`), from the next step: every
+        stream goes on from its position, and the edit is reported (its ``EditReport`` is returned)."""
         from babelfeed.iterators.policy import scaled_weights
 
         tasks = self.planner.sources.tasks
         weights = scaled_weights(weights, tasks, "task")
-        if self._handover is not None and self.epoch == self._handover.epoch:
-            left = len(self) - self.iterations_in_epoch
-            raise ValueError("set_weights while the saved run's planning window is being finished (a mixture edit "
-                             "was resumed; the edited mixture begins with the next epoch): "
-                             + (f"{left} more step(s), then" if left else "its last batch is served:")
-                             + " call it once next() has ended this epoch (raised StopIteration)")
-        at = self.planner.epoch_start(self.epoch)[1] + self.consumed if self.planner.sampler.streams else 0
+        if not self.planner.sampler.streams:
+            return self.edit(**{"mixing.schedule.weights": ",".join(f"{t}:{weights[t]!r}" for t in tasks),
+                                "mixing.schedule.boundaries": ""})
+        at = self.planner.since_start(self.epoch, self.consumed) if self.planner.sampler.streams else 0
         self.planner.set_weights(at, [float(weights[t]) for t in tasks])
         self._hint = (0, 0)
         self._ra_hint = {}
@@ -676,7 +647,6 @@ class BatchIterator(Reports, LoaderIterator):
         from babelfeed.iterators.skips import which_kind
 
         which_kind(steps, ids, where, reason)
-        h = self._handover
         epoch, consumed = self.epoch, self.consumed
         event = {"event": "skip", "step": int(self.total_steps), "epoch": int(epoch), "batch": int(consumed),
                  "reason": reason}
@@ -689,9 +659,6 @@ class BatchIterator(Reports, LoaderIterator):
             self._refuse_skipping_everything(event)
         self.skips.add(event)
         self._fillers = {}
-        if h is not None and self.epoch == h.epoch:  # the saved run's window drops them too: its counts change
-            h.old._fillers = {}
-            self._count_edited_start(*self._handover_counts)
         return copy.deepcopy(event)
 
     def _refuse_skipping_everything(self, event: dict) -> None:
@@ -872,8 +839,7 @@ class BatchIterator(Reports, LoaderIterator):
         return trace(self, step, state)
 
     def epoch_batches(self, epoch: int) -> int:
-        h = self._handover
-        return h.end if h is not None and epoch == h.epoch else self.planner.num_batches(epoch)
+        return self.planner.num_batches(epoch)
 
     def position(self) -> tuple[int, int]:
         return self.epoch, self.consumed
@@ -881,10 +847,10 @@ class BatchIterator(Reports, LoaderIterator):
     def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
         """Stand at global batch ``consumed`` of ``epoch`` after ``total_steps`` steps, serving nothing (the
         history replay moves an iterator of a finished segment to where the run was saved)."""
-        if self._handover is not None and (epoch, consumed) >= (self._handover.epoch, 0):
-            if epoch == self._handover.epoch and consumed < self._handover.end:
-                raise ValueError("cannot move into the saved run's window after an edit: resume it instead")
-            self._handover = None
+        part = self.planner.part
+        if part is not None and (int(epoch), int(consumed)) < (part.epoch, part.batch):
+            raise ValueError(f"epoch {epoch}, global batch {consumed} lies before this run's mixture edit (epoch "
+                             f"{part.epoch}, global batch {part.batch}), which this iterator plans from")
         self.epoch, self._base, self.step = int(epoch), int(consumed), 0
         self.total_steps = int(total_steps)
         self._hint, self._ra_hint = (0, 0), {}
@@ -892,10 +858,6 @@ class BatchIterator(Reports, LoaderIterator):
     # ----------------------------------------------------------------------------------------- state
     def fingerprint(self) -> str:
         return self.planner.fingerprint()
-
-    def _edit_hint(self) -> str:
-        return (", or, for an edited mixture (mixing.sampler='stream'), set_state(state, mixture_change='allow'): every "
-                "stream goes on from its position" if self.config_snapshot is not None else "")
 
     def fingerprints(self) -> tuple:
         return (self.planner.fingerprint(), self.planner.fingerprint(legacy=True))
@@ -907,17 +869,7 @@ class BatchIterator(Reports, LoaderIterator):
         """A small JSON-serialisable dict; the same on every rank at the same step."""
         c = self.consumed
         epoch = self.epoch
-        h = self._handover
-        if h is not None and epoch == h.epoch:
-            if c < h.end:  # the saved run's state, where it stands: resuming repeats the edit from here
-                from babelfeed.iterators.history import compose, views
-
-                v = views(h.state["history"])
-                return {**h.state, "consumed": c, "total_steps": self.total_steps,
-                        "history": compose(self.steps_out(), v.weights, v.updates, v.edits, self.skips.events,
-                                           self.splits_out())}
-            epoch, c = epoch + 1, 0
-        elif self.planner.locate(epoch, c, self._hint) is None and c > 0:
+        if self.planner.locate(epoch, c, self._hint) is None and c > 0:
             epoch, c = epoch + 1, 0  # finished epoch: resume at the start of the next
         from babelfeed.iterators.history import compose
         from babelfeed.iterators.ledger import as_state, skipped_state
@@ -930,7 +882,7 @@ class BatchIterator(Reports, LoaderIterator):
         history = compose(self.steps_out(), [[at, dict(zip(tasks, w.tolist()))] for at, w in planner.weight_changes],
                           [[b, u, p] for b, u, p in planner.update_segments] if stream and planner.changing_schedule
                           else [], self.edits, self.skips.events, self.splits_out())
-        state = {"version": STATE_VERSION, "name": self.name, "epoch": epoch, "consumed": c,
+        state = {"version": STATE_VERSION, "kind": self.kind, "name": self.name, "epoch": epoch, "consumed": c,
                  "total_steps": self.total_steps, "fingerprint": planner.fingerprint(), "history": history,
                  "identity": copy.deepcopy(planner.identity())}  # (a copy: the state is the caller's)
         if stream:  # where every stream stood when this epoch began
@@ -941,16 +893,24 @@ class BatchIterator(Reports, LoaderIterator):
             state["skipped"] = skipped_state(self.skipped_start(epoch), planner.keys, self._skipped_other)
         if stream:
             state["stream"]["keys"] = list(self.planner.keys)  # positions by name: an edit maps them
-            if self.config_snapshot is not None:  # to finish a window in progress under an edited config
-                from babelfeed.iterators.edits import stream_identities
+            served = planner.served_by_key(epoch)
+            if served:  # rows an edit left served ahead of their streams' positions (plan.parts)
+                from babelfeed.plan.parts import encode
 
-                state["config"] = self.config_snapshot
-                state["stream"]["data"] = stream_identities(self.planner)  # per stream: what its sequence reads
-            if self.dormant:
-                state["dormant"] = self.dormant
+                state["served"] = {k: encode(v) for k, v in served.items()}
+        part = planner.part
+        if part is not None and part.epoch == epoch:  # an edited epoch: where its part began (plan.parts)
+            state["part"] = part.to_state()
+        if self.config_snapshot is not None:  # what an edit compares and, from the edits, every earlier config
+            from babelfeed.iterators.edits import stream_identities
+
+            state["config"] = self.config_snapshot
+            state["data"] = stream_identities(self.planner)  # per stream: what its sequence reads
+        if self.dormant:
+            state["dormant"] = copy.deepcopy(self.dormant)
         return state
 
-    STREAM_FIELDS = ("stream", "ledger", "config", "dormant", "history", "skipped")
+    STATE_FIELDS = ("stream", "ledger", "config", "dormant", "history", "skipped", "data", "part", "served")
 
     def _load_skipped(self, saved, epoch: int) -> None:
         """The state's ``skipped`` counts (what the skips dropped before ``epoch``), per stream; counted from the
@@ -999,11 +959,14 @@ class BatchIterator(Reports, LoaderIterator):
             raise ValueError(f"iterator state field 'dormant' must map removed streams to their position and counts, "
                              f"got {str(dormant)[:200]}")
         for k, v in dormant.items():
-            ok = (isinstance(k, str) and isinstance(v, dict) and set(v) == {"position", *FIELDS}
-                  and all(type(x) is int and x >= 0 for x in v.values()))
+            ok = (isinstance(k, str) and isinstance(v, dict) and set(FIELDS) <= set(v)
+                  and set(v) <= {"position", "rows", "served", *FIELDS}
+                  and all(type(x) is int and x >= 0 for f, x in v.items() if f != "served")
+                  and isinstance(v.get("served", ""), str))
             if not ok:
                 raise ValueError(f"iterator state field 'dormant' holds {k!r}: {str(v)[:200]}; a removed stream is "
-                                 f"{{'position', {', '.join(repr(f) for f in FIELDS)}: integers >= 0}}")
+                                 f"{{{', '.join(repr(f) for f in FIELDS)}, 'position'?, 'rows'?: integers >= 0, "
+                                 f"'served'?: positions}}")
 
     def _check_extra(self, state: dict):
         """The optional fields of a state: well formed, or an error naming the field. Returns the history's
@@ -1024,11 +987,12 @@ class BatchIterator(Reports, LoaderIterator):
                 raise HistoryError(f"iterator state field 'history': a 'ranks' event counts from epoch {late[0][1]}, "
                                    f"global batch {late[0][2]}, past the state's own position (epoch {at[0]}, "
                                    f"consumed {at[1]})")
-            late = [e for e in views.edits if e["saved_at_step"] > total or e["epoch"] > at[0]]
+            late = [e for e in views.edits if e.get("saved_at_step", e["step"]) > total
+                    or (e["epoch"], e.get("batch", 0)) > at]
             if late:
-                raise HistoryError(f"iterator state field 'history': an 'edit' event saved at step "
-                                   f"{late[0]['saved_at_step']} (epoch {late[0]['epoch']}) lies past the state's own "
-                                   f"position (step {total}, epoch {at[0]})")
+                raise HistoryError(f"iterator state field 'history': an 'edit' event made at step "
+                                   f"{late[0].get('saved_at_step', late[0]['step'])} (epoch {late[0]['epoch']}) lies "
+                                   f"past the state's own position (step {total}, epoch {at[0]})")
             early = [e for e in views.skips if "steps" in e and any((b[0], b[1]) < (e["epoch"], e["batch"])
                                                                    for b in e["batches"])]
             if early:
@@ -1042,28 +1006,35 @@ class BatchIterator(Reports, LoaderIterator):
                                    f"(epoch, global batch) lies past the state's own position {at}")
             stream = state.get("stream")
             if isinstance(stream, dict) and type(stream.get("batches")) is int:
-                now = stream["batches"] + at[1]
+                part = state.get("part")
+                first = part.get("batch", 0) if isinstance(part, dict) and type(part.get("batch")) is int else 0
+                now = stream["batches"] + at[1] - first
                 late = [w for w in views.weights if w[0] > now]
                 if late:
                     raise HistoryError(f"iterator state field 'history': a 'weights' event takes effect at global "
                                        f"batch {late[0][0]}, past the state's own position (global batch {now})")
         return views
 
-    def set_state(self, state: dict, strict: bool = True, mixture_change: str = "refuse") -> None:
-        """Continue after ``state`` (from ``get_state()``). ``mixture_change="allow"``: the config was edited
-        (weights, temperature, tasks added or removed...; stream sampler): every stream goes on from its
-        position, after the saved run's planning window in progress is finished as planned (``babelfeed.edits``).
-        A change to a kept stream's data or to the seed is refused either way."""
-        if mixture_change not in ("refuse", "allow"):
-            raise ValueError(f"mixture_change must be 'refuse' or 'allow', got {mixture_change!r}")
+    def set_state(self, state: dict, mixture_change: str = "refuse") -> None:
+        """Continue after ``state`` (from ``get_state()``). A state of another config: ``mixture_change``
+        (``protocol.MIXTURE_CHANGES``) says what to do. ``"allow"``: the config was edited (weights, temperature,
+        corpora or tasks added or removed, batching...): every stream goes on from its position from the next
+        step, the rows the planning window in progress had not served back in their streams
+        (``babelfeed.iterators.edits``); a change to a kept stream's data, the seed, the sampler or the shard
+        scheme is refused. ``"keep_position"``: this config's plan from the state's epoch and global batch, said
+        out loud (samples may repeat or be skipped)."""
+        from babelfeed.iterators.protocol import check_mixture_change, say_kept_position
+
+        check_mixture_change(mixture_change)
+        strict = mixture_change != "keep_position"
         state = self._state_in(state)
         stream = self.planner.sampler.streams
         self._refuse_a_stream_state(state, "resume with the run's config")
-        if (mixture_change == "allow" and stream and isinstance(state, dict)
+        if (mixture_change == "allow" and isinstance(state, dict)
                 and state.get("fingerprint") not in self.fingerprints()):
             return self._resume_edited(state)
         self._check_state(state, strict, {"epoch": 1, "consumed": 0, "total_steps": 0},
-                          optional=self.STREAM_FIELDS if stream else ("ledger", "history", "skipped"))
+                          optional=self.STATE_FIELDS)
         history = self._check_extra(state)
         if stream and "stream" in state:
             self._check_stream(state["stream"], self.planner.keys)
@@ -1089,12 +1060,19 @@ class BatchIterator(Reports, LoaderIterator):
             if [tuple(x) for x in planner.update_segments] != saved:  # plans counted otherwise are not this state's
                 planner.forget_plans()
                 planner.update_segments = [(int(b), float(u), int(p)) for b, u, p in saved]
-        if stream and "stream" in state:
+        part = self._check_part(state, epoch, consumed)
+        if part is not None:  # an edited epoch: it goes on from where the edit began it (plan.parts)
+            planner.begin(part)
+        elif stream and "stream" in state:
             self.planner.set_epoch_start(epoch, state["stream"]["positions"], state["stream"]["batches"])
+        else:
+            planner.part = None
+        if stream:
+            planner.served_ahead = self._check_served(state.get("served", {}))
         if stream and planner.changing_schedule and planner.update_segments[-1][2] != planner.opts.batches_per_update:
             # resumed on another world size or accumulation: from the next window on, an update is this run's
-            planner.count_updates_from_here(planner.epoch_start(epoch)[1] + consumed, planner.opts.batches_per_update)
-        if consumed and self.planner.locate(epoch, consumed - 1) is None:
+            planner.count_updates_from_here(planner.since_start(epoch, consumed), planner.opts.batches_per_update)
+        if consumed > planner.first_batch(epoch) and self.planner.locate(epoch, consumed - 1) is None:
             raise ValueError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
                              f"{self.planner.num_batches(epoch)} global batches")
         if "ledger" in state:
@@ -1103,8 +1081,7 @@ class BatchIterator(Reports, LoaderIterator):
             self._ledger_start = {epoch: from_state(state["ledger"], self.planner.keys)}
         else:  # a state without a ledger (an older babelfeed): counted from every earlier epoch's plan
             self._ledger_start = {1: np.zeros((3, len(self.planner.keys)), np.int64)}
-        self._handover = None
-        self.dormant = dict(state.get("dormant", {}))
+        self.dormant = copy.deepcopy(state.get("dormant", {}))
         self.edits = history.edits
         self.skips = Skips(history.skips)
         self._fillers = {}
@@ -1116,10 +1093,50 @@ class BatchIterator(Reports, LoaderIterator):
         self._ra_hint = {}
         self.total_steps = int(state["total_steps"])
         self._log_steps(history.steps, self.total_steps, epoch, consumed, history.splits)
+        if not strict:
+            say_kept_position(self, state)
+
+    def _check_part(self, state: dict, epoch: int, consumed: int):
+        """The state's ``part`` (an edited epoch: where the edit began it), checked against its position and this
+        config's sampler; None where it has none."""
+        if "part" not in state:
+            return None
+        from babelfeed.plan.parts import Part
+
+        part = Part.from_state(state["part"])
+        if part.epoch != epoch or part.batch > consumed:
+            raise ValueError(f"iterator state field 'part' begins at epoch {part.epoch}, global batch {part.batch}; "
+                             f"the state stands at epoch {epoch}, global batch {consumed}: a part holds the state's "
+                             f"own epoch from before its position (edited or damaged)")
+        if bool(part.base) == bool(self.planner.sampler.streams):
+            raise ValueError(f"iterator state field 'part' was written by a run with "
+                             f"{'another sampler than' if part.base else ''} mixing.sampler="
+                             f"{self.planner.opts.sampler!r}: resume with the run's config")
+        return part
+
+    def _check_served(self, served) -> dict:
+        """The state's ``served`` (rows an edit left served ahead of their streams), by stream index."""
+        from babelfeed.plan.parts import decode
+
+        index = {k: i for i, k in enumerate(self.planner.keys)}
+        if not isinstance(served, dict):
+            raise ValueError(f"iterator state field 'served' must map streams to served positions, got "
+                             f"{str(served)[:200]}")
+        out = {}
+        for k, v in served.items():
+            if k not in index or not isinstance(v, str):
+                raise ValueError(f"iterator state field 'served' names {k!r}, not a stream of this config, or holds "
+                                 f"no positions")
+            try:
+                out[index[k]] = decode(v)
+            except ValueError:
+                raise ValueError(f"iterator state field served[{k!r}] is not a set of positions (edited or "
+                                 f"damaged)") from None
+        return out
 
     def _refuse_a_stream_state(self, state, then: str) -> None:
         """Refuse a state of the stream sampler (where every stream stands) when this config's is another."""
-        if not self.planner.sampler.streams and isinstance(state, dict) and {"stream", "config", "dormant"} & set(state):
+        if not self.planner.sampler.streams and isinstance(state, dict) and {"stream", "served"} & set(state):
             raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "
                              f"this config's sampler is {self.planner.opts.sampler!r}: {then}")
 
@@ -1140,22 +1157,24 @@ class BatchIterator(Reports, LoaderIterator):
                                  f"before it, and every epoch serves at least one: the state was edited or is damaged")
 
     def _resume_edited(self, state: dict) -> None:
-        """set_state with mixture_change="allow" for a state of another config (see ``babelfeed.edits``)."""
+        """set_state with mixture_change="allow" for a state of another config (``babelfeed.iterators.edits``):
+        the saved run is rebuilt from the config the state carries, and this run goes on from where it stood."""
         import ml_collections
 
+        from babelfeed.iterators.edits import check_data, check_editable
         from babelfeed.iterators.protocol import builder
-        from babelfeed.iterators.edits import Handover, check_data, config_changes
 
-        self._check_state(state, False, {"epoch": 1, "consumed": 0, "total_steps": 0}, optional=self.STREAM_FIELDS)
-        history = self._check_extra(state)
+        self._check_state(state, False, {"epoch": 1, "consumed": 0, "total_steps": 0}, optional=self.STATE_FIELDS)
+        self._check_extra(state)
         self._check_epoch_reached(state, int(state["epoch"]))
-        if isinstance(state.get("stream"), dict):
-            self._check_stream(state["stream"])
         snap = state.get("config")
-        if not isinstance(snap, dict) or not isinstance(state.get("stream"), dict) or "keys" not in state["stream"]:
-            raise ValueError("this state carries no config of its run (saved by an older babelfeed, or without the "
-                             "stream sampler): resume with the config it was saved with, then edit at a later state")
-        check_data(state["stream"].get("data", {}), snap, self.planner)
+        if not isinstance(snap, dict):
+            raise ValueError("this state carries no config of its run (saved by an older babelfeed, or by an "
+                             "iterator not built from a config): resume with the config it was saved with, then "
+                             "edit at a later state")
+        data = state.get("data") if "data" in state else (state.get("stream") or {}).get("data")
+        check_data(data or {}, snap, self.planner)
+        check_editable(snap, self.config_snapshot or {}, self.planner)  # (before the saved run is rebuilt)
         old_cfg = ml_collections.ConfigDict(snap)
         if self.config_snapshot is not None:
             old_cfg.data.path = self.config_snapshot["data"]["path"]  # the data as this run finds it
@@ -1163,97 +1182,118 @@ class BatchIterator(Reports, LoaderIterator):
         try:
             old.set_state(state)  # the saved config reproduces the saved run
         except ValueError as e:
-            why = str(e).replace(" Pass strict=False to resume anyway.", "").replace(". Pass strict=False to resume "
-                                                                                  "anyway", "")
             raise ValueError(f"the config this state was saved with does not reproduce its run on the data at "
-                             f"{old_cfg.data.path} (a stream the edit removed reads other data now?): {why}") from None
+                             f"{old_cfg.data.path} (a stream the edit removed reads other data now?): {e}") from None
+        self.continue_from(old)
+
+    def take_edit(self, old):
+        """:meth:`edit`'s second half: go on with this iterator's config from ``old`` (the run, in this process),
+        once the edit is checked as a resume checks it."""
+        from babelfeed.iterators.edits import check_data, check_editable, stream_identities
+
+        check_data(stream_identities(old.planner), old.config_snapshot or {}, self.planner)
+        check_editable(old.config_snapshot or {}, self.config_snapshot or {}, self.planner)
+        return self.continue_from(old)
+
+    def continue_from(self, old, quiet: bool = False) -> "EditReport":
+        """Go on with this iterator's config where ``old`` (an iterator of the run so far, another config of the
+        same data) stands: from its next step, every stream from its position, the rows of the planning window in
+        progress that were not served back in their streams (``babelfeed.plan.parts``). The ledger, skips, world
+        sizes and history go on; the edit is recorded in the history and said (an ``EditReport``, also kept as
+        ``last_edit``; ``quiet``: not said, as when trace replays a run's edits)."""
+        from babelfeed.iterators.edits import EditReport, config_changes, map_totals
+        from babelfeed.iterators.ledger import FIELDS
+
         planner, P = self.planner, old.planner
         epoch, consumed = old.epoch, old.consumed
-        where = P.locate(epoch, consumed)
-        w, j = where if where is not None else (None, 0)
-        if where is None:  # (a state at an epoch's end is written as the next epoch's start; for safety)
-            end, positions, batches = consumed, *P.epoch_start(epoch + 1)
-        else:
-            end = P.window_end(epoch, consumed)
-            mark = P.stream_mark(epoch, w if j == 0 else w + 1)
-            positions, batches = mark.positions, mark.batches
-        pos = {k: int(p) for k, p in zip(P.keys, positions.tolist())}
-        for name, kept in old.dormant.items():
-            pos.setdefault(name, int(kept["position"]))
-        segs = list(P.update_segments)
-        if segs[-1][2] != planner.opts.batches_per_update:
-            if segs[-1][0] >= batches:
-                segs.pop()
-            segs.append((int(batches), float(P.update_at(batches)), int(planner.opts.batches_per_update)))
-        planner.forget_plans()
-        planner.weight_changes = []  # the edited config's weights rule from here
-        planner.update_segments = segs
-        planner.set_epoch_start(epoch + 1, [pos.get(k, 0) for k in planner.keys], int(batches))
-        self.skips = Skips(history.skips)
-        old.skips = self.skips  # (one list: a skip made while the saved window is finished applies to it too)
-        self._count_edited_start(old, epoch, end, pos)
-        finishing = -(-(end - consumed) // self._per_step)  # steps that finish the saved run's window
-        # what the run before the edit had (its position, weight changes and update counts), so its segment
-        # can be planned again from this state alone (babelfeed.replay: trace any step)
-        saved = {"epoch": int(epoch), "consumed": int(consumed), "weights": history.weights,
-                 "updates": [list(x) for x in history.updates]}
-        self.edits = history.edits + [{
-            "saved_at_step": int(state["total_steps"]), "step": int(state["total_steps"]) + finishing,
-            "global_batch": int(batches), "epoch": epoch + 1, "changes": config_changes(snap, self.config_snapshot or {}),
-            "saved": saved}]
-        pending = [b for e in history.skips if "steps" in e for b in e["batches"] if (b[0], b[2]) > (epoch, end)]
+        if consumed and P.locate(epoch, consumed) is None:  # (the epoch is over: the edit begins the next one)
+            epoch, consumed = epoch + 1, 0
+        history = old.skips.events
+        pending = [b for e in history if "steps" in e for b in e["batches"] if b[0] > epoch]
         if pending:
             from babelfeed.iterators.skips import SkipError
 
-            raise SkipError(f"this state skips global batches {pending[0][1]}..{pending[0][2] - 1} of epoch "
-                            f"{pending[0][0]}, which the saved run has not reached yet, and a mixture edit plans "
-                            f"those batches anew (other samples): resume it with its own config, or skip those "
+            raise SkipError(f"this run skips global batches {pending[0][1]}..{pending[0][2] - 1} of epoch "
+                            f"{pending[0][0]}, an epoch it has not reached yet, and an edit changes how many batches "
+                            f"the epochs before it hold (other steps): resume with its own config, or skip those "
                             f"samples by id (it.skip(ids=...), the ids trace names) after the edit")
-        self._fillers = {}
-        self.total_steps = int(state["total_steps"])
-        # the count goes on where this run stands: in the saved window (finished first), or at the edited start
-        self._log_steps(history.steps, self.total_steps, *((epoch, consumed) if end > consumed else (epoch + 1, 0)),
-                        splits=history.splits)
-        self._hint, self._ra_hint, self.step = (0, 0), {}, 0
-        self._former = (P.sources, old.collater.id_base)
-        rows: dict = {}
+        before = EditReport.shares_of(old)
+        part = P.handoff(old.epoch, old.consumed)
+        keys, old_keys = list(planner.keys), list(P.keys)
+        for k, kept in old.dormant.items():  # streams an earlier edit removed, added back: where they stood
+            if k in keys and k not in part.positions and "position" in kept and planner.sampler.streams:
+                part.positions[k] = int(kept["position"])
+                if kept.get("served"):
+                    from babelfeed.plan.parts import decode
+
+                    part.served[k] = decode(kept["served"])
+        segs = list(P.update_segments)
+        at = part.batches if planner.sampler.streams else 0
+        if segs[-1][2] != planner.opts.batches_per_update:
+            if segs[-1][0] >= at:
+                segs.pop()
+            segs.append((int(at), float(P.update_at(at)), int(planner.opts.batches_per_update)))
+        planner.weight_changes = []  # the edited config's weights rule from here
+        planner.update_segments = segs or [(0, 0.0, planner.opts.batches_per_update)]
+        planner.begin(part)
+        first = (part.epoch, part.batch)
+        # the ledger where the edit takes effect, in this config's streams; a removed stream's counts (and, stream
+        # sampler, its position and served rows) stay in the state's dormant streams
+        _, totals, _, skipped = old.ledger_totals(old.epoch, old.consumed)
+        counts = {k: {f: int(totals[i, n]) for i, f in enumerate(FIELDS)} for n, k in enumerate(old_keys)}
+        rows = {}
         for c in P.sources.components:
             rows[c.key] = rows.get(c.key, 0) + len(c)
-        self._removed_rows = {k: rows[k] for k in P.keys if k not in planner.keys}
-        if end > consumed:
-            self._handover = Handover(old, epoch, end, state, self)
-            self.epoch, self._base = epoch, consumed
-        else:
-            self._handover = None
-            self.epoch, self._base = epoch + 1, 0
-
-    def _count_edited_start(self, old, epoch: int, end: int, pos: dict) -> None:
-        """The ledger (served and skipped) when the edited mixture begins, epoch ``epoch + 1``: the saved run's
-        (iterator ``old``) at the end of its window, global batch ``end`` of ``epoch``, in this config's streams;
-        a removed stream's counts (and its position in ``pos``) stay in the state's dormant streams."""
-        from babelfeed.iterators.edits import map_totals
-        from babelfeed.iterators.ledger import FIELDS
-
-        keys = self.planner.keys
-        _, totals, _, skipped = old.ledger_totals(epoch, end)
-        counts = {k: {f: int(totals[i, n]) for i, f in enumerate(FIELDS)} for n, k in enumerate(old.planner.keys)}
         for name, kept in old.dormant.items():
             counts.setdefault(name, {f: int(kept[f]) for f in FIELDS})
-        self._ledger_start = {epoch + 1: map_totals(np.zeros((3, 0), np.int64), [], keys, counts)}
-        self.dormant = {k: {"position": pos[k], **counts[k]} for k in pos if k not in keys}
+        self._ledger_start = {first[0]: map_totals(np.zeros((3, 0), np.int64), [], keys, counts)}
+        dormant = {}
+        for k in set(old_keys) | set(old.dormant):
+            if k in keys:
+                continue
+            was = old.dormant.get(k, {})
+            entry = {**{f: counts[k][f] for f in FIELDS}, "rows": int(rows.get(k, was.get("rows", 0)))}
+            if planner.sampler.streams:
+                entry["position"] = int(part.positions.get(k, was.get("position", 0)))
+                served = part.served.get(k)
+                if served is not None and len(served):
+                    from babelfeed.plan.parts import encode
+
+                    entry["served"] = encode(served)
+                elif was.get("served"):
+                    entry["served"] = was["served"]
+            dormant[k] = entry
+        self.dormant = dormant
         others = {k: list(v) for k, v in old._skipped_other.items()}
         if skipped is not None:
-            for n, k in enumerate(old.planner.keys):
+            for n, k in enumerate(old_keys):
                 if k not in keys:
                     others[k] = [int(x) for x in skipped[:, n]]
-            start = map_totals(skipped, old.planner.keys, keys)
+            start = map_totals(skipped, old_keys, keys)
             for k in list(others):
                 if k in keys:  # (a stream added back: its counts go on)
                     start[:, keys.index(k)] += others.pop(k)
         else:
             start = np.zeros((3, len(keys)), np.int64)
-        self._skipped_start, self._skipped_other = {epoch + 1: start}, others
-        self._handover_counts = (old, epoch, end, pos)
+        self._skipped_start, self._skipped_other = {first[0]: start}, others
+        self.skips = Skips(old.skips.events)
+        self._fillers = {}
+        self.total_steps = int(old.total_steps)
+        steps = [list(x[:4]) for x in old.step_log] or [[0, 1, 0, old.world_size]]
+        self._log_steps(steps, self.total_steps, *first, splits=[x[4] for x in old.step_log] or [old.split])
+        changes = config_changes(old.config_snapshot or {}, self.config_snapshot or {})
+        event = {"step": int(self.total_steps), "epoch": int(first[0]), "batch": int(first[1]),
+                 "changes": changes, "saved": {"weights": [[b, dict(zip(P.sources.tasks, w.tolist()))]
+                                                           for b, w in P.weight_changes],
+                                               "updates": [list(u) for u in P.update_segments]
+                                               if P.sampler.streams and P.changing_schedule else []}}
+        self.edits = list(old.edits) + [event]
+        self.epoch, self._base, self.step = first[0], first[1], 0
+        self._hint, self._ra_hint = (0, 0), {}
+        self.last_edit = EditReport.made(self, before, changes, part.returned)
+        if not quiet:
+            self.last_edit.say()
+        return self.last_edit
 
     def _check_weights(self, changes) -> list:
         """The weight changes of a state's history (set_weights'): ``[[global batch, {task: weight}], ...]`` in
@@ -1279,7 +1319,7 @@ class BatchIterator(Reports, LoaderIterator):
             raise ValueError(f"iterator state field stream['keys'] names the streams {str(stream['keys'])[:200]}, "
                              f"this config's are {str(list(keys))[:200]}: an edited mixture resumes with "
                              f"set_state(state, mixture_change='allow')")
-        ok = (isinstance(stream, dict) and set(stream) - {"keys", "data"} == {"positions", "batches"}
+        ok = (isinstance(stream, dict) and set(stream) - {"keys"} == {"positions", "batches"}
               and isinstance(stream["positions"], list) and isinstance(stream["batches"], int)
               and not isinstance(stream["batches"], bool) and stream["batches"] >= 0
               and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in stream["positions"]))

@@ -123,12 +123,16 @@ class LMIterator(LoaderIterator):
     def from_config(cls, config, rank: int = 0, world_size: int = 1) -> "LMIterator":
         """From a config like configs/lm_packing.py, checked as ``babelfeed.build_iterator`` checks it: every key
         known (a typo is refused with a suggestion), every value of its type and range."""
+        from babelfeed.iterators.edits import snapshot
+
         cls.check_config(config)
-        return cls.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
-                         num_samples=config.num_samples, split=config.split, split_name=config.split_name,
-                         mode=config.mode, seed=config.seed, cache_dir=config.cache_dir or None, rank=rank,
-                         world_size=world_size, verify=config.get("verify", "full"),
-                         vocab_size=config.get("vocab_size", 0))
+        it = cls.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
+                       num_samples=config.num_samples, split=config.split, split_name=config.split_name,
+                       mode=config.mode, seed=config.seed, cache_dir=config.cache_dir or None, rank=rank,
+                       world_size=world_size, verify=config.get("verify", "full"),
+                       vocab_size=config.get("vocab_size", 0))
+        it.config_snapshot, it.source_config = snapshot(config), config
+        return it
 
     # ----------------------------------------------------------------------------------------- iteration
     def __len__(self) -> int:
@@ -719,13 +723,17 @@ class LMIterator(LoaderIterator):
     def total_steps(self) -> int:
         return self.consumed // self.global_batch
 
-    def set_state(self, state: dict, strict: bool = True, mixture_change: str = "refuse") -> None:
-        """Continue after ``state`` (from ``get_state()``). ``mixture_change="allow"``: this config's blend differs
-        from the saved run's (other weights, a dataset added or removed): every dataset goes on from its position,
-        blended with this config's weights from the saved sample on. A change to a kept dataset's data, or to
-        ``seq_len``, ``mode``, ``seed`` or the split, is refused either way (they change the samples)."""
-        if mixture_change not in ("refuse", "allow"):
-            raise ValueError(f"mixture_change must be 'refuse' or 'allow', got {mixture_change!r}")
+    def set_state(self, state: dict, mixture_change: str = "refuse") -> None:
+        """Continue after ``state`` (from ``get_state()``). A state of another config: ``mixture_change``
+        (``protocol.MIXTURE_CHANGES``) says what to do. ``"allow"``: this config's blend differs from the saved
+        run's (other weights, a dataset added or removed): every dataset goes on from its position, blended with
+        this config's weights from the next step; a change to a kept dataset's data, or to ``seq_len``, ``mode``,
+        ``seed`` or the split, is refused (they change the samples). ``"keep_position"``: this config's blend from
+        the state's sample on, said out loud."""
+        from babelfeed.iterators.protocol import check_mixture_change, say_kept_position
+
+        check_mixture_change(mixture_change)
+        strict = mixture_change != "keep_position"
         state = self._state_in(state)
         if (mixture_change == "allow" and isinstance(state, dict)
                 and state.get("fingerprint") not in self.fingerprints()):
@@ -746,6 +754,8 @@ class LMIterator(LoaderIterator):
                              f"data_path and data")
         self.skip_events = skips
         self.consumed = int(consumed)
+        if not strict:
+            say_kept_position(self, state)
 
     def run_of(self, state) -> "LMIterator":
         """A copy of this iterator standing where the run whose ``state`` it is stands (any checkpoint holding
@@ -784,10 +794,6 @@ class LMIterator(LoaderIterator):
                 raise HistoryError(f"iterator state field 'history': skip {i} took effect at sample {e['sample']}, "
                                    f"past the state's consumed_samples={at}")
         return skips
-
-    def _edit_hint(self) -> str:
-        return (", or, for another blend (weights, datasets added or removed), set_state(state, "
-                "mixture_change='allow'): every dataset goes on from its position")
 
     def _check_blend_only(self, state: dict, what: str) -> None:
         """Refuse a state whose settings other than the blend (seq_len, mode, seed, split) differ from this
@@ -857,4 +863,18 @@ class LMIterator(LoaderIterator):
         self._set_blend(add(events, event))
         self.skip_events = self._skips_of(state)
         self.consumed = at
+        self.last_edit = self._report(old, event)
+        self.last_edit.say()
+
+    def _report(self, old: dict, event: dict):
+        """The report of a blend edit (``EditReport``): each dataset's share before and after."""
+        from babelfeed.iterators.edits import EditReport
+
+        new = dict(zip(self.dataset_names(), self.weights))
+        a, b = sum(old.values()) or 1.0, sum(new.values()) or 1.0
+        names = sorted(set(old) | set(new), key=lambda n: (-new.get(n, 0.0), n))
+        step = self.consumed // self.global_batch
+        return EditReport(step=step + 1, epoch=1, batch=step, changes=dict(event.get("changes", {})),
+                          shares={n: (old.get(n, 0.0) / a, new.get(n, 0.0) / b) for n in names},
+                          added=sorted(set(new) - set(old)), removed=sorted(set(old) - set(new)))
 

@@ -27,6 +27,7 @@ from babelfeed.plan.cutters import choose as choose_cutter
 from babelfeed.plan.samplers import choose as choose_sampler
 from babelfeed.plan.packing import ragged_arange
 from babelfeed.plan.options import PlanOptions
+from babelfeed.plan.parts import ExtendedDraw, PartPlanning
 from babelfeed.plan.stream import StreamPlanning
 from babelfeed.plan.totals import window_totals
 from babelfeed.sources.rows import groups
@@ -35,7 +36,7 @@ from babelfeed.plan.samples import EpochSetup, Samples, Window
 from babelfeed.sources.sources import Direction, SourceSet, data_digest, locate_many
 
 
-class EpochPlanner(StreamPlanning):
+class EpochPlanner(StreamPlanning, PartPlanning):
     """The integer plan of every epoch: which samples, in which window, in which batch, in which order."""
 
     def __init__(self, sources: SourceSet, opts: PlanOptions):
@@ -54,6 +55,8 @@ class EpochPlanner(StreamPlanning):
         self.weight_changes: list[tuple[int, np.ndarray]] = []
         self.update_segments: list[tuple[int, float, int]] = [(0, 0.0, opts.batches_per_update)]
         self._starts: dict[int, tuple[np.ndarray, int]] = {1: (np.zeros(len(sources.keys), np.int64), 0)}
+        self.part = None  # the run goes on from another plan inside an epoch (plan.parts: a mixture edit)
+        self.served_ahead = {}  # stream sampler: per stream, positions served ahead of it (plan.parts)
         if opts.schedule is not None and len(opts.schedule.weights[0]) != len(sources.tasks):
             raise ValueError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
                              f"are {len(sources.tasks)} tasks {sources.tasks}")
@@ -149,7 +152,8 @@ class EpochPlanner(StreamPlanning):
         """Drop every plan and what was built on them (they are made again, identical, when asked for)."""
         self._setup, self._window_cache, self._ledger_hint = None, None, None
         self._filtered, self._masked, self._totals = {}, {}, {}
-        self._starts = {1: self._starts[1]}
+        first = min(self._starts)  # (an edited run's first known start: the run's, or its part's)
+        self._starts = {first: self._starts[first]}
 
     def _drop_plans_from(self, at: int) -> None:
         """Forget what was planned with weights that a change at global batch ``at`` replaces: the stream windows
@@ -199,6 +203,10 @@ class EpochPlanner(StreamPlanning):
         sizes = np.array([d.size for d in directions], dtype=np.int64)
         if self.sampler.streams:
             return self._stream_setup(epoch, directions, sizes)
+        if self.part is not None and self.part.epoch == epoch:
+            self._setup = self._part_setup(epoch)
+            self._window_cache = None
+            return self._setup
         ratios = self.ratios(directions, epoch=epoch)
         probs = self.sampler.probabilities(ratios)
         total = 0
@@ -222,17 +230,13 @@ class EpochPlanner(StreamPlanning):
 
         Window w takes positions ``[c w_lo / total, c w_hi / total)`` of every direction's sequence (c its count);
         the rows at those positions come from every direction's draw in one vectorised pass."""
-        total = setup.total
-        size = self.opts.window if self.opts.window and setup.num_windows > 1 else total
-        lo_pos, hi_pos = w * size, min((w + 1) * size, total)
-        counts = setup.counts.tolist()
-        lo = np.array([c * lo_pos // total if total else 0 for c in counts], dtype=np.int64)
-        hi = np.array([c * hi_pos // total if total else 0 for c in counts], dtype=np.int64)
+        lo, hi = self._slice_bounds(setup, w)
         take = np.maximum(hi - lo, 0)
         live = np.flatnonzero(take)
         at = np.concatenate([[0], np.cumsum(take[live])])
         spans = [(d, int(a), int(b)) for d, a, b in zip(live.tolist(), at[:-1].tolist(), at[1:].tolist())]
-        kinds = np.array([0 if d is None else 1 if isinstance(d, StratifiedDraw) else 2 for d in setup.draws])
+        kinds = np.array([0 if d is None else 1 if isinstance(d, StratifiedDraw) else 3 if isinstance(d, ExtendedDraw)
+                          else 2 for d in setup.draws])
         if (kinds[live] == 1).all():  # every direction drawn: its run of positions, no per-sample arrays
             return None, stratified_span_rows(setup.draws, np.stack([live, lo[live], take[live]], axis=1)), spans
         dirs = np.repeat(live, take[live]).astype(np.int32)
@@ -246,6 +250,8 @@ class EpochPlanner(StreamPlanning):
         for d, a, b in spans:
             if kinds[d] == 2:  # fairseq's draw: an index array per direction
                 rows[a:b] = np.asarray(setup.draws[d][lo[d]:hi[d]], dtype=np.int64)
+            elif kinds[d] == 3:  # the rest of an epoch after an edit (plan.parts)
+                rows[a:b] = setup.draws[d].rows(np.arange(lo[d], hi[d], dtype=np.int64))
         return dirs, rows, spans
 
     def window(self, epoch: int, w: int) -> Window:
@@ -289,7 +295,8 @@ class EpochPlanner(StreamPlanning):
         o = self.opts
         if not self.cutter.orders:  # fairseq's own filter, order and batches
             return self.cutter.window(self, setup, epoch, w, dirs, rows, spans)
-        rng = np.random.default_rng([o.seed, epoch, w, 7])
+        first = self.first_batch(epoch)  # (a part after an edit: its own shuffles)
+        rng = np.random.default_rng([o.seed, epoch, w, 7] + ([first] if first else []))
         s, filtered = self._ordered(setup, dirs, rows, spans, rng)
         src_len, tgt_len = (s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)) if self.cutter.wide \
             else (s.src_len, s.tgt_len)  # dynamic batches read the int32 columns as they are
@@ -400,7 +407,7 @@ class EpochPlanner(StreamPlanning):
     def window_start(self, epoch: int, w: int) -> int:
         """Global index of window w's first batch (plans earlier windows' integers if needed)."""
         setup = self.setup(epoch)
-        start = 0
+        start = self.first_batch(epoch)
         for k in range(w):
             if k not in setup.window_batches:
                 self.window(epoch, k)
@@ -410,9 +417,13 @@ class EpochPlanner(StreamPlanning):
     def locate(self, epoch: int, g: int, hint: tuple[int, int] = (0, 0)) -> tuple[int, int] | None:
         """(window, position in window) of global batch g, or None when the epoch has fewer batches."""
         setup = self.setup(epoch)
+        first = self.first_batch(epoch)
+        if g < first:
+            raise ValueError(f"global batch {g} of epoch {epoch} was planned before this plan's part of the run "
+                             f"began (at global batch {first}, a mixture edit)")
         w, start = hint
-        if start > g:
-            w, start = 0, 0
+        if start > g or start < first:
+            w, start = 0, first
         while self._exists(setup, w):
             n = setup.window_batches.get(w)
             if n is None:
@@ -441,7 +452,7 @@ class EpochPlanner(StreamPlanning):
             if w not in setup.window_batches:
                 self.window(epoch, w)
             w += 1
-        return sum(setup.window_batches[k] for k in range(w))
+        return self.first_batch(epoch) + sum(setup.window_batches[k] for k in range(w))
 
     def _exists(self, setup: EpochSetup, w: int) -> bool:
         """Whether the epoch has a window w (stream sampler: plans the windows before it to find out)."""
@@ -481,7 +492,7 @@ class EpochPlanner(StreamPlanning):
         Returns the sum and the hint for the next call."""
         zeros = np.zeros((3, len(self.keys)), np.int64)
         if hint is None or hint[0] != epoch or consumed < hint[2] + hint[4]:
-            hint = (epoch, 0, 0, zeros, 0, zeros)
+            hint = (epoch, 0, self.first_batch(epoch), zeros, 0, zeros)
         _, w, start, base, j, acc = hint
         setup = self.setup(epoch)
         while consumed > start and self._exists(setup, w):

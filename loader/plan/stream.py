@@ -19,6 +19,7 @@ import numpy as np
 from babelfeed.plan.samples import EpochSetup
 from babelfeed.plan.mixing import StreamDraw, stratified_counts, stream_rows
 from babelfeed.plan.packing import ragged_arange
+from babelfeed.plan.parts import after, available
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,8 @@ class StreamPlanning:
         positions, batches = self.epoch_start(epoch)
         update = self.update_at(batches)
         probs = self.probabilities(directions, update, batches=batches)
-        total = self._epoch_total(sizes, probs)
+        part = self.part
+        total = part.samples if part is not None and part.epoch == epoch else self._epoch_total(sizes, probs)
         draws = [StreamDraw(d.size, (self.opts.seed, "stream", d.key)) for d in directions]
         setup = EpochSetup(epoch, directions, probs, np.zeros(len(directions), np.int64), draws, -1,
                            samples=total, expected=stratified_counts(probs, total))
@@ -119,6 +121,10 @@ class StreamPlanning:
                 self.num_batches(e)
         return self._starts[epoch]
 
+    def since_start(self, epoch: int, consumed: int) -> int:
+        """Stream sampler: global batches since training began at global batch ``consumed`` of ``epoch``."""
+        return int(self.epoch_start(epoch)[1]) + int(consumed) - self.first_batch(epoch)
+
     def set_epoch_start(self, epoch: int, positions, batches: int) -> None:
         positions = np.asarray(positions, dtype=np.int64)
         if positions.shape != (len(self.keys),) or (positions < 0).any() or batches < 0:
@@ -150,7 +156,8 @@ class StreamPlanning:
         if w + 1 not in setup.stream:
             setup.counts += counts
             setup.window_counts[w] = counts
-            nxt = StreamMark(mark.sample + size, mark.positions + counts, mark.batches + len(win), next_update)
+            nxt = StreamMark(mark.sample + size, self._read_on(mark.positions, counts), mark.batches + len(win),
+                             next_update)
             setup.stream[w + 1] = nxt
             if nxt.sample >= setup.samples:
                 setup.num_windows = w + 1
@@ -162,10 +169,31 @@ class StreamPlanning:
         counts = stratified_counts(probs, size)
         live = np.flatnonzero(counts)
         dirs = np.repeat(live, counts[live]).astype(np.int32)
-        rows = stream_rows(setup.draws, dirs, ragged_arange(mark.positions[live], counts[live]))
+        rows = stream_rows(setup.draws, dirs, self._stream_positions(mark.positions, counts, live))
         at = np.concatenate([[0], np.cumsum(counts[live])])
         spans = [(d, int(a), int(b)) for d, a, b in zip(live.tolist(), at[:-1].tolist(), at[1:].tolist())]
         return self._plan_window(setup, epoch, w, dirs, rows, spans), counts
+
+    def _stream_positions(self, positions, counts, live) -> np.ndarray:
+        """The positions each live stream reads ``counts`` rows at from ``positions`` on: consecutive, skipping
+        what a mixture edit left served ahead (``plan.parts``)."""
+        pos = ragged_arange(positions[live], counts[live])
+        if self.served_ahead:
+            at = np.concatenate([[0], np.cumsum(counts[live])])
+            for i, d in enumerate(live.tolist()):
+                if d in self.served_ahead:
+                    pos[at[i]:at[i + 1]] = available(int(positions[d]), self.served_ahead[d],
+                                                     np.arange(int(counts[d]), dtype=np.int64))
+        return pos
+
+    def _read_on(self, positions, counts) -> np.ndarray:
+        """Every stream's position once it has read ``counts`` more rows (past the served positions ahead)."""
+        out = positions + counts
+        for d, served in self.served_ahead.items():
+            if counts[d]:
+                last = available(int(positions[d]), served, np.array([int(counts[d]) - 1]))[0]
+                out[d] = after(int(positions[d]), served, int(last))[0]
+        return out
 
     def stream_mark(self, epoch: int, w: int) -> StreamMark:
         """Stream sampler: the mark at the start of window w (plans earlier windows if needed)."""

@@ -376,8 +376,9 @@ def _note_recorded_config(args, it, state: dict) -> None:
     """Say so when a stream-sampler run's state, which carries the config the run streamed with (and the
     commands follow), differs from the config given (``--set`` included): that config's values are not used."""
     recorded, given = state.get("config"), getattr(it, "config_snapshot", None)
-    if not (isinstance(recorded, dict) and isinstance(given, dict)):
-        return
+    edited = any(isinstance(e, dict) and e.get("event") == "edit" for e in state.get("history") or [])
+    if not (isinstance(recorded, dict) and isinstance(given, dict)) or not (edited or it.planner.sampler.streams):
+        return  # (the commands check a state of an unedited run against the config given)
     from babelfeed.iterators.edits import config_changes
 
     changes = {k: v for k, v in config_changes(recorded, given).items() if k != "data.path"}
@@ -385,9 +386,9 @@ def _note_recorded_config(args, it, state: dict) -> None:
         shown = "; ".join(f"{k} {json.dumps(new)} (the run's: {json.dumps(old)})"
                           for k, (old, new) in list(changes.items())[:4])
         more = f"; and {len(changes) - 4} more" if len(changes) > 4 else ""
-        print(f"note: --state {args.state} is a state of a mixing.sampler='stream' run, which carries the config "
-              f"it ran with, and babelfeed {args.command} follows it; not used from this config: {shown}{more}",
-              file=sys.stderr)
+        what = "an edited run" if edited else "a mixing.sampler='stream' run"
+        print(f"note: --state {args.state} is a state of {what}, which carries the config it ran with, and "
+              f"babelfeed {args.command} follows it; not used from this config: {shown}{more}", file=sys.stderr)
 
 
 def _flat_leaves(batch: dict, prefix: str = "") -> dict:
@@ -824,9 +825,12 @@ def describe(e: BaseException) -> str:
     text = " ".join(str(e).split()) or type(e).__name__  # multi-line messages (SentencePiece's) on one line
     if "objects" in text and sys.modules.get("babelfeed.storage.remote") is not None:
         text = sys.modules["babelfeed.storage.remote"].remote_names(text)  # (shadow files named as the objects)
-    # the Python API's way round a mismatch has no flag here (the message already says to use the run's config)
-    return text.replace(" (set_state(state, strict=False) resumes anyway)", "").replace(
-        " Pass strict=False to resume anyway.", " The command reads states that have one.")
+    # the Python API's ways round a mismatch have no flag here (the message already says to use the run's config)
+    from babelfeed.iterators.protocol import EDIT_HINT
+
+    return text.replace(EDIT_HINT, "").replace(
+        " set_state(state, mixture_change='keep_position') resumes at its position anyway.",
+        " The command reads states that have one.")
 
 
 def main(argv=None) -> int:

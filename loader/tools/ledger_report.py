@@ -48,11 +48,13 @@ def _segment_ranges(probe, state: dict, views) -> list:
     for m in range(len(edits) + 1):
         it = cached(probe, ("segment", state_key(state), m, world, split),
                     lambda: _segment(probe, state, m, world, split))
-        first = (1, 0) if m == 0 else (int(edits[m - 1]["epoch"]), 0)
-        if m < len(edits):
-            saved = edits[m]["saved"]  # (the saved run finished its window in progress after the edit)
+        first = (1, 0) if m == 0 else (int(edits[m - 1]["epoch"]), int(edits[m - 1].get("batch", 0)))
+        if m < len(edits) and "saved_at_step" in edits[m]:  # (babelfeed 0.1's: the saved window finished first)
+            saved = edits[m]["saved"]
             e = int(saved["epoch"])
             last = (e, it.planner.window_end(e, int(saved["consumed"])))
+        elif m < len(edits):
+            last = (int(edits[m]["epoch"]), int(edits[m]["batch"]))
         else:
             last = (int(state["epoch"]), int(state["consumed"]))
         out.append((it, first, last))
@@ -113,7 +115,7 @@ def _count_epoch(it, epoch: int, start: int, stop: int | None, counts: dict, per
     planner = it.planner
     comps = planner.sources.components
     setup = planner.setup(epoch)
-    w, g0 = 0, 0
+    w, g0 = 0, planner.first_batch(epoch)
     # per component: planned samples, source tokens, target tokens; skipped samples, source, target tokens
     acc = np.zeros((6, len(comps)), np.int64)
 

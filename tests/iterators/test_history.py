@@ -165,12 +165,12 @@ def test_an_lm_state_of_version_1_loads(tmp_path):
     it = LMIterator.build(f"1.0 {tmp_path / 'web'}", **kw)
     next(it)
     state = it.get_state()
-    assert state["version"] == 2
+    assert state["version"] == 3
     fresh = LMIterator.build(f"1.0 {tmp_path / 'web'}", **kw)
     fresh.set_state({**state, "version": 1})
     assert digest(next(fresh)) == digest(next(it))
-    with pytest.raises(ValueError, match="version 3"):
-        fresh.set_state({**state, "version": 3})
+    with pytest.raises(ValueError, match="version 4"):
+        fresh.set_state({**state, "version": 4})
 
 
 def test_events_past_the_states_position_and_coerced_numbers_are_refused(root):

@@ -215,9 +215,11 @@ def test_state_refuses_other_settings(data):
     other = babelfeed.build_train_iterator(config_for(root, batching__max_tokens=640))
     with pytest.raises(ValueError, match="different data or settings"):
         other.set_state(state)
-    other.set_state(state, strict=False)
-    # small: position, fingerprint and what it stands for, the step count's world sizes and the ledger (3 streams)
-    assert set(state) >= {"epoch", "consumed", "fingerprint", "history", "identity"} and len(json.dumps(state)) < 1500
+    with pytest.warns(babelfeed.errors.Notice, match="batching.max_tokens 512 -> 640.*may be skipped"):
+        other.set_state(state, mixture_change="keep_position")  # said out loud: samples may repeat or be skipped
+    # small: position, fingerprint and what it stands for, the step count's world sizes, the ledger (3 streams) and
+    # the config it was saved with (what an edit compares; about 1.3 kB)
+    assert set(state) >= {"epoch", "consumed", "fingerprint", "history", "identity"} and len(json.dumps(state)) < 3000
 
 
 # ------------------------------------------------------------------------------------------- epochs

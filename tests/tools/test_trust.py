@@ -298,8 +298,8 @@ def test_every_field_of_a_translation_state_is_validated(data, key, value, messa
     fresh = babelfeed.build_train_iterator(config_for(data))
     with pytest.raises(ValueError, match=message):
         fresh.set_state(state)
-    with pytest.raises(ValueError, match=message):  # not a fingerprint question: refused without strict too
-        fresh.set_state(state, strict=False)
+    with pytest.raises(ValueError, match=message):  # not a fingerprint question: refused with keep_position too
+        fresh.set_state(state, mixture_change="keep_position")
 
 
 @pytest.mark.parametrize("key", ["version", "name", "epoch", "consumed", "total_steps"])
@@ -308,7 +308,7 @@ def test_a_missing_field_is_named(data, key):
     state = it.get_state()
     del state[key]
     with pytest.raises(ValueError, match=f"lacks \\['{key}'\\]" if key != "version" else "version None"):
-        babelfeed.build_train_iterator(config_for(data)).set_state(state, strict=False)
+        babelfeed.build_train_iterator(config_for(data)).set_state(state, mixture_change="keep_position")
 
 
 @pytest.mark.parametrize("state,message", [(None, "got NoneType"), ('{"epoch": 1}', "JSON string"),
