@@ -429,12 +429,7 @@ class EpochsIterator(grain.DatasetIterator):
         ds = self._ds
         pos = ds.position()
         state, out = pos.apply(self._epoch, self._base + self._seen * self._per_step, method, *args, **kwargs)
-        if method == "edit":  # the run's config is the edited one now: every worker builds theirs from it
-            from babelfeed.iterators.position import pinned
-
-            it = pos.iterator(self._epoch)
-            ds.config = pos.config = it.source_config
-            ds._expect = pinned(it)
+        pos.adopt_edits(ds)  # (an edit, or set_weights made as one: the workers build the edited config's iterator)
         self.set_state(state)
         return out
 

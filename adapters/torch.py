@@ -471,12 +471,7 @@ class BatchLoader(torch.utils.data.DataLoader):
         ds = self.batches
         pos = ds.position()
         state, out = pos.apply(ds.epoch, ds.consumed(), method, *args, **kwargs)
-        if method == "edit":  # the run's config is the edited one now: the workers build theirs from it
-            from babelfeed.iterators.position import pinned
-
-            it = pos.iterator(ds.epoch)
-            ds.config = pos.config = it.source_config
-            ds._expect = pinned(it)
+        pos.adopt_edits(ds)  # (an edit, or set_weights made as one: the workers build the edited config's iterator)
         ds.load_state_dict(state)
         if self._passes:
             self._changed = True
@@ -515,11 +510,15 @@ class BatchLoader(torch.utils.data.DataLoader):
         the iterator state ``get_state()`` gives in-process, which every adapter and ``babelfeed trace`` take."""
         return self.batches.state_dict(self.batches.batches_seen)
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, mixture_change: str = "refuse") -> None:
         """Continue after ``state_dict()``'s batch, from the next iteration on (refused while a pass is running:
-        its workers would go on serving the old position)."""
+        its workers would go on serving the old position). ``mixture_change="allow"``: a state of another config
+        of the same data (this loader's config is the edited one) goes on under this config from its next step,
+        every stream from its position (``babelfeed.iterators.edits``); the edit is printed and recorded in the
+        state. ``"keep_position"``: this config's plan at the state's position, samples repeated or skipped (said).
+        """
         self._no_pass_running("load_state_dict")
-        self.batches.load_state_dict(state)
+        self.batches.load_state_dict(state, mixture_change)
 
     def _no_pass_running(self, what: str) -> None:
         if self._passes:

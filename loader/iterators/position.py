@@ -127,6 +127,15 @@ class Position:
                                  f"does not record how updates were counted, so it resumes a mixing schedule only "
                                  f"with the same count. States saved by this babelfeed resume it on any world size")
 
+    def adopt_edits(self, loader) -> None:
+        """After a change made through this position (``apply``): where it edited the run's config, the loader and
+        this position build from the edited config, and the data its workers must find is the edited run's."""
+        it = self._it
+        if it is None or it.source_config is None or it.source_config is self.config:
+            return
+        self.config = loader.config = it.source_config
+        loader._expect = pinned(it)
+
     def apply(self, epoch: int, consumed: int, method: str, *args, **kwargs) -> tuple[dict, object]:
         """The run's iterator's ``method`` (``skip``, ``set_weights``, ``edit``) called at this position: the
         run's state afterwards (for the loader to load) and what the method returned."""

@@ -71,6 +71,18 @@ b = jax_adapter.global_batches(cfg, mesh, prefetch=1)
 b.set_state(state)
 rest_b = [np.asarray(x["net_input"]["src_tokens"]) for x in b]
 report["resume"] = len(rest_a) == len(rest_b) and all(np.array_equal(x, y) for x, y in zip(rest_a, rest_b))
+# a mixture edit: resumed from a state with the edited config, and made in place at the same step, the same batches
+edited = config_for(sys.argv[2], batching__num_shapes=3, data__directions="aaa-bbb,aaa-ddd", mixing__temperature=2.0)
+c = jax_adapter.global_batches(edited, mesh, prefetch=2)
+c.set_state(state, mixture_change="allow")
+rest_c = [np.asarray(x["net_input"]["src_tokens"]) for x in c]
+d = jax_adapter.global_batches(cfg, mesh, prefetch=2)
+for _ in range(4):
+    next(d)
+report["edit_step"] = d.edit(**{"data.directions": "aaa-bbb,aaa-ddd", "mixing.temperature": 2.0}).step
+rest_d = [np.asarray(x["net_input"]["src_tokens"]) for x in d]
+report["edit"] = len(rest_c) == len(rest_d) > 0 and all(np.array_equal(x, y) for x, y in zip(rest_c, rest_d))
+report["edit_differs"] = len(rest_c) != len(rest_a) or any(not np.array_equal(x, y) for x, y in zip(rest_a, rest_c))
 print(json.dumps(report))
 """
 
@@ -91,6 +103,7 @@ def test_sharded_global_batches_on_8_devices(root):
     assert report["data8"]["batches"] > 10 and report["data8"]["shards_checked"] == 8 * report["data8"]["batches"]
     assert report["data4_model2"]["shards_checked"] == 8 * report["data4_model2"]["batches"]  # replicated on model
     assert report["resume"] is True
+    assert report["edit"] is True and report["edit_differs"] is True and report["edit_step"] == 5
     assert report["dynamic"]["batches"] > 10 and report["dynamic"]["not_multiple_of_8_in_process"] > 0
 
 

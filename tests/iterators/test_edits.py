@@ -1,0 +1,336 @@
+"""Mixture edits on the paths users take: a run is cut at a random step, its config edited (temperature, corpora
+added and removed, batching, LM datasets and weights) and resumed in a fresh process with
+``mixture_change="allow"``, on 1, 2 and 3 ranks and another world size, through the bare iterator, ``BatchLoader``
+with 0 and 2 workers and grain's ``EpochsDataset``:
+
+* the first batch after the resume already follows the edited mixture (a removed stream never appears again, an
+  added one does, from the next steps on);
+* every adapter serves exactly the bare iterator's batches;
+* the ledger grows by exactly the rows the ranks received, and a removed stream's counts stay;
+* with the stream sampler, every stream's rows over the whole run are its own sequence, none lost or repeated;
+* ``trace`` names the samples every rank received at every step, before and after the edit."""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import babelfeed
+import golden
+from babelfeed.errors import Notice
+from babelfeed.plan.mixing import stream_rows
+from babelfeed.plan.parts import decode
+from synthetic import config_for, make_data_bin
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
+BASE = {"batching__window": 150}
+STREAM = {"mixing__sampler": "stream", "data__shards": "all"}
+# (first config, edited config) as overrides of config_for
+EDITS = {
+    "temperature": ({}, {"mixing__temperature": 1.0}),
+    "removed": ({}, {"data__directions": "aaa-bbb,aaa-ddd", "mixing__temperature": 2.0}),
+    "added": ({"data__directions": "aaa-bbb,aaa-ccc"}, {"data__directions": "all"}),
+    "batching": ({}, {"batching__max_tokens": 384, "mixing__temperature": 3.0}),
+}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("edits")
+    make_data_bin(r)
+    golden.make_lm_data(r)
+    return r
+
+
+def cfg(root, sampler: str, over: dict):
+    return config_for(root, **BASE, **(STREAM if sampler == "stream" else {}), **over)
+
+
+def lockstep(its, steps: int) -> list:
+    """Every rank's batches for ``steps`` steps (an epoch's end passed over)."""
+    out = []
+    while len(out) < steps:
+        batches = [next(it, None) for it in its]
+        if batches[0] is None:
+            assert all(b is None for b in batches)
+            continue
+        out.append(batches)
+    return out
+
+
+CHILD = r"""
+import json, sys, warnings
+sys.path.insert(0, sys.argv[1])
+warnings.simplefilter("ignore")
+import numpy as np
+import babelfeed
+import golden
+from test_edits import cfg, lockstep, lm_config, numpy
+
+job = json.loads(sys.argv[3])
+out = {}
+if job["kind"] == "lm":
+    config = lm_config(sys.argv[2], job["edited"])
+    its = [babelfeed.build_iterator(config, rank=r, world_size=job["world"]) for r in range(job["world"])]
+    for it in its:
+        it.set_state(job["state"], mixture_change="allow")
+    out["digests"] = [[golden.digest(b) for b in batches] for batches in lockstep(its, job["steps"])]
+else:
+    config = cfg(sys.argv[2], job["sampler"], job["edited"])
+    its = [babelfeed.build_train_iterator(config, rank=r, world_size=job["world"]) for r in range(job["world"])]
+    for it in its:
+        it.set_state(job["state"], mixture_change="allow")
+    out["report"] = its[0].last_edit.as_dict()
+    batches = lockstep(its, job["steps"])
+    out["ids"] = [[b["id"][b["weight"] > 0].tolist() for b in step] for step in batches]
+    out["digests"] = [[golden.digest(b) for b in step] for step in batches]
+    out["state"] = its[0].get_state()
+    out["ledger"] = its[0].ledger()
+    for adapter in job.get("adapters", []):
+        got = []
+        if adapter.startswith("loader"):
+            from babelfeed.adapters.torch import BatchLoader
+
+            workers = int(adapter[-1])
+            loader = BatchLoader(config, rank=0, world_size=job["world"], num_workers=workers, tensors=False)
+            loader.load_state_dict(job["state"], mixture_change="allow")
+            while len(got) < job["steps"]:
+                for b in loader:
+                    got.append(golden.digest(numpy(b)))
+                    if len(got) == job["steps"]:
+                        break
+        else:
+            from babelfeed.adapters.grain import EpochsDataset
+
+            it = iter(EpochsDataset(config, rank=0, world_size=job["world"], num_workers=0))
+            it.set_state(job["state"], mixture_change="allow")
+            got = [golden.digest(next(it)) for _ in range(job["steps"])]
+        out[adapter] = got
+print(json.dumps(out))
+"""
+
+
+def numpy(batch):
+    """A batch through a DataLoader (its default conversion makes numpy leaves tensors) as the iterator made it."""
+    if isinstance(batch, dict):
+        return {k: numpy(v) for k, v in batch.items()}
+    if hasattr(batch, "numpy"):
+        a = batch.numpy()
+        return a[()] if a.ndim == 0 else a
+    return batch
+
+
+def fresh(root, job: dict) -> dict:
+    run = subprocess.run([sys.executable, "-c", CHILD, HERE, str(root), json.dumps(job)], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout)
+
+
+def lm_config(root, over: dict):
+    c = babelfeed.load_config(os.path.join(os.path.dirname(HERE), "configs", "lm_packing.py"))
+    c.data_path = over.get("data_path", f"0.4 {root}/lm/web 0.6 {root}/lm/books")
+    c.seq_len, c.global_batch, c.num_samples = 24, 12, 12 * 40
+    c.split, c.mode, c.cache_dir = "90,10,0", "pack", str(os.path.join(root, "cache"))
+    return c
+
+
+def streams_of(it, ids) -> list:
+    return [d["stream"] for d in it.describe_ids(ids)]
+
+
+def check_ledger(before: dict, after: dict, probe_new, rows: list, removed: list) -> None:
+    """The ledger grows by the rows the ranks received (per stream); a removed stream's counts stay."""
+    counts = collections.Counter(s for step in rows for ids in step for s in streams_of(probe_new, ids))
+    for k in probe_new.planner.keys:
+        assert after[f"ledger/{k}/samples"] - before.get(f"ledger/{k}/samples", 0) == counts[k], k
+    for k in removed:
+        assert after[f"ledger/{k}/samples"] == before[f"ledger/{k}/samples"], k
+
+
+CASES = [  # (sampler, edit, world before, world after, steps before the cut, adapters)
+    ("stratified", "removed", 2, 2, 5, ["loader0", "loader2", "grain0"]),
+    ("stratified", "added", 1, 3, 9, []),
+    ("stratified", "batching", 3, 1, 2, ["loader0"]),
+    ("stream", "removed", 2, 3, 7, ["loader2"]),
+    ("stream", "added", 3, 2, 4, ["grain0"]),
+    ("stream", "temperature", 1, 1, 13, []),
+]
+
+
+@pytest.mark.parametrize("sampler, edit, world, after_world, cut, adapters", CASES)
+def test_an_edit_resumed_in_a_fresh_process_follows_the_new_mixture_from_the_next_step(
+        root, sampler, edit, world, after_world, cut, adapters):
+    first, edited = EDITS[edit]
+    its = [babelfeed.build_train_iterator(cfg(root, sampler, first), rank=r, world_size=world) for r in range(world)]
+    head = lockstep(its, cut)
+    state = json.loads(json.dumps(its[0].get_state()))
+    before = its[0].ledger()
+    steps = 24
+    job = {"kind": "translation", "sampler": sampler, "edited": edited, "world": after_world, "state": state,
+           "steps": steps, "adapters": adapters}
+    got = fresh(root, job)
+    probe = babelfeed.build_train_iterator(cfg(root, sampler, edited), world_size=after_world)
+    old_keys, new_keys = set(its[0].planner.keys), set(probe.planner.keys)
+    removed, added = sorted(old_keys - new_keys), sorted(new_keys - old_keys)
+    report = got["report"]
+    assert report["step"] == cut + 1 and report["removed"] == removed and report["added"] == added
+    # the first batch after the resume already follows the edited mixture
+    first_streams = {s for ids in got["ids"][0] for s in streams_of(probe, ids)}
+    assert not first_streams & set(removed)
+    later = {s for step in got["ids"] for ids in step for s in streams_of(probe, ids)}
+    assert set(added) <= later and not later & set(removed)
+    # every adapter serves the bare iterator's batches (rank 0's)
+    for adapter in adapters:
+        assert got[adapter] == [step[0] for step in got["digests"]], adapter
+    # the ledger: what the ranks received
+    check_ledger(before, got["ledger"], probe, got["ids"], removed)
+    # trace names every rank's samples at every step, before the edit and after it
+    final = got["state"]
+    record = [[sorted(b["id"][b["weight"] > 0].tolist()) for b in step] for step in head] + \
+             [[sorted(ids) for ids in step] for step in got["ids"]]
+    for s in range(1, len(record) + 1):
+        rows = probe.trace(s, final)
+        n = len(record[s - 1])
+        assert [sorted(r["id"] for r in rows if r["rank"] == k and not r["skipped"]) for k in range(n)] == \
+            record[s - 1], s
+    if sampler == "stream":  # every stream's rows over the whole run: its own sequence, none lost or repeated
+        rows = collections.defaultdict(list)
+        old = babelfeed.build_train_iterator(cfg(root, sampler, first))
+        for step in head:
+            for b in step:
+                for d in old.describe_ids(b["id"][b["weight"] > 0]):
+                    rows[d["stream"]].append((d["shard"], d["row"]))
+        for step in got["ids"]:
+            for ids in step:
+                for d in probe.describe_ids(ids):
+                    rows[d["stream"]].append((d["shard"], d["row"]))
+        ranks = [babelfeed.build_train_iterator(cfg(root, sampler, edited), rank=r, world_size=after_world)
+                 for r in range(after_world)]
+        for it in ranks:  # on to the epoch's end, where every stream's position is in the state
+            it.set_state(final)
+        while (batches := [next(it, None) for it in ranks])[0] is not None:
+            for b in batches:
+                for d in probe.describe_ids(b["id"][b["weight"] > 0]):
+                    rows[d["stream"]].append((d["shard"], d["row"]))
+        end = ranks[0].get_state()
+        assert end["consumed"] == 0  # (the next epoch's start)
+        planner = ranks[0].planner
+        for d, key in enumerate(planner.keys):
+            ahead = decode(end["served"][key]) if key in end.get("served", {}) else np.zeros(0, np.int64)
+            positions = np.union1d(np.arange(end["stream"]["positions"][d]), ahead)
+            assert len(rows[key]) == len(positions), key  # (none repeated: the counts equal)
+            direction = planner.setup(end["epoch"]).directions[d]
+            flat = stream_rows(planner.setup(end["epoch"]).draws, np.full(len(positions), d, np.int32), positions)
+            comp, local = direction.locate(flat)
+            shard = {int(c): int(planner.sources.components[int(c)].shard) for c in direction.component_ids}
+            assert sorted(rows[key]) == sorted((shard[int(c)], int(r)) for c, r in zip(comp.tolist(),
+                                                                                        local.tolist())), key
+
+
+def test_an_lm_blend_edit_resumed_in_a_fresh_process_is_the_in_process_one(root):
+    """An LM edit (weights, a dataset removed) resumed in a fresh process on another world size serves the batches
+    the in-process edit serves, and the removed dataset's rows never come."""
+    a = lm_config(root, {})
+    its = [babelfeed.build_iterator(a, rank=r, world_size=2) for r in range(2)]
+    lockstep(its, 5)
+    state = json.loads(json.dumps(its[0].get_state()))
+    edited = {"data_path": f"1.0 {root}/lm/books"}
+    here = [babelfeed.build_iterator(lm_config(root, edited), rank=r, world_size=3) for r in range(3)]
+    with pytest.warns(Notice, match="mixture edit: from step 6"):
+        for it in here:
+            it.set_state(state, mixture_change="allow")
+    want = lockstep(here, 8)
+    got = fresh(root, {"kind": "lm", "edited": edited, "world": 3, "state": state, "steps": 8})
+    assert got["digests"] == [[golden.digest(b) for b in step] for step in want]
+    names = here[0].dataset_names()
+    assert all((b["dataset"] >= 0).all() and {names[i] for i in b["dataset"].tolist()} == {"books"}
+               for step in want for b in step)
+
+
+@settings(max_examples=12, deadline=None)
+@given(sampler=st.sampled_from(["stratified", "stream"]), edit=st.sampled_from(sorted(EDITS)),
+       world=st.integers(1, 3), after_world=st.integers(1, 3), cut=st.integers(0, 60), later=st.integers(1, 12),
+       data=st.data())
+def test_random_cuts_and_edits_resume_exactly_and_lose_nothing_of_the_ledger(
+        root, sampler, edit, world, after_world, cut, later, data):
+    """Cut at a random step (an epoch's first and last batch and its windows' ends among them), edited, then cut
+    again after the edit and resumed: the batches are the uninterrupted edited run's, and the ledger grows by what
+    the ranks received."""
+    first, edited = EDITS[edit]
+    its = [babelfeed.build_train_iterator(cfg(root, sampler, first), rank=r, world_size=world) for r in range(world)]
+    n = len(its[0])
+    cut = data.draw(st.sampled_from([cut, n - 1, n, n + 1, max(cut, 1)]))  # (an epoch's last steps)
+    lockstep(its, cut)
+    state = json.loads(json.dumps(its[0].get_state()))
+    before = its[0].ledger()
+    new = [babelfeed.build_train_iterator(cfg(root, sampler, edited), rank=r, world_size=after_world)
+           for r in range(after_world)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        for it in new:
+            it.set_state(state, mixture_change="allow")
+    whole = lockstep(new, later + 8)
+    ids = [[b["id"][b["weight"] > 0].tolist() for b in step] for step in whole]
+    old_keys = set(its[0].planner.keys)
+    removed = sorted(old_keys - set(new[0].planner.keys))
+    check_ledger(before, new[0].ledger(), new[0], ids, removed)
+    again = [babelfeed.build_train_iterator(cfg(root, sampler, edited), rank=r, world_size=after_world)
+             for r in range(after_world)]
+    mid = [babelfeed.build_train_iterator(cfg(root, sampler, edited), rank=r, world_size=after_world)
+           for r in range(after_world)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        for it in mid:
+            it.set_state(state, mixture_change="allow")
+    lockstep(mid, later)
+    saved = json.loads(json.dumps(mid[0].get_state()))
+    for it in again:
+        it.set_state(saved)  # a plain state of the edited run: no mixture_change needed
+    rest = lockstep(again, 8)
+    assert [[golden.digest(b) for b in step] for step in rest] == \
+        [[golden.digest(b) for b in step] for step in whole[later:]]
+
+
+def test_a_running_loader_with_workers_takes_an_edit_and_weights_at_the_next_batch(root):
+    """BatchLoader (2 workers) and grain's EpochsDataset, edited and reweighted in the middle of a pass (the default
+    sampler, where set_weights is an edit): from the next batch on they serve what the bare iterator serves after
+    the same calls at the same step."""
+    torch = pytest.importorskip("torch")
+    from babelfeed.adapters.grain import EpochsDataset
+    from babelfeed.adapters.torch import BatchLoader
+
+    config = cfg(root, "stratified", {})
+    bare = babelfeed.build_train_iterator(config)
+    tasks = bare.planner.sources.tasks
+    weights = {t: 1.0 + 3 * i for i, t in enumerate(tasks)}
+    calls = {2: ("edit", {"mixing__temperature": 1.0}), 5: ("set_weights", weights)}
+
+    def run(source, n: int, convert=lambda b: b) -> list:
+        out = []
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Notice)
+            for k, b in enumerate(source):
+                out.append(golden.digest(convert(b)))
+                if k in calls:
+                    method, arg = calls[k]
+                    getattr(holder, method)(**arg) if method == "edit" else getattr(holder, method)(arg)
+                if len(out) == n:
+                    break
+        return out
+
+    holder = bare
+    want = run(bare, 12)
+    holder = BatchLoader(config, num_workers=2, tensors=False, multiprocessing_context="forkserver")
+    assert run(holder, 12, numpy) == want
+    holder = iter(EpochsDataset(config, num_workers=0))
+    assert run(holder, 12) == want
+    state = holder.get_state()
+    assert [e["event"] for e in state["history"] if e["event"] == "edit"] == ["edit", "edit"]
+    del torch
