@@ -418,7 +418,7 @@ class EpochsIterator(grain.DatasetIterator):
 
     def set_state(self, state: dict, mixture_change: str = "refuse") -> None:
         """Resume after the batch of ``state`` (any adapter's state). ``mixture_change="allow"``: a state of another
-        config of the same data goes on under this one from its next step (``babelfeed.iterators.edits``)."""
+        config of the same data goes on under this one from its next step (``babelfeed.run.edits``)."""
         epoch, consumed = self._ds.position().load(state, mixture_change)
         self._close()
         self._epoch, self._base, self._seen = epoch, consumed, 0
@@ -434,7 +434,7 @@ class EpochsIterator(grain.DatasetIterator):
         return out
 
     def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
-        """The iterator's ``skip`` (``babelfeed.iterators.skips``) at this position: the workers' read-ahead is
+        """The iterator's ``skip`` (``babelfeed.run.skips``) at this position: the workers' read-ahead is
         dropped and made again with it. Call it on every rank. Returns the skip's event."""
         return self._change("skip", steps=steps, ids=ids, where=where, reason=reason, world_size=world_size)
 
@@ -444,7 +444,7 @@ class EpochsIterator(grain.DatasetIterator):
         return self._change("set_weights", weights)
 
     def edit(self, config=None, **changes):
-        """Change the run's config from the next batch on (``babelfeed.iterators.edits``): every stream goes on
+        """Change the run's config from the next batch on (``babelfeed.run.edits``): every stream goes on
         from its position. Call it on every rank at the same step. Returns the ``EditReport``."""
         return self._change("edit", config, **changes)
 

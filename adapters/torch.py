@@ -369,7 +369,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         babelfeed state (``babelfeed.state.find_state``: another adapter's, an older babelfeed's position, a
         ``StatefulDataLoader`` checkpoint). In a DataLoader worker, its own position (torchdata's protocol).
         ``mixture_change="allow"``: a state of another config of the same data goes on under this one (an edit,
-        from its next step: ``babelfeed.iterators.edits``)."""
+        from its next step: ``babelfeed.run.edits``)."""
         from babelfeed.iterators.state import find_state, is_position
 
         found = find_state(state, "BatchDataset state")
@@ -478,7 +478,7 @@ class BatchLoader(torch.utils.data.DataLoader):
         return out
 
     def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
-        """The iterator's ``skip`` (``babelfeed.iterators.skips``) at the position the loop has reached: from the
+        """The iterator's ``skip`` (``babelfeed.run.skips``) at the position the loop has reached: from the
         next batch on (during a pass its workers start again there), or, after ``load_state_dict(checkpoint)`` of
         a rollback, from the first. Call it on every rank at the same step. Returns the skip's event."""
         return self._change("skip", steps=steps, ids=ids, where=where, reason=reason, world_size=world_size)
@@ -489,7 +489,7 @@ class BatchLoader(torch.utils.data.DataLoader):
         return self._change("set_weights", weights)
 
     def edit(self, config=None, **changes):
-        """Change the run's config from the next batch on (``babelfeed.iterators.edits``): ``config`` (a whole
+        """Change the run's config from the next batch on (``babelfeed.run.edits``): ``config`` (a whole
         config of the same data) or ``changes`` (``{"mixing.temperature": 2.0}``, ``mixing__temperature=2.0``).
         Every stream goes on from its position; during a pass the workers start again at the next batch. Call it
         on every rank at the same step. Returns the edit's report (``EditReport``), which is also printed."""
@@ -514,7 +514,7 @@ class BatchLoader(torch.utils.data.DataLoader):
         """Continue after ``state_dict()``'s batch, from the next iteration on (refused while a pass is running:
         its workers would go on serving the old position). ``mixture_change="allow"``: a state of another config
         of the same data (this loader's config is the edited one) goes on under this config from its next step,
-        every stream from its position (``babelfeed.iterators.edits``); the edit is printed and recorded in the
+        every stream from its position (``babelfeed.run.edits``); the edit is printed and recorded in the
         state. ``"keep_position"``: this config's plan at the state's position, samples repeated or skipped (said).
         """
         self._no_pass_running("load_state_dict")

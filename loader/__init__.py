@@ -25,7 +25,7 @@ MOVED = {
     "demo": "tools.demo",
     "dictionary": "sources.dictionary",
     "documents": "preprocess.documents",
-    "edits": "iterators.edits",
+    "edits": "run.edits",
     "engines": "preprocess.engines",
     "hf": "gather.hf",
     "iterator": "iterators.protocol",

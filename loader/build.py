@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from babelfeed.iterators.edits import snapshot
+from babelfeed.run.edits import snapshot
 from babelfeed.iterators.protocol import register_builder
 from babelfeed.iterators.translation import BatchIterator
 from babelfeed.checks import check_rank

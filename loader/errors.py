@@ -60,6 +60,11 @@ class DataChangedError(FormatError):
     --overwrite``): the rest of the run would not be the run its plan and state describe."""
 
 
+class HistoryError(BabelfeedError, ValueError):
+    """A state's history that is not well formed (edited by hand, or from another program): the message names the
+    event and what it should be (``babelfeed.run.history``)."""
+
+
 class Notice(UserWarning):
     """Something babelfeed did that the user should hear once, not an error: an accepted mixture edit, a resume
     that repeats or skips samples. ``warnings.filterwarnings("ignore", category=Notice)`` silences them."""

@@ -22,9 +22,9 @@ def write_tntidx(prefix, sequences, dtype=np.int32, code=4):
 
 
 def hist(state):
-    """The views of a state's history (``babelfeed.iterators.history``): ``.steps``, ``.weights``, ``.updates``,
+    """The views of a state's history (``babelfeed.run.history``): ``.steps``, ``.weights``, ``.updates``,
     ``.edits``; a state of an older version is upgraded first."""
-    from babelfeed.iterators.history import check, upgrade
+    from babelfeed.run.history import check, upgrade
 
     state = upgrade(state)
     return check(state["history"])

@@ -20,12 +20,13 @@ LAYERS = {
     "sources": 2,
     "plan": 3,
     "gather": 4,
-    "iterators": 5,
-    "lm": 6, "preprocess": 6,
-    "config": 7,
-    "build": 8,
-    "tools": 9, "cli": 9,
-    "__init__": 10,
+    "run": 5,
+    "iterators": 6,
+    "lm": 7, "preprocess": 7,
+    "config": 8,
+    "build": 9,
+    "tools": 10, "cli": 10,
+    "__init__": 11,
 }
 
 

@@ -18,90 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from babelfeed.plan.totals import FIELDS, window_totals  # noqa: F401  (part of the ledger's face)
-
-
-def as_state(totals: np.ndarray, keys: list[str]) -> dict:
-    """The JSON form kept in an iterator state: ``{field: {stream: count}}``."""
-    return {f: {k: int(v) for k, v in zip(keys, totals[i].tolist())} for i, f in enumerate(FIELDS)}
-
-
-def from_state(ledger, keys: list[str]) -> np.ndarray:
-    """The totals of a state's ``ledger`` field, checked: every field, an integer >= 0 per stream of ``keys``."""
-    if not isinstance(ledger, dict) or set(ledger) != set(FIELDS):
-        raise ValueError(f"iterator state field 'ledger' must be {{{', '.join(FIELDS)}}} of {{stream: count}}, got "
-                         f"{str(ledger)[:200]}")
-    out = np.zeros((3, len(keys)), np.int64)
-    for i, f in enumerate(FIELDS):
-        counts = ledger[f]
-        if not isinstance(counts, dict) or sorted(counts) != sorted(keys):
-            have = sorted(counts) if isinstance(counts, dict) else counts
-            raise ValueError(f"iterator state ledger[{f!r}] must count exactly the streams {keys}, got {have!r}"[:400])
-        for j, k in enumerate(keys):
-            v = counts[k]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"iterator state ledger[{f!r}][{k!r}] must be an integer >= 0, got {v!r}")
-            out[i, j] = v
-    return out
-
-
-def skipped_state(totals: np.ndarray, keys: list[str], others: dict) -> dict:
-    """The state's ``skipped`` field: ``{field: {stream: count}}`` of the rows the run's skips dropped, for this
-    config's streams and (``others``: ``{stream: [3 counts]}``) streams an edit removed."""
-    out = as_state(totals, keys)
-    for k, counts in others.items():
-        for i, f in enumerate(FIELDS):
-            out[f][k] = int(counts[i])
-    return out
-
-
-def skipped_from_state(saved, keys: list[str]) -> tuple[np.ndarray, dict]:
-    """The totals of a state's ``skipped`` field for streams ``keys`` (0 where it names none), and the counts
-    it holds for other streams (an edit removed them), checked."""
-    if not isinstance(saved, dict) or set(saved) != set(FIELDS):
-        raise ValueError(f"iterator state field 'skipped' must be {{{', '.join(FIELDS)}}} of {{stream: count}}, "
-                         f"got {str(saved)[:200]}")
-    out = np.zeros((3, len(keys)), np.int64)
-    others: dict = {}
-    index = {k: j for j, k in enumerate(keys)}
-    for i, f in enumerate(FIELDS):
-        counts = saved[f]
-        if not isinstance(counts, dict):
-            raise ValueError(f"iterator state skipped[{f!r}] must map streams to counts, got {str(counts)[:200]}")
-        for k, v in counts.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or not isinstance(k, str):
-                raise ValueError(f"iterator state skipped[{f!r}][{k!r}] must be an integer >= 0, got {v!r}")
-            if k in index:
-                out[i, index[k]] = v
-            else:
-                others.setdefault(k, [0, 0, 0])[i] = v
-    return out, others
-
-
-def flat(totals: np.ndarray, keys: list[str], rows: np.ndarray, epoch: int, step: int | None,
-         prefix: str = "ledger", skipped: np.ndarray | None = None) -> dict:
-    """A flat dict of numbers for TensorBoard, W&B or absl logging: per stream ``{prefix}/{stream}/samples``,
-    ``src_tokens``, ``tgt_tokens`` and ``passes`` (served samples over the stream's rows, rounded down), and the
-    totals ``{prefix}/samples``, ``{prefix}/tokens``, ``{prefix}/epoch`` and ``{prefix}/step``. Once the run
-    skipped data (``skipped``: the same shape as ``totals``), per stream ``{prefix}/{stream}/skipped`` and
-    ``skipped_tokens`` (source and target), and ``{prefix}/skipped``: samples the skips dropped, never served
-    (``samples`` does not count them)."""
-    out: dict = {}
-    for j, k in enumerate(keys):
-        for i, f in enumerate(FIELDS):
-            out[f"{prefix}/{k}/{f}"] = int(totals[i, j])
-        out[f"{prefix}/{k}/passes"] = int(totals[0, j] // rows[j]) if rows[j] else 0
-        if skipped is not None:
-            out[f"{prefix}/{k}/skipped"] = int(skipped[0, j])
-            out[f"{prefix}/{k}/skipped_tokens"] = int(skipped[1, j] + skipped[2, j])
-    out[f"{prefix}/samples"] = int(totals[0].sum())
-    out[f"{prefix}/tokens"] = int(totals[1].sum() + totals[2].sum())
-    if skipped is not None:
-        out[f"{prefix}/skipped"] = int(skipped[0].sum())
-    out[f"{prefix}/epoch"] = int(epoch)
-    if step is not None:  # (a DataLoader's position counts batches, not the run's steps)
-        out[f"{prefix}/step"] = int(step)
-    return out
+from babelfeed.run.ledger import FIELDS, as_state, flat, from_state, skipped_from_state, skipped_state  # noqa: F401
+from babelfeed.plan.totals import window_totals  # noqa: F401  (part of the ledger's face)
 
 
 def describe_ids(sources, id_base: np.ndarray, ids) -> list[dict]:
@@ -170,12 +88,12 @@ def trace(it, step: int, state: dict | None = None) -> list[dict]:
     if state is None:
         state = it.get_state()
     else:
-        from babelfeed.iterators.history import upgrade
+        from babelfeed.run.history import upgrade
 
         state = upgrade(state)  # (a state an older babelfeed wrote)
         check_trace_state(it, state)
     from babelfeed.iterators.replay import _views
-    from babelfeed.iterators.skips import Skips
+    from babelfeed.run.skips import Skips
 
     src = step_source(it, step, state)
     skips = Skips(_views(state).skips)

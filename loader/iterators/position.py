@@ -150,6 +150,6 @@ class Position:
         stream (an LM run: per blended dataset), since training began, counted from the plan."""
         it = self.iterator(epoch)
         if it.kind == "lm":
-            return it.ledger(prefix, consumed=consumed)
+            return it.ledger(prefix, at=consumed)
         e, totals, _, skipped = it.ledger_totals(epoch, consumed)
         return it.ledger(prefix, at=(e, totals, None, skipped))

@@ -33,10 +33,9 @@ class Prefetcher:
             raise ValueError(f"prefetch depth must be >= 1, got {depth}")
         self.iterator, self.convert, self.depth, self.name = iterator, convert, depth, name
         self._state = iterator.get_state() if hasattr(iterator, "get_state") else None
-        # the translation iterator's ledger is taken per batch in the read-ahead thread (the iterator is that
-        # thread's); an LM run's is counted from its position when asked (ledger())
-        self._tracks = getattr(iterator, "kind", "") == "translation"
-        self._ledger = iterator.ledger_totals() if self._tracks else None
+        # where the ledger counts to is taken per batch in the read-ahead thread (the iterator is that thread's)
+        self._tracks = hasattr(iterator, "ledger_at")
+        self._ledger = iterator.ledger_at() if self._tracks else None
         self._start()
 
     def _start(self) -> None:
@@ -54,7 +53,7 @@ class Prefetcher:
                     return
                 state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else None
                 if self._tracks:  # taken here: the iterator is this thread's
-                    state = (state, self.iterator.ledger_totals())
+                    state = (state, self.iterator.ledger_at())
                 item = (self.convert(batch), state)
                 while not self._stop.is_set():
                     try:
@@ -100,12 +99,12 @@ class Prefetcher:
         return self._at_last_batch("set_weights", weights)
 
     def edit(self, config=None, **changes):
-        """The wrapped iterator's ``edit`` (``babelfeed.iterators.edits``) at the position of the last batch handed
+        """The wrapped iterator's ``edit`` (``babelfeed.run.edits``) at the position of the last batch handed
         out, from the next batch on: the read-ahead is dropped and made again. Returns the ``EditReport``."""
         return self._at_last_batch("edit", config, **changes)
 
     def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
-        """The wrapped iterator's ``skip`` (``babelfeed.iterators.skips``) at the position of the last batch handed
+        """The wrapped iterator's ``skip`` (``babelfeed.run.skips``) at the position of the last batch handed
         out: the read-ahead is dropped and made again with it. Returns the skip's event."""
         return self._at_last_batch("skip", steps=steps, ids=ids, where=where, reason=reason, world_size=world_size)
 
@@ -120,15 +119,11 @@ class Prefetcher:
         self._dropped = False
         out = getattr(self.iterator, method)(*args, **kwargs)
         self._state = self.iterator.get_state()
-        self._ledger = self.iterator.ledger_totals() if self._tracks else None
+        self._ledger = self.iterator.ledger_at() if self._tracks else None
         return out
 
     def ledger(self, prefix: str = "ledger") -> dict:
         """The wrapped iterator's ledger after the last batch handed out (not the read-ahead)."""
-        if getattr(self.iterator, "kind", "") == "lm":
-            raise TypeError("an LM run's ledger is counted from its position: build an iterator of its config and "
-                            "call ledger(consumed=...) with get_state()['consumed_samples'] // global_batch (the "
-                            "read-ahead thread owns this iterator)")
         if not self._tracks:
             raise TypeError(f"{type(self.iterator).__name__} keeps no ledger")
         return self.iterator.ledger(prefix, at=self._ledger)
@@ -141,7 +136,7 @@ class Prefetcher:
         self.close()
         self.iterator.set_state(state, mixture_change=mixture_change)
         self._state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else state
-        self._ledger = self.iterator.ledger_totals() if self._tracks else None
+        self._ledger = self.iterator.ledger_at() if self._tracks else None
         self._start()
 
     def close(self) -> None:

@@ -19,6 +19,11 @@ An iterator serves one rank's batches (dicts of numpy arrays) and is fully descr
 * ``rank``, ``world_size``, ``split`` (``"batches"``: whole batches per rank, torch DDP; ``"rows"``: every rank
   takes its rows of each global batch, JAX global arrays), ``epoch``.
 
+The steering is declared here once, for both kinds: ``skip``, ``set_weights``, ``edit``, ``ledger``, ``trace``,
+``describe_ids`` and ``batch_for_step``; each kind answers the part that depends on its plan (the ``_`` hooks).
+What happened to a run (world sizes, weights, edits, skips, the ledger's counts) is its ``record``
+(``babelfeed.run.record``), which composes the state.
+
 Global batches never depend on the world size, so a job resumes elastically on another number of ranks.
 An iterator plans its windows lazily and is not thread-safe: call it from one thread at a time (the grain
 adapter's source serialises grain's read threads).
@@ -29,14 +34,16 @@ either from its config, and the JAX, torch and grain adapters take any of them.
 
 from __future__ import annotations
 
-import json
-import numbers
+import copy
+from abc import ABC, abstractmethod
 
 import numpy as np
 
 from babelfeed.checks import check_rank
-from babelfeed.errors import BabelfeedError
-from babelfeed.iterators.history import VERSION as STATE_VERSION
+from babelfeed.run.history import VERSION as STATE_VERSION
+from babelfeed.run.record import (EDIT_HINT, MIXTURE_CHANGES, RunRecord, StateMismatch,  # noqa: F401  (its face)
+                                  check_mixture_change, identity_changes)
+from babelfeed.run.skips import which_kind
 
 # Counting steps over epochs plans every epoch between (integers only; ~1,000 small epochs a second, a large
 # corpus's epoch in seconds): a position or step further ahead than this is refused rather than planned for hours
@@ -59,95 +66,16 @@ def builder(kind: str):
     return _BUILDERS[kind]
 
 
-class StateMismatch(BabelfeedError, ValueError):
-    """A state saved with other data or settings than this iterator's."""
-
-
-# What ``set_state(state, mixture_change=...)`` does with a state of another config:
-MIXTURE_CHANGES = {
-    "refuse": "refused, naming what differs (the default)",
-    "allow": "an edit: every stream goes on from its position under this config, from the next step; the planning "
-             "window in progress gives its rows not yet served back to their streams, so nothing is repeated or "
-             "skipped (the data of a kept stream and the seed must be the same)",
-    "keep_position": "this config's plan from the state's epoch and global batch: the saved plan's samples not yet "
-                     "served there may be skipped and its served ones come again (which ones is not known); the "
-                     "only choice for a state with no fingerprint or config (an older babelfeed's) or of changed "
-                     "data",
-}
-# what a state mismatch says about the choices (the command line, which takes no such choice, leaves it out)
-EDIT_HINT = (" (set_state(state, mixture_change='allow') continues an edited mixture from its next step, every "
-             "stream from its position; mixture_change='keep_position' resumes at the same global batch of this "
-             "config's plan, repeating or skipping samples)")
-
-
-def check_mixture_change(value) -> None:
-    if value not in MIXTURE_CHANGES:
-        raise ValueError(f"mixture_change must be one of {list(MIXTURE_CHANGES)}, got {value!r}: "
-                         + "; ".join(f"{k!r}: {v}" for k, v in MIXTURE_CHANGES.items()))
-
-
-def say_kept_position(it, state: dict) -> None:
-    """Say, once, that a state of another plan resumed at its position of this one (``keep_position``)."""
-    import warnings
-
-    from babelfeed.errors import Notice, user_frame
-
-    if state.get("fingerprint") in it.fingerprints():
-        return
-    what = "; ".join(identity_changes(state.get("identity"), it.identity())) or "a state with no fingerprint"
-    epoch, consumed = it.position()
-    warnings.warn(f"resumed at epoch {epoch}, global batch {consumed} of this config's plan, which is not the plan "
-                  f"the state was saved with ({what}): from here the batches are this plan's, so samples the saved "
-                  f"run had planned and not served may be skipped and samples it served may come again (which ones "
-                  f"is not known; mixture_change='allow' continues every stream where it stood instead)", Notice,
-                  stacklevel=user_frame())
-
-
-def _short(value) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def identity_changes(saved, now) -> list[str]:
-    """What differs between two identities (``identity()``: plan options, split, shards, per-stream data), in the
-    config's words: ``batching.max_tokens 2048 -> 4096``, ``the data of stream x changed``, ``stream y added``."""
-    if not isinstance(saved, dict) or not isinstance(now, dict):
-        return []
-    from babelfeed.plan.options import OPTION_KEYS
-
-    out = []
-    a, b = saved.get("opts") or {}, now.get("opts") or {}
-    for k in sorted(set(a) | set(b)):
-        if a.get(k) != b.get(k):
-            out.append(f"{OPTION_KEYS.get(k, k)} {_short(a.get(k))} -> {_short(b.get(k))}")
-    for k in ("split", "shards"):
-        if saved.get(k) != now.get(k):
-            out.append(f"data.{'train_split' if k == 'split' else 'shards'} {_short(saved.get(k))} -> {_short(now.get(k))}")
-    sa, sb = saved.get("streams") or {}, now.get("streams") or {}
-    gone, new = sorted(set(sa) - set(sb)), sorted(set(sb) - set(sa))
-    moved = sorted(k for k in set(sa) & set(sb) if sa[k] != sb[k])
-    if moved:
-        out.append(f"the data of stream(s) {moved[:5]}{' ...' if len(moved) > 5 else ''} changed (other files, "
-                   f"tokenizer or prefix tokens)")
-    if gone:
-        out.append(f"stream(s) {gone[:5]}{' ...' if len(gone) > 5 else ''} removed")
-    if new:
-        out.append(f"stream(s) {new[:5]}{' ...' if len(new) > 5 else ''} added")
-    for k in sorted(set(saved) - {"opts", "split", "shards", "streams"}):
-        if saved.get(k) != now.get(k):
-            out.append(f"{k} {_short(saved.get(k))} -> {_short(now.get(k))}")
-    return out
-
-
-class LoaderIterator:
-    """Base of the iterators: rank bookkeeping and the checks every ``set_state`` makes."""
+class LoaderIterator(ABC):
+    """Base of the iterators: the protocol (what each kind answers: the abstract methods), rank bookkeeping, the
+    checks every ``set_state`` makes, and the steering, defined once for both kinds."""
 
     name: str = "train"
     kind: str = ""
 
-    def __init__(self, rank: int, world_size: int, split: str):
+    def __init__(self, rank: int, world_size: int, split: str, streams: int = 0):
         check_rank(rank, world_size)
-        self.last_edit = None  # the report of the last mixture edit this iterator made (iterators.edits)
+        self.last_edit = None  # the report of the last mixture edit this iterator made (run.edits)
         self.config_snapshot: dict | None = None  # the config as JSON (set where it was built from one)
         self.source_config = None  # the config it was built from
         if split not in ("batches", "rows"):
@@ -155,6 +83,57 @@ class LoaderIterator:
         self.rank, self.world_size, self.split = rank, world_size, split
         # split="rows": which of how many equal row blocks of every global batch this rank gathers
         self.row_blocks: tuple = ((rank,), world_size)
+        self.record = RunRecord(self.kind, self.name, world_size, split, streams)
+
+    # ------------------------------------------------------------------------------------ what each kind answers
+    @abstractmethod
+    def __next__(self) -> dict:
+        """This rank's next batch; StopIteration at an epoch's end."""
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """This rank's steps in the current epoch."""
+
+    @abstractmethod
+    def batch_at(self, k: int, base: int = 0) -> dict:
+        """This rank's k-th batch of the current epoch from global batch ``base``, without moving."""
+
+    @abstractmethod
+    def has_batch(self, k: int, base: int | None = None) -> bool:
+        """Whether :meth:`batch_at` has a k-th batch."""
+
+    @abstractmethod
+    def steps_after(self, base: int) -> int:
+        """This rank's batches from global batch ``base`` of the current epoch to its end."""
+
+    @abstractmethod
+    def get_state(self) -> dict:
+        """The run's state here (``record.envelope``): the same on every rank at the same step."""
+
+    @abstractmethod
+    def set_state(self, state: dict, mixture_change: str = "refuse") -> None:
+        """Continue after ``state``; ``mixture_change``: what to do with a state of another config
+        (:data:`MIXTURE_CHANGES`)."""
+
+    @abstractmethod
+    def fingerprint(self) -> str:
+        """The data and every setting that shapes the batches."""
+
+    @abstractmethod
+    def identity(self) -> dict:
+        """What the fingerprint stands for, kept in the state so that a mismatch can say what changed."""
+
+    @abstractmethod
+    def position(self) -> tuple[int, int]:
+        """``(epoch, consumed)``: where this iterator stands (consumed global batches of the epoch)."""
+
+    @abstractmethod
+    def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
+        """Stand at global batch ``consumed`` of ``epoch`` after ``total_steps`` steps, serving nothing."""
+
+    @abstractmethod
+    def epoch_batches(self, epoch: int) -> int:
+        """Global batches in ``epoch``."""
 
     def take_row_blocks(self, blocks, of: int) -> None:
         """split="rows": gather row blocks ``blocks`` of the ``of`` equal blocks of every global batch (in
@@ -199,9 +178,6 @@ class LoaderIterator:
     def __iter__(self):
         return self
 
-    def fingerprint(self) -> str:
-        raise NotImplementedError
-
     def fingerprints(self) -> tuple:
         """Every fingerprint a state of this data and these settings may carry (older babelfeeds' included)."""
         return (self.fingerprint(),)
@@ -209,69 +185,29 @@ class LoaderIterator:
     def _state_in(self, state):
         """``state`` itself, or where it is a loader's position or a checkpoint holding a state (another adapter's,
         a StatefulDataLoader's), the iterator state in it (``babelfeed.iterators.state.resolve``)."""
-        from babelfeed.iterators.history import upgrade
+        from babelfeed.run.history import upgrade
         from babelfeed.iterators.state import needs_resolving, resolve
 
         return upgrade(resolve(state, self) if needs_resolving(state) else state)
 
     def _check_state(self, state, strict: bool, fields: dict, optional: tuple = ()) -> None:
-        """Refuse a state that is not a well-formed state of this iterator: not a dict, another version, kind or
-        name, a missing or unknown field, an integer field (``fields``: name -> smallest value) that is not an
-        integer at least that; and (``strict``) a state saved with other data or settings."""
-        if not isinstance(state, dict):
-            raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}"
-                             + (" (a JSON string? json.loads it first)" if isinstance(state, (str, bytes)) else ""))
-        if type(state.get("version")) is not int or state["version"] != STATE_VERSION:
-            raise ValueError(f"unknown iterator state version {state.get('version')!r} (this babelfeed writes "
-                             f"{STATE_VERSION} and reads 1 to {STATE_VERSION})")
-        kind = state.get("kind", "lm" if "consumed_samples" in state else "translation")
-        if kind != self.kind:
-            raise ValueError(f"this is a state of a {kind} iterator; this iterator is a {self.kind} iterator")
-        unknown = sorted(set(state) - {"version", "kind", "name", "fingerprint", "identity", *fields, *optional})
-        if unknown:
-            raise ValueError(f"iterator state has unknown fields {unknown} (edited, or from another program)")
-        missing = [k for k in ("name", *fields) if k not in state]
-        if missing:
-            raise ValueError(f"iterator state lacks {missing}")
-        for key, smallest in fields.items():
-            value = state[key]
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < smallest:
-                raise ValueError(f"iterator state field {key!r} must be an integer >= {smallest}, got {value!r}")
-        if state["name"] != self.name:
-            raise ValueError(f"iterator state is for the {state['name']!r} iterator, this one is {self.name!r}")
-        if "fingerprint" in state and not isinstance(state["fingerprint"], str):
-            raise ValueError(f"iterator state fingerprint must be a string, got {state['fingerprint']!r}")
-        fp = self.fingerprint()
-        if strict and "fingerprint" not in state:
-            raise ValueError("iterator state has no fingerprint (saved by an older babelfeed): nothing proves it "
-                             "belongs to this data and these settings. set_state(state, "
-                             "mixture_change='keep_position') resumes at its position anyway.")
-        if strict and state.get("fingerprint") != fp and state.get("fingerprint") not in self.fingerprints():
-            changed = identity_changes(state.get("identity"), self.identity())
-            what = "; ".join(changed) if changed else f"fingerprint {state.get('fingerprint')} != {fp}"
-            raise StateMismatch(
-                f"iterator state was saved with different data or settings ({what}): resuming would not continue "
-                f"the same stream. Resume with the config and data it was saved with{EDIT_HINT}")
+        """Refuse a state that is not a well-formed state of this iterator (``record.check``) and (``strict``) a
+        state saved with other data or settings, naming what changed."""
+        self.record.check(state, fields, optional)
+        if strict:
+            RunRecord.check_fingerprint(state, self.fingerprints(), self.identity())
 
-    def identity(self) -> dict | None:
-        """What the fingerprint stands for, kept in the state so that a mismatch can say what changed."""
-        return None
+    def _say_kept_position(self, state: dict) -> None:
+        """``mixture_change="keep_position"``: say, once, that a state of another plan resumed at its position."""
+        RunRecord.say_kept_position(state, self.fingerprints(), self.identity(), self.position())
 
     # ------------------------------------------------------------------------------ positions (loaders)
-    def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
-        """Stand at global batch ``consumed`` of ``epoch`` after ``total_steps`` steps, serving nothing."""
-        raise NotImplementedError
-
     def state_at(self, epoch: int, consumed: int, total_steps: int) -> dict:
         """The state of this run at global batch ``consumed`` of ``epoch`` after ``total_steps`` steps: what
         ``get_state()`` returns there (the loaders save it at the batch their consumer has reached). Moves the
         iterator there."""
         self._seek(epoch, consumed, total_steps)
         return self.get_state()
-
-    def epoch_batches(self, epoch: int) -> int:
-        """Global batches in ``epoch``."""
-        raise NotImplementedError
 
     def steps_between(self, start: tuple[int, int], end: tuple[int, int], per: int | None = None) -> int:
         """This rank's steps from position ``start`` = (epoch, consumed) to ``end`` (not before it), counted on
@@ -314,29 +250,155 @@ class LoaderIterator:
         total = pos.get("total_steps")
         ran_on = pos.get("world_size")  # the world size that took the position's steps, where it says
         if (base is None and isinstance(ran_on, int) and not isinstance(ran_on, bool) and ran_on >= 1
-                and ran_on != self.world_size and hasattr(self, "step_log")):
+                and ran_on != self.world_size):
             if total is None:
                 per = ran_on if self.split == "batches" else 1
                 total = self.steps_between((1, 0), (epoch, consumed), per=per)
-            self.step_log = [[0, 1, 0, ran_on, self.split]]  # so the state says which world size took those steps
+            self.record.steps.restart(ran_on, self.split)  # so the state says which world size took those steps
         if total is None:
             start = self.position() if base is not None else (1, 0)
             total = (self.total_steps if base is not None else 0) + self.steps_between(start, (epoch, consumed))
         return epoch, consumed, int(total)
 
-    def position(self) -> tuple[int, int]:
-        """``(epoch, consumed)``: where this iterator stands."""
-        raise NotImplementedError
-
     # ------------------------------------------------------------------------------------------ steering
+    @property
+    def skips(self):
+        """The run's skips (``record.skips``: the one engine that says which rows they drop)."""
+        return self.record.skips
+
+    @skips.setter
+    def skips(self, value) -> None:
+        self.record.skips = value
+
+    def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
+        """Leave data out of the rest of the run, from the next step on: ``steps`` (a ``range`` of training steps,
+        1-based, not yet taken: every row of their global batches), ``ids`` (samples, by the ``id`` their batches
+        carried; an LM run's: the global samples ``trace`` names) or ``where`` (a translation run's
+        ``{"stream" | "task" | "corpus": names, "shard": n or [n, ...], "rows": range(lo, hi)}``, an LM run's
+        ``{"dataset": names, "documents": range(lo, hi)}``: every sample matching all the terms given). Exactly
+        one of them; ``reason`` is kept with it ("loss spike at step 1234").
+
+        Skipped rows leave their batches and nothing else moves: every other sample keeps its step
+        (``babelfeed.run.skips`` says what a batch looks like). The skip is recorded in the state's history with
+        the step it took effect after, so a run resumed from a later state, on any world size, makes the same
+        skip; ``trace``, ``batch_for_step`` and the ledger count with it. After a rollback
+        (``set_state(earlier_state)``), a skip of the steps around a spike gives exactly the batches of a run
+        that made it at that step from the start. Call it on every rank at the same step. Returns the event
+        recorded.
+
+        ``world_size`` (``steps`` only, a translation run with ``split="batches"``): the world size whose steps
+        ``steps`` counts, where it is not this iterator's (a run rolled back onto another number of ranks skips
+        the steps the run that spiked took)."""
+        which_kind(steps, ids, where, reason)
+        event = {"event": "skip", "step": int(self.total_steps), **self._skip_position(), "reason": reason}
+        if steps is not None:
+            event.update(self._skip_steps(steps, world_size))
+        elif ids is not None:
+            event.update(self._skip_ids(ids))
+        else:
+            event["where"] = self._skip_where(where)
+            self._refuse_skipping_everything(event)
+        self.record.skips.add(event)
+        self._skips_changed()
+        return copy.deepcopy(event)
+
+    @abstractmethod
+    def _skip_position(self) -> dict:
+        """Where a skip made now takes effect (``epoch`` and ``batch``; an LM run's ``sample``)."""
+
+    @abstractmethod
+    def _skip_steps(self, steps, world_size) -> dict:
+        """A skip's fields for training steps ``steps`` (a range): the global batches (samples) they hold."""
+
+    @abstractmethod
+    def _skip_ids(self, ids) -> dict:
+        """A skip's fields for the samples ``ids`` names."""
+
+    @abstractmethod
+    def _skip_where(self, where) -> dict:
+        """``where``'s terms, checked against this run's corpora."""
+
+    @abstractmethod
+    def _refuse_skipping_everything(self, event: dict) -> None:
+        """Refuse a ``where`` that, with the earlier skips, leaves nothing to serve."""
+
+    def _skips_changed(self) -> None:
+        """Drop what was built on the skips before (fillers, counts)."""
+
+    def set_weights(self, weights: dict):
+        """Change the mixture: ``{name: weight}`` for every task (translation: the tasks of the config's tasks
+        section, or every direction; the temperature still splits a task's weight among its corpora) or every
+        dataset (LM, names as ``dataset_names()``), normalised. Call it on every rank at the same step. The change
+        is recorded in the state, so a resumed run mixes exactly as this one, whether it resumes before the
+        change (and makes it again) or after it; every stream (dataset) goes on from its position.
+
+        When it takes effect: an LM run and every translation sampler but the stream sampler, the next step (an
+        edit of the weights: :meth:`edit`; its ``EditReport`` is returned and printed); ``mixing.sampler="stream"``,
+        the next planning window (the window being served keeps its mix; cheap enough for a policy that calls it
+        every few steps)."""
+        from babelfeed.iterators.policy import scaled_weights
+
+        return self._set_weights(scaled_weights(weights, self.weight_names(), self._weight_noun))
+
+    _weight_noun = "task"
+
+    @abstractmethod
+    def weight_names(self) -> list[str]:
+        """What :meth:`set_weights` takes a weight of: the tasks, or the datasets of an LM blend."""
+
+    @abstractmethod
+    def _set_weights(self, weights: dict):
+        """:meth:`set_weights` with the weights checked and scaled."""
+
+    def ledger(self, prefix: str = "ledger", at=None) -> dict:
+        """What every rank together has consumed up to this iterator's position, per stream (an LM run: per
+        blended dataset), since training began: a flat dict of numbers to log as is (``{prefix}/{stream}/samples``,
+        its tokens and ``passes``; ``{prefix}/samples``, ``tokens``, ``step``; what the skips dropped once the run
+        skipped anything). The same on every rank at the same step; counted from the plan, so exact after a resume
+        on another world size and with workers. ``at``: where to count (what ``ledger_at()`` returned there: the
+        adapters' read-ahead threads take one per batch)."""
+        return self._ledger(prefix, self.ledger_at() if at is None else at)
+
+    @abstractmethod
+    def ledger_at(self):
+        """Where :meth:`ledger` counts to, cheap to take after every batch."""
+
+    @abstractmethod
+    def _ledger(self, prefix: str, at) -> dict:
+        """:meth:`ledger` at ``at``."""
+
+    def trace(self, step: int, state: dict | None = None) -> list:
+        """The samples of training step ``step`` (1-based, since training began) on every rank: where each came
+        from (``describe_ids``' fields), its rank and whether a skip dropped it. ``state``: the run's latest state
+        (default: this iterator's own), whose history answers any step of the run, before and after edits, weight
+        changes, skips and resumes on other world sizes. This iterator's position is left as it was."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
+            raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
+        return self._trace(step, state)
+
+    @abstractmethod
+    def _trace(self, step: int, state: dict | None) -> list:
+        """:meth:`trace` of a checked step."""
+
+    @abstractmethod
+    def describe_ids(self, ids) -> list:
+        """Where each sample of a batch came from: per ``id`` (a translation batch's ``id``, an LM run's global
+        sample), its stream or dataset and where it lies in the data; ``None`` for -1 (a padding row)."""
+
+    @abstractmethod
+    def batch_for_step(self, step: int, state: dict | None = None, rank: int | None = None) -> dict:
+        """The batch rank ``rank`` (default: this iterator's) received at training step ``step``, rebuilt exactly
+        from the run's latest ``state`` (default: this iterator's own), without serving the steps before it.
+        This iterator's position is left as it was."""
+
     def edit(self, config=None, **changes):
         """Change the run's config from the next step on, in place: ``config`` (a whole config of the same data)
         or ``changes`` to this run's config (``{"mixing.temperature": 2.0}`` as keyword arguments with ``__`` for
-        the dots, or a dict as ``config``). Every stream goes on from its position (``babelfeed.iterators.edits``;
+        the dots, or a dict as ``config``). Every stream goes on from its position (``babelfeed.run.edits``;
         an LM run: every dataset of the blend). Returns the edit's report (``EditReport``), which is also printed
         once; the state records the edit, so a run resumed later, and ``trace``, follow it. Call it on every rank
         at the same step."""
-        from babelfeed.iterators.edits import edited_config
+        from babelfeed.run.edits import edited_config
 
         new = builder("any")(edited_config(self, config, changes), rank=self.rank, world_size=self.world_size,
                              split=self.split)

@@ -1,7 +1,7 @@
 """A run's history replayed: which plan served any step of a run, from its latest state alone.
 
 A translation run is a pure function of its first config, its data and what happened to it, which the state's
-``history`` lists (``babelfeed.iterators.history``): the world sizes it ran on, the task weights fed back, how
+``history`` lists (``babelfeed.run.history``): the world sizes it ran on, the task weights fed back, how
 schedule updates were counted and the mixture edits it was resumed with. Its ``config`` is the config in force
 now, and each edit records the config values it changed (old and new) and the saved run's position; the weights
 and update counts listed before an edit are the saved run's. So the config and the weights of every earlier
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from babelfeed.iterators.history import world_size_at
+from babelfeed.run.history import world_size_at
 from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD
 from babelfeed.plan.parts import Part
 
@@ -72,7 +72,9 @@ def _apply_history(it, weights: list, updates) -> None:
             planner._starts = starts
             planner.update_segments = segs
     assert not planner.weight_changes, "weights are applied to a fresh or just resumed iterator"
-    changes = it._check_weights(weights or [])
+    from babelfeed.run.weights import Weights
+
+    changes = Weights.check(weights or [], planner.sources.tasks)
     if changes:
         planner.setup(it.epoch)  # the epoch it stands in is planned: a change drops only what comes after it
     for at, w in changes:
@@ -80,7 +82,7 @@ def _apply_history(it, weights: list, updates) -> None:
 
 
 def _views(state: dict):
-    from babelfeed.iterators.history import Views, check
+    from babelfeed.run.history import Views, check
 
     return check(state["history"]) if "history" in state else Views()
 
@@ -119,7 +121,7 @@ def step_source(probe, step: int, state: dict) -> StepSource:
     ``probe``: an iterator of the run's data (its config's data path is used; its world size does not matter)."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
-    from babelfeed.iterators.history import split_at
+    from babelfeed.run.history import split_at
 
     history = _views(state)
     segments = history.steps or [[0, 1, 0, probe.world_size]]
@@ -200,7 +202,7 @@ def step_batch(probe, step: int, state: dict, rank: int | None = None) -> dict:
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
         raise ValueError(f"rank must be an integer in [0, {world}): step {step} was taken on {world} rank(s), got "
                          f"{rank!r}")
-    from babelfeed.iterators.skips import Skips
+    from babelfeed.run.skips import Skips
 
     return _rank_batch(src, Skips(_views(state).skips), rank)
 
@@ -288,7 +290,7 @@ def _locate(it, step: int, segments: list, edit: dict | None, world: int) -> Ste
 def step_rows(src: StepSource, skips=None) -> list[tuple]:
     """Per global batch of the step: ``(rank or k, global batch, ids, src_len, tgt_len, dropped)`` of its
     planned samples, ids as the ranks received them; ``dropped``: which of them the run's ``skips`` (a
-    :class:`~babelfeed.iterators.skips.Skips`) left out of the batch (None: none)."""
+    :class:`~babelfeed.run.skips.Skips`) left out of the batch (None: none)."""
     it = src.it
     out = []
     for k in range(it.batches_per_step):

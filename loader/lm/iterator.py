@@ -42,14 +42,16 @@ from babelfeed.checks import at_least
 from babelfeed.gather import engine as gather
 from babelfeed.errors import FormatError
 from babelfeed.lm.blending import IndexCache, blending_indices, parse_data_path
-from babelfeed.iterators.protocol import STATE_VERSION, LoaderIterator, StateMismatch
+from babelfeed.iterators.protocol import LoaderIterator
 from babelfeed.lm.plan import MODES, LMSource
+from babelfeed.lm.run import LMRun
+from babelfeed.run.weights import Weights
 from babelfeed.plan.packing import ragged_arange, segments
 
 WINDOW_SAMPLES = 1 << 14  # samples (of this rank) planned at once
 
 
-class LMIterator(LoaderIterator):
+class LMIterator(LMRun, LoaderIterator):
     """Static (B / world_size, seq_len) batches of a blended LM dataset for one rank."""
 
     kind = "lm"
@@ -60,13 +62,13 @@ class LMIterator(LoaderIterator):
         if split != "rows":
             raise ValueError("an LM iterator splits every global batch into rows per rank (split='rows'): "
                              "global_batch counts the samples of one step over all ranks")
-        super().__init__(rank, world_size, split)
+        super().__init__(rank, world_size, split, streams=len(sources))
         if global_batch < 1 or global_batch % world_size:
             raise ValueError(f"global_batch {global_batch} must be a positive multiple of world_size {world_size}")
         if num_samples < global_batch:
             raise ValueError(f"num_samples={num_samples} is less than one global batch ({global_batch} samples)")
         self.sources, self.weights, self.global_batch = sources, [float(w) for w in weights], global_batch
-        self.name = name
+        self.name = self.record.name = name
         self.vocab_size = int(vocab_size)  # every token id must be below it (0: unchecked)
         self.epoch = 1
         self.seq_len = sources[0].seq_len
@@ -86,9 +88,9 @@ class LMIterator(LoaderIterator):
         blend = cache.get("blend", description, build) if cache else build()
         self.dataset_index, self.dataset_sample = blend["dataset"], blend["sample"]
         self._config_blend = (self.dataset_index, self.dataset_sample)
-        # the run's blend over time (babelfeed.lm.mixture): [] while it blends the config's weights throughout
-        self.blend_events: list = []
-        self.skip_events: list = []  # it.skip's events, in the order made (babelfeed.iterators.skips)
+        # the run's blend over time (record.weights.blend, babelfeed.lm.mixture): [] while it blends the config's
+        # weights throughout
+        self.record.weights = Weights()
         self.consumed = 0  # global samples
         # the planned windows, at most three, least recently used first (the one read, and those the lookahead
         # plans for remote data):
@@ -123,7 +125,7 @@ class LMIterator(LoaderIterator):
     def from_config(cls, config, rank: int = 0, world_size: int = 1) -> "LMIterator":
         """From a config like configs/lm_packing.py, checked as ``babelfeed.build_iterator`` checks it: every key
         known (a typo is refused with a suggestion), every value of its type and range."""
-        from babelfeed.iterators.edits import snapshot
+        from babelfeed.run.edits import snapshot
 
         cls.check_config(config)
         it = cls.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
@@ -180,7 +182,7 @@ class LMIterator(LoaderIterator):
         rows = np.repeat(np.arange(per_rank), count[a:a + per_rank])
         batch = self._assemble(rows, {key: v[lo:hi] for key, v in pieces.items()},
                                self.dataset_index[k * self.global_batch + mine])
-        if self.skip_events:
+        if self.skips:
             self._drop_skipped(batch, k * self.global_batch + mine)
         return batch
 
@@ -188,7 +190,7 @@ class LMIterator(LoaderIterator):
         """Rows of global samples ``g`` that the run's skips drop become rows that teach nothing: tokens and
         labels 0, ``loss_mask`` 0, one segment, positions 0, 1, ..., ``dataset`` -1 (the skipped sample's tokens
         never reach the model)."""
-        drop = self.skipped_samples(g)
+        drop = self.skips.dropped_samples(g, self._where)
         if not drop.any():
             return
         width = batch["tokens"].shape[1]
@@ -197,32 +199,6 @@ class LMIterator(LoaderIterator):
         batch["segment_ids"][drop] = 1
         batch["positions"][drop] = np.arange(width, dtype=batch["positions"].dtype)
         batch["dataset"][drop] = -1
-
-    def skipped_samples(self, g, events: list | None = None) -> np.ndarray:
-        """Which of global samples ``g`` the run's skips (or ``events``) drop (each skip from the sample it took
-        effect at)."""
-        from babelfeed.iterators.skips import in_ranges, merged
-
-        g = np.asarray(g, np.int64)
-        out = np.zeros(len(g), bool)
-        for e in self.skip_events if events is None else events:
-            if "samples" in e or "ids" in e:  # (global samples: positions the run had not reached)
-                out |= in_ranges(g, *merged(e.get("samples", e.get("ids"))))
-                continue
-            live = g >= e["sample"]
-            if not live.any():
-                continue
-            out |= live & self._where(e["where"], g)
-        return out
-
-    def skip_which(self, g) -> np.ndarray:
-        """Per global sample of ``g``: the index in ``skip_events`` of the first skip that drops it, -1 where
-        none does (what the ledger's report attributes to each skip)."""
-        g = np.asarray(g, np.int64)
-        out = np.full(len(g), -1, np.int64)
-        for i, e in enumerate(self.skip_events):
-            out[(out < 0) & self.skipped_samples(g, [e])] = i
-        return out
 
     def real_tokens_of(self, g) -> np.ndarray:
         """Per global sample of ``g``: its real input tokens (what the ledger counts)."""
@@ -387,7 +363,7 @@ class LMIterator(LoaderIterator):
         base = [os.path.basename(s.prefix) for s in self.sources]
         return [b if base.count(b) == 1 else s.prefix for b, s in zip(base, self.sources)]
 
-    def describe_samples(self, g) -> list[dict]:
+    def describe_ids(self, g) -> list[dict]:
         """Where global samples ``g`` of the run (``batch k`` holds ``k * global_batch ...``) came from: per
         sample ``{"sample", "dataset", "prefix", "epoch" (the dataset's), "index" (its sample in that epoch),
         "records" (the .idx records its tokens come from, in order), "documents", "tokens" (its real input
@@ -420,117 +396,6 @@ class LMIterator(LoaderIterator):
                                "tokens": int(real[i])}
         return out
 
-    def trace(self, step: int, state: dict | None = None) -> list[dict]:
-        """The samples of training step ``step`` (1-based; a step is one global batch) on every rank: where each
-        row came from (:meth:`describe_samples`) and the rank that holds it. ``state``: a state of the run, checked
-        against this data, whose history gives the blend of every step (weight changes, edits: its steps are its
-        global batches)."""
-        if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
-        if state is not None:
-            return self.run_of(state).trace(step)
-        if step > len(self):
-            raise ValueError(f"step {step} is past the run's end: it is {len(self)} global batches (num_samples)")
-        first = (step - 1) * self.global_batch
-        per_rank = self.global_batch // self.world_size
-        g = np.arange(first, first + self.global_batch)
-        rows = self.describe_samples(g)
-        dropped = self.skipped_samples(g).tolist() if self.skip_events else [False] * len(g)
-        return [{"step": step, "batch": step - 1, "rank": i // per_rank, "row": i % per_rank, **r,
-                 "skipped": bool(x)} for i, (r, x) in enumerate(zip(rows, dropped))]
-
-    # ----------------------------------------------------------------------------------------- ledger
-    def ledger_totals(self, consumed: int | None = None) -> np.ndarray:
-        """``int64[3, datasets]``: samples, tokens (their rows' real input tokens) and completed passes (epochs of
-        the dataset's split) taken by every rank together up to global batch ``consumed`` (default: here). Samples
-        and tokens are those served; samples the run's skips dropped are counted apart (:meth:`skipped_totals`),
-        passes count them (the dataset moved past them)."""
-        return self._count(consumed)[0]
-
-    def skipped_totals(self, consumed: int | None = None) -> np.ndarray | None:
-        """``int64[2, datasets]``: samples and tokens the run's skips dropped (never served) up to global batch
-        ``consumed`` (default: here); None when the run made no skip."""
-        return self._count(consumed)[1] if self.skip_events else None
-
-    def _count(self, consumed: int | None) -> tuple[np.ndarray, np.ndarray]:
-        """(served totals as :meth:`ledger_totals` gives them, skipped samples and tokens) up to ``consumed``."""
-        n = (self.consumed if consumed is None else int(consumed) * self.global_batch)
-        cache = getattr(self, "_ledger_cache", None)
-        if cache is None or cache[0] > n:
-            cache = (0, np.zeros((3, len(self.sources)), np.int64), np.zeros((2, len(self.sources)), np.int64))
-        done, totals, skipped = cache[0], cache[1].copy(), cache[2].copy()
-        step = 1 << 16
-        for lo in range(done, n, step):  # tokens count sample by sample: in blocks, remembered
-            g = np.arange(lo, min(lo + step, n))
-            which, k_in = self.dataset_index[g].astype(np.int64), self.dataset_sample[g]
-            drop = self.skipped_samples(g) if self.skip_events else np.zeros(len(g), bool)
-            keep = which >= 0  # (a dataset an edit removed: not among this config's, not counted here)
-            which, k_in, drop = which[keep], k_in[keep], drop[keep]
-            totals[0] += np.bincount(which, minlength=len(self.sources))  # (drawn: the passes count them)
-            skipped[0] += np.bincount(which[drop], minlength=len(self.sources))
-            for d in np.unique(which).tolist():
-                src = self.sources[d]
-                mine = which == d
-                epochs, samples = src.locate(k_in[mine])
-                gone = drop[mine]
-                for e in np.unique(epochs).tolist():
-                    real = self._real_tokens(*src.pieces(e, samples[epochs == e], self.seq_len + 1))
-                    totals[1, d] += int(real.sum())
-                    skipped[1, d] += int(real[gone[epochs == e]].sum())
-        self._ledger_cache = (n, totals.copy(), skipped.copy())
-        out = totals.copy()
-        out[2] = self.passes(totals[0])
-        out[:2] -= skipped
-        return out, skipped
-
-    def _real_tokens(self, count: np.ndarray, pieces: dict) -> np.ndarray:
-        """Per sample of ``LMSource.pieces``' answer: its real input tokens (the ``tokens`` positions of its row
-        that hold data)."""
-        per = np.bincount(np.repeat(np.arange(len(count)), count), weights=pieces["length"], minlength=len(count))
-        return np.minimum(per, self.seq_len).astype(np.int64)
-
-    def passes(self, samples) -> np.ndarray:
-        """Per blended dataset: the passes over its split that its first ``samples[d]`` samples complete (the
-        epochs its next sample lies beyond)."""
-        return np.array([int(src.locate(np.array([int(n)]))[0][0]) - 1 if n else 0
-                         for src, n in zip(self.sources, samples)], np.int64)
-
-    def ledger(self, prefix: str = "ledger", consumed: int | None = None) -> dict:
-        """What every rank together has consumed, per blended dataset, at this position: a flat dict of numbers to
-        log (``{prefix}/{dataset}/samples``, ``tokens``, ``passes``; ``{prefix}/samples``, ``tokens``,
-        ``step``), counted from the plan, the same on every rank."""
-        totals = self.ledger_totals(consumed)
-        out: dict = {}
-        for d, name in enumerate(self.dataset_names()):
-            out[f"{prefix}/{name}/samples"] = int(totals[0, d])
-            out[f"{prefix}/{name}/tokens"] = int(totals[1, d])
-            out[f"{prefix}/{name}/passes"] = int(totals[2, d])
-        removed = 0
-        if self.blend_events:  # datasets an edit removed: their samples (their tokens need their data)
-            from babelfeed.lm.mixture import offsets_at
-
-            n = self.consumed if consumed is None else int(consumed) * self.global_batch
-            keys = set(self.data_keys())
-            names = {}
-            for e in self.blend_events:
-                names.update(e["names"])
-            for key, taken in offsets_at(self.blend_events, n).items():
-                if key not in keys and taken:
-                    out[f"{prefix}/{names.get(key, key)}/samples"] = int(taken)
-                    removed += int(taken)
-        out[f"{prefix}/samples"] = int(totals[0].sum()) + removed
-        out[f"{prefix}/tokens"] = int(totals[1].sum())
-        skipped = self.skipped_totals(consumed)
-        if skipped is not None:
-            for d, name in enumerate(self.dataset_names()):
-                out[f"{prefix}/{name}/skipped"] = int(skipped[0, d])
-                out[f"{prefix}/{name}/skipped_tokens"] = int(skipped[1, d])
-            out[f"{prefix}/skipped"] = int(skipped[0].sum())
-        out[f"{prefix}/step"] = (self.consumed if consumed is None else int(consumed) * self.global_batch) \
-            // self.global_batch
-        return out
-
-    # ----------------------------------------------------------------------------------------- state
     def fingerprint(self) -> str:
         """The data (each dataset's size hashes, which key its shuffles, whatever its path) and every setting
         that shapes the sample sequence (the batch size and the run length do not)."""
@@ -551,163 +416,6 @@ class LMIterator(LoaderIterator):
                 "streams": {name: f"{str(key)[:12]}: {n} samples, {size} bytes"
                             for name, (key, n, size) in zip(self.dataset_names(), d["sources"])}}
 
-    def get_state(self) -> dict:
-        """``{"version", "kind": "lm", "name", "consumed_samples", "fingerprint", "identity", "history"}``; the
-        history lists the blend's segments (``babelfeed.lm.mixture``), from the config's weights at sample 0, then
-        the skips (``babelfeed.iterators.skips``)."""
-        return {"version": STATE_VERSION, "kind": "lm", "name": self.name, "consumed_samples": self.consumed,
-                "fingerprint": self.fingerprint(), "identity": self.identity(),
-                "history": [dict(e) for e in (self.blend_events or [self._first_event()])]
-                + [dict(e) for e in self.skip_events]}
-
-    # ----------------------------------------------------------------------------------------- blend changes
-    def data_keys(self) -> list[str]:
-        """Per blended dataset, the key the blend's history names it by: its content digest (the same files under
-        another path are the same dataset), with ``#2``, ``#3`` ... where one dataset is listed more than once."""
-        out: list = []
-        for s in self.sources:
-            k = str(s.data_key)
-            out.append(k if k not in out else f"{k}#{sum(1 for x in out if x.split('#')[0] == k) + 1}")
-        return out
-
-    def _first_event(self) -> dict:
-        from babelfeed.lm.mixture import first_event
-
-        return first_event(self.data_keys(), self.weights, self.dataset_names())
-
-    def _set_blend(self, events: list) -> None:
-        """Blend by ``events`` (the history's blend segments; [] or the config's own: the config's weights)."""
-        from babelfeed.lm.mixture import arrays
-
-        if not events or events == [self._first_event()]:
-            self.blend_events = []
-            self.dataset_index, self.dataset_sample = self._config_blend
-        else:
-            index_of = {k: i for i, k in enumerate(self.data_keys())}
-            self.blend_events = [dict(e) for e in events]
-            self.dataset_index, self.dataset_sample = arrays(events, self.num_samples, index_of)
-        self._plans = {}
-        self._ahead = self._shares = None  # (the batches ahead are another blend's now)
-        self._ledger_cache = None
-
-    def _missing(self, lo: int, hi: int) -> str | None:
-        """The name of a dataset that gives a sample in ``[lo, hi)`` but is not among this iterator's, if any."""
-        gone = np.flatnonzero(self.dataset_index[lo:hi] < 0)
-        if not len(gone):
-            return None
-        sample = lo + int(gone[0])
-        event = max((e for e in self.blend_events if e["sample"] <= sample), key=lambda e: e["sample"])
-        keys = set(self.data_keys())
-        names = [event["names"][k] for k in event["weights"] if k not in keys]
-        name = names[0] if names else "?"
-        if name in self.dataset_names():  # listed, but its files hold other data now
-            return f"{name} (sample {sample}), whose data changed since (its content digest differs)"
-        return f"{name} (sample {sample}), which this config does not list (an edit removed it)"
-
-    def _refuse_missing(self, lo: int, hi: int) -> None:
-        raise ValueError(f"global sample {lo} of this run came from dataset {self._missing(lo, hi)}: use the "
-                         f"config and data of that part of the run")
-
-    def set_weights(self, weights: dict) -> None:
-        """Blend with ``weights`` (``{dataset name: weight}`` for every dataset, names as ``dataset_names()``) from
-        the next global batch on. Every dataset goes on from its position: over the whole run, a dataset's samples
-        are its own sequence, none repeated or skipped. Recorded in the state's history, so a resumed run blends
-        exactly as this one. Call it on every rank at the same step."""
-        from babelfeed.iterators.policy import scaled_weights
-        from babelfeed.lm.mixture import add, offsets_at
-
-        names = self.dataset_names()
-        scaled = scaled_weights(weights, names, "dataset")
-        at = self.consumed
-        if at >= self.num_samples:
-            raise ValueError("set_weights after the run's last batch: nothing is left to blend")
-        events = self.blend_events or [self._first_event()]
-        keys = self.data_keys()
-        offsets = offsets_at(events, at)
-        if events[-1]["sample"] == at and "changes" in events[-1]:  # (an edit resumed here: its record stays)
-            changes = {"changes": events[-1]["changes"]}
-        else:
-            changes = {}
-        event = {"event": "blend", "sample": int(at), **changes,
-                 "weights": {k: scaled[n] for k, n in zip(keys, names)},
-                 "offsets": {**offsets, **{k: offsets.get(k, 0) for k in keys}},
-                 "names": {**events[-1]["names"], **dict(zip(keys, names))}}
-        self._set_blend(add(events, event))
-
-    def skip(self, steps=None, ids=None, where=None, reason: str = "", world_size: int | None = None) -> dict:
-        """Leave data out of the rest of the run, from the next step on: ``steps`` (a ``range`` of training
-        steps, 1-based, not yet taken: every row of their global batches), ``ids`` (global samples not yet
-        served: ``trace``'s ``sample``) or ``where`` (``{"dataset": names, "documents": range(lo, hi)}``: the
-        samples of those datasets, or of those holding any document of the range). Exactly one of them;
-        ``reason`` is kept with it. A skipped row stays in its batch as a row that teaches nothing (``loss_mask``
-        0, tokens 0, ``dataset`` -1); every other sample keeps its step. Recorded in the state's history, so a
-        resumed run makes the same skip; ``trace``, ``batch_for_step`` and the ledger count with it. Call it on
-        every rank at the same step. Returns the event recorded. (``world_size`` is accepted for the adapters'
-        sake: an LM run's step is one global batch on any world size.)"""
-        import copy
-
-        from babelfeed.iterators.skips import (LM_TERMS, SkipError, as_ranges, name_list, range_arg, step_range,
-                                               where_terms, which_kind)
-
-        which_kind(steps, ids, where, reason)
-        t, B = self.total_steps, self.global_batch
-        event = {"event": "skip", "step": int(t), "sample": int(self.consumed), "reason": reason}
-        if steps is not None:
-            a, b = step_range(steps, t)
-            if b - 1 > len(self):
-                raise SkipError(f"steps {a}..{b - 1} run past the run's last step, {len(self)} (num_samples)")
-            event.update(steps=[a, b], samples=[[(a - 1) * B, (b - 1) * B]])
-        elif ids is not None:
-            arr = np.asarray(ids) if isinstance(ids, (list, tuple, range, np.ndarray, int, np.integer)) and \
-                not isinstance(ids, bool) else None
-            if arr is None or arr.dtype.kind not in "iu" or arr.size == 0:
-                raise SkipError(f"ids must be a non-empty list of global samples (trace's 'sample'), got "
-                                f"{str(ids)[:200]}")
-            arr = arr.reshape(-1)
-            if arr.dtype.kind == "u" and int(arr.max()) >= self.num_samples:
-                raise SkipError(f"sample {int(arr.max())} is not a sample of this run (it has {self.num_samples})")
-            arr = arr.astype(np.int64)
-            if arr.min() < self.consumed or arr.max() >= self.num_samples:
-                bad = int(arr.min()) if arr.min() < self.consumed else int(arr.max())
-                raise SkipError(f"sample {bad} is not a sample the run has yet to serve (it stands at sample "
-                                f"{self.consumed}; it has {self.num_samples}): roll back to a state before it")
-            event["ids"] = as_ranges(arr)
-        else:
-            where_terms(where, LM_TERMS, "an LM run")
-            out: dict = {}
-            if "dataset" in where:
-                out["dataset"] = name_list(where["dataset"], "dataset", self.dataset_names())
-            if "documents" in where:
-                if "dataset" not in out and len(self.sources) > 1:
-                    raise SkipError("where['documents'] names documents of one dataset: give where['dataset'] too")
-                out["documents"] = range_arg(where["documents"], "where['documents']")
-            if "documents" not in out and set(out.get("dataset", self.dataset_names())) >= set(self.dataset_names()):
-                raise SkipError(f"where={out}: this skips every dataset of the blend, leaving nothing to serve")
-            event["where"] = out
-        self.skip_events = self.skip_events + [event]
-        self._ledger_cache = None
-        return copy.deepcopy(event)
-
-    def batch_for_step(self, step: int, state: dict | None = None, rank: int | None = None,
-                       world_size: int | None = None) -> dict:
-        """The batch rank ``rank`` of ``world_size`` (default: this iterator's) received at training step
-        ``step``, rebuilt exactly from the run's latest ``state`` (default: this iterator's own): its blend and
-        skips, without serving the steps before it."""
-        import copy
-
-        if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(self):
-            raise ValueError(f"step must be an integer in [1, {len(self)}] (the run's global batches), got {step!r}")
-        world = self.world_size if world_size is None else int(world_size)
-        rank = self.rank if rank is None else rank
-        if world < 1 or self.global_batch % world:
-            raise ValueError(f"world_size {world} must divide global_batch {self.global_batch}")
-        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
-            raise ValueError(f"rank must be an integer in [0, {world}), got {rank!r}")
-        probe = copy.copy(self) if state is None else self.run_of(state)  # (this iterator left as it was)
-        probe._plans, probe._ahead = {}, None
-        probe.row_blocks = ((rank,), world)
-        return probe._batch(step - 1, (step - 1, 0))
-
     def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
         if epoch != 1:
             raise ValueError(f"an LM run is one pass (epoch 1), not epoch {epoch}")
@@ -722,159 +430,3 @@ class LMIterator(LoaderIterator):
     @property
     def total_steps(self) -> int:
         return self.consumed // self.global_batch
-
-    def set_state(self, state: dict, mixture_change: str = "refuse") -> None:
-        """Continue after ``state`` (from ``get_state()``). A state of another config: ``mixture_change``
-        (``protocol.MIXTURE_CHANGES``) says what to do. ``"allow"``: this config's blend differs from the saved
-        run's (other weights, a dataset added or removed): every dataset goes on from its position, blended with
-        this config's weights from the next step; a change to a kept dataset's data, or to ``seq_len``, ``mode``,
-        ``seed`` or the split, is refused (they change the samples). ``"keep_position"``: this config's blend from
-        the state's sample on, said out loud."""
-        from babelfeed.iterators.protocol import check_mixture_change, say_kept_position
-
-        check_mixture_change(mixture_change)
-        strict = mixture_change != "keep_position"
-        state = self._state_in(state)
-        if (mixture_change == "allow" and isinstance(state, dict)
-                and state.get("fingerprint") not in self.fingerprints()):
-            return self._resume_edited(state)
-        self._check_state(state, strict, {"consumed_samples": 0}, optional=("history",))
-        consumed = state["consumed_samples"]
-        if consumed % self.global_batch or consumed > self.num_samples:
-            raise ValueError(f"consumed_samples={consumed} must be a multiple of global_batch={self.global_batch} "
-                             f"and at most num_samples={self.num_samples}")
-        events = self._events_of(state)
-        skips = self._skips_of(state)
-        before = (self.blend_events, self.dataset_index, self.dataset_sample)
-        self._set_blend(events)
-        missing = self._missing(int(consumed), self.num_samples)
-        if missing:
-            self.blend_events, self.dataset_index, self.dataset_sample = before
-            raise ValueError(f"this state's blend takes samples from dataset {missing}: resume with the run's "
-                             f"data_path and data")
-        self.skip_events = skips
-        self.consumed = int(consumed)
-        if not strict:
-            say_kept_position(self, state)
-
-    def run_of(self, state) -> "LMIterator":
-        """A copy of this iterator standing where the run whose ``state`` it is stands (any checkpoint holding
-        one), with its blend and skips: what trace, replay and the ledger read a run through. The state is checked
-        against this data and these settings; a state of an edited blend names its datasets in its history, so any
-        config of the run with the same settings reads it. This iterator is left as it was."""
-        import copy
-
-        from babelfeed.iterators.history import upgrade
-        from babelfeed.iterators.state import find_state
-
-        state = upgrade(find_state(state, "state"))  # (a checkpoint holding it: {"data": state}, a loader's)
-        events = self._events_of(state)
-        self._check_state(state, not events, {"consumed_samples": 0}, optional=("history",))
-        if events:
-            self._check_blend_only(state, "this state is of a run with other settings")
-        probe = copy.copy(self)
-        if events:
-            probe._set_blend(events)
-        probe.skip_events = self._skips_of(state)
-        probe.consumed = int(state["consumed_samples"])
-        probe._ledger_cache = None  # (its counts are of this iterator's skips)
-        return probe
-
-    def _skips_of(self, state: dict) -> list:
-        """The skip events of a state's history: an LM run's, none past its ``consumed_samples``."""
-        from babelfeed.iterators.history import HistoryError, check
-
-        skips = check(state["history"]).skips if "history" in state else []
-        at = state.get("consumed_samples")
-        for i, e in enumerate(skips):
-            if "sample" not in e:
-                raise HistoryError(f"iterator state field 'history': skip {i} is a translation run's (it names an "
-                                   f"epoch and global batch); an LM run's names the global sample it took effect at")
-            if isinstance(at, int) and e["sample"] > at:
-                raise HistoryError(f"iterator state field 'history': skip {i} took effect at sample {e['sample']}, "
-                                   f"past the state's consumed_samples={at}")
-        return skips
-
-    def _check_blend_only(self, state: dict, what: str) -> None:
-        """Refuse a state whose settings other than the blend (seq_len, mode, seed, split) differ from this
-        iterator's: they change every dataset's samples."""
-        was = (state.get("identity") or {}).get("opts") or {}
-        now = self.identity()["opts"]
-        fixed = [k for k in now if k != "data_path weights" and was.get(k) != now[k]]
-        if fixed:
-            changes = ", ".join(f"{k} {was.get(k)!r} -> {now[k]!r}" for k in fixed)
-            raise StateMismatch(f"{what}; {changes} changes every dataset's samples: use the run's settings")
-
-    def _events_of(self, state: dict) -> list:
-        """The blend events of a state's history, checked against its position: the first at sample 0, each at
-        a global batch boundary no later than ``consumed_samples``, and each event's offsets exactly the samples
-        the events before it took from every dataset (``babelfeed.lm.mixture``)."""
-        from babelfeed.iterators.history import HistoryError, check
-        from babelfeed.lm.mixture import check_offsets
-
-        events = check(state["history"]).blend if "history" in state else []
-        at = state.get("consumed_samples")
-        for i, e in enumerate(events):
-            if i == 0 and e["sample"] != 0:
-                raise HistoryError(f"iterator state field 'history': an LM run's first blend event is at sample 0 "
-                                   f"(the config's weights), this one at {e['sample']}")
-            if e["sample"] % self.global_batch or (isinstance(at, int) and e["sample"] > at):
-                raise HistoryError(f"iterator state field 'history': blend event {i} is at sample {e['sample']}; "
-                                   f"a blend changes at a global batch ({self.global_batch} samples) no later than the "
-                                   f"state's consumed_samples={at}")
-        check_offsets(events)
-        return events
-
-    def _resume_edited(self, state: dict) -> None:
-        """set_state with mixture_change="allow" for a state of another blend (weights or datasets)."""
-        from babelfeed.lm.mixture import add, first_event, offsets_at
-
-        self._check_state(state, False, {"consumed_samples": 0}, optional=("history",))
-        self._check_blend_only(state, "an LM mixture edit changes the blend only")
-        saved = state.get("identity") or {}
-        events = self._events_of(state)
-        if not events:  # a state of an older babelfeed: its blend was its config's weights, as its identity says
-            weights = (saved.get("opts") or {}).get("data_path weights")
-            streams = list((saved.get("streams") or {}))
-            if not isinstance(weights, list) or len(weights) != len(streams) or len(set(streams)) != len(streams):
-                raise ValueError("this LM state carries no blend history (saved by an older babelfeed) and its "
-                                 "identity does not say its weights per dataset: resume with the run's data_path, "
-                                 "then edit at a later state")
-            events = [first_event(streams, weights, streams)]
-        at = int(state["consumed_samples"])
-        if at > self.num_samples or at % self.global_batch:
-            raise ValueError(f"consumed_samples={at} must be a multiple of global_batch={self.global_batch} and at "
-                             f"most num_samples={self.num_samples}")
-        keys, names = self.data_keys(), self.dataset_names()
-        last_names = {}
-        for e in events:
-            last_names.update(e["names"])
-        by_name = {n: k for k, n in last_names.items()}
-        changed = [n for n, k in zip(names, keys) if n in by_name and by_name[n] != k and by_name[n] not in keys]
-        if changed:
-            raise ValueError(f"dataset(s) {changed} hold other data than when this state was saved (their content "
-                             f"digest changed): an edit may add or remove datasets, not change one's data")
-        offsets = offsets_at(events, at)
-        old = {last_names.get(k, k): w for k, w in events[-1]["weights"].items()}
-        event = {"event": "blend", "sample": at, "weights": {k: float(w) for k, w in zip(keys, self.weights)},
-                 "offsets": {**offsets, **{k: offsets.get(k, 0) for k in keys}},
-                 "names": {**last_names, **dict(zip(keys, names))},
-                 "changes": {"data_path": [old, dict(zip(names, self.weights))]}}
-        self._set_blend(add(events, event))
-        self.skip_events = self._skips_of(state)
-        self.consumed = at
-        self.last_edit = self._report(old, event)
-        self.last_edit.say()
-
-    def _report(self, old: dict, event: dict):
-        """The report of a blend edit (``EditReport``): each dataset's share before and after."""
-        from babelfeed.iterators.edits import EditReport
-
-        new = dict(zip(self.dataset_names(), self.weights))
-        a, b = sum(old.values()) or 1.0, sum(new.values()) or 1.0
-        names = sorted(set(old) | set(new), key=lambda n: (-new.get(n, 0.0), n))
-        step = self.consumed // self.global_batch
-        return EditReport(step=step + 1, epoch=1, batch=step, changes=dict(event.get("changes", {})),
-                          shares={n: (old.get(n, 0.0) / a, new.get(n, 0.0) / b) for n in names},
-                          added=sorted(set(new) - set(old)), removed=sorted(set(old) - set(new)))
-

@@ -6,7 +6,7 @@ greedy blend over the segment's datasets decides which dataset gives each sample
 there is its ``offsets + k``-th sample. So a weight change, a dataset added or a dataset removed never repeats or
 skips a dataset's sample: per dataset, the samples served over the whole run are its own sequence.
 
-Segments are the state's ``blend`` history events (``babelfeed.iterators.history``):
+Segments are the state's ``blend`` history events (``babelfeed.run.history``):
 ``{"event": "blend", "sample", "weights": {key: w}, "offsets": {key: n}, "names": {key: name}}`` (and
 ``"changes"`` for an edit), datasets named by their data key (a digest of their content, so the same files
 under another path are the same dataset). ``offsets`` also carries datasets no longer blended, so one that is
@@ -38,7 +38,7 @@ def _blend(event: dict, size: int) -> tuple[list, np.ndarray, np.ndarray]:
 def check_offsets(events: list) -> None:
     """Each event's offsets are what the events before it took from every dataset (the first's all 0): an edited
     offset would skip or repeat a dataset's samples (or, far off, plan epochs without end)."""
-    from babelfeed.iterators.history import HistoryError
+    from babelfeed.run.history import HistoryError
 
     for i, e in enumerate(events):
         want = offsets_at(events[:i], e["sample"]) if i else {}

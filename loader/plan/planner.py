@@ -28,7 +28,7 @@ from babelfeed.plan.samplers import choose as choose_sampler
 from babelfeed.plan.packing import ragged_arange
 from babelfeed.plan.options import PlanOptions
 from babelfeed.plan.parts import ExtendedDraw, PartPlanning
-from babelfeed.plan.stream import StreamPlanning
+from babelfeed.plan.stream import StreamPlanning, WeightChanges
 from babelfeed.plan.totals import window_totals
 from babelfeed.sources.rows import groups
 from babelfeed._native import plan_kernel
@@ -51,9 +51,8 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         self._totals: dict[int, dict[int, np.ndarray]] = {}  # epoch -> window -> ledger.window_totals
         self._ledger_hint: tuple | None = None  # consumed_totals' last position and its totals
         # set_weights: (global batch since training began, task weights) in order; a stream window whose first
-        # batch is at or after a change's batch mixes with its weights
-        self.weight_changes: list[tuple[int, np.ndarray]] = []
-        self.update_segments: list[tuple[int, float, int]] = [(0, 0.0, opts.batches_per_update)]
+        # batch is at or after a change's batch mixes with its weights; and how updates were counted
+        self.weights = WeightChanges([], [(0, 0.0, opts.batches_per_update)])
         self._starts: dict[int, tuple[np.ndarray, int]] = {1: (np.zeros(len(sources.keys), np.int64), 0)}
         self.part = None  # the run goes on from another plan inside an epoch (plan.parts: a mixture edit)
         self.served_ahead = {}  # stream sampler: per stream, positions served ahead of it (plan.parts)
@@ -75,6 +74,22 @@ class EpochPlanner(StreamPlanning, PartPlanning):
     @property
     def keys(self) -> list[str]:
         return self.sources.keys
+
+    @property
+    def weight_changes(self) -> list:
+        return self.weights.changes
+
+    @weight_changes.setter
+    def weight_changes(self, value) -> None:
+        self.weights.changes = list(value)
+
+    @property
+    def update_segments(self) -> list:
+        return self.weights.updates
+
+    @update_segments.setter
+    def update_segments(self, value) -> None:
+        self.weights.updates = list(value)
 
     def probabilities(self, directions: list[Direction], update: float = 0.0, epoch: int = 0,
                       batches: int | None = None) -> np.ndarray:

@@ -22,6 +22,17 @@ from babelfeed.plan.packing import ragged_arange
 from babelfeed.plan.parts import after, available
 
 
+@dataclass
+class WeightChanges:
+    """What the stream windows mix with besides the config: ``changes``, the task weights set during the run
+    (``[(global batch, weights)]``, normalised, in order) and ``updates``, how optimizer updates were counted
+    (``[(first global batch, its update, batches per update)]``). The run record's weights component
+    (``babelfeed.run.weights``) takes this object's place once an iterator holds the planner."""
+
+    changes: list
+    updates: list
+
+
 @dataclass(frozen=True)
 class StreamMark:
     """Where the stream sampler stands at the start of a window: sample offset in the epoch, every stream's

@@ -344,7 +344,7 @@ def _translation_run(args, config, step: int | None):
 
         # any adapter's checkpoint: the iterator's state, a loader's, a StatefulDataLoader's, {"data": state}
         state = find_state(state, f"--state {args.state}")
-    from babelfeed.iterators.history import ran_on, split_of
+    from babelfeed.run.history import ran_on, split_of
 
     world_size = args.world_size
     took = ran_on(state, step) if state is not None else None  # the world size that took the step, as recorded
@@ -379,7 +379,7 @@ def _note_recorded_config(args, it, state: dict) -> None:
     edited = any(isinstance(e, dict) and e.get("event") == "edit" for e in state.get("history") or [])
     if not (isinstance(recorded, dict) and isinstance(given, dict)) or not (edited or it.planner.sampler.streams):
         return  # (the commands check a state of an unedited run against the config given)
-    from babelfeed.iterators.edits import config_changes
+    from babelfeed.run.edits import config_changes
 
     changes = {k: v for k, v in config_changes(recorded, given).items() if k != "data.path"}
     if changes:
@@ -426,7 +426,7 @@ def _replay(args) -> int:
         rank = args.rank if args.rank is not None else 0
         _say_if_past(args.step, int(state.get("total_steps", 0)))
         batch = it.batch_for_step(args.step, state, rank=rank)
-        from babelfeed.iterators.history import ran_on
+        from babelfeed.run.history import ran_on
 
         where = f"rank {rank} of {ran_on(state, args.step) or it.world_size} (split {args.split})"
     leaves = _flat_leaves(batch)
@@ -504,7 +504,7 @@ def _trace(args) -> int:
 
         text = _decoder(config.data.path, it.planner.sources.dictionary)
     comps = {(c.key, c.shard): c for c in it.planner.sources.components}
-    from babelfeed.iterators.history import ran_on
+    from babelfeed.run.history import ran_on
 
     took = (ran_on(state, args.step) if state is not None else None) or args.world_size  # the run's, where recorded
     gone = sum(r["skipped"] for r in rows)

@@ -66,10 +66,10 @@ def translation_ledger(probe, state: dict, progress: bool = True) -> dict:
     the run's config and data)."""
     from tqdm.auto import tqdm
 
-    from babelfeed.iterators.history import upgrade
+    from babelfeed.run.history import upgrade
     from babelfeed.iterators.ledger import check_trace_state
     from babelfeed.iterators.replay import _views
-    from babelfeed.iterators.skips import Skips
+    from babelfeed.run.skips import Skips
 
     state = upgrade(state)
     check_trace_state(probe, state)  # a state of this data and these settings (else the counts would be another run's)
@@ -160,12 +160,12 @@ def lm_ledger(it, state: dict | None) -> dict:
     batches = it.consumed // it.global_batch
     totals = it.ledger_totals(batches)
     skipped = it.skipped_totals(batches)
-    per_event = np.zeros((len(it.skip_events), 2), np.int64)
-    if it.skip_events:
+    per_event = np.zeros((len(it.skips.events), 2), np.int64)
+    if it.skips:
         step = 1 << 16
         for lo in range(0, it.consumed, step):
             g = np.arange(lo, min(lo + step, it.consumed))
-            which = it.skip_which(g)
+            which = it.skips.which_samples(g, it._where)
             hit = which >= 0
             if hit.any():
                 tokens = it.real_tokens_of(g[hit])
@@ -179,7 +179,7 @@ def lm_ledger(it, state: dict | None) -> dict:
                      "skipped_tokens": int(skipped[1, d]) if skipped is not None else 0})
     sums = {k: sum(r[k] for r in rows) for k in ("samples", "tokens", "skipped", "skipped_tokens")}
     return {"kind": "lm", "name": it.name, "step": batches, "sample": int(it.consumed), "rows": rows,
-            "totals": sums, "skips": [_event_row(i, e, *per_event[i]) for i, e in enumerate(it.skip_events)]}
+            "totals": sums, "skips": [_event_row(i, e, *per_event[i]) for i, e in enumerate(it.skips.events)]}
 
 
 def _n(x: int) -> str:

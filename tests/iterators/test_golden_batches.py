@@ -12,7 +12,7 @@ import pytest
 import golden
 from helpers import hist
 
-from babelfeed.iterators.history import upgrade
+from babelfeed.run.history import upgrade
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import babelfeed
-from babelfeed.iterators.history import HistoryError, check, compose, ran_on, upgrade
+from babelfeed.run.history import HistoryError, check, compose, ran_on, upgrade
 from golden import digest
 from helpers import as_v1, hist
 from synthetic import config_for, make_data_bin

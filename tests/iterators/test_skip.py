@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.iterators.history import HistoryError
-from babelfeed.iterators.skips import SkipError
+from babelfeed.run.history import HistoryError
+from babelfeed.run.skips import SkipError
 from synthetic import config_for, make_data_bin
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/

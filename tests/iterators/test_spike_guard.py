@@ -14,7 +14,7 @@ import pytest
 
 import babelfeed
 from babelfeed.errors import BabelfeedError
-from babelfeed.iterators.history import HistoryError
+from babelfeed.run.history import HistoryError
 from babelfeed.policy import Rollback, SpikeGuard, SpikeGuardError
 from synthetic import config_for, make_data_bin
 

@@ -352,7 +352,7 @@ while True:
             served.append([d["stream"], d["shard"], d["row"]])
 state = its[0].get_state()
 assert all(it.get_state() == state for it in its)
-print(json.dumps({"served": served, "state": state, "edits": its[0].edits}))
+print(json.dumps({"served": served, "state": state, "edits": its[0].record.edits.events}))
 """
 
 
@@ -595,7 +595,7 @@ def test_the_ledger_never_goes_down_when_an_edit_removes_a_stream(root):
             assert led[f"ledger/{k}/samples"] == before[f"ledger/{k}/samples"]
         last = led
     for k in removed:
-        assert last[f"ledger/{k}/samples"] == edited.dormant[k]["samples"] > 0
+        assert last[f"ledger/{k}/samples"] == edited.record.ledger.dormant[k]["samples"] > 0
 
 
 def test_weights_and_states_refuse_what_is_wrong_by_name(root):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.iterators.skips import SkipError
+from babelfeed.run.skips import SkipError
 from babelfeed.lm import LMIterator
 
 SEED = int(os.environ.get("BABELFEED_TEST_SEED", random.randrange(1 << 30)))
@@ -51,7 +51,7 @@ def test_skipped_rows_teach_nothing_and_nothing_else_moves(path):
     it.skip(where={"dataset": "books", "documents": range(0, 5)})
     got += list(it)
     assert len(got) == len(plain) == 50
-    dropped = it.skipped_samples(np.arange(400))
+    dropped = it.skips.dropped_samples(np.arange(400), it._where)
     assert dropped[48:64].all() and dropped[99] and dropped[160] and dropped.sum() > 18
     traced = {r["sample"]: r for step in range(1, 51) for r in it.trace(step)}
     for s in range(400):

@@ -30,6 +30,49 @@ from babelfeed.plan.totals import FIELDS
 from babelfeed.sources.sources import data_digest
 
 
+class Edits:
+    """A run's mixture edits, in the order made: a component of the run record. Each is ``{"step", "epoch",
+    "batch", "changes"}`` (the step after which it took effect, where the edited plan began, what changed), with
+    ``saved``: the weight changes and update counts of the segment before it (a translation run's, so that trace
+    can plan that segment again). Edits of babelfeed 0.1 have its own shape (``saved_at_step``: the saved window
+    was finished first); they are kept and read as they are."""
+
+    def __init__(self, events=()):
+        self.events: list = [dict(e) for e in events]
+
+    def get_state(self) -> list:
+        return [dict(e) for e in self.events]
+
+    def set_state(self, edits: list, total: int | None = None, at: tuple | None = None) -> None:
+        self.check(edits, total, at)
+        self.events = [dict(e) for e in edits]
+
+    @staticmethod
+    def check(edits: list, total: int | None = None, at: tuple | None = None) -> None:
+        """Refuse edits that lie past the state's own position: step ``total`` at ``at`` (epoch, global batch)."""
+        from babelfeed.run.history import HistoryError
+
+        late = [e for e in edits if (total is not None and e.get("saved_at_step", e["step"]) > total)
+                or (at is not None and (e["epoch"], e.get("batch", 0)) > tuple(at))]
+        if late:
+            raise HistoryError(f"iterator state field 'history': an 'edit' event made at step "
+                               f"{late[0].get('saved_at_step', late[0]['step'])} (epoch {late[0]['epoch']}) lies past "
+                               f"the state's own position (step {total}, at {tuple(at) if at else '?'})")
+
+    def add(self, event: dict) -> None:
+        self.events.append(dict(event))
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def timeline(self) -> list[dict]:
+        """Per edit, what a report shows: the first step it served, where, and what changed."""
+        return [{"edit": i + 1, "from_step": int(e["step"]) + 1, "epoch": int(e["epoch"]),
+                 "batch": int(e.get("batch", e.get("global_batch", 0))),
+                 "changes": {k: v for k, v in e.get("changes", {}).items() if k != "data.path"}}
+                for i, e in enumerate(self.events)]
+
+
 def snapshot(config) -> dict:
     """A translation config as plain JSON (what a state carries to rebuild the run's plan)."""
     return json.loads(json.dumps(config.to_dict(), default=list))

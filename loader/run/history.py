@@ -27,7 +27,7 @@ data. A state keeps it as one list, ``state["history"]``, of events (dicts with 
     (``babelfeed.lm.mixture``): the first segment, then each ``set_weights`` and mixture edit.
 ``{"event": "skip", "step", "reason", ...}``
     ``it.skip``: from training step ``step + 1`` on, these steps' batches, these samples or the samples of these
-    corpora are dropped from their batches (``babelfeed.iterators.skips``). Listed after the other events, in
+    corpora are dropped from their batches (``babelfeed.run.skips``). Listed after the other events, in
     the order made.
 
 Each part of an iterator keeps its own view of the list (the planner its weights and update counts, the iterator
@@ -43,14 +43,12 @@ import copy
 import operator
 from dataclasses import dataclass, field
 
-from babelfeed.errors import BabelfeedError
-from babelfeed.iterators.skips import SHAPE as SKIP_SHAPE, event_ok as skip_event_ok
+from babelfeed.errors import HistoryError  # noqa: F401  (raised here; part of this module's face)
+from babelfeed.run.skips import SHAPE as SKIP_SHAPE, event_ok as skip_event_ok
 
 VERSION = 3
 
 
-class HistoryError(BabelfeedError, ValueError):
-    """A state's history that is not well formed (edited by hand, or from another program)."""
 
 
 @dataclass

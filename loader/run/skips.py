@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from babelfeed.errors import BabelfeedError
+from babelfeed.errors import BabelfeedError, HistoryError
 
 TERMS = ("stream", "task", "corpus", "shard", "rows")
 LM_TERMS = ("dataset", "documents")
@@ -207,9 +207,11 @@ def name_list(x, what: str, known: list[str]) -> list[str]:
 
 
 class Skips:
-    """The skips of a translation run (its history's skip events, in the order made), answering per batch which
-    rows they drop. Events are kept as the history records them; each sources object's components (a mixture
-    edit changes them) get the events compiled once into per-component rules."""
+    """The skips of a run (its history's skip events, in the order made): a component of the run record, and the
+    one engine that answers which rows they drop. A translation run's rows are records of its components
+    (:meth:`dropped`, :meth:`which`; each sources object's components, which a mixture edit changes, get the
+    events compiled once into per-component rules); an LM run's are global samples (:meth:`dropped_samples`,
+    :meth:`which_samples`, given the run's own test of a ``where``)."""
 
     def __init__(self, events=()):
         self.events: list = [dict(e) for e in events]
@@ -222,6 +224,53 @@ class Skips:
     def add(self, event: dict) -> None:
         self.events.append(event)
         self._compiled, self._single = {}, {}
+
+    # ------------------------------------------------------------------------------------ component
+    def get_state(self) -> list:
+        return [dict(e) for e in self.events]
+
+    def set_state(self, events: list, lm: bool = False, at=None) -> None:
+        """Take a state's skip events, checked (``lm``: an LM run's, each at a global sample no later than
+        ``at``, its ``consumed_samples``)."""
+        self.check(events, lm, at)
+        self.events = [dict(e) for e in events]
+        self._compiled, self._single = {}, {}
+
+    @staticmethod
+    def check(events: list, lm: bool = False, at=None) -> None:
+        """Refuse skip events that are not this kind of run's, or that lie past the state's position."""
+        for i, e in enumerate(events):
+            if not isinstance(e, dict) or not event_ok(e):
+                raise HistoryError(f"iterator state field 'history' skip {i} is {str(e)[:200]}; it must be {SHAPE}")
+            if lm and "sample" not in e:
+                raise HistoryError(f"iterator state field 'history': skip {i} is a translation run's (it names an "
+                                   f"epoch and global batch); an LM run's names the global sample it took effect at")
+            if lm and isinstance(at, int) and e["sample"] > at:
+                raise HistoryError(f"iterator state field 'history': skip {i} took effect at sample {e['sample']}, "
+                                   f"past the state's consumed_samples={at}")
+
+    # ------------------------------------------------------------------------------------ LM runs: samples
+    def dropped_samples(self, g, where, events: list | None = None) -> np.ndarray:
+        """Which of global samples ``g`` the skips (or ``events``) drop, each from the sample it took effect at;
+        ``where(terms, g)``: which of ``g`` a skip's ``where`` names (the run's datasets and documents)."""
+        g = np.asarray(g, np.int64)
+        out = np.zeros(len(g), bool)
+        for e in self.events if events is None else events:
+            if "samples" in e or "ids" in e:  # (global samples: positions the run had not reached)
+                out |= in_ranges(g, *merged(e.get("samples", e.get("ids"))))
+                continue
+            live = g >= e["sample"]
+            if live.any():
+                out |= live & where(e["where"], g)
+        return out
+
+    def which_samples(self, g, where) -> np.ndarray:
+        """Per global sample of ``g``: the index of the first skip that drops it, -1 where none does."""
+        g = np.asarray(g, np.int64)
+        out = np.full(len(g), -1, np.int64)
+        for i, e in enumerate(self.events):
+            out[(out < 0) & self.dropped_samples(g, where, [e])] = i
+        return out
 
     @property
     def row_events(self) -> list:
