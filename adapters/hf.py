@@ -17,10 +17,11 @@ be off by that factor. This Trainer logs what the model really got instead: ``sa
 ``train_samples_per_second`` and ``train_tokens_per_second`` over the run, summed over every process.
 
 Every checkpoint the Trainer saves holds ``babelfeed_state.json``: the run's data state at that step (the state
-every adapter saves, which any of them restores and ``babelfeed trace --state`` reads). The Trainer's own resume
-(``train(resume_from_checkpoint=...)``) replays the epoch's first batches to skip them, which gives the same
-batches (babelfeed's are a pure function of the position) at the cost of gathering them again. A loop of your own
-resumes without replay: ``BatchLoader.load_state_dict(state)`` with the checkpoint's state.
+every adapter saves, which any of them restores and ``babelfeed trace --state`` reads). ``train(
+resume_from_checkpoint=...)`` resumes the data from that state, without replaying the epoch's first batches
+(``ignore_data_skip`` is set for the call). Resumed with an edited config (other weights, temperature, corpora
+added or removed), give ``mixture_change="allow"``: every stream goes on from its position, the edited mixture from
+the next step (``babelfeed.run.edits``; the edit is printed).
 """
 
 from __future__ import annotations
@@ -37,9 +38,17 @@ from babelfeed.gather.hf import HFView
 
 
 class _TrainerLoader(BatchLoader):
-    """BatchLoader with the Trainer's epochs, which count from 0 (babelfeed's from 1)."""
+    """BatchLoader with the Trainer's epochs, which count from 0 (babelfeed's from 1). A checkpoint's data state
+    given before the Trainer's first epoch (``resume``) is where that epoch goes on."""
+
+    resume: tuple | None = None  # (state, mixture_change) to load when the Trainer starts its first epoch
 
     def set_epoch(self, epoch: int) -> None:
+        if self.resume is not None:
+            state, change = self.resume
+            self.resume = None
+            self.load_state_dict(state, mixture_change=change)
+            return
         super().set_epoch(int(epoch) + 1)
 
 
@@ -69,7 +78,7 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
     ``num_workers``: DataLoader worker processes. Rank and world size come from torch.distributed, as the
     Trainer launches them. Every other argument is the Trainer's."""
 
-    def __init__(self, *args, babelfeed_config, num_workers: int = 0, **kwargs):
+    def __init__(self, *args, babelfeed_config, num_workers: int = 0, mixture_change: str = "refuse", **kwargs):
         from babelfeed.build import is_lm_config
         from babelfeed.config.files import translation_section
         from babelfeed.sources.corpus import ShardedCorpus
@@ -81,6 +90,10 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
         super().__init__(*args, **kwargs)
         self.babelfeed_config = babelfeed_config
         self.babelfeed_workers = num_workers
+        from babelfeed.run.record import check_mixture_change
+
+        check_mixture_change(mixture_change)
+        self.babelfeed_mixture_change = mixture_change  # a checkpoint of another config: what to do
         self.babelfeed_pad = ShardedCorpus(babelfeed_config.data.path).dictionary().pad()
         self._babelfeed_loader = None
         self._babelfeed_seen = None  # [rows, target tokens] trained on since the last log, on this process
@@ -88,9 +101,27 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
         self._babelfeed_since = None
         self.add_callback(_SaveDataState(self))
 
-    def train(self, *args, **kwargs):
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """The Trainer's ``train``; resumed from a checkpoint holding babelfeed's data state, the data goes on from
+        that state (and with ``mixture_change="allow"`` under an edited config) instead of replaying batches."""
         self._babelfeed_seen, self._babelfeed_total, self._babelfeed_since = None, [0, 0], time.perf_counter()
-        return super().train(*args, **kwargs)
+        folder = resume_from_checkpoint
+        if folder is True:
+            folder = transformers.trainer_utils.get_last_checkpoint(self.args.output_dir)
+        state_file = os.path.join(folder, STATE_FILE) if isinstance(folder, (str, os.PathLike)) else None
+        if state_file is None or not os.path.isfile(state_file):
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+        with open(state_file) as f:
+            state = json.load(f)
+        loader = self.get_train_dataloader()
+        loader.resume = (state, self.babelfeed_mixture_change)
+        skip = self.args.ignore_data_skip
+        self.args.ignore_data_skip = True  # (the data state is the position: nothing to replay)
+        try:
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+        finally:
+            self.args.ignore_data_skip = skip
+            loader.resume = None
 
     def _count(self, inputs, scale) -> None:
         """Add a training batch's real rows and target tokens (an epoch-padding batch, scale 0, adds none)."""

@@ -50,7 +50,7 @@ def check_trace_state(it, state: dict) -> None:
     state the run's own config (carried in it) does not resume on this data (with it)."""
     if not isinstance(state, dict):
         raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}")
-    if state.get("kind") == "lm" or "consumed_samples" in state:
+    if state.get("kind") == "lm":
         raise ValueError("this is a state of an LM run (it counts consumed_samples); the config is a translation "
                          "config: give the LM run's config (its data_path)")
     it._refuse_a_stream_state(state, "use the run's config")

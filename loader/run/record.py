@@ -139,7 +139,9 @@ class RunRecord:
         if type(state.get("version")) is not int or state["version"] != VERSION:
             raise ValueError(f"unknown iterator state version {state.get('version')!r} (this babelfeed writes "
                              f"{VERSION} and reads 1 to {VERSION})")
-        kind = state.get("kind", "lm" if "consumed_samples" in state else "translation")
+        kind = state.get("kind")  # (written since version 3; history.upgrade gives older states theirs)
+        if kind not in KINDS:
+            raise ValueError(f"iterator state field 'kind' must be one of {list(KINDS)}, got {kind!r}")
         if kind != self.kind:
             raise ValueError(f"this is a state of a {kind} iterator; this iterator is a {self.kind} iterator")
         unknown = sorted(set(state) - {"version", "kind", "name", "fingerprint", "identity", *fields, *optional})

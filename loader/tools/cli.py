@@ -473,6 +473,47 @@ def _ledger(args) -> int:
     return 0
 
 
+def _edit(args) -> int:
+    """``babelfeed edit``: the edited config applied to a saved state, said as a table, and the edited run's state."""
+    import warnings
+
+    from babelfeed.errors import Notice
+    from babelfeed.fileio import atomic_write
+    from babelfeed.iterators.state import find_state
+    from babelfeed.run.history import ran_on, split_of, upgrade
+
+    path, overrides = _config_of(args), (args.set or []) + args.overrides
+    loaded = _load(path, overrides)
+    state = upgrade(find_state(_read_state(args.state), f"--state {args.state}"))
+    lm = _lm_config(loaded)
+    world = args.world_size or ran_on(state) or 1
+    if lm is not None:
+        from babelfeed.lm.iterator import LMIterator
+
+        it = LMIterator.from_config(lm, world_size=world)
+    else:
+        from babelfeed.build import build_train_iterator
+
+        it = build_train_iterator(_translation_config(path, overrides, loaded), world_size=world,
+                                  split=split_of(state) or "batches")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)  # (said below, once)
+        it.set_state(state, mixture_change="allow")
+    report = it.last_edit
+    if report is None:
+        raise ValueError(f"{path} plans what --state {args.state} was saved with: nothing to edit (give the edited "
+                         f"config)")
+    if args.out:
+        atomic_write(args.out, json.dumps(it.get_state()).encode())
+    if args.json:
+        print(json.dumps(report.as_dict()))
+    else:
+        print(report.table(limit=args.limit))
+        if args.out:
+            print(f"wrote {args.out}: the edited run's state (resume it with this config, no mixture_change)")
+    return 0
+
+
 def _trace(args) -> int:
     from babelfeed.iterators.ledger import trace
 
@@ -749,6 +790,23 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--world-size", type=count(1), default=None, help=argparse.SUPPRESS)
     _set_argument(lg)
     lg.set_defaults(func=_ledger)
+
+    ed = sub.add_parser("edit", help="what an edited config changes from a saved state's next step; the edited state",
+                        description="A mixture edit, before any GPU: the edited config applied to a run's saved "
+                                    "state, from its next step, every stream going on from its position (the rows "
+                                    "the planning window in progress had not served back in their streams). Prints "
+                                    "what changed, each stream's share before and after and the streams added and "
+                                    "removed; --out writes the edited run's state, which a run of the edited config "
+                                    "resumes as it is (set_state, load_state_dict).")
+    _config_arguments(ed, "the edited config: a file or a shipped config's name")
+    ed.add_argument("--state", required=True, help="the run's state to edit (JSON, or any adapter's checkpoint)")
+    ed.add_argument("--out", default=None, help="write the edited run's state here (JSON)")
+    ed.add_argument("--world-size", type=count(1), default=None,
+                    help="the world size of the run that goes on (default: as --state records it)")
+    ed.add_argument("--limit", type=count(1), default=12, help="streams shown in the table (the most changed)")
+    ed.add_argument("--json", action="store_true", help="the edit as one JSON object instead of a table")
+    _set_argument(ed)
+    ed.set_defaults(func=_edit)
 
     pv = sub.add_parser("preview", help="samples before and after each transform, decoded to text",
                         description="A task's samples before and after each of its transforms (noise, subword "

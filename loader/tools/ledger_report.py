@@ -9,7 +9,11 @@ serves are a pure function of its config, its data and its history.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
+
+from babelfeed.run.edits import Edits
 
 
 def _what(e: dict) -> str:
@@ -106,7 +110,8 @@ def translation_ledger(probe, state: dict, progress: bool = True) -> dict:
                                                      "skipped_tokens")}
     return {"kind": "translation", "name": state.get("name"), "step": int(state["total_steps"]),
             "epoch": int(state["epoch"]), "batch": int(state["consumed"]), "rows": rows, "totals": totals,
-            "skips": [_event_row(i, e, *per_event[i]) for i, e in enumerate(skips.events)]}
+            "skips": [_event_row(i, e, *per_event[i]) for i, e in enumerate(skips.events)],
+            "edits": Edits(views.edits).timeline()}
 
 
 def _count_epoch(it, epoch: int, start: int, stop: int | None, counts: dict, per_event: np.ndarray, bar) -> None:
@@ -179,7 +184,8 @@ def lm_ledger(it, state: dict | None) -> dict:
                      "skipped_tokens": int(skipped[1, d]) if skipped is not None else 0})
     sums = {k: sum(r[k] for r in rows) for k in ("samples", "tokens", "skipped", "skipped_tokens")}
     return {"kind": "lm", "name": it.name, "step": batches, "sample": int(it.consumed), "rows": rows,
-            "totals": sums, "skips": [_event_row(i, e, *per_event[i]) for i, e in enumerate(it.skips.events)]}
+            "totals": sums, "skips": [_event_row(i, e, *per_event[i]) for i, e in enumerate(it.skips.events)],
+            "edits": it.record.edits.timeline()}
 
 
 def _n(x: int) -> str:
@@ -215,6 +221,15 @@ def format_report(report: dict, source: str = "") -> str:
         t = report["totals"]
         lines.append(f"{'total':<{width}} {_n(t['samples']):>11} {_n(t['tokens']):>14} {'':>6} {_n(t['skipped']):>9} "
                      f"{_n(t['skipped_tokens']):>10}")
+    edits = report.get("edits") or []
+    if edits:  # the run's timeline: where its mixture changed
+        lines.append(f"mixture edits ({len(edits)}), in the order made:")
+        for e in edits:
+            what = "; ".join(f"{k} {json.dumps(old)} -> {json.dumps(new)}" for k, (old, new) in
+                             list(e["changes"].items())[:4]) or "(no config value: the weights)"
+            more = f"; and {len(e['changes']) - 4} more" if len(e["changes"]) > 4 else ""
+            lines.append(f"  {e['edit']}. from step {_n(e['from_step'])} (epoch {e['epoch']}, global batch "
+                         f"{_n(e['batch'])}): {what}{more}")
     skips = report["skips"]
     if not skips:
         lines.append("no skips: every planned sample was served")

@@ -191,3 +191,45 @@ def test_every_trainer_checkpoint_holds_the_data_state_any_adapter_and_trace_tak
         fresh = babelfeed.build_train_iterator(config_for(root))
         fresh.set_state(saved)
         assert np.array_equal(next(fresh)["id"], next(it)["id"])
+
+
+def test_the_trainer_resumes_its_data_from_the_checkpoint_and_takes_an_edited_mixture(root, tmp_path):
+    """train(resume_from_checkpoint=...) goes on from the checkpoint's data state (no replay), and with an edited
+    config and mixture_change="allow" it trains on the edited run's batches from the next step on."""
+    import warnings
+
+    from babelfeed.adapters.hf import Seq2SeqTrainer
+    from babelfeed.errors import Notice
+
+    d = babelfeed.ShardedCorpus(root).dictionary()
+    first, edited = config_for(root), config_for(root, data__directions="aaa-bbb,aaa-ddd", mixing__temperature=1.0)
+
+    def trainer(config, steps, **kw):
+        args = transformers.Seq2SeqTrainingArguments(output_dir=str(tmp_path / "out"), max_steps=steps,
+                                                     learning_rate=1e-3, report_to=[], use_cpu=True,
+                                                     save_strategy="steps", save_steps=2)
+        t = Seq2SeqTrainer(model=_tiny_bart(len(d)), args=args, babelfeed_config=config, **kw)
+        seen = []
+        loss = t.compute_loss
+
+        def recording(model, inputs, *a, **k):
+            seen.append(inputs["labels"].numpy().copy())
+            return loss(model, inputs, *a, **k)
+
+        t.compute_loss = recording
+        return t, seen
+
+    t, _ = trainer(first, 2)
+    t.train()
+    t, seen = trainer(edited, 5, mixture_change="allow")
+    with pytest.warns(Notice, match="mixture edit: from step 3"):
+        t.train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-2"))
+    it = babelfeed.build_train_iterator(first)
+    next(it), next(it)
+    want = babelfeed.build_train_iterator(edited)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        want.set_state(it.get_state(), mixture_change="allow")
+    view = HFView(d.pad(), loss_scale=True)
+    expected = [view(next(want))["labels"] for _ in range(3)]
+    assert len(seen) == 3 and all(np.array_equal(a, b) for a, b in zip(seen, expected))

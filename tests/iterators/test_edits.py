@@ -334,3 +334,36 @@ def test_a_running_loader_with_workers_takes_an_edit_and_weights_at_the_next_bat
     state = holder.get_state()
     assert [e["event"] for e in state["history"] if e["event"] == "edit"] == ["edit", "edit"]
     del torch
+
+
+def test_the_command_line_says_an_edit_writes_the_edited_state_and_the_ledger_shows_it(root, tmp_path, capsys):
+    """babelfeed edit prints the edit (what changed, each stream's share before and after, the streams removed)
+    and writes the edited run's state, which a run of the edited config resumes as it is; babelfeed ledger shows
+    the edit on the run's timeline; an edit that changes nothing, or a key that is no config key, is refused."""
+    from babelfeed.cli import main
+
+    it = babelfeed.build_train_iterator(cfg(root, "stratified", {}))
+    lockstep([it], 6)
+    (tmp_path / "state.json").write_text(json.dumps(it.get_state()))
+    base = ["nllb_like", f"--set=data.path={root}", "--set=batching.max_tokens=512",
+            "--set=filter.max_source_positions=128", "--set=filter.max_target_positions=128",
+            "--set=batching.window=150"]
+    edit = base + ["--set=data.directions=aaa-bbb,aaa-ddd", "--set=mixing.temperature=2.0"]
+    assert main(["edit", *edit, "--state", str(tmp_path / "state.json"), "--out", str(tmp_path / "edited.json")]) == 0
+    out = capsys.readouterr().out
+    assert "mixture edit: from step 7" in out and "mixing.temperature: 5.0 -> 2.0" in out
+    assert "streams removed" in out and "aaa-ccc" in out and "share before  share after" in out
+    edited = json.loads((tmp_path / "edited.json").read_text())
+    again = babelfeed.build_train_iterator(cfg(root, "stratified", EDITS["removed"][1]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        again.set_state(state := json.loads((tmp_path / "state.json").read_text()), mixture_change="allow")
+    plain = babelfeed.build_train_iterator(cfg(root, "stratified", EDITS["removed"][1]))
+    plain.set_state(edited)  # the edited state: no mixture_change
+    assert golden.digest(next(plain)) == golden.digest(next(again)) and state["total_steps"] == 6
+    assert main(["ledger", *edit, "--state", str(tmp_path / "edited.json")]) == 0
+    assert "mixture edits (1)" in capsys.readouterr().out
+    assert main(["edit", *base, "--state", str(tmp_path / "state.json")]) == 2
+    assert "nothing to edit" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not a key of the run's config"):
+        it.edit(**{"mixing.temprature": 2.0})
