@@ -11,6 +11,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_binarize  # noqa: E402
 import bench_blending  # noqa: E402
+import bench_edits  # noqa: E402
 import bench_first_open  # noqa: E402
 import bench_grain  # noqa: E402
 import bench_lm  # noqa: E402
@@ -39,6 +40,7 @@ def main() -> None:  # run under __main__ only: grain's worker processes re-impo
     parts.append(bench_first_open.main(["--directions", "100,1000", "--repeat", "1"] if a.quick else []))
     parts.append(bench_many_directions.main(["--directions", "4,1000", "--sentences", "200000", "--repeat", "1"]
                                             if a.quick else []))
+    parts.append(bench_edits.main(["--sentences", "200000", "--repeat", "1"] if a.quick else []))
     parts.append(bench_lm.main(["--batches", "20"] if a.quick else []))
     parts.append(bench_workers.main(["--batches", "120"] if a.quick else []))
     parts.append(bench_shapes.main(["--samples", "100000"] if a.quick else []))

@@ -1,4 +1,4 @@
-"""Layer 7, config: config files read and checked (``files``: load_config, overrides, the translation section).
+"""Layer 8, config: config files read and checked (``files``: load_config, overrides, the translation section).
 """
 
 from babelfeed._compat import former_module

@@ -1,7 +1,9 @@
-"""Layer 5, iterators: the protocol every iterator follows, the translation iterator, its state and history.
+"""Layer 6, iterators: the protocol every iterator follows, and the translation iterator.
 
-``protocol`` (LoaderIterator: positions, checks), ``translation`` (BatchIterator), ``state`` (one state for every
-adapter: find it in any checkpoint), ``ledger`` (what a run consumed; trace), ``replay`` (a run's history planned
-again: any step), ``edits`` (mixture edits on resume), ``policy`` (weights fed back), ``prefetch`` (read-ahead
-threads), ``position`` (loader positions), ``reports``. Imports gather and below.
+``protocol`` (LoaderIterator, an abstract class: positions, checks, and the steering, declared once),
+``translation`` (BatchIterator: serving), ``translation_ledger``, ``translation_skips`` and ``translation_state``
+(its ledger, skips and state), ``state`` (one state for every adapter: find it in any checkpoint), ``ledger``
+(trace), ``replay`` (a run's history planned again: any step), ``policy`` (weights fed back), ``prefetch``
+(read-ahead threads), ``position`` (loader positions), ``reports``. The run record they hold is ``babelfeed.run``.
+Imports run and below.
 """

@@ -302,6 +302,9 @@ def stream_rows(draws: list, which: np.ndarray, positions: np.ndarray) -> np.nda
     if (n <= 0).any():
         raise ValueError(f"cannot draw from an empty stream {draws[int(which[np.argmax(n <= 0)])].key_parts}")
     passes, local = np.divmod(pos, n)
-    pairs, inverse = np.unique(np.stack([which, passes], axis=1), axis=0, return_inverse=True)
+    # the (stream, pass) pairs as one int64 each: a 1-D unique is several times faster than a row-wise one
+    width = int(passes.max()) + 1
+    codes, inverse = np.unique(which * width + passes, return_inverse=True)
+    pairs = np.stack([codes // width, codes % width], axis=1)
     keys = np.stack([derive_key(*draws[d].key_parts, "pass", int(c)) for d, c in pairs.tolist()])
     return permute_many(local, sizes[pairs[:, 0]], keys, inverse.reshape(-1))

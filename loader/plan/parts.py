@@ -206,10 +206,22 @@ def returned(which: np.ndarray, rows: np.ndarray, back_which: np.ndarray, back_r
     return out
 
 
+def by_stream(which: np.ndarray, values: np.ndarray):
+    """``(stream, its values)`` for every stream in ``which``, the values in their order (one sort, no pass per
+    stream: a window holds a thousand streams)."""
+    order = np.argsort(which, kind="stable")
+    w, v = which[order], values[order]
+    cuts = np.flatnonzero(np.diff(w)) + 1
+    for ws, vs in zip(np.split(w, cuts), np.split(v, cuts)):
+        if len(ws):
+            yield int(ws[0]), vs
+
+
 def merge(a, b) -> np.ndarray:
     """The sorted union of two sets of positions."""
+    b = np.asarray(b, np.int64)
     if a is None or not len(a):
-        return np.unique(np.asarray(b, np.int64))
+        return b if len(b) < 2 or (np.diff(b) > 0).all() else np.unique(b)  # (a stream's reads: in order)
     if b is None or not len(b):
         return np.asarray(a, np.int64)
     return np.union1d(a, b)
@@ -279,8 +291,9 @@ class PartPlanning:
             pos = np.concatenate([available(int(mark.positions[d]), self.served_ahead.get(int(d)),
                                             np.arange(int(take[d]))) for d in live.tolist()]) if len(live) else \
                 np.zeros(0, np.int64)
-            rows = np.concatenate([setup.draws[d].rows(pos[which == d]) for d in live.tolist()]) if len(live) else \
-                np.zeros(0, np.int64)
+            at = np.concatenate([[0], np.cumsum(take[live])])
+            rows = np.concatenate([setup.draws[d].rows(pos[at[i]:at[i + 1]]) for i, d in enumerate(live.tolist())]) \
+                if len(live) else np.zeros(0, np.int64)
             return which, pos, rows
         dirs, rows, spans = self._window_slice(setup, w)
         which = self._directions(dirs, spans).astype(np.int64)
@@ -359,8 +372,8 @@ class PartPlanning:
             used = ~back
             consumed = int(used.sum())
             returned_rows = int(back.sum())
-            for d in np.unique(which[used]).tolist():
-                served[d] = merge(served[d], pos[used & (which == d)])
+            for d, p in by_stream(which[used], pos[used]):
+                served[d] = merge(served[d], p)
         done = phase_done + (1.0 - phase_done) * (before + consumed) / max(total, 1)
         part = Part(epoch, g, -1, min(done, 1.0), {keys[d]: start[d] for d in range(len(keys))},
                     {keys[d]: s for d, s in served.items() if s is not None and len(s)}, batches=batches,

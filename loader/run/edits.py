@@ -222,13 +222,11 @@ class EditReport:
         planner = it.planner
         epoch = it.epoch
         try:
-            setup = planner.setup(epoch)
+            setup = planner.setup(epoch)  # (no window planned: what the epoch's or the next window's mix is)
             probs = setup.probs
             if planner.sampler.streams:
-                where = planner.locate(epoch, it.consumed)
-                if where is not None:
-                    mark = planner.stream_mark(epoch, where[0])
-                    probs = planner.probabilities(setup.directions, mark.update, batches=mark.batches)
+                at = planner.since_start(epoch, it.consumed)
+                probs = planner.probabilities(setup.directions, planner.update_at(at), batches=at)
         except (ValueError, IndexError):
             return {}
         return {k: float(p) for k, p in zip(planner.keys, np.asarray(probs, np.float64).tolist())}
@@ -261,8 +259,8 @@ class EditReport:
         if self.added:
             lines.append(f"  streams added: {', '.join(self.added[:10])}" + (" ..." if len(self.added) > 10 else ""))
         if self.removed:
-            lines.append(f"  streams removed (their positions kept, for when they come back): "
-                         f"{', '.join(self.removed[:10])}" + (" ..." if len(self.removed) > 10 else ""))
+            lines.append(f"  streams removed: {', '.join(self.removed[:10])}" + (" ..." if len(self.removed) > 10
+                                                                                else ""))
         rows = sorted(self.shares.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0]))
         shown = rows[:limit]
         width = max([len(k) for k, _ in shown] + [6])

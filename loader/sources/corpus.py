@@ -11,6 +11,7 @@ import os
 import re
 import struct
 import warnings
+import weakref
 from dataclasses import dataclass
 
 from babelfeed.sources.dictionary import Dictionary
@@ -58,6 +59,28 @@ def read_sequence_count(prefix) -> int:
     if head[:9] == MMIDIDX_MAGIC and len(head) >= 26:
         return struct.unpack_from("<Q", head, 18)[0]
     raise FormatError(path, "not a readable fairseq/Megatron index header")
+
+
+# Datasets this process holds, by path, options and the files' identity: while any holder keeps one alive, an open of
+# the very same files gets it (weak: nothing here keeps a dataset, or its maps, alive)
+_OPEN: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def open_shared(prefix: str, **kwargs) -> IndexedDataset:
+    """``IndexedDataset(prefix, **kwargs)``, or the one this process holds of the same unchanged files."""
+    from babelfeed.storage.indexed import index_path
+    from babelfeed.storage.stamps import identity_of
+
+    try:
+        ids = tuple(tuple(identity_of(os.stat(f))) for f in (index_path(prefix), data_path(prefix)))
+    except OSError:  # (missing: the constructor names the file)
+        return IndexedDataset(prefix, **kwargs)
+    key = (os.path.abspath(os.fspath(prefix)), tuple(sorted(kwargs.items())), ids)
+    ds = _OPEN.get(key)
+    if ds is None or getattr(ds, "_index", None) is None:  # (closed by its holder: opened anew)
+        ds = IndexedDataset(prefix, **kwargs)
+        _OPEN[key] = ds
+    return ds
 
 
 class ShardedCorpus:
@@ -169,7 +192,10 @@ class ShardedCorpus:
             raise KeyError(f"{self.root}: no {split} file for {key} side {lang} in shard {shard}") from None
 
     def open(self, split: str, key: str, lang: str | None = None, shard: int = 0, **kwargs) -> IndexedDataset:
-        return IndexedDataset(self.prefix(split, key, lang, shard), **kwargs)
+        """The file's ``IndexedDataset``; the same object where this process already holds one of the very same
+        files (an iterator built beside another of the same data: an edit, trace's segments), not opened and
+        parsed again."""
+        return open_shared(self.prefix(split, key, lang, shard), **kwargs)
 
     def open_pair(self, split: str, direction: str, shard: int = 0, **kwargs):
         """The source and target ``IndexedDataset`` of ``direction`` in one shard (``kwargs``: ``verify``, ...)."""

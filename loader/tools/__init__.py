@@ -1,3 +1,3 @@
-"""Layer 9, tools: the ``babelfeed`` command and what it shows (cli, demo, preview, plan_report, plots, stats).
+"""Layer 10, tools: the ``babelfeed`` command and what it shows (cli, demo, preview, plan_report, plots, stats).
 Imports anything below.
 """
