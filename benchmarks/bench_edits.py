@@ -112,7 +112,7 @@ def main(argv=None) -> str:
                      f"{plain:.2f} s", f"{edited:.2f} s", f"{edited / plain:.2f}x"])
     text = table(f"a mixture edit at 1,000 directions ({a.sentences:,} pairs, 1M-sample windows, one core, best of "
                  f"{a.repeat} fresh processes)", rows,
-                 ["sampler", "one window planned", "it.edit()", "edit / window", "(data opened)",
+                 ["sampler", "one window planned", "it.edit()", "edit / window", "(a fresh open of the data)",
                   "first batch after", "rows given back", "resume to 1st batch", "edited resume", "vs plain"])
     print(text)
     return text

@@ -61,7 +61,7 @@ def check_trace_state(it, state: dict) -> None:
 
         def check():
             built = _build(state["config"], (it.config_snapshot or state["config"])["data"]["path"], it.world_size,
-                           it.split)
+                           it.split, it.datasets())
             built.set_state(state, mixture_change="allow")
             return True
 

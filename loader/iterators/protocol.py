@@ -44,6 +44,7 @@ from babelfeed.run.history import VERSION as STATE_VERSION
 from babelfeed.run.record import (EDIT_HINT, MIXTURE_CHANGES, RunRecord, StateMismatch,  # noqa: F401  (its face)
                                   check_mixture_change, identity_changes)
 from babelfeed.run.skips import which_kind
+from babelfeed.sources.corpus import reusing
 
 # Counting steps over epochs plans every epoch between (integers only; ~1,000 small epochs a second, a large
 # corpus's epoch in seconds): a position or step further ahead than this is refused rather than planned for hours
@@ -134,6 +135,10 @@ class LoaderIterator(ABC):
     @abstractmethod
     def epoch_batches(self, epoch: int) -> int:
         """Global batches in ``epoch``."""
+
+    @abstractmethod
+    def datasets(self) -> list:
+        """The indexed datasets this iterator reads (an iterator of the same data built beside it reuses them)."""
 
     def take_row_blocks(self, blocks, of: int) -> None:
         """split="rows": gather row blocks ``blocks`` of the ``of`` equal blocks of every global batch (in
@@ -400,8 +405,9 @@ class LoaderIterator(ABC):
         at the same step."""
         from babelfeed.run.edits import edited_config
 
-        new = builder("any")(edited_config(self, config, changes), rank=self.rank, world_size=self.world_size,
-                             split=self.split)
+        with reusing(self.datasets()):  # (the data the run has open: not opened and parsed again)
+            new = builder("any")(edited_config(self, config, changes), rank=self.rank, world_size=self.world_size,
+                                 split=self.split)
         if new.fingerprint() in self.fingerprints():
             raise ValueError("edit: the edited config plans what this run's does (nothing that shapes the batches "
                              "changed)")

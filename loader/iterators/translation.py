@@ -533,6 +533,9 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
         self._hint, self._ra_hint = (0, 0), {}
 
     # ----------------------------------------------------------------------------------------- state
+    def datasets(self) -> list:
+        return [ds for c in self.planner.sources.components for ds in (c.src, c.tgt) if ds is not None]
+
     def fingerprint(self) -> str:
         return self.planner.fingerprint()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from babelfeed.run.skips import Skips
+from babelfeed.sources.corpus import reusing
 
 
 class TranslationState:
@@ -240,7 +241,8 @@ class TranslationState:
         old_cfg = ml_collections.ConfigDict(snap)
         if self.config_snapshot is not None:
             old_cfg.data.path = self.config_snapshot["data"]["path"]  # the data as this run finds it
-        old = builder("translation")(old_cfg, rank=self.rank, world_size=self.world_size, split=self.split)
+        with reusing(self.datasets()):  # (the data this run has open: the saved run's, mostly)
+            old = builder("translation")(old_cfg, rank=self.rank, world_size=self.world_size, split=self.split)
         try:
             old.set_state(state)  # the saved config reproduces the saved run
         except ValueError as e:

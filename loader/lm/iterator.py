@@ -358,6 +358,9 @@ class LMIterator(LMRun, LoaderIterator):
                 "dataset": dataset.astype(np.int32)}
 
     # ----------------------------------------------------------------------------------------- provenance
+    def datasets(self) -> list:
+        return [s.ds for s in self.sources]
+
     def dataset_names(self) -> list[str]:
         """A name per blended dataset: its prefix's file name, or the whole prefix where two share a name."""
         base = [os.path.basename(s.prefix) for s in self.sources]

@@ -28,8 +28,8 @@ from babelfeed.lm.blending import document_splits
 from babelfeed.sources.cache import IndexCache
 from babelfeed.plan.packing import gpt_sample_index, pack, pack_sentences, ragged_arange, sample_rows
 from babelfeed.permute import derive_key, permute
+from babelfeed.sources.corpus import open_shared
 from babelfeed.sources.rows import check_records
-from babelfeed.storage.indexed import IndexedDataset
 
 MODES = ("concat", "pack", "sentences")
 
@@ -42,7 +42,7 @@ class LMSource:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.prefix = os.fspath(prefix)
-        self.ds = IndexedDataset(prefix, verify=verify)
+        self.ds = open_shared(prefix, verify=verify)  # (inside corpus.reusing: a dataset already open)
         # shuffles are keyed by the data (its size hashes), not by how its path is spelled: the same files named
         # relatively, absolutely, through a symlink or mounted elsewhere on another host give the same batches
         self.data_key = self.ds.content_digest

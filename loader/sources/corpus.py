@@ -7,11 +7,11 @@ Discovery lists file names only; the side-count check reads 8 bytes of each inde
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
 import warnings
-import weakref
 from dataclasses import dataclass
 
 from babelfeed.sources.dictionary import Dictionary
@@ -61,26 +61,42 @@ def read_sequence_count(prefix) -> int:
     raise FormatError(path, "not a readable fairseq/Megatron index header")
 
 
-# Datasets this process holds, by path, options and the files' identity: while any holder keeps one alive, an open of
-# the very same files gets it (weak: nothing here keeps a dataset, or its maps, alive)
-_OPEN: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+# Datasets an iterator being built may take as they are (``reusing``): by path and options
+_REUSE: dict = {}
+
+
+@contextlib.contextmanager
+def reusing(datasets):
+    """While the block runs, an open of the very same files as one of ``datasets`` (an iterator's, checked against
+    the identity each recorded) gets that dataset: an edit builds the edited config's iterator beside the run's
+    without opening and parsing its indexes again."""
+    saved = dict(_REUSE)
+    for ds in datasets:
+        if ds is not None and getattr(ds, "_index", None) is not None:
+            _REUSE[(os.path.abspath(ds.prefix), ds._verify, ds._recompute)] = ds
+    try:
+        yield
+    finally:
+        _REUSE.clear()
+        _REUSE.update(saved)
 
 
 def open_shared(prefix: str, **kwargs) -> IndexedDataset:
-    """``IndexedDataset(prefix, **kwargs)``, or the one this process holds of the same unchanged files."""
-    from babelfeed.storage.indexed import index_path
-    from babelfeed.storage.stamps import identity_of
+    """``IndexedDataset(prefix, **kwargs)``, or, inside ``reusing``, the dataset of the same unchanged files."""
+    if _REUSE:
+        key = (os.path.abspath(os.fspath(prefix)), kwargs.get("verify", "full"), bool(kwargs.get("recompute_pointers")))
+        ds = _REUSE.get(key)
+        if ds is not None and set(kwargs) <= {"verify", "recompute_pointers"}:
+            from babelfeed.storage.indexed import index_path
+            from babelfeed.storage.stamps import identity_of
 
-    try:
-        ids = tuple(tuple(identity_of(os.stat(f))) for f in (index_path(prefix), data_path(prefix)))
-    except OSError:  # (missing: the constructor names the file)
-        return IndexedDataset(prefix, **kwargs)
-    key = (os.path.abspath(os.fspath(prefix)), tuple(sorted(kwargs.items())), ids)
-    ds = _OPEN.get(key)
-    if ds is None or getattr(ds, "_index", None) is None:  # (closed by its holder: opened anew)
-        ds = IndexedDataset(prefix, **kwargs)
-        _OPEN[key] = ds
-    return ds
+            try:  # (the same files still: a file replaced since is opened, and checked, anew)
+                if list(ds._ids) == [identity_of(os.stat(index_path(prefix))),
+                                     identity_of(os.stat(data_path(prefix)), data_path(prefix))]:
+                    return ds
+            except OSError:
+                pass
+    return IndexedDataset(prefix, **kwargs)
 
 
 class ShardedCorpus:
