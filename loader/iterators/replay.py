@@ -3,13 +3,14 @@
 A translation run is a pure function of its first config, its data and what happened to it, which the state's
 ``history`` lists (``babelfeed.run.history``): the world sizes it ran on, the task weights fed back, how
 schedule updates were counted and the mixture edits it was resumed with. Its ``config`` is the config in force
-now, and each edit records the config values it changed (old and new) and the saved run's position; the weights
-and update counts listed before an edit are the saved run's. So the config and the weights of every earlier
-segment can be rebuilt by undoing the edits one after another.
+now, and each edit records the config values it changed (old and new) and where it took effect; the weights
+and update counts listed before an edit are the segment's before it. So the config and the weights of every
+earlier segment can be rebuilt by undoing the edits one after another.
 
 :func:`step_source` replays that history with integers only (no token is read): it builds an iterator of the
-first config, applies the weights of its segment, moves it to where the first edit was saved, resumes an
-iterator of the edited config from there (as the run did), and so on, up to the segment that holds the step.
+first config, applies the weights of its segment, moves it to where the first edit took effect, continues an
+iterator of the edited config from there (as the run did: ``continue_from``), and so on, up to the segment that
+holds the step.
 It then counts the step from the latest point where the count is known (the run's start, an edit, a resume on
 another world size), so trace and replay answer for any step, on either side of any change.
 """

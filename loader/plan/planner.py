@@ -452,8 +452,8 @@ class EpochPlanner(StreamPlanning, PartPlanning):
 
     def window_end(self, epoch: int, g: int) -> int:
         """Where the planning window holding global batch ``g`` of ``epoch`` ends (``g`` itself at a window's
-        first batch or past the epoch's end): how far a saved run's window in progress is finished after an
-        edit."""
+        first batch or past the epoch's end): where an edit of babelfeed 0.1 began, which finished the saved
+        run's window in progress first."""
         where = self.locate(epoch, g)
         if where is None or where[1] == 0:
             return g

@@ -93,7 +93,7 @@ def translation_ledger(probe, state: dict, progress: bool = True) -> dict:
             facts.setdefault((c.key, int(c.shard)), (specs[c.key].task, specs[c.key].key, len(c)))
         saved_skips = it.skips
         it.skips = skips
-        try:  # (an edit's first epoch follows the saved run's window, which the segment before it counts)
+        try:  # (a segment begins where the edit before it took effect, which the segment before it ends at)
             for epoch in range(first[0], last[0] + 1):
                 stop = last[1] if epoch == last[0] else None
                 _count_epoch(it, epoch, first[1] if epoch == first[0] else 0, stop, counts, per_event, bar)
