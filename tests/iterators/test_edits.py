@@ -367,3 +367,41 @@ def test_the_command_line_says_an_edit_writes_the_edited_state_and_the_ledger_sh
     assert "nothing to edit" in capsys.readouterr().err
     with pytest.raises(ValueError, match="not a key of the run's config"):
         it.edit(**{"mixing.temprature": 2.0})
+
+
+def test_an_edit_of_a_mixing_schedule_on_another_world_size_resumes_exactly_and_traces(root):
+    """A scheduled run (stream sampler, its weights changing at update 6 and 14) edited to another schedule and
+    temperature, resumed on 3 ranks from 2: resumed again after the edit it serves the same batches, and trace
+    names every step on both sides."""
+    sched = {"mixing__schedule__boundaries": "6,14",
+             "mixing__schedule__mode": "step",
+             "mixing__schedule__weights": "aaa-bbb:1,aaa-ccc:0,aaa-ddd:1 | aaa-bbb:1,aaa-ccc:1,aaa-ddd:0 | "
+                                          "aaa-bbb:0,aaa-ccc:1,aaa-ddd:1"}
+    edited = {**sched, "mixing__schedule__weights": "aaa-bbb:1,aaa-ccc:1,aaa-ddd:1 | aaa-bbb:0,aaa-ccc:1,aaa-ddd:1 | "
+                                                    "aaa-bbb:1,aaa-ccc:0,aaa-ddd:1", "mixing__temperature": 2.0}
+    its = [babelfeed.build_train_iterator(cfg(root, "stream", sched), rank=r, world_size=2) for r in range(2)]
+    head = lockstep(its, 5)
+    state = json.loads(json.dumps(its[0].get_state()))
+    new = [babelfeed.build_train_iterator(cfg(root, "stream", edited), rank=r, world_size=3) for r in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        for it in new:
+            it.set_state(state, mixture_change="allow")
+    after = lockstep(new, 11)
+    final = json.loads(json.dumps(new[0].get_state()))
+    again = [babelfeed.build_train_iterator(cfg(root, "stream", edited), rank=r, world_size=3) for r in range(3)]
+    mid = [babelfeed.build_train_iterator(cfg(root, "stream", edited), rank=r, world_size=3) for r in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        for it in mid:
+            it.set_state(state, mixture_change="allow")
+    lockstep(mid, 6)
+    for it in again:
+        it.set_state(json.loads(json.dumps(mid[0].get_state())))
+    assert [[golden.digest(b) for b in s] for s in lockstep(again, 5)] == \
+        [[golden.digest(b) for b in s] for s in after[6:]]
+    probe = babelfeed.build_train_iterator(cfg(root, "stream", edited), world_size=3)
+    record = [[sorted(b["id"][b["weight"] > 0].tolist()) for b in s] for s in head + after]
+    for s, want in enumerate(record, 1):
+        rows = probe.trace(s, final)
+        assert [sorted(r["id"] for r in rows if r["rank"] == k) for k in range(len(want))] == want, s
