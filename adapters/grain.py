@@ -420,6 +420,7 @@ class EpochsIterator(grain.DatasetIterator):
         """Resume after the batch of ``state`` (any adapter's state). ``mixture_change="allow"``: a state of another
         config of the same data goes on under this one from its next step (``babelfeed.run.edits``)."""
         epoch, consumed = self._ds.position().load(state, mixture_change)
+        self._ds.position().adopt_edits(self._ds)  # (the run's own set_weights: its config carries the weights)
         self._close()
         self._epoch, self._base, self._seen = epoch, consumed, 0
 

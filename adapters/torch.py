@@ -385,6 +385,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
             self.base, self._worker_next = int(worker["from"]), int(worker["next"])
             return
         epoch, consumed = self.position().load(found, mixture_change)
+        self.position().adopt_edits(self)  # (the run's own set_weights: its config carries the weights)
         self.set_epoch(epoch)
         self.base = consumed
         self.resume = self.position().resume
@@ -510,13 +511,16 @@ class BatchLoader(torch.utils.data.DataLoader):
         the iterator state ``get_state()`` gives in-process, which every adapter and ``babelfeed trace`` take."""
         return self.batches.state_dict(self.batches.batches_seen)
 
-    def load_state_dict(self, state: dict, mixture_change: str = "refuse") -> None:
+    def load_state_dict(self, state: dict, mixture_change: str = "refuse", *, strict=None) -> None:
         """Continue after ``state_dict()``'s batch, from the next iteration on (refused while a pass is running:
         its workers would go on serving the old position). ``mixture_change="allow"``: a state of another config
         of the same data (this loader's config is the edited one) goes on under this config from its next step,
         every stream from its position (``babelfeed.run.edits``); the edit is printed and recorded in the
         state. ``"keep_position"``: this config's plan at the state's position, samples repeated or skipped (said).
         """
+        from babelfeed.run.record import no_strict
+
+        no_strict(strict)
         self._no_pass_running("load_state_dict")
         self.batches.load_state_dict(state, mixture_change)
 

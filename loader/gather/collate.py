@@ -121,6 +121,7 @@ class Collater:
         comps = sources.components
         sizes = [len(c) for c in comps]
         self.id_base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.stream_index = None  # the run's stream numbers, where an edit changed the streams (run.layout)
         self.src, self.tgt = _Side(comps, "src"), _Side(comps, "tgt")
         self.raw = np.array([c.raw for c in comps], dtype=bool)
         keys: dict = {}  # components with the same transforms and prefix length are noised together
@@ -134,6 +135,11 @@ class Collater:
 
     def ids(self, comp, local) -> np.ndarray:
         return self.id_base[comp] + local
+
+    def _streams(self, direction) -> np.ndarray:
+        """A batch's ``direction``: the run's number of each row's stream."""
+        d = np.asarray(direction, dtype=np.int32)
+        return d if self.stream_index is None else self.stream_index[d]
 
     def addresses(self, comp: np.ndarray, local: np.ndarray) -> np.ndarray:
         """Token-space addresses (source, target) of samples, int64 [n, 2]: from the flat row table when there is
@@ -207,7 +213,7 @@ class Collater:
             "nsentences": n,
             "net_input": {"src_tokens": src, "src_lengths": src_len[order]},
             "weight": weight[order],
-            "direction": np.asarray(s.direction, dtype=np.int32)[order],
+            "direction": self._streams(s.direction)[order],
         }
         if has_tgt:
             tgt_len = tgt_len[order]
@@ -392,7 +398,7 @@ class Collater:
             "weight": row_weight,
             "row": np.asarray(p["row"], dtype=np.int64),  # per pair: its row
             "segment": pair_segment,  # per pair: its segment id in that row (the same on both sides)
-            "direction": np.asarray(s.direction, dtype=np.int32),
+            "direction": self._streams(s.direction),
         }
 
     def _scatter(self, side: _Side, comp, start, row, offset, length, shape, dtype) -> np.ndarray:

@@ -22,26 +22,37 @@ from babelfeed.run.ledger import FIELDS, as_state, flat, from_state, skipped_fro
 from babelfeed.plan.totals import window_totals  # noqa: F401  (part of the ledger's face)
 
 
-def describe_ids(sources, id_base: np.ndarray, ids) -> list[dict]:
+def describe_ids(sources, id_base: np.ndarray, ids, removed=()) -> list[dict]:
     """Per id (from a batch's ``id``): ``{"id", "stream", "task", "corpus", "shard", "row"}``; ``-1`` (the
-    epoch-padding batches' ids) gives ``None``. ``id_base``: each component's first id (``Collater.id_base``)."""
+    epoch-padding batches' ids) gives ``None``. ``id_base``: each component's first id and, last, the first id not
+    used (``Collater.id_base``; a run edited keeps its ids, so they need not be in order); ``removed``: ``(first
+    id, rows, stream, shard)`` of shards an edit removed, whose ids still name them (task and corpus None)."""
     ids = np.asarray(ids, np.int64).reshape(-1)
+    comps = sources.components
+    starts = [(int(id_base[c]), len(comps[c]), c) for c in range(len(comps))]
+    starts += [(a, n, -1 - i) for i, (a, n, _, _) in enumerate(removed)]
+    starts.sort()
+    first = np.array([a for a, _, _ in starts], np.int64)
     total = int(id_base[-1])
-    bad = ids[(ids < -1) | (ids >= total)]
-    if len(bad):
-        raise ValueError(f"sample id {int(bad[0])} is not an id of this data (ids run from 0 to {total - 1}; -1 marks "
-                         f"an epoch-padding row)")
-    comp = np.searchsorted(id_base, ids, side="right") - 1
+    at = np.searchsorted(first, ids, side="right") - 1
     specs = {s.name: s for s in sources.streams}
     out: list = []
-    for i, c in zip(ids.tolist(), comp.tolist()):
-        if i < 0:
+    for i, k in zip(ids.tolist(), at.tolist()):
+        if i == -1:
             out.append(None)
             continue
-        component = sources.components[c]
+        if i < -1 or i >= total or k < 0 or i >= starts[k][0] + starts[k][1]:
+            raise ValueError(f"sample id {i} is not an id of this data (ids run from 0 to {total - 1}; -1 marks an "
+                             f"epoch-padding row)")
+        base, _, c = starts[k]
+        if c < 0:  # a shard an edit removed: its ids still name it
+            _, _, stream, shard = removed[-1 - c]
+            out.append({"id": i, "stream": stream, "task": None, "corpus": None, "shard": shard, "row": i - base})
+            continue
+        component = comps[c]
         spec = specs[component.key]
         out.append({"id": i, "stream": component.key, "task": spec.task, "corpus": spec.key,
-                    "shard": int(component.shard), "row": i - int(id_base[c])})
+                    "shard": int(component.shard), "row": i - base})
     return out
 
 

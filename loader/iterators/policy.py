@@ -120,6 +120,13 @@ class ExponentiatedGradient:
         if views is not None and len(views.blend) > 1:  # an LM run steered: its last blend, by dataset name
             last = views.blend[-1]
             changes = [[last["sample"], {last["names"].get(k, k): w for k, w in last["weights"].items()}]]
+        elif views is not None and not changes and views.edits and \
+                "mixing.schedule.weights" in views.edits[-1].get("changes", {}):
+            # set_weights on a sampler where it is an edit: the weights are the config's since
+            text = views.edits[-1]["changes"]["mixing.schedule.weights"][1] or ""
+            if text and "|" not in text:
+                pairs = [p.rpartition(":") for p in text.split(",") if p.strip()]
+                changes = [[0, {k.strip(): float(v) for k, _, v in pairs}]]
         policy = cls(tasks, **kwargs)
         if changes and set(changes[-1][1]) != set(policy.tasks):
             raise ValueError(f"the state's weights name {sorted(changes[-1][1])}; the policy's tasks are "

@@ -128,8 +128,9 @@ class Position:
                                  f"with the same count. States saved by this babelfeed resume it on any world size")
 
     def adopt_edits(self, loader) -> None:
-        """After a change made through this position (``apply``): where it edited the run's config, the loader and
-        this position build from the edited config, and the data its workers must find is the edited run's."""
+        """After a change made through this position (``apply``, ``load``): where the run's config is another now
+        (an edit; the weights ``set_weights`` set), the loader and this position build from it, and the data its
+        workers must find is the run's."""
         it = self._it
         if it is None or it.source_config is None or it.source_config is self.config:
             return
@@ -152,4 +153,4 @@ class Position:
         if it.kind == "lm":
             return it.ledger(prefix, at=consumed)
         e, totals, _, skipped = it.ledger_totals(epoch, consumed)
-        return it.ledger(prefix, at=(e, totals, None, skipped))
+        return it.ledger(prefix, at=(e, totals, self.total_at(epoch, consumed), skipped))

@@ -40,7 +40,6 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from babelfeed.checks import check_rank
-from babelfeed.run.history import VERSION as STATE_VERSION
 from babelfeed.run.record import (EDIT_HINT, MIXTURE_CHANGES, RunRecord, StateMismatch,  # noqa: F401  (its face)
                                   check_mixture_change, identity_changes)
 from babelfeed.run.skips import which_kind
@@ -403,14 +402,20 @@ class LoaderIterator(ABC):
         an LM run: every dataset of the blend). Returns the edit's report (``EditReport``), which is also printed
         once; the state records the edit, so a run resumed later, and ``trace``, follow it. Call it on every rank
         at the same step."""
-        from babelfeed.run.edits import edited_config
+        from babelfeed.run.edits import check_editable, config_changes, edited_config, snapshot
 
+        cfg = edited_config(self, config, changes)
+        if self.kind == "translation" and self.config_snapshot is not None:  # (said before anything is built)
+            check_editable(self.config_snapshot, snapshot(cfg), self.planner)
         with reusing(self.datasets()):  # (the data the run has open: not opened and parsed again)
-            new = builder("any")(edited_config(self, config, changes), rank=self.rank, world_size=self.world_size,
-                                 split=self.split)
+            new = builder("any")(cfg, rank=self.rank, world_size=self.world_size, split=self.split)
         if new.fingerprint() in self.fingerprints():
-            raise ValueError("edit: the edited config plans what this run's does (nothing that shapes the batches "
-                             "changed)")
+            what = [k for k in config_changes(self.config_snapshot or {}, snapshot(cfg)) if k != "data.path"]
+            if not what:
+                raise ValueError("edit: the edited config is this run's config (nothing changed): no edit to make")
+            raise ValueError(f"edit: the edited config plans what this run's does ({', '.join(what)} changed, "
+                             f"which does not change what the run serves): an iterator of the edited config "
+                             f"resumes this run's state as it is (set_state(state)), no edit needed")
         new.take_edit(self)
         self._become(new)
         return self.last_edit

@@ -466,10 +466,33 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
 
     def describe_ids(self, ids) -> list:
         """Where each sample of a batch came from: per ``id``, ``{"id", "stream", "task", "corpus", "shard",
-        "row"}`` (``None`` for -1, an epoch-padding row). ``row`` is the record in that shard's ``.idx``."""
+        "row"}`` (``None`` for -1, an epoch-padding row). ``row`` is the record in that shard's ``.idx``. Ids keep
+        their meaning across the run's edits (``run.layout``): one of a stream an edit removed still names it."""
         from babelfeed.iterators.ledger import describe_ids
 
-        return describe_ids(self.planner.sources, self.collater.id_base, np.asarray(ids, np.int64).reshape(-1))
+        layout = self.record.layout
+        return describe_ids(self.planner.sources, self.collater.id_base, np.asarray(ids, np.int64).reshape(-1),
+                            layout.removed(self.planner) if layout is not None else ())
+
+    @property
+    def stream_names(self) -> list[str]:
+        """What a batch's ``direction`` numbers: every stream of the run, in the order it first came (the config's
+        streams, then those an edit added; a stream an edit removed keeps its number)."""
+        layout = self.record.layout
+        return list(layout.streams) if layout is not None else list(self.planner.keys)
+
+    def use_layout(self, layout) -> None:
+        """Number ids and streams by ``layout`` (``run.layout``; None: the config's plain numbering)."""
+        from babelfeed.run.layout import Layout
+
+        if layout is not None and layout.is_plain(self.planner):
+            layout = None
+        self.record.layout = layout
+        if layout is None:
+            Layout.plain(self.planner).apply(self.collater, self.planner)
+            self.collater.stream_index = None
+        else:
+            layout.apply(self.collater, self.planner)
 
     def weight_names(self) -> list[str]:
         return list(self.planner.sources.tasks)

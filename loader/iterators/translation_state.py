@@ -40,6 +40,8 @@ class TranslationState:
         part = planner.part
         if part is not None and part.epoch == epoch:  # an edited epoch: where its part began (plan.parts)
             fields["part"] = part.to_state()
+        if self.record.layout is not None:  # ids and stream numbers an edit kept (run.layout)
+            fields["layout"] = self.record.layout.get_state()
         if self.config_snapshot is not None:  # what an edit compares and, from the edits, every earlier config
             from babelfeed.run.edits import stream_identities
 
@@ -48,16 +50,14 @@ class TranslationState:
         return self.record.envelope({"epoch": epoch, "consumed": c, "total_steps": self.total_steps},
                                     planner.fingerprint(), planner.identity(), fields)
 
-    STATE_FIELDS = ("stream", "ledger", "config", "dormant", "history", "skipped", "data", "part", "served")
+    STATE_FIELDS = ("stream", "ledger", "config", "dormant", "history", "skipped", "data", "part", "served", "layout")
 
     def _check_extra(self, state: dict):
         """The optional fields of a state: well formed, or an error naming the field. Returns the history's
         views (``babelfeed.run.history``)."""
         from babelfeed.run.history import HistoryError, Views, check
 
-        from babelfeed.run.ledger import Ledger
-
-        Ledger.check(state)
+        self.record.ledger.check(state)
         if "history" not in state:
             return Views()
         total = int(state["total_steps"])
@@ -98,7 +98,7 @@ class TranslationState:
                                        f"batch {late[0][0]}, past the state's own position (global batch {now})")
         return views
 
-    def set_state(self, state: dict, mixture_change: str = "refuse") -> None:
+    def set_state(self, state: dict, mixture_change: str = "refuse", *, strict=None) -> None:
         """Continue after ``state`` (from ``get_state()``). A state of another config: ``mixture_change``
         (``protocol.MIXTURE_CHANGES``) says what to do. ``"allow"``: the config was edited (weights, temperature,
         corpora or tasks added or removed, batching...): every stream goes on from its position from the next
@@ -106,8 +106,9 @@ class TranslationState:
         (``babelfeed.run.edits``); a change to a kept stream's data, the seed, the sampler or the shard
         scheme is refused. ``"keep_position"``: this config's plan from the state's epoch and global batch, said
         out loud (samples may repeat or be skipped)."""
-        from babelfeed.iterators.protocol import check_mixture_change
+        from babelfeed.run.record import check_mixture_change, no_strict
 
+        no_strict(strict)
         check_mixture_change(mixture_change)
         strict = mixture_change != "keep_position"
         state = self._state_in(state)
@@ -116,6 +117,8 @@ class TranslationState:
         if (mixture_change == "allow" and isinstance(state, dict)
                 and state.get("fingerprint") not in self.fingerprints()):
             return self._resume_edited(state)
+        if mixture_change == "refuse" and self._weights_set_since(state):
+            return self._resume_with_its_weights(state)
         self._check_state(state, strict, {"epoch": 1, "consumed": 0, "total_steps": 0},
                           optional=self.STATE_FIELDS)
         history = self._check_extra(state)
@@ -146,6 +149,9 @@ class TranslationState:
             raise ValueError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
                              f"{self.planner.num_batches(epoch)} global batches")
         self.record.ledger.set_state(state, epoch, list(planner.keys))  # (no ledger: counted from the plans)
+        from babelfeed.run.layout import Layout
+
+        self.use_layout(Layout.from_state(state["layout"], planner) if "layout" in state else None)
         self.record.edits.set_state(history.edits)
         self.record.skips.set_state(history.skips)
         self._fillers = {}
@@ -250,6 +256,35 @@ class TranslationState:
                              f"{old_cfg.data.path} (a stream the edit removed reads other data now?): {e}") from None
         self.continue_from(old)
 
+    WEIGHT_KEYS = ("mixing.schedule.weights", "mixing.schedule.boundaries")
+
+    def _weights_set_since(self, state) -> bool:
+        """Whether ``state`` is this config's run with task weights set since (``set_weights`` on a sampler where
+        it is an edit of ``mixing.schedule.weights``): its config differs from this one in those alone."""
+        from babelfeed.run.edits import config_changes
+
+        if not isinstance(state, dict) or state.get("fingerprint") in self.fingerprints() or \
+                not isinstance(state.get("config"), dict) or self.config_snapshot is None:
+            return False
+        changes = {k for k in config_changes(state["config"], self.config_snapshot) if k != "data.path"}
+        edits = [e for e in state.get("history", []) if isinstance(e, dict) and e.get("event") == "edit"]
+        return bool(changes) and changes <= set(self.WEIGHT_KEYS) and any(
+            isinstance(e.get("changes"), dict) and set(e["changes"]) <= set(self.WEIGHT_KEYS) for e in edits)
+
+    def _resume_with_its_weights(self, state) -> None:
+        """A run of this config whose weights ``set_weights`` set: resumed with them (the config the state carries,
+        on this run's data), as if it had never stopped."""
+        import ml_collections
+
+        from babelfeed.iterators.protocol import builder
+
+        config = ml_collections.ConfigDict(state["config"])
+        config.data.path = self.config_snapshot["data"]["path"]
+        with reusing(self.datasets()):
+            it = builder("translation")(config, rank=self.rank, world_size=self.world_size, split=self.split)
+        it.set_state(state)
+        self._become(it)
+
     def take_edit(self, old):
         """:meth:`edit`'s second half: go on with this iterator's config from ``old`` (the run, in this process),
         once the edit is checked as a resume checks it."""
@@ -351,9 +386,12 @@ class TranslationState:
                                                "updates": [list(u) for u in P.update_segments]
                                                if P.sampler.streams and P.changing_schedule else []}}
         self.record.edits.events = list(old.record.edits.events) + [event]
+        from babelfeed.run.layout import Layout
+
+        self.use_layout((old.record.layout or Layout.plain(P)).extended(planner))
         self.epoch, self._base, self.step = first[0], first[1], 0
         self._hint, self._ra_hint = (0, 0), {}
-        self.last_edit = EditReport.made(self, before, changes, part.returned)
+        self.last_edit = EditReport.made(self, before, changes, part.returned, P.opts.shapes)
         if not quiet:
             self.last_edit.say()
         return self.last_edit

@@ -69,6 +69,7 @@ class LMIterator(LMRun, LoaderIterator):
             raise ValueError(f"num_samples={num_samples} is less than one global batch ({global_batch} samples)")
         self.sources, self.weights, self.global_batch = sources, [float(w) for w in weights], global_batch
         self.name = self.record.name = name
+        self.record.ledger.fields = ("samples", "tokens", "passes")
         self.vocab_size = int(vocab_size)  # every token id must be below it (0: unchecked)
         self.epoch = 1
         self.seq_len = sources[0].seq_len

@@ -26,27 +26,31 @@ class LMRun:
         if not blend:
             self.record.weights.blend = [self._first_event()]
         try:
+            fields = {"config": self.config_snapshot} if self.config_snapshot else {}
+            if self.record.ledger.dormant:
+                fields["dormant"] = dict(self.record.ledger.dormant)
             return self.record.envelope({"consumed_samples": self.consumed}, self.fingerprint(), self.identity(),
-                                        {"config": self.config_snapshot} if self.config_snapshot else None)
+                                        fields)
         finally:
             self.record.weights.blend = blend
 
-    def set_state(self, state: dict, mixture_change: str = "refuse") -> None:
+    def set_state(self, state: dict, mixture_change: str = "refuse", *, strict=None) -> None:
         """Continue after ``state`` (from ``get_state()``). A state of another config: ``mixture_change``
         (``protocol.MIXTURE_CHANGES``) says what to do. ``"allow"``: this config's blend differs from the saved
         run's (other weights, a dataset added or removed): every dataset goes on from its position, blended with
         this config's weights from the next step; a change to a kept dataset's data, or to ``seq_len``, ``mode``,
         ``seed`` or the split, is refused (they change the samples). ``"keep_position"``: this config's blend from
         the state's sample on, said out loud."""
-        from babelfeed.iterators.protocol import check_mixture_change
+        from babelfeed.run.record import check_mixture_change, no_strict
 
+        no_strict(strict)
         check_mixture_change(mixture_change)
         strict = mixture_change != "keep_position"
         state = self._state_in(state)
         if (mixture_change == "allow" and isinstance(state, dict)
                 and state.get("fingerprint") not in self.fingerprints()):
             return self._resume_edited(state)
-        self._check_state(state, strict, {"consumed_samples": 0}, optional=("history", "config"))
+        self._check_state(state, strict, {"consumed_samples": 0}, optional=self.STATE_FIELDS)
         consumed = state["consumed_samples"]
         if consumed % self.global_batch or consumed > self.num_samples:
             raise ValueError(f"consumed_samples={consumed} must be a multiple of global_batch={self.global_batch} "
@@ -65,8 +69,13 @@ class LMRun:
         if not strict:
             self._say_kept_position(state)
 
+    STATE_FIELDS = ("history", "config", "dormant")
+
     def _load_record(self, state: dict, consumed: int) -> None:
-        """The state's skips, edits and world sizes into this run's record (its blend is read apart)."""
+        """The state's skips, edits, world sizes and dormant datasets into this run's record (its blend is read
+        apart)."""
+        self.record.ledger.check(state)
+        self.record.ledger.dormant = dict(state.get("dormant") or {})
         views = self.record.read(state)
         steps = consumed // self.global_batch
         self.record.skips.set_state(views.skips, lm=True, at=consumed)
@@ -86,7 +95,7 @@ class LMRun:
 
         state = upgrade(find_state(state, "state"))  # (a checkpoint holding it: {"data": state}, a loader's)
         events = self._events_of(state)
-        self._check_state(state, not events, {"consumed_samples": 0}, optional=("history", "config"))
+        self._check_state(state, not events, {"consumed_samples": 0}, optional=self.STATE_FIELDS)
         if events:
             self._check_blend_only(state, "this state is of a run with other settings")
         probe = copy.copy(self)
@@ -127,12 +136,13 @@ class LMRun:
         check_offsets(events)
         return events
 
-    def _resume_edited(self, state: dict) -> None:
-        """set_state with mixture_change="allow" for a state of another blend (weights or datasets)."""
+    def _resume_edited(self, state: dict, was=None) -> None:
+        """set_state with mixture_change="allow" for a state of another blend (weights or datasets). ``was``: the
+        run so far in this process (an in-place edit), whose ledger gives a removed dataset's counts."""
         from babelfeed.lm.mixture import add, first_event, offsets_at
         from babelfeed.run.edits import config_changes
 
-        self._check_state(state, False, {"consumed_samples": 0}, optional=("history", "config"))
+        self._check_state(state, False, {"consumed_samples": 0}, optional=self.STATE_FIELDS)
         self._check_blend_only(state, "an LM mixture edit changes the blend only")
         saved = state.get("identity") or {}
         events = self._events_of(state)
@@ -167,11 +177,50 @@ class LMRun:
         self._load_record(state, at)
         self.consumed = at
         step = at // self.global_batch
-        changes = {k: v for k, v in config_changes(state.get("config") or {}, self.config_snapshot or {}).items()
-                   if k != "data_path"} if isinstance(state.get("config"), dict) else {}
-        self.record.edits.add({"step": step, "epoch": 1, "batch": step, "changes": {**event["changes"], **changes}})
+        had = {last_names.get(k, k) for e in events for k in e["weights"]}
+        self.record.ledger.dormant = self._dormant_after(state, was, step, had - set(names))
+        if isinstance(state.get("config"), dict):  # what changed, in the config's words (trace undoes it)
+            changes = {k: v for k, v in config_changes(state["config"], self.config_snapshot or {}).items()}
+        else:
+            changes = dict(event["changes"])
+        self.record.edits.add({"step": step, "epoch": 1, "batch": step, "changes": changes})
         self.last_edit = self._report(old, event)
         self.last_edit.say()
+
+    def _dormant_after(self, state: dict, old, step: int, removed: set) -> dict:
+        """The counts of the datasets the run had and this config drops, where it stood at global batch ``step``
+        (``samples``, ``tokens``, ``passes``; what skips dropped): the saved run's ledger, counted from its data
+        (``old``, or an iterator of the config the state carries). A dataset added back counts on from the blend."""
+        from babelfeed.iterators.protocol import builder
+        from babelfeed.sources.corpus import reusing
+
+        kept = {k: v for k, v in (state.get("dormant") or {}).items() if k not in self.dataset_names()}
+        removed -= set(kept)
+        if not removed:
+            return kept
+        if old is None and isinstance(state.get("config"), dict):
+            import ml_collections
+
+            with reusing(self.datasets()):
+                old = builder("any")(ml_collections.ConfigDict(state["config"]), rank=self.rank,
+                                     world_size=self.world_size)
+            old.set_state(state)
+        if old is None:  # (a state without its config: the samples only, from the blend)
+            return kept
+        totals, skipped = old.ledger_totals(step), old.skipped_totals(step)
+        for d, name in enumerate(old.dataset_names()):
+            if name in removed:
+                kept[name] = {"samples": int(totals[0, d]), "tokens": int(totals[1, d]), "passes": int(totals[2, d])}
+                if skipped is not None:
+                    kept[name].update(skipped=int(skipped[0, d]), skipped_tokens=int(skipped[1, d]))
+        return kept
+
+    def take_edit(self, old):
+        """:meth:`edit`'s second half: the run so far (``old``, in this process) goes on under this config."""
+        state = old.get_state()
+        self._check_state(state, False, {"consumed_samples": 0}, optional=self.STATE_FIELDS)
+        self._resume_edited(state, old)
+        return self.last_edit
 
     def _report(self, old: dict, event: dict):
         """The report of a blend edit (``EditReport``): each dataset's share before and after."""
@@ -335,7 +384,7 @@ class LMRun:
             probe = copy.copy(self)  # (this iterator left as it was)
             probe.record = copy.deepcopy(self.record)
         else:
-            probe = self.run_of(state)
+            probe = self._run_for_step(state, step)
         probe._plans, probe._ahead = {}, None
         probe.row_blocks = ((rank,), world)
         return probe._batch(step - 1, (step - 1, 0))
@@ -345,7 +394,7 @@ class LMRun:
         """An LM step is one global batch: its rows, where each came from (:meth:`describe_ids`), the rank that
         holds it; ``state``'s history gives the blend of every step (weight changes, edits)."""
         if state is not None:
-            return self.run_of(state).trace(step)
+            return self._run_for_step(state, step).trace(step)
         if step > len(self):
             raise ValueError(f"step {step} is past the run's end: it is {len(self)} global batches (num_samples)")
         first = (step - 1) * self.global_batch
@@ -356,7 +405,33 @@ class LMRun:
         return [{"step": step, "batch": step - 1, "rank": i // per_rank, "row": i % per_rank, **r,
                  "skipped": bool(x)} for i, (r, x) in enumerate(zip(rows, dropped))]
 
-    # ----------------------------------------------------------------------------------------- state
+    def _run_for_step(self, state: dict, step: int):
+        """The run of ``state`` as this config reads it (:meth:`run_of`), or, where step ``step`` drew from a
+        dataset an edit has removed since, as the config in force then reads it (the state's config with the
+        edits after the step undone)."""
+        probe = self.run_of(state)
+        g = np.arange((step - 1) * self.global_batch, step * self.global_batch)
+        if not 1 <= step <= len(probe) or not (probe.dataset_index[g] < 0).any():
+            return probe
+        import ml_collections
+
+        from babelfeed.iterators.protocol import builder
+        from babelfeed.iterators.replay import configs_of
+        from babelfeed.run.history import upgrade
+        from babelfeed.iterators.state import find_state
+        from babelfeed.sources.corpus import reusing
+
+        full = upgrade(find_state(state, "state"))
+        edits = self.record.read(full).edits
+        changed = all(isinstance((e.get("changes") or {}).get("data_path", [None])[0], str) for e in edits)
+        if not isinstance(full.get("config"), dict) or not edits or not changed:
+            return probe  # (it refuses the step, naming the dataset)
+        m = len([e for e in edits if e["step"] < step])
+        with reusing(self.datasets()):
+            then = builder("any")(ml_collections.ConfigDict(configs_of(full["config"], edits)[m]), rank=self.rank,
+                                  world_size=self.world_size)
+        return then.run_of(full)
+
     # ----------------------------------------------------------------------------------------- ledger
     def ledger_totals(self, consumed: int | None = None) -> np.ndarray:
         """``int64[3, datasets]``: samples, tokens (their rows' real input tokens) and completed passes (epochs of
@@ -426,8 +501,8 @@ class LMRun:
             out[f"{prefix}/{name}/samples"] = int(totals[0, d])
             out[f"{prefix}/{name}/tokens"] = int(totals[1, d])
             out[f"{prefix}/{name}/passes"] = int(totals[2, d])
-        removed = 0
-        if self.record.weights.blend:  # datasets an edit removed: their samples (their tokens need their data)
+        removed = [0, 0]
+        if self.record.weights.blend:  # datasets an edit removed: their counts where the edit left them
             from babelfeed.lm.mixture import offsets_at
 
             n = int(consumed) * self.global_batch
@@ -435,12 +510,19 @@ class LMRun:
             names = {}
             for e in self.record.weights.blend:
                 names.update(e["names"])
+            dormant = self.record.ledger.dormant
             for key, taken in offsets_at(self.record.weights.blend, n).items():
-                if key not in keys and taken:
-                    out[f"{prefix}/{names.get(key, key)}/samples"] = int(taken)
-                    removed += int(taken)
-        out[f"{prefix}/samples"] = int(totals[0].sum()) + removed
-        out[f"{prefix}/tokens"] = int(totals[1].sum())
+                name = names.get(key, key)
+                if key in keys or not taken:
+                    continue
+                kept = dormant.get(name, {"samples": int(taken)})
+                for f in ("samples", "tokens", "passes"):
+                    if f in kept:
+                        out[f"{prefix}/{name}/{f}"] = int(kept[f])
+                removed[0] += int(kept["samples"])
+                removed[1] += int(kept.get("tokens", 0))
+        out[f"{prefix}/samples"] = int(totals[0].sum()) + removed[0]
+        out[f"{prefix}/tokens"] = int(totals[1].sum()) + removed[1]
         skipped = self.skipped_totals(consumed)
         if skipped is not None:
             for d, name in enumerate(self.dataset_names()):

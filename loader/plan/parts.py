@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from babelfeed.permute import permute
 from babelfeed.plan.mixing import StratifiedDraw, StreamDraw, stratified_counts
 from babelfeed.sources.sources import Direction
 
@@ -61,8 +62,10 @@ def after(position: int, served, last) -> tuple[int, np.ndarray]:
 
 class ExtendedDraw:
     """A corpus's rows in an epoch after an edit: positions below ``count`` are the epoch's draw (``base``: a
-    ``StratifiedDraw``, or None for rows in order), positions from ``count`` on cycle the corpus in keyed passes
-    (``StreamDraw`` on ``extension_key``). ``x``-numbering starts at ``position`` and skips ``served``."""
+    ``StratifiedDraw``, or None for rows in order); from ``count`` on, first the rows that draw's remainder left
+    out (a stratified draw of ``q n + r`` takes ``r`` rows a time more: the other ``n - r`` come next, so every row
+    is read ``q + 1`` times before any a ``q + 2``-th), then keyed passes over the corpus (``StreamDraw`` on
+    ``extension_key``). ``x``-numbering starts at ``position`` and skips ``served``."""
 
     def __init__(self, n: int, count: int, base, extension_key: tuple, position: int = 0, served=None):
         self.n, self.count, self.base = int(n), int(count), base
@@ -80,7 +83,15 @@ class ExtendedDraw:
         if low.any():
             out[low] = self.base.rows(pos[low]) if self.base is not None else pos[low]
         if (~low).any():
-            out[~low] = self.extension.rows(pos[~low] - self.count)
+            k = pos[~low] - self.count
+            rest = self.n - self.base.r if isinstance(self.base, StratifiedDraw) else 0
+            high = np.empty_like(k)
+            left = k < rest
+            if left.any():  # the rows the draw's remainder left out, in its own order
+                high[left] = permute(self.base.r + k[left], self.n, self.base.extra_key)
+            if (~left).any():
+                high[~left] = self.extension.rows(k[~left] - rest)
+            out[~low] = high
         return out
 
 

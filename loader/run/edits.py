@@ -119,7 +119,11 @@ def edited_config(it, config, changes: dict):
             node = node[k]
         if path[-1] not in node and path[0] != "tasks":
             raise ValueError(f"edit: {dotted!r} is not a key of the run's config")
-        node[path[-1]] = value
+        try:
+            node[path[-1]] = value
+        except (TypeError, ValueError):
+            raise ValueError(f"edit: {dotted.replace('__', '.')} takes a {type(node[path[-1]]).__name__} (it is "
+                             f"{node[path[-1]]!r}), got {value!r}") from None
     return config
 
 
@@ -215,6 +219,7 @@ class EditReport:
     added: list = field(default_factory=list)
     removed: list = field(default_factory=list)
     returned: int = 0
+    shapes: tuple = ()  # (static shapes that changed, of how many), where the run has static shapes
 
     @staticmethod
     def shares_of(it) -> dict:
@@ -232,18 +237,21 @@ class EditReport:
         return {k: float(p) for k, p in zip(planner.keys, np.asarray(probs, np.float64).tolist())}
 
     @classmethod
-    def made(cls, it, before: dict, changes: dict, returned: int = 0) -> "EditReport":
+    def made(cls, it, before: dict, changes: dict, returned: int = 0, old_shapes=()) -> "EditReport":
         after = cls.shares_of(it)
+        new_shapes = tuple(tuple(x) for x in getattr(it.planner.opts, "shapes", ()))
+        old_shapes = tuple(tuple(x) for x in old_shapes)
+        shapes = (len(set(new_shapes) - set(old_shapes)), len(new_shapes)) if new_shapes or old_shapes else ()
         streams = sorted(set(before) | set(after), key=lambda k: (-after.get(k, 0.0), k))
         return cls(step=int(it.total_steps) + 1, epoch=int(it.epoch), batch=int(it.consumed), changes=dict(changes),
                    shares={k: (before.get(k, 0.0), after.get(k, 0.0)) for k in streams},
                    added=sorted(set(after) - set(before)), removed=sorted(set(before) - set(after)),
-                   returned=int(returned))
+                   returned=int(returned), shapes=shapes)
 
     def as_dict(self) -> dict:
         return {"step": self.step, "epoch": self.epoch, "batch": self.batch, "changes": self.changes,
                 "shares": {k: list(v) for k, v in self.shares.items()}, "added": self.added,
-                "removed": self.removed, "returned": self.returned}
+                "removed": self.removed, "returned": self.returned, "new_shapes": list(self.shapes)}
 
     def table(self, limit: int = 12) -> str:
         """The edit as a few lines and a table of every stream's share before and after (the ``limit`` that
@@ -256,6 +264,9 @@ class EditReport:
                 lines.append(f"  {k}: {json.dumps(old)} -> {json.dumps(new)}")
         if len(self.changes) > 8:
             lines.append(f"  ... and {len(self.changes) - 8} more changes")
+        if self.shapes and self.shapes[0]:
+            lines.append(f"  static shapes: {self.shapes[0]} of {self.shapes[1]} are new (chosen for the edited "
+                         f"mixture): a jitted step compiles once for each")
         if self.added:
             lines.append(f"  streams added: {', '.join(self.added[:10])}" + (" ..." if len(self.added) > 10 else ""))
         if self.removed:

@@ -22,7 +22,8 @@ class Ledger:
     dropped by then (``skipped``), the counts of streams an edit removed kept with them (``skipped_other``), and
     the removed streams themselves (``dormant``). Counts are int64[3, streams] in the plan's stream order."""
 
-    def __init__(self, streams: int = 0):
+    def __init__(self, streams: int = 0, fields: tuple = FIELDS):
+        self.fields = tuple(fields)  # what a dormant stream keeps (an LM run's: samples, tokens, passes)
         zeros = np.zeros((len(FIELDS), streams), np.int64)
         self.start: dict = {1: zeros}
         self.skipped: dict = {1: zeros.copy()}
@@ -54,17 +55,17 @@ class Ledger:
             self.skipped = {1: zeros.copy()}
         self.dormant = copy.deepcopy(state.get("dormant", {}))
 
-    @staticmethod
-    def check(state: dict) -> None:
+    def check(self, state: dict) -> None:
         """Refuse a malformed ``dormant`` field (``ledger`` and ``skipped`` are checked against the streams when
         they are read)."""
+        FIELDS = self.fields  # noqa: N806  (this ledger's)
         dormant = state.get("dormant", {})
         if not isinstance(dormant, dict):
             raise ValueError(f"iterator state field 'dormant' must map removed streams to their position and counts, "
                              f"got {str(dormant)[:200]}")
         for k, v in dormant.items():
             ok = (isinstance(k, str) and isinstance(v, dict) and set(FIELDS) <= set(v)
-                  and set(v) <= {"position", "rows", "served", *FIELDS}
+                  and set(v) <= {"position", "rows", "served", "skipped", "skipped_tokens", *FIELDS}
                   and all(type(x) is int and x >= 0 for f, x in v.items() if f != "served")
                   and isinstance(v.get("served", ""), str))
             if not ok:

@@ -52,6 +52,15 @@ EDIT_HINT = (" (set_state(state, mixture_change='allow') continues an edited mix
              "config's plan, repeating or skipping samples)")
 
 
+def no_strict(strict) -> None:
+    """``strict=`` is gone: say what takes its place (rather than a bare "unexpected keyword argument")."""
+    if strict is not None:
+        raise TypeError("strict= is gone: set_state(state, mixture_change='keep_position') does what strict=False "
+                        "did (this config's plan at the state's position) and says what it may repeat or skip; "
+                        "mixture_change='allow' continues an edited config from the next step, every stream where "
+                        "it stood")
+
+
 def check_mixture_change(value) -> None:
     if value not in MIXTURE_CHANGES:
         raise ValueError(f"mixture_change must be one of {list(MIXTURE_CHANGES)}, got {value!r}: "
@@ -108,6 +117,7 @@ class RunRecord:
         self.skips = Skips()
         self.ledger = Ledger(streams)
         self.weights = None  # (bound: a planner's weights component)
+        self.layout = None  # run.layout.Layout: what ids and stream numbers mean, once an edit changed the streams
 
     # ------------------------------------------------------------------------------------ the history
     def history(self) -> list:
@@ -170,9 +180,12 @@ class RunRecord:
         if state["fingerprint"] not in fingerprints:
             changed = identity_changes(state.get("identity"), identity)
             what = "; ".join(changed) if changed else f"fingerprint {state['fingerprint']} != {fingerprints[0]}"
+            own = (" (the state carries the config it was saved with, its 'config': a state saved before an edit of "
+                   "this run, as a rollback takes, resumes with that config; `babelfeed edit` shows what differs)"
+                   if isinstance(state.get("config"), dict) else "")
             raise StateMismatch(
                 f"iterator state was saved with different data or settings ({what}): resuming would not continue "
-                f"the same stream. Resume with the config and data it was saved with{EDIT_HINT}")
+                f"the same stream. Resume with the config and data it was saved with{own}{EDIT_HINT}")
 
     @staticmethod
     def say_kept_position(state: dict, fingerprints: tuple, identity, position: tuple) -> None:

@@ -14,6 +14,9 @@ HELP = """babelfeed: prepare, inspect and plan the data of multilingual and lang
   babelfeed plan nllb_like --set data.path=data_bin    the static batch shapes a config gets
   babelfeed preview --config CONFIG --task TASK        samples before and after a task's noise
   babelfeed trace CONFIG --state STATE --step N        the samples of a training step, and their files
+  babelfeed replay CONFIG --state STATE --step N --out B.npz   the exact batch a rank received at a step
+  babelfeed ledger CONFIG --state STATE                what a run trained on, its skips and mixture edits
+  babelfeed edit EDITED_CONFIG --state STATE --out NEW what an edited config changes from the next step
   babelfeed demo                                       the whole pipeline on an embedded corpus
 
 Configs are files or the names of shipped ones (demo, nllb_like, lm_packing, tpu_static). An error is one

@@ -182,6 +182,10 @@ def lm_ledger(it, state: dict | None) -> dict:
                      "tokens": int(totals[1, d]), "passes": int(totals[2, d]),
                      "skipped": int(skipped[0, d]) if skipped is not None else 0,
                      "skipped_tokens": int(skipped[1, d]) if skipped is not None else 0})
+    for name, kept in it.record.ledger.dormant.items():  # datasets an edit removed: as the edit left them
+        rows.append({"dataset": name, "prefix": "(removed by an edit)", "samples": int(kept["samples"]),
+                     "tokens": int(kept["tokens"]), "passes": int(kept["passes"]),
+                     "skipped": int(kept.get("skipped", 0)), "skipped_tokens": int(kept.get("skipped_tokens", 0))})
     sums = {k: sum(r[k] for r in rows) for k in ("samples", "tokens", "skipped", "skipped_tokens")}
     return {"kind": "lm", "name": it.name, "step": batches, "sample": int(it.consumed), "rows": rows,
             "totals": sums, "skips": [_event_row(i, e, *per_event[i]) for i, e in enumerate(it.skips.events)],

@@ -177,6 +177,7 @@ def test_an_edit_resumed_in_a_fresh_process_follows_the_new_mixture_from_the_nex
            "steps": steps, "adapters": adapters}
     got = fresh(root, job)
     probe = babelfeed.build_train_iterator(cfg(root, sampler, edited), world_size=after_world)
+    probe.set_state(got["state"])  # (the run's numbering of ids, which an edit keeps)
     old_keys, new_keys = set(its[0].planner.keys), set(probe.planner.keys)
     removed, added = sorted(old_keys - new_keys), sorted(new_keys - old_keys)
     report = got["report"]
@@ -405,3 +406,130 @@ def test_an_edit_of_a_mixing_schedule_on_another_world_size_resumes_exactly_and_
     for s, want in enumerate(record, 1):
         rows = probe.trace(s, final)
         assert [sorted(r["id"] for r in rows if r["rank"] == k) for k in range(len(want))] == want, s
+
+
+def test_ids_and_stream_numbers_keep_their_meaning_across_edits(root):
+    """An edit that adds a stream in the middle of the config's order, then one that removes streams: an id
+    traced before still names the same sample (a removed stream's too), batch["direction"] numbers the run's
+    streams (it.stream_names) the same way throughout, and a fresh resume keeps the numbering."""
+    it = babelfeed.build_train_iterator(cfg(root, "stratified", {"data__directions": "aaa-bbb,aaa-ddd"}))
+    b = next(it)
+    i = int(b["id"][b["weight"] > 0][0])
+    before = it.describe_ids([i])[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        it.edit(**{"data.directions": "aaa-bbb,aaa-ccc,aaa-ddd"})
+    assert it.describe_ids([i])[0] == before and it.stream_names == ["aaa-bbb", "aaa-ddd", "aaa-ccc"]
+    for _ in range(3):
+        b = next(it)
+        real = b["weight"] > 0
+        assert [it.stream_names[d] for d in b["direction"][real]] == \
+            [d["stream"] for d in it.describe_ids(b["id"][real])]
+    ccc = int(b["id"][real][[it.stream_names[d] == "aaa-ccc" for d in b["direction"][real]]][0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        it.edit(**{"data.directions": "aaa-ccc"})
+    gone = it.describe_ids([i])[0]
+    assert (gone["stream"], gone["shard"], gone["row"], gone["task"]) == (before["stream"], before["shard"],
+                                                                        before["row"], None)
+    assert it.describe_ids([ccc])[0]["stream"] == "aaa-ccc" and it.stream_names[2] == "aaa-ccc"
+    state = json.loads(json.dumps(it.get_state()))
+    fresh = babelfeed.build_train_iterator(cfg(root, "stratified", {"data__directions": "aaa-ccc"}))
+    fresh.set_state(state)
+    a, b = next(fresh), next(it)
+    assert golden.digest(a) == golden.digest(b) and set(b["direction"].tolist()) == {2}
+    with pytest.raises(ValueError, match="'layout' lacks or miscounts"):
+        fresh.set_state({**state, "layout": {**state["layout"], "streams": ["x"]}})
+
+
+def test_a_loader_that_set_weights_on_the_default_sampler_resumes_with_them(root):
+    """set_weights on the default sampler is an edit of the config's weights: a loader of the run's own config
+    resumes its state with those weights (the batches of a run never stopped), and the policy picks them up."""
+    pytest.importorskip("torch")
+    from babelfeed.adapters.torch import BatchLoader
+    from babelfeed.policy import ExponentiatedGradient
+
+    config = cfg(root, "stratified", {})
+    tasks = babelfeed.build_train_iterator(config).planner.sources.tasks
+    weights = {t: 1.0 + i for i, t in enumerate(tasks)}
+    loader, got = BatchLoader(config, tensors=False), []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        for k, b in enumerate(loader):
+            got.append(golden.digest(numpy(b)))
+            if k == 1:
+                loader.set_weights(weights)
+            if k == 3:
+                state = loader.state_dict()
+            if k == 6:
+                break
+    again = BatchLoader(cfg(root, "stratified", {}), tensors=False)
+    again.load_state_dict(state)  # the run's own config: no mixture_change
+    assert [golden.digest(numpy(b)) for _, b in zip(range(3), again)] == got[4:7]
+    policy = ExponentiatedGradient.from_state(tasks, state)
+    assert policy.weights == pytest.approx({t: w / sum(weights.values()) for t, w in weights.items()})
+
+
+def test_an_lm_edit_that_removes_a_dataset_keeps_its_counts_and_traces_its_steps(root, capsys):
+    """An LM run of two datasets edited to one: the ledger keeps the removed dataset's samples and tokens (the run's
+    totals never go down), the state carries them, trace and batch_for_step answer the steps that drew from it, and
+    babelfeed ledger lists it."""
+    it = babelfeed.build_iterator(lm_config(root, {}))
+    record = [next(it)["dataset"].tolist() for _ in range(5)]
+    before = it.ledger()
+    edited = {"data_path": f"1.0 {root}/lm/books"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        it.edit(**edited)
+    after = it.ledger()
+    assert {k: v for k, v in after.items() if k != "ledger/step"} == {k: v for k, v in before.items()
+                                                                      if k != "ledger/step"}
+    next(it)
+    assert it.ledger()["ledger/tokens"] > before["ledger/tokens"]
+    state = json.loads(json.dumps(it.get_state()))
+    assert state["dormant"]["web"]["tokens"] == before["ledger/web/tokens"] > 0
+    probe = babelfeed.build_iterator(lm_config(root, edited))
+    names = ["web", "books"]
+    for s in range(1, 6):
+        assert [r["dataset"] for r in probe.trace(s, state)] == [names[d] for d in record[s - 1]], s
+    assert probe.batch_for_step(2, state)["dataset"].tolist() == record[1]
+    tmp = os.path.join(root, "lm_state.json")
+    with open(tmp, "w") as f:
+        json.dump(state, f)
+    from babelfeed.cli import main
+
+    cfg_file = os.path.join(root, "lm_edited.py")
+    with open(cfg_file, "w") as f:
+        f.write(f"import sys; sys.path.insert(0, {HERE!r}); sys.path.insert(0, {os.path.join(HERE, 'iterators')!r})\n"
+                f"from test_edits import lm_config\ndef get_config():\n    return lm_config({str(root)!r}, "
+                f"{edited!r})\n")
+    assert main(["ledger", cfg_file, "--state", tmp, "--json"]) == 0
+    rows = {r["dataset"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["web"]["tokens"] == before["ledger/web/tokens"] and rows["web"]["prefix"] == "(removed by an edit)"
+
+
+def test_edits_a_run_cannot_take_are_refused_by_name_before_anything_is_built(root, monkeypatch):
+    """Each refusal names the setting and what to do: a changed sampler (said before the edited iterator is
+    built), a value of the wrong type, an edit that changes nothing, strict= of babelfeed 0.1, and an edit that
+    changes static shapes says so in its report."""
+    it = babelfeed.build_train_iterator(cfg(root, "stratified", {}))
+    next(it)
+    with pytest.raises(ValueError, match=r"mixing.temperature takes a float .*got 'hot'"):
+        it.edit(mixing__temperature="hot")
+    from babelfeed.iterators import protocol
+
+    with monkeypatch.context() as m:
+        m.setattr(protocol, "builder", lambda kind: pytest.fail("the edited iterator was built"))
+        with pytest.raises(ValueError, match=r"cannot change mixing.sampler \('auto' -> 'stream'\).*Keep mixing"):
+            it.edit(mixing__sampler="stream")
+    with pytest.raises(ValueError, match=r"nothing changed\): no edit to make"):
+        it.edit(mixing__temperature=float(it.config_snapshot["mixing"]["temperature"]))
+    with pytest.raises(TypeError, match="strict= is gone.*mixture_change='keep_position'"):
+        it.set_state(it.get_state(), strict=False)
+    shaped = babelfeed.build_train_iterator(cfg(root, "stratified", {"batching__num_shapes": 4}))
+    next(shaped)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", Notice)
+        report = shaped.edit(mixing__temperature=1.0)
+    assert report.shapes and "static shapes:" in report.table() and "compiles once" in report.table()
+    assert [str(w.message) for w in caught if w.category is Notice] == [report.table()]

@@ -116,7 +116,7 @@ def test_the_ledger_round_trips_its_counts_and_dormant_streams():
     flat = again.report(start, ["a", "b"], np.array([10, 4]), 2, 7)
     assert flat["ledger/gone/samples"] == 3 and flat["ledger/samples"] == 9 and flat["ledger/a/passes"] == 0
     with pytest.raises(ValueError, match="'dormant' holds 'x'"):
-        Ledger.check({"dormant": {"x": {"samples": -1}}})
+        Ledger(2).check({"dormant": {"x": {"samples": -1}}})
 
 
 def test_the_record_composes_the_state_of_both_kinds(root):
