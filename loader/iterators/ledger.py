@@ -72,7 +72,7 @@ def check_trace_state(it, state: dict) -> None:
 
         def check():
             built = _build(state["config"], (it.config_snapshot or state["config"])["data"]["path"], it.world_size,
-                           it.split, it.datasets())
+                           it.split, it)
             built.set_state(state, mixture_change="allow")
             return True
 

@@ -139,6 +139,10 @@ class LoaderIterator(ABC):
     def datasets(self) -> list:
         """The indexed datasets this iterator reads (an iterator of the same data built beside it reuses them)."""
 
+    def dictionaries(self) -> list:
+        """The dictionaries this iterator loaded (an iterator built beside it reuses them; none: an LM run's)."""
+        return []
+
     def take_row_blocks(self, blocks, of: int) -> None:
         """split="rows": gather row blocks ``blocks`` of the ``of`` equal blocks of every global batch (in
         ascending order, concatenated) instead of block ``rank`` of ``world_size``. The JAX adapter passes the
@@ -407,7 +411,7 @@ class LoaderIterator(ABC):
         cfg = edited_config(self, config, changes)
         if self.kind == "translation" and self.config_snapshot is not None:  # (said before anything is built)
             check_editable(self.config_snapshot, snapshot(cfg), self.planner)
-        with reusing(self.datasets()):  # (the data the run has open: not opened and parsed again)
+        with reusing(self.datasets(), self.dictionaries()):  # (the data the run has open: not opened and parsed again)
             new = builder("any")(cfg, rank=self.rank, world_size=self.world_size, split=self.split)
         if new.fingerprint() in self.fingerprints():
             what = [k for k in config_changes(self.config_snapshot or {}, snapshot(cfg)) if k != "data.path"]

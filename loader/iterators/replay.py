@@ -90,13 +90,15 @@ def _views(state: dict):
 
 
 def _build(config: dict, data_path: str, world_size: int, split: str, reuse=None):
+    """An iterator of ``config`` on this machine's data, reusing what the iterator ``reuse`` has open."""
     import ml_collections
 
     from babelfeed.iterators.protocol import builder
 
     cfg = ml_collections.ConfigDict(copy.deepcopy(config))
     cfg.data.path = data_path  # the data as this machine finds it
-    with reusing(reuse or ()):  # (the data the probe has open)
+    shared = (reuse.datasets(), reuse.dictionaries()) if reuse is not None else ((), ())
+    with reusing(*shared):  # (the data the probe has open)
         return builder("translation")(cfg, world_size=world_size, split=split)
 
 
@@ -172,16 +174,16 @@ def _segment(probe, state: dict, m: int, world: int, split: str | None = None):
         return views.weights, views.updates
 
     if any("saved" not in e for e in edits[:m]):  # an older state, and a step after its last edit
-        it = _build(configs[-1], data_path, world, split, probe.datasets())
+        it = _build(configs[-1], data_path, world, split, probe)
         it.set_state(state, mixture_change="allow")
         it._legacy_from = int(state["epoch"])  # epochs before the state's are not known: refused
         return it
-    it = _build(configs[0], data_path, world, split, probe.datasets())
+    it = _build(configs[0], data_path, world, split, probe)
     _apply_history(it, *history(0))
     for i in range(m):
         edit = edits[i]
         old = it
-        it = _build(configs[i + 1], data_path, world, split, old.datasets())
+        it = _build(configs[i + 1], data_path, world, split, old)
         if "saved_at_step" in edit:  # babelfeed 0.1's: the saved window finished, the edit began the next epoch
             e = int(edit["saved"]["epoch"])
             part = old.planner.handoff(e, old.planner.window_end(e, int(edit["saved"]["consumed"])))

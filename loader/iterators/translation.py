@@ -559,6 +559,9 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
     def datasets(self) -> list:
         return [ds for c in self.planner.sources.components for ds in (c.src, c.tgt) if ds is not None]
 
+    def dictionaries(self) -> list:
+        return [self.planner.sources.dictionary]
+
     def fingerprint(self) -> str:
         return self.planner.fingerprint()
 

@@ -247,7 +247,7 @@ class TranslationState:
         old_cfg = ml_collections.ConfigDict(snap)
         if self.config_snapshot is not None:
             old_cfg.data.path = self.config_snapshot["data"]["path"]  # the data as this run finds it
-        with reusing(self.datasets()):  # (the data this run has open: the saved run's, mostly)
+        with reusing(self.datasets(), self.dictionaries()):  # (the data this run has open: the saved run's, mostly)
             old = builder("translation")(old_cfg, rank=self.rank, world_size=self.world_size, split=self.split)
         try:
             old.set_state(state)  # the saved config reproduces the saved run
@@ -280,7 +280,7 @@ class TranslationState:
 
         config = ml_collections.ConfigDict(state["config"])
         config.data.path = self.config_snapshot["data"]["path"]
-        with reusing(self.datasets()):
+        with reusing(self.datasets(), self.dictionaries()):
             it = builder("translation")(config, rank=self.rank, world_size=self.world_size, split=self.split)
         it.set_state(state)
         self._become(it)

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from babelfeed.permute import permute
-from babelfeed.plan.mixing import StratifiedDraw, StreamDraw, stratified_counts
+from babelfeed.plan.mixing import StratifiedDraw, StreamDraw, stratified_counts, stream_rows
 from babelfeed.sources.sources import Direction
 
 
@@ -166,7 +166,7 @@ def encode(positions: np.ndarray) -> str:
     """Sorted positions as text: deltas, compressed (a window's served rows are dense: a few bits each)."""
     p = np.asarray(positions, np.int64)
     deltas = np.diff(p, prepend=0).astype("<u8")
-    return base64.b64encode(zlib.compress(deltas.tobytes(), 9)).decode("ascii")
+    return base64.b64encode(zlib.compress(deltas.tobytes(), 6)).decode("ascii")
 
 
 def decode(text: str) -> np.ndarray:
@@ -204,16 +204,18 @@ def returned(which: np.ndarray, rows: np.ndarray, back_which: np.ndarray, back_r
     key = np.asarray(which, np.int64) << 40 | np.asarray(rows, np.int64)
     back = np.asarray(back_which, np.int64) << 40 | np.asarray(back_rows, np.int64)
     values, counts = np.unique(back, return_counts=True)
-    order = np.argsort(key, kind="stable")
-    k = key[order]
-    first = np.concatenate([[True], k[1:] != k[:-1]])
-    group_start = np.maximum.accumulate(np.where(first, np.arange(len(k)), 0))
-    rank = np.arange(len(k)) - group_start
-    at = np.searchsorted(values, k)
-    found = (at < len(values)) & (values[np.minimum(at, len(values) - 1)] == k)
-    limit = np.where(found, counts[np.minimum(at, len(values) - 1)], 0)
-    out = np.zeros(len(k), bool)
-    out[order] = rank < limit
+    at = np.minimum(np.searchsorted(values, key), len(values) - 1)
+    found = values[at] == key
+    drawn = np.bincount(at[found], minlength=len(values))
+    out = found.copy()
+    over = drawn > counts  # (a row drawn more often than the unserved batches hold it: a stream read past a pass)
+    if over.any():  # only the first ``counts`` draws of such a row, in reading order, go back
+        sel = np.flatnonzero(found & over[at])
+        order = sel[np.argsort(key[sel], kind="stable")]
+        k = key[order]
+        first = np.concatenate([[True], k[1:] != k[:-1]])
+        rank = np.arange(len(k)) - np.maximum.accumulate(np.where(first, np.arange(len(k)), 0))
+        out[order] = rank < counts[at[order]]
     return out
 
 
@@ -298,14 +300,9 @@ class PartPlanning:
             self.window(epoch, w)  # (its counts and mark)
             mark, take = setup.stream[w], setup.window_counts[w]
             live = np.flatnonzero(take)
-            which = np.repeat(live, take[live])
-            pos = np.concatenate([available(int(mark.positions[d]), self.served_ahead.get(int(d)),
-                                            np.arange(int(take[d]))) for d in live.tolist()]) if len(live) else \
-                np.zeros(0, np.int64)
-            at = np.concatenate([[0], np.cumsum(take[live])])
-            rows = np.concatenate([setup.draws[d].rows(pos[at[i]:at[i + 1]]) for i, d in enumerate(live.tolist())]) \
-                if len(live) else np.zeros(0, np.int64)
-            return which, pos, rows
+            which = np.repeat(live, take[live]).astype(np.int64)
+            pos = self._stream_positions(mark.positions, take, live)  # (the window's own reads, as planned)
+            return which, pos, stream_rows(setup.draws, which, pos)
         dirs, rows, spans = self._window_slice(setup, w)
         which = self._directions(dirs, spans).astype(np.int64)
         lo = self._slice_bounds(setup, w)[0]

@@ -61,24 +61,38 @@ def read_sequence_count(prefix) -> int:
     raise FormatError(path, "not a readable fairseq/Megatron index header")
 
 
-# Datasets an iterator being built may take as they are (``reusing``): by path and options
+# Datasets (and dictionaries) an iterator being built may take as they are (``reusing``): by path and options
 _REUSE: dict = {}
+_REUSE_DICTS: dict = {}
+
+
+def _stat_key(path: str) -> tuple:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 @contextlib.contextmanager
-def reusing(datasets):
-    """While the block runs, an open of the very same files as one of ``datasets`` (an iterator's, checked against
-    the identity each recorded) gets that dataset: an edit builds the edited config's iterator beside the run's
-    without opening and parsing its indexes again."""
-    saved = dict(_REUSE)
+def reusing(datasets, dictionaries=()):
+    """While the block runs, an open of the very same files as one of ``datasets`` (an iterator's) gets that
+    dataset, and a load of the same ``dict.txt`` as one of ``dictionaries`` gets that dictionary: an edit builds
+    the edited config's iterator beside the run's without opening and parsing its indexes again. The same files:
+    the same index file (device, inode, size, modification time) and data file (device, inode, size); a file
+    replaced since is opened, and checked, anew."""
+    saved, saved_dicts = dict(_REUSE), dict(_REUSE_DICTS)
     for ds in datasets:
         if ds is not None and getattr(ds, "_index", None) is not None:
             _REUSE[(os.path.abspath(ds.prefix), ds._verify, ds._recompute)] = ds
+    for d in dictionaries:
+        source = getattr(d, "source", None)
+        if source is not None:
+            _REUSE_DICTS[source[0]] = d
     try:
         yield
     finally:
         _REUSE.clear()
         _REUSE.update(saved)
+        _REUSE_DICTS.clear()
+        _REUSE_DICTS.update(saved_dicts)
 
 
 def open_shared(prefix: str, **kwargs) -> IndexedDataset:
@@ -88,15 +102,27 @@ def open_shared(prefix: str, **kwargs) -> IndexedDataset:
         ds = _REUSE.get(key)
         if ds is not None and set(kwargs) <= {"verify", "recompute_pointers"}:
             from babelfeed.storage.indexed import index_path
-            from babelfeed.storage.stamps import identity_of
 
-            try:  # (the same files still: a file replaced since is opened, and checked, anew)
-                if list(ds._ids) == [identity_of(os.stat(index_path(prefix))),
-                                     identity_of(os.stat(data_path(prefix)), data_path(prefix))]:
+            try:  # (identities as the dataset recorded them when it opened: [dev, ino, size, mtime, ctime])
+                idx, data = ds._ids
+                if (_stat_key(index_path(prefix)) == tuple(idx[:4])
+                        and _stat_key(data_path(prefix))[:3] == tuple(data[:3])):
                     return ds
-            except OSError:
+            except (OSError, ValueError, TypeError):
                 pass
     return IndexedDataset(prefix, **kwargs)
+
+
+def load_dictionary(path: str) -> Dictionary:
+    """``Dictionary.load(path)``, or, inside ``reusing``, the dictionary loaded from the same unchanged file."""
+    if _REUSE_DICTS:
+        d = _REUSE_DICTS.get(os.path.abspath(path))
+        try:
+            if d is not None and d.source[1] == _stat_key(path):
+                return d
+        except OSError:
+            pass
+    return Dictionary.load(path)
 
 
 class ShardedCorpus:
@@ -263,7 +289,7 @@ class ShardedCorpus:
             candidates += [os.path.join(self.root, f"dict.{lg}.txt"), os.path.join(first, f"dict.{lg}.txt")]
         for path in candidates:
             if os.path.exists(path):
-                return Dictionary.load(path)
+                return load_dictionary(path)
         raise FileNotFoundError(2, "no dictionary (dict.txt or dict.{lang}.txt) in the data_bin", self.root)
 
     def __repr__(self) -> str:

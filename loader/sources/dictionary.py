@@ -43,6 +43,7 @@ class Dictionary:
         for sym in extra_special_symbols:
             self.add_symbol(sym)
         self.nspecial = len(self.symbols)
+        self.source: tuple | None = None  # (path, file identity) of a loaded dictionary (load)
 
     # fairseq spells these as methods; models written for it call them.
     def bos(self) -> int:
@@ -121,8 +122,12 @@ class Dictionary:
     # ------------------------------------------------------------------------------ files
     @classmethod
     def load(cls, path) -> "Dictionary":
+        path = os.fspath(path)
+        st = os.stat(path)
         d = cls()
         d.add_from_file(path)
+        # where it came from, as it was (what an iterator built beside this one may reuse: sources/corpus.reusing)
+        d.source = (os.path.abspath(path), (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
         return d
 
     def add_from_file(self, path) -> None:

@@ -135,3 +135,22 @@ def test_rows_go_back_as_many_times_as_unserved_batches_hold_them():
     rows = np.array([5, 5, 7, 5, 2])
     back = returned(which, rows, np.array([0, 1]), np.array([5, 2]))
     assert back.tolist() == [True, False, False, False, True]  # the first draw of (0, 5), and (1, 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_returned_matches_a_count_of_each_rows_unserved_draws(data):
+    """Against a plain count: each (stream, row) sends back its first ``k`` draws in reading order, ``k`` the times
+    the unserved batches hold it (rows drawn several times, and unserved rows the draws never read, included)."""
+    n = data.draw(st.integers(0, 60))
+    which = np.array(data.draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)), np.int64)
+    rows = np.array(data.draw(st.lists(st.integers(0, 5), min_size=n, max_size=n)), np.int64)
+    m = data.draw(st.integers(0, 60))
+    back_which = np.array(data.draw(st.lists(st.integers(0, 4), min_size=m, max_size=m)), np.int64)
+    back_rows = np.array(data.draw(st.lists(st.integers(0, 6), min_size=m, max_size=m)), np.int64)
+    left = collections.Counter(zip(back_which.tolist(), back_rows.tolist()))
+    want = []
+    for k in zip(which.tolist(), rows.tolist()):
+        want.append(left[k] > 0)
+        left[k] -= 1
+    assert returned(which, rows, back_which, back_rows).tolist() == want

@@ -129,3 +129,30 @@ def test_dictionary_lookup(tmp_path):
         corpus.dictionary()
     (tmp_path / "shard000/dict.en.txt").write_text("hello 1\n")
     assert corpus.dictionary().index("hello") == 4
+
+
+def test_an_iterator_built_beside_another_reuses_its_open_files_unless_they_changed(tmp_path):
+    """Inside ``reusing`` (an edit builds the edited config's iterator beside the run's), an open of the same
+    unchanged files gets the run's dataset and dictionary; a file replaced since is opened anew, and outside the
+    block everything is."""
+    import time
+
+    from babelfeed.sources.corpus import load_dictionary, open_shared, reusing
+    from synthetic import make_data_bin
+
+    make_data_bin(tmp_path)
+    corpus = ShardedCorpus(tmp_path)
+    f = corpus.files[0]
+    ds, dictionary = open_shared(f.prefix), corpus.dictionary()
+    with reusing([ds], [dictionary]):
+        assert open_shared(f.prefix) is ds and corpus.dictionary() is dictionary
+        assert open_shared(f.prefix, verify="quick") is not ds  # (other options: another dataset)
+    assert open_shared(f.prefix) is not ds and corpus.dictionary() is not dictionary
+    time.sleep(0.01)
+    for path in (f.prefix + ".idx", os.path.join(tmp_path, "dict.txt")):  # replaced: same bytes, a new file
+        shutil.copyfile(path, path + ".new")
+        os.replace(path + ".new", path)
+    with reusing([ds], [dictionary]):
+        again = open_shared(f.prefix)
+        assert again is not ds and len(again) == len(ds)
+        assert load_dictionary(os.path.join(tmp_path, "dict.txt")) is not dictionary
