@@ -321,11 +321,14 @@ def test_batch_loader_state_counts_what_the_loop_received_and_resumes_with_other
 
     pairs = ((0, 2), (2, 0), (1, 3))
     cuts = [int(rng.integers(1, len(epoch1) - 1)) for _ in pairs]
-    saved = run(*[(first, k, None) for (first, _), k in zip(pairs, cuts)])  # (one process saves: torch's import
-    for (first, second), k, a in zip(pairs, cuts, saved):  # and the forkserver cost seconds a process)
+    # one process saves, another (fresh: it never saw the saving loaders) restores every state: torch's import
+    # and the forkserver cost seconds a process
+    saved = run(*[(first, k, None) for (first, _), k in zip(pairs, cuts)])
+    for (first, second), k, a in zip(pairs, cuts, saved):
         assert a["passes"][0]["batches"] == epoch1[:k] and a["passes"][0]["len"] == len(epoch1)
         assert a["state"]["epoch"] == 1 and a["state"]["consumed"] == k, (first, k, a["state"])
-        [b] = run((second, None, a["state"]))  # each restore in a fresh process
+    restored = run(*[(second, None, a["state"]) for (_, second), a in zip(pairs, saved)])
+    for (first, second), k, b in zip(pairs, cuts, restored):
         rest, whole = b["passes"]
         assert rest["len"] == len(rest["batches"]) == len(epoch1) - k and rest["batches"] == epoch1[k:]
         assert rest["epoch_after"] == 2
