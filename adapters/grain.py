@@ -25,7 +25,7 @@ round-robin reads put them back in order. The state is the next batch's index (p
 * grain's default 16 read threads made cheap reads ~12x slower on a 2-core machine: ``num_threads=0`` unless
   asked otherwise;
 * grain sends every array through a shared-memory segment of its own (~0.7 ms each here): with workers, a
-  batch crosses as one block (``babelfeed.transfer``) and is a plain dict again after ``mp_prefetch``.
+  batch crosses as one block (``babelfeed.gather.transfer``) and is a plain dict again after ``mp_prefetch``.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import grain
 import numpy as np
 
 from babelfeed.gather import transfer
+from babelfeed.errors import CallOrderError, ConfigError, StateError, UsageError
 
 
 class BatchSource:
@@ -52,7 +53,7 @@ class BatchSource:
         self.expect = expect  # the data the job started with (iterators.position.pinned): other data is refused
         self.resume = resume  # the state a run was resumed from: its history plans the same batches
         self.base = int(base)  # record k is this rank's k-th batch from global batch base of the epoch
-        self.packed = packed  # one block per batch (babelfeed.transfer), for the trip out of a worker process
+        self.packed = packed  # one block per batch (babelfeed.gather.transfer), for the trip out of a worker process
         self._iterator = None
         self._len = None
         # grain's read threads call one source at once: an iterator plans windows lazily and is not thread-safe,
@@ -124,10 +125,10 @@ class BatchDataset(grain.IterDataset):
 
     def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
         if sequential_slice:
-            raise ValueError("a BatchDataset cannot be sliced sequentially: that needs the epoch's length, which "
+            raise UsageError("a BatchDataset cannot be sliced sequentially: that needs the epoch's length, which "
                              "is known only once every window is planned; use mp_prefetch's default slicing")
         if sl.stop is not None:
-            raise ValueError(f"a BatchDataset can be sliced with start and step only, got {sl}")
+            raise UsageError(f"a BatchDataset can be sliced with start and step only, got {sl}")
         start, step = sl.start or 0, sl.step or 1
         self.start, self.step = self.start + start * self.step, self.step * step
 
@@ -158,7 +159,7 @@ class BatchDatasetIterator(grain.DatasetIterator):
     def set_state(self, state: dict) -> None:
         k = state["next_index"]
         if (k - self._ds.start) % self._ds.step or k < self._ds.start:
-            raise ValueError(f"state {state} is not a position of this iterator (batches {self._ds.start}, "
+            raise StateError(f"state {state} is not a position of this iterator (batches {self._ds.start}, "
                              f"{self._ds.start} + {self._ds.step}, ...)")
         self._next = int(k)
 
@@ -202,7 +203,7 @@ class _ClosingIterator(grain.DatasetIterator):
 
     def __next__(self):
         if self._inner is None:
-            raise ValueError("this iterator was closed")
+            raise CallOrderError("this iterator was closed")
         return next(self._inner)
 
     def get_state(self):
@@ -247,9 +248,9 @@ def _check_main_guard(what: str) -> None:
             guarded = isinstance(node, ast.If) and "__name__" in ast.unparse(node.test) \
                 and "__main__" in ast.unparse(node.test)
             if not guarded:
-                raise RuntimeError(f"{what} with num_workers > 0 is built at the top level of {path} (line {line}): "
-                                   f"grain starts its workers by re-running the script, so put the pipeline under "
-                                   f"`if __name__ == \"__main__\":` (or in a function called from there)")
+                raise CallOrderError(f"{what} with num_workers > 0 is built at the top level of {path} (line {line}): "
+                                     f"grain starts its workers by re-running the script, so put the pipeline under "
+                                     f"`if __name__ == \"__main__\":` (or in a function called from there)")
             return
 
 
@@ -267,7 +268,7 @@ def _counts(**values) -> None:
     ValueError naming it (grain's own errors for these are bare TypeErrors, and -1 workers was accepted)."""
     for name, (value, least) in values.items():
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an int >= {least}" + (" (0: batches made in this process)"
+            raise UsageError(f"{name} must be an int >= {least}" + (" (0: batches made in this process)"
                                                                     if name == "num_workers" else "")
                              + f", got {value!r}")
 
@@ -301,12 +302,12 @@ def batch_dataset(config, epoch: int = 1, rank: int = 0, world_size: int = 1, nu
 
 class EpochsDataset(grain.IterDataset):
     """This rank's batches of every epoch from ``epoch`` on (``num_epochs`` of them, or without end), gathered in
-    ``num_workers`` grain worker processes. Its iterator's state is the run's iterator state (``babelfeed.state``) at
+    ``num_workers`` grain worker processes. Its iterator's state is the run's iterator state (``babelfeed.iterators.state``) at
     the global batches of the epoch taken once every rank has received as many as this consumer, so a state saved with
     2 workers restores with 0 or 4 (grain's own ``mp_prefetch`` state holds one entry per worker and restores only
     with as many), and one saved on 8 ranks restores on 6. A state of other data (another tokenizer, other files)
     is refused. An LM config is one pass over its ``num_samples`` (one epoch). The state is the run's iterator
-    state at the consumer's position (``babelfeed.state``), which every other adapter and ``babelfeed trace``
+    state at the consumer's position (``babelfeed.iterators.state``), which every other adapter and ``babelfeed trace``
     take; ``set_state`` takes theirs too.
 
         if __name__ == "__main__":                 # grain's workers re-run the script: build under the guard
@@ -325,13 +326,13 @@ class EpochsDataset(grain.IterDataset):
 
         check_rank(rank, world_size)
         if num_epochs is not None and not (isinstance(num_epochs, int) and num_epochs >= 1):
-            raise ValueError(f"num_epochs must be an int >= 1 (or None: no end), got {num_epochs!r}")
+            raise UsageError(f"num_epochs must be an int >= 1 (or None: no end), got {num_epochs!r}")
         _counts(num_workers=(num_workers, 0), per_worker_buffer_size=(per_worker_buffer_size, 1), epoch=(epoch, 1))
         if num_workers > 0:
             _check_main_guard("EpochsDataset")
         if is_lm_config(config):
             if epoch != 1:
-                raise ValueError("an LM config is one pass over num_samples: epoch must be 1")
+                raise ConfigError("an LM config is one pass over num_samples: epoch must be 1")
             num_epochs = 1
         self.config, self.epoch, self.num_epochs = config, int(epoch), num_epochs
         self.rank, self.world_size, self.split = rank, world_size, split
@@ -413,7 +414,7 @@ class EpochsIterator(grain.DatasetIterator):
         return self._ds.position().state(self._epoch, self._base + self._seen * self._per_step)
 
     def ledger(self, prefix: str = "ledger") -> dict:
-        """What every rank together has consumed, per stream, at this position (``babelfeed.ledger``)."""
+        """What every rank together has consumed, per stream, at this position (``babelfeed.iterators.ledger``)."""
         return self._ds.position().ledger(self._epoch, self._base + self._seen * self._per_step, prefix)
 
     def set_state(self, state: dict, mixture_change: str = "refuse") -> None:

@@ -4,7 +4,7 @@
     trainer = Seq2SeqTrainer(model=model, args=Seq2SeqTrainingArguments(...), babelfeed_config=config)
     trainer.train()
 
-Its training DataLoader is :class:`babelfeed.adapters.torch.BatchLoader` with :class:`babelfeed.hf.HFView` applied
+Its training DataLoader is :class:`babelfeed.adapters.torch.BatchLoader` with :class:`babelfeed.gather.hf.HFView` applied
 in the workers: the model gets ``input_ids``, ``attention_mask``, ``decoder_input_ids`` and ``labels`` (-100 on
 padding and masked rows), batches keep babelfeed's mixing, token budgets and static shapes, and a batch with no
 real row (an epoch-padding batch) adds nothing to the loss. Set ``per_device_train_batch_size`` aside: the batch
@@ -35,6 +35,7 @@ import transformers
 
 from babelfeed.adapters.torch import BatchLoader
 from babelfeed.gather.hf import HFView
+from babelfeed.errors import ConfigError
 
 
 class _TrainerLoader(BatchLoader):
@@ -84,8 +85,8 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
         from babelfeed.sources.corpus import ShardedCorpus
 
         if is_lm_config(babelfeed_config):
-            raise ValueError("Seq2SeqTrainer trains on translation batches; this is a language-model config "
-                             "(data_path, seq_len): feed LM batches through babelfeed.adapters.torch.BatchLoader")
+            raise ConfigError("Seq2SeqTrainer trains on translation batches; this is a language-model config "
+                              "(data_path, seq_len): feed LM batches through babelfeed.adapters.torch.BatchLoader")
         babelfeed_config, _ = translation_section(babelfeed_config)  # configs/demo.py: its train section
         super().__init__(*args, **kwargs)
         self.babelfeed_config = babelfeed_config

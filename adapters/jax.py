@@ -24,6 +24,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from babelfeed.iterators.prefetch import Prefetcher
+from babelfeed.errors import ConfigError, UsageError
 
 
 def data_sharding(mesh: Mesh, data_axes=None) -> NamedSharding:
@@ -31,7 +32,7 @@ def data_sharding(mesh: Mesh, data_axes=None) -> NamedSharding:
     axes = tuple(data_axes) if data_axes is not None else tuple(mesh.axis_names)
     unknown = [a for a in axes if a not in mesh.axis_names]
     if unknown:
-        raise ValueError(f"data axes {unknown} are not axes of the mesh {mesh.axis_names}")
+        raise UsageError(f"data axes {unknown} are not axes of the mesh {mesh.axis_names}")
     return NamedSharding(mesh, PartitionSpec(axes))
 
 
@@ -51,7 +52,7 @@ def _rows(batch: dict) -> int:
     net = batch.get("net_input", batch)
     first = net.get("src_tokens", batch.get("tokens"))
     if first is None:
-        raise ValueError("cannot tell the batch's row count: no net_input.src_tokens or tokens")
+        raise UsageError("cannot tell the batch's row count: no net_input.src_tokens or tokens")
     return int(np.shape(first)[0])
 
 
@@ -105,7 +106,7 @@ def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch:
     if isinstance(config, LoaderIterator):
         iterator = config
         if iterator.split != "rows":
-            raise ValueError(f"the iterator has split={iterator.split!r}; JAX global arrays need split='rows' "
+            raise UsageError(f"the iterator has split={iterator.split!r}; JAX global arrays need split='rows' "
                              f"(every host takes its rows of every global batch)")
     else:
         iterator = build_iterator(config, rank=jax.process_index(), world_size=jax.process_count(), epoch=epoch,
@@ -119,12 +120,12 @@ def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch:
         iterator.row_multiple = shards
         planner = iterator.planner
         if planner.opts.pack_shape and planner.rows_per_packed_batch() % shards:
-            raise ValueError(f"packed batches of {planner.rows_per_packed_batch()} rows cannot be split over the "
-                             f"{shards} devices of the data axes {axes}: choose batching.max_tokens "
-                             f"so that max_tokens // max(pack) is a multiple of {shards}")
+            raise ConfigError(f"packed batches of {planner.rows_per_packed_batch()} rows cannot be split over the "
+                              f"{shards} devices of the data axes {axes}: choose batching.max_tokens "
+                              f"so that max_tokens // max(pack) is a multiple of {shards}")
     elif iterator.global_batch % shards:  # an LM run: a fixed global batch
-        raise ValueError(f"global_batch={iterator.global_batch} cannot be split over the {shards} devices of the "
-                         f"data axes {axes}: make it a multiple of {shards}")
+        raise ConfigError(f"global_batch={iterator.global_batch} cannot be split over the {shards} devices of the "
+                          f"data axes {axes}: make it a multiple of {shards}")
     iterator.take_row_blocks(*blocks)
     return DevicePrefetcher(iterator, sharding, prefetch, blocks)
 

@@ -31,6 +31,7 @@ import torch
 from babelfeed.gather import transfer
 from babelfeed.iterators.position import Position, _int
 from babelfeed.iterators.prefetch import Prefetcher
+from babelfeed.errors import CallOrderError, ConfigError, InternalError, StateError, UsageError
 
 
 def to_torch(batch, device=None, non_blocking: bool = True, pin: bool = False, stream=None):
@@ -169,8 +170,8 @@ def _from_ring(ring_id, shared, slot_bytes, slot, seq, plan, scalars, size, last
             del _RINGS[stale]
         _RINGS[ring_id] = (shared[0], shared[1].numpy(), shared[2].numpy())
     if ring_id not in _RINGS:
-        raise RuntimeError("a DataLoader worker's batch arrived before its shared slots (or after they were "
-                           "dropped): the worker's messages were reordered")
+        raise InternalError("a DataLoader worker's batch arrived before its shared slots (or after they were "
+                            "dropped): the worker's messages were reordered")
     _, block, seqs = _RINGS[ring_id]
     at = slot * slot_bytes
     first = int(seqs[slot])
@@ -178,8 +179,8 @@ def _from_ring(ring_id, shared, slot_bytes, slot, seq, plan, scalars, size, last
     copy = block[at:at + size].copy() if first == seq else None
     _FENCE()
     if copy is None or int(seqs[slot]) != seq:
-        raise RuntimeError(f"a DataLoader worker wrote over batch {seq} before the training process copied it out: "
-                           f"give BatchDataset(ring_slots=...) more slots than the DataLoader's prefetch_factor")
+        raise ConfigError(f"a DataLoader worker wrote over batch {seq} before the training process copied it out: "
+                          f"give BatchDataset(ring_slots=...) more slots than the DataLoader's prefetch_factor")
     if last:
         del _RINGS[ring_id]
     return transfer.unpack(copy, plan, scalars, wrap=torch.from_numpy)
@@ -207,7 +208,7 @@ def _refuse_batching_again() -> None:
         fetcher = frame.f_locals.get("self")
         if isinstance(fetcher, _IterableDatasetFetcher):
             if fetcher.auto_collation:
-                raise ValueError("DataLoader(BatchDataset(...)) needs batch_size=None: each item is already a "
+                raise UsageError("DataLoader(BatchDataset(...)) needs batch_size=None: each item is already a "
                                  "whole batch (token budget, padding and order come from the config), and the "
                                  "DataLoader's default batch_size=1 would batch the batches again. Use "
                                  "DataLoader(dataset, batch_size=None, num_workers=N), or "
@@ -237,7 +238,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         super().__init__()
         # num_workers: accepted for older callers; the batches no longer depend on the number of workers
         if not (_int(ring_slots) and ring_slots >= 0):
-            raise ValueError(f"ring_slots must be an int >= 0 (0: no shared slots), got {ring_slots!r}")
+            raise UsageError(f"ring_slots must be an int >= 0 (0: no shared slots), got {ring_slots!r}")
         self.ring_slots = ring_slots  # shared slots per worker (> the DataLoader's prefetch_factor); 0: off
         r, w = dist_rank_world()
         self.config = config
@@ -246,7 +247,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.split = split
         self.epoch, self.base, self.batches_seen = int(epoch), 0, 0
         self.tensors = tensors
-        self.transform = transform  # numpy batch -> numpy batch, in the worker (picklable), e.g. babelfeed.hf.HFView
+        self.transform = transform  # numpy batch -> numpy batch, in the worker (picklable), e.g. babelfeed.gather.hf.HFView
         self._len = None
         self._position = None
         self.resume: dict | None = None  # the state loaded: every process rebuilds the run's history from it
@@ -343,11 +344,11 @@ class BatchDataset(torch.utils.data.IterableDataset):
             k += n
 
     def state_dict(self, batches_seen: int | None = None) -> dict:
-        """The run's state (``babelfeed.state``: what ``get_state()`` gives in-process) once this rank has taken
+        """The run's state (``babelfeed.iterators.state``: what ``get_state()`` gives in-process) once this rank has taken
         ``batches_seen`` batches of this iteration from the DataLoader. Without ``batches_seen``, torchdata's
         Stateful protocol: in the training process (``num_workers=0``), the position after the last batch this
         dataset handed out; in a DataLoader worker, that worker's position (``StatefulDataLoader`` keeps one per
-        worker and gives each back to its worker; ``babelfeed.state.find_state`` reads the loader's position
+        worker and gives each back to its worker; ``babelfeed.iterators.state.find_state`` reads the loader's position
         from them). With a plain ``DataLoader`` and workers, pass the batches your loop received."""
         if batches_seen is not None:
             return self.position().state(self.epoch, self.consumed(batches_seen))
@@ -366,7 +367,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
 
     def load_state_dict(self, state: dict, mixture_change: str = "refuse") -> None:
         """Continue after the batch of ``state`` from the next iteration on (any world size, any workers): any
-        babelfeed state (``babelfeed.state.find_state``: another adapter's, an older babelfeed's position, a
+        babelfeed state (``babelfeed.iterators.state.find_state``: another adapter's, an older babelfeed's position, a
         ``StatefulDataLoader`` checkpoint). In a DataLoader worker, its own position (torchdata's protocol).
         ``mixture_change="allow"``: a state of another config of the same data goes on under this one (an edit,
         from its next step: ``babelfeed.run.edits``)."""
@@ -377,7 +378,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         worker = found.get("worker") if is_position(found) else None
         if info is not None and isinstance(worker, dict):  # StatefulDataLoader gives each worker its position
             if (worker.get("id"), worker.get("of")) != (info.id, info.num_workers):
-                raise ValueError(f"this worker position was saved by worker {worker.get('id')} of {worker.get('of')}; "
+                raise StateError(f"this worker position was saved by worker {worker.get('id')} of {worker.get('of')}; "
                                  f"this is worker {info.id} of {info.num_workers}: resume a StatefulDataLoader with "
                                  f"as many workers, or load its state into BatchLoader (any number of workers)")
             self.set_epoch(int(found["epoch"]))
@@ -412,7 +413,7 @@ class BatchLoader(torch.utils.data.DataLoader):
         loader = BatchLoader(config, num_workers=2); loader.load_state_dict(checkpoint["data"])
 
     A pass that ends moves the loader to the next epoch; ``set_epoch(e)`` chooses one. An LM config is one pass
-    over its ``num_samples``: a pass after it raises. The state (the run's iterator state, ``babelfeed.state``)
+    over its ``num_samples``: a pass after it raises. The state (the run's iterator state, ``babelfeed.iterators.state``)
     stands where every rank together has taken as many batches, so it restores on another world size; a state of
     other data (another tokenizer, other files) is refused. ``ring_slots``: shared-memory slots per worker, more
     than ``prefetch_factor``.
@@ -423,14 +424,14 @@ class BatchLoader(torch.utils.data.DataLoader):
                  **dataloader_kwargs):
         for key in ("batch_size", "shuffle", "sampler", "batch_sampler", "collate_fn", "drop_last"):
             if key in dataloader_kwargs:
-                raise ValueError(f"BatchLoader makes its own batches: {key}= does not apply (batch size, order and "
+                raise UsageError(f"BatchLoader makes its own batches: {key}= does not apply (batch size, order and "
                                  f"padding come from the config)")
         if dataloader_kwargs.get("persistent_workers"):
-            raise ValueError("BatchLoader starts its workers at each pass, from the position it holds: "
+            raise UsageError("BatchLoader starts its workers at each pass, from the position it holds: "
                              "persistent_workers=True would keep the first pass's position in them")
         prefetch = dataloader_kwargs.get("prefetch_factor")
         if dataloader_kwargs.get("num_workers", 0) and ring_slots and (prefetch or 2) >= ring_slots:
-            raise ValueError(f"ring_slots={ring_slots} must exceed prefetch_factor={prefetch or 2}: a worker has "
+            raise UsageError(f"ring_slots={ring_slots} must exceed prefetch_factor={prefetch or 2}: a worker has "
                              f"that many batches in flight, each in a slot of its own (ring_slots=0 turns the slots "
                              f"off, at ~5 ms a batch)")
         self.batches = BatchDataset(config, epoch=epoch, rank=rank, world_size=world_size, split=split,
@@ -443,8 +444,8 @@ class BatchLoader(torch.utils.data.DataLoader):
         ds = self.batches
         pos = ds.position()
         if pos.is_lm and not pos.iterator(1).has_batch(0, base=ds.consumed()):
-            raise RuntimeError(f"this LM run is over: it is one pass of {len(pos.iterator(1))} global batches "
-                               f"(num_samples), all taken; raise num_samples in the config for a longer run")
+            raise CallOrderError(f"this LM run is over: it is one pass of {len(pos.iterator(1))} global batches "
+                                 f"(num_samples), all taken; raise num_samples in the config for a longer run")
         self._passes += 1
         try:
             while True:
@@ -507,7 +508,7 @@ class BatchLoader(torch.utils.data.DataLoader):
         return self.batches.position().iterator(self.batches.epoch).fingerprint()
 
     def state_dict(self) -> dict:
-        """The run's state (``babelfeed.state``) once every rank has received as many batches as this rank's loop:
+        """The run's state (``babelfeed.iterators.state``) once every rank has received as many batches as this rank's loop:
         the iterator state ``get_state()`` gives in-process, which every adapter and ``babelfeed trace`` take."""
         return self.batches.state_dict(self.batches.batches_seen)
 
@@ -526,12 +527,12 @@ class BatchLoader(torch.utils.data.DataLoader):
 
     def _no_pass_running(self, what: str) -> None:
         if self._passes:
-            raise RuntimeError(f"{what} while a pass over this loader is running: its workers have made batches "
-                               f"ahead from the old position. Finish the pass, break out of the loop, or close the "
-                               f"iterator you took with iter(loader) (its .close()), then call {what}")
+            raise CallOrderError(f"{what} while a pass over this loader is running: its workers have made batches "
+                                 f"ahead from the old position. Finish the pass, break out of the loop, or close the "
+                                 f"iterator you took with iter(loader) (its .close()), then call {what}")
 
     def ledger(self, prefix: str = "ledger") -> dict:
         """What every rank together has consumed, per stream, once every rank has received as many batches as
-        this loop: a flat dict to log (``babelfeed.ledger``; translation configs)."""
+        this loop: a flat dict to log (``babelfeed.iterators.ledger``; translation configs)."""
         ds = self.batches
         return ds.position().ledger(ds.epoch, ds.consumed(), prefix)

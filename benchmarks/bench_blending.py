@@ -90,7 +90,7 @@ def run_anchor(fn, weights, size: int, megatron: bool):
 
 def run_ours(weights, size: int, megatron: bool, kernel: bool):
     """The same for blending_indices (its second time: the kernel alone into the first call's arrays)."""
-    import babelfeed.blending as blending
+    import babelfeed.lm.blending as blending
 
     saved = blending.KERNEL
     blending.KERNEL = saved if kernel else None
@@ -110,7 +110,7 @@ def run_ours(weights, size: int, megatron: bool, kernel: bool):
 
 
 def main(argv=None) -> str:
-    import babelfeed.blending as blending
+    import babelfeed.lm.blending as blending
 
     p = argparse.ArgumentParser()
     p.add_argument("--samples", type=int, default=100_000_000)

@@ -121,8 +121,8 @@ BILLION_CHILD = RSS_SNIPPET + """
 import json, sys, time
 import numpy as np
 sys.path.insert(0, sys.argv[1])
-from babelfeed.plan import EpochPlanner, PlanOptions
-from babelfeed.sources import Direction
+from babelfeed.plan.planner import EpochPlanner, PlanOptions
+from babelfeed.sources.sources import Direction
 
 class SimulatedComponent:
     # Lengths are a hash of the row: a billion-row corpus that takes no memory and no disk.

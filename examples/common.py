@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from babelfeed.errors import ConfigError
+
 
 def demo_model() -> ml_collections.ConfigDict:
     """The demo config's ``model`` section (the small CPU model)."""
@@ -25,14 +27,14 @@ def example_config(config, where: str = "--config") -> ml_collections.ConfigDict
     """``config`` in the demo's layout (``seed``, ``train``, ``model``): returned as is when it already is,
     else a translation pipeline config wrapped as its ``train`` section with the demo's model."""
     if "data_path" in config:
-        raise ValueError(f"{where} is a language-model config (data_path, seq_len, ...); this example trains a "
-                         f"translation model: give it a translation config such as configs/nllb_like.py")
+        raise ConfigError(f"{where} is a language-model config (data_path, seq_len, ...); this example trains a "
+                          f"translation model: give it a translation config such as configs/nllb_like.py")
     if "train" in config and "model" in config:
         return config
     if not {"data", "batching"} <= set(config.keys()):
         have = ", ".join(sorted(config.keys())) or "nothing"
-        raise ValueError(f"{where} is neither a translation pipeline config (data, batching, mixing, ... as in "
-                         f"configs/nllb_like.py) nor the demo's layout (train, model); it has {have}")
+        raise ConfigError(f"{where} is neither a translation pipeline config (data, batching, mixing, ... as in "
+                          f"configs/nllb_like.py) nor the demo's layout (train, model); it has {have}")
     out = ml_collections.ConfigDict()
     out.seed = int(config.get("seed", 1))
     out.train = config.copy_and_resolve_references() if hasattr(config, "copy_and_resolve_references") else config

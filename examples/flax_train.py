@@ -17,6 +17,7 @@ import time
 
 import numpy as np
 
+from babelfeed.errors import StateMismatch
 from babelfeed.examples.common import example_config, resolve_config_flag
 
 NAME = "flax_train"
@@ -145,22 +146,22 @@ def train(config, steps: int, log_every: int = 25, log=print, checkpoint_dir: st
             saved = mngr.item_metadata(done)["state"]
             saved = leaf_shapes(getattr(saved, "tree", saved))
             if saved != leaf_shapes({"params": params, "opt_state": opt_state}):  # checked before orbax reads a byte
-                raise ValueError(f"{checkpoint_dir}: its step {done} checkpoint holds another model's arrays (saved "
-                                 f"with another config's model or optimizer); use another --checkpoint_dir, or the "
-                                 f"config it was saved with")
+                raise StateMismatch(f"{checkpoint_dir}: its step {done} checkpoint holds another model's arrays (saved "
+                                    f"with another config's model or optimizer); use another --checkpoint_dir, or the "
+                                    f"config it was saved with")
             try:
                 restored = mngr.restore(done, args=ocp.args.Composite(
                     state=ocp.args.StandardRestore({"params": params, "opt_state": opt_state}),
                     data=jax_adapter.orbax_restore()))
             except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{checkpoint_dir}: its step {done} checkpoint does not fit this config's model "
-                                 f"(saved with another model or optimizer: {str(e).splitlines()[0][:200]}); use "
-                                 f"another --checkpoint_dir, or the config it was saved with") from None
+                raise StateMismatch(f"{checkpoint_dir}: its step {done} checkpoint does not fit this config's model "
+                                    f"(saved with another model or optimizer: {str(e).splitlines()[0][:200]}); use "
+                                    f"another --checkpoint_dir, or the config it was saved with") from None
             params, opt_state = restored.state["params"], restored.state["opt_state"]
             try:
                 batches.set_state(restored.data)  # the next batch is the one after the last trained on
             except ValueError as e:
-                raise ValueError(f"{checkpoint_dir}: its data position does not fit this config: {e}") from None
+                raise StateMismatch(f"{checkpoint_dir}: its data position does not fit this config: {e}") from None
             pending = []
             if done >= steps:
                 log(f"{checkpoint_dir} already holds step {done} of {steps}: nothing to train (raise --steps to "

@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from babelfeed.errors import ConfigError
+
 NAME = "lm_train"
 
 
@@ -62,8 +64,8 @@ def train(config, steps: int, d_model: int = 64, layers: int = 2, learning_rate:
     from babelfeed.build import is_lm_config
 
     if not is_lm_config(config):
-        raise ValueError("this example trains a language model: pass an LM config such as configs/lm_packing.py "
-                         "(data_path, seq_len, ...); examples/flax_train.py trains on translation configs")
+        raise ConfigError("this example trains a language model: pass an LM config such as configs/lm_packing.py "
+                          "(data_path, seq_len, ...); examples/flax_train.py trains on translation configs")
     mesh = Mesh(np.array(jax.devices()), ("data",))
     batches = jax_adapter.global_batches(config, mesh, prefetch=2)
     it = batches.iterator

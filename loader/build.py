@@ -19,6 +19,7 @@ from babelfeed.plan.planner import EpochPlanner, PlanOptions
 from babelfeed.plan.shapes import ShapePlan, plan_shapes, shapes_from_widths, shapes_ordered
 from babelfeed.plan.schedule import MixingSchedule
 from babelfeed.sources.sources import SourceSet, StreamSpec
+from babelfeed.errors import ConfigError, DataError
 
 
 def _list(value: str) -> list[str]:
@@ -33,7 +34,7 @@ def _weights(value) -> tuple:
         for item in _list(value):
             key, _, w = item.rpartition(":")
             if not key:
-                raise ValueError(f"mixing.weights entry {item!r} must be 'direction:weight'")
+                raise ConfigError(f"mixing.weights entry {item!r} must be 'direction:weight'")
             pairs.append((key, float(w)))
         return tuple(pairs)
     return tuple((k, float(v)) for k, v in dict(value).items())
@@ -45,7 +46,7 @@ def _overrides(value: str) -> dict:
         head, _, tokens = item.partition("=")
         key, _, side = head.strip().rpartition(":")
         if side not in ("source", "target") or not key:
-            raise ValueError(f"data.prefix_overrides entry {item!r} must be 'direction:source=tokens' or ':target='")
+            raise ConfigError(f"data.prefix_overrides entry {item!r} must be 'direction:source=tokens' or ':target='")
         out.setdefault(key, {})[side] = tokens.strip()
     return out
 
@@ -57,14 +58,14 @@ def _virtual(value):
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"mixing.virtual_size must be 'fairseq', 'sum' or an integer, got {value!r}") from None
+        raise ConfigError(f"mixing.virtual_size must be 'fairseq', 'sum' or an integer, got {value!r}") from None
 
 
 def _keys(corpus: ShardedCorpus, split: str, directions: str, monolingual: str) -> list[str]:
     keys = corpus.directions(split) if str(directions).strip() == "all" else _list(directions)
     keys += _list(monolingual)
     if not keys:
-        raise ValueError(f"{corpus.root}: no directions selected for split {split!r}{_pair_hint(corpus, split)}")
+        raise DataError(f"{corpus.root}: no directions selected for split {split!r}{_pair_hint(corpus, split)}")
     return keys
 
 
@@ -101,8 +102,8 @@ def _collater(config, sources, dictionary) -> Collater:
         stored = getattr(ds, "dtype", None)
         # a wider stored id would wrap into a small, valid-looking id that no check could tell from a real one
         if stored is not None and stored.itemsize > out.itemsize:
-            raise ValueError(f"collate.dtype={c.dtype!r} is narrower than the {stored.name} token ids of "
-                             f"{ds.data_file}: a corrupt id could wrap into a valid one. Use int64")
+            raise ConfigError(f"collate.dtype={c.dtype!r} is narrower than the {stored.name} token ids of "
+                              f"{ds.data_file}: a corrupt id could wrap into a valid one. Use int64")
     return Collater(sources, CollateOptions(pad=dictionary.pad(), eos=dictionary.eos(),
                                             left_pad_source=c.left_pad_source, left_pad_target=c.left_pad_target,
                                             pad_to_multiple=c.pad_to_multiple, dtype=c.dtype,
@@ -120,7 +121,7 @@ def _noise(config, dictionary) -> dict:
     for item in [p for p in str(config.data.noise_by_task or "").split("|") if p.strip()]:
         task, sep, spec = item.partition("=")
         if not sep:
-            raise ValueError(f"data.noise_by_task entry {item!r} must look like 'task=transform:params;...'")
+            raise ConfigError(f"data.noise_by_task entry {item!r} must look like 'task=transform:params;...'")
         out[task.strip()] = parse_steps(spec, dictionary)
     return out
 
@@ -141,21 +142,21 @@ def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=No
 
     d = config.data
     if str(d.noise).strip() or str(d.noise_by_task).strip() or str(d.prefix_overrides).strip():
-        raise ValueError("with a tasks section, give transforms and prefixes per task (tasks.NAME.transforms, "
-                         ".source_prefix), not data.noise / data.noise_by_task / data.prefix_overrides")
+        raise ConfigError("with a tasks section, give transforms and prefixes per task (tasks.NAME.transforms, "
+                          ".source_prefix), not data.noise / data.noise_by_task / data.prefix_overrides")
     monolingual = set(corpus.monolingual(d.train_split))
     streams = []
     for name, t in _tasks(config).items():
         if "/" in name:
-            raise ValueError(f"task name {name!r} must not contain '/'")
+            raise ConfigError(f"task name {name!r} must not contain '/'")
         if t.kind not in TASK_KINDS:
-            raise ValueError(f"tasks.{name}.kind must be one of {TASK_KINDS}, got {t.kind!r}")
+            raise ConfigError(f"tasks.{name}.kind must be one of {TASK_KINDS}, got {t.kind!r}")
         text = str(t.get("text", "")).strip()
         if text and str(t.corpora).strip() == "all":
-            raise ValueError(f"tasks.{name} reads raw text: name its corpora (directions or languages), not 'all'")
+            raise ConfigError(f"tasks.{name} reads raw text: name its corpora (directions or languages), not 'all'")
         keys = _keys(corpus, d.train_split, t.corpora, "") if str(t.corpora).strip() else []
         if not keys:
-            raise ValueError(f"tasks.{name}.corpora names no corpus")
+            raise ConfigError(f"tasks.{name}.corpora names no corpus")
         subword = ()
         if text:
             from babelfeed.storage.remote import resolve
@@ -166,22 +167,22 @@ def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=No
                 raise FileNotFoundError(2, f"tasks.{name}: SentencePiece model not found (tasks.{name}.spm_model)",
                                         model)
             if not 0 < t.alpha <= 1 or not 2 <= t.nbest <= 1024:
-                raise ValueError(f"tasks.{name}: alpha must be in (0, 1] and nbest in [2, 1024], got "
-                                 f"{t.alpha}, {t.nbest}")
+                raise ConfigError(f"tasks.{name}: alpha must be in (0, 1] and nbest in [2, 1024], got "
+                                  f"{t.alpha}, {t.nbest}")
             if str(config.batching.pack).strip():
-                raise ValueError(f"tasks.{name} reads raw text, whose lengths are known only when sampled: it "
-                                 f"cannot be packed (batching.pack)")
+                raise ConfigError(f"tasks.{name} reads raw text, whose lengths are known only when sampled: it "
+                                  f"cannot be packed (batching.pack)")
             subword = (model, float(t.alpha), int(t.nbest))
         steps = tuple(parse_steps(t.transforms, dictionary)) if str(t.transforms).strip() else ()
         if t.kind == "denoise":
             if not steps:
-                raise ValueError(f"tasks.{name} is a denoising task but has no transforms")
+                raise ConfigError(f"tasks.{name} is a denoising task but has no transforms")
             pairs = [k for k in keys if "-" in k] if text else [k for k in keys if k not in monolingual]
             if pairs:
-                raise ValueError(f"tasks.{name} is a denoising task over monolingual data, but {pairs} are not "
-                                 f"monolingual corpora of {corpus.root}")
+                raise ConfigError(f"tasks.{name} is a denoising task over monolingual data, but {pairs} are not "
+                                  f"monolingual corpora of {corpus.root}")
         if not t.weight >= 0:
-            raise ValueError(f"tasks.{name}.weight must be >= 0, got {t.weight}")
+            raise ConfigError(f"tasks.{name}.weight must be >= 0, got {t.weight}")
         sp = d.source_prefix if t.source_prefix == "inherit" else t.source_prefix
         tp = d.target_prefix if t.target_prefix == "inherit" else t.target_prefix
         for key in keys:
@@ -223,7 +224,7 @@ def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, obj
     if _tasks(config):
         streams = _task_streams(config, corpus, dictionary, split, keep=keys)
         if not streams:
-            raise ValueError(f"{corpus.root}: no task has {split!r} data")
+            raise DataError(f"{corpus.root}: no task has {split!r} data")
         sources = SourceSet(corpus, dictionary, split, shards=shards, verify=d.verify,
                             length_cache_mb=d.length_cache_mb, streams=streams, seed=config.seed,
                             sampling=split == d.train_split, cache_dir=_cache_dir(config))
@@ -241,7 +242,7 @@ def _named_weights(text: str, names: list[str], what: str) -> tuple:
     missing = [n for n in names if n not in given]
     extra = [n for n in given if n not in names]
     if missing or extra:
-        raise ValueError(f"{what} must give a weight to every task {names}; missing {missing}, unknown {extra}")
+        raise ConfigError(f"{what} must give a weight to every task {names}; missing {missing}, unknown {extra}")
     return tuple(given[n] for n in names)
 
 
@@ -255,7 +256,7 @@ def mixing_schedule(config, tasks: list[str]) -> MixingSchedule | None:
         return MixingSchedule(tuple(bounds), tuple(_named_weights(w, tasks, "mixing.schedule.weights")
                                                    for w in lists), sched.mode)
     if str(sched.boundaries).strip():
-        raise ValueError("mixing.schedule.boundaries is set but mixing.schedule.weights is empty")
+        raise ConfigError("mixing.schedule.boundaries is set but mixing.schedule.weights is empty")
     if _tasks(config):
         return MixingSchedule.constant([float(t.weight) for t in _tasks(config).values()])
     return None
@@ -274,11 +275,11 @@ def train_plan_options(config, tasks: list[str] | None = None, world_size: int =
     m, b, f = config.mixing, config.batching, config.filter
     schedule = mixing_schedule(config, list(tasks or [])) if tasks is not None else None
     if schedule is not None and _tasks(config) and m.method != "temperature":
-        raise ValueError(f"with a tasks section, task weights (or mixing.schedule) set the mix and "
-                         f"mixing.temperature splits a task among its corpora; mixing.method must stay "
-                         f"'temperature', got {m.method!r}")
+        raise ConfigError(f"with a tasks section, task weights (or mixing.schedule) set the mix and "
+                          f"mixing.temperature splits a task among its corpora; mixing.method must stay "
+                          f"'temperature', got {m.method!r}")
     if b.accumulation < 1:
-        raise ValueError(f"batching.accumulation must be >= 1, got {b.accumulation}")
+        raise ConfigError(f"batching.accumulation must be >= 1, got {b.accumulation}")
     return PlanOptions(
         seed=config.seed, sampler=_sampler(config, schedule), method=m.method, schedule=schedule,
         batches_per_update=b.accumulation * (world_size if split == "batches" else 1), temperature=m.temperature, weights=_weights(m.weights),
@@ -297,7 +298,7 @@ def _pack_shape(value: str) -> tuple:
     try:
         ls, lt = (int(x) for x in value.split("x"))
     except ValueError:
-        raise ValueError(f"batching.pack must look like '256x256' (source x target), got {value!r}") from None
+        raise ConfigError(f"batching.pack must look like '256x256' (source x target), got {value!r}") from None
     return (ls, lt)
 
 
@@ -308,7 +309,7 @@ def is_lm_config(config) -> bool:
 
 
 def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, split: str | None = None):
-    """The training iterator of any config: :class:`~babelfeed.lm.LMIterator` for a language-model config, else
+    """The training iterator of any config: :class:`~babelfeed.lm.iterator.LMIterator` for a language-model config, else
     :func:`build_train_iterator`. ``split=None`` takes the iterator's own default: ``"batches"`` for translation
     (a whole batch per rank), ``"rows"`` for LM (every global batch split into rows per rank).
 
@@ -318,10 +319,10 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
         from babelfeed.lm.iterator import LMIterator
 
         if split not in (None, "rows"):
-            raise ValueError(f"an LM config splits every global batch into rows per rank; split={split!r} does not "
-                             f"apply (global_batch counts the samples of one step over all ranks)")
+            raise ConfigError(f"an LM config splits every global batch into rows per rank; split={split!r} does not "
+                              f"apply (global_batch counts the samples of one step over all ranks)")
         if epoch != 1:
-            raise ValueError("an LM iterator is one pass over num_samples (epochs happen inside each dataset)")
+            raise ConfigError("an LM iterator is one pass over num_samples (epochs happen inside each dataset)")
         return LMIterator.from_config(config, rank=rank, world_size=world_size)  # (checks the config)
     from babelfeed.config.files import translation_section
 
@@ -338,9 +339,9 @@ def train_sources(config, world_size: int = 1, split: str = "batches") -> tuple[
     sources.check_limits(config.filter.max_source_positions, config.filter.max_target_positions)
     noised = sorted({c.key for c in sources.components if c.src_noise})
     if noised and str(config.batching.pack).strip():
-        raise ValueError(f"batching.pack places sources as stored, without transforms, but {noised[:5]} have "
-                         f"source noise (data.noise, data.noise_by_task or a denoise task): leave batching.pack "
-                         f"empty for them")
+        raise ConfigError(f"batching.pack places sources as stored, without transforms, but {noised[:5]} have "
+                          f"source noise (data.noise, data.noise_by_task or a denoise task): leave batching.pack "
+                          f"empty for them")
     return sources, dictionary, train_plan_options(config, sources.tasks, world_size, split)
 
 
@@ -432,7 +433,7 @@ def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str 
         wanted = _keys(corpus, config.data.train_split, config.data.directions, config.data.monolingual)
         keys = [k for k in wanted if k in available]
     if not keys and not _tasks(config):
-        raise ValueError(f"{corpus.root}: no {split!r} data for the training directions {wanted}")
+        raise DataError(f"{corpus.root}: no {split!r} data for the training directions {wanted}")
     sources, dictionary = _sources(config, split, "all", keys)
     b, f = config.batching, config.filter
     opts = PlanOptions(seed=config.seed, sampler="concat", max_tokens=b.max_tokens, max_sentences=b.max_sentences,

@@ -1,7 +1,31 @@
-"""Exceptions raised for bad input.
+"""Every error babelfeed raises on purpose, by what it is about.
 
 Every message names the file (and, where there is one, the record) and what is wrong with it, so that a
 user with ten thousand shards can find the broken one from the error alone.
+
+An error a user can cause is a :class:`BabelfeedError`; an error of any other type is a bug of babelfeed's (the
+command line reports it as one). The families::
+
+    BabelfeedError
+        UsageError (ValueError)          a call babelfeed cannot make with these arguments
+            UsageTypeError (TypeError)   ... an argument of the wrong type
+            OutOfRange (IndexError)      ... a step, batch or record that does not exist
+            CallOrderError (RuntimeError) ... a call at a time the object cannot take it (a pass running, closed)
+        ConfigError (ValueError)         a config value, or a combination of values, that cannot run
+            ConfigTypeError (TypeError), UnknownConfigKey (KeyError, AttributeError)
+        DataError (ValueError)           data that cannot be served as asked (none for a split, a sample no budget fits)
+            FormatError                  a file that is not what it should be (and its kinds)
+            TextInputError, BinarizeError  raw text that binarize refuses
+        StateError (ValueError)          a saved state that is not a state, or does not fit the run
+            StateMismatch, HistoryError, SkipError
+        StoreError (OSError)             an object store or the host's fetcher failing a request
+        WorkerDied (RuntimeError)        a worker process died more often than the engine retries
+        MissingExtraError (ImportError)  an optional dependency not installed
+
+Each derives from the builtin type that code written before these types caught (``ValueError`` above all), and
+each is made from its message alone, so that it keeps its type where it crosses a process (pickling, torch's
+DataLoader re-raising a worker's error). :class:`InternalError` is the one error here that is not the user's: an
+invariant of babelfeed's own that failed.
 """
 
 from __future__ import annotations
@@ -10,11 +34,53 @@ import os
 
 
 class BabelfeedError(Exception):
-    """The root of babelfeed's own errors. The errors of bad input (a config, a file, a state) are also
-    ``ValueError``, so code that caught ValueError keeps working."""
+    """The root of the errors a user can cause (a config, a file, a state, a call): the message says what to fix.
+    The errors of bad input are also ``ValueError``, so code that caught ValueError keeps working."""
 
 
-class FormatError(BabelfeedError, ValueError):
+class InternalError(RuntimeError):
+    """An invariant of babelfeed's own that failed: a bug to report, never the user's mistake."""
+
+
+class UsageError(BabelfeedError, ValueError):
+    """A call babelfeed cannot make with the arguments given: a value out of its range, a step that was never
+    taken, an option that does not apply. The message names the argument."""
+
+
+class UsageTypeError(UsageError, TypeError):
+    """An argument of the wrong type (``set_state("state.json")`` where the state dict goes)."""
+
+
+class OutOfRange(UsageError, IndexError):
+    """A step, batch, window or record that does not exist (``it[10**9]``, ``dataset[len(dataset)]``)."""
+
+
+class CallOrderError(BabelfeedError, RuntimeError):
+    """A call the object cannot take now: a loader asked for its state while a pass runs, a closed iterator, a
+    builder already finalized, a run that is over."""
+
+
+class ConfigError(BabelfeedError, ValueError):
+    """A config value (or a combination of values) that babelfeed cannot run with; the message names the key."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """A config value of the wrong type, set in Python (``config.batching.max_tokens = "4096"``)."""
+
+
+class UnknownConfigKey(ConfigError, KeyError, AttributeError):
+    """A key a locked config does not have, set in Python (``config.batching.max_token = 4096``)."""
+
+    def __str__(self):  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class DataError(BabelfeedError, ValueError):
+    """Data that cannot be served as asked: no data for a split or a direction, a sample longer than every
+    budget, a token id past the dictionary, a corpus a filter leaves empty. The message names the corpus."""
+
+
+class FormatError(DataError):
     """A file that is not what babelfeed expected. ``path`` names the file.
 
     One argument is the whole message (path None): that is how a copy is made where the error crosses a process
@@ -60,9 +126,40 @@ class DataChangedError(FormatError):
     --overwrite``): the rest of the run would not be the run its plan and state describe."""
 
 
-class HistoryError(BabelfeedError, ValueError):
+class TextInputError(DataError):
+    """An input file that cannot be read as the text it claims to be (bad compression, a wrong suffix)."""
+
+
+class BinarizeError(DataError):
+    """Input that binarize refuses: mismatched line counts, missing sides, a policy set to 'error'."""
+
+
+class StateError(BabelfeedError, ValueError):
+    """A checkpoint that holds no babelfeed state, or a state that is not well formed (edited by hand, damaged,
+    from another program): the message names the field."""
+
+
+class StateMismatch(StateError):
+    """A state saved with other data or settings than this iterator's (``set_state(state,
+    mixture_change="allow")`` takes an edited mixture)."""
+
+
+class HistoryError(StateError):
     """A state's history that is not well formed (edited by hand, or from another program): the message names the
     event and what it should be (``babelfeed.run.history``)."""
+
+
+class SkipError(StateError):
+    """A skip that cannot be made: steps already served, an unknown corpus, a malformed id."""
+
+
+class StoreError(BabelfeedError, OSError):
+    """An object store or the host's fetcher failed a request: the message names the object (and the range), never
+    a credential."""
+
+
+class WorkerDied(BabelfeedError, RuntimeError):
+    """A worker process died while running a task (killed, out of memory) more often than the engine retries."""
 
 
 class Notice(UserWarning):
@@ -83,11 +180,7 @@ def user_frame() -> int:
     return level
 
 
-class ConfigError(BabelfeedError, ValueError):
-    """A config value (or a combination of values) that babelfeed cannot run with; the message names the key."""
-
-
-class UnsupportedDtypeError(BabelfeedError, ValueError):
+class UnsupportedDtypeError(UsageError):
     """A builder was asked to write a dtype that the target format cannot encode."""
 
 

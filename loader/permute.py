@@ -14,6 +14,7 @@ import hashlib
 import numpy as np
 
 from babelfeed._native import plan_kernel
+from babelfeed.errors import UsageError
 
 _ROUNDS = 4
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -67,7 +68,7 @@ def permute(positions, n: int, key) -> np.ndarray:
     if compiled is not None:
         return compiled
     if pos.size and (pos.min() < 0 or pos.max() >= n):
-        raise ValueError(f"positions must lie in [0, {n})")
+        raise UsageError(f"positions must lie in [0, {n})")
     bits = max(2, int(n - 1).bit_length())
     bits += bits % 2
     half = bits // 2
@@ -141,7 +142,7 @@ def permute_many(positions, n, keys, which=None) -> np.ndarray:
 def _permute_chunk(pos, n, keys) -> np.ndarray:
     out = np.zeros(len(pos), dtype=np.int64)
     if (pos < 0).any() or ((pos >= n) & (n > 1)).any():
-        raise ValueError("positions must lie in [0, n)")
+        raise UsageError("positions must lie in [0, n)")
     bits = np.maximum(2, _bit_length(np.maximum(n - 1, 0)))
     bits += bits % 2
     live = n > 1

@@ -164,7 +164,7 @@ def _train(root, epochs=1, rank=0, world=1, split="batches", tasks=None, **overr
 
 
 def _lm(root, mode, rank=0, world=1, **kw):
-    from babelfeed.lm import LMIterator
+    from babelfeed.lm.iterator import LMIterator
 
     # the shuffles are keyed by the dataset paths as given: relative ones keep the digests independent of root
     here = os.getcwd()

@@ -7,8 +7,8 @@ gathers; ``PreviousGrid``: the box search, one loop over the other boxes per can
 
 import numpy as np
 
-from babelfeed.shape_boxes import GRID_CELLS, LEVELS, MAX_SWEEPS
-from babelfeed.shapes import padded_rows
+from babelfeed.plan.shape_boxes import GRID_CELLS, LEVELS, MAX_SWEEPS
+from babelfeed.plan.shapes import padded_rows
 
 
 def previous_pair_cells(lengths, tops, weights):

@@ -1,6 +1,7 @@
 """The package's layers, read from its imports: every import (module level or inside a function) goes down the
 layers or stays in its own, and no two modules import each other, directly or around a circle. The old flat
-module names still import, as the modules they became."""
+package maps to its folders in one line each: ``babelfeed.a.b`` is the file ``loader/a/b.py`` (``babelfeed.adapters.x``
+is ``adapters/x.py``), with no alias for an old name."""
 
 import ast
 import importlib
@@ -15,7 +16,7 @@ LOADER = os.path.join(os.path.dirname(HERE), "loader")
 
 # bottom to top; a module may import its own layer and those below
 LAYERS = {
-    "errors": 0, "fileio": 0, "checks": 0, "permute": 0, "_native": 0, "_compat": 0,
+    "errors": 0, "fileio": 0, "checks": 0, "permute": 0, "_native": 0,
     "storage": 1,
     "sources": 2,
     "plan": 3,
@@ -135,24 +136,36 @@ def test_the_core_imports_no_framework():
     assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
-@pytest.mark.parametrize("old,new", [("batches", "iterators.translation"), ("ledger", "iterators.ledger"),
-                                     ("plan_options", "plan.options"), ("binarize", "preprocess.binarize"),
-                                     ("iterator", "iterators.protocol"), ("position", "iterators.position")])
-def test_the_old_module_names_are_the_new_modules(old, new):
+def test_every_module_is_the_file_its_name_says():
+    """``babelfeed.a.b`` is ``loader/a/b.py`` for every module of the core, and the other top folders map to
+    ``babelfeed.adapters``, ``babelfeed.configs`` and ``babelfeed.examples``: one mapping line each, no alias."""
+    import tomllib
+
+    root = os.path.dirname(HERE)
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        mapping = tomllib.load(f)["tool"]["setuptools"]["package-dir"]
+    assert mapping == {"babelfeed": "loader", "babelfeed.adapters": "adapters", "babelfeed.configs": "configs",
+                       "babelfeed.examples": "examples"}
+    for name in sorted(modules()):
+        module = importlib.import_module(f"babelfeed.{name}" if name else "babelfeed")
+        want = os.path.join(LOADER, *name.split(".")) if name else LOADER
+        got = os.path.abspath(module.__file__)
+        assert got in (want + ".py", os.path.join(want, "__init__.py")), (name, got)
+    for folder in ("adapters", "configs", "examples"):
+        module = importlib.import_module(f"babelfeed.{folder}")
+        assert os.path.dirname(os.path.abspath(module.__file__)) == os.path.join(root, folder)
+    # no finder answers for a name that is not a file
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("babelfeed.batches")
     import babelfeed
-
-    assert importlib.import_module(f"babelfeed.{old}") is importlib.import_module(f"babelfeed.{new}")
-    assert getattr(babelfeed, old) is importlib.import_module(f"babelfeed.{new}")
+    assert not hasattr(babelfeed, "batches")
 
 
-def test_packages_that_replaced_a_module_still_give_its_names():
+def test_the_public_names():
+    import babelfeed
     from babelfeed.config import load_config, task  # noqa: F401  (the public babelfeed.config.task)
-    from babelfeed.gather import TokenSpaces  # noqa: F401
-    from babelfeed.lm import LMIterator  # noqa: F401
-    from babelfeed.plan import EpochPlanner  # noqa: F401
-    from babelfeed.sources import SourceSet  # noqa: F401
-    import babelfeed.policy  # noqa: F401  (the public babelfeed.policy)
 
+    assert babelfeed.SpikeGuard is importlib.import_module("babelfeed.iterators.policy").SpikeGuard
     out = subprocess.run([sys.executable, "-m", "babelfeed.cli", "--help"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0 and "binarize" in out.stdout
@@ -163,10 +176,10 @@ def test_babelfeeds_errors_have_one_root_and_stay_what_they_were():
     ValueError, OSError or ImportError keeps working)."""
     import babelfeed
     from babelfeed.errors import MissingExtraError, UnsupportedDtypeError
-    from babelfeed.iterators.protocol import StateMismatch
-    from babelfeed.iterators.state import StateError
-    from babelfeed.preprocess.rawtext import BinarizeError
-    from babelfeed.preprocess.textio import TextInputError
+    from babelfeed.errors import StateMismatch
+    from babelfeed.errors import StateError
+    from babelfeed.errors import BinarizeError
+    from babelfeed.errors import TextInputError
     from babelfeed.storage.mapping import MappingError
 
     for cls, builtin in [(babelfeed.ConfigError, ValueError), (babelfeed.FormatError, ValueError),

@@ -16,6 +16,8 @@ import threading
 
 import numpy as np
 
+from babelfeed.errors import ConfigError
+
 try:
     from babelfeed._native import _plan as _compiled
 except ImportError:
@@ -30,7 +32,7 @@ def threads() -> int:
     env = os.environ.get("BABELFEED_PLAN_THREADS", "").strip()
     if env:
         if not (env.isascii() and env.isdigit()) or int(env) < 1:
-            raise ValueError(f"BABELFEED_PLAN_THREADS={env!r}: expected a whole number of threads, 1 or more")
+            raise ConfigError(f"BABELFEED_PLAN_THREADS={env!r}: expected a whole number of threads, 1 or more")
         return min(int(env), 16)  # the kernel's limit
     try:
         return max(1, min(4, len(os.sched_getaffinity(0))))

@@ -10,7 +10,7 @@ import os
 import ml_collections
 
 from babelfeed.config.spec import check_known_keys  # noqa: F401  (imported from here before the spec)
-from babelfeed.errors import ConfigError
+from babelfeed.errors import ConfigError, ConfigTypeError, UnknownConfigKey
 
 
 def shipped_configs() -> dict[str, str]:
@@ -61,17 +61,6 @@ def load_config(path) -> ml_collections.ConfigDict:
     _speak_babelfeed(config, "")
     config.lock()
     return config
-
-
-class ConfigTypeError(ConfigError, TypeError):
-    """A config value of the wrong type, set in Python (``config.batching.max_tokens = "4096"``)."""
-
-
-class UnknownConfigKey(ConfigError, KeyError, AttributeError):
-    """A key a locked config does not have, set in Python (``config.batching.max_token = 4096``)."""
-
-    def __str__(self):  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
 
 
 class Config(ml_collections.ConfigDict):
@@ -148,7 +137,7 @@ def translation_section(config: ml_collections.ConfigDict, path: str = "the conf
     binarize and model settings of the demo). A language-model config raises ValueError."""
     if "data_path" in config:
         raise ConfigError(f"{path} is a language-model config (data_path, seq_len, ...); this command takes a "
-                         f"translation config such as configs/nllb_like.py")
+                          f"translation config such as configs/nllb_like.py")
     if "data" not in config and isinstance(config.get("train"), ml_collections.ConfigDict):
         return config.train, "train"
     return config, ""
@@ -163,7 +152,7 @@ def _parse_value(text: str, current):
             return True
         if low in ("false", "0", "no"):
             return False
-        raise TypeError(f"{text!r} is not a boolean")
+        raise ConfigTypeError(f"{text!r} is not a boolean")
     if isinstance(current, str):
         return text
     if isinstance(current, float) and text.strip().lower() in ("inf", "+inf", "-inf", "nan", "infinity"):

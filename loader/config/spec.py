@@ -26,7 +26,7 @@ from typing import Callable
 import ml_collections
 
 from babelfeed.checks import COMPAT, DTYPES, LARGEST, LONGEST, METHODS, ON_TOO_LONG, SHARDS, VERIFY, integers, is_int
-from babelfeed.errors import ConfigError
+from babelfeed.errors import ConfigError, UsageError
 from babelfeed.plan import samplers
 
 
@@ -232,7 +232,7 @@ TABLES = {"translation": TRANSLATION, "lm": LM}
 
 def keys(kind: str) -> tuple[Key, ...]:
     if kind not in TABLES:
-        raise ValueError(f"kind must be one of {sorted(TABLES)}, got {kind!r}")
+        raise UsageError(f"kind must be one of {sorted(TABLES)}, got {kind!r}")
     return TABLES[kind]
 
 

@@ -4,8 +4,3 @@
 ``transforms`` (source noise), ``transfer`` (a batch as one block between processes), ``hf`` (the Hugging Face
 view of a batch). Imports plan and below.
 """
-
-from babelfeed._compat import former_module
-
-# babelfeed.gather was one module, now babelfeed.gather.engine: its names are still found here
-__getattr__ = former_module(__name__, "engine")

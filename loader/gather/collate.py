@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from babelfeed.gather import engine as gather
-from babelfeed.errors import FormatError
+from babelfeed.errors import ConfigError, FormatError
 from babelfeed.plan.packing import segments
 from babelfeed.sources.rows import groups
 from babelfeed.gather.transforms import NoiseContext, Ragged, apply as apply_noise
@@ -42,16 +42,16 @@ class CollateOptions:
 
     def __post_init__(self):
         if self.pad_to_multiple < 1:
-            raise ValueError(f"pad_to_multiple must be >= 1, got {self.pad_to_multiple}")
+            raise ConfigError(f"pad_to_multiple must be >= 1, got {self.pad_to_multiple}")
         try:
             dtype = np.dtype(self.dtype)
         except TypeError:
-            raise ValueError(f"collate.dtype={self.dtype!r} is not a numpy dtype") from None
+            raise ConfigError(f"collate.dtype={self.dtype!r} is not a numpy dtype") from None
         if dtype.kind not in "iu":
-            raise ValueError(f"collate.dtype={self.dtype!r} must be an integer dtype (token ids)")
+            raise ConfigError(f"collate.dtype={self.dtype!r} must be an integer dtype (token ids)")
         if self.vocab_size and np.iinfo(dtype).max < self.vocab_size - 1:
-            raise ValueError(f"collate.dtype={self.dtype!r} cannot hold token ids up to {self.vocab_size - 1} (a "
-                             f"dictionary of {self.vocab_size} symbols): ids would wrap around. Use int32 or int64")
+            raise ConfigError(f"collate.dtype={self.dtype!r} cannot hold token ids up to {self.vocab_size - 1} (a "
+                              f"dictionary of {self.vocab_size} symbols): ids would wrap around. Use int32 or int64")
 
 
 def _width(longest: int, multiple: int, minimum: int = 0) -> int:
@@ -178,7 +178,7 @@ class Collater:
     # ------------------------------------------------------------------------------------ padded batches
     def __call__(self, s, weight=None, pad_to_length: dict | None = None, sort: bool | None = None,
                  epoch: int = 1) -> dict:
-        """``s``: the batch's planned :class:`~babelfeed.plan.Samples` (stream, component, row, lengths, addresses)."""
+        """``s``: the batch's planned :class:`~babelfeed.plan.planner.Samples` (stream, component, row, lengths, addresses)."""
         o = self.opts
         comp, local = s.comp.astype(np.int64), s.local
         ids = self.ids(comp, local)

@@ -27,6 +27,7 @@ import numpy as np
 
 from babelfeed.plan.packing import ragged_arange
 from babelfeed.storage.spaces import MARGIN, TokenSpaces  # noqa: F401  (part of the gather's face)
+from babelfeed.errors import DataError
 
 try:  # the optional compiled kernel (setup.py); BABELFEED_KERNEL=0 uses numpy only
     from babelfeed._native import _gather as _compiled
@@ -90,6 +91,8 @@ def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body
                                        pad, out, code, prev, prev_eos or 0)
             except _FAULT as e:
                 raise spaces.read_fault(int(space), e.args[1]) from None
+            except IndexError as e:  # the kernel's bounds check: a row past its token space
+                raise DataError(f"token space {int(space)} ({len(tokens)} tokens): {e}: a corrupt index?") from None
             if largest is not None:
                 largest.append(top)
             return out if prev is None else (out, prev)
@@ -115,13 +118,15 @@ def padded(spaces: TokenSpaces, space: np.ndarray | int, start: np.ndarray, body
                                  prev_eos or 0)
             except _FAULT as e:
                 raise spaces.read_fault(sid, e.args[1]) from None
+            except IndexError as e:  # the kernel's bounds check: a row past its token space
+                raise DataError(f"token space {sid} ({len(tokens)} tokens): {e}: a corrupt index?") from None
             if not one:
                 out[rows] = part
                 if prev is not None:
                     prev[rows] = part_prev
             continue
         if n and (int(start[rows].min()) < 0 or int((start[rows] + body[rows]).max()) > len(tokens)):
-            raise IndexError(f"a row's tokens lie outside token space {sid} ({len(tokens)} tokens): a corrupt index?")
+            raise DataError(f"a row's tokens lie outside token space {sid} ({len(tokens)} tokens): a corrupt index?")
         vals = _window_rows(spaces, sid, start[rows] - col0[rows] - plen[rows], width)
         shift = spaces.shift(sid)
         if shift:
@@ -202,10 +207,12 @@ def scatter(spaces: TokenSpaces, space, start: np.ndarray, length: np.ndarray, o
                 KERNEL.pieces(tokens, tokens.dtype.char, spaces.shift(sid), st, ln, ds, flat, code)
             except _FAULT as e:
                 raise spaces.read_fault(sid, e.args[1]) from None
+            except IndexError as e:  # the kernel's bounds check: a row past its token space
+                raise DataError(f"token space {sid} ({len(tokens)} tokens): {e}: a corrupt index?") from None
             continue
         src = ragged_arange(st, ln)
         if len(src) and (int(st.min()) < 0 or int((st + ln).max()) > len(tokens)):
-            raise IndexError(f"a piece lies outside token space {sid} ({len(tokens)} tokens): a corrupt index?")
+            raise DataError(f"a piece lies outside token space {sid} ({len(tokens)} tokens): a corrupt index?")
         vals = tokens[src]
         if spaces.shift(sid):
             vals = vals.astype(np.int64) - spaces.shift(sid)

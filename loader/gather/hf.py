@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from babelfeed.errors import UsageError
+
 IGNORE = -100  # the label value Hugging Face's loss skips
 
 
@@ -34,7 +36,7 @@ class HFView:
     def __call__(self, batch: dict) -> dict:
         if not isinstance(batch, dict) or "net_input" not in batch or "target" not in batch:
             keys = sorted(batch) if isinstance(batch, dict) else type(batch).__name__
-            raise ValueError(f"HFView takes a translation batch (net_input, target); this one has {keys}"
+            raise UsageError(f"HFView takes a translation batch (net_input, target); this one has {keys}"
                              + (": an LM batch (tokens, labels) is already in the shape causal LMs take"
                                 if isinstance(batch, dict) and "tokens" in batch else ""))
         src = np.asarray(batch["net_input"]["src_tokens"], dtype=np.int64)

@@ -26,6 +26,7 @@ import numpy as np
 
 from babelfeed.permute import derive_key
 from babelfeed.sources.ragged import Ragged  # noqa: F401  (part of this module's face)
+from babelfeed.errors import ConfigError
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -145,7 +146,7 @@ def apply(batch: Ragged, ctx: NoiseContext, steps) -> Ragged:
     """Apply ``[(name, {params}), ...]`` in order."""
     for name, params in steps:
         if name not in TRANSFORMS:
-            raise ValueError(f"unknown transform {name!r}; known: {sorted(TRANSFORMS)}")
+            raise ConfigError(f"unknown transform {name!r}; known: {sorted(TRANSFORMS)}")
         batch = TRANSFORMS[name](batch, ctx, **params)
     return batch
 
@@ -167,23 +168,23 @@ def _parameter(name: str, key: str, value: str, spec: str, dictionary):
         elif dictionary is not None and text in dictionary:
             return dictionary.index(text)
         else:
-            raise ValueError(f"{where} is neither a token id nor a dictionary symbol")
+            raise ConfigError(f"{where} is neither a token id nor a dictionary symbol")
         if dictionary is not None and number >= len(dictionary):
-            raise ValueError(f"{where} is past the dictionary's {len(dictionary)} symbols")
+            raise ConfigError(f"{where} is past the dictionary's {len(dictionary)} symbols")
     else:
         try:
             number = float(text)
         except ValueError:
-            raise ValueError(f"{where} must be a number") from None
+            raise ConfigError(f"{where} must be a number") from None
         if not np.isfinite(number):
-            raise ValueError(f"{where} must be a finite number")
+            raise ConfigError(f"{where} must be a finite number")
     if kind == "rate" and not low <= number <= high:
-        raise ValueError(f"{where} must be a probability in [{low}, {high}]")
+        raise ConfigError(f"{where} must be a probability in [{low}, {high}]")
     if kind == "positive" and not number > 0:
-        raise ValueError(f"{where} must be > 0")
+        raise ConfigError(f"{where} must be > 0")
     if kind in ("int", "flag", "symbol"):
         if number != int(number) or number < (low or 0) or (kind == "flag" and number not in (0, 1)):
-            raise ValueError(f"{where} must be " + ("0 or 1" if kind == "flag" else f"an integer >= {low or 0}"))
+            raise ConfigError(f"{where} must be " + ("0 or 1" if kind == "flag" else f"an integer >= {low or 0}"))
         return int(number)
     return number
 
@@ -202,7 +203,7 @@ def parse_steps(spec: str, dictionary=None) -> list[tuple[str, dict]]:
         name, _, args = part.partition(":")
         name = name.strip()
         if name not in TRANSFORMS:
-            raise ValueError(f"unknown transform {name!r} in {spec!r}; known: {sorted(TRANSFORMS)}")
+            raise ConfigError(f"unknown transform {name!r} in {spec!r}; known: {sorted(TRANSFORMS)}")
         signature = list(inspect.signature(TRANSFORMS[name]).parameters.values())[2:]
         accepted = {p.name for p in signature}
         params = {}
@@ -210,19 +211,19 @@ def parse_steps(spec: str, dictionary=None) -> list[tuple[str, dict]]:
             key, sep, value = item.partition("=")
             key = key.strip()
             if not sep:
-                raise ValueError(f"transform parameter {item!r} in {spec!r} must look like name=value")
+                raise ConfigError(f"transform parameter {item!r} in {spec!r} must look like name=value")
             if key not in accepted:
-                raise ValueError(f"transform {name} has no parameter {key!r} (it takes {sorted(accepted)})")
+                raise ConfigError(f"transform {name} has no parameter {key!r} (it takes {sorted(accepted)})")
             if key in params:
-                raise ValueError(f"transform {name} in {spec!r} sets {key!r} twice")
+                raise ConfigError(f"transform {name} in {spec!r} sets {key!r} twice")
             params[key] = _parameter(name, key, value, spec, dictionary)
         missing = [p.name for p in signature if p.default is inspect.Parameter.empty and p.name not in params]
         if missing:
-            raise ValueError(f"transform {name} in {spec!r} needs {missing}")
+            raise ConfigError(f"transform {name} in {spec!r} needs {missing}")
         if "low" in params and params["low"] >= params["high"]:
-            raise ValueError(f"transform {name} in {spec!r}: low={params['low']} must be below high={params['high']}")
+            raise ConfigError(f"transform {name} in {spec!r}: low={params['low']} must be below high={params['high']}")
         if dictionary is not None and params.get("high", 0) > len(dictionary):
-            raise ValueError(f"transform {name} in {spec!r}: high={params['high']} is past the dictionary's "
-                             f"{len(dictionary)} symbols")
+            raise ConfigError(f"transform {name} in {spec!r}: high={params['high']} is past the dictionary's "
+                              f"{len(dictionary)} symbols")
         steps.append((name, params))
     return steps

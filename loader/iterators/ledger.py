@@ -20,6 +20,7 @@ import numpy as np
 
 from babelfeed.run.ledger import FIELDS, as_state, flat, from_state, skipped_from_state, skipped_state  # noqa: F401
 from babelfeed.plan.totals import window_totals  # noqa: F401  (part of the ledger's face)
+from babelfeed.errors import StateError, UsageError, UsageTypeError
 
 
 def describe_ids(sources, id_base: np.ndarray, ids, removed=()) -> list[dict]:
@@ -42,7 +43,7 @@ def describe_ids(sources, id_base: np.ndarray, ids, removed=()) -> list[dict]:
             out.append(None)
             continue
         if i < -1 or i >= total or k < 0 or i >= starts[k][0] + starts[k][1]:
-            raise ValueError(f"sample id {i} is not an id of this data (ids run from 0 to {total - 1}; -1 marks an "
+            raise UsageError(f"sample id {i} is not an id of this data (ids run from 0 to {total - 1}; -1 marks an "
                              f"epoch-padding row)")
         base, _, c = starts[k]
         if c < 0:  # a shard an edit removed: its ids still name it
@@ -60,9 +61,9 @@ def check_trace_state(it, state: dict) -> None:
     """Refuse a state that is not a state of this data: another fingerprint (without the stream sampler), or a
     state the run's own config (carried in it) does not resume on this data (with it)."""
     if not isinstance(state, dict):
-        raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}")
+        raise UsageTypeError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}")
     if state.get("kind") == "lm":
-        raise ValueError("this is a state of an LM run (it counts consumed_samples); the config is a translation "
+        raise StateError("this is a state of an LM run (it counts consumed_samples); the config is a translation "
                          "config: give the LM run's config (its data_path)")
     it._refuse_a_stream_state(state, "use the run's config")
     edited = isinstance(state.get("history"), list) and any(isinstance(e, dict) and e.get("event") == "edit"
@@ -92,7 +93,7 @@ def trace(it, step: int, state: dict | None = None) -> list[dict]:
     sample (the rank, unless the JAX adapter handed a process other blocks), None for a skipped one. ``state``:
     the run's latest state (default: ``it``'s own), which holds its history: the world size that took each step,
     weight changes and mixture edits; any step of the run is answered, on either side of any of them
-    (``babelfeed.replay``). ``it``: an iterator of the run's data; its world size does not matter and its
+    (``babelfeed.iterators.replay``). ``it``: an iterator of the run's data; its world size does not matter and its
     position is left as it was."""
     from babelfeed.iterators.replay import row_ranks, step_rows, step_source
 

@@ -1,7 +1,7 @@
 """Training-loop policies: task weights computed from what training reports, for ``it.set_weights``, and a guard
 that rolls a run back past a loss spike and skips the data before it, for ``it.skip``.
 
-    policy = babelfeed.policy.ExponentiatedGradient(it.planner.sources.tasks, eta=0.5)
+    policy = babelfeed.iterators.policy.ExponentiatedGradient(it.planner.sources.tasks, eta=0.5)
     for step, batch in enumerate(it, 1):
         ...
         if step % 500 == 0:
@@ -16,7 +16,7 @@ from_state(tasks, state)`` continues from the last weights a state recorded. A s
 of the recent losses: see its docstring for the exact rule) it returns a :class:`Rollback`, and the loop restores
 one of its own checkpoints, skips the steps before the spike and goes on:
 
-    guard = babelfeed.policy.SpikeGuard.from_state(it.get_state())   # or SpikeGuard(): a run's first start
+    guard = babelfeed.iterators.policy.SpikeGuard.from_state(it.get_state())   # or SpikeGuard(): a run's first start
     checkpoints = {0: (model_and_optimizer_state, it.get_state())}   # the loop's own, every k steps
     step = 0
     while step < last_step:
@@ -53,7 +53,7 @@ from itertools import islice
 
 import numpy as np
 
-from babelfeed.errors import BabelfeedError
+from babelfeed.errors import BabelfeedError, StateError, UsageError, UsageTypeError
 
 
 def as_number(value) -> float | None:
@@ -77,14 +77,14 @@ def scaled_weights(weights, names: list, noun: str) -> dict:
     their sum stays finite. Raises ValueError naming what is wrong."""
     if not isinstance(weights, dict) or sorted(weights) != sorted(names):
         have = sorted(weights) if isinstance(weights, dict) else type(weights).__name__
-        raise ValueError(f"set_weights takes {{{noun}: weight}} for every {noun} {names}; got {have}")
+        raise UsageError(f"set_weights takes {{{noun}: weight}} for every {noun} {names}; got {have}")
     values = {k: as_number(v) for k, v in weights.items()}
     bad = {k: weights[k] for k, v in values.items() if v is None or not (math.isfinite(v) and v >= 0)}
     if bad:
-        raise ValueError(f"set_weights: weights must be finite numbers >= 0, got {bad}")
+        raise UsageError(f"set_weights: weights must be finite numbers >= 0, got {bad}")
     top = max(values.values())
     if not top > 0:
-        raise ValueError(f"set_weights: weights must be not all 0, got {weights}")
+        raise UsageError(f"set_weights: weights must be not all 0, got {weights}")
     return {k: v / top for k, v in values.items()}
 
 
@@ -97,11 +97,11 @@ class ExponentiatedGradient:
     def __init__(self, tasks, eta: float = 0.5, floor: float = 0.05, weights: dict | None = None):
         self.tasks = list(tasks)
         if not self.tasks:
-            raise ValueError("ExponentiatedGradient needs at least one task")
+            raise UsageError("ExponentiatedGradient needs at least one task")
         if not (isinstance(eta, (int, float)) and math.isfinite(eta) and eta >= 0):
-            raise ValueError(f"eta must be a finite number >= 0, got {eta!r}")
+            raise UsageError(f"eta must be a finite number >= 0, got {eta!r}")
         if not (isinstance(floor, (int, float)) and 0 <= floor < 1):
-            raise ValueError(f"floor must be in [0, 1), got {floor!r}")
+            raise UsageError(f"floor must be in [0, 1), got {floor!r}")
         self.eta, self.floor = float(eta), float(floor)
         start = weights or {t: 1.0 for t in self.tasks}
         self.weights = self._normalised({t: float(start.get(t, 0.0)) for t in self.tasks})
@@ -113,7 +113,7 @@ class ExponentiatedGradient:
         from babelfeed.run.history import check, upgrade
 
         if not isinstance(state, dict):
-            raise ValueError(f"a state is a dict (an iterator's get_state()), got {type(state).__name__}")
+            raise UsageTypeError(f"a state is a dict (an iterator's get_state()), got {type(state).__name__}")
         state = upgrade(state)
         views = check(state["history"]) if "history" in state else None
         changes = views.weights if views is not None else []
@@ -129,12 +129,12 @@ class ExponentiatedGradient:
                 changes = [[0, {k.strip(): float(v) for k, _, v in pairs}]]
         policy = cls(tasks, **kwargs)
         if changes and set(changes[-1][1]) != set(policy.tasks):
-            raise ValueError(f"the state's weights name {sorted(changes[-1][1])}; the policy's tasks are "
+            raise StateError(f"the state's weights name {sorted(changes[-1][1])}; the policy's tasks are "
                              f"{sorted(policy.tasks)}: pass the run's tasks (an LM run's dataset names)")
         if changes:  # as the policy returned them (already floored), normalised by set_weights
             last = {t: as_number(changes[-1][1].get(t, 0.0)) for t in policy.tasks}
             if any(v is None or not (math.isfinite(v) and v >= 0) for v in last.values()) or not sum(last.values()) > 0:
-                raise ValueError(f"the state's last weights {changes[-1][1]} are not finite numbers >= 0 for the "
+                raise StateError(f"the state's last weights {changes[-1][1]} are not finite numbers >= 0 for the "
                                  f"tasks {policy.tasks} (not all 0)")
             total = sum(last.values())
             policy.weights = {t: v / total for t, v in last.items()}
@@ -143,7 +143,7 @@ class ExponentiatedGradient:
     def _normalised(self, w: dict) -> dict:
         total = sum(w.values())
         if not total > 0:
-            raise ValueError(f"weights must not all be 0: {w}")
+            raise UsageError(f"weights must not all be 0: {w}")
         k = len(self.tasks)
         return {t: (1 - self.floor) * w[t] / total + self.floor / k for t in self.tasks}
 
@@ -151,11 +151,11 @@ class ExponentiatedGradient:
         """New weights from ``{task: loss}`` (finite numbers); returns them, ready for ``it.set_weights``."""
         unknown = sorted(set(losses) - set(self.tasks))
         if unknown:
-            raise ValueError(f"losses name tasks {unknown} that are not among {self.tasks}")
+            raise UsageError(f"losses name tasks {unknown} that are not among {self.tasks}")
         values = {t: as_number(v) for t, v in losses.items()}
         bad = {t: losses[t] for t, v in values.items() if v is None or not math.isfinite(v)}
         if bad:
-            raise ValueError(f"losses must be finite numbers, got {bad}")
+            raise UsageError(f"losses must be finite numbers, got {bad}")
         losses = values
         mean = sum(losses.values()) / len(losses) if losses else 0.0
         full = {t: float(losses.get(t, mean)) for t in self.tasks}  # a task not reported: as the mean
@@ -194,7 +194,7 @@ class Rollback:
 
 def _count(value, name: str, smallest: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < smallest:
-        raise ValueError(f"{name} must be an integer >= {smallest}, got {value!r}")
+        raise UsageError(f"{name} must be an integer >= {smallest}, got {value!r}")
     return int(value)
 
 
@@ -242,7 +242,7 @@ class SpikeGuard:
                  max_rollbacks: int = 3):
         t = as_number(threshold)
         if t is None or not (math.isfinite(t) and t > 0):
-            raise ValueError(f"threshold must be a finite number > 0 (robust standard deviations), got {threshold!r}")
+            raise UsageError(f"threshold must be a finite number > 0 (robust standard deviations), got {threshold!r}")
         self.threshold = t
         self.window_size = _count(window, "window", 2)
         self.rollback = _count(rollback, "rollback", 1)
@@ -262,7 +262,7 @@ class SpikeGuard:
         from babelfeed.run.history import check, upgrade
 
         if not isinstance(state, dict):
-            raise ValueError(f"a state is a dict (an iterator's get_state()), got {type(state).__name__}")
+            raise UsageTypeError(f"a state is a dict (an iterator's get_state()), got {type(state).__name__}")
         state = upgrade(state)
         views = check(state["history"]) if "history" in state else None
         guard = cls(**kwargs)
@@ -303,11 +303,11 @@ class SpikeGuard:
         number."""
         s = _count(step, "step", 1)
         if s <= self._last:
-            raise ValueError(f"SpikeGuard.update: step {s} is not after the last step fed, {self._last}; steps "
+            raise UsageError(f"SpikeGuard.update: step {s} is not after the last step fed, {self._last}; steps "
                              f"increase (after a rollback, call rolled_back(checkpoint_step) first)")
         x = as_number(loss)
         if x is None:
-            raise ValueError(f"SpikeGuard.update: the loss must be a real number (a float, a 0-d array, a "
+            raise UsageError(f"SpikeGuard.update: the loss must be a real number (a float, a 0-d array, a "
                              f"one-element tensor), got {type(loss).__name__} {str(loss)[:80]}")
         self._last = s
         if not math.isfinite(x):
@@ -346,7 +346,7 @@ class SpikeGuard:
         (those steps are taken again, on other data), and the next step fed is ``step + 1`` or later."""
         s = _count(step, "rolled_back's step", 0)
         if s > self._last:
-            raise ValueError(f"SpikeGuard.rolled_back: step {s} lies after the last step fed, {self._last}: a "
+            raise UsageError(f"SpikeGuard.rolled_back: step {s} lies after the last step fed, {self._last}: a "
                              f"checkpoint restored is one taken at or before it")
         while self._losses and self._losses[-1][0] > s:
             self._losses.pop()

@@ -3,7 +3,7 @@
 
 A loader counts the global batches of the epoch that every rank together has taken (``consumed``): global
 batches never depend on the world size, the split or the number of workers, so a position restores on any of
-them. What a loader saves is the run's whole iterator state at that position (``babelfeed.state``), the same
+them. What a loader saves is the run's whole iterator state at that position (``babelfeed.iterators.state``), the same
 dict ``get_state()`` gives in-process; it also reads an older babelfeed's bare position (``{"epoch",
 "consumed", "fingerprint"}``) and the per-worker positions inside a torchdata ``StatefulDataLoader`` checkpoint.
 """
@@ -11,6 +11,7 @@ dict ``get_state()`` gives in-process; it also reads an older babelfeed's bare p
 from __future__ import annotations
 
 from babelfeed.iterators.state import _int, check_position  # noqa: F401  (part of this module's face)
+from babelfeed.errors import StateError
 
 
 def resumed_iterator(config, rank: int, world_size: int, split, epoch: int, resume: dict | None = None,
@@ -91,7 +92,7 @@ class Position:
 
     def load(self, state, mixture_change: str = "refuse") -> tuple[int, int]:
         """Take a saved state (any adapter's, an older babelfeed's position, a StatefulDataLoader checkpoint:
-        ``babelfeed.state.find_state``); returns the position it holds. ``mixture_change="allow"``: a state of
+        ``babelfeed.iterators.state.find_state``); returns the position it holds. ``mixture_change="allow"``: a state of
         another config of the same data (an edited mixture) goes on under this config from its next step; the
         edited run's state is what the workers then load."""
         from babelfeed.iterators.state import find_state, is_iterator_state
@@ -108,9 +109,9 @@ class Position:
             self._check_schedule(found, it)
             epoch, consumed, total = it.load_position(found, self.what)  # (checked there)
             if self.is_lm and epoch != 1:
-                raise ValueError(f"{self.what} state: an LM run is one pass (epoch 1), this state has epoch {epoch}")
+                raise StateError(f"{self.what} state: an LM run is one pass (epoch 1), this state has epoch {epoch}")
             if consumed > it.epoch_batches(epoch):
-                raise ValueError(f"{self.what} state: consumed={consumed} is past the end of epoch {epoch}, which has "
+                raise StateError(f"{self.what} state: consumed={consumed} is past the end of epoch {epoch}, which has "
                                  f"{it.epoch_batches(epoch)} global batches")
             full = it.state_at(epoch, consumed, total)
             it.set_state(full)
@@ -122,7 +123,7 @@ class Position:
         if planner is not None and planner.changing_schedule:
             per = found.get("batches_per_update", planner.opts.batches_per_update)
             if per != planner.opts.batches_per_update:
-                raise ValueError(f"{self.what} state: saved where an optimizer update was {per} global batches (world "
+                raise StateError(f"{self.what} state: saved where an optimizer update was {per} global batches (world "
                                  f"size x accumulation), here {planner.opts.batches_per_update}; this older position "
                                  f"does not record how updates were counted, so it resumes a mixing schedule only "
                                  f"with the same count. States saved by this babelfeed resume it on any world size")
@@ -147,7 +148,7 @@ class Position:
         return it.get_state(), out
 
     def ledger(self, epoch: int, consumed: int, prefix: str = "ledger") -> dict:
-        """The run's ledger (``babelfeed.ledger``) at this position: what every rank together has consumed, per
+        """The run's ledger (``babelfeed.iterators.ledger``) at this position: what every rank together has consumed, per
         stream (an LM run: per blended dataset), since training began, counted from the plan."""
         it = self.iterator(epoch)
         if it.kind == "lm":

@@ -16,6 +16,8 @@ import queue
 import threading
 import weakref
 
+from babelfeed.errors import UsageError, UsageTypeError
+
 _live: "weakref.WeakSet[Prefetcher]" = weakref.WeakSet()
 
 
@@ -30,7 +32,7 @@ class Prefetcher:
 
     def __init__(self, iterator, convert, depth: int = 2, name: str = "babelfeed-prefetch"):
         if depth < 1:
-            raise ValueError(f"prefetch depth must be >= 1, got {depth}")
+            raise UsageError(f"prefetch depth must be >= 1, got {depth}")
         self.iterator, self.convert, self.depth, self.name = iterator, convert, depth, name
         self._state = iterator.get_state() if hasattr(iterator, "get_state") else None
         # where the ledger counts to is taken per batch in the read-ahead thread (the iterator is that thread's)
@@ -112,7 +114,7 @@ class Prefetcher:
         """The wrapped iterator's ``method`` called where the last batch handed out left it (the read-ahead
         dropped; the next batch starts it again)."""
         if not hasattr(self.iterator, method):
-            raise TypeError(f"{type(self.iterator).__name__} has no {method}")
+            raise UsageTypeError(f"{type(self.iterator).__name__} has no {method}")
         self.close()
         if self._dropped and self._state is not None:
             self.iterator.set_state(self._state)
@@ -125,11 +127,11 @@ class Prefetcher:
     def ledger(self, prefix: str = "ledger") -> dict:
         """The wrapped iterator's ledger after the last batch handed out (not the read-ahead)."""
         if not self._tracks:
-            raise TypeError(f"{type(self.iterator).__name__} keeps no ledger")
+            raise UsageTypeError(f"{type(self.iterator).__name__} keeps no ledger")
         return self.iterator.ledger(prefix, at=self._ledger)
 
     def set_state(self, state, mixture_change: str = "refuse") -> None:
-        """Resume after the batch of ``state``: any babelfeed state (``babelfeed.state``: this adapter's, another
+        """Resume after the batch of ``state``: any babelfeed state (``babelfeed.iterators.state``: this adapter's, another
         adapter's, a StatefulDataLoader checkpoint, an older babelfeed's loader position). ``mixture_change``: what
         to do with a state of another config (``"allow"``: an edited mixture, every stream on from its position;
         ``babelfeed.iterators.protocol.MIXTURE_CHANGES``)."""

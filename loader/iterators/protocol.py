@@ -27,8 +27,8 @@ What happened to a run (world sizes, weights, edits, skips, the ledger's counts)
 Global batches never depend on the world size, so a job resumes elastically on another number of ranks.
 An iterator plans its windows lazily and is not thread-safe: call it from one thread at a time (the grain
 adapter's source serialises grain's read threads).
-:class:`~babelfeed.batches.BatchIterator` (translation, ``build_train_iterator``) and
-:class:`~babelfeed.lm.LMIterator` (language modelling) implement it; ``babelfeed.build_iterator(config, ...)`` builds
+:class:`~babelfeed.iterators.translation.BatchIterator` (translation, ``build_train_iterator``) and
+:class:`~babelfeed.lm.iterator.LMIterator` (language modelling) implement it; ``babelfeed.build_iterator(config, ...)`` builds
 either from its config, and the JAX, torch and grain adapters take any of them.
 """
 
@@ -40,7 +40,8 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from babelfeed.checks import check_rank
-from babelfeed.run.record import (EDIT_HINT, MIXTURE_CHANGES, RunRecord, StateMismatch,  # noqa: F401  (its face)
+from babelfeed.errors import InternalError, StateMismatch, UsageError
+from babelfeed.run.record import (EDIT_HINT, MIXTURE_CHANGES, RunRecord,  # noqa: F401  (its face)
                                   check_mixture_change, identity_changes)
 from babelfeed.run.skips import which_kind
 from babelfeed.sources.corpus import reusing
@@ -62,7 +63,7 @@ def register_builder(kind: str, build) -> None:
 def builder(kind: str):
     """The registered builder of ``kind`` (see ``_BUILDERS``)."""
     if kind not in _BUILDERS:
-        raise RuntimeError(f"no {kind!r} iterator builder registered: import babelfeed (babelfeed.build registers them)")
+        raise InternalError(f"no {kind!r} iterator builder registered: import babelfeed (babelfeed.build registers them)")
     return _BUILDERS[kind]
 
 
@@ -79,7 +80,7 @@ class LoaderIterator(ABC):
         self.config_snapshot: dict | None = None  # the config as JSON (set where it was built from one)
         self.source_config = None  # the config it was built from
         if split not in ("batches", "rows"):
-            raise ValueError(f"split must be 'batches' or 'rows', got {split!r}")
+            raise UsageError(f"split must be 'batches' or 'rows', got {split!r}")
         self.rank, self.world_size, self.split = rank, world_size, split
         # split="rows": which of how many equal row blocks of every global batch this rank gathers
         self.row_blocks: tuple = ((rank,), world_size)
@@ -149,10 +150,10 @@ class LoaderIterator(ABC):
         blocks that this process's devices hold, which the mesh's device order decides, not the process index.
         The global batches, and so the state, do not change."""
         if self.split != "rows":
-            raise ValueError(f"row blocks need split='rows'; this iterator has split={self.split!r}")
+            raise UsageError(f"row blocks need split='rows'; this iterator has split={self.split!r}")
         picked = sorted({int(b) for b in blocks})
         if of < 1 or not picked or picked[0] < 0 or picked[-1] >= of:
-            raise ValueError(f"row blocks {list(blocks)} are not blocks of {of}: need 0 <= block < {of}, at least one")
+            raise UsageError(f"row blocks {list(blocks)} are not blocks of {of}: need 0 <= block < {of}, at least one")
         self.row_blocks = (tuple(picked), int(of))
 
     # ------------------------------------------------------------- remote data, fetched ahead (storage/fetcher)
@@ -179,7 +180,7 @@ class LoaderIterator(ABC):
         """Indices of this rank's rows in a global batch of ``n`` rows (a multiple of the block count)."""
         blocks, of = self.row_blocks
         if n % of:
-            raise ValueError(f"a global batch of {n} rows cannot be split into {of} equal row blocks")
+            raise UsageError(f"a global batch of {n} rows cannot be split into {of} equal row blocks")
         per = n // of
         return (np.asarray(blocks, np.int64)[:, None] * per + np.arange(per)).reshape(-1)
 
@@ -223,11 +224,11 @@ class LoaderIterator(ABC):
         per = self.batches_per_step if per is None else int(per)
         (e0, c0), (e1, c1) = start, end
         if (e1, c1) < (e0, c0):
-            raise ValueError(f"position {end} is before {start}")
+            raise UsageError(f"position {end} is before {start}")
         if e0 == e1:
             return -(-(c1 - c0) // per)
         if e1 - e0 > MAX_EPOCHS_AHEAD:
-            raise ValueError(f"position (epoch {e1:,}, batch {c1:,}) lies {e1 - e0:,} epochs after (epoch {e0:,}, batch "
+            raise UsageError(f"position (epoch {e1:,}, batch {c1:,}) lies {e1 - e0:,} epochs after (epoch {e0:,}, batch "
                              f"{c0:,}): counting its steps plans every epoch between, and more than "
                              f"{MAX_EPOCHS_AHEAD:,} are refused (a state that says total_steps needs no count)")
         from tqdm.auto import tqdm
@@ -381,7 +382,7 @@ class LoaderIterator(ABC):
         (default: this iterator's own), whose history answers any step of the run, before and after edits, weight
         changes, skips and resumes on other world sizes. This iterator's position is left as it was."""
         if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-            raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
+            raise UsageError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
         return self._trace(step, state)
 
     @abstractmethod
@@ -416,8 +417,8 @@ class LoaderIterator(ABC):
         if new.fingerprint() in self.fingerprints():
             what = [k for k in config_changes(self.config_snapshot or {}, snapshot(cfg)) if k != "data.path"]
             if not what:
-                raise ValueError("edit: the edited config is this run's config (nothing changed): no edit to make")
-            raise ValueError(f"edit: the edited config plans what this run's does ({', '.join(what)} changed, "
+                raise UsageError("edit: the edited config is this run's config (nothing changed): no edit to make")
+            raise UsageError(f"edit: the edited config plans what this run's does ({', '.join(what)} changed, "
                              f"which does not change what the run serves): an iterator of the edited config "
                              f"resumes this run's state as it is (set_state(state)), no edit needed")
         new.take_edit(self)

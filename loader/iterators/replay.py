@@ -26,6 +26,7 @@ from babelfeed.run.history import world_size_at
 from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD
 from babelfeed.plan.parts import Part
 from babelfeed.sources.corpus import reusing
+from babelfeed.errors import StateError, UsageError
 
 
 @dataclass
@@ -125,7 +126,7 @@ def step_source(probe, step: int, state: dict) -> StepSource:
     """The plan that served training step ``step`` (1-based) of the run whose latest state is ``state``.
     ``probe``: an iterator of the run's data (its config's data path is used; its world size does not matter)."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
-        raise ValueError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
+        raise UsageError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
     from babelfeed.run.history import split_at
 
     history = _views(state)
@@ -138,7 +139,7 @@ def step_source(probe, step: int, state: dict) -> StepSource:
                 lambda: _segment(probe, state, m, world, split))
     src = _locate(it, step, segments, edits[m - 1] if m else None, world)
     if src.epoch < getattr(it, "_legacy_from", 0):
-        raise ValueError(f"step {step} lies in epoch {src.epoch}, between this run's last mixture edit and the "
+        raise StateError(f"step {step} lies in epoch {src.epoch}, between this run's last mixture edit and the "
                          f"state's epoch {it._legacy_from}, which a babelfeed older than this one recorded without "
                          f"what trace needs: trace it with a state saved in that epoch")
     return src
@@ -154,7 +155,7 @@ def _segment(probe, state: dict, m: int, world: int, split: str | None = None):
     current = state.get("config")
     if current is None or not edits:
         if edits:
-            raise ValueError("this state records mixture edits but carries no config of its run: trace it with a "
+            raise StateError("this state records mixture edits but carries no config of its run: trace it with a "
                              "state saved by this babelfeed")
         it = probe if (probe.world_size, probe.split) == (world, split) else _rebuild(probe, world, split)
         _apply_history(it, views.weights, views.updates)
@@ -163,7 +164,7 @@ def _segment(probe, state: dict, m: int, world: int, split: str | None = None):
     configs = configs_of(current, edits)
     if m < len(edits) and any("saved" not in e for e in edits[:m + 1]):
         first = next(i for i, e in enumerate(edits) if "saved" not in e)
-        raise ValueError(f"this step is before mixture edit {first + 1} of this run, which a babelfeed older than "
+        raise StateError(f"this step is before mixture edit {first + 1} of this run, which a babelfeed older than "
                          f"this one recorded without the saved run's weights and position: trace it with the config "
                          f"and a state from before that edit")
 
@@ -205,7 +206,7 @@ def step_batch(probe, step: int, state: dict, rank: int | None = None) -> dict:
     world = src.world_size
     rank = probe.rank if rank is None else rank
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
-        raise ValueError(f"rank must be an integer in [0, {world}): step {step} was taken on {world} rank(s), got "
+        raise UsageError(f"rank must be an integer in [0, {world}): step {step} was taken on {world} rank(s), got "
                          f"{rank!r}")
     from babelfeed.run.skips import Skips
 
@@ -247,7 +248,7 @@ def _rebuild(probe, world: int, split: str | None = None):
     split = split or probe.split
     config = getattr(probe, "source_config", None)
     if config is None:
-        raise ValueError(f"this iterator was not built from a config (build_train_iterator): trace steps taken on "
+        raise UsageError(f"this iterator was not built from a config (build_train_iterator): trace steps taken on "
                          f"{world} rank(s) (split={split!r}) with an iterator of that world size and split")
     return builder("translation")(config, world_size=world, split=split)
 
@@ -274,7 +275,7 @@ def _locate(it, step: int, segments: list, edit: dict | None, world: int) -> Ste
 
     ahead = (step - first) // max(steps_in(epoch), 1)  # epochs to plan before the step's (about: epochs vary)
     if ahead > MAX_EPOCHS_AHEAD:
-        raise ValueError(f"step {step:,} lies about {ahead:,} epochs after step {first:,} (epoch {epoch}, "
+        raise StateError(f"step {step:,} lies about {ahead:,} epochs after step {first:,} (epoch {epoch}, "
                          f"{steps_in(epoch):,} steps long): trace plans every epoch before a step's, and refuses "
                          f"steps more than {MAX_EPOCHS_AHEAD:,} epochs ahead")
     bar, walked = None, 0  # a step many epochs on plans every epoch before it (integers only): say so

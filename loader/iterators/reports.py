@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from babelfeed.errors import UsageError
+
 
 class Reports:
-    """Part of :class:`~babelfeed.batches.BatchIterator` (uses its planner, epoch, served counts and position)."""
+    """Part of :class:`~babelfeed.iterators.translation.BatchIterator` (uses its planner, epoch, served counts and position)."""
 
     def update(self) -> float:
         """Stream sampler: the optimizer update the next batch belongs to, as the mixing schedule counts it
         (global batches since training began / batches per update)."""
         if not self.planner.sampler.streams:
-            raise ValueError("the update count is kept by mixing.sampler='stream' (or 'auto' with a schedule)")
+            raise UsageError("the update count is kept by mixing.sampler='stream' (or 'auto' with a schedule)")
         return self.planner.update_at(self.planner.since_start(self.epoch, self.consumed))
 
     def task_stats(self) -> dict:
@@ -22,7 +24,7 @@ class Reports:
         samples this rank served in this run. Stream sampler only."""
         planner = self.planner
         if not planner.sampler.streams:
-            raise ValueError("per-task positions exist with mixing.sampler='stream' (or 'auto' with a schedule)")
+            raise UsageError("per-task positions exist with mixing.sampler='stream' (or 'auto' with a schedule)")
         setup = planner.setup(self.epoch)
         where = planner.locate(self.epoch, self.consumed, self._hint)
         if where is None:  # the epoch is over: every stream stands where the next epoch starts

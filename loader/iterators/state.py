@@ -16,13 +16,9 @@ the run's config to count the steps a bare position leaves out.
 
 from __future__ import annotations
 
-from babelfeed.errors import BabelfeedError
+from babelfeed.errors import StateError
 
 POSITION_KEYS = {"epoch", "consumed", "fingerprint"}
-
-
-class StateError(BabelfeedError, ValueError):
-    """A checkpoint that holds no babelfeed state, or a state that does not fit the run."""
 
 
 POSITION_OPTIONAL = {"batches_per_update", "total_steps", "base", "worker", "world_size"}
@@ -115,13 +111,13 @@ def check_position(state, what: str) -> tuple[int, int]:
     """``(epoch, consumed)`` of a saved loader position, refusing what is not one (named in the error)."""
     if not isinstance(state, dict) or not {"epoch", "consumed", "fingerprint"} <= set(state):
         keys = sorted(state) if isinstance(state, dict) else type(state).__name__
-        raise ValueError(f"not a {what} state (it has epoch, consumed, fingerprint; this has {keys})"
+        raise StateError(f"not a {what} state (it has epoch, consumed, fingerprint; this has {keys})"
                          + (": states saved before consumed replaced batches_seen cannot be converted safely"
                             if isinstance(state, dict) and "batches_seen" in state else ""))
     epoch, consumed = state["epoch"], state["consumed"]
     if not (_int(epoch) and 1 <= epoch < 1 << 31 and _int(consumed) and consumed >= 0):
-        raise ValueError(f"{what} state: epoch must be an int in [1, 2**31) and consumed an int >= 0, got "
+        raise StateError(f"{what} state: epoch must be an int in [1, 2**31) and consumed an int >= 0, got "
                          f"epoch={epoch!r}, consumed={consumed!r}")
     if not isinstance(state["fingerprint"], str):
-        raise ValueError(f"{what} state: fingerprint must be a string, got {state['fingerprint']!r}")
+        raise StateError(f"{what} state: fingerprint must be a string, got {state['fingerprint']!r}")
     return epoch, consumed

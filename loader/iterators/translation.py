@@ -25,6 +25,7 @@ from babelfeed.iterators.translation_skips import TranslationSkips
 from babelfeed.iterators.translation_state import TranslationState
 from babelfeed.plan.planner import EpochPlanner, Window
 from babelfeed.run.weights import Weights
+from babelfeed.errors import ConfigError, OutOfRange, UsageError
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -48,14 +49,14 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
                  epoch: int = 1, name: str = "train", max_epochs: int | None = None, split: str = "batches"):
         super().__init__(rank, world_size, split, streams=len(planner.keys))
         if split == "rows" and planner.opts.pack_shape and planner.rows_per_packed_batch() % world_size:
-            raise ValueError(f"packed batches of {planner.rows_per_packed_batch()} rows cannot be split evenly over "
-                             f"{world_size} ranks")
+            raise ConfigError(f"packed batches of {planner.rows_per_packed_batch()} rows cannot be split evenly over "
+                              f"{world_size} ranks")
         self._per_step = world_size if split == "batches" else 1
         # split="rows": a global batch's rows are a multiple of this (masked rows fill up); the JAX adapter makes
         # it a multiple of the devices on the mesh's data axes too, so every device gets the same rows
         self.row_multiple = world_size
         if epoch < 1:
-            raise ValueError(f"epochs count from 1, got {epoch}")
+            raise UsageError(f"epochs count from 1, got {epoch}")
         self.planner, self.collater = planner, collater
         self.name = self.record.name = name
         self.record.weights = Weights.bind(planner)  # (the planner mixes with them, the record saves them)
@@ -300,7 +301,7 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
         found = next((f for f in (self._filler_in(x, n_force, shape) for x in self._filler_windows(win))
                       if f is not None), None)
         if found is None:
-            from babelfeed.run.skips import SkipError
+            from babelfeed.errors import SkipError
 
             raise SkipError(f"every sample of epoch {win.epoch} and the epochs after it that fits its batch shapes is "
                             f"skipped: no sample is left to fill its empty batches (a skip 'where' that matches the "
@@ -437,13 +438,13 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
         length.
         """
         if not self.has_batch(k, base if base else None):
-            raise IndexError(f"batch {k} (from global batch {base}) out of range: this rank has "
+            raise OutOfRange(f"batch {k} (from global batch {base}) out of range: this rank has "
                              f"{self.steps_after(base)} batches from there in epoch {self.epoch}")
         g = base + k * self._per_step + (self.rank if self.split == "batches" else 0)
         where = self._locate(g)
         if where == (-1, -1):
             first = self.planner.first_batch(self.epoch)
-            raise IndexError(f"batch {k} (global batch {g} of epoch {self.epoch}) was served before this run's "
+            raise OutOfRange(f"batch {k} (global batch {g} of epoch {self.epoch}) was served before this run's "
                              f"mixture edit, which began at global batch {first}: count from there (base={first})")
         return self._dummy() if where is None else self._collate(*where, at=(k, base))
 
@@ -549,7 +550,7 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
         history replay moves an iterator of a finished segment to where the run was saved)."""
         part = self.planner.part
         if part is not None and (int(epoch), int(consumed)) < (part.epoch, part.batch):
-            raise ValueError(f"epoch {epoch}, global batch {consumed} lies before this run's mixture edit (epoch "
+            raise UsageError(f"epoch {epoch}, global batch {consumed} lies before this run's mixture edit (epoch "
                              f"{part.epoch}, global batch {part.batch}), which this iterator plans from")
         self.epoch, self._base, self.step = int(epoch), int(consumed), 0
         self.total_steps = int(total_steps)

@@ -25,7 +25,7 @@ class TranslationSkips:
     def _refuse_skipping_everything(self, event: dict) -> None:
         """Refuse a skip that, with the run's earlier ones, drops every sample of the mixture: no batch could be
         filled any more (and a checkpoint saved after it would hold a run that cannot go on)."""
-        from babelfeed.run.skips import SkipError
+        from babelfeed.errors import SkipError
 
         trial = Skips(self.skips.events + [event])
         code, (base, starts, ends) = trial._rules(self.planner.sources, len(trial.row_events))
@@ -43,7 +43,8 @@ class TranslationSkips:
         """The global batches of training steps ``steps`` (not yet taken), as this run counts its steps (or a run
         on ``world_size`` ranks would)."""
         from babelfeed.run.history import world_size_at
-        from babelfeed.run.skips import SkipError, step_range
+        from babelfeed.run.skips import step_range
+        from babelfeed.errors import SkipError
 
         t = self.total_steps
         a, b = step_range(steps, t)
@@ -96,7 +97,8 @@ class TranslationSkips:
 
     def _skip_ids(self, ids) -> dict:
         """Samples by id, as the records they name (stable across mixture edits that renumber ids)."""
-        from babelfeed.run.skips import SkipError, as_ranges
+        from babelfeed.run.skips import as_ranges
+        from babelfeed.errors import SkipError
 
         try:
             arr = np.asarray(ids)
@@ -125,7 +127,8 @@ class TranslationSkips:
 
     def _skip_where(self, where) -> dict:
         """``where``'s terms checked against this run's streams, tasks, corpora and shards."""
-        from babelfeed.run.skips import TERMS, SkipError, name_list, range_arg, where_terms
+        from babelfeed.run.skips import TERMS, name_list, range_arg, where_terms
+        from babelfeed.errors import SkipError
 
         where_terms(where, TERMS, "a translation run")
         sources = self.planner.sources

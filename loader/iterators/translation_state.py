@@ -13,6 +13,7 @@ import numpy as np
 
 from babelfeed.run.skips import Skips
 from babelfeed.sources.corpus import reusing
+from babelfeed.errors import StateError, StateMismatch
 
 
 class TranslationState:
@@ -55,7 +56,8 @@ class TranslationState:
     def _check_extra(self, state: dict):
         """The optional fields of a state: well formed, or an error naming the field. Returns the history's
         views (``babelfeed.run.history``)."""
-        from babelfeed.run.history import HistoryError, Views, check
+        from babelfeed.run.history import Views, check
+        from babelfeed.errors import HistoryError
 
         self.record.ledger.check(state)
         if "history" not in state:
@@ -125,11 +127,11 @@ class TranslationState:
         if stream and "stream" in state:
             self._check_stream(state["stream"], self.planner.keys)
         elif stream and strict:
-            raise ValueError("iterator state lacks 'stream' (where each stream stood when the epoch began), which "
+            raise StateError("iterator state lacks 'stream' (where each stream stood when the epoch began), which "
                              "get_state() writes for mixing.sampler='stream'")
         epoch, consumed = int(state["epoch"]), int(state["consumed"])
         if epoch >= 1 << 31:
-            raise ValueError(f"iterator state field 'epoch' must be below 2**31 (epochs seed the shuffles), got {epoch}")
+            raise StateError(f"iterator state field 'epoch' must be below 2**31 (epochs seed the shuffles), got {epoch}")
         self._check_epoch_reached(state, epoch)
         planner = self.planner
         self.record.weights.set_state(history, planner, planner.opts.batches_per_update)
@@ -146,7 +148,7 @@ class TranslationState:
             # resumed on another world size or accumulation: from the next window on, an update is this run's
             planner.count_updates_from_here(planner.since_start(epoch, consumed), planner.opts.batches_per_update)
         if consumed > planner.first_batch(epoch) and self.planner.locate(epoch, consumed - 1) is None:
-            raise ValueError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
+            raise StateError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
                              f"{self.planner.num_batches(epoch)} global batches")
         self.record.ledger.set_state(state, epoch, list(planner.keys))  # (no ledger: counted from the plans)
         from babelfeed.run.layout import Layout
@@ -174,11 +176,11 @@ class TranslationState:
 
         part = Part.from_state(state["part"])
         if part.epoch != epoch or part.batch > consumed:
-            raise ValueError(f"iterator state field 'part' begins at epoch {part.epoch}, global batch {part.batch}; "
+            raise StateError(f"iterator state field 'part' begins at epoch {part.epoch}, global batch {part.batch}; "
                              f"the state stands at epoch {epoch}, global batch {consumed}: a part holds the state's "
                              f"own epoch from before its position (edited or damaged)")
         if bool(part.base) == bool(self.planner.sampler.streams):
-            raise ValueError(f"iterator state field 'part' was written by a run with "
+            raise StateError(f"iterator state field 'part' was written by a run with "
                              f"{'another sampler than' if part.base else ''} mixing.sampler="
                              f"{self.planner.opts.sampler!r}: resume with the run's config")
         return part
@@ -189,25 +191,25 @@ class TranslationState:
 
         index = {k: i for i, k in enumerate(self.planner.keys)}
         if not isinstance(served, dict):
-            raise ValueError(f"iterator state field 'served' must map streams to served positions, got "
+            raise StateError(f"iterator state field 'served' must map streams to served positions, got "
                              f"{str(served)[:200]}")
         out = {}
         for k, v in served.items():
             if k not in index or not isinstance(v, str):
-                raise ValueError(f"iterator state field 'served' names {k!r}, not a stream of this config, or holds "
+                raise StateError(f"iterator state field 'served' names {k!r}, not a stream of this config, or holds "
                                  f"no positions")
             try:
                 out[index[k]] = decode(v)
             except ValueError:
-                raise ValueError(f"iterator state field served[{k!r}] is not a set of positions (edited or "
+                raise StateError(f"iterator state field served[{k!r}] is not a set of positions (edited or "
                                  f"damaged)") from None
         return out
 
     def _refuse_a_stream_state(self, state, then: str) -> None:
         """Refuse a state of the stream sampler (where every stream stands) when this config's is another."""
         if not self.planner.sampler.streams and isinstance(state, dict) and {"stream", "served"} & set(state):
-            raise ValueError(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "
-                             f"this config's sampler is {self.planner.opts.sampler!r}: {then}")
+            raise StateMismatch(f"this state was saved with mixing.sampler='stream' (it holds where every stream stands); "
+                                f"this config's sampler is {self.planner.opts.sampler!r}: {then}")
 
     @staticmethod
     def _check_epoch_reached(state: dict, epoch: int) -> None:
@@ -216,13 +218,13 @@ class TranslationState:
         hours)."""
         total = int(state["total_steps"])
         if total < epoch - 1:
-            raise ValueError(f"iterator state says epoch {epoch} after {total} training steps, but every epoch takes "
+            raise StateError(f"iterator state says epoch {epoch} after {total} training steps, but every epoch takes "
                              f"at least one step: the state was edited or is damaged (total_steps, epoch)")
         ledger = state.get("ledger")
         if isinstance(ledger, dict) and isinstance(ledger.get("samples"), dict):
             served = sum(v for v in ledger["samples"].values() if isinstance(v, int) and not isinstance(v, bool))
             if served < epoch - 1:
-                raise ValueError(f"iterator state says epoch {epoch}, but its ledger counts {served} samples served "
+                raise StateError(f"iterator state says epoch {epoch}, but its ledger counts {served} samples served "
                                  f"before it, and every epoch serves at least one: the state was edited or is damaged")
 
     def _resume_edited(self, state: dict) -> None:
@@ -238,7 +240,7 @@ class TranslationState:
         self._check_epoch_reached(state, int(state["epoch"]))
         snap = state.get("config")
         if not isinstance(snap, dict):
-            raise ValueError("this state carries no config of its run (saved by an older babelfeed, or by an "
+            raise StateError("this state carries no config of its run (saved by an older babelfeed, or by an "
                              "iterator not built from a config): resume with the config it was saved with, then "
                              "edit at a later state")
         data = state.get("data") if "data" in state else (state.get("stream") or {}).get("data")
@@ -252,8 +254,8 @@ class TranslationState:
         try:
             old.set_state(state)  # the saved config reproduces the saved run
         except ValueError as e:
-            raise ValueError(f"the config this state was saved with does not reproduce its run on the data at "
-                             f"{old_cfg.data.path} (a stream the edit removed reads other data now?): {e}") from None
+            raise StateMismatch(f"the config this state was saved with does not reproduce its run on the data at "
+                                f"{old_cfg.data.path} (a stream the edit removed reads other data now?): {e}") from None
         self.continue_from(old)
 
     WEIGHT_KEYS = ("mixing.schedule.weights", "mixing.schedule.boundaries")
@@ -310,7 +312,7 @@ class TranslationState:
         history = old.skips.events
         pending = [b for e in history if "steps" in e for b in e["batches"] if b[0] > epoch]
         if pending:
-            from babelfeed.run.skips import SkipError
+            from babelfeed.errors import SkipError
 
             raise SkipError(f"this run skips global batches {pending[0][1]}..{pending[0][2] - 1} of epoch "
                             f"{pending[0][0]}, an epoch it has not reached yet, and an edit changes how many batches "
@@ -398,7 +400,7 @@ class TranslationState:
 
     def _check_stream(self, stream, keys=None) -> None:
         if isinstance(stream, dict) and "keys" in stream and keys is not None and stream["keys"] != list(keys):
-            raise ValueError(f"iterator state field stream['keys'] names the streams {str(stream['keys'])[:200]}, "
+            raise StateError(f"iterator state field stream['keys'] names the streams {str(stream['keys'])[:200]}, "
                              f"this config's are {str(list(keys))[:200]}: an edited mixture resumes with "
                              f"set_state(state, mixture_change='allow')")
         ok = (isinstance(stream, dict) and set(stream) - {"keys"} == {"positions", "batches"}
@@ -406,5 +408,5 @@ class TranslationState:
               and not isinstance(stream["batches"], bool) and stream["batches"] >= 0
               and all(isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in stream["positions"]))
         if not ok:
-            raise ValueError(f"iterator state field 'stream' must be {{'positions': [integers >= 0], 'batches': "
+            raise StateError(f"iterator state field 'stream' must be {{'positions': [integers >= 0], 'batches': "
                              f"integer >= 0}}, got {stream!r}"[:300])

@@ -4,8 +4,3 @@
 index), ``blending`` (Megatron's blending and splits), ``mixture`` (the blend over time).
 Imports iterators and below.
 """
-
-from babelfeed._compat import former_module
-
-# babelfeed.lm was one module, now babelfeed.lm.iterator: its names are still found here
-__getattr__ = former_module(__name__, "iterator")

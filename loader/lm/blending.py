@@ -21,6 +21,7 @@ import numpy as np
 
 from babelfeed.gather.engine import KERNEL
 from babelfeed.sources.cache import IndexCache  # noqa: F401  (part of this module's face)
+from babelfeed.errors import ConfigError
 
 
 def blending_indices(weights, size: int, megatron: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -37,11 +38,11 @@ def blending_indices(weights, size: int, megatron: bool = True) -> tuple[np.ndar
     with np.errstate(over="ignore"):
         total = w.sum() if w.ndim == 1 else 0.0
     if w.ndim != 1 or not len(w) or (w < 0).any() or not np.isfinite(w).all() or not total > 0:
-        raise ValueError(f"weights must be a non-empty list of finite non-negative numbers, got {weights!r}")
+        raise ConfigError(f"weights must be a non-empty list of finite non-negative numbers, got {weights!r}")
     if not np.isfinite(total):  # normalising would turn every weight into 0 (and blend round-robin)
-        raise ValueError(f"weights add up past the largest float ({weights!r}): scale them down")
+        raise ConfigError(f"weights add up past the largest float ({weights!r}): scale them down")
     if len(w) > np.iinfo(np.int16).max:
-        raise ValueError(f"at most {np.iinfo(np.int16).max} datasets can be blended, got {len(w)}")
+        raise ConfigError(f"at most {np.iinfo(np.int16).max} datasets can be blended, got {len(w)}")
     w = np.ascontiguousarray(w / w.sum())  # Megatron normalises the same way, in float64
     dataset = np.empty(size, dtype=np.int16)
     sample = np.empty(size, dtype=np.int64)
@@ -100,7 +101,7 @@ def parse_data_path(spec) -> list[tuple[float, str]]:
     """
     tokens = spec.split() if isinstance(spec, str) else [str(t) for t in spec]
     if not tokens:
-        raise ValueError("empty data path")
+        raise ConfigError("empty data path")
 
     def number(t):
         try:
@@ -110,16 +111,16 @@ def parse_data_path(spec) -> list[tuple[float, str]]:
 
     if number(tokens[0]) is None:
         if any(number(t) is not None for t in tokens):
-            raise ValueError(f"data path {spec!r} mixes weighted and unweighted entries")
+            raise ConfigError(f"data path {spec!r} mixes weighted and unweighted entries")
         return [(1.0, t) for t in tokens]
     if len(tokens) % 2:
-        raise ValueError(f"data path {spec!r} must alternate weight and prefix")
+        raise ConfigError(f"data path {spec!r} must alternate weight and prefix")
     out = []
     for weight, prefix in zip(tokens[::2], tokens[1::2]):
         if number(weight) is None or number(prefix) is not None:
-            raise ValueError(f"data path {spec!r}: expected a weight then a prefix, got {weight!r} {prefix!r}")
+            raise ConfigError(f"data path {spec!r}: expected a weight then a prefix, got {weight!r} {prefix!r}")
         if float(weight) < 0:
-            raise ValueError(f"data path {spec!r}: negative weight {weight}")
+            raise ConfigError(f"data path {spec!r}: negative weight {weight}")
         out.append((float(weight), prefix))
     return out
 
@@ -128,11 +129,11 @@ def parse_split(split: str) -> list[float]:
     """``"969,30,1"`` -> [0.969, 0.03, 0.001]: numbers extracted, padded to 3 with zeros, normalised."""
     values = [float(x) for x in re.findall(r"[.0-9]+", str(split))]
     if not values or len(values) > 3:
-        raise ValueError(f"split {split!r} must hold one to three numbers, e.g. '969,30,1'")
+        raise ConfigError(f"split {split!r} must hold one to three numbers, e.g. '969,30,1'")
     values += [0.0] * (3 - len(values))
     total = sum(values)
     if total <= 0:
-        raise ValueError(f"split {split!r} adds up to 0")
+        raise ConfigError(f"split {split!r} adds up to 0")
     return [v / total for v in values]
 
 

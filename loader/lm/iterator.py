@@ -40,7 +40,7 @@ import numpy as np
 
 from babelfeed.checks import at_least
 from babelfeed.gather import engine as gather
-from babelfeed.errors import FormatError
+from babelfeed.errors import ConfigError, FormatError, OutOfRange, UsageError
 from babelfeed.lm.blending import IndexCache, blending_indices, parse_data_path
 from babelfeed.iterators.protocol import LoaderIterator
 from babelfeed.lm.plan import MODES, LMSource
@@ -60,13 +60,13 @@ class LMIterator(LMRun, LoaderIterator):
                  world_size: int = 1, cache: IndexCache | None = None, split: str = "rows", name: str = "train",
                  vocab_size: int = 0):
         if split != "rows":
-            raise ValueError("an LM iterator splits every global batch into rows per rank (split='rows'): "
-                             "global_batch counts the samples of one step over all ranks")
+            raise ConfigError("an LM iterator splits every global batch into rows per rank (split='rows'): "
+                              "global_batch counts the samples of one step over all ranks")
         super().__init__(rank, world_size, split, streams=len(sources))
         if global_batch < 1 or global_batch % world_size:
-            raise ValueError(f"global_batch {global_batch} must be a positive multiple of world_size {world_size}")
+            raise ConfigError(f"global_batch {global_batch} must be a positive multiple of world_size {world_size}")
         if num_samples < global_batch:
-            raise ValueError(f"num_samples={num_samples} is less than one global batch ({global_batch} samples)")
+            raise ConfigError(f"num_samples={num_samples} is less than one global batch ({global_batch} samples)")
         self.sources, self.weights, self.global_batch = sources, [float(w) for w in weights], global_batch
         self.name = self.record.name = name
         self.record.ledger.fields = ("samples", "tokens", "passes")
@@ -110,7 +110,7 @@ class LMIterator(LMRun, LoaderIterator):
         documents split by ``split`` (train/valid/test shares) and served from ``split_name``, ``mode``
         ``"concat"``, ``"pack"`` or ``"sentences"``. ``from_config`` takes the same from a config."""
         if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+            raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
         for key, value, low in (("seq_len", seq_len, 1), ("global_batch", global_batch, 1),
                                 ("num_samples", num_samples, 1), ("vocab_size", vocab_size, 0)):
             at_least(key, value, low)  # (seq_len 0 served (8, 0) batches, or divided by zero)
@@ -165,7 +165,7 @@ class LMIterator(LMRun, LoaderIterator):
         """Global batch ``k``; ``at``: ``(k, base[, stride])`` as the caller counts it (remote data: the batches
         after it are fetched ahead, :class:`~babelfeed.iterators.fetch_ahead.FetchAhead`)."""
         if not 0 <= k < len(self):
-            raise IndexError(f"batch {k} out of range: the run has {len(self)} global batches")
+            raise OutOfRange(f"batch {k} out of range: the run has {len(self)} global batches")
         if self.spaces.remote:
             from babelfeed.storage.remote import set_clock
 
@@ -374,7 +374,7 @@ class LMIterator(LMRun, LoaderIterator):
         tokens: the ``tokens`` positions of its row that hold data)}``."""
         g = np.asarray(g, dtype=np.int64).reshape(-1)
         if len(g) and (g.min() < 0 or g.max() >= self.num_samples):
-            raise ValueError(f"sample {int(g.max() if g.max() >= self.num_samples else g.min())} is not a sample of "
+            raise UsageError(f"sample {int(g.max() if g.max() >= self.num_samples else g.min())} is not a sample of "
                              f"this run (0 to {self.num_samples - 1})")
         which, k_in = self.dataset_index[g].astype(np.int64), self.dataset_sample[g]
         if len(g) and (which < 0).any():
@@ -422,7 +422,7 @@ class LMIterator(LMRun, LoaderIterator):
 
     def _seek(self, epoch: int, consumed: int, total_steps: int) -> None:
         if epoch != 1:
-            raise ValueError(f"an LM run is one pass (epoch 1), not epoch {epoch}")
+            raise UsageError(f"an LM run is one pass (epoch 1), not epoch {epoch}")
         self.consumed = min(int(consumed) * self.global_batch, self.num_samples)
 
     def epoch_batches(self, epoch: int) -> int:

@@ -38,7 +38,7 @@ def _blend(event: dict, size: int) -> tuple[list, np.ndarray, np.ndarray]:
 def check_offsets(events: list) -> None:
     """Each event's offsets are what the events before it took from every dataset (the first's all 0): an edited
     offset would skip or repeat a dataset's samples (or, far off, plan epochs without end)."""
-    from babelfeed.run.history import HistoryError
+    from babelfeed.errors import HistoryError
 
     for i, e in enumerate(events):
         want = offsets_at(events[:i], e["sample"]) if i else {}

@@ -15,7 +15,7 @@ A dataset's split is read as its sequences, shuffled anew every epoch, and cut i
 Samples of an epoch are served in a keyed pseudorandom order. :meth:`LMSource.pieces` turns any set of
 (epoch, sample) pairs into pieces in one vectorised pass, checking that every record it reads lies inside the
 ``.bin``; the gather then copies every piece of a batch at once (``gather.scatter``). The per-epoch arrays (sequence order, sample index, pack plan) are cached by
-:class:`~babelfeed.blending.IndexCache` under names derived from everything they depend on.
+:class:`~babelfeed.lm.blending.IndexCache` under names derived from everything they depend on.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from babelfeed.plan.packing import gpt_sample_index, pack, pack_sentences, ragge
 from babelfeed.permute import derive_key, permute
 from babelfeed.sources.corpus import open_shared
 from babelfeed.sources.rows import check_records
+from babelfeed.errors import DataError, UsageError
 
 MODES = ("concat", "pack", "sentences")
 
@@ -40,7 +41,7 @@ class LMSource:
     def __init__(self, prefix, split: str, split_name: str, seq_len: int, mode: str, seed: int,
                  cache: IndexCache | None, verify: str = "full"):
         if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+            raise UsageError(f"mode must be one of {MODES}, got {mode!r}")
         self.prefix = os.fspath(prefix)
         self.ds = open_shared(prefix, verify=verify)  # (inside corpus.reusing: a dataset already open)
         # shuffles are keyed by the data (its size hashes), not by how its path is spelled: the same files named
@@ -48,11 +49,11 @@ class LMSource:
         self.data_key = self.ds.content_digest
         parts = document_splits(self.ds, split)
         if parts.get(split_name) is None:
-            raise ValueError(f"{self.prefix}: split {split!r} leaves no documents for {split_name!r}")
+            raise DataError(f"{self.prefix}: split {split!r} leaves no documents for {split_name!r}")
         self.sequences = np.arange(parts[split_name][1].start, parts[split_name][1].stop, dtype=np.int64)
         self.documents = parts[split_name][0]
         if not len(self.sequences):
-            raise ValueError(f"{self.prefix}: the {split_name} split is empty")
+            raise DataError(f"{self.prefix}: the {split_name} split is empty")
         self.seq_len, self.mode, self.seed, self.cache = seq_len, mode, seed, cache
         self.split, self.split_name = split, split_name
         self.at = (-1, 0)  # (token space, first token of this dataset there), set by the iterator
@@ -141,7 +142,7 @@ class LMSource:
             while True:
                 n = self.samples_per_epoch(e)
                 if n <= 0:
-                    raise ValueError(f"{self.prefix}: an epoch of this split holds no sample of {self.seq_len} tokens")
+                    raise DataError(f"{self.prefix}: an epoch of this split holds no sample of {self.seq_len} tokens")
                 inside = (k >= start) & (k < start + n)
                 epoch[inside], j[inside] = e, k[inside] - start
                 if start + n > top:

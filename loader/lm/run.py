@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from babelfeed.iterators.protocol import StateMismatch
+from babelfeed.errors import StateError, StateMismatch, UsageError
 
 
 class LMRun:
@@ -53,7 +53,7 @@ class LMRun:
         self._check_state(state, strict, {"consumed_samples": 0}, optional=self.STATE_FIELDS)
         consumed = state["consumed_samples"]
         if consumed % self.global_batch or consumed > self.num_samples:
-            raise ValueError(f"consumed_samples={consumed} must be a multiple of global_batch={self.global_batch} "
+            raise StateError(f"consumed_samples={consumed} must be a multiple of global_batch={self.global_batch} "
                              f"and at most num_samples={self.num_samples}")
         events = self._events_of(state)
         self.record.skips.check(self.record.read(state).skips, lm=True, at=consumed)
@@ -62,7 +62,7 @@ class LMRun:
         missing = self._missing(int(consumed), self.num_samples)
         if missing:
             self.record.weights.blend, self.dataset_index, self.dataset_sample = before
-            raise ValueError(f"this state's blend takes samples from dataset {missing}: resume with the run's "
+            raise StateError(f"this state's blend takes samples from dataset {missing}: resume with the run's "
                              f"data_path and data")
         self._load_record(state, int(consumed))
         self.consumed = int(consumed)
@@ -120,7 +120,8 @@ class LMRun:
         """The blend events of a state's history, checked against its position: the first at sample 0, each at
         a global batch boundary no later than ``consumed_samples``, and each event's offsets exactly the samples
         the events before it took from every dataset (``babelfeed.lm.mixture``)."""
-        from babelfeed.run.history import HistoryError, check
+        from babelfeed.run.history import check
+        from babelfeed.errors import HistoryError
         from babelfeed.lm.mixture import check_offsets
 
         events = check(state["history"]).blend if "history" in state else []
@@ -150,13 +151,13 @@ class LMRun:
             weights = (saved.get("opts") or {}).get("data_path weights")
             streams = list((saved.get("streams") or {}))
             if not isinstance(weights, list) or len(weights) != len(streams) or len(set(streams)) != len(streams):
-                raise ValueError("this LM state carries no blend history (saved by an older babelfeed) and its "
+                raise StateError("this LM state carries no blend history (saved by an older babelfeed) and its "
                                  "identity does not say its weights per dataset: resume with the run's data_path, "
                                  "then edit at a later state")
             events = [first_event(streams, weights, streams)]
         at = int(state["consumed_samples"])
         if at > self.num_samples or at % self.global_batch:
-            raise ValueError(f"consumed_samples={at} must be a multiple of global_batch={self.global_batch} and at "
+            raise StateError(f"consumed_samples={at} must be a multiple of global_batch={self.global_batch} and at "
                              f"most num_samples={self.num_samples}")
         keys, names = self.data_keys(), self.dataset_names()
         last_names = {}
@@ -165,8 +166,8 @@ class LMRun:
         by_name = {n: k for k, n in last_names.items()}
         changed = [n for n, k in zip(names, keys) if n in by_name and by_name[n] != k and by_name[n] not in keys]
         if changed:
-            raise ValueError(f"dataset(s) {changed} hold other data than when this state was saved (their content "
-                             f"digest changed): an edit may add or remove datasets, not change one's data")
+            raise StateMismatch(f"dataset(s) {changed} hold other data than when this state was saved (their content "
+                                f"digest changed): an edit may add or remove datasets, not change one's data")
         offsets = offsets_at(events, at)
         old = {last_names.get(k, k): w for k, w in events[-1]["weights"].items()}
         event = {"event": "blend", "sample": at, "weights": {k: float(w) for k, w in zip(keys, self.weights)},
@@ -279,7 +280,7 @@ class LMRun:
         return f"{name} (sample {sample}), which this config does not list (an edit removed it)"
 
     def _refuse_missing(self, lo: int, hi: int) -> None:
-        raise ValueError(f"global sample {lo} of this run came from dataset {self._missing(lo, hi)}: use the "
+        raise UsageError(f"global sample {lo} of this run came from dataset {self._missing(lo, hi)}: use the "
                          f"config and data of that part of the run")
 
     _weight_noun = "dataset"
@@ -295,7 +296,7 @@ class LMRun:
         names = self.dataset_names()
         at = self.consumed
         if at >= self.num_samples:
-            raise ValueError("set_weights after the run's last batch: nothing is left to blend")
+            raise UsageError("set_weights after the run's last batch: nothing is left to blend")
         events = self.record.weights.blend or [self._first_event()]
         keys = self.data_keys()
         offsets = offsets_at(events, at)
@@ -315,7 +316,8 @@ class LMRun:
     def _skip_steps(self, steps, world_size) -> dict:
         """Training steps: global batches, on any world size (``world_size`` is the adapters' and means nothing
         here)."""
-        from babelfeed.run.skips import SkipError, step_range
+        from babelfeed.run.skips import step_range
+        from babelfeed.errors import SkipError
 
         a, b = step_range(steps, self.total_steps)
         if b - 1 > len(self):
@@ -324,7 +326,8 @@ class LMRun:
 
     def _skip_ids(self, ids) -> dict:
         """Global samples not yet served (``trace``'s ``sample``)."""
-        from babelfeed.run.skips import SkipError, as_ranges
+        from babelfeed.run.skips import as_ranges
+        from babelfeed.errors import SkipError
 
         arr = np.asarray(ids) if isinstance(ids, (list, tuple, range, np.ndarray, int, np.integer)) and \
             not isinstance(ids, bool) else None
@@ -343,7 +346,8 @@ class LMRun:
     def _skip_where(self, where) -> dict:
         """``{"dataset": names, "documents": range(lo, hi)}``: the samples of those datasets, or of those holding
         any document of the range."""
-        from babelfeed.run.skips import LM_TERMS, SkipError, name_list, range_arg, where_terms
+        from babelfeed.run.skips import LM_TERMS, name_list, range_arg, where_terms
+        from babelfeed.errors import SkipError
 
         where_terms(where, LM_TERMS, "an LM run")
         out: dict = {}
@@ -356,7 +360,7 @@ class LMRun:
         return out
 
     def _refuse_skipping_everything(self, event: dict) -> None:
-        from babelfeed.run.skips import SkipError
+        from babelfeed.errors import SkipError
 
         out = event["where"]
         if "documents" not in out and set(out.get("dataset", self.dataset_names())) >= set(self.dataset_names()):
@@ -373,13 +377,13 @@ class LMRun:
         import copy
 
         if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(self):
-            raise ValueError(f"step must be an integer in [1, {len(self)}] (the run's global batches), got {step!r}")
+            raise UsageError(f"step must be an integer in [1, {len(self)}] (the run's global batches), got {step!r}")
         world = self.world_size if world_size is None else int(world_size)
         rank = self.rank if rank is None else rank
         if world < 1 or self.global_batch % world:
-            raise ValueError(f"world_size {world} must divide global_batch {self.global_batch}")
+            raise UsageError(f"world_size {world} must divide global_batch {self.global_batch}")
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
-            raise ValueError(f"rank must be an integer in [0, {world}), got {rank!r}")
+            raise UsageError(f"rank must be an integer in [0, {world}), got {rank!r}")
         if state is None:
             probe = copy.copy(self)  # (this iterator left as it was)
             probe.record = copy.deepcopy(self.record)
@@ -396,7 +400,7 @@ class LMRun:
         if state is not None:
             return self._run_for_step(state, step).trace(step)
         if step > len(self):
-            raise ValueError(f"step {step} is past the run's end: it is {len(self)} global batches (num_samples)")
+            raise UsageError(f"step {step} is past the run's end: it is {len(self)} global batches (num_samples)")
         first = (step - 1) * self.global_batch
         per_rank = self.global_batch // self.world_size
         g = np.arange(first, first + self.global_batch)

@@ -6,8 +6,3 @@ batch_by_size), ``shapes``/``shape_boxes`` (static shapes), ``packing``, ``sched
 ``options`` (PlanOptions), ``planner`` (EpochPlanner: an epoch's windows), ``stream`` (the stream sampler's
 windows), ``samples`` (planned samples), ``bins`` (a length-bin sampler for torch). Imports sources and below.
 """
-
-from babelfeed._compat import former_module
-
-# babelfeed.plan was one module, now babelfeed.plan.planner: its names are still found here
-__getattr__ = former_module(__name__, "planner")

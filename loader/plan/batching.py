@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from babelfeed._native import plan_kernel
+from babelfeed.errors import DataError, UsageError
 
 _U16 = np.iinfo(np.uint16).max
 
@@ -42,7 +43,7 @@ def length_order(src_len: np.ndarray, tgt_len: np.ndarray | None, rng: np.random
     cost = src if tgt_len is None else np.maximum(src, np.asarray(tgt_len))
     n = len(src)
     if n and int(cost.max()) > _U16:
-        raise ValueError(f"sample of {int(cost.max())} tokens: lengths above {_U16} are not supported")
+        raise DataError(f"sample of {int(cost.max())} tokens: lengths above {_U16} are not supported")
     order = np.argsort(rkey, kind="stable")
     if tgt_len is not None:
         order = order[np.argsort(src.astype(np.uint16)[order], kind="stable")]
@@ -69,11 +70,11 @@ def batch_sorted(cost: np.ndarray, max_tokens: int, max_sentences: int | None = 
         if compiled is not None:
             return compiled
     if n > 1 and (np.diff(cost.astype(np.int64)) < 0).any():
-        raise ValueError("batch_sorted needs costs in non-decreasing order")
+        raise UsageError("batch_sorted needs costs in non-decreasing order")
     if int(cost[-1]) > max_tokens:
-        raise ValueError(f"a sample of {int(cost[-1])} tokens exceeds max_tokens={max_tokens}")
+        raise DataError(f"a sample of {int(cost[-1])} tokens exceeds max_tokens={max_tokens}")
     if int(cost[0]) < 1:
-        raise ValueError("sample costs must be >= 1")
+        raise UsageError("sample costs must be >= 1")
     mv = memoryview(np.ascontiguousarray(cost, dtype=np.int64))
     ends = []
     i = 0
@@ -112,7 +113,7 @@ def fairseq_batch_by_size(indices, num_tokens, max_tokens=None, max_sentences=No
     costs = np.asarray(num_tokens)[indices].astype(np.int64)
     if max_tokens > 0 and int(costs.max()) > max_tokens:
         k = int(np.argmax(costs > max_tokens))
-        raise ValueError(f"sample {int(indices[k])} has {int(costs[k])} tokens, more than max_tokens={max_tokens}")
+        raise DataError(f"sample {int(indices[k])} has {int(costs[k])} tokens, more than max_tokens={max_tokens}")
     ends = [0]  # ends[-1]: committed end of the running batch; earlier entries end finished batches
     batch_start = tail_max = batch_max = 0
     for pos, cost in enumerate(costs.tolist()):

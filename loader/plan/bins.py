@@ -2,7 +2,7 @@
 
 Samples are split into length bins, each bin has its own batch size, bins are drawn in proportion to their
 size, and every sample of a bin is seen before the bin reshuffles. The bins are a shape plan
-(:mod:`babelfeed.shapes`): quarters of the maximum length (``bins="quarters"``: edges L/4, L/2, 3L/4, L),
+(:mod:`babelfeed.plan.shapes`): quarters of the maximum length (``bins="quarters"``: edges L/4, L/2, 3L/4, L),
 or the padding-optimal K edges (``bins=K``); a bin's batch size is the token budget over its edge, so every
 batch of a bin has the same padded size.
 
@@ -29,6 +29,7 @@ import numpy as np
 
 from babelfeed.checks import check_rank
 from babelfeed.plan.shapes import ShapePlan, plan_shapes, shapes_from_widths
+from babelfeed.errors import DataError, StateError, UsageError, UsageTypeError
 
 
 class LengthBinSampler:
@@ -39,11 +40,11 @@ class LengthBinSampler:
                  world_size: int = 1):
         self.lengths = np.asarray(lengths, dtype=np.int64)
         if self.lengths.ndim != 1 or not len(self.lengths):
-            raise ValueError("lengths must be a non-empty 1-D array")
+            raise UsageError("lengths must be a non-empty 1-D array")
         check_rank(rank, world_size)
         longest = int(max_length or self.lengths.max())
         if self.lengths.max() > longest:
-            raise ValueError(f"a sample of {int(self.lengths.max())} tokens is longer than max_length={longest}")
+            raise DataError(f"a sample of {int(self.lengths.max())} tokens is longer than max_length={longest}")
         if bins == "quarters":
             edges = sorted({max(1, -(-longest * q // 4)) for q in (1, 2, 3, 4)})
             self.plan: ShapePlan = shapes_from_widths(edges, self.lengths, max_tokens, multiple, max_sentences)
@@ -118,12 +119,12 @@ class LengthBinSampler:
         not what training has seen.
         """
         if batches_seen is None:
-            raise TypeError("LengthBinSampler.state_dict(batches_seen): pass the number of batches the training "
-                            "loop received from the DataLoader in this iteration; the sampler alone cannot tell, "
-                            "since DataLoader workers take index lists ahead of the batches handed out")
+            raise UsageTypeError("LengthBinSampler.state_dict(batches_seen): pass the number of batches the training "
+                                 "loop received from the DataLoader in this iteration; the sampler alone cannot tell, "
+                                 "since DataLoader workers take index lists ahead of the batches handed out")
         seen = int(batches_seen)
         if not 0 <= seen <= len(self) - self._start:
-            raise ValueError(f"batches_seen={batches_seen} is outside 0..{len(self) - self._start}: this "
+            raise UsageError(f"batches_seen={batches_seen} is outside 0..{len(self) - self._start}: this "
                              f"iteration has {len(self) - self._start} batches")
         return {"epoch": self.epoch, "batches_done": self._start + seen}
 
@@ -131,13 +132,13 @@ class LengthBinSampler:
         """Continue after ``state`` (from ``state_dict``). This sampler orders a dataset of the user's own, so its
         state is its own: an epoch and the batches done in it (a babelfeed iterator's state is refused by name)."""
         if isinstance(state, dict) and ("version" in state or "consumed" in state or "consumed_samples" in state):
-            raise ValueError("this is a babelfeed iterator's state (a BatchIterator's, a loader's); a LengthBinSampler "
+            raise StateError("this is a babelfeed iterator's state (a BatchIterator's, a loader's); a LengthBinSampler "
                              "resumes from its own state_dict(batches_seen): {'epoch', 'batches_done'}")
         ok = (isinstance(state, dict) and set(state) == {"epoch", "batches_done"}
               and all(isinstance(state[k], int) and not isinstance(state[k], bool) for k in state)
               and state["epoch"] >= 0 and 0 <= state["batches_done"] <= len(self))
         if not ok:
-            raise ValueError(f"a LengthBinSampler state is {{'epoch': int >= 0, 'batches_done': int in 0..{len(self)}}} "
+            raise StateError(f"a LengthBinSampler state is {{'epoch': int >= 0, 'batches_done': int in 0..{len(self)}}} "
                              f"(from state_dict(batches_seen)), got {str(state)[:200]}")
         self.epoch = state["epoch"]
         self._skip = state["batches_done"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from babelfeed.plan import copies, cutting
+from babelfeed.errors import DataError
 
 
 @dataclass
@@ -98,8 +99,8 @@ class FairseqCutter:
             o.max_source_positions, o.max_target_positions, o.fairseq_drop_last)
         if len(dropped) and o.on_too_long == "raise":
             i = int(dropped[0])
-            raise ValueError(f"{setup.directions[int(dirs[i])].key} row {int(rows[i])} is longer than "
-                             f"max_source_positions/max_target_positions (filter.on_too_long='raise')")
+            raise DataError(f"{setup.directions[int(dirs[i])].key} row {int(rows[i])} is longer than "
+                            f"max_source_positions/max_target_positions (filter.on_too_long='raise')")
         filtered = np.bincount(dirs[dropped], minlength=len(setup.directions)).astype(np.int64)
         return planner._finish(setup, epoch, w, s, select, ends, served, filtered)
 

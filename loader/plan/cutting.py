@@ -19,6 +19,7 @@ from babelfeed._native import plan_kernel
 from babelfeed.plan.batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices
 from babelfeed.plan.packing import pack_pairs
 from babelfeed.plan.shapes import assign
+from babelfeed.errors import DataError
 
 
 def dynamic(src_len, tgt_len, max_tokens: int, max_sentences: int, multiple: int) -> np.ndarray:
@@ -45,8 +46,8 @@ def static(src_len, tgt_len, shapes, with_target: bool, on_too_long: str):
     unfit = np.flatnonzero(k < 0)
     if len(unfit) and on_too_long == "raise":
         i = int(unfit[0])
-        raise ValueError(f"a sample of {int(src_len[i])} source / {int(tgt_len[i])} target tokens fits none of "
-                         f"the static shapes {list(shapes)}")
+        raise DataError(f"a sample of {int(src_len[i])} source / {int(tgt_len[i])} target tokens fits none of "
+                        f"the static shapes {list(shapes)}")
     keep = np.flatnonzero(k >= 0)
     select = keep[np.argsort(k[keep].astype(np.int16), kind="stable")]  # a radix sort on 16 bits: O(n)
     counts = np.bincount(k[select], minlength=len(sizes))

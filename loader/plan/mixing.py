@@ -40,19 +40,20 @@ import numpy as np
 
 from babelfeed._native import plan_kernel
 from babelfeed.permute import derive_key, permute, permute_many
+from babelfeed.errors import DataError, UsageError
 
 
 def sampling_probabilities(sizes, temperature: float = 1.0) -> np.ndarray:
     """Per-corpus sampling probabilities ``p_i ~ n_i^(1/T)`` (float64, sums to 1)."""
     sizes = np.asarray(sizes, dtype=np.float64)
     if sizes.ndim != 1 or sizes.size == 0:
-        raise ValueError(f"sizes must be a non-empty 1-D array, got shape {sizes.shape}")
+        raise UsageError(f"sizes must be a non-empty 1-D array, got shape {sizes.shape}")
     if (sizes < 0).any():
-        raise ValueError(f"sizes must be >= 0, got {sizes.tolist()}")
+        raise UsageError(f"sizes must be >= 0, got {sizes.tolist()}")
     if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+        raise UsageError(f"temperature must be > 0, got {temperature}")
     if sizes.sum() == 0:
-        raise ValueError("every corpus is empty")
+        raise DataError("every corpus is empty")
     # fairseq normalises first ((n_i / sum n)^(1/T)), which is the same after renormalising; do it in log space
     # so that a large T or huge sizes cannot underflow.
     with np.errstate(divide="ignore"):
@@ -67,13 +68,13 @@ def fairseq_ratios(sizes, temperature: float) -> np.ndarray:
     (float64), unnormalised. Only for the fairseq sampler: it underflows to 0 where the log-space path does not."""
     sizes = [int(n) for n in np.asarray(sizes).reshape(-1).tolist()]
     if not sizes or min(sizes) < 0 or sum(sizes) == 0:
-        raise ValueError(f"sizes must be a non-empty list of counts >= 0, not all 0, got {sizes}")
+        raise UsageError(f"sizes must be a non-empty list of counts >= 0, not all 0, got {sizes}")
     if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
+        raise UsageError(f"temperature must be > 0, got {temperature}")
     total = sum(sizes)
     ratios = np.array([(n / total) ** (1.0 / temperature) for n in sizes], dtype=np.float64)
     if not ratios.sum() > 0:
-        raise ValueError(f"temperature {temperature} underflows every sampling ratio of sizes {sizes} to 0")
+        raise UsageError(f"temperature {temperature} underflows every sampling ratio of sizes {sizes} to 0")
     return ratios
 
 
@@ -84,7 +85,7 @@ def fairseq_virtual_size(sizes, ratios, max_scale_up: float = 1.5) -> int:
     ratios = np.asarray(ratios, dtype=np.float64)
     j = int(np.argmax(sizes))
     if ratios[j] == 0:
-        raise ValueError("the largest corpus has sampling ratio 0; give an explicit virtual size")
+        raise UsageError("the largest corpus has sampling ratio 0; give an explicit virtual size")
     vsize = sum([(r / ratios[j]) * sizes[j] for r in ratios])
     max_size = sum(sizes) * max_scale_up
     return int(vsize if vsize < max_size else max_size)
@@ -93,7 +94,7 @@ def fairseq_virtual_size(sizes, ratios, max_scale_up: float = 1.5) -> int:
 def weight_probabilities(weights) -> np.ndarray:
     w = np.asarray(weights, dtype=np.float64)
     if w.ndim != 1 or w.size == 0 or (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
-        raise ValueError(f"weights must be finite, >= 0 and not all 0, got {np.asarray(weights).tolist()}")
+        raise UsageError(f"weights must be finite, >= 0 and not all 0, got {np.asarray(weights).tolist()}")
     return w / w.sum()
 
 
@@ -105,7 +106,7 @@ def virtual_size(sizes, probs, max_scale_up: float = 1.5) -> int:
     sizes = np.asarray(sizes, dtype=np.float64)
     probs = np.asarray(probs, dtype=np.float64)
     if not (probs > 0).any():
-        raise ValueError("no corpus has a probability above 0")
+        raise UsageError("no corpus has a probability above 0")
     j = int(np.argmax(np.where(probs > 0, sizes, -1.0)))
     scaled = float(np.sum(probs / probs[j] * sizes[j]))
     return int(min(scaled, max_scale_up * float(sizes.sum())))
@@ -120,7 +121,7 @@ def fairseq_estimated_total(shard_sizes, epoch: int) -> int:
     sizes = [int(n) for n in shard_sizes]
     k = len(sizes)
     if not k or epoch < 1:
-        raise ValueError(f"need at least one shard size and an epoch >= 1, got {sizes} and epoch {epoch}")
+        raise UsageError(f"need at least one shard size and an epoch >= 1, got {sizes} and epoch {epoch}")
     known = {(e - 1) % k for e in range(1, min(epoch, k) + 1)}
     largest = max(sizes[i] for i in known)
     return sum(sizes[i] if i in known else largest for i in range(k))
@@ -150,7 +151,7 @@ class StratifiedDraw:
 
     def __init__(self, n: int, count: int, key_parts: tuple):
         if n <= 0 and count > 0:
-            raise ValueError("cannot draw from an empty corpus")
+            raise DataError("cannot draw from an empty corpus")
         self.n, self.count = int(n), int(count)
         self.q, self.r = divmod(self.count, self.n) if self.n else (0, 0)
         self.order_key = derive_key(*key_parts, "order")
@@ -244,7 +245,7 @@ def fairseq_draw(sizes, ratios, virtual: int, epoch: int, seed: int = 2,
     counts = (virtual * p).astype(np.int64)
     diff = virtual - counts.sum()
     if diff < 0:
-        raise ValueError(f"virtual size {virtual} is smaller than the floor of its counts")
+        raise UsageError(f"virtual size {virtual} is smaller than the floor of its counts")
     if diff > 0:
         for i in rng.choice(len(p), size=int(diff), p=p):
             counts[i] += 1
@@ -264,7 +265,7 @@ def task_probabilities(task_probs, task_of, sizes, temperature: float = 1.0) -> 
         if pt == 0 or not len(members):
             continue
         if sizes[members].sum() == 0:
-            raise ValueError(f"task {t} has weight {pt} but no data")
+            raise DataError(f"task {t} has weight {pt} but no data")
         out[members] = pt * sampling_probabilities(sizes[members], temperature)
     return out / out.sum()
 
@@ -281,7 +282,7 @@ class StreamDraw:
         pos = np.asarray(positions, dtype=np.int64)
         if self.n <= 0:
             if pos.size:
-                raise ValueError(f"cannot draw from an empty stream {self.key_parts}")
+                raise DataError(f"cannot draw from an empty stream {self.key_parts}")
             return pos
         passes, local = np.divmod(pos, self.n)
         out = np.empty_like(pos)
@@ -300,7 +301,7 @@ def stream_rows(draws: list, which: np.ndarray, positions: np.ndarray) -> np.nda
     sizes = np.array([d.n for d in draws], dtype=np.int64)
     n = sizes[which]
     if (n <= 0).any():
-        raise ValueError(f"cannot draw from an empty stream {draws[int(which[np.argmax(n <= 0)])].key_parts}")
+        raise DataError(f"cannot draw from an empty stream {draws[int(which[np.argmax(n <= 0)])].key_parts}")
     passes, local = np.divmod(pos, n)
     # the (stream, pass) pairs as one int64 each: a 1-D unique is several times faster than a row-wise one
     width = int(passes.max()) + 1

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from babelfeed.errors import DataError, UsageError
+
 
 @dataclass
 class PackPlan:
@@ -95,10 +97,10 @@ def pack(lengths, row_length: int) -> PackPlan:
     (2, 1.0)
     """
     if row_length < 1:
-        raise ValueError(f"row_length must be >= 1, got {row_length}")
+        raise UsageError(f"row_length must be >= 1, got {row_length}")
     lengths = np.asarray(lengths, dtype=np.int64)
     if (lengths < 0).any():
-        raise ValueError("lengths must be >= 0")
+        raise UsageError("lengths must be >= 0")
     # pieces: full rows cut from sequences longer than a row, then the remainders
     full = lengths // row_length
     rem = lengths % row_length
@@ -173,7 +175,7 @@ def gpt_sample_index(sizes, document_order, seq_len: int, add_extra_token: bool 
     total = int(stream.sum())
     extra = int(add_extra_token)
     if seq_len < 1:
-        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+        raise UsageError(f"seq_len must be >= 1, got {seq_len}")
     if drop_last:
         n = (total - extra) // seq_len
     else:  # helpers.cpp: ceil(float(num_epochs * tokens_per_epoch - extra) / seq_length), a C++ float
@@ -243,7 +245,7 @@ def pack_pairs(src_len, tgt_len, src_length: int, tgt_length: int) -> PairPackPl
     src_len = np.asarray(src_len, dtype=np.int64)
     tgt_len = np.asarray(tgt_len, dtype=np.int64)
     if ((src_len > src_length) | (tgt_len > tgt_length)).any():
-        raise ValueError(f"a pair is longer than the row shape ({src_length}, {tgt_length})")
+        raise DataError(f"a pair is longer than the row shape ({src_length}, {tgt_length})")
     n = len(src_len)
     order = np.argsort(-(src_len / src_length + tgt_len / tgt_length), kind="stable")
     row = np.empty(n, np.int64)

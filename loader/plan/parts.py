@@ -30,6 +30,7 @@ import numpy as np
 from babelfeed.permute import permute
 from babelfeed.plan.mixing import StratifiedDraw, StreamDraw, stratified_counts, stream_rows
 from babelfeed.sources.sources import Direction
+from babelfeed.errors import StateError, UsageError
 
 
 def available(position: int, served: np.ndarray, x) -> np.ndarray:
@@ -148,14 +149,14 @@ class Part:
         if ok and "base" not in d:
             ok = type(d.get("batches")) is int and d["batches"] >= 0
         if not ok:
-            raise ValueError(f"iterator state field 'part' (where an edited epoch goes on) is not well formed: "
+            raise StateError(f"iterator state field 'part' (where an edited epoch goes on) is not well formed: "
                              f"{str(d)[:300]}")
         served = {}
         for k, v in d["served"].items():
             try:
                 served[k] = decode(v)
             except ValueError:
-                raise ValueError(f"iterator state field part['served'][{k!r}] is not a set of positions "
+                raise StateError(f"iterator state field part['served'][{k!r}] is not a set of positions "
                                  f"(edited or damaged)") from None
         return cls(d["epoch"], d["batch"], d["samples"], float(d["done"]), dict(d["positions"]), served,
                    {k: (int(v[0]), v[1]) for k, v in base.items()}, int(d.get("batches", 0)),
@@ -173,12 +174,12 @@ def decode(text: str) -> np.ndarray:
     try:
         raw = zlib.decompress(base64.b64decode(text.encode("ascii"), validate=True))
     except Exception:
-        raise ValueError("not an encoded set of positions") from None
+        raise StateError("not an encoded set of positions") from None
     if len(raw) % 8:
-        raise ValueError("not an encoded set of positions")
+        raise StateError("not an encoded set of positions")
     p = np.cumsum(np.frombuffer(raw, "<u8").astype(np.int64))
     if len(p) and (p[0] < 0 or (np.diff(p) <= 0).any()):
-        raise ValueError("not an encoded set of positions")
+        raise StateError("not an encoded set of positions")
     return p
 
 
@@ -265,7 +266,7 @@ class PartPlanning:
     other than 0 (``part``), every stream's served positions ahead of it (``served_ahead``, stream sampler: they
     last until the stream reads past them), and the handoff an edit takes from the planner serving before it.
 
-    A part of :class:`~babelfeed.plan.EpochPlanner`; uses its ``setup``, ``window``, ``locate`` and stream
+    A part of :class:`~babelfeed.plan.planner.EpochPlanner`; uses its ``setup``, ``window``, ``locate`` and stream
     planning."""
 
     part: Part | None = None
@@ -343,11 +344,11 @@ class PartPlanning:
         batch) it is the next epoch's start."""
         why = self.can_hand_off()
         if why:
-            raise ValueError(why)
+            raise UsageError(why)
         keys = list(self.keys)
         first = self.first_batch(epoch)
         if g < first:
-            raise ValueError(f"global batch {g} of epoch {epoch} was planned by an earlier part of the run")
+            raise UsageError(f"global batch {g} of epoch {epoch} was planned by an earlier part of the run")
         where = self.locate(epoch, g)
         if where is None:  # the epoch is over: the next one starts
             if self.sampler.streams:

@@ -34,6 +34,7 @@ from babelfeed.sources.rows import groups
 from babelfeed._native import plan_kernel
 from babelfeed.plan.samples import EpochSetup, Samples, Window
 from babelfeed.sources.sources import Direction, SourceSet, data_digest, locate_many
+from babelfeed.errors import ConfigError, DataError, OutOfRange, UsageError
 
 
 class EpochPlanner(StreamPlanning, PartPlanning):
@@ -57,18 +58,18 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         self.part = None  # the run goes on from another plan inside an epoch (plan.parts: a mixture edit)
         self.served_ahead = {}  # stream sampler: per stream, positions served ahead of it (plan.parts)
         if opts.schedule is not None and len(opts.schedule.weights[0]) != len(sources.tasks):
-            raise ValueError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
-                             f"are {len(sources.tasks)} tasks {sources.tasks}")
+            raise ConfigError(f"the mixing schedule has {len(opts.schedule.weights[0])} weights per list but there "
+                              f"are {len(sources.tasks)} tasks {sources.tasks}")
         if self.sampler.streams and sources.shards == "cycle" and sources.max_shards > 1:
-            raise ValueError("mixing.sampler='stream' reads every shard as one stream per corpus: set "
-                             "data.shards='all' (shard cycling is a per-epoch scheme)")
+            raise ConfigError("mixing.sampler='stream' reads every shard as one stream per corpus: set "
+                              "data.shards='all' (shard cycling is a per-epoch scheme)")
         if opts.method == "weights" and opts.schedule is None:
             given = dict(opts.weights)
             missing = [k for k in sources.keys if k not in given]
             extra = [k for k in given if k not in sources.keys]
             if missing or extra:
-                raise ValueError(f"mixing.weights must name exactly the directions used; missing {missing}, "
-                                 f"unknown {extra}")
+                raise ConfigError(f"mixing.weights must name exactly the directions used; missing {missing}, "
+                                  f"unknown {extra}")
         self._check_schedule()
 
     @property
@@ -114,16 +115,16 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         """Task weights (one per task, in ``sources.tasks`` order) for the stream windows whose first batch is at
         global batch ``at`` (since training began) or later; the plans of those already made are dropped."""
         if not self.sampler.streams:
-            raise ValueError("set_weights changes the mixture window by window, which mixing.sampler='stream' does "
+            raise UsageError("set_weights changes the mixture window by window, which mixing.sampler='stream' does "
                              "(the other samplers fix an epoch's counts when it begins): set mixing.sampler='stream' "
                              "and data.shards='all'")
         w = np.asarray(weights, np.float64)
         if w.shape != (len(self.sources.tasks),) or not np.isfinite(w).all() or (w < 0).any() or w.sum() <= 0:
-            raise ValueError(f"set_weights needs a weight >= 0 for each of the {len(self.sources.tasks)} tasks "
+            raise UsageError(f"set_weights needs a weight >= 0 for each of the {len(self.sources.tasks)} tasks "
                              f"{self.sources.tasks}, not all 0; got {w.tolist()}")
         at = int(at)
         if self.weight_changes and at < self.weight_changes[-1][0]:
-            raise ValueError(f"weight changes come in training order: global batch {at} is before the last change's "
+            raise UsageError(f"weight changes come in training order: global batch {at} is before the last change's "
                              f"{self.weight_changes[-1][0]}")
         self.weight_changes.append((at, w / w.sum()))
         self._drop_plans_from(at)
@@ -277,7 +278,7 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         if self.sampler.streams:
             return self._stream_window(setup, epoch, w)
         if not 0 <= w < setup.num_windows:
-            raise IndexError(f"epoch {epoch} has {setup.num_windows} windows, not {w + 1}")
+            raise OutOfRange(f"epoch {epoch} has {setup.num_windows} windows, not {w + 1}")
         dirs, rows, spans = self._window_slice(setup, w)
         return self._plan_window(setup, epoch, w, dirs, rows, spans)
 
@@ -347,7 +348,7 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             if o.on_too_long == "raise":
                 i = int(np.flatnonzero(too_long)[0])
                 d = setup.directions[int(dirs[i])]
-                raise ValueError(
+                raise DataError(
                     f"{d.key} row {int(rows[i])}: {int(src_len[i])} source / {int(tgt_len[i])} target tokens, over "
                     f"max_source_positions={o.max_source_positions} / max_target_positions={o.max_target_positions} "
                     f"(filter.on_too_long='raise'; 'skip' drops and counts such samples)")
@@ -434,7 +435,7 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         setup = self.setup(epoch)
         first = self.first_batch(epoch)
         if g < first:
-            raise ValueError(f"global batch {g} of epoch {epoch} was planned before this plan's part of the run "
+            raise UsageError(f"global batch {g} of epoch {epoch} was planned before this plan's part of the run "
                              f"began (at global batch {first}, a mixture edit)")
         w, start = hint
         if start > g or start < first:

@@ -21,6 +21,7 @@ import numpy as np
 from babelfeed.plan.mixing import (StratifiedDraw, fairseq_draw, fairseq_estimated_total, fairseq_ratios,
                                    fairseq_virtual_size, sampling_probabilities, stratified_counts,
                                    task_probabilities, virtual_size, weight_probabilities)
+from babelfeed.errors import ConfigError
 
 
 class Sampler:
@@ -141,7 +142,7 @@ def names() -> tuple[str, ...]:
 
 def choose(name: str) -> Sampler:
     if name not in _REGISTRY:
-        raise ValueError(f"mixing.sampler must be one of {names()}, got {name!r}")
+        raise ConfigError(f"mixing.sampler must be one of {names()}, got {name!r}")
     return _REGISTRY[name]
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from babelfeed.errors import ConfigError, UsageError
+
 
 @dataclass(frozen=True)
 class MixingSchedule:
@@ -26,20 +28,20 @@ class MixingSchedule:
     def __post_init__(self):
         b = [int(x) for x in self.boundaries]
         if any(x < 0 for x in b) or any(y <= x for x, y in zip(b, b[1:])):
-            raise ValueError(f"schedule boundaries must be non-negative and strictly increasing, got {b}")
+            raise ConfigError(f"schedule boundaries must be non-negative and strictly increasing, got {b}")
         if len(self.weights) != len(b) + 1:
-            raise ValueError(f"a schedule with {len(b)} boundaries needs {len(b) + 1} weight lists, got "
-                             f"{len(self.weights)}")
+            raise ConfigError(f"a schedule with {len(b)} boundaries needs {len(b) + 1} weight lists, got "
+                              f"{len(self.weights)}")
         widths = {len(w) for w in self.weights}
         if len(widths) != 1:
-            raise ValueError(f"every weight list must name the same tasks, got lengths {sorted(widths)}")
+            raise ConfigError(f"every weight list must name the same tasks, got lengths {sorted(widths)}")
         for i, w in enumerate(self.weights):
             arr = np.asarray(w, dtype=np.float64)
             if (arr < 0).any() or not np.isfinite(arr).all() or arr.sum() <= 0:
-                raise ValueError(f"mixing.schedule weight list {i}: weights must be finite, non-negative and not all "
-                                 f"0, got {list(w)}")
+                raise ConfigError(f"mixing.schedule weight list {i}: weights must be finite, non-negative and not all "
+                                  f"0, got {list(w)}")
         if self.mode not in ("step", "linear"):
-            raise ValueError(f"schedule mode must be 'step' or 'linear', got {self.mode!r}")
+            raise ConfigError(f"schedule mode must be 'step' or 'linear', got {self.mode!r}")
         object.__setattr__(self, "boundaries", tuple(b))
         object.__setattr__(self, "weights", tuple(tuple(float(x) for x in w) for w in self.weights))
 
@@ -61,6 +63,6 @@ class MixingSchedule:
 def update_of(global_batches: int, world_size: int = 1, accumulation: int = 1, split: str = "batches") -> float:
     """The optimizer update a loader position corresponds to (fractional within an accumulation cycle)."""
     if world_size < 1 or accumulation < 1:
-        raise ValueError(f"world_size and accumulation must be >= 1, got {world_size}, {accumulation}")
+        raise UsageError(f"world_size and accumulation must be >= 1, got {world_size}, {accumulation}")
     per_update = accumulation * (world_size if split == "batches" else 1)
     return global_batches / per_update

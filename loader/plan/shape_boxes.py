@@ -7,7 +7,7 @@ local search that is exact in its evaluation and never worse than the max(src, t
 
 1. A weighted ``bincount`` of ``src * T + tgt`` (O(n), one pass in blocks) gives the occupied cells. Beyond
    2^22 cells (lengths over about 2048) lengths are binned by a power of two first, widths rounded up to the bin.
-2. The max(src, tgt) plan (the exact programme of :func:`babelfeed.shapes.dp_plan` on the cells).
+2. The max(src, tgt) plan (the exact programme of :func:`babelfeed.plan.shapes.dp_plan` on the cells).
 3. Candidate widths per side ("levels"): every occupied length if at most ``LEVELS``, else weighted quantiles
    and evenly spaced lengths, plus the max plan's widths and the longest. Cells merge onto this coarse grid;
    as box widths are levels, the coarse grid prices any set of boxes exactly.

@@ -15,7 +15,7 @@ batch size, rounded down to the multiple, enters the cost. Lengths are histogram
   This is the optimum over every plan of at most K shapes whose widths are observed lengths (tested against
   brute force). It is compared in ``benchmarks/`` with fairseq's percentile edges (``get_buckets``) and Lhotse's
   equal-token-mass edges.
-* Pairs: boxes over the 2-D (source, target) histogram (:mod:`babelfeed.shape_boxes`), a local search started from
+* Pairs: boxes over the 2-D (source, target) histogram (:mod:`babelfeed.plan.shape_boxes`), a local search started from
   the previous planner's answer (the same programme on ``max(src, tgt)``, ``method="max"``), so it never pads
   more than that plan; (short source, long target) and (long source, short target) get boxes of their own.
 """
@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from babelfeed.plan.shape_dp import dp_plan, padded_rows
+from babelfeed.errors import ConfigError, DataError, InternalError, UsageError
 
 
 @dataclass
@@ -158,19 +159,19 @@ def plan_shapes(lengths, num_shapes: int, max_tokens: int, multiple: int = 8, ma
     ([(6, 10), (2, 30)], 0.75)
     """
     if num_shapes < 1:
-        raise ValueError(f"num_shapes must be >= 1, got {num_shapes}")
+        raise UsageError(f"num_shapes must be >= 1, got {num_shapes}")
     if method not in ("boxes", "max"):
-        raise ValueError(f"method must be 'boxes' or 'max', got {method!r}")
+        raise UsageError(f"method must be 'boxes' or 'max', got {method!r}")
     lengths = np.asarray(lengths)
     if lengths.size == 0:
-        raise ValueError("no lengths to plan shapes for")
+        raise UsageError("no lengths to plan shapes for")
     if lengths.ndim not in (1, 2) or (lengths.ndim == 2 and lengths.shape[1] != 2):
-        raise ValueError(f"lengths must be int[N] or int[N, 2], got shape {lengths.shape}")
+        raise UsageError(f"lengths must be int[N] or int[N, 2], got shape {lengths.shape}")
     if lengths.min() < 1:
-        raise ValueError("lengths must be >= 1")
+        raise UsageError("lengths must be >= 1")
     longest = int(lengths.max())  # of either side: a flat reduction (over strided columns it costs 10x more)
     if longest > max_tokens:
-        raise ValueError(f"a sample of {longest} tokens does not fit max_tokens={max_tokens}")
+        raise DataError(f"a sample of {longest} tokens does not fit max_tokens={max_tokens}")
     w = None if weights is None else np.asarray(weights, dtype=np.float64)
     if w is not None and not w.sum() > 0:
         w = None  # nothing weighs anything: plan for the samples as they are
@@ -215,8 +216,8 @@ def summarise(plan: ShapePlan, src, tgt, count, real: float) -> ShapePlan:
     k = assign(plan.widths, src, tgt)
     if (k < 0).any():
         longest = np.maximum(src, tgt) if tgt is not None else src
-        raise ValueError(f"{int(np.count_nonzero(k < 0))} lengths fit none of the shapes "
-                         f"(longest {int(np.max(longest))})")
+        raise DataError(f"{int(np.count_nonzero(k < 0))} lengths fit none of the shapes "
+                        f"(longest {int(np.max(longest))})")
     n = np.bincount(k, weights=count, minlength=plan.num_shapes)
     per_sample = plan.widths.sum(axis=1) if plan.pairs else plan.widths
     plan.real = float(real)
@@ -236,8 +237,8 @@ def shapes_from_widths(widths, lengths, max_tokens: int, multiple: int = 8, max_
         over = plan.batch_sizes * plan.edges > max_tokens
         if over.any():
             k = int(np.argmax(over))
-            raise ValueError(f"shape {tuple(int(x) for x in np.atleast_1d(plan.widths[k]))} with batch "
-                             f"{int(plan.batch_sizes[k])} exceeds max_tokens={max_tokens}")
+            raise ConfigError(f"shape {tuple(int(x) for x in np.atleast_1d(plan.widths[k]))} with batch "
+                              f"{int(plan.batch_sizes[k])} exceeds max_tokens={max_tokens}")
     return evaluate(plan, lengths, weights)
 
 

@@ -6,7 +6,7 @@ each window's *mark* (sample offset in the epoch, every stream's position, globa
 its weights come from) follows from planning the one before it. With a ``step`` schedule a window that would run
 past a boundary is re-planned, cut where the boundary falls, so the next window starts on the new weights.
 
-:class:`StreamPlanning` is a part of :class:`~babelfeed.plan.EpochPlanner`; it uses the planner's ``setup``,
+:class:`StreamPlanning` is a part of :class:`~babelfeed.plan.planner.EpochPlanner`; it uses the planner's ``setup``,
 ``window``, ``probabilities`` and ``_plan_window``.
 """
 
@@ -20,6 +20,7 @@ from babelfeed.plan.samples import EpochSetup
 from babelfeed.plan.mixing import StreamDraw, stratified_counts, stream_rows
 from babelfeed.plan.packing import ragged_arange
 from babelfeed.plan.parts import after, available
+from babelfeed.errors import ConfigError, OutOfRange, StateError
 
 
 @dataclass
@@ -61,11 +62,11 @@ class StreamPlanning:
                 ratios = self.ratios(directions, update, 1)
                 total = self._epoch_total(sizes, ratios)
             except ValueError as e:
-                raise ValueError(f"{where}{e}") from None
+                raise ConfigError(f"{where}{e}") from None
             self._refuse_empty(directions, ratios, 1, where)
             if not total > 0:
-                raise ValueError(f"{where}the epoch would hold no sample (mixing.virtual_size="
-                                 f"{self.opts.virtual_size!r}, mixing.max_scale_up={self.opts.max_scale_up})")
+                raise ConfigError(f"{where}the epoch would hold no sample (mixing.virtual_size="
+                                  f"{self.opts.virtual_size!r}, mixing.max_scale_up={self.opts.max_scale_up})")
         if self.sources.shards == "cycle":  # every later epoch reads another shard: each is checked now
             for epoch in range(2, self.sources.max_shards + 1):
                 later = self.sources.directions(epoch)
@@ -80,11 +81,11 @@ class StreamPlanning:
         cycled = [d for d, r in zip(directions, ratios) if r > 0 and not d.size and len(d.shard_sizes or ()) > 1]
         if cycled:
             d = cycled[0]
-            raise ValueError(f"{where}epoch {epoch} reads shard {(epoch - 1) % len(d.shard_sizes)} of each direction "
-                             f"(data.shards='cycle'), and that shard of {[c.key for c in cycled][:5]} has no "
-                             f"sentences but is sampled: remove the empty shard (or fill it), or set data.shards='all'")
+            raise ConfigError(f"{where}epoch {epoch} reads shard {(epoch - 1) % len(d.shard_sizes)} of each direction "
+                              f"(data.shards='cycle'), and that shard of {[c.key for c in cycled][:5]} has no "
+                              f"sentences but is sampled: remove the empty shard (or fill it), or set data.shards='all'")
         if empty:
-            raise ValueError(f"{where}{empty[:5]} have no sentences in epoch {epoch} but are sampled")
+            raise ConfigError(f"{where}{empty[:5]} have no sentences in epoch {epoch} but are sampled")
 
     def _stream_setup(self, epoch: int, directions, sizes: np.ndarray):
 
@@ -139,7 +140,7 @@ class StreamPlanning:
     def set_epoch_start(self, epoch: int, positions, batches: int) -> None:
         positions = np.asarray(positions, dtype=np.int64)
         if positions.shape != (len(self.keys),) or (positions < 0).any() or batches < 0:
-            raise ValueError(f"a stream state needs {len(self.keys)} non-negative positions, got {positions.tolist()}")
+            raise StateError(f"a stream state needs {len(self.keys)} non-negative positions, got {positions.tolist()}")
         self._starts[epoch] = (positions, int(batches))
         if self._setup is not None and self._setup.epoch == epoch:
             self._setup = None
@@ -151,7 +152,7 @@ class StreamPlanning:
         o = self.opts
         self._plan_marks(setup, w)
         if w not in setup.stream or setup.stream[w].sample >= setup.samples:
-            raise IndexError(f"epoch {epoch} has fewer than {w + 1} windows")
+            raise OutOfRange(f"epoch {epoch} has fewer than {w + 1} windows")
         mark = setup.stream[w]
         size = min(o.window or setup.samples, setup.samples - mark.sample)
         win, counts = self._stream_plan(setup, epoch, w, mark, size)

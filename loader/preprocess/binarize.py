@@ -9,18 +9,18 @@ Output (Open-NLLB's layout, readable by fairseq and by :class:`babelfeed.Sharded
     DATA_BIN/binarize_report.json                     kept and dropped counts per split and direction
 
 Every sentence ends with ``</s>`` (id 2). The work is cut into chunks of lines that workers encode in
-parallel (an engine of :mod:`babelfeed.engines`: local processes or Ray tasks); chunks are merged into their
+parallel (an engine of :mod:`babelfeed.preprocess.engines`: local processes or Ray tasks); chunks are merged into their
 shard, which is then renamed into place atomically and recorded in ``DATA_BIN/.binarize/`` with a fingerprint
 of its inputs and settings. A re-run skips every recorded shard whose fingerprint still matches and redoes the
 rest, so a killed run resumes where it stopped. The plan of chunks and the merge order depend only on the
 inputs and settings, so every engine and worker count writes the same bytes.
 
-Inputs may be many files per direction and compressed (:mod:`babelfeed.rawtext`); they are streamed, never read
+Inputs may be many files per direction and compressed (:mod:`babelfeed.preprocess.rawtext`); they are streamed, never read
 whole. A plain file is cut into chunks of ``chunk_lines`` lines that enter it at a byte offset; a compressed
 file cannot be entered in the middle, so each shard's part of it is one chunk, read from the file's start
 (parallelism then comes from the number of files).
 
-With ``documents=True`` (:mod:`babelfeed.documents`) the inputs are JSONL or plain-text documents and the output
+With ``documents=True`` (:mod:`babelfeed.preprocess.documents`) the inputs are JSONL or plain-text documents and the output
 is Megatron-LM's ``.bin``/``.idx`` with a document index, as Megatron's ``preprocess_data.py`` writes it.
 
 Bad lines follow an explicit policy, applied to the whole pair so that both sides stay aligned:
@@ -48,9 +48,10 @@ from babelfeed.preprocess import engines
 from babelfeed.preprocess.stats import Stats, _work_prefix  # noqa: F401  (part of this module's face)
 from babelfeed.preprocess.options import POLICIES, BinarizeOptions, check_shards
 from babelfeed.sources.dictionary import Dictionary
-from babelfeed.preprocess.rawtext import (BinarizeError, Part, RawInput, decode_lines, discover, discover_documents,
+from babelfeed.preprocess.rawtext import (Part, RawInput, decode_lines, discover, discover_documents,
                                           looks_paired, pair_prefixes)
-from babelfeed.preprocess.textio import RecordReader, TextInputError, count_records, strip_compression
+from babelfeed.preprocess.textio import RecordReader, count_records, strip_compression
+from babelfeed.errors import BinarizeError, FormatError, TextInputError
 from babelfeed.fileio import atomic_write, fsync_dir
 from babelfeed.storage.builder import IndexedDatasetBuilder
 from babelfeed.storage.dtypes import dtype_for_vocab
@@ -827,8 +828,8 @@ def _run(opts, inputs, engine, t0, log) -> dict:
         except Exception:
             usable = False
         if not usable:
-            raise ValueError(f"--spm {opts.spm_model}: not a SentencePiece model"
-                             + (" (the file is empty)" if not proto else "")) from None
+            raise FormatError(f"--spm {opts.spm_model}: not a SentencePiece model"
+                              + (" (the file is empty)" if not proto else "")) from None
         atomic_write(model_path, proto)
     sp = spm.SentencePieceProcessor(model_file=model_path)
     if opts.documents:

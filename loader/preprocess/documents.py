@@ -26,7 +26,7 @@ import os
 
 import numpy as np
 
-from babelfeed.preprocess.rawtext import BinarizeError
+from babelfeed.errors import BinarizeError
 from babelfeed.storage.builder import IndexedDatasetBuilder
 from babelfeed.storage.dtypes import dtype_for_vocab
 

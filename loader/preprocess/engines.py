@@ -35,7 +35,7 @@ import tempfile
 import uuid
 from collections import deque
 
-from babelfeed.errors import BabelfeedError, MissingExtraError
+from babelfeed.errors import BabelfeedError, MissingExtraError, UsageError, WorkerDied
 
 ENGINES = ("local", "ray")
 MAX_RESTARTS = 3
@@ -77,10 +77,6 @@ def fault_point(where: str, spec: str | None) -> None:
         except FileExistsError:
             return
         os._exit(17)
-
-
-class WorkerDied(RuntimeError):
-    """A worker process died while running a task (killed, out of memory) more often than the engine retries."""
 
 
 class InlineEngine:
@@ -277,7 +273,7 @@ def make_engine(name: str = "local", workers: int = 0, address: str | None = Non
         return InlineEngine() if n == 1 else LocalEngine(n)
     if name == "ray":
         return RayEngine(address, workers)
-    raise ValueError(f"--engine must be one of {ENGINES}, got {name!r}")
+    raise UsageError(f"--engine must be one of {ENGINES}, got {name!r}")
 
 
 def run_tasks(engine, tasks, on_done, limit: int | None = None) -> None:

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 
 from babelfeed.checks import at_least, is_int, one_of, positive
+from babelfeed.errors import BinarizeError, UsageError
 
 DEFAULT_COVERAGE = 0.9995  # SentencePiece's character_coverage when --character-coverage is not given
 
@@ -72,70 +73,70 @@ class BinarizeOptions:
             one_of(f"--on-{name.replace('_', '-')}", getattr(self, name), allowed)
         one_of("--engine", self.engine, ("local", "ray"))
         if self.ray_address is not None and self.engine != "ray":
-            raise ValueError("--ray-address is for --engine ray")
+            raise UsageError("--ray-address is for --engine ray")
         prefs = self.trainpref or self.validpref or self.testpref
         if self.input_dir is None and not self.inputs and not prefs:
-            raise ValueError("give an input folder, or --input KEY=GLOB, or --source-lang, --target-lang and "
+            raise UsageError("give an input folder, or --input KEY=GLOB, or --source-lang, --target-lang and "
                              "--trainpref PREFIX (fairseq-preprocess's naming)")
         if (self.source_lang is None) != (self.target_lang is None):
-            raise ValueError("--source-lang and --target-lang go together: they name the two sides of a direction "
+            raise UsageError("--source-lang and --target-lang go together: they name the two sides of a direction "
                              "(train.en and train.de with --source-lang en --target-lang de)")
         if prefs and self.source_lang is None:
-            raise ValueError("--trainpref, --validpref and --testpref name the files PREFIX.{src} and PREFIX.{tgt}: "
+            raise UsageError("--trainpref, --validpref and --testpref name the files PREFIX.{src} and PREFIX.{tgt}: "
                              "give --source-lang and --target-lang with them")
         if self.documents and self.source_lang is not None:
-            raise ValueError("--source-lang, --target-lang and --trainpref/--validpref/--testpref are for parallel "
+            raise UsageError("--source-lang, --target-lang and --trainpref/--validpref/--testpref are for parallel "
                              "sentences, not --documents")
         if self.spm_character_coverage is not None:
             if self.spm_model is not None:
-                raise ValueError(f"--character-coverage {self.spm_character_coverage:g} is a setting of SentencePiece "
+                raise UsageError(f"--character-coverage {self.spm_character_coverage:g} is a setting of SentencePiece "
                                  f"training (--train-spm): the model given with --spm ({self.spm_model}) is trained "
                                  f"already; leave --character-coverage out, or train one here with --train-spm VOCAB")
             c = self.spm_character_coverage
             if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0.98 <= c <= 1:
-                raise ValueError(f"--character-coverage must be a share in [0.98, 1] of the sample's characters that "
+                raise UsageError(f"--character-coverage must be a share in [0.98, 1] of the sample's characters that "
                                  f"get pieces (1.0: all of them; SentencePiece refuses less than 0.98), got {c!r}")
         if isinstance(self.inputs, str) or isinstance(self.json_keys, str):
-            raise ValueError("inputs and json_keys are lists of strings")
+            raise UsageError("inputs and json_keys are lists of strings")
         if self.documents:
             if self.format != "megatron":
-                raise ValueError("--documents writes Megatron's format (a document index); leave --format out or "
+                raise UsageError("--documents writes Megatron's format (a document index); leave --format out or "
                                  "give --format megatron")
             if self.empty not in ("drop", "error"):
-                raise ValueError(f"--on-empty {self.empty} is not for documents: an empty document is dropped "
+                raise UsageError(f"--on-empty {self.empty} is not for documents: an empty document is dropped "
                                  f"(drop) or an error (error)")
             if self.overlong != "drop" or self.max_len != 1024 or self.dict_path:
-                raise ValueError("--on-overlong, --max-len and --dict are for sentences, not --documents")
+                raise UsageError("--on-overlong, --max-len and --dict are for sentences, not --documents")
             if not self.json_keys or len(set(self.json_keys)) != len(self.json_keys):
-                raise ValueError(f"--json-keys must name distinct keys, got {list(self.json_keys)}")
+                raise UsageError(f"--json-keys must name distinct keys, got {list(self.json_keys)}")
             # each key names output files (shardNNN/{corpus}_{key}_document.bin): a plain name, never a path
             bad = [k for k in self.json_keys if not isinstance(k, str) or not k or k in (".", "..") or "/" in k
                    or "\\" in k or "\0" in k or os.sep in k or k.startswith(".")]
             if bad:
-                raise ValueError(f"--json-keys {bad[0]!r} is not a plain key name: each key names output files "
+                raise UsageError(f"--json-keys {bad[0]!r} is not a plain key name: each key names output files "
                                  f"({{corpus}}_{{key}}_document.bin inside -o), so it may not hold '/', '\\', or "
                                  f"start with '.'")
             one_of("--on-bad-record", self.bad_record, ("drop", "error"))
         elif self.split_sentences or tuple(self.json_keys) != ("text",) or not self.append_eod or \
                 self.bad_record != "error":
-            raise ValueError("--split-sentences, --json-keys, --no-append-eod and --on-bad-record are for --documents")
+            raise UsageError("--split-sentences, --json-keys, --no-append-eod and --on-bad-record are for --documents")
         if (self.spm_model is None) == (self.train_spm is None):
-            raise ValueError("give exactly one of spm_model (--spm) and train_spm (--train-spm VOCAB)")
+            raise UsageError("give exactly one of spm_model (--spm) and train_spm (--train-spm VOCAB)")
         if self.train_spm is not None:
             at_least("--train-spm", self.train_spm, 1)
         at_least("--shards", self.shards, 1)
         at_least("--workers", self.workers, 0)
         if not is_int(self.max_len) or self.max_len < 2:
-            raise ValueError(f"--max-len must be an integer >= 2 (one token and </s>), got {self.max_len!r}")
+            raise UsageError(f"--max-len must be an integer >= 2 (one token and </s>), got {self.max_len!r}")
         one_of("--format", self.format, ("fairseq", "megatron"))
         if isinstance(self.max_dropped, bool) or not isinstance(self.max_dropped, (int, float)) \
                 or not 0 <= self.max_dropped <= 1:
-            raise ValueError(f"--max-dropped must be a share in [0, 1], got {self.max_dropped!r}")
+            raise UsageError(f"--max-dropped must be a share in [0, 1], got {self.max_dropped!r}")
         at_least("--chunk-lines", self.chunk_lines, 1)
         at_least("--spm-sample", self.spm_sample, 1)
         positive("spm_temperature", self.spm_temperature)
         if not is_int(self.seed):
-            raise ValueError(f"--seed must be an integer, got {self.seed!r}")
+            raise UsageError(f"--seed must be an integer, got {self.seed!r}")
 
 
 def check_shards(inputs, shards: int) -> None:
@@ -145,13 +146,13 @@ def check_shards(inputs, shards: int) -> None:
     if empty:
         inp = empty[0]
         what = "document" if inp.documents else "line"
-        raise ValueError(f"{inp.origin or inp.paths[0]}: {inp.split} {inp.key} holds no {what} (an empty input would "
-                         f"write empty datasets); fill it or move it out of the inputs")
+        raise BinarizeError(f"{inp.origin or inp.paths[0]}: {inp.split} {inp.key} holds no {what} (an empty input would "
+                            f"write empty datasets); fill it or move it out of the inputs")
     if shards <= 1:
         return
     short = [inp for inp in inputs if inp.split.startswith("train") and inp.num_lines < shards]
     if short:
         inp = min(short, key=lambda i: i.num_lines)
         what = "document(s)" if inp.documents else "line(s)"
-        raise ValueError(f"--shards {shards} is more than the {inp.num_lines:,} {what} of {inp.split} {inp.key} "
-                         f"({inp.paths[0]}): a shard would be empty; give --shards {max(inp.num_lines, 1)} or fewer")
+        raise BinarizeError(f"--shards {shards} is more than the {inp.num_lines:,} {what} of {inp.split} {inp.key} "
+                            f"({inp.paths[0]}): a shard would be empty; give --shards {max(inp.num_lines, 1)} or fewer")

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from babelfeed.errors import BabelfeedError
+from babelfeed.errors import BinarizeError
 
 from babelfeed.preprocess.textio import strip_compression
 
@@ -45,10 +45,6 @@ _MONO = re.compile(rf"^(?P<split>{_SPLIT})\.(?P<lang>{_LANG})$")
 _CORPUS = re.compile(r"^[A-Za-z0-9_][\w.-]*$")
 DOC_FORMATS = {".jsonl": "jsonl", ".json": "jsonl", ".txt": "text"}
 _BLOCK = 1 << 22
-
-
-class BinarizeError(BabelfeedError, ValueError):
-    """Input that binarize refuses: mismatched line counts, missing sides, a policy set to 'error'."""
 
 
 @dataclass

@@ -27,16 +27,12 @@ import zlib
 
 import numpy as np
 
-from babelfeed.errors import BabelfeedError, MissingExtraError
+from babelfeed.errors import MissingExtraError, TextInputError, UsageError
 
 _BLOCK = 1 << 22
 _SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd", ".xz": "xz", ".bz2": "bz2"}
 _MAGIC = (("gzip", b"\x1f\x8b"), ("zstd", b"\x28\xb5\x2f\xfd"), ("xz", b"\xfd7zXZ\x00"))
 KINDS = ("line", "block")
-
-
-class TextInputError(BabelfeedError, ValueError):
-    """An input file that cannot be read as the text it claims to be (bad compression, a wrong suffix)."""
 
 
 def strip_compression(name: str) -> tuple[str, str | None]:
@@ -138,7 +134,7 @@ class _Bytes:
         self.end = end_byte  # a plain file is read no further than this (where the next unit of work starts)
         self.compression = compression_of(path)
         if self.compression is not None and start_byte:
-            raise ValueError(f"{path}: a {self.compression} stream cannot be entered at byte {start_byte}")
+            raise UsageError(f"{path}: a {self.compression} stream cannot be entered at byte {start_byte}")
         self._f = _open_stream(path, self.compression)
         if start_byte:
             self._f.seek(start_byte)
@@ -236,7 +232,7 @@ def count_records(path: str, kind: str = "line", every: int = 0) -> dict:
     from its start).
     """
     if kind not in KINDS:
-        raise ValueError(f"record kind must be one of {KINDS}, got {kind!r}")
+        raise UsageError(f"record kind must be one of {KINDS}, got {kind!r}")
     stream = _Bytes(path)
     plain = stream.compression is None
     keep_marks = plain and every > 0
@@ -299,7 +295,7 @@ class RecordReader:
     def __init__(self, path: str, kind: str = "line", start_byte: int = 0, start_line: int = 0, skip: int = 0,
                  end_byte: int | None = None):
         if kind not in KINDS:
-            raise ValueError(f"record kind must be one of {KINDS}, got {kind!r}")
+            raise UsageError(f"record kind must be one of {KINDS}, got {kind!r}")
         self.path = path
         self.kind = kind
         self._stream = _Bytes(path, start_byte, end_byte)

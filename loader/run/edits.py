@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from babelfeed.errors import Notice, user_frame
+from babelfeed.errors import (ConfigTypeError, Notice, StateError, StateMismatch, UnknownConfigKey, UsageError, user_frame)
 from babelfeed.plan.totals import FIELDS
 from babelfeed.sources.sources import data_digest
 
@@ -50,7 +50,7 @@ class Edits:
     @staticmethod
     def check(edits: list, total: int | None = None, at: tuple | None = None) -> None:
         """Refuse edits that lie past the state's own position: step ``total`` at ``at`` (epoch, global batch)."""
-        from babelfeed.run.history import HistoryError
+        from babelfeed.errors import HistoryError
 
         late = [e for e in edits if (total is not None and e.get("saved_at_step", e["step"]) > total)
                 or (at is not None and (e["epoch"], e.get("batch", 0)) > tuple(at))]
@@ -104,26 +104,26 @@ def edited_config(it, config, changes: dict):
         changes, config = {**config, **changes}, None  # a dict of changes
     if config is None:
         if snap is None:
-            raise ValueError("edit: this iterator was not built from a config; give the edited config")
+            raise UsageError("edit: this iterator was not built from a config; give the edited config")
         config = ml_collections.ConfigDict(json.loads(json.dumps(snap)))
     else:
         config = ml_collections.ConfigDict(config.to_dict() if hasattr(config, "to_dict") else dict(config))
     if not changes and snap is not None and snapshot(config) == snap:
-        raise ValueError("edit: give the edited config or the changes to make")
+        raise UsageError("edit: give the edited config or the changes to make")
     for dotted, value in changes.items():
         path = dotted.replace("__", ".").split(".")
         node = config
         for k in path[:-1]:
             if k not in node:
-                raise ValueError(f"edit: {dotted!r} is not a key of the run's config (no {k!r})")
+                raise UnknownConfigKey(f"edit: {dotted!r} is not a key of the run's config (no {k!r})")
             node = node[k]
         if path[-1] not in node and path[0] != "tasks":
-            raise ValueError(f"edit: {dotted!r} is not a key of the run's config")
+            raise UnknownConfigKey(f"edit: {dotted!r} is not a key of the run's config")
         try:
             node[path[-1]] = value
         except (TypeError, ValueError):
-            raise ValueError(f"edit: {dotted.replace('__', '.')} takes a {type(node[path[-1]]).__name__} (it is "
-                             f"{node[path[-1]]!r}), got {value!r}") from None
+            raise ConfigTypeError(f"edit: {dotted.replace('__', '.')} takes a {type(node[path[-1]]).__name__} (it is "
+                                  f"{node[path[-1]]!r}), got {value!r}") from None
     return config
 
 
@@ -148,24 +148,24 @@ def check_data(saved: dict, old_config: dict, new_planner) -> None:
     """Refuse an edit that changes data a kept stream reads (``saved``: the state's stream identities), or the
     seed (every stream's sequence)."""
     if not isinstance(saved, dict) or not all(isinstance(k, str) for k in saved):
-        raise ValueError(f"iterator state field 'data' must map stream names to what they read, got "
+        raise StateError(f"iterator state field 'data' must map stream names to what they read, got "
                          f"{str(saved)[:200]}")
     if not isinstance(old_config.get("data"), dict) or "seed" not in old_config:
-        raise ValueError("iterator state field 'config' is not a whole config of the run (its data section or seed "
+        raise StateError("iterator state field 'config' is not a whole config of the run (its data section or seed "
                          "is missing): resume with the config it was saved with")
     seed = old_config.get("seed")
     if seed != new_planner.opts.seed:
-        raise ValueError(f"the seed changed ({seed} -> {new_planner.opts.seed}): every stream's order would "
-                         f"change, so no stream could go on where it stood; keep the seed")
+        raise StateMismatch(f"the seed changed ({seed} -> {new_planner.opts.seed}): every stream's order would "
+                            f"change, so no stream could go on where it stood; keep the seed")
     split = old_config.get("data", {}).get("train_split")
     if split != new_planner.sources.split:
-        raise ValueError(f"the training split changed ({split} -> {new_planner.sources.split})")
+        raise StateMismatch(f"the training split changed ({split} -> {new_planner.sources.split})")
     new = stream_identities(new_planner)
     changed = sorted(k for k in set(saved) & set(new) if saved[k] != new[k])
     if changed:
-        raise ValueError(f"the data of stream(s) {changed[:5]} changed (another corpus, tokenizer or shard files "
-                         f"under the same name): they cannot go on where they stood. Give changed data a new stream "
-                         f"name (a task of its own) and keep the old name for the old data")
+        raise StateMismatch(f"the data of stream(s) {changed[:5]} changed (another corpus, tokenizer or shard files "
+                            f"under the same name): they cannot go on where they stood. Give changed data a new stream "
+                            f"name (a task of its own) and keep the old name for the old data")
 
 
 def map_totals(totals: np.ndarray, keys, new_keys, dormant: dict | None = None) -> np.ndarray:
@@ -191,15 +191,15 @@ def check_editable(old: dict, new: dict, planner) -> None:
     :data:`FIXED` (a stream's position would mean something else on the other side)."""
     why = planner.can_hand_off()
     if why:
-        raise ValueError(f"this run cannot take a mixture edit: {why}")
+        raise StateMismatch(f"this run cannot take a mixture edit: {why}")
     changed = config_changes(old, new)
     for key, what in FIXED.items():
         if key in changed:
             before, after = changed[key]
             if key == "mixing.sampler" and {before, after} <= {"auto", planner.opts.sampler}:
                 continue  # ("auto" resolves to the same sampler)
-            raise ValueError(f"an edit cannot change {key} ({before!r} -> {after!r}): it decides {what}, so no "
-                             f"stream could go on where it stood. Keep {key}={before!r}, or start a new run")
+            raise StateMismatch(f"an edit cannot change {key} ({before!r} -> {after!r}): it decides {what}, so no "
+                                f"stream could go on where it stood. Keep {key}={before!r}, or start a new run")
 
 
 @dataclass

@@ -43,7 +43,7 @@ import copy
 import operator
 from dataclasses import dataclass, field
 
-from babelfeed.errors import HistoryError  # noqa: F401  (raised here; part of this module's face)
+from babelfeed.errors import HistoryError
 from babelfeed.run.skips import SHAPE as SKIP_SHAPE, event_ok as skip_event_ok
 
 VERSION = 3
@@ -224,7 +224,7 @@ def _updates_to(have: list, want: list) -> list:
 def _i(x) -> int:
     """An integer as it is (numpy's included), never a float, a string or a bool made one."""
     if isinstance(x, bool):
-        raise TypeError(f"{x!r} is not an integer")
+        raise HistoryError(f"{x!r} is not an integer")
     return operator.index(x)
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from babelfeed.errors import StateError
+
 
 def _key(stream: str, shard: int) -> str:
     return f"{stream}\t{int(shard)}"
@@ -71,18 +73,18 @@ class Layout:
                                                                                         for x in v)
                       for k, v in d["shards"].items()))
         if not ok:
-            raise ValueError(f"iterator state field 'layout' (the run's stream and id numbering) is not well formed: "
+            raise StateError(f"iterator state field 'layout' (the run's stream and id numbering) is not well formed: "
                              f"{str(d)[:200]}")
         spans = sorted((a, a + n) for a, n in d["shards"].values())
         if any(b > c for (_, b), (c, _) in zip(spans, spans[1:])) or (spans and spans[-1][1] > d["next"]):
-            raise ValueError("iterator state field 'layout': two shards' ids overlap (edited or damaged)")
+            raise StateError("iterator state field 'layout': two shards' ids overlap (edited or damaged)")
         missing = [k for k in planner.keys if k not in d["streams"]]
         wrong = [key for c in planner.sources.components
                  if d["shards"].get(key := _key(c.key, c.shard), [0, len(c)])[1] != len(c)
                  or key not in d["shards"]]
         if missing or wrong:
             what = f"streams {missing[:5]}" if missing else f"shards {[w.replace(chr(9), '/') for w in wrong[:5]]}"
-            raise ValueError(f"iterator state field 'layout' lacks or miscounts this config's {what}: a state of "
+            raise StateError(f"iterator state field 'layout' lacks or miscounts this config's {what}: a state of "
                              f"another run, or edited")
 
     def is_plain(self, planner) -> bool:

@@ -15,6 +15,7 @@ import copy
 import numpy as np
 
 from babelfeed.plan.totals import FIELDS
+from babelfeed.errors import StateError
 
 
 class Ledger:
@@ -61,7 +62,7 @@ class Ledger:
         FIELDS = self.fields  # noqa: N806  (this ledger's)
         dormant = state.get("dormant", {})
         if not isinstance(dormant, dict):
-            raise ValueError(f"iterator state field 'dormant' must map removed streams to their position and counts, "
+            raise StateError(f"iterator state field 'dormant' must map removed streams to their position and counts, "
                              f"got {str(dormant)[:200]}")
         for k, v in dormant.items():
             ok = (isinstance(k, str) and isinstance(v, dict) and set(FIELDS) <= set(v)
@@ -69,7 +70,7 @@ class Ledger:
                   and all(type(x) is int and x >= 0 for f, x in v.items() if f != "served")
                   and isinstance(v.get("served", ""), str))
             if not ok:
-                raise ValueError(f"iterator state field 'dormant' holds {k!r}: {str(v)[:200]}; a removed stream is "
+                raise StateError(f"iterator state field 'dormant' holds {k!r}: {str(v)[:200]}; a removed stream is "
                                  f"{{{', '.join(repr(f) for f in FIELDS)}, 'position'?, 'rows'?: integers >= 0, "
                                  f"'served'?: positions}}")
 
@@ -102,18 +103,18 @@ def as_state(totals: np.ndarray, keys: list[str]) -> dict:
 def from_state(ledger, keys: list[str]) -> np.ndarray:
     """The totals of a state's ``ledger`` field, checked: every field, an integer >= 0 per stream of ``keys``."""
     if not isinstance(ledger, dict) or set(ledger) != set(FIELDS):
-        raise ValueError(f"iterator state field 'ledger' must be {{{', '.join(FIELDS)}}} of {{stream: count}}, got "
+        raise StateError(f"iterator state field 'ledger' must be {{{', '.join(FIELDS)}}} of {{stream: count}}, got "
                          f"{str(ledger)[:200]}")
     out = np.zeros((3, len(keys)), np.int64)
     for i, f in enumerate(FIELDS):
         counts = ledger[f]
         if not isinstance(counts, dict) or sorted(counts) != sorted(keys):
             have = sorted(counts) if isinstance(counts, dict) else counts
-            raise ValueError(f"iterator state ledger[{f!r}] must count exactly the streams {keys}, got {have!r}"[:400])
+            raise StateError(f"iterator state ledger[{f!r}] must count exactly the streams {keys}, got {have!r}"[:400])
         for j, k in enumerate(keys):
             v = counts[k]
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"iterator state ledger[{f!r}][{k!r}] must be an integer >= 0, got {v!r}")
+                raise StateError(f"iterator state ledger[{f!r}][{k!r}] must be an integer >= 0, got {v!r}")
             out[i, j] = v
     return out
 
@@ -132,7 +133,7 @@ def skipped_from_state(saved, keys: list[str]) -> tuple[np.ndarray, dict]:
     """The totals of a state's ``skipped`` field for streams ``keys`` (0 where it names none), and the counts
     it holds for other streams (an edit removed them), checked."""
     if not isinstance(saved, dict) or set(saved) != set(FIELDS):
-        raise ValueError(f"iterator state field 'skipped' must be {{{', '.join(FIELDS)}}} of {{stream: count}}, "
+        raise StateError(f"iterator state field 'skipped' must be {{{', '.join(FIELDS)}}} of {{stream: count}}, "
                          f"got {str(saved)[:200]}")
     out = np.zeros((3, len(keys)), np.int64)
     others: dict = {}
@@ -140,10 +141,10 @@ def skipped_from_state(saved, keys: list[str]) -> tuple[np.ndarray, dict]:
     for i, f in enumerate(FIELDS):
         counts = saved[f]
         if not isinstance(counts, dict):
-            raise ValueError(f"iterator state skipped[{f!r}] must map streams to counts, got {str(counts)[:200]}")
+            raise StateError(f"iterator state skipped[{f!r}] must map streams to counts, got {str(counts)[:200]}")
         for k, v in counts.items():
             if isinstance(v, bool) or not isinstance(v, int) or v < 0 or not isinstance(k, str):
-                raise ValueError(f"iterator state skipped[{f!r}][{k!r}] must be an integer >= 0, got {v!r}")
+                raise StateError(f"iterator state skipped[{f!r}][{k!r}] must be an integer >= 0, got {v!r}")
             if k in index:
                 out[i, index[k]] = v
             else:

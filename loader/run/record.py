@@ -21,7 +21,7 @@ import json
 import numbers
 import warnings
 
-from babelfeed.errors import BabelfeedError, Notice, user_frame
+from babelfeed.errors import Notice, StateError, StateMismatch, UsageError, UsageTypeError, user_frame
 from babelfeed.run.edits import Edits
 from babelfeed.run.history import VERSION, Views, check, compose
 from babelfeed.run.ledger import Ledger
@@ -29,10 +29,6 @@ from babelfeed.run.skips import Skips
 from babelfeed.run.steps import StepLog
 
 KINDS = ("translation", "lm")
-
-
-class StateMismatch(BabelfeedError, ValueError):
-    """A state saved with other data or settings than this iterator's."""
 
 
 # What ``set_state(state, mixture_change=...)`` does with a state of another config:
@@ -55,15 +51,15 @@ EDIT_HINT = (" (set_state(state, mixture_change='allow') continues an edited mix
 def no_strict(strict) -> None:
     """``strict=`` is gone: say what takes its place (rather than a bare "unexpected keyword argument")."""
     if strict is not None:
-        raise TypeError("strict= is gone: set_state(state, mixture_change='keep_position') does what strict=False "
-                        "did (this config's plan at the state's position) and says what it may repeat or skip; "
-                        "mixture_change='allow' continues an edited config from the next step, every stream where "
-                        "it stood")
+        raise UsageTypeError("strict= is gone: set_state(state, mixture_change='keep_position') does what strict=False "
+                             "did (this config's plan at the state's position) and says what it may repeat or skip; "
+                             "mixture_change='allow' continues an edited config from the next step, every stream where "
+                             "it stood")
 
 
 def check_mixture_change(value) -> None:
     if value not in MIXTURE_CHANGES:
-        raise ValueError(f"mixture_change must be one of {list(MIXTURE_CHANGES)}, got {value!r}: "
+        raise UsageError(f"mixture_change must be one of {list(MIXTURE_CHANGES)}, got {value!r}: "
                          + "; ".join(f"{k!r}: {v}" for k, v in MIXTURE_CHANGES.items()))
 
 
@@ -110,7 +106,7 @@ class RunRecord:
 
     def __init__(self, kind: str, name: str, world_size: int, split: str, streams: int = 0):
         if kind not in KINDS:
-            raise ValueError(f"a run is one of {KINDS}, got {kind!r}")
+            raise UsageError(f"a run is one of {KINDS}, got {kind!r}")
         self.kind, self.name = kind, name
         self.steps = StepLog(world_size, split)
         self.edits = Edits()
@@ -144,37 +140,37 @@ class RunRecord:
         a missing or unknown field, an integer field (``fields``: name -> smallest value) that is not an integer
         at least that. The fingerprint is checked by :meth:`check_fingerprint`."""
         if not isinstance(state, dict):
-            raise ValueError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}"
-                             + (" (a JSON string? json.loads it first)" if isinstance(state, (str, bytes)) else ""))
+            raise UsageTypeError(f"an iterator state is a dict (from get_state()), got {type(state).__name__}"
+                                 + (" (a JSON string? json.loads it first)" if isinstance(state, (str, bytes)) else ""))
         if type(state.get("version")) is not int or state["version"] != VERSION:
-            raise ValueError(f"unknown iterator state version {state.get('version')!r} (this babelfeed writes "
+            raise StateError(f"unknown iterator state version {state.get('version')!r} (this babelfeed writes "
                              f"{VERSION} and reads 1 to {VERSION})")
         kind = state.get("kind")  # (written since version 3; history.upgrade gives older states theirs)
         if kind not in KINDS:
-            raise ValueError(f"iterator state field 'kind' must be one of {list(KINDS)}, got {kind!r}")
+            raise StateError(f"iterator state field 'kind' must be one of {list(KINDS)}, got {kind!r}")
         if kind != self.kind:
-            raise ValueError(f"this is a state of a {kind} iterator; this iterator is a {self.kind} iterator")
+            raise StateError(f"this is a state of a {kind} iterator; this iterator is a {self.kind} iterator")
         unknown = sorted(set(state) - {"version", "kind", "name", "fingerprint", "identity", *fields, *optional})
         if unknown:
-            raise ValueError(f"iterator state has unknown fields {unknown} (edited, or from another program)")
+            raise StateError(f"iterator state has unknown fields {unknown} (edited, or from another program)")
         missing = [k for k in ("name", *fields) if k not in state]
         if missing:
-            raise ValueError(f"iterator state lacks {missing}")
+            raise StateError(f"iterator state lacks {missing}")
         for key, smallest in fields.items():
             value = state[key]
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < smallest:
-                raise ValueError(f"iterator state field {key!r} must be an integer >= {smallest}, got {value!r}")
+                raise StateError(f"iterator state field {key!r} must be an integer >= {smallest}, got {value!r}")
         if state["name"] != self.name:
-            raise ValueError(f"iterator state is for the {state['name']!r} iterator, this one is {self.name!r}")
+            raise StateError(f"iterator state is for the {state['name']!r} iterator, this one is {self.name!r}")
         if "fingerprint" in state and not isinstance(state["fingerprint"], str):
-            raise ValueError(f"iterator state fingerprint must be a string, got {state['fingerprint']!r}")
+            raise StateError(f"iterator state fingerprint must be a string, got {state['fingerprint']!r}")
 
     @staticmethod
     def check_fingerprint(state: dict, fingerprints: tuple, identity) -> None:
         """Refuse a state saved with other data or settings than ``fingerprints`` (this run's, the first the one it
         writes), naming what changed (``identity``: this run's, against the state's)."""
         if "fingerprint" not in state:
-            raise ValueError("iterator state has no fingerprint (saved by an older babelfeed): nothing proves it "
+            raise StateError("iterator state has no fingerprint (saved by an older babelfeed): nothing proves it "
                              "belongs to this data and these settings. set_state(state, "
                              "mixture_change='keep_position') resumes at its position anyway.")
         if state["fingerprint"] not in fingerprints:

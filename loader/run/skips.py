@@ -35,15 +35,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from babelfeed.errors import BabelfeedError, HistoryError
+from babelfeed.errors import HistoryError, SkipError
 
 TERMS = ("stream", "task", "corpus", "shard", "rows")
 LM_TERMS = ("dataset", "documents")
 KINDS = ("steps", "rows", "where", "ids")
-
-
-class SkipError(BabelfeedError, ValueError):
-    """A skip that cannot be made: steps already served, an unknown corpus, a malformed id."""
 
 
 def _int(x, smallest: int = 0) -> bool:

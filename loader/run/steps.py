@@ -8,7 +8,8 @@ events. trace and skips read it to know which global batches a step of the run h
 
 from __future__ import annotations
 
-from babelfeed.run.history import HistoryError, check, split_at, world_size_at
+from babelfeed.run.history import check, split_at, world_size_at
+from babelfeed.errors import HistoryError
 
 
 class StepLog:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from babelfeed.plan.stream import WeightChanges
-from babelfeed.run.history import HistoryError
+from babelfeed.errors import HistoryError
 
 
 class Weights(WeightChanges):

@@ -4,8 +4,3 @@
 length caches), ``sources`` (the components of a split, their streams and tasks), ``subword`` (raw text segmented
 anew each epoch). Imports storage and the base modules only.
 """
-
-from babelfeed._compat import former_module
-
-# babelfeed.sources was one module, now babelfeed.sources.sources: its names are still found here
-__getattr__ = former_module(__name__, "sources")

@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 from babelfeed.fileio import atomic_open, atomic_write
+from babelfeed.errors import UsageTypeError
 
 
 def _identity(path: str) -> list[int]:
@@ -73,8 +74,8 @@ class IndexCache:
 
     def save(self, name: str, description: dict, arrays: dict) -> None:
         if not isinstance(arrays, dict) or not all(isinstance(k, str) for k in arrays):
-            raise TypeError(f"IndexCache {name!r}: the arrays to cache must be a dict of name -> array (what build() "
-                            f"returns for get()), got {type(arrays).__name__}")
+            raise UsageTypeError(f"IndexCache {name!r}: the arrays to cache must be a dict of name -> array (what build() "
+                                 f"returns for get()), got {type(arrays).__name__}")
         key = self.key(description)
         meta = {}
         for array, values in arrays.items():

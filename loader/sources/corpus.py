@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass
 
 from babelfeed.sources.dictionary import Dictionary
-from babelfeed.errors import FormatError, SideMismatchError
+from babelfeed.errors import DataError, FormatError, SideMismatchError, UsageError
 from babelfeed.storage.indexed import MMIDIDX_MAGIC, TNTIDX_MAGIC, IndexedDataset, data_path
 
 _SHARD_DIR = re.compile(r"^shard(\d+)$")
@@ -227,11 +227,11 @@ class ShardedCorpus:
         direction = key if "-" in key else None
         lang = lang or (key if direction is None else None)
         if lang is None:
-            raise ValueError(f"{key} is a direction: name the side (one of {key.split('-')})")
+            raise UsageError(f"{key} is a direction: name the side (one of {key.split('-')})")
         try:
             return self._by_key[(split, direction, lang, shard)].prefix
         except KeyError:
-            raise KeyError(f"{self.root}: no {split} file for {key} side {lang} in shard {shard}") from None
+            raise DataError(f"{self.root}: no {split} file for {key} side {lang} in shard {shard}") from None
 
     def open(self, split: str, key: str, lang: str | None = None, shard: int = 0, **kwargs) -> IndexedDataset:
         """The file's ``IndexedDataset``; the same object where this process already holds one of the very same

@@ -12,7 +12,7 @@ import re
 
 import numpy as np
 
-from babelfeed.errors import FormatError
+from babelfeed.errors import ConfigError, DataError, FormatError
 from babelfeed.fileio import atomic_write
 
 BOS, PAD, EOS, UNK = "<s>", "<pad>", "</s>", "<unk>"
@@ -26,7 +26,7 @@ def lang_token(lang: str, style: str = "multilingual") -> str:
         return f"__{lang}__"
     if style == "mbart":
         return f"[{lang}]"
-    raise ValueError(f"lang token style must be 'multilingual' or 'mbart', got {style!r}")
+    raise ConfigError(f"lang token style must be 'multilingual' or 'mbart', got {style!r}")
 
 
 class Dictionary:
@@ -96,7 +96,7 @@ class Dictionary:
     def lang_token_index(self, lang: str, style: str = "multilingual") -> int:
         tok = lang_token(lang, style)
         if tok not in self.indices:
-            raise KeyError(f"language token {tok} is not in the dictionary ({len(self)} symbols)")
+            raise DataError(f"language token {tok} is not in the dictionary ({len(self)} symbols)")
         return self.indices[tok]
 
     @property

@@ -24,6 +24,7 @@ from babelfeed.storage import stamps
 from babelfeed.storage.spaces import TokenSpaces
 from babelfeed.sources.rows import LengthCache, RowTable, check_records, distinct_datasets
 from babelfeed.storage.indexed import IndexedDataset
+from babelfeed.errors import ConfigError, DataError
 
 
 def resolve_prefix(template: str, dictionary: Dictionary, key: str, **langs) -> np.ndarray:
@@ -31,11 +32,11 @@ def resolve_prefix(template: str, dictionary: Dictionary, key: str, **langs) -> 
     try:
         text = template.format(**langs)
     except KeyError as e:
-        raise ValueError(f"prefix {template!r} for {key} uses an unknown placeholder {e}") from None
+        raise ConfigError(f"prefix {template!r} for {key} uses an unknown placeholder {e}") from None
     ids = []
     for tok in text.split():
         if tok not in dictionary:
-            raise ValueError(f"prefix token {tok!r} for {key} is not in the dictionary ({len(dictionary)} symbols)")
+            raise ConfigError(f"prefix token {tok!r} for {key} is not in the dictionary ({len(dictionary)} symbols)")
         ids.append(dictionary.index(tok))
     return np.asarray(ids, dtype=np.int64)
 
@@ -221,14 +222,14 @@ class SourceSet:
                  length_cache_mb: int = 512, noise: dict | None = None, streams: list[StreamSpec] | None = None,
                  seed: int = 1, sampling: bool = True, cache_dir: str | None = None):
         if shards not in ("cycle", "all"):
-            raise ValueError(f"shards must be 'cycle' or 'all', got {shards!r}")
+            raise ConfigError(f"shards must be 'cycle' or 'all', got {shards!r}")
         self.corpus, self.dictionary, self.split, self.shards = corpus, dictionary, split, shards
         self.with_target = with_target
         if streams is None:
             streams = _streams_of_keys(list(keys or []), source_prefix, target_prefix, prefix_overrides, noise)
         names = [s.name for s in streams]
         if len(set(names)) != len(names):
-            raise ValueError(f"stream names must be unique, got {names}")
+            raise ConfigError(f"stream names must be unique, got {names}")
         self.streams = list(streams)
         self.keys = names  # stream names (= corpus keys unless tasks name them)
         self.tasks = list(dict.fromkeys(s.task for s in streams))
@@ -258,8 +259,8 @@ class SourceSet:
             try:
                 path = os.path.join(corpus.root, spec.text.format(**fields))
             except KeyError as e:
-                raise ValueError(f"raw text template {spec.text!r} of stream {spec.name!r} uses an unknown "
-                                 f"placeholder {e} (known: {sorted(fields)})") from None
+                raise ConfigError(f"raw text template {spec.text!r} of stream {spec.name!r} uses an unknown "
+                                  f"placeholder {e} (known: {sorted(fields)})") from None
             model, alpha, nbest = spec.subword
             if ("text", path, spec.subword) not in opened:
                 if not os.path.exists(path):
@@ -276,8 +277,8 @@ class SourceSet:
                 key = spec.key
                 ids = [0] if spec.text else corpus.shard_ids(split, key)
                 if not ids:
-                    raise ValueError(f"{corpus.root}: no {split} data for {key!r} (stream {spec.name!r}); available: "
-                                     f"{corpus.directions(split) + corpus.monolingual(split)}")
+                    raise DataError(f"{corpus.root}: no {split} data for {key!r} (stream {spec.name!r}); available: "
+                                    f"{corpus.directions(split) + corpus.monolingual(split)}")
                 if "-" in key:
                     src_lang, tgt_lang = key.split("-")
                     langs = {"src": src_lang, "tgt": tgt_lang}
@@ -389,20 +390,20 @@ class SourceSet:
                 shortest = min(_shortest(c.src if side == "src" else c.tgt)
                                + len(c.src_prefix if side == "src" else c.tgt_prefix) for c in comps)
                 if shortest > limit:
-                    raise ValueError(f"filter.{name}={limit} filters out every sample of {key}: its shortest "
-                                     f"{'source' if side == 'src' else 'target'} has {shortest} tokens (prefix "
-                                     f"and </s> included)")
+                    raise ConfigError(f"filter.{name}={limit} filters out every sample of {key}: its shortest "
+                                      f"{'source' if side == 'src' else 'target'} has {shortest} tokens (prefix "
+                                      f"and </s> included)")
 
 
 def _streams_of_keys(keys, source_prefix, target_prefix, prefix_overrides, noise) -> list[StreamSpec]:
     overrides = dict(prefix_overrides or {})
     unknown = set(overrides) - set(keys)
     if unknown:
-        raise ValueError(f"prefix overrides name directions that are not used: {sorted(unknown)}")
+        raise ConfigError(f"prefix overrides name directions that are not used: {sorted(unknown)}")
     noise = dict(noise or {})
     unknown = set(noise) - set(keys) - {"*"}
     if unknown:
-        raise ValueError(f"noise settings name tasks that are not used: {sorted(unknown)}")
+        raise ConfigError(f"noise settings name tasks that are not used: {sorted(unknown)}")
     return [StreamSpec(k, k, k, overrides.get(k, {}).get("source", source_prefix),
                        overrides.get(k, {}).get("target", target_prefix), tuple(noise.get(k, noise.get("*", ()))))
             for k in keys]

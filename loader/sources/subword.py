@@ -19,6 +19,7 @@ import numpy as np
 from babelfeed.sources.cache import IndexCache
 from babelfeed.permute import derive_key
 from babelfeed.sources.ragged import Ragged
+from babelfeed.errors import ConfigError, OutOfRange
 
 _BLOCK = 1 << 22
 
@@ -60,7 +61,7 @@ class RawText:
         with open(self.path, "rb") as f:
             for r in np.asarray(rows, dtype=np.int64).tolist():
                 if not 0 <= r < len(self):
-                    raise IndexError(f"{self.path}: line {r} out of range for {len(self)} lines")
+                    raise OutOfRange(f"{self.path}: line {r} out of range for {len(self)} lines")
                 a, b = int(self.starts[r]), int(self.starts[r + 1])
                 f.seek(a)
                 raw = f.read(b - a).rstrip(b"\n")
@@ -84,10 +85,10 @@ class SubwordSampler:
         import sentencepiece as spm
 
         if not 0 < alpha <= 1:
-            raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+            raise ConfigError(f"alpha must be in (0, 1], got {alpha}")
         if not 2 <= nbest <= 1024:
-            raise ValueError(f"nbest must be in [2, 1024] (segmentations are drawn from the n best; SentencePiece's "
-                             f"full-lattice sampler, nbest=-1, is not reproducible across processes), got {nbest}")
+            raise ConfigError(f"nbest must be in [2, 1024] (segmentations are drawn from the n best; SentencePiece's "
+                              f"full-lattice sampler, nbest=-1, is not reproducible across processes), got {nbest}")
         self.model_path = os.fspath(model_path)
         # n-best search on a very long line gives up and returns the best path (one candidate: no sampling for
         # that line); SentencePiece logs a warning per such line, which would flood worker stderr

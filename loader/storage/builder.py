@@ -14,7 +14,7 @@ import struct
 
 import numpy as np
 
-from ..errors import UnsupportedDtypeError
+from ..errors import CallOrderError, DataError, UnsupportedDtypeError, UsageError
 from ..fileio import NamedWrites, atomic_write, create_temp, fsync_dir
 from .dtypes import TABLES, code_for
 from .indexed import MMIDIDX_MAGIC, IndexedDataset, data_path, index_path
@@ -43,7 +43,7 @@ class IndexedDatasetBuilder:
 
     def __init__(self, prefix, dtype=None, format: str = "megatron", multimodal: bool = False):
         if format not in FORMATS:
-            raise ValueError(f"format must be one of {FORMATS}, got {format!r}")
+            raise UsageError(f"format must be one of {FORMATS}, got {format!r}")
         self.format = format
         self.dtype = np.dtype(DEFAULT_DTYPE[format] if dtype is None else dtype)
         self.dtype_code = code_for(self.dtype, format)
@@ -54,7 +54,7 @@ class IndexedDatasetBuilder:
                 + ("; uint32/uint64 exist only in fairseq's table" if format == "megatron" else "")
             )
         if multimodal and format != "megatron":
-            raise ValueError("sequence modes exist only in the megatron format")
+            raise UsageError("sequence modes exist only in the megatron format")
         self.prefix = os.fspath(prefix)
         self.multimodal = multimodal
         directory = os.path.dirname(self.prefix) or "."
@@ -82,11 +82,11 @@ class IndexedDatasetBuilder:
         if self._integer and arr.size:
             if arr.dtype.kind not in "iub":
                 if arr.dtype.kind != "f" or not np.all(np.floor(arr) == arr):
-                    raise ValueError(f"{self.prefix}: token values must be integers, got {arr.dtype}")
+                    raise DataError(f"{self.prefix}: token values must be integers, got {arr.dtype}")
             lo, hi = arr.min(), arr.max()
             if lo < self._lo or hi > self._hi:
                 bad = lo if lo < self._lo else hi
-                raise ValueError(
+                raise DataError(
                     f"{self.prefix}: token value {bad} does not fit {self.dtype.name} "
                     f"[{self._lo}, {self._hi}] (sequence {len(self._sizes)}); choose a wider dtype"
                 )
@@ -111,7 +111,7 @@ class IndexedDatasetBuilder:
         lengths = np.asarray(lengths, dtype=np.int64)
         arr = self._convert(tokens)
         if lengths.ndim != 1 or (lengths.size and lengths.min() < 0) or int(lengths.sum()) != arr.size:
-            raise ValueError(
+            raise DataError(
                 f"{self.prefix}: lengths must be non-negative and add up to the {arr.size} tokens given "
                 f"(they add up to {int(lengths.sum())})"
             )
@@ -129,8 +129,8 @@ class IndexedDatasetBuilder:
         sequences each document holds (each at least one)."""
         counts = np.asarray(sequences_per_document, dtype=np.int64)
         if counts.ndim != 1 or (counts.size and counts.min() < 1) or int(counts.sum()) != len(lengths):
-            raise ValueError(f"{self.prefix}: sequences_per_document must be >= 1 each and add up to the "
-                             f"{len(lengths)} sequences given")
+            raise DataError(f"{self.prefix}: sequences_per_document must be >= 1 each and add up to the "
+                            f"{len(lengths)} sequences given")
         first = len(self._sizes)
         self.add_items(tokens, lengths)
         self._doc_idx.frombytes((first + np.cumsum(counts)).astype("<i8").tobytes())
@@ -145,7 +145,7 @@ class IndexedDatasetBuilder:
         self._check_open()
         other = IndexedDataset(prefix)
         if other.dtype != self.dtype or other.format == "legacy":
-            raise ValueError(
+            raise DataError(
                 f"cannot merge {other.prefix} ({other.format}, {other.dtype.name}) into a "
                 f"{self.format} {self.dtype.name} builder"
             )
@@ -164,7 +164,7 @@ class IndexedDatasetBuilder:
     def _index_bytes(self) -> bytes:
         sizes = np.frombuffer(self._sizes, dtype=np.int64) if len(self._sizes) else np.zeros(0, np.int64)
         if sizes.size and sizes.max() > _INT32_MAX:
-            raise ValueError(f"{self.prefix}: a sequence of {int(sizes.max())} tokens does not fit the int32 size field")
+            raise DataError(f"{self.prefix}: a sequence of {int(sizes.max())} tokens does not fit the int32 size field")
         pointers = np.zeros(len(sizes), dtype=np.int64)
         if len(sizes) > 1:
             np.cumsum(sizes[:-1] * self.dtype.itemsize, out=pointers[1:])
@@ -189,7 +189,7 @@ class IndexedDatasetBuilder:
         """
         self._check_open()
         if index_file is not None and os.path.abspath(index_file) != os.path.abspath(index_path(self.prefix)):
-            raise ValueError(f"index_file must be {index_path(self.prefix)!r}, got {index_file!r}")
+            raise UsageError(f"index_file must be {index_path(self.prefix)!r}, got {index_file!r}")
         payload = self._index_bytes()
         self._data.flush()
         self._data.fsync()
@@ -218,7 +218,7 @@ class IndexedDatasetBuilder:
 
     def _check_open(self) -> None:
         if self._finalized:
-            raise RuntimeError(f"{self.prefix}: builder already finalized or aborted")
+            raise CallOrderError(f"{self.prefix}: builder already finalized or aborted")
 
     def __enter__(self):
         return self
@@ -228,7 +228,7 @@ class IndexedDatasetBuilder:
             self.abort()
         elif not self._finalized:
             self.abort()
-            raise RuntimeError(f"{self.prefix}: builder left without finalize(); nothing was written")
+            raise CallOrderError(f"{self.prefix}: builder left without finalize(); nothing was written")
 
 
 def _copy_bytes(src, dst, nbytes: int) -> None:
@@ -236,7 +236,7 @@ def _copy_bytes(src, dst, nbytes: int) -> None:
     while remaining > 0:
         chunk = src.read(min(remaining, 16 << 20))
         if not chunk:
-            raise ValueError(f"{src.name}: ended {remaining} bytes early")
+            raise DataError(f"{src.name}: ended {remaining} bytes early")
         dst.write(chunk)
         remaining -= len(chunk)
 

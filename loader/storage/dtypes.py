@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from babelfeed.errors import UsageError
+
 FAIRSEQ_CODES: dict[int, np.dtype] = {
     1: np.dtype(np.uint8),
     2: np.dtype(np.int8),
@@ -52,7 +54,7 @@ def dtype_for_vocab(vocab_size: int, format: str = "fairseq") -> np.dtype:
     both, not 65536.
     """
     if vocab_size < 0:
-        raise ValueError(f"vocab_size must be >= 0, got {vocab_size}")
+        raise UsageError(f"vocab_size must be >= 0, got {vocab_size}")
     if vocab_size < 65500:
         return np.dtype(np.uint16)
     if format == "megatron":

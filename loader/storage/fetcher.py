@@ -38,6 +38,8 @@ import time
 
 import numpy as np
 
+from babelfeed.errors import InternalError
+
 IDLE_SECONDS = float(os.environ.get("BABELFEED_FETCHER_IDLE", "300"))
 # ranges closer than this are fetched as one request, and no request is longer than LARGEST_REQUEST (parallel
 # requests beat one long one); BABELFEED_FETCH_GAP / BABELFEED_FETCH_LARGEST set them (bytes)
@@ -569,7 +571,7 @@ class Fetcher:
         """The shadow folder of remote folder ``url``, brought up to date with the store: small files fetched whole
         (kept while size and ETag hold), each ``.bin`` a sparse file of its size (a new file when its ETag
         changed, so nothing fetched from the old object is ever read as the new one's)."""
-        from babelfeed.storage.objects import ObjectStoreError, split_url
+        from babelfeed.storage.objects import StoreError, split_url
 
         url = url.rstrip("/")
         root, prefix = split_url(url)
@@ -587,7 +589,7 @@ class Fetcher:
                 manifest = {}
             objects = store.list(prefix)
             if not objects:
-                raise ObjectStoreError(f"{url}: no objects under this prefix (a data folder holds dict.txt and "
+                raise StoreError(f"{url}: no objects under this prefix (a data folder holds dict.txt and "
                                        f".idx/.bin files)")
             new_manifest = {}
             wanted = []  # small files to fetch whole
@@ -1105,7 +1107,7 @@ def serve(sock_path: str, cache: str) -> None:
                         elif op == "ping":
                             reply = {"pid": os.getpid()}
                         else:
-                            raise ValueError(f"unknown request {op!r}")
+                            raise InternalError(f"unknown request {op!r}")
                     except Exception as e:  # the asking process raises it, by type and message
                         reply = {"error": _error(e)}
                     send(self.request, reply)

@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from ..errors import BadMagicError, TruncatedFileError
+from ..errors import BadMagicError, CallOrderError, OutOfRange, TruncatedFileError, UsageError
 from . import stamps
 from .index_format import (  # noqa: F401  (the magics are part of this module's interface)
     FAIRSEQ_HEADER, LEGACY_HEADER, MEGATRON_HEADER, MMIDIDX_MAGIC, TNTIDX_MAGIC, _Index, _parse_mmidx, _parse_tntidx)
@@ -76,7 +76,7 @@ class IndexedDataset(IndexChecks):
 
     def __init__(self, prefix, *, verify: str = "full", recompute_pointers: bool = False, _checked=None):
         if verify not in VERIFY_MODES:
-            raise ValueError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
+            raise UsageError(f"verify must be one of {VERIFY_MODES}, got {verify!r}")
         self.prefix = os.fspath(prefix)
         self.index_file = index_path(prefix)
         self.data_file = data_path(prefix)
@@ -137,7 +137,7 @@ class IndexedDataset(IndexChecks):
     def _bin(self):
         if self._bin_map is None:
             if self._index is None:
-                raise ValueError(f"{self.prefix}: the dataset is closed")
+                raise CallOrderError(f"{self.prefix}: the dataset is closed")
             self._bin_map = map_file(self.data_file) if self._bin_size else b""
             if len(self._bin_map) < self._bin_size:
                 raise TruncatedFileError(self.data_file, f".bin is {len(self._bin_map)} bytes, {self._bin_size} when "
@@ -233,7 +233,7 @@ class IndexedDataset(IndexChecks):
         if i < 0:
             i += n
         if not 0 <= i < n:
-            raise IndexError(f"{self.prefix}: record {i} out of range for {n} records")
+            raise OutOfRange(f"{self.prefix}: record {i} out of range for {n} records")
         size = int(self._index.sizes[i])
         ptr = int(self._pointers[i])
         if size < 0 or ptr < 0 or ptr % self._itemsize or ptr + size * self._itemsize > self._bin_size:
@@ -252,11 +252,11 @@ class IndexedDataset(IndexChecks):
         """Tokens ``[offset, offset + length)`` of record ``i`` (to its end when ``length`` is None)."""
         ptr, size = self._span(int(i))
         if not 0 <= offset <= size:
-            raise IndexError(f"{self.prefix}: offset {offset} outside record {i} of {size} tokens")
+            raise OutOfRange(f"{self.prefix}: offset {offset} outside record {i} of {size} tokens")
         if length is None:
             length = size - offset
         if length < 0 or offset + length > size:
-            raise IndexError(f"{self.prefix}: length {length} at offset {offset} runs past record {i} of {size} tokens")
+            raise OutOfRange(f"{self.prefix}: length {length} at offset {offset} runs past record {i} of {size} tokens")
         if self._remote is None:
             from .remote import is_shadow
 

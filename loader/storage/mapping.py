@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from ..errors import BabelfeedError, TruncatedFileError
+from ..errors import StoreError, TruncatedFileError, UsageTypeError
 
 PAGE = mmap.PAGESIZE
 _MAP_FIXED = 0x10  # the same value on Linux, macOS and the BSDs
@@ -62,8 +62,8 @@ def round_up(n: int, unit: int = PAGE) -> int:
     return -(-n // unit) * unit
 
 
-class MappingError(BabelfeedError, OSError):
-    pass
+class MappingError(StoreError):
+    """A token file that cannot be mapped (the address space or the map count exhausted): names the file."""
 
 
 def _mmap(addr, length: int, prot: int, flags: int, fd: int, what: str) -> int:
@@ -186,7 +186,7 @@ class FlatSpace:
         return len(self.tokens)
 
     def __reduce__(self):
-        raise TypeError("a FlatSpace is process-local: rebuild it from its files in the other process")
+        raise UsageTypeError("a FlatSpace is process-local: rebuild it from its files in the other process")
 
 
 def flat_layout(sizes, dtype, pad_tokens: int = 1 << 20) -> tuple[np.ndarray, int, int]:

@@ -23,7 +23,7 @@ import threading
 import time
 from datetime import timedelta
 
-from babelfeed.errors import BabelfeedError, DataChangedError
+from babelfeed.errors import DataChangedError, StoreError, UsageError
 
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "http", "https")
 _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://([^/]+)(?:/(.*))?$")
@@ -33,10 +33,6 @@ _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://([^/]+)(?:/(.*))?$")
 # (BABELFEED_FETCH_RETRY_SECONDS sets the bound)
 RETRY_SECONDS = float(os.environ.get("BABELFEED_FETCH_RETRY_SECONDS", 120.0))
 MAX_RETRIES = 10
-
-
-class ObjectStoreError(BabelfeedError, OSError):
-    """A store refused or failed a request: the message names the object (and the range), never a credential."""
 
 
 def is_remote(path) -> bool:
@@ -49,7 +45,7 @@ def split_url(url: str) -> tuple[str, str]:
     """``("s3://bucket", "prefix/path")`` of an object URL (the key without leading or trailing slashes)."""
     m = _URL.match(str(url))
     if not m or m.group(1) not in SCHEMES:
-        raise ValueError(f"{url!r} is not an object store URL ({', '.join(s + '://' for s in SCHEMES)})")
+        raise UsageError(f"{url!r} is not an object store URL ({', '.join(s + '://' for s in SCHEMES)})")
     return f"{m.group(1)}://{m.group(2)}", (m.group(3) or "").strip("/")
 
 
@@ -89,7 +85,7 @@ def _build_store(root: str, options: dict | None):
     try:
         from obstore.store import from_url
     except ImportError:
-        raise ObjectStoreError(f"{root}: reading an object store needs obstore: pip install 'babelfeed[s3]'") \
+        raise StoreError(f"{root}: reading an object store needs obstore: pip install 'babelfeed[s3]'") \
             from None
     opts = {k: v for k, v in dict(options or {}).items() if v not in (None, "")}
     client = {"timeout": opts.pop("timeout", "60s"), "connect_timeout": opts.pop("connect_timeout", "5s")}
@@ -117,7 +113,7 @@ def _build_store(root: str, options: dict | None):
     try:
         return from_url(root, config=opts or None, client_options=client, retry_config=retry, **kwargs)
     except Exception as e:  # a bad option or URL: obstore's message names the key, not a secret
-        raise ObjectStoreError(f"{root}: cannot configure the store: {_first_line(e)}") from None
+        raise StoreError(f"{root}: cannot configure the store: {_first_line(e)}") from None
 
 
 def _profile_credentials(root: str, profile: str | None):
@@ -125,7 +121,7 @@ def _profile_credentials(root: str, profile: str | None):
         import boto3
         from obstore.auth.boto3 import Boto3CredentialProvider
     except ImportError:
-        raise ObjectStoreError(f"{root}: AWS_PROFILE is set, and reading profiles needs boto3: pip install boto3 "
+        raise StoreError(f"{root}: AWS_PROFILE is set, and reading profiles needs boto3: pip install boto3 "
                                f"(or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)") from None
     return Boto3CredentialProvider(boto3.Session(profile_name=profile) if profile else boto3.Session())
 
@@ -169,30 +165,30 @@ class Store:
                                          f"the one the job opened): the rest of the run would mix two versions. "
                                          f"Restart from the last saved state")
         if isinstance(e, ox.NotFoundError):
-            return ObjectStoreError(f"{url}: no such object ({what})")
+            return StoreError(f"{url}: no such object ({what})")
         if isinstance(e, (ox.UnauthenticatedError, ox.PermissionDeniedError)):
-            return ObjectStoreError(f"{self.root}: credentials missing or refused ({what} {url}); {_SET_CREDENTIALS}")
+            return StoreError(f"{self.root}: credentials missing or refused ({what} {url}); {_SET_CREDENTIALS}")
         text = str(e)
         status = re.search(r"status code: (\d{3})", text)
         code = int(status.group(1)) if status else None
         if code == 404 or "NoSuchBucket" in text:
             if "NoSuchBucket" in text or "list" in what:
-                return ObjectStoreError(f"{self.root}: no such bucket ({what} {url})")
-            return ObjectStoreError(f"{url}: no such object ({what})")
+                return StoreError(f"{self.root}: no such bucket ({what} {url})")
+            return StoreError(f"{url}: no such object ({what})")
         if code in (401, 403):
-            return ObjectStoreError(f"{self.root}: credentials missing or refused ({what} {url}: HTTP {code}); "
+            return StoreError(f"{self.root}: credentials missing or refused ({what} {url}: HTTP {code}); "
                                     f"{_SET_CREDENTIALS}")
         if "builder error" in text and "http://" in text:
-            return ObjectStoreError(f"{self.root}: the endpoint is plain http: set AWS_ALLOW_HTTP=true (or "
+            return StoreError(f"{self.root}: the endpoint is plain http: set AWS_ALLOW_HTTP=true (or "
                                     f"data.storage.allow_http) to allow it ({what} {url})")
         if "169.254.169.254" in text or "credential" in text.lower():
-            return ObjectStoreError(f"{self.root}: no credentials found ({what} {url}); {_SET_CREDENTIALS}")
+            return StoreError(f"{self.root}: no credentials found ({what} {url}); {_SET_CREDENTIALS}")
         retried = re.search(r"after (\d+) retries", text)
         how = f"after {retried.group(1)} retries" if retried else "failed"
         if "error sending request" in text:
-            return ObjectStoreError(f"{url}: {what}: the store does not answer ({how}, at most {MAX_RETRIES} "
+            return StoreError(f"{url}: {what}: the store does not answer ({how}, at most {MAX_RETRIES} "
                                     f"within {RETRY_SECONDS:.0f} s): {_first_line(e)}")
-        return ObjectStoreError(f"{url}: {what} failed ({how}; retries: at most {MAX_RETRIES} within "
+        return StoreError(f"{url}: {what} failed ({how}; retries: at most {MAX_RETRIES} within "
                                 f"{RETRY_SECONDS:.0f} s): {_first_line(e)}")
 
     def head(self, key: str) -> tuple[int, str]:
@@ -233,7 +229,7 @@ class Store:
         self.requests += 1
         self.bytes += len(data)
         if size is not None and len(data) != size:
-            raise ObjectStoreError(f"{self.url(key)}: the body ended after {len(data):,} of its {size:,} bytes (a "
+            raise StoreError(f"{self.url(key)}: the body ended after {len(data):,} of its {size:,} bytes (a "
                                    f"connection cut short): nothing of it is kept")
         return data
 
@@ -251,7 +247,7 @@ class Store:
             raise self._explain(e, key, f"reading bytes [{a:,}, {b:,})") from None
         self.latencies.append(time.perf_counter() - t0)
         if len(data) != b - a:
-            raise ObjectStoreError(f"{self.url(key)}: bytes [{a:,}, {b:,}) came back {len(data):,} bytes long "
+            raise StoreError(f"{self.url(key)}: bytes [{a:,}, {b:,}) came back {len(data):,} bytes long "
                                    f"(a body cut short): not served")
         self.requests += 1
         self.bytes += len(data)

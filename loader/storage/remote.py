@@ -20,7 +20,7 @@ import numpy as np
 
 from babelfeed.errors import BabelfeedError, DataChangedError
 from babelfeed.fileio import cache_dir, private_folders
-from babelfeed.storage.objects import ObjectStoreError, is_remote, split_url, store_env  # noqa: F401  (this
+from babelfeed.storage.objects import StoreError, is_remote, split_url, store_env  # noqa: F401  (this
 # module's face)
 
 START_SECONDS = 20.0  # how long a process waits for the fetcher it started to answer
@@ -155,8 +155,8 @@ def _rebuilt(err: dict) -> Exception:
     kind, message = err.get("type"), err.get("message", "")
     if kind == "DataChangedError":
         return DataChangedError(err.get("path"), err.get("reason") or message)
-    if kind == "ObjectStoreError":
-        return ObjectStoreError(message)
+    if kind == "StoreError":
+        return StoreError(message)
     if kind == "FileNotFoundError":
         return FileNotFoundError(message)
     return BabelfeedError(f"{kind}: {message}")

@@ -32,40 +32,14 @@ import sys
 
 import numpy as np
 
-from babelfeed.errors import FormatError, MissingExtraError
-
-# What a user can fix: arguments, config values and files (FormatError, BinarizeError and the config checks
-# are ValueErrors; missing and unreadable files OSErrors; a key a config file lacks a KeyError).
-USER_ERRORS = (ValueError, OSError, KeyError, TypeError, MissingExtraError)
-PACKAGE = os.path.dirname(os.path.abspath(__file__))
-
+from babelfeed.errors import BabelfeedError, FormatError, MissingExtraError, StateError, UsageError
 
 def is_user_error(e: BaseException) -> bool:
-    """Whether ``e`` says what the user can fix, rather than a bug to report. Files (OSError), missing extras and
-    babelfeed's own errors are the user's. A ValueError, KeyError or TypeError is the user's when babelfeed
-    raised it on purpose (a ``raise`` statement of babelfeed's), or when it came from outside babelfeed's code
-    and numpy's (ml_collections checking a config value, the user's config file, a tokenizer given a bad
-    model); raised anywhere else (a lookup or a numpy call inside babelfeed going wrong) it is a bug."""
-    from babelfeed.errors import BabelfeedError
-
-    if isinstance(e, (OSError, MissingExtraError, BabelfeedError)):
-        return True
-    import traceback
-
-    frames = traceback.extract_tb(e.__traceback__)
-    if isinstance(e, AttributeError) and frames and os.sep + "ml_collections" + os.sep in frames[-1].filename:
-        return True  # a key the config lacks
-    if not isinstance(e, USER_ERRORS):
-        return False
-    if not frames:
-        return True
-    last = frames[-1]
-    here = os.path.abspath(last.filename)
-    if here.startswith(PACKAGE + os.sep) or os.sep + "babelfeed" + os.sep in here:
-        return (last.line or "").lstrip().startswith("raise")
-    if os.sep + "numpy" + os.sep in here:  # numpy refusing what babelfeed's code passed it
-        return False
-    return True
+    """Whether ``e`` says what the user can fix, rather than a bug to report, by its type alone: babelfeed's own
+    errors (:class:`~babelfeed.errors.BabelfeedError`: a config, data, a state, an argument, a store, a missing
+    extra) and ``OSError`` (a file missing or unreadable, named by its path) are the user's. Any other error, a
+    ``ValueError`` or ``KeyError`` included, is a bug of babelfeed's."""
+    return isinstance(e, (BabelfeedError, OSError))
 
 
 class Parser(argparse.ArgumentParser):
@@ -108,7 +82,7 @@ def _config_of(args) -> str:
     once is an error (one of them would be ignored); neither is the command's default, where it has one."""
     given = [c for c in (args.config, args.config_file) if c is not None]
     if len(given) == 2:
-        raise ValueError(f"two configs given: {args.config!r} (the first argument) and --config "
+        raise UsageError(f"two configs given: {args.config!r} (the first argument) and --config "
                          f"{args.config_file!r}; give one")
     if given:
         return given[0]
@@ -116,7 +90,7 @@ def _config_of(args) -> str:
         return DEFAULT_CONFIGS[args.command]
     example = {"trace": "trace my_config.py --state state.json --step 10",
                "preview": "preview nllb_like --set data.path=data_bin --task eng_Latn-deu_Latn"}.get(args.command, "")
-    raise ValueError(f"name the config: a file or a shipped config's name (nllb_like, tpu_static, lm_packing, "
+    raise UsageError(f"name the config: a file or a shipped config's name (nllb_like, tpu_static, lm_packing, "
                      f"demo){', e.g. babelfeed ' + example if example else ''}")
 
 
@@ -175,7 +149,7 @@ def _read_state(path) -> dict:
         try:
             return json.load(f)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not a JSON iterator state ({e}); a checkpoint of torch.save is read too") from None
+            raise StateError(f"{path}: not a JSON iterator state ({e}); a checkpoint of torch.save is read too") from None
 
 
 def _torch_checkpoint(path: str) -> dict:
@@ -184,12 +158,12 @@ def _torch_checkpoint(path: str) -> dict:
     try:
         import torch
     except ImportError:
-        raise ValueError(f"{path}: a torch.save checkpoint; reading it needs torch (pip install 'babelfeed[torch]'), "
+        raise StateError(f"{path}: a torch.save checkpoint; reading it needs torch (pip install 'babelfeed[torch]'), "
                          f"or save the state as JSON: json.dump(loader.state_dict(), f)") from None
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a pickle of other objects, or a file cut short
-        raise ValueError(f"{path}: not a torch checkpoint torch.load reads with weights_only=True "
+        raise StateError(f"{path}: not a torch checkpoint torch.load reads with weights_only=True "
                          f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None
 
 
@@ -286,7 +260,7 @@ def _inspect(args) -> int:
         from babelfeed.tools.stats import document_stats, format_document_stats
 
         if args.plot:
-            raise ValueError(f"{args.data_bin}: --plot draws a data_bin's directions; this folder holds documents "
+            raise UsageError(f"{args.data_bin}: --plot draws a data_bin's directions; this folder holds documents "
                              f"(its table and --json say what they hold)") from None
         rows = document_stats(args.data_bin)
         print(json.dumps(rows, indent=2) if args.json else format_document_stats(rows))
@@ -318,7 +292,7 @@ def _plan(args) -> int:
     lm = _lm_config(loaded)
     if lm is not None:
         if args.plot or args.json:
-            raise ValueError("--plot and --json give a translation plan's shapes and mixture; an LM run's plan is "
+            raise UsageError("--plot and --json give a translation plan's shapes and mixture; an LM run's plan is "
                              "printed")
         print(_lm_plan(lm))
         return 0
@@ -353,17 +327,17 @@ def _translation_run(args, config, step: int | None):
     took = ran_on(state, step) if state is not None else None  # the world size that took the step, as recorded
     if world_size is None:
         if took is None and isinstance(state, dict) and "version" not in state:
-            raise ValueError(f"--state {args.state} is a loader position that does not say which world size ran it "
+            raise UsageError(f"--state {args.state} is a loader position that does not say which world size ran it "
                              f"(an older babelfeed's): pass --world-size, the number of ranks of the run")
         world_size = took or 1
     elif took is not None and took != world_size and step is not None:
-        raise ValueError(f"--world-size {world_size}: the state records that step {step} was taken on {took} rank(s); "
+        raise UsageError(f"--world-size {world_size}: the state records that step {step} was taken on {took} rank(s); "
                          f"leave --world-size out (it is read from the state)")
     args.world_size = world_size
     split = getattr(args, "split", None)
     recorded = split_of(state, step) if state is not None and step is not None else None
     if split is not None and recorded is not None and split != recorded:
-        raise ValueError(f"--split {split}: the state records that step {step} was taken with split {recorded!r}; "
+        raise UsageError(f"--split {split}: the state records that step {step} was taken with split {recorded!r}; "
                          f"leave --split out (it is read from the state)")
     args.split = split or recorded or "batches"
     it = build_train_iterator(config, world_size=world_size, split=args.split)
@@ -504,7 +478,7 @@ def _edit(args) -> int:
         it.set_state(state, mixture_change="allow")
     report = it.last_edit
     if report is None:
-        raise ValueError(f"{path} plans what --state {args.state} was saved with: nothing to edit (give the edited "
+        raise UsageError(f"{path} plans what --state {args.state} was saved with: nothing to edit (give the edited "
                          f"config)")
     if args.out:
         atomic_write(args.out, json.dumps(it.get_state()).encode())
@@ -908,7 +882,7 @@ def main(argv=None) -> int:
         argv, overrides = split_config_args(argv)
         for flag, value in zip(argv, argv[1:]):
             if flag == "--set" and "=" not in value:
-                raise ValueError(f"--set takes KEY=VALUE as one argument: --set {value}=..., or --config.{value} "
+                raise UsageError(f"--set takes KEY=VALUE as one argument: --set {value}=..., or --config.{value} "
                                  f"VALUE")
     except ValueError as e:
         print(f"babelfeed: error: {e}", file=sys.stderr)

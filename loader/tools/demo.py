@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from babelfeed.errors import ConfigError, MissingExtraError
+
 # NLLB code -> babel locale
 LANGS = {"eng_Latn": "en", "deu_Latn": "de", "fra_Latn": "fr", "tur_Latn": "tr", "swh_Latn": "sw"}
 # Train pairs per direction at scale 1: 30000 / 250 = 120x between the largest and the smallest.
@@ -183,8 +185,8 @@ DEFAULT_CONFIG = "demo"  # the shipped configs/demo.py
 
 def check_demo_config(config) -> None:
     if not all(k in config for k in ("corpus", "binarize", "train", "model", "workdir")):
-        raise ValueError("babelfeed demo takes a demo config (configs/demo.py: workdir, corpus, binarize, train and "
-                         "model sections); for a pipeline config such as nllb_like use babelfeed plan or preview")
+        raise ConfigError("babelfeed demo takes a demo config (configs/demo.py: workdir, corpus, binarize, train and "
+                          "model sections); for a pipeline config such as nllb_like use babelfeed plan or preview")
 
 
 def run_demo(config=None, workdir: str | None = None, scale: float | None = None, workers: int | None = None,
@@ -201,8 +203,8 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
     try:
         import babel  # noqa: F401  (the demo corpus is real text from babel's CLDR data)
     except ImportError:
-        raise ValueError("babelfeed demo writes its corpus from the babel package's CLDR data: pip install "
-                         "'babelfeed[demo]'") from None
+        raise MissingExtraError("babelfeed demo writes its corpus from the babel package's CLDR data: pip install "
+                                "'babelfeed[demo]'") from None
     steps = config.model.steps if train_steps is None else train_steps
     example = _example(trainer) if steps > 0 else None  # a missing framework is said now, not after the corpus
     workdir = workdir or config.workdir
@@ -294,13 +296,13 @@ def _example(trainer: str):
     import importlib
 
     if trainer not in ("flax", "torch"):
-        raise ValueError(f"trainer must be 'flax' or 'torch', got {trainer!r}")
+        raise ConfigError(f"trainer must be 'flax' or 'torch', got {trainer!r}")
     try:
         return importlib.import_module(f"babelfeed.examples.{trainer}_train")
     except ImportError as e:
         extra = "demo" if trainer == "flax" else "torch"
-        raise ValueError(f"the demo's {trainer} training needs {e.name or e}: pip install 'babelfeed[{extra}]' "
-                         f"(or run the demo with --train-steps 0)") from e
+        raise MissingExtraError(f"the demo's {trainer} training needs {e.name or e}: pip install 'babelfeed[{extra}]' "
+                                f"(or run the demo with --train-steps 0)") from e
 
 
 def stream_epoch(train_config, epoch_limit: int = 1) -> str:

@@ -25,6 +25,8 @@ import os
 
 import numpy as np
 
+from babelfeed.errors import DataError, InternalError, UsageError
+
 DETAIL = 12  # up to this many directions, every one drawn and named
 TOP = 10  # above: this many named at each end (largest, smallest, longest tails, most unequal sides)
 CLIP = 99.5  # length axes stop at this percentile of the sentences (or samples)
@@ -98,9 +100,9 @@ def inspect_data(rows: list[dict], top: int = TOP) -> dict:
     (``largest`` and ``smallest``, ``top`` each; all of them, as ``largest``, up to ``2 * top + 1``), the
     others added up per split, and per split how many directions lack it."""
     if not rows:
-        raise ValueError("no rows to draw: the data_bin holds no directions")
+        raise DataError("no rows to draw: the data_bin holds no directions")
     if any("histogram" not in r for r in rows):
-        raise ValueError("the rows need their length histograms: corpus_stats(..., histograms=True)")
+        raise UsageError("the rows need their length histograms: corpus_stats(..., histograms=True)")
     splits = list(dict.fromkeys(r["split"] for r in rows))
     trains = [s for s in splits if s.startswith("train")] or splits[:1]  # no train split: the first one's lengths
     keys = list(dict.fromkeys(r["key"] for r in rows))
@@ -177,7 +179,7 @@ def length_cells(lengths, weights=None, limits: tuple | None = None, bins: int =
     w = np.ones(len(lengths)) if weights is None else np.asarray(weights, dtype=np.float64)
     total = float(w.sum())
     if not len(lengths) or total <= 0:
-        raise ValueError("no samples to draw: the mixture draws nothing from the data")
+        raise DataError("no samples to draw: the mixture draws nothing from the data")
     clip, longer, longest = [], [], []
     for side in range(2):
         hist = np.bincount(lengths[:, side], weights=w)
@@ -208,7 +210,7 @@ def mixing_data(keys, sizes, probs, served, temperature: float, size_is: str = "
     probs = np.asarray(probs, dtype=np.float64)
     served = np.asarray(served, dtype=np.float64)
     if not len(sizes) == len(probs) == len(served) == len(keys) or not len(keys):
-        raise ValueError(f"mixing: {len(keys)} keys, {len(sizes)} sizes, {len(probs)} probabilities and "
+        raise UsageError(f"mixing: {len(keys)} keys, {len(sizes)} sizes, {len(probs)} probabilities and "
                          f"{len(served)} served counts (one each per direction, at least one)")
     tier = tiers(sizes)
     data_share = sizes / max(sizes.sum(), 1)
@@ -617,8 +619,8 @@ def _shares(values, what: str) -> list[float]:
     values = [float(v) for v in values]
     wrong = [v for v in values if not 0 <= v <= 1 + 1e-9]
     if wrong:
-        raise ValueError(f"{what} of {wrong[0]:.1%}: a share lies in [0, 100%] (from babelfeed plan: a bug, please "
-                         f"report it)")
+        raise InternalError(f"{what} of {wrong[0]:.1%}: a share lies in [0, 100%] (from babelfeed plan: a bug, please "
+                            f"report it)")
     return values
 
 

@@ -9,6 +9,7 @@ import numpy as np
 from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.sources.sources import resolve_prefix
 from babelfeed.gather.transforms import NoiseContext, Ragged, apply, parse_steps
+from babelfeed.errors import ConfigError, DataError
 
 
 def _decoder(root: str, dictionary):
@@ -58,12 +59,12 @@ def preview(config, task: str | None, transforms: str, n: int = 5, epoch: int = 
     if task is None:
         task = next(iter(tasks), None) or next(iter(corpus.directions(split) + corpus.monolingual(split)), None)
         if task is None:
-            raise ValueError(f"{config.data.path} holds no {split} data to preview")
+            raise DataError(f"{config.data.path} holds no {split} data to preview")
     name, _, key = task.partition("/")
     if name in tasks:  # a task of the config: its corpus, prefixes and (unless given) transforms
         t = tasks[name]
         if str(t.get("text", "")).strip():
-            raise ValueError(f"task {name!r} reads raw text; preview shows binarized corpora")
+            raise ConfigError(f"task {name!r} reads raw text; preview shows binarized corpora")
         corpora = [c.strip() for c in str(t.corpora).split(",") if c.strip()]
         key = key or corpora[0]
         transforms = transforms or t.transforms
@@ -71,10 +72,10 @@ def preview(config, task: str | None, transforms: str, n: int = 5, epoch: int = 
         target_prefix = target_prefix if t.target_prefix == "inherit" else t.target_prefix
         task = key
     elif tasks:
-        raise ValueError(f"no task {name!r} in the config; tasks: {sorted(tasks)}")
+        raise ConfigError(f"no task {name!r} in the config; tasks: {sorted(tasks)}")
     shard = corpus.shard_ids(split, task)
     if not shard:
-        raise ValueError(f"no {split} data for {task!r}; available: {corpus.directions(split) + corpus.monolingual(split)}")
+        raise DataError(f"no {split} data for {task!r}; available: {corpus.directions(split) + corpus.monolingual(split)}")
     src_lang, tgt_lang = task.split("-") if "-" in task else (task, task)
     lang = src_lang if side == "source" else tgt_lang
     ds = corpus.open(split, task, lang if "-" in task else None, shard[0])

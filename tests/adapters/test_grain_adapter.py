@@ -12,6 +12,7 @@ import sys
 
 from s3server import s3, s3_env  # noqa: F401  (fixtures)
 from synthetic import make_data_bin
+from babelfeed.errors import StateError, StateMismatch, UsageError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 
@@ -166,7 +167,7 @@ def test_epochs_dataset_spans_epochs_and_its_state_restores_with_any_worker_coun
     from babelfeed.adapters.grain import EpochsDataset
 
     state = iter(EpochsDataset(config_for(root))).get_state()
-    with __import__("pytest").raises(ValueError, match="saved with different data or settings"):
+    with __import__("pytest").raises(StateMismatch, match="saved with different data or settings"):
         iter(EpochsDataset(config_for(other))).set_state(state)
 
 
@@ -218,22 +219,22 @@ def test_epochs_dataset_state_restores_on_another_world_size_and_refuses_bad_sta
         rest, _ = stream(w2, state)
         assert head + rest == ref, (w, w2, steps, state)
     bad = dict(state, consumed=10 ** 6)
-    with pytest.raises(ValueError, match="past the end of epoch"):
+    with pytest.raises(StateError, match="past the end of epoch"):
         iter(EpochsDataset(cfg)).set_state(bad)
-    with pytest.raises(ValueError, match="field 'epoch' must be an integer >= 1"):
+    with pytest.raises(StateError, match="field 'epoch' must be an integer >= 1"):
         iter(EpochsDataset(cfg)).set_state(dict(state, epoch=True))
-    with pytest.raises(ValueError, match="has no fingerprint"):
+    with pytest.raises(StateError, match="has no fingerprint"):
         iter(EpochsDataset(cfg)).set_state({k: v for k, v in state.items() if k != "fingerprint"})
-    with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
+    with pytest.raises(UsageError, match="num_workers must be an int >= 0"):
         EpochsDataset(cfg, num_workers=-1)
     from babelfeed.adapters.grain import batch_dataset
 
     for bad in (-1, 2.5, "2", True):  # were bare TypeErrors from grain, or (-1) accepted (issue 23 item 16)
-        with pytest.raises(ValueError, match=f"num_workers must be an int >= 0 .*got {bad!r}"):
+        with pytest.raises(UsageError, match=f"num_workers must be an int >= 0 .*got {bad!r}"):
             batch_dataset(cfg, num_workers=bad)
-        with pytest.raises(ValueError, match="num_workers must be an int >= 0"):
+        with pytest.raises(UsageError, match="num_workers must be an int >= 0"):
             EpochsDataset(cfg, num_workers=bad)
-    with pytest.raises(ValueError, match="read_threads must be an int >= 0"):
+    with pytest.raises(UsageError, match="read_threads must be an int >= 0"):
         batch_dataset(cfg, read_threads=1.5)
 
 

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.hf import IGNORE, HFView
+from babelfeed.gather.hf import IGNORE, HFView
 from synthetic import config_for, make_data_bin
+from babelfeed.errors import ConfigError, UsageError
 
 transformers = pytest.importorskip("transformers", reason="transformers is in the test extra: make test has it")
 torch = pytest.importorskip("torch")
@@ -161,9 +162,9 @@ def test_the_trainer_takes_the_demo_config_and_refuses_an_lm_config_by_name(root
     trainer = Seq2SeqTrainer(model=_tiny_bart(len(d)), args=args, babelfeed_config=demo)
     assert len(trainer.get_train_dataloader()) == len(babelfeed.build_train_iterator(config_for(root)))
     lm = babelfeed.load_config(os.path.join(here, "configs", "lm_packing.py"))
-    with pytest.raises(ValueError, match="language-model config"):
+    with pytest.raises(ConfigError, match="language-model config"):
         Seq2SeqTrainer(model=_tiny_bart(len(d)), args=args, babelfeed_config=lm)
-    with pytest.raises(ValueError, match="an LM batch"):
+    with pytest.raises(UsageError, match="an LM batch"):
         HFView(1)({"tokens": np.zeros((2, 3)), "labels": np.zeros((2, 3))})
 
 

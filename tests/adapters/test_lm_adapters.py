@@ -12,7 +12,8 @@ import pytest
 
 import golden
 import babelfeed
-from babelfeed.lm import LMIterator
+from babelfeed.lm.iterator import LMIterator
+from babelfeed.errors import CallOrderError, ConfigError, StateError, StateMismatch
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 LEAVES = ("tokens", "labels", "loss_mask", "segment_ids", "positions", "dataset")
@@ -49,9 +50,9 @@ def test_build_iterator_takes_an_lm_config(root):
     it = babelfeed.build_iterator(cfg, rank=1, world_size=3)
     assert isinstance(it, LMIterator) and (it.rank, it.world_size, it.split) == (1, 3, "rows")
     assert next(it)["tokens"].shape == (8, 24)
-    with pytest.raises(ValueError, match="rows per rank"):
+    with pytest.raises(ConfigError, match="rows per rank"):
         babelfeed.build_iterator(cfg, split="batches")
-    with pytest.raises(ValueError, match="multiple of world_size"):
+    with pytest.raises(ConfigError, match="multiple of world_size"):
         babelfeed.build_iterator(cfg, world_size=5)
 
 
@@ -109,19 +110,19 @@ def test_state_is_checked(root):
     next(it)
     state = it.get_state()
     other = babelfeed.build_iterator(lm_config(root, mode="concat"))
-    with pytest.raises(ValueError, match="saved with different data or settings \\(mode 'pack' -> 'concat'\\)"):
+    with pytest.raises(StateMismatch, match="saved with different data or settings \\(mode 'pack' -> 'concat'\\)"):
         other.set_state(state)
-    with pytest.raises(ValueError, match="fingerprint"):  # a state without the identity says only that it differs
+    with pytest.raises(StateMismatch, match="fingerprint"):  # a state without the identity says only that it differs
         other.set_state({k: v for k, v in state.items() if k != "identity"})
-    with pytest.raises(ValueError, match="multiple of global_batch"):
+    with pytest.raises(StateError, match="multiple of global_batch"):
         it.set_state({**state, "consumed_samples": 5})
-    with pytest.raises(ValueError, match="must be an integer >= 0"):
+    with pytest.raises(StateError, match="must be an integer >= 0"):
         it.set_state({**state, "consumed_samples": -24})
-    with pytest.raises(ValueError, match="translation iterator"):
+    with pytest.raises(StateError, match="translation iterator"):
         it.set_state({"version": 1, "epoch": 1, "consumed": 0})
-    with pytest.raises(ValueError, match="lacks \\['name'\\]"):
+    with pytest.raises(StateError, match="lacks \\['name'\\]"):
         it.set_state({"version": 1, "consumed_samples": 24}, mixture_change="keep_position")
-    with pytest.raises(ValueError, match="no fingerprint"):
+    with pytest.raises(StateError, match="no fingerprint"):
         it.set_state({"version": 1, "name": "train", "consumed_samples": 24})  # a state saved before fingerprints
     it.set_state({"version": 1, "name": "train", "consumed_samples": 24}, mixture_change="keep_position")
     assert it.consumed == 24
@@ -273,8 +274,8 @@ def test_batch_loader_over_an_lm_config_is_one_pass_and_resumes_on_another_world
     rest = [{k: v.numpy() for k, v in b.items()} for b in one]
     assert [digest(b) for b in rest] == want[cut:] and len(rest) == len(want) - cut
     assert one.state_dict()["consumed_samples"] == len(want) * gb and one.epoch == 1
-    with pytest.raises(RuntimeError, match="this LM run is over"):
+    with pytest.raises(CallOrderError, match="this LM run is over"):
         next(iter(one))
-    with pytest.raises(ValueError, match="one pass"):  # an older babelfeed's position in epoch 2
+    with pytest.raises(StateError, match="one pass"):  # an older babelfeed's position in epoch 2
         one.load_state_dict({"epoch": 2, "consumed": 1, "fingerprint": state["fingerprint"]})
     assert isinstance(rest[0]["tokens"], np.ndarray) and torch.is_tensor(next(iter(BatchLoader(cfg)))["tokens"])

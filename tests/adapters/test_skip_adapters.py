@@ -12,6 +12,7 @@ import pytest
 import babelfeed
 from golden import digest
 from synthetic import config_for, make_data_bin
+from babelfeed.errors import CallOrderError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
 pytestmark = pytest.mark.filterwarnings("ignore:.*set_vital.*", "ignore:This DataLoader will create")
@@ -97,7 +98,7 @@ def test_a_skip_through_any_adapter_is_the_iterators(tmp_path):
     for kind in kinds:
         want, ref = reference(read_first=kind != "batch_loader_0" and kind != "batch_loader_2")
         assert got[kind]["batches"] == want, kind
-        saved = babelfeed.state.find_state(got[kind]["state"])
+        saved = babelfeed.iterators.state.find_state(got[kind]["state"])
         skips = [e for e in saved["history"] if e["event"] == "skip"]
         assert [e.get("steps") or e.get("where") for e in skips] == [[9, 12], {"corpus": [corpus]}], kind
         # the state it saved restores under the in-process iterator, skips included
@@ -139,7 +140,7 @@ def test_a_skip_in_the_middle_of_a_pass_applies_from_the_next_batch(tmp_path):
     state = loader.state_dict()
     running = iter(loader)
     next(running)
-    with pytest.raises(RuntimeError, match="load_state_dict while a pass.*close"):
+    with pytest.raises(CallOrderError, match="load_state_dict while a pass.*close"):
         loader.load_state_dict(state)  # (it used to be taken, and the running pass served the old position)
     running.close()
     loader.load_state_dict(state)

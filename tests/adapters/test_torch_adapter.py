@@ -16,6 +16,7 @@ from babelfeed.adapters.torch import BatchDataset, BatchLoader, TorchBatches, to
 from helpers import hist
 from synthetic import config_for, make_data_bin
 from test_pipeline import decode_ids
+from babelfeed.errors import ConfigError, StateError, StateMismatch, UsageError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 # Workers come from a forkserver: other tests load JAX (multithreaded) into this process, and forking it is unsafe.
@@ -146,7 +147,7 @@ def test_worker_ring_is_released_and_refuses_a_batch_written_over(root):
                                      prefetch_factor=4, multiprocessing_context=MP)
     it = iter(dl)
     time.sleep(3)
-    with pytest.raises(RuntimeError, match="wrote over"):
+    with pytest.raises(ConfigError, match="wrote over"):
         for _ in range(4):
             next(it)
     del it
@@ -343,27 +344,27 @@ def test_batch_loader_refuses_a_state_of_other_data_and_settings_that_do_not_app
     other = tmp_path / "other"
     make_data_bin(other, seed=5)
     state = BatchLoader(config_for(root)).state_dict()
-    with pytest.raises(ValueError, match="saved with different data or settings"):
+    with pytest.raises(StateMismatch, match="saved with different data or settings"):
         BatchLoader(config_for(other)).load_state_dict(state)
-    with pytest.raises(ValueError, match="field 'consumed' must be an integer >= 0"):
+    with pytest.raises(StateError, match="field 'consumed' must be an integer >= 0"):
         BatchLoader(config_for(root)).load_state_dict({**state, "consumed": -1})
-    with pytest.raises(ValueError, match="field 'epoch' must be an integer >= 1"):
+    with pytest.raises(StateError, match="field 'epoch' must be an integer >= 1"):
         BatchLoader(config_for(root)).load_state_dict({**state, "epoch": True})
-    with pytest.raises(ValueError, match="past the end of epoch 1"):
+    with pytest.raises(StateError, match="past the end of epoch 1"):
         BatchLoader(config_for(root)).load_state_dict({**state, "consumed": 10 ** 6})
-    with pytest.raises(ValueError, match=r"holds no babelfeed state \(it has \['consumed', 'epoch'\]\)"):
+    with pytest.raises(StateError, match=r"holds no babelfeed state \(it has \['consumed', 'epoch'\]\)"):
         BatchLoader(config_for(other)).load_state_dict({"epoch": 1, "consumed": 3})  # no fingerprint: no check
     legacy = {"epoch": 1, "consumed": 3, "fingerprint": state["fingerprint"]}  # an older babelfeed's position
-    with pytest.raises(ValueError, match="consumed an int >= 0"):
+    with pytest.raises(StateError, match="consumed an int >= 0"):
         BatchLoader(config_for(root)).load_state_dict({**legacy, "consumed": -1})
-    with pytest.raises(ValueError, match="saved with different data or settings"):
+    with pytest.raises(StateMismatch, match="saved with different data or settings"):
         BatchLoader(config_for(other)).load_state_dict(legacy)
-    with pytest.raises(ValueError, match="must exceed prefetch_factor=8"):
+    with pytest.raises(UsageError, match="must exceed prefetch_factor=8"):
         BatchLoader(config_for(root), num_workers=1, prefetch_factor=8)
     BatchLoader(config_for(root), num_workers=1, prefetch_factor=8, ring_slots=9)
-    with pytest.raises(ValueError, match="batch_size= does not apply"):
+    with pytest.raises(UsageError, match="batch_size= does not apply"):
         BatchLoader(config_for(root), batch_size=8)
-    with pytest.raises(ValueError, match="persistent_workers"):
+    with pytest.raises(UsageError, match="persistent_workers"):
         BatchLoader(config_for(root), num_workers=1, persistent_workers=True)
 
 
@@ -442,7 +443,7 @@ def test_a_dataloader_that_batches_the_batches_again_is_refused_by_name(root, wo
 
     for kwargs in ({}, {"batch_size": 2}) if workers == 0 else ({},):  # (a worker process costs seconds)
         loader = torch.utils.data.DataLoader(BatchDataset(config_for(root)), num_workers=workers, **kwargs)
-        with pytest.raises(Exception, match=r"needs batch_size=None.*BatchLoader"):
+        with pytest.raises(UsageError, match=r"needs batch_size=None.*BatchLoader"):
             next(iter(loader))
     if workers == 0:  # (batch_size=None with workers: every DataLoader test of this file)
         loader = torch.utils.data.DataLoader(BatchDataset(config_for(root)), batch_size=None)

@@ -9,6 +9,7 @@ import pytest
 import babelfeed
 from babelfeed.config import apply_overrides
 from synthetic import make_data_bin
+from babelfeed.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = ["demo.py", "nllb_like.py", "tpu_static.py", "lm_packing.py"]
@@ -26,18 +27,18 @@ def test_overrides_are_type_checked_and_named():
     apply_overrides(c, ["--config.mixing.temperature=2", "batching.max_tokens=2048", "data.path=some/where",
                         "batching.window=0"])
     assert (c.mixing.temperature, c.batching.max_tokens, c.data.path) == (2.0, 2048, "some/where")
-    with pytest.raises(ValueError, match="did you mean temperature"):
+    with pytest.raises(ConfigError, match="did you mean temperature"):
         apply_overrides(c, ["mixing.temprature=2"])
     # in plain words, not ml_collections' ("is a int ... (reference) ... cannot be casted to type <class 'int'>")
     for value, said in (("lots", "'lots' is text$"), ("1e4", "'1e4' is a number: write 10000$")):
-        with pytest.raises(ValueError, match=f"'batching.max_tokens' takes an integer \\(now 2048\\); {said}") as e:
+        with pytest.raises(ConfigError, match=f"'batching.max_tokens' takes an integer \\(now 2048\\); {said}") as e:
             apply_overrides(c, [f"batching.max_tokens={value}"])
         assert "casted" not in str(e.value) and "class" not in str(e.value)
-    with pytest.raises(ValueError, match="mixing.weights is set but mixing.method is 'temperature', which ignores"):
+    with pytest.raises(ConfigError, match="mixing.weights is set but mixing.method is 'temperature', which ignores"):
         babelfeed.build_train_iterator(apply_overrides(babelfeed.load_config("nllb_like"), ["mixing.weights=en-de:1"]))
-    with pytest.raises(ValueError, match="must be a finite number > 0, got inf; for a uniform mixture .*method='uniform'"):
+    with pytest.raises(ConfigError, match="must be a finite number > 0, got inf; for a uniform mixture .*method='uniform'"):
         babelfeed.build_train_iterator(apply_overrides(c, ["mixing.temperature=inf"]))
-    with pytest.raises(ValueError, match="must look like"):
+    with pytest.raises(ConfigError, match="must look like"):
         apply_overrides(c, ["mixing.temperature"])
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import babelfeed
 import babelfeed.gather
-import babelfeed.rows
+import babelfeed.sources.rows
 from synthetic import config_for
 from test_gather_property import make
 
@@ -28,7 +28,7 @@ def corrupt_pointer(prefix: str, record: int, value: int) -> None:
 
 @pytest.mark.parametrize("table", [True, False])
 def test_a_record_outside_its_bin_raises_naming_file_and_record(tmp_path, monkeypatch, table):
-    monkeypatch.setattr(babelfeed.rows.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
+    monkeypatch.setattr(babelfeed.sources.rows.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
     root = tmp_path / "bin"
     os.makedirs(root / "shard000")
     d = babelfeed.Dictionary()
@@ -54,22 +54,22 @@ def test_a_record_outside_its_bin_raises_naming_file_and_record(tmp_path, monkey
 
 
 def test_the_kernel_refuses_addresses_outside_the_space():
-    if babelfeed.gather.KERNEL is None:
+    if babelfeed.gather.engine.KERNEL is None:
         pytest.skip("the compiled kernel is not built (tests/iterators/test_golden_batches.py says so)")
     space = np.arange(100, dtype=np.uint16)
     out = np.empty((2, 8), np.int64)
     args = lambda start: (space, "H", 0, np.array(start, np.int64), np.array([4, 4], np.int64),  # noqa: E731
                           np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros((2, 0), np.int64), 0, 1, out, "q",
                           None, 2)
-    babelfeed.gather.KERNEL.fill_rows(*args([0, 96]))
+    babelfeed.gather.engine.KERNEL.fill_rows(*args([0, 96]))
     assert out[1, :4].tolist() == [96, 97, 98, 99] and (out[1, 4:] == 1).all()
-    with pytest.raises(IndexError, match="row 1"):
-        babelfeed.gather.KERNEL.fill_rows(*args([0, 97]))
-    with pytest.raises(IndexError, match="row 0"):
-        babelfeed.gather.KERNEL.fill_rows(*args([-1, 0]))
+    with pytest.raises(IndexError, match="row 1"):  # not babelfeed's: the kernel's own check
+        babelfeed.gather.engine.KERNEL.fill_rows(*args([0, 97]))
+    with pytest.raises(IndexError, match="row 0"):  # not babelfeed's: the kernel's own check
+        babelfeed.gather.engine.KERNEL.fill_rows(*args([-1, 0]))
     dest = np.zeros(10, np.int64)
-    with pytest.raises(IndexError, match="piece 0"):
-        babelfeed.gather.KERNEL.pieces(space, "H", 0, np.array([98], np.int64), np.array([3], np.int64),
+    with pytest.raises(IndexError, match="piece 0"):  # not babelfeed's: the kernel's own check
+        babelfeed.gather.engine.KERNEL.pieces(space, "H", 0, np.array([98], np.int64), np.array([3], np.int64),
                                     np.array([0], np.int64), dest, "q")
 
 
@@ -145,7 +145,7 @@ def test_a_bin_that_shrank_before_mapping_is_refused(tmp_path):
 def test_the_kernel_reports_the_largest_id_it_wrote(code, dtype, out_code):
     """The dictionary check trusts fill_rows' largest id instead of a second pass: it must be the largest of the
     prefixes and tokens written (pad excluded), a negative id counting as huge."""
-    if babelfeed.gather.KERNEL is None:
+    if babelfeed.gather.engine.KERNEL is None:
         pytest.skip("the compiled kernel is not built (tests/iterators/test_golden_batches.py says so)")
     rng = np.random.default_rng(len(code) * 7 + ord(code) + ord(out_code))
     hi = min(np.iinfo(dtype).max, 2**31 - 1)
@@ -161,7 +161,7 @@ def test_the_kernel_reports_the_largest_id_it_wrote(code, dtype, out_code):
         col0 = rng.integers(0, width - 32, n).astype(np.int64)
         shift = int(rng.integers(0, 3)) if code in "iq" else 0
         out = np.empty((n, width), np.int64 if out_code == "q" else np.int32)
-        top = babelfeed.gather.KERNEL.fill_rows(space, code, shift, start, body, col0, plen, prefix, 2, 1, out, out_code,
+        top = babelfeed.gather.engine.KERNEL.fill_rows(space, code, shift, start, body, col0, plen, prefix, 2, 1, out, out_code,
                                              None, 2)
         written = [int(p) for r in range(n) for p in prefix[r, :plen[r]]]
         written += [int(v) - shift for r in range(n) for v in space[start[r]:start[r] + body[r]]]
@@ -243,7 +243,7 @@ except babelfeed.DataChangedError as e:
 def test_a_bin_truncated_inside_a_window_is_named_not_a_silent_sigbus(tmp_path, kind):
     """A read past a .bin's new end inside a planning window killed the process with SIGBUS, printing nothing
     (issue 23 item 15). The compiled gather catches the fault around its copy and the error names the file."""
-    if babelfeed.gather.KERNEL is None:
+    if babelfeed.gather.engine.KERNEL is None:
         pytest.skip("the compiled kernel is not built (tests/iterators/test_golden_batches.py says so)")
     out = subprocess.run([sys.executable, "-c", _INSIDE, HERE, str(tmp_path), kind], capture_output=True, text=True,
                          timeout=120)
@@ -254,14 +254,14 @@ def test_a_bin_truncated_inside_a_window_is_named_not_a_silent_sigbus(tmp_path, 
 def test_a_bus_error_outside_the_gather_still_ends_the_process():
     """The gather's SIGBUS guard hands every other SIGBUS on: to faulthandler where it is enabled (which prints
     the stack), else to the default action (the process dies of it), even after the guard was installed."""
-    if babelfeed.gather.KERNEL is None:
+    if babelfeed.gather.engine.KERNEL is None:
         pytest.skip("the compiled kernel is not built (tests/iterators/test_golden_batches.py says so)")
     code = r"""
 import faulthandler, os, signal, sys
 import numpy as np
 if sys.argv[1] == "fh":
     faulthandler.enable()
-from babelfeed.gather import KERNEL
+from babelfeed.gather.engine import KERNEL
 space = np.arange(100, dtype=np.uint16)
 out = np.empty((1, 8), np.int64)
 z = np.zeros(1, np.int64)

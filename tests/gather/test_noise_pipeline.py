@@ -8,6 +8,7 @@ import pytest
 import babelfeed
 from synthetic import config_for, make_data_bin
 from test_pipeline import decode_ids, digest
+from babelfeed.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def test_sources_that_outgrow_the_limit_are_masked_and_counted(data):
 
 def test_bad_noise_settings(data):
     root, _ = data
-    with pytest.raises(ValueError, match="unknown transform"):
+    with pytest.raises(ConfigError, match="unknown transform"):
         babelfeed.build_train_iterator(config_for(root, data__noise="scramble:x=1"))
-    with pytest.raises(ValueError, match="not used"):
+    with pytest.raises(ConfigError, match="not used"):
         babelfeed.build_train_iterator(config_for(root, data__noise_by_task="zzz-yyy=token_drop:rate=0.1"))

@@ -3,8 +3,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from babelfeed.transforms import (NoiseContext, Ragged, apply, insert_tokens, local_reorder, span_mask, token_drop,
+from babelfeed.gather.transforms import (NoiseContext, Ragged, apply, insert_tokens, local_reorder, span_mask, token_drop,
                                token_replace)
+from babelfeed.errors import ConfigError
 
 MASK = 9999
 sentences = st.lists(st.lists(st.integers(10, 500), min_size=0, max_size=30), min_size=1, max_size=12)
@@ -80,7 +81,7 @@ def test_rates_and_invariants_on_a_large_batch():
 
 
 def test_unknown_transform():
-    with pytest.raises(ValueError, match="unknown transform"):
+    with pytest.raises(ConfigError, match="unknown transform"):
         apply(batch_of([[5]]), ctx_for(1), [("shuffle_everything", {})])
 
 
@@ -89,7 +90,7 @@ def test_parse_steps_and_preview_command(tmp_path):
     import sys
 
     import babelfeed
-    from babelfeed.transforms import parse_steps
+    from babelfeed.gather.transforms import parse_steps
     from synthetic import make_data_bin
 
     d = babelfeed.Dictionary()
@@ -99,7 +100,7 @@ def test_parse_steps_and_preview_command(tmp_path):
                      ("span_mask", {"ratio": 0.3, "mask_id": d.index("<mask>")})]
     for bad, match in (("shuffle:x=1", "unknown transform"), ("token_drop:rate", "name=value"),
                        ("span_mask:mask_id=<nope>", "neither a token id")):
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(ConfigError, match=match):
             parse_steps(bad, d)
     make_data_bin(tmp_path)
     repo = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__))))

@@ -23,7 +23,7 @@ from hypothesis import given, settings, strategies as st
 
 import babelfeed
 import golden
-from babelfeed.errors import Notice
+from babelfeed.errors import ConfigTypeError, Notice, StateError, StateMismatch, UnknownConfigKey, UsageError, UsageTypeError
 from babelfeed.plan.mixing import stream_rows
 from babelfeed.plan.parts import decode
 from synthetic import config_for, make_data_bin
@@ -366,7 +366,7 @@ def test_the_command_line_says_an_edit_writes_the_edited_state_and_the_ledger_sh
     assert "mixture edits (1)" in capsys.readouterr().out
     assert main(["edit", *base, "--state", str(tmp_path / "state.json")]) == 2
     assert "nothing to edit" in capsys.readouterr().err
-    with pytest.raises(ValueError, match="not a key of the run's config"):
+    with pytest.raises(UnknownConfigKey, match="not a key of the run's config"):
         it.edit(**{"mixing.temprature": 2.0})
 
 
@@ -438,7 +438,7 @@ def test_ids_and_stream_numbers_keep_their_meaning_across_edits(root):
     fresh.set_state(state)
     a, b = next(fresh), next(it)
     assert golden.digest(a) == golden.digest(b) and set(b["direction"].tolist()) == {2}
-    with pytest.raises(ValueError, match="'layout' lacks or miscounts"):
+    with pytest.raises(StateError, match="'layout' lacks or miscounts"):
         fresh.set_state({**state, "layout": {**state["layout"], "streams": ["x"]}})
 
 
@@ -447,7 +447,7 @@ def test_a_loader_that_set_weights_on_the_default_sampler_resumes_with_them(root
     resumes its state with those weights (the batches of a run never stopped), and the policy picks them up."""
     pytest.importorskip("torch")
     from babelfeed.adapters.torch import BatchLoader
-    from babelfeed.policy import ExponentiatedGradient
+    from babelfeed.iterators.policy import ExponentiatedGradient
 
     config = cfg(root, "stratified", {})
     tasks = babelfeed.build_train_iterator(config).planner.sources.tasks
@@ -514,17 +514,17 @@ def test_edits_a_run_cannot_take_are_refused_by_name_before_anything_is_built(ro
     changes static shapes says so in its report."""
     it = babelfeed.build_train_iterator(cfg(root, "stratified", {}))
     next(it)
-    with pytest.raises(ValueError, match=r"mixing.temperature takes a float .*got 'hot'"):
+    with pytest.raises(ConfigTypeError, match=r"mixing.temperature takes a float .*got 'hot'"):
         it.edit(mixing__temperature="hot")
     from babelfeed.iterators import protocol
 
     with monkeypatch.context() as m:
         m.setattr(protocol, "builder", lambda kind: pytest.fail("the edited iterator was built"))
-        with pytest.raises(ValueError, match=r"cannot change mixing.sampler \('auto' -> 'stream'\).*Keep mixing"):
+        with pytest.raises(StateMismatch, match=r"cannot change mixing.sampler \('auto' -> 'stream'\).*Keep mixing"):
             it.edit(mixing__sampler="stream")
-    with pytest.raises(ValueError, match=r"nothing changed\): no edit to make"):
+    with pytest.raises(UsageError, match=r"nothing changed\): no edit to make"):
         it.edit(mixing__temperature=float(it.config_snapshot["mixing"]["temperature"]))
-    with pytest.raises(TypeError, match="strict= is gone.*mixture_change='keep_position'"):
+    with pytest.raises(UsageTypeError, match="strict= is gone.*mixture_change='keep_position'"):
         it.set_state(it.get_state(), strict=False)
     shaped = babelfeed.build_train_iterator(cfg(root, "stratified", {"batching__num_shapes": 4}))
     next(shaped)

@@ -57,20 +57,20 @@ def test_batches_match_on_every_gather_path(root, monkeypatch, table, flat, kern
     gather (where the compiled kernel is not built)."""
     import babelfeed.gather
     import babelfeed.storage.spaces
-    import babelfeed.rows
+    import babelfeed.sources.rows
 
-    monkeypatch.setattr(babelfeed.rows.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
+    monkeypatch.setattr(babelfeed.sources.rows.RowTable, "MIN_COMPONENTS", 0 if table else 10**9)
     monkeypatch.setattr(babelfeed.storage.spaces, "native_available", lambda: flat)
     if not kernel:
         monkeypatch.setattr(babelfeed.gather.engine, "KERNEL", None)
     built = []
-    original = babelfeed.rows.RowTable.__init__
+    original = babelfeed.sources.rows.RowTable.__init__
 
     def spy(self, *args):
         built.append(self)
         original(self, *args)
 
-    monkeypatch.setattr(babelfeed.rows.RowTable, "__init__", spy)
+    monkeypatch.setattr(babelfeed.sources.rows.RowTable, "__init__", spy)
     flats = []  # the gather path each token space took: the patch must reach where TokenSpaces reads it
     spaces_init = babelfeed.storage.spaces.TokenSpaces.__init__
 
@@ -88,9 +88,9 @@ def test_batches_match_on_every_gather_path(root, monkeypatch, table, flat, kern
 
 def test_batches_match_without_the_planning_kernel(root, monkeypatch):
     """The numpy planner (where loader/_native/_plan.c is not built) plans the same batches as the compiled one."""
-    import babelfeed.plan_kernel
+    import babelfeed._native.plan_kernel
 
-    monkeypatch.setattr(babelfeed.plan_kernel, "KERNEL", None)
+    monkeypatch.setattr(babelfeed._native.plan_kernel, "KERNEL", None)
     for name, fn in golden.cases(root).items():
         batches, _ = fn()
         assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name
@@ -99,10 +99,10 @@ def test_batches_match_without_the_planning_kernel(root, monkeypatch):
 def test_batches_match_where_the_kernel_declines_the_window_order(root, monkeypatch):
     """Where plan_kernel.sorted_rows declines a window (lengths or keys it does not take), the planner builds the
     rows and orders them its other way, with the same random key: the same batches."""
-    import babelfeed.plan_kernel
+    import babelfeed._native.plan_kernel
 
     declined = []
-    monkeypatch.setattr(babelfeed.plan_kernel, "sorted_rows", lambda *a: declined.append(1))
+    monkeypatch.setattr(babelfeed._native.plan_kernel, "sorted_rows", lambda *a: declined.append(1))
     for name, fn in golden.cases(root).items():
         batches, _ = fn()
         assert [golden.digest(b) for b in batches] == WANT[name]["batches"], name
@@ -116,12 +116,12 @@ def test_the_compiled_kernel_is_built():
 
     import babelfeed.gather
     import babelfeed.storage.spaces
-    import babelfeed.plan_kernel
+    import babelfeed._native.plan_kernel
 
     if os.environ.get("BABELFEED_KERNEL", "1") == "0":
         pytest.skip("BABELFEED_KERNEL=0: the numpy gather was asked for")
-    assert babelfeed.gather.KERNEL is not None, "loader/_native/_gather.c was not compiled: is a C compiler installed?"
-    assert babelfeed.plan_kernel.KERNEL is not None, "loader/_native/_plan.c was not compiled: is a C compiler installed?"
+    assert babelfeed.gather.engine.KERNEL is not None, "loader/_native/_gather.c was not compiled: is a C compiler installed?"
+    assert babelfeed._native.plan_kernel.KERNEL is not None, "loader/_native/_plan.c was not compiled: is a C compiler installed?"
 
 
 def test_a_scheduled_state_recorded_before_updates_were_counted_in_it_still_matches(root):

@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import babelfeed
-from babelfeed.run.history import HistoryError, check, compose, ran_on, upgrade
+from babelfeed.run.history import check, compose, ran_on, upgrade
+from babelfeed.errors import HistoryError, StateError
 from golden import digest
 from helpers import as_v1, hist
 from synthetic import config_for, make_data_bin
@@ -153,7 +154,7 @@ def test_a_version_1_state_upgrades_to_the_state_this_babelfeed_writes(root):
 
 
 def test_an_lm_state_of_version_1_loads(tmp_path):
-    from babelfeed.lm import LMIterator
+    from babelfeed.lm.iterator import LMIterator
 
     rng = np.random.default_rng(0)
     with babelfeed.IndexedDatasetBuilder(tmp_path / "web", np.int32, format="megatron") as b:
@@ -169,7 +170,7 @@ def test_an_lm_state_of_version_1_loads(tmp_path):
     fresh = LMIterator.build(f"1.0 {tmp_path / 'web'}", **kw)
     fresh.set_state({**state, "version": 1})
     assert digest(next(fresh)) == digest(next(it))
-    with pytest.raises(ValueError, match="version 4"):
+    with pytest.raises(StateError, match="version 4"):
         fresh.set_state({**state, "version": 4})
 
 
@@ -202,5 +203,5 @@ def test_events_past_the_states_position_and_coerced_numbers_are_refused(root):
     old = as_v1(state)
     for field, value in (("steps", [[0, 1, 0, "2"]]), ("steps", [[0, 1, 0, 2.9]]),
                          ("weights", [["4", {t: 1.0 for t in tasks}]])):
-        with pytest.raises(ValueError, match="version-1 state's logs|history"):
+        with pytest.raises(HistoryError, match="version-1 state's logs|history"):
             fresh.set_state({**old, field: value})

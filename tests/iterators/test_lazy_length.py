@@ -4,6 +4,7 @@ import babelfeed
 import pytest
 
 from synthetic import config_for, make_data_bin
+from babelfeed.errors import OutOfRange
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def test_batch_at_plans_only_the_windows_up_to_the_batch(cfg, world):
     assert set(setup.window_batches) == {0}  # nothing past window 0 was planned
     n = len(it)  # now every window
     assert [it.has_batch(k) for k in (-1, 0, n - 1, n)] == [False, True, True, False]
-    with pytest.raises(IndexError):
+    with pytest.raises(OutOfRange):
         it.batch_at(n)
     plain = babelfeed.build_train_iterator(cfg, rank=world - 1, world_size=world)
     assert all((first[k] == v).all() if hasattr(v, "shape") else first[k] == v for k, v in next(plain).items()
@@ -47,7 +48,7 @@ def test_grain_dataset_starts_without_the_length(cfg):
 
 def test_the_torch_dataset_starts_without_the_length(cfg, monkeypatch):
     from babelfeed.adapters import torch as torch_adapter
-    from babelfeed.batches import BatchIterator
+    from babelfeed.iterators.translation import BatchIterator
 
     built = []
     original = BatchIterator.__init__

@@ -12,6 +12,7 @@ import pytest
 
 import babelfeed
 from synthetic import config_for, make_data_bin
+from babelfeed.errors import StateError, UsageError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 PAD = 1
@@ -146,11 +147,11 @@ def test_a_malformed_ledger_in_a_state_is_refused_by_name(root):
     next(it)
     state = it.get_state()
     fresh = babelfeed.build_train_iterator(config_for(root))
-    with pytest.raises(ValueError, match="must count exactly the streams"):
+    with pytest.raises(StateError, match="must count exactly the streams"):
         fresh.set_state({**state, "ledger": {**state["ledger"], "samples": {"aaa-bbb": 1}}})
     bad = json.loads(json.dumps(state))
     bad["ledger"]["src_tokens"]["aaa-ccc"] = -4
-    with pytest.raises(ValueError, match=r"ledger\['src_tokens'\]\['aaa-ccc'\] must be an integer >= 0"):
+    with pytest.raises(StateError, match=r"ledger\['src_tokens'\]\['aaa-ccc'\] must be an integer >= 0"):
         fresh.set_state(bad)
 
 
@@ -172,7 +173,7 @@ def test_ids_map_back_to_the_record_they_were_read_from(root):
             seen.add((w["stream"], w["shard"]))
     assert len({s for s, _ in seen}) >= 2 and len({sh for _, sh in seen}) == 2
     assert it.describe_ids([-1]) == [None]
-    with pytest.raises(ValueError, match="is not an id of this data"):
+    with pytest.raises(UsageError, match="is not an id of this data"):
         it.describe_ids([10 ** 9])
 
 
@@ -201,7 +202,7 @@ def test_trace_lists_the_samples_of_a_step_on_every_rank(root, tmp_path):
             rows = probe.trace(int(step), anchor)
             got = [sorted(r["id"] for r in rows if r["rank"] == k) for k in range(world)]
             assert got == by_step[step], (step, anchor is not None)
-    with pytest.raises(ValueError, match="steps count from 1"):
+    with pytest.raises(UsageError, match="steps count from 1"):
         probe.trace(0)
     state_file = tmp_path / "state.json"
     state_file.write_text(json.dumps({"data": state, "step": 12}))

@@ -9,6 +9,7 @@ import pytest
 import babelfeed
 from synthetic import config_for, make_data_bin
 from test_pipeline import decode_ids
+from babelfeed.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -67,5 +68,5 @@ def test_packed_mode_resumes_exactly(data):
 
 def test_pack_shape_must_hold_the_longest_allowed_pair(data):
     root, _ = data
-    with pytest.raises(ValueError, match="must fit the packed row"):
+    with pytest.raises(ConfigError, match="must fit the packed row"):
         babelfeed.build_train_iterator(config_for(root, batching__pack="32x32"))

@@ -11,6 +11,7 @@ import pytest
 
 import babelfeed
 from synthetic import DIRECTIONS, config_for, make_data_bin
+from babelfeed.errors import BabelfeedError, DataError, StateMismatch
 
 
 @pytest.fixture(scope="module")
@@ -213,7 +214,7 @@ def test_state_refuses_other_settings(data):
     next(it)
     state = it.get_state()
     other = babelfeed.build_train_iterator(config_for(root, batching__max_tokens=640))
-    with pytest.raises(ValueError, match="different data or settings"):
+    with pytest.raises(StateMismatch, match="different data or settings"):
         other.set_state(state)
     with pytest.warns(babelfeed.errors.Notice, match="batching.max_tokens 512 -> 640.*may be skipped"):
         other.set_state(state, mixture_change="keep_position")  # said out loud: samples may repeat or be skipped
@@ -252,7 +253,7 @@ def test_too_long_samples_are_counted_or_raise(tmp_path):
     filtered = it.planner.filtered(1)
     assert filtered.tolist() == [600 // 10, 120 // 10, 12 // 10] and total == 600 + 120 + 12 - filtered.sum()
     assert [v["filtered"] for v in it.stats(epoch=1).values()] == filtered.tolist()  # still known in epoch 2
-    with pytest.raises(ValueError, match="over max_source_positions=150"):
+    with pytest.raises(DataError, match="over max_source_positions=150"):
         list(babelfeed.build_train_iterator(config_for(tmp_path, filter__on_too_long="raise", batching__max_tokens=1024,
                                                     filter__max_source_positions=150,
                                                     filter__max_target_positions=150)))
@@ -280,7 +281,7 @@ def test_prefix_overrides(data):
 ])
 def test_invalid_config_is_rejected_at_build_time(data, override, match):
     root, _ = data
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(BabelfeedError, match=match):
         babelfeed.build_train_iterator(config_for(root, **override))
 
 
@@ -308,18 +309,18 @@ def test_length_cache_budget_changes_nothing_but_speed(data):
         cached = [c._lengths.get("src") for c in it.planner.sources.components if "src" in c._lengths]
         assert cached and all((isinstance(x, np.ndarray) and x.dtype == np.uint16) == (mb > 0) for x in cached)
     assert plans[0] == plans[1]
-    cache = babelfeed.rows.LengthCache(budget_bytes=100)
+    cache = babelfeed.sources.rows.LengthCache(budget_bytes=100)
     assert cache.copy(np.arange(40, dtype=np.int32)).dtype == np.uint16 and cache.used == 80
     assert cache.copy(np.arange(40, dtype=np.int32)) is None  # over budget: the caller reads the memmap
-    assert babelfeed.rows.LengthCache(10**6).copy(np.array([70000], np.int32)).dtype == np.int32
+    assert babelfeed.sources.rows.LengthCache(10**6).copy(np.array([70000], np.int32)).dtype == np.int32
 
 
 @pytest.mark.parametrize("sampler", ["fairseq", "concat"])
 def test_fairseq_compat_epoch(data, sampler):
     """compat='fairseq' composes fairseq's stages exactly as its multilingual task does; each stage is checked
     against fairseq's own outputs in test_mixing / test_batching, here the composition is rebuilt by hand."""
-    from babelfeed.batching import fairseq_batch_by_size
-    from babelfeed.mixing import fairseq_draw
+    from babelfeed.plan.batching import fairseq_batch_by_size
+    from babelfeed.plan.mixing import fairseq_draw
 
     root, _ = data
     seed, epoch, world = 3, 2, 2
@@ -330,7 +331,7 @@ def test_fairseq_compat_epoch(data, sampler):
     sizes = [len(c) for c in comps]
     if sampler == "fairseq":
         p = babelfeed.sampling_probabilities([d.total_size for d in setup.directions], 2.0)
-        v = babelfeed.mixing.virtual_size(sizes, p)
+        v = babelfeed.plan.mixing.virtual_size(sizes, p)
         draws = fairseq_draw(sizes, p, v, epoch)  # RandomState([sha1 % 2**32, 2, epoch])
     else:
         draws = [np.arange(n) for n in sizes]

@@ -10,16 +10,17 @@ import pytest
 
 import babelfeed
 from babelfeed.config import task
-from babelfeed.demo import build_corpus
+from babelfeed.tools.demo import build_corpus
 from synthetic import config_for
 from test_pipeline import digest
+from babelfeed.errors import ConfigError
 
 KEY = "eng_Latn-deu_Latn"
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    from babelfeed.binarize import BinarizeOptions, binarize
+    from babelfeed.preprocess.binarize import BinarizeOptions, binarize
 
     root = tmp_path_factory.mktemp("rawtask")
     build_corpus(str(root / "raw"), scale=0.05)
@@ -126,15 +127,15 @@ def test_raw_task_errors(corpus):
         cfg = raw_config(corpus)
         cfg.tasks.raw.spm_model = "nope.model"
         babelfeed.build_train_iterator(cfg)
-    with pytest.raises(ValueError, match="cannot be packed"):
+    with pytest.raises(ConfigError, match="cannot be packed"):
         babelfeed.build_train_iterator(raw_config(corpus, batching__pack="256x256"))
     with pytest.raises(FileNotFoundError, match="raw text of stream"):
         cfg = raw_config(corpus)
         cfg.tasks.raw.text = "text/{split}/missing.{lang}"
         babelfeed.build_train_iterator(cfg)
-    with pytest.raises(ValueError, match="unknown placeholder"):
+    with pytest.raises(ConfigError, match="unknown placeholder"):
         cfg = raw_config(corpus)
         cfg.tasks.raw.text = "text/{splat}/{key}.{lang}"
         babelfeed.build_train_iterator(cfg)
-    with pytest.raises(ValueError, match="alpha"):
+    with pytest.raises(ConfigError, match="alpha"):
         babelfeed.build_train_iterator(raw_config(corpus, alpha=0.0))

@@ -14,8 +14,7 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.run.history import HistoryError
-from babelfeed.run.skips import SkipError
+from babelfeed.errors import HistoryError, SkipError, UsageError
 from synthetic import config_for, make_data_bin
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/
@@ -403,7 +402,7 @@ def test_batch_for_step_rebuilds_any_rank_of_any_step(root, tmp_path):
         world, batches = record[step]
         for r in range(world):
             assert_same(batches[r], probe.batch_for_step(step, state, rank=r), f"seed {SEED}: step {step} rank {r}")
-    with pytest.raises(ValueError, match="rank must be"):
+    with pytest.raises(UsageError, match="rank must be"):
         probe.batch_for_step(1, state, rank=1)
     # the command line, in a fresh process: the batch as an .npz, every leaf
     state_file = tmp_path / "final.json"

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.state import StateError, find_state
+from babelfeed.iterators.state import find_state
+from babelfeed.errors import StateError
 from golden import digest
 from helpers import hist
 from synthetic import config_for, make_data_bin
@@ -197,7 +198,7 @@ def test_checkpoints_that_hold_no_state_or_several_are_refused_by_name(root):
     with pytest.raises(StateError, match="snapshot_every_n_steps=1"):
         find_state({"_snapshot": {"_worker_snapshots": {}}, "_steps_since_snapshot": 2})
     it = babelfeed.build_train_iterator(config_for(root))
-    with pytest.raises(ValueError, match="holds no babelfeed state"):
+    with pytest.raises(StateError, match="holds no babelfeed state"):
         it.set_state({"model": 1})
 
 

@@ -14,6 +14,7 @@ import babelfeed
 from golden import digest
 from synthetic import config_for, make_data_bin
 from helpers import as_v1, hist
+from babelfeed.errors import HistoryError, StateError, StateMismatch, UsageError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 STREAM = {"mixing__sampler": "stream", "data__shards": "all", "batching__window": 200}
@@ -126,23 +127,23 @@ def test_a_change_moves_the_mixture_from_the_next_window(root):
 def test_set_weights_refuses_what_it_cannot_do(root):
     it = babelfeed.build_train_iterator(config_for(root, mixing__sampler="fairseq"))
     tasks = it.planner.sources.tasks
-    with pytest.raises(ValueError, match="fairseq-compatible sampling fixes each epoch"):
+    with pytest.raises(StateMismatch, match="fairseq-compatible sampling fixes each epoch"):
         it.set_weights({t: 1.0 for t in tasks})
     it = babelfeed.build_train_iterator(config_for(root, **STREAM))
-    with pytest.raises(ValueError, match="for every task"):
+    with pytest.raises(UsageError, match="for every task"):
         it.set_weights({tasks[0]: 1.0})
-    with pytest.raises(ValueError, match="numbers >= 0"):
+    with pytest.raises(UsageError, match="numbers >= 0"):
         it.set_weights({t: -1.0 for t in tasks})
-    with pytest.raises(ValueError, match="not all 0"):
+    with pytest.raises(UsageError, match="not all 0"):
         it.set_weights({t: 0.0 for t in tasks})
     next(it)
     it.set_weights({t: 1.0 for t in tasks})
     state = it.get_state()
     fresh = babelfeed.build_train_iterator(config_for(root, **STREAM))
-    with pytest.raises(ValueError, match="holds the weight change"):
+    with pytest.raises(HistoryError, match="holds the weight change"):
         fresh.set_state({**state, "history": [{**e, "weights": {tasks[0]: 1.0}} if e["event"] == "weights" else e
                                               for e in state["history"]]})
-    with pytest.raises(ValueError, match="holds the weight change"):  # the same, as an older babelfeed wrote it
+    with pytest.raises(HistoryError, match="holds the weight change"):  # the same, as an older babelfeed wrote it
         fresh.set_state({**as_v1(state), "weights": [[0, {tasks[0]: 1.0}]]})
 
 
@@ -258,7 +259,7 @@ def test_a_scheduled_run_resumes_on_another_world_size(root, tmp_path):
             first = next(i for i, c in enumerate(comps) if c.key == key)
             mine = sorted(s["row"] + sum(len(c) for c in comps[first:first + s["shard"]]) for s in served
                           if s["stream"] == key)
-            from babelfeed.mixing import stream_rows
+            from babelfeed.plan.mixing import stream_rows
 
             n = got["end"][d]
             seq = stream_rows(setup.draws, np.full(n, d, np.int32), np.arange(n)).tolist()
@@ -297,7 +298,7 @@ def test_a_dataloader_resumes_a_schedule_on_another_world_size(root):
         assert got == [digest(next(it)) for _ in range(12)], r
     legacy = {"epoch": 1, "consumed": 10, "fingerprint": state["fingerprint"], "batches_per_update": 4}
     BatchLoader(cfg, rank=1, world_size=2).load_state_dict(legacy)
-    with pytest.raises(ValueError, match="an optimizer update was 4 global batches"):
+    with pytest.raises(StateError, match="an optimizer update was 4 global batches"):
         BatchLoader(cfg, rank=0, world_size=3).load_state_dict(legacy)
 
 
@@ -387,7 +388,7 @@ def test_mixture_edits_on_resume_lose_and_repeat_nothing(root, tmp_path):
     comps = full.planner.sources.components
     final = dict(zip(state["stream"]["keys"], state["stream"]["positions"]))
     assert set(final) == set(keys) and state["epoch"] >= 2 and state["consumed"] == 0
-    from babelfeed.mixing import stream_rows
+    from babelfeed.plan.mixing import stream_rows
 
     for d, key in enumerate(keys):
         shard_start = {c.shard: sum(len(x) for x in comps if x.key == key and x.shard < c.shard)
@@ -406,22 +407,22 @@ def test_an_edit_that_changes_a_streams_data_or_the_seed_is_refused_by_name(root
     other = tmp_path / "other"
     make_data_bin(other, seed=4)  # the same stream names over other sentences
     moved = babelfeed.build_train_iterator(config_for(other, **STREAM, **EDITS[1]))
-    with pytest.raises(ValueError, match=r"the data of stream\(s\) \['aaa-bbb', 'aaa-ccc'\] changed"):
+    with pytest.raises(StateMismatch, match=r"the data of stream\(s\) \['aaa-bbb', 'aaa-ccc'\] changed"):
         moved.set_state(state, mixture_change="allow")
     reseeded = babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1], seed=9))
-    with pytest.raises(ValueError, match="the seed changed"):
+    with pytest.raises(StateMismatch, match="the seed changed"):
         reseeded.set_state(state, mixture_change="allow")
-    with pytest.raises(ValueError, match="mixture_change='allow'"):  # without it: refused, and told how
+    with pytest.raises(StateMismatch, match="mixture_change='allow'"):  # without it: refused, and told how
         babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1])).set_state(state)
     edited = babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1]))
-    with pytest.raises(ValueError, match=r"field 'data' must map"):
+    with pytest.raises(StateError, match=r"field 'data' must map"):
         edited.set_state({**state, "data": "garbage"}, mixture_change="allow")
-    with pytest.raises(ValueError, match="not a whole config of the run"):
+    with pytest.raises(StateError, match="not a whole config of the run"):
         edited.set_state({**state, "config": {"seed": 1}}, mixture_change="allow")
     legacy = {k: v for k, v in state.items() if k != "config"}
-    with pytest.raises(ValueError, match="carries no config of its run"):
+    with pytest.raises(StateError, match="carries no config of its run"):
         babelfeed.build_train_iterator(config_for(root, **STREAM, **EDITS[1])).set_state(legacy, mixture_change="allow")
-    with pytest.raises(ValueError, match="mixture_change must be"):
+    with pytest.raises(UsageError, match="mixture_change must be"):
         it.set_state(state, mixture_change="yes")
 
 
@@ -459,7 +460,7 @@ def test_an_exponentiated_gradient_policy_moves_weight_to_the_high_loss_task(roo
     """The policy's weights follow exp(eta * loss), normalised and floored; fed to set_weights every 10 steps
     with one task's loss held high, that task's share of the served samples grows, and the policy built from a
     state continues from the last weights the state recorded."""
-    from babelfeed.policy import ExponentiatedGradient
+    from babelfeed.iterators.policy import ExponentiatedGradient
 
     p = ExponentiatedGradient(["a", "b"], eta=1.0, floor=0.0)
     w = p.update({"a": 1.0, "b": 2.0})
@@ -467,9 +468,9 @@ def test_an_exponentiated_gradient_policy_moves_weight_to_the_high_loss_task(roo
     assert p.update({"a": 1.0})["b"] / p.weights["a"] == pytest.approx(np.e)  # b as the mean: unchanged ratio
     floored = ExponentiatedGradient(["a", "b"], eta=50.0, floor=0.1).update({"a": 0.0, "b": 10.0})
     assert floored["a"] == pytest.approx(0.05)
-    with pytest.raises(ValueError, match="not among"):
+    with pytest.raises(UsageError, match="not among"):
         p.update({"c": 1.0})
-    with pytest.raises(ValueError, match="finite"):
+    with pytest.raises(UsageError, match="finite"):
         p.update({"a": float("nan")})
 
     it = babelfeed.build_train_iterator(config_for(root, **STREAM))
@@ -606,13 +607,13 @@ def test_weights_and_states_refuse_what_is_wrong_by_name(root):
     it.set_weights({t: np.float32(0.5) if i else np.int64(2) for i, t in enumerate(tasks)})
     it.set_weights({t: 1e308 for t in tasks})
     assert next(it)["id"].size
-    with pytest.raises(ValueError, match="finite numbers >= 0"):
+    with pytest.raises(UsageError, match="finite numbers >= 0"):
         it.set_weights({t: float("inf") for t in tasks})
-    policy = babelfeed.policy.ExponentiatedGradient(tasks)
+    policy = babelfeed.iterators.policy.ExponentiatedGradient(tasks)
     w = policy.update({t: np.float32(i) for i, t in enumerate(tasks)})
     assert w[tasks[-1]] > w[tasks[0]]
-    with pytest.raises(ValueError, match="last weights"):
-        babelfeed.policy.ExponentiatedGradient.from_state(tasks, {"version": 2, "history": [
+    with pytest.raises(StateError, match="last weights"):
+        babelfeed.iterators.policy.ExponentiatedGradient.from_state(tasks, {"version": 2, "history": [
             {"event": "weights", "batch": 3, "weights": {t: 0.0 for t in tasks}}]})
     state = it.get_state()
     fresh = babelfeed.build_train_iterator(config_for(root, **STREAM))
@@ -626,11 +627,11 @@ def test_weights_and_states_refuse_what_is_wrong_by_name(root):
                                 ("history", [{"event": "ranks", "step": 5, "epoch": 1, "consumed": 0, "world_size": 1},
                                              {"event": "ranks", "step": 2, "epoch": 1, "consumed": 0, "world_size": 2}],
                                  "must come in training order")):
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(StateError, match=match):
             fresh.set_state({**state, field: value})
     v1 = as_v1(state)  # an older babelfeed's logs, malformed: refused when upgraded, naming them
     for field, value in (("edits", "x"), ("edits", [{"step": "a"}]), ("steps", [[0, 1, 0, 0]]), ("steps", "x")):
-        with pytest.raises(ValueError, match="history|version-1 state's logs"):
+        with pytest.raises(HistoryError, match="history|version-1 state's logs"):
             fresh.set_state({**v1, field: value})
 
 
@@ -669,15 +670,15 @@ def test_an_edited_epoch_the_run_never_reached_is_refused(root):
         next(it)
     state = json.loads(json.dumps(it.get_state()))
     fresh = babelfeed.build_train_iterator(config_for(root))
-    with pytest.raises(ValueError, match="epoch 1000000 after 3 training steps"):
+    with pytest.raises(StateError, match="epoch 1000000 after 3 training steps"):
         fresh.set_state({**state, "epoch": 1000000})
     no_ledger = {k: v for k, v in state.items() if k != "ledger"}
-    with pytest.raises(ValueError, match="epoch 1000000 after 3 training steps"):
+    with pytest.raises(StateError, match="epoch 1000000 after 3 training steps"):
         fresh.set_state({**no_ledger, "epoch": 1000000}, mixture_change="keep_position")
-    with pytest.raises(ValueError, match="its ledger counts .* samples served before it"):
+    with pytest.raises(StateError, match="its ledger counts .* samples served before it"):
         fresh.set_state({**state, "epoch": 1000000, "total_steps": 2000000})
     # a bare position (an older loader's: no ledger, no step count) walked every epoch before it, for hours
-    with pytest.raises(ValueError, match="lies 999,999 epochs after .* more than 10,000 are refused"):
+    with pytest.raises(UsageError, match="lies 999,999 epochs after .* more than 10,000 are refused"):
         fresh.set_state({"epoch": 1000000, "consumed": 0, "fingerprint": state["fingerprint"]})
     fresh.set_state(state)  # the state as saved resumes
     assert np.array_equal(next(fresh)["id"], next(it)["id"])

@@ -10,6 +10,7 @@ import babelfeed
 from babelfeed.config import task
 from synthetic import config_for, make_data_bin
 from test_pipeline import digest
+from babelfeed.errors import BabelfeedError, ConfigError, StateError
 
 MONO = 150  # sentences of the monolingual corpus "ccc"
 
@@ -90,11 +91,11 @@ def test_task_settings_are_checked(data):
              ({"a/b": task("ccc")}, "must not contain"),
              ({"x": task("ccc", transforms="scramble:x=1")}, "unknown transform")]
     for tasks, match in cases:
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(BabelfeedError, match=match):
             babelfeed.build_train_iterator(task_config(root, tasks))
-    with pytest.raises(ValueError, match="per task"):
+    with pytest.raises(ConfigError, match="per task"):
         babelfeed.build_train_iterator(task_config(root, TWO, data__noise="token_drop:rate=0.1"))
-    with pytest.raises(ValueError, match="must stay 'temperature'"):
+    with pytest.raises(ConfigError, match="must stay 'temperature'"):
         babelfeed.build_train_iterator(task_config(root, TWO, mixing__method="uniform"))
 
 
@@ -227,7 +228,7 @@ def test_resume_lands_on_the_same_weights_and_batches(data, cut):
     # re-plans the earlier epochs to find them
     del state["stream"]
     c = babelfeed.build_train_iterator(cfg)
-    with pytest.raises(ValueError, match="lacks 'stream'"):
+    with pytest.raises(StateError, match="lacks 'stream'"):
         c.set_state(state)
     c.set_state(state, mixture_change="keep_position")
     assert digest(next(c)) == digest(tail[0])
@@ -235,16 +236,16 @@ def test_resume_lands_on_the_same_weights_and_batches(data, cut):
 
 def test_schedule_settings_are_checked(data):
     root, _ = data
-    with pytest.raises(ValueError, match="every task"):
+    with pytest.raises(ConfigError, match="every task"):
         babelfeed.build_train_iterator(task_config(root, TWO, mixing__schedule__boundaries="5",
                                                 mixing__schedule__weights="mt:1 | mt:1,dae:1"))
-    with pytest.raises(ValueError, match="weights is empty"):
+    with pytest.raises(ConfigError, match="weights is empty"):
         babelfeed.build_train_iterator(task_config(root, TWO, mixing__schedule__boundaries="5"))
-    with pytest.raises(ValueError, match="needs 2 weight lists|needs mixing.sampler"):
+    with pytest.raises(ConfigError, match="needs 2 weight lists|needs mixing.sampler"):
         babelfeed.build_train_iterator(task_config(root, TWO, mixing__sampler="stratified", **SCHED))
-    with pytest.raises(ValueError, match="data.shards='all'"):
+    with pytest.raises(ConfigError, match="data.shards='all'"):
         babelfeed.build_train_iterator(config_for(root, mixing__sampler="stream"))
-    with pytest.raises(ValueError, match="accumulation"):
+    with pytest.raises(ConfigError, match="accumulation"):
         babelfeed.build_train_iterator(task_config(root, TWO, batching__accumulation=0))
     # without a tasks section, every direction is a task and the schedule names directions
     cfg = config_for(root, data__shards="all", mixing__schedule__boundaries="10",
@@ -254,7 +255,7 @@ def test_schedule_settings_are_checked(data):
 
 
 def test_preview_uses_a_tasks_own_corpus_prefix_and_transforms(data):
-    from babelfeed.preview import preview
+    from babelfeed.tools.preview import preview
 
     root, _ = data
     tasks = {**TWO, "bt": task("aaa-bbb", weight=1.0, source_prefix="__bt__ __{src}__",
@@ -264,5 +265,5 @@ def test_preview_uses_a_tasks_own_corpus_prefix_and_transforms(data):
     assert out.startswith("ccc (source)") and "token_drop {'rate': 0.3}" in out
     out = preview(cfg, "bt/aaa-bbb", "", n=2)
     assert "__bt__" in out and "token_drop {'rate': 0.5}" in out
-    with pytest.raises(ValueError, match="no task 'zz'"):
+    with pytest.raises(ConfigError, match="no task 'zz'"):
         preview(cfg, "zz", "token_drop:rate=0.1")

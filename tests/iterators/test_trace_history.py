@@ -13,6 +13,7 @@ import pytest
 import babelfeed
 from helpers import as_v1, hist
 from synthetic import config_for, make_data_bin
+from babelfeed.errors import StateError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 DIRS = {"aaa-bbb": [600, 500], "aaa-ccc": [120, 80], "aaa-ddd": [12, 9], "bbb-ccc": [200, 150],
@@ -177,7 +178,7 @@ def test_a_state_of_an_older_babelfeed_traces_what_it_can_and_refuses_the_rest_b
         del e["saved"]
     probe = babelfeed.build_train_iterator(config(root, 1))
     probe.set_state(final)  # it resumes
-    with pytest.raises(ValueError, match=f"before mixture edit 1 of this run, which a babelfeed older"):
+    with pytest.raises(StateError, match=f"before mixture edit 1 of this run, which a babelfeed older"):
         probe.trace(edit_at, final)
 
 
@@ -236,6 +237,6 @@ def test_a_step_far_beyond_any_run_is_refused_not_planned_forever(root):
     per = len(it)
     assert it.trace(3 * per + 1)  # three epochs on: planned and answered
     for step in (10 ** 20, per * (MAX_EPOCHS_AHEAD + 5)):
-        with pytest.raises(ValueError, match=r"epochs after step 1 .*refuses steps more than 10,000 epochs ahead"):
+        with pytest.raises(StateError, match=r"epochs after step 1 .*refuses steps more than 10,000 epochs ahead"):
             it.trace(step)
     assert main(["trace", "nllb_like", f"--config.data.path={root}", "--step", str(10 ** 20)]) == 2

@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import babelfeed
-from babelfeed.blending import (IndexCache, blending_indices, document_splits, parse_data_path, parse_split,
+from babelfeed.lm.blending import (IndexCache, blending_indices, document_splits, parse_data_path, parse_split,
                              split_ranges)
+from babelfeed.errors import ConfigError
 
 
 def test_megatron_reference_blend():
@@ -43,9 +44,9 @@ def test_megatron_offset_is_visible():
 
 
 def test_blend_input_errors():
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         blending_indices([], 3)
-    with pytest.raises(ValueError):
+    with pytest.raises(ConfigError):
         blending_indices([0.5, -1], 3)
 
 
@@ -53,7 +54,7 @@ def test_data_path():
     assert parse_data_path("0.3 a/b 0.7 c") == [(0.3, "a/b"), (0.7, "c")]
     assert parse_data_path("a b") == [(1.0, "a"), (1.0, "b")]
     for bad in ("0.3 a 0.7", "0.3 0.7", "a 0.3", ""):
-        with pytest.raises(ValueError):
+        with pytest.raises(ConfigError):
             parse_data_path(bad)
 
 
@@ -63,7 +64,7 @@ def test_split_semantics():
     assert split_ranges("969,30,1", 1000) == [(0, 969), (969, 999), (999, 1000)]
     assert split_ranges("90,10", 7) == [(0, 6), (6, 7), None]
     for bad in ("", "0,0,0", "1,2,3,4"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ConfigError):
             parse_split(bad)
 
 
@@ -144,7 +145,7 @@ def _helpers_cpp_blend(weights, size, megatron=True):
 
 def _both_paths(weights, size, megatron, monkeypatch):
     """[kernel result, kernel result without AVX2 (where the kernel is built), numpy fallback result]."""
-    import babelfeed.blending as blending
+    import babelfeed.lm.blending as blending
 
     out = []
     if blending.KERNEL is not None:
@@ -189,8 +190,8 @@ def test_blend_matches_helpers_cpp_loop_at_1e5(weights, megatron, monkeypatch):
 
 def test_blend_kernel_is_built_here():
     """The compiled blend is present wherever the gather kernel is (it lives in the same extension)."""
-    import babelfeed.blending as blending
-    from babelfeed import gather
+    import babelfeed.lm.blending as blending
+    from babelfeed.gather import engine as gather
 
     assert (blending.KERNEL is None) == (gather.KERNEL is None)
     if gather.KERNEL is not None:
@@ -199,5 +200,5 @@ def test_blend_kernel_is_built_here():
 
 @pytest.mark.parametrize("weights", [None, 3.0, "ab", [[1, 2]], [1e308, 1e308, 1]])
 def test_weights_that_are_no_blend_are_refused(weights):
-    with pytest.raises(ValueError, match="weights"):
+    with pytest.raises(ConfigError, match="weights"):
         babelfeed.blending_indices(weights, 6)

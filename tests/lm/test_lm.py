@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.lm import LMIterator
+from babelfeed.lm.iterator import LMIterator
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import pytest
 import babelfeed
 import golden
 from babelfeed.tools.cli import main
+from babelfeed.errors import StateError, StateMismatch, UsageError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
 
@@ -72,7 +73,7 @@ def test_trace_names_the_rows_each_rank_received(root, world):
                 src = probe.sources[names.index(r["dataset"])]
                 first = np.asarray(src.ds[r["records"][0]])
                 assert r["records"] and r["documents"] and np.isin(tokens[:2], first).any()
-    with pytest.raises(ValueError, match="past the run's end"):
+    with pytest.raises(UsageError, match="past the run's end"):
         probe.trace(len(probe) + 1)
 
 
@@ -186,9 +187,9 @@ def test_lm_set_weights_resumes_exactly_and_each_dataset_keeps_its_own_sequence(
     led = it.ledger()
     counts = {n: len(v) for n, v in seen.items()}
     assert {n: led[f"ledger/{n}/samples"] for n in counts} == counts
-    with pytest.raises(ValueError, match="for every dataset"):
+    with pytest.raises(UsageError, match="for every dataset"):
         babelfeed.build_iterator(cfg).set_weights({"web": 1.0})
-    with pytest.raises(ValueError, match="not all 0"):
+    with pytest.raises(UsageError, match="not all 0"):
         babelfeed.build_iterator(cfg).set_weights({"web": 0.0, "books": 0})
 
 
@@ -249,7 +250,7 @@ def test_an_lm_blend_edit_on_resume_loses_and_repeats_nothing(root, tmp_path):
         d["records"] for d in it.describe_ids(np.arange(24, 36))]
     other = lm_config(root)
     other.seq_len = 32
-    with pytest.raises(ValueError, match="seq_len 24 -> 32"):
+    with pytest.raises(StateMismatch, match="seq_len 24 -> 32"):
         babelfeed.build_iterator(other).set_state(s1, mixture_change="allow")
 
 
@@ -277,7 +278,7 @@ def test_an_edited_lm_history_is_refused_and_weight_0_serves_nothing(root, tmp_p
     """From the review: a first blend event not at sample 0 read uninitialised memory; edited offsets skipped
     samples or hung; events past the position or off a batch were accepted; weight 0 still served one sample a
     segment; a set_weights at an edited resume's sample dropped the edit's record; trace refused {"data": state}."""
-    from babelfeed.run.history import HistoryError
+    from babelfeed.errors import HistoryError
 
     cfg = lm_config(root)
     it = babelfeed.build_iterator(cfg)
@@ -320,7 +321,7 @@ def test_the_policy_continues_from_an_lm_runs_last_blend(root):
     it = babelfeed.build_iterator(lm_config(root))
     next(it)
     it.set_weights({"web": 3.0, "books": 1.0})
-    policy = babelfeed.policy.ExponentiatedGradient.from_state(it.dataset_names(), it.get_state(), floor=0.0)
+    policy = babelfeed.iterators.policy.ExponentiatedGradient.from_state(it.dataset_names(), it.get_state(), floor=0.0)
     assert policy.weights == pytest.approx({"web": 0.75, "books": 0.25})
-    with pytest.raises(ValueError, match="the policy's tasks are"):
-        babelfeed.policy.ExponentiatedGradient.from_state(["a", "b"], it.get_state())
+    with pytest.raises(StateError, match="the policy's tasks are"):
+        babelfeed.iterators.policy.ExponentiatedGradient.from_state(["a", "b"], it.get_state())

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.run.skips import SkipError
-from babelfeed.lm import LMIterator
+from babelfeed.errors import SkipError
+from babelfeed.lm.iterator import LMIterator
 
 SEED = int(os.environ.get("BABELFEED_TEST_SEED", random.randrange(1 << 30)))
 
@@ -76,7 +76,7 @@ def test_skipped_rows_teach_nothing_and_nothing_else_moves(path):
 RESUME = r"""
 import json, sys
 import numpy as np
-from babelfeed.lm import LMIterator
+from babelfeed.lm.iterator import LMIterator
 path, cache, state_file, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 its = [LMIterator.build(path, seq_len=16, global_batch=8, num_samples=400, split="100,0,0", cache_dir=cache,
                         rank=r, world_size=2) for r in range(2)]

@@ -6,8 +6,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import babelfeed
-from babelfeed.lm import LMIterator
-from babelfeed.packing import gpt_sample_index
+from babelfeed.lm.iterator import LMIterator
+from babelfeed.plan.packing import gpt_sample_index
 
 
 def megatron_build_sample_idx(sizes, doc_idx, seq_length, num_epochs, tokens_per_epoch, drop_last_partial_sequence,
@@ -111,7 +111,7 @@ def test_concat_epochs_carry_their_leftover_tokens_into_the_next(tmp_path):
         count, p = src.pieces(e, np.arange(n), L + 1)
         text = np.zeros((n, L + 1), np.int64)
         rows = np.repeat(np.arange(n), count)
-        babelfeed.gather.scatter(it.spaces, int(it.space_of[0]), p["start"], p["length"], text,
+        babelfeed.gather.engine.scatter(it.spaces, int(it.space_of[0]), p["start"], p["length"], text,
                               rows * (L + 1) + p["column"])
         assert (p["length"].reshape(-1) >= 0).all() and np.bincount(rows, weights=p["length"],
                                                                     minlength=n).tolist() == [L + 1] * n

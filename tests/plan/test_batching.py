@@ -3,7 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from babelfeed.batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
+from babelfeed.plan.batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
+from babelfeed.errors import DataError, UsageError
 
 L = np.array([3, 3, 3, 4, 4, 5, 5, 5, 6, 7, 8, 9, 10, 12, 16, 20])
 
@@ -30,7 +31,7 @@ def test_fairseq_batch_by_size_reference(kw, expected):
 def test_fairseq_unsorted_and_limits():
     assert as_lists(fairseq_batch_by_size(np.arange(4), np.array([2, 10, 2, 2]), 20)) == [[0, 1], [2, 3]]
     assert as_lists(fairseq_batch_by_size(np.arange(5), np.ones(5, int), None, max_sentences=2)) == [[0, 1], [2, 3], [4]]
-    with pytest.raises(ValueError, match="more than max_tokens"):
+    with pytest.raises(DataError, match="more than max_tokens"):
         fairseq_batch_by_size(np.arange(3), np.array([1, 50, 1]), 20)
     assert fairseq_batch_by_size([], [], 10) == []
 
@@ -49,9 +50,9 @@ def test_batch_sorted_equals_fairseq_on_sorted_input(lengths, max_tokens, max_se
 
 
 def test_batch_sorted_rejects_bad_input():
-    with pytest.raises(ValueError, match="non-decreasing"):
+    with pytest.raises(UsageError, match="non-decreasing"):
         batch_sorted(np.array([3, 2]), 10)
-    with pytest.raises(ValueError, match="exceeds max_tokens"):
+    with pytest.raises(DataError, match="exceeds max_tokens"):
         batch_sorted(np.array([3, 20]), 10)
 
 

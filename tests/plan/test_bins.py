@@ -6,7 +6,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from babelfeed.bins import LengthBinSampler
+from babelfeed.plan.bins import LengthBinSampler
+from babelfeed.errors import StateError, UsageError, UsageTypeError
 
 
 @pytest.fixture
@@ -48,15 +49,15 @@ def test_epochs_reshuffle_and_resume(lengths):
     for bad, match in (({"version": 2, "epoch": 1, "consumed": 3}, "babelfeed iterator's state"),
                        ({"epoch": 1}, "'batches_done'"), ({"epoch": 1, "batches_done": 10**9}, "'batches_done'"),
                        ({"epoch": "1", "batches_done": 2}, "'epoch'")):
-        with pytest.raises(ValueError, match=match):
+        with pytest.raises(StateError, match=match):
             LengthBinSampler(lengths, max_tokens=4096, bins=4, seed=1).load_state_dict(bad)
     t.load_state_dict(state)  # a resumed iteration counts from where it began
     it = iter(t)
     more = [next(it) for _ in range(5)]
     assert more == tail[:5] and t.state_dict(5) == {"epoch": 1, "batches_done": 12}
-    with pytest.raises(TypeError, match="batches the training loop received"):
+    with pytest.raises(UsageTypeError, match="batches the training loop received"):
         s.state_dict()  # what the sampler yielded is not what training saw (DataLoader workers read ahead)
-    with pytest.raises(ValueError, match="batches_seen=99999"):
+    with pytest.raises(UsageError, match="batches_seen=99999"):
         s.state_dict(99999)
 
 
@@ -91,7 +92,7 @@ RESUME = r"""
 import json, sys
 import numpy as np
 import torch
-from babelfeed.bins import LengthBinSampler
+from babelfeed.plan.bins import LengthBinSampler
 
 
 def collate(items):

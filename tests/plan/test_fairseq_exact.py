@@ -16,9 +16,9 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from babelfeed.plan import EpochPlanner
-from babelfeed.plan_options import PlanOptions
-from babelfeed.sources import Direction
+from babelfeed.plan.planner import EpochPlanner
+from babelfeed.plan.options import PlanOptions
+from babelfeed.sources.sources import Direction
 
 SAMPLED_MULTI_DATASET = 1944279108  # sha1("SampledMultiDataset") % 2**32
 

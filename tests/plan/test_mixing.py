@@ -4,9 +4,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import babelfeed
-from babelfeed.mixing import (StratifiedDraw, fairseq_class_hash, fairseq_draw, stratified_counts, virtual_size,
+from babelfeed.plan.mixing import (StratifiedDraw, fairseq_class_hash, fairseq_draw, stratified_counts, virtual_size,
                            weight_probabilities)
 from babelfeed.permute import derive_key, permute
+from babelfeed.errors import BabelfeedError, UsageError
 
 
 def test_probabilities_formula():
@@ -19,9 +20,9 @@ def test_probabilities_formula():
     assert babelfeed.sampling_probabilities([10**12, 1], 100.0).sum() == pytest.approx(1.0)
     assert babelfeed.sampling_probabilities([5, 0], 2.0).tolist() == [1.0, 0.0]
     for bad in ([], [-1, 2], [0, 0]):
-        with pytest.raises(ValueError):
+        with pytest.raises(BabelfeedError):
             babelfeed.sampling_probabilities(bad)
-    with pytest.raises(ValueError, match="temperature"):
+    with pytest.raises(UsageError, match="temperature"):
         babelfeed.sampling_probabilities([1, 2], 0)
     assert weight_probabilities([1, 3]).tolist() == [0.25, 0.75]
 

@@ -4,7 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import babelfeed
-from babelfeed.packing import gpt_sample_index, pack, pack_pairs, pack_sentences
+from babelfeed.plan.packing import gpt_sample_index, pack, pack_pairs, pack_sentences
+from babelfeed.errors import DataError
 
 
 @settings(max_examples=200, deadline=None)
@@ -79,7 +80,7 @@ def test_pack_pairs_keeps_pairs_together():
         order = members[np.argsort(plan.src_offset[members])]
         for k, i in enumerate(order, start=1):
             assert (src_seg[r] == k).sum() == s[i] and (tgt_seg[r] == k).sum() == t[i]
-    with pytest.raises(ValueError, match="longer than the row"):
+    with pytest.raises(DataError, match="longer than the row"):
         pack_pairs([300], [3], 256, 256)
 
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 import babelfeed
 from babelfeed.plan.parts import Part, after, available, decode, direction_rows, encode, returned
 from synthetic import config_for, make_data_bin
+from babelfeed.errors import StateError
 
 SAMPLERS = {"stratified": {}, "stream": {"data__shards": "all"}, "concat": {"data__shards": "all"}}
 EDITS = [{}, {"mixing__temperature": 1.0}, {"data__directions": "aaa-bbb,aaa-ddd"}, {"batching__max_tokens": 256},
@@ -126,7 +127,7 @@ def test_a_part_round_trips_through_its_state_and_refuses_damage():
     state = part.to_state()
     for bad in ({**state, "done": 2.0}, {**state, "served": {"a": "garbage"}}, {**state, "base": {"a": [1, "x", 0, 0]}},
                 {k: v for k, v in state.items() if k != "positions"}):
-        with pytest.raises(ValueError, match="part"):
+        with pytest.raises(StateError, match="part"):
             Part.from_state(bad)
 
 

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from babelfeed.schedule import MixingSchedule, update_of
+from babelfeed.plan.schedule import MixingSchedule, update_of
+from babelfeed.errors import ConfigError
 
 
 def test_step_schedule_is_piecewise_constant():
@@ -37,5 +38,5 @@ def test_updates_account_for_ranks_and_accumulation():
     (dict(boundaries=(), weights=((1,),), mode="cosine"), "mode"),
 ])
 def test_invalid_schedules(kw, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         MixingSchedule(**kw)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from babelfeed.shapes import assign, padded_rows, plan_shapes, shapes_from_widths
+from babelfeed.plan.shapes import assign, padded_rows, plan_shapes, shapes_from_widths
 
 
 def objective(lengths, widths, sizes, windows, weights=None):

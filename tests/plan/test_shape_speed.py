@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import babelfeed.shape_boxes as shape_boxes
-from babelfeed.shape_boxes import GRID_CELLS, pair_cells
-from babelfeed.shapes import assign, evaluate, plan_shapes
+import babelfeed.plan.shape_boxes as shape_boxes
+from babelfeed.plan.shape_boxes import GRID_CELLS, pair_cells
+from babelfeed.plan.shapes import assign, evaluate, plan_shapes
 from previous_shapes import PreviousGrid, previous_assign, previous_pair_cells
 
 

@@ -5,8 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import babelfeed.shapes as shapes
-from babelfeed.shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
+import babelfeed.plan.shapes as shapes
+from babelfeed.plan.shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
+from babelfeed.errors import ConfigError, DataError
 
 
 def brute_force(lengths, k):
@@ -75,9 +76,9 @@ def test_weights_and_explicit_shapes():
     assert weighted.edges.tolist() == [5, 50]
     explicit = shapes.shapes_from_widths([64, 16], np.array([3, 10, 40]), max_tokens=256, multiple=4)
     assert explicit.shapes == [(16, 16), (4, 64)] and explicit.share.tolist() == pytest.approx([2 / 3, 1 / 3])
-    with pytest.raises(ValueError, match="fit none"):
+    with pytest.raises(DataError, match="fit none"):
         shapes.shapes_from_widths([16], np.array([3, 40]), max_tokens=256)
-    with pytest.raises(ValueError, match="exceeds max_tokens"):
+    with pytest.raises(ConfigError, match="exceeds max_tokens"):
         shapes.shapes_from_widths([16], np.array([3]), max_tokens=256, batch_sizes=[32])
-    with pytest.raises(ValueError, match="does not fit max_tokens"):
+    with pytest.raises(DataError, match="does not fit max_tokens"):
         plan_shapes(np.array([300]), 2, max_tokens=256)

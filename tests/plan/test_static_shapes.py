@@ -9,6 +9,7 @@ import pytest
 import babelfeed
 from synthetic import config_for, make_data_bin
 from test_pipeline import decode_ids, digest
+from babelfeed.errors import DataError
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def test_explicit_shapes_holding_the_limits_read_no_lengths_at_build(root, monke
     """Explicit shapes of which one holds the filter limits are taken as given (the mixture's length histogram,
     ~1 s for 20M samples, only priced the plan): the same shapes and the same batches as the priced plan."""
     from babelfeed import build
-    from babelfeed.plan import EpochPlanner
+    from babelfeed.plan.planner import EpochPlanner
 
     cfg = config_for(root, batching__shapes="20x20,64x64", filter__max_source_positions=64,
                      filter__max_target_positions=64)
@@ -70,7 +71,7 @@ def test_explicit_shapes_holding_the_limits_read_no_lengths_at_build(root, monke
 
 
 def test_shapes_too_small_are_reported(root):
-    with pytest.raises(ValueError, match="fit none of the shapes"):
+    with pytest.raises(DataError, match="fit none of the shapes"):
         babelfeed.build_train_iterator(config_for(root, batching__shapes="8x8"))
 
 

@@ -12,9 +12,9 @@ import pytest
 import sentencepiece as spm
 
 import babelfeed
-from babelfeed import binarize as bz
-from babelfeed.binarize import BinarizeOptions, binarize, format_report
-from babelfeed.rawtext import BinarizeError
+from babelfeed.preprocess import binarize as bz
+from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_report
+from babelfeed.errors import BinarizeError, UsageError
 
 WORDS = "the cat sat on a mat and dog ran far away under blue sky with green hat".split()
 
@@ -228,7 +228,7 @@ def test_stale_outputs_refused_then_overwritten(raw, tmp_path):
 
 KILL_SCRIPT = """
 import sys
-from babelfeed.binarize import BinarizeOptions, binarize, format_report
+from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_report
 binarize(BinarizeOptions(input_dir=sys.argv[1], output_dir=sys.argv[2], spm_model=sys.argv[3], shards=6,
                          workers=1, max_len=200, chunk_lines=50, progress=False), log=lambda m: None)
 """
@@ -300,7 +300,7 @@ def test_character_coverage_lowers_the_unk_count_and_the_report_names_the_charac
     assert any("character coverage 1" in m for m in logs), logs
     assert "unk tok: tokens encoded as <unk>, text the SentencePiece model has no piece for: none" in \
         format_report(full)
-    with pytest.raises(ValueError, match="--character-coverage 1 is a setting of SentencePiece training"):
+    with pytest.raises(UsageError, match="--character-coverage 1 is a setting of SentencePiece training"):
         binarize(opts(raw, tmp_path / "x", train_spm=None, spm_model=str(tmp_path / "full" / "spm.model"),
                       spm_character_coverage=1.0), log=quiet)
 

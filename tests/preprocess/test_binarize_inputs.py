@@ -13,9 +13,10 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from babelfeed.binarize import binarize
-from babelfeed.rawtext import BinarizeError, discover
-from babelfeed.textio import RecordReader, count_records
+from babelfeed.preprocess.binarize import binarize
+from babelfeed.preprocess.rawtext import discover
+from babelfeed.errors import BinarizeError
+from babelfeed.preprocess.textio import RecordReader, count_records
 
 from test_binarize import make_raw, opts, quiet, read_all
 
@@ -190,7 +191,7 @@ def test_cut_short_zstd_and_empty_inputs_are_errors_naming_the_file(tmp_path):
     binarize(opts(raw, out, spm_model=model, train_spm=None), log=quiet)
     assert read_all(out) == read_all(clean)
     (raw / "train.fr.zst").write_bytes(b"")
-    with pytest.raises(ValueError, match=r"train\.fr\.zst: train fr holds no line"):
+    with pytest.raises(BinarizeError, match=r"train\.fr\.zst: train fr holds no line"):
         binarize(opts(raw, tmp_path / "o2", spm_model=model, train_spm=None), log=quiet)
     (raw / "train.fr.zst").unlink()
     (raw / "en-de").mkdir()
@@ -198,7 +199,7 @@ def test_cut_short_zstd_and_empty_inputs_are_errors_naming_the_file(tmp_path):
     (raw / "en-de.de").rename(raw / "en-de" / "a.de")
     (raw / "en-de" / "a.en").write_bytes(b"")
     (raw / "en-de" / "a.de").write_bytes(b"")
-    with pytest.raises(ValueError, match=r"en-de/: train en-de holds no line"):
+    with pytest.raises(BinarizeError, match=r"en-de/: train en-de holds no line"):
         binarize(opts(raw, tmp_path / "o3", spm_model=model, train_spm=None), log=quiet)
 
 
@@ -275,7 +276,7 @@ def test_a_utf16_side_whose_byte_lines_differ_is_named_as_utf16_not_as_a_count_m
 def test_a_nul_inside_a_line_is_dropped_and_counted_and_a_large_loss_is_warned_about(tmp_path):
     """A NUL byte inside a line became <unk> silently; an input that loses more than --max-dropped of its lines
     gets a WARNING at the end of the report (issue 23 item 2)."""
-    from babelfeed.binarize import format_report
+    from babelfeed.preprocess.binarize import format_report
 
     src = [f"the cat sat {i}".encode() for i in range(200)]
     for i in range(0, 200, 10):
@@ -312,7 +313,7 @@ def test_a_ray_address_where_no_cluster_answers_fails_in_seconds(tmp_path):
 def test_text_the_model_does_not_cover_and_empty_shards_are_warned_about(tmp_path):
     """A model from another script turned half an input into <unk> with exit 0 (only the raw count showed), and
     --shards above the kept lines wrote an empty shard that plan refuses under data.shards='cycle' (review)."""
-    from babelfeed.binarize import format_report
+    from babelfeed.preprocess.binarize import format_report
 
     make_raw(tmp_path / "raw", n=300, bad=False)
     first = binarize(opts(tmp_path / "raw", tmp_path / "out"), log=quiet)

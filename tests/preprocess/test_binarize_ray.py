@@ -12,7 +12,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="the test extra installs ray; without it the Ray engine cannot be tested")
 
 import babelfeed  # noqa: E402
-from babelfeed.binarize import binarize  # noqa: E402
+from babelfeed.preprocess.binarize import binarize  # noqa: E402
 
 from test_binarize import make_raw, opts, quiet, read_all  # noqa: E402
 from test_binarize_inputs import spread  # noqa: E402
@@ -109,7 +109,7 @@ def test_ray_writes_the_documents_of_the_local_engine(cluster, tmp_path):
 
 
 def test_a_tasks_own_error_stops_a_ray_job_with_that_error(cluster, tmp_path):
-    from babelfeed.rawtext import BinarizeError
+    from babelfeed.errors import BinarizeError
     from test_documents import opts as doc_opts
 
     raw = tmp_path / "raw"

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from babelfeed.binarize import BinarizeOptions, binarize, format_report
-from babelfeed.lm import LMIterator
-from babelfeed.rawtext import BinarizeError
+from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_report
+from babelfeed.lm.iterator import LMIterator
+from babelfeed.errors import BinarizeError, UsageError
 from babelfeed.storage.builder import IndexedDatasetBuilder
 
 WORDS = "the cat sat on a mat and dog ran far away under blue sky with green hat".split()
@@ -159,7 +159,7 @@ def test_bad_records_are_an_error_naming_the_line_or_dropped_and_counted(tmp_pat
         binarize(opts(raw, tmp_path / "o3", train_spm=30, bad_record="drop", bad_utf8="error"), log=lambda m: None)
     with pytest.raises(BinarizeError, match=r"c\.jsonl: line 6 is an empty document"):
         binarize(opts(raw, tmp_path / "o4", train_spm=30, bad_record="drop", empty="error"), log=lambda m: None)
-    with pytest.raises(ValueError, match="--documents writes Megatron's format"):
+    with pytest.raises(UsageError, match="--documents writes Megatron's format"):
         binarize(opts(raw, tmp_path / "o5", format="fairseq"), log=lambda m: None)
 
 
@@ -196,7 +196,7 @@ def test_escaped_lone_surrogates_follow_the_utf8_policy_and_paths_are_absolute(t
     weight, prefix = report["documents"]["data_path"]["text"].split()
     assert os.path.isabs(prefix) and prefix == str(tmp_path / "o4" / "shard000" / "a_text_document")
     (raw / "b.txt").write_text("\n\n  \n")
-    with pytest.raises(ValueError, match=r"b\.txt: train b holds no document"):
+    with pytest.raises(BinarizeError, match=r"b\.txt: train b holds no document"):
         binarize(opts(raw, tmp_path / "o5", train_spm=30), log=lambda m: None)
 
 
@@ -204,7 +204,7 @@ def test_escaped_lone_surrogates_follow_the_utf8_policy_and_paths_are_absolute(t
 def test_a_json_key_that_is_not_a_plain_name_is_refused_before_any_work(tmp_path, key):
     """--json-keys '../../../../x' wrote files outside -o, 'a/b' made nested folders (issue 23 item 8): a key names
     output files, so it is a plain name."""
-    with pytest.raises(ValueError, match="--json-keys .* is not a plain key name|--json-keys must name"):
+    with pytest.raises(UsageError, match="--json-keys .* is not a plain key name|--json-keys must name"):
         binarize(opts(tmp_path / "raw", tmp_path / "out", json_keys=(key,)), log=lambda m: None)
     assert not (tmp_path / "out").exists() and not (tmp_path.parent / "x").exists()
 

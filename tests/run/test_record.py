@@ -9,7 +9,7 @@ import pytest
 
 import babelfeed
 import golden
-from babelfeed.errors import HistoryError
+from babelfeed.errors import HistoryError, StateError
 from babelfeed.iterators.protocol import LoaderIterator
 from babelfeed.lm.iterator import LMIterator
 from babelfeed.run.edits import Edits
@@ -115,7 +115,7 @@ def test_the_ledger_round_trips_its_counts_and_dormant_streams():
     assert np.array_equal(again.start[2], start) and again.dormant == led.dormant
     flat = again.report(start, ["a", "b"], np.array([10, 4]), 2, 7)
     assert flat["ledger/gone/samples"] == 3 and flat["ledger/samples"] == 9 and flat["ledger/a/passes"] == 0
-    with pytest.raises(ValueError, match="'dormant' holds 'x'"):
+    with pytest.raises(StateError, match="'dormant' holds 'x'"):
         Ledger(2).check({"dormant": {"x": {"samples": -1}}})
 
 
@@ -133,9 +133,9 @@ def test_the_record_composes_the_state_of_both_kinds(root):
         fresh.set_state(it.get_state())
         assert fresh.get_state() == it.get_state()
     record = RunRecord("translation", "train", 1, "batches")
-    with pytest.raises(ValueError, match="state of a lm iterator"):
+    with pytest.raises(StateError, match="state of a lm iterator"):
         record.check({**state, "kind": "lm"}, {"epoch": 1})
-    with pytest.raises(ValueError, match="field 'kind' must be one of"):
+    with pytest.raises(StateError, match="field 'kind' must be one of"):
         record.check({**state, "kind": "mt"}, {"epoch": 1})
 
 
@@ -152,6 +152,6 @@ def test_both_iterators_hold_the_same_components_and_the_protocol_defines_the_st
         assert hasattr(LoaderIterator, method), method
     for method in ("skip", "set_weights", "edit", "ledger", "trace"):
         assert getattr(type(t), method) is getattr(LoaderIterator, method) is getattr(LMIterator, method), method
-    with pytest.raises(TypeError, match="abstract"):
+    with pytest.raises(TypeError, match="abstract"):  # not babelfeed's: Python refuses an abstract class
         LoaderIterator(0, 1, "batches")
     assert isinstance(t, LoaderIterator) and isinstance(lm, LoaderIterator)

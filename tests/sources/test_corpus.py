@@ -6,7 +6,7 @@ import pytest
 
 import babelfeed
 from babelfeed import ShardedCorpus
-from babelfeed.corpus import parse_name
+from babelfeed.sources.corpus import parse_name
 
 
 def write(prefix, seqs, fmt="fairseq"):

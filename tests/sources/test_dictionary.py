@@ -2,6 +2,7 @@ import pytest
 
 import babelfeed
 from babelfeed import Dictionary
+from babelfeed.errors import DataError
 
 
 def test_specials_and_file_order(tmp_path):
@@ -24,7 +25,7 @@ def test_language_tokens_appended_last(tmp_path):
     assert d.language_tokens == {"eng_Latn": 6, "tur_Latn": 7}
     assert d.add_language_tokens(["eng_Latn"]) == [6]  # existing tokens keep their id
     assert d.lang_token_index("tur_Latn") == 7
-    with pytest.raises(KeyError, match="__fra_Latn__"):
+    with pytest.raises(DataError, match="__fra_Latn__"):
         d.lang_token_index("fra_Latn")
     assert babelfeed.lang_token("eng_Latn", "mbart") == "[eng_Latn]"
 

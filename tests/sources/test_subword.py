@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.blending import IndexCache
-from babelfeed.demo import build_corpus
-from babelfeed.subword import RawText, SubwordSampler
+from babelfeed.lm.blending import IndexCache
+from babelfeed.tools.demo import build_corpus
+from babelfeed.sources.subword import RawText, SubwordSampler
+from babelfeed.errors import ConfigError, OutOfRange
 
 
 def test_raw_text_random_access(tmp_path):
@@ -18,13 +19,13 @@ def test_raw_text_random_access(tmp_path):
     p2.write_bytes(b"a\nb\n")
     assert len(RawText(p2)) == 2 and RawText(p2).lines([1]) == ["b"]
     assert len(RawText(p2, IndexCache(tmp_path / "cache"))) == 2
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(OutOfRange, match="out of range"):
         rt.lines([4])
 
 
 @pytest.fixture(scope="module")
 def spm_bin(tmp_path_factory):
-    from babelfeed.binarize import BinarizeOptions, binarize
+    from babelfeed.preprocess.binarize import BinarizeOptions, binarize
 
     root = tmp_path_factory.mktemp("sw")
     build_corpus(str(root / "raw"), scale=0.05)
@@ -57,5 +58,5 @@ def test_sampled_segmentations_are_seeded_per_sample(spm_bin):
 
 def test_full_lattice_sampling_is_refused(spm_bin):
     d = babelfeed.Dictionary.load(spm_bin / "bin" / "dict.txt")
-    with pytest.raises(ValueError, match="not reproducible across processes"):
+    with pytest.raises(ConfigError, match="not reproducible across processes"):
         SubwordSampler(spm_bin / "bin" / "spm.model", d, nbest=-1)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.binarize import binarize
-from babelfeed.blending import IndexCache
+from babelfeed.preprocess.binarize import binarize
+from babelfeed.lm.blending import IndexCache
 from babelfeed.fileio import atomic_open, atomic_write
 from test_binarize import make_raw, opts
 

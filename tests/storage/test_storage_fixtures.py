@@ -11,6 +11,7 @@ import pytest
 import babelfeed
 
 from helpers import write_tntidx
+from babelfeed.errors import OutOfRange
 
 NAMES = [
     "megatron/uint16_docs",
@@ -61,11 +62,11 @@ def test_get_slices_one_record(fixtures_dir, expected, name):
             assert ds.get(i, offset=offset).tolist() == seq[offset:]
             for length in range(len(seq) - offset + 1):
                 assert ds.get(i, offset, length).tolist() == seq[offset : offset + length]
-        with pytest.raises(IndexError):
+        with pytest.raises(OutOfRange):
             ds.get(i, offset=len(seq) + 1)
-        with pytest.raises(IndexError):
+        with pytest.raises(OutOfRange):
             ds.get(i, offset=0, length=len(seq) + 1)
-    with pytest.raises(IndexError):
+    with pytest.raises(OutOfRange):
         ds[len(seqs)]
 
 

@@ -11,6 +11,7 @@ import babelfeed
 from babelfeed.cli import main
 from synthetic import make_data_bin
 from test_binarize import make_raw
+from babelfeed.errors import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NLLB = os.path.join(REPO, "configs", "nllb_like.py")
@@ -215,11 +216,11 @@ def test_rank_and_world_size_are_checked_first(data, rank, world_size, match):
     from synthetic import config_for
 
     cfg = config_for(data)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         babelfeed.build_train_iterator(cfg, rank=rank, world_size=world_size)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         babelfeed.build_valid_iterator(cfg, rank=rank, world_size=world_size)
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ConfigError, match=match):
         babelfeed.build_iterator(babelfeed.load_config(LM), rank=rank, world_size=world_size)
 
 
@@ -228,53 +229,56 @@ def test_library_builds_refuse_nonsense_config_values(data):
 
     for key, value in [("filter.max_source_positions", 0), ("batching.max_tokens", -1), ("mixing.temperature", 0.0)]:
         cfg = config_for(data, **{key.replace(".", "__"): value})
-        with pytest.raises(ValueError, match=rf"{key} must .*got {value}"):
+        with pytest.raises(ConfigError, match=rf"{key} must .*got {value}"):
             babelfeed.build_train_iterator(cfg)
 
 
 # ------------------------------------------------------------------------------------ one handler, --debug
 def test_an_unexpected_error_is_one_line_too(data, monkeypatch, capsys):
-    import babelfeed.plan_report
+    import babelfeed.tools.plan_report
 
     def broken(*_a, **_k):
         raise AttributeError("'NoneType' object has no attribute 'shapes'")
 
-    monkeypatch.setattr(babelfeed.plan_report, "plan_report", broken)
+    monkeypatch.setattr(babelfeed.tools.plan_report, "plan_report", broken)
     fails(capsys, ["plan", NLLB, f"--config.data.path={data}"], "internal error", "AttributeError", "--debug",
           status=1)
 
 
 def in_babelfeed(body: str):
-    """A function whose code reads as babelfeed's own (its file is babelfeed.plan_report's)."""
-    import babelfeed.plan_report
+    """A function whose code reads as babelfeed's own (its file is babelfeed.tools.plan_report's)."""
+    import babelfeed.tools.plan_report
 
     namespace: dict = {}
-    exec(compile(f"def f(*_a, **_k):\n    import numpy\n    {body}\n", babelfeed.plan_report.__file__, "exec"),
+    exec(compile(f"def f(*_a, **_k):\n    import numpy\n    {body}\n", babelfeed.tools.plan_report.__file__, "exec"),
          namespace)
     return namespace["f"]
 
 
 @pytest.mark.parametrize("body,name", [('return {}["shapes"]', "KeyError"), ("return [][3]", "IndexError"),
                                        ("return len(5)", "TypeError"),
-                                       ("return numpy.zeros(3).reshape(2)", "ValueError")])
+                                       ("return numpy.zeros(3).reshape(2)", "ValueError"),
+                                       ('raise ValueError("a planted bug")', "ValueError"),
+                                       ('raise KeyError("a planted bug")', "KeyError")])
 def test_a_bug_inside_babelfeed_is_an_internal_error_not_a_user_error(data, monkeypatch, capsys, body, name):
-    """A KeyError, TypeError or ValueError that babelfeed's code did not raise on purpose (a lookup or a numpy call
-    going wrong) is a bug to report, not the user's mistake (the CLI took any of them for a bad input)."""
-    import babelfeed.plan_report
+    """A KeyError, TypeError or ValueError in babelfeed's code (a lookup or a numpy call going wrong, even a raise
+    statement of a builtin type) is a bug to report, not the user's mistake: the CLI decides by the error's type,
+    and every error a user can cause is a BabelfeedError."""
+    import babelfeed.tools.plan_report
 
-    monkeypatch.setattr(babelfeed.plan_report, "plan_report", in_babelfeed(body))
+    monkeypatch.setattr(babelfeed.tools.plan_report, "plan_report", in_babelfeed(body))
     fails(capsys, ["plan", NLLB, f"--config.data.path={data}"], "internal error", name, "please report it",
           status=1)
 
 
 def test_what_babelfeed_refuses_on_purpose_stays_a_user_error(data, monkeypatch, capsys):
-    """A KeyError raised by a ``raise`` of babelfeed's (a direction the data lacks) is the user's to fix."""
-    import babelfeed.plan_report
+    """An error babelfeed raises for bad input (a language the dictionary lacks) is the user's to fix."""
+    import babelfeed.tools.plan_report
 
     def missing(*_a, **_k):
         babelfeed.ShardedCorpus(data).dictionary().lang_token_index("zzz")
 
-    monkeypatch.setattr(babelfeed.plan_report, "plan_report", missing)
+    monkeypatch.setattr(babelfeed.tools.plan_report, "plan_report", missing)
     fails(capsys, ["plan", NLLB, f"--config.data.path={data}"], "language token", "not in the dictionary", status=2)
 
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.demo import DIRECTIONS, build_corpus, run_demo
-from babelfeed.stats import _percentile, corpus_stats
+from babelfeed.tools.demo import DIRECTIONS, build_corpus, run_demo
+from babelfeed.tools.stats import _percentile, corpus_stats
+from babelfeed.errors import ConfigError, StateMismatch
 
 
 def digest(folder):
@@ -49,7 +50,7 @@ def test_run_demo_small(tmp_path, capsys):
     data_bin = str(tmp_path / "demo" / "data_bin")
     assert f"{data_bin}: dict.txt, spm.model" in summary and "try next:" in summary
     assert "pip install 'babelfeed[torch]'" not in summary, "torch is installed here: no install hint"
-    from babelfeed.demo import _command
+    from babelfeed.tools.demo import _command
 
     bf, py = _command("babelfeed"), _command("python")  # the venv's own, by path where it is not on PATH
     lines = [line.strip().split("  #")[0].strip() for line in summary.splitlines()]
@@ -147,7 +148,7 @@ def test_config_is_locked(tmp_path):
     with pytest.raises(AttributeError):
         c.binarize.shard = 3  # misspelt key
     (tmp_path / "bad.py").write_text("x = 1\n")
-    with pytest.raises(ValueError, match="get_config"):
+    with pytest.raises(ConfigError, match="get_config"):
         load_config(tmp_path / "bad.py")
 
 
@@ -172,7 +173,7 @@ def test_demo_trains_flax_and_loss_falls(tmp_path, capsys):
 
 def test_torch_example_learns(tmp_path, capsys):
     run_demo(None, workdir=str(tmp_path / "demo"), scale=0.1, workers=1, train_steps=0)
-    from babelfeed.demo import _example
+    from babelfeed.tools.demo import _example
 
     import babelfeed
 
@@ -188,7 +189,7 @@ def test_flax_example_killed_and_rerun_continues_exactly_from_its_orbax_checkpoi
     """The train state and the data position saved together with orbax: a run stopped at step 4 and run again
     trains steps 5-8 on the same batches, to the same losses, as a run that was never stopped."""
     run_demo(None, workdir=str(tmp_path / "demo"), scale=0.05, workers=1, train_steps=0)
-    from babelfeed.demo import _example
+    from babelfeed.tools.demo import _example
 
     import babelfeed
 
@@ -214,7 +215,7 @@ def test_flax_example_killed_and_rerun_continues_exactly_from_its_orbax_checkpoi
     assert again["losses"] == [] and any("already holds step 8 of 8: nothing to train" in m for m in logs), logs
     wider = config()
     wider.model.d_model = 48
-    with pytest.raises(ValueError, match="holds another model's arrays"):
+    with pytest.raises(StateMismatch, match="holds another model's arrays"):
         flax.train(wider, 10, log=lambda m: None, checkpoint_dir=ckpt)
 
 

@@ -10,6 +10,7 @@ import pytest
 import babelfeed
 from babelfeed.examples import flax_train, torch_train
 from babelfeed.examples.common import example_config, resolve_config_flag
+from babelfeed.errors import ConfigError
 from synthetic import config_for, make_data_bin
 
 
@@ -35,11 +36,11 @@ def test_a_pipeline_config_becomes_the_train_section_with_the_demo_model(root):
 
 
 def test_other_configs_are_refused_by_what_they_are():
-    with pytest.raises(ValueError, match="language-model config"):
+    with pytest.raises(ConfigError, match="language-model config"):
         example_config(babelfeed.load_config("lm_packing"))
     import ml_collections
 
-    with pytest.raises(ValueError, match="neither a translation pipeline config.*it has foo"):
+    with pytest.raises(ConfigError, match="neither a translation pipeline config.*it has foo"):
         example_config(ml_collections.ConfigDict({"foo": 1}))
 
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.errors import FormatError, InconsistentIndexError
+from babelfeed.errors import ConfigError, FormatError, InconsistentIndexError, StateError, StateMismatch, UsageTypeError
 from babelfeed.storage import stamps
 from babelfeed.storage.indexed import IndexedDataset
-from babelfeed.stats import corpus_stats
+from babelfeed.tools.stats import corpus_stats
 
 from synthetic import config_for, make_data_bin
 
@@ -198,11 +198,11 @@ def test_one_foreign_token_in_one_record_is_found(tmp_path):
 
 
 def test_a_dtype_that_cannot_hold_the_vocabulary_is_refused_at_build(data):
-    with pytest.raises(ValueError, match=r"collate.dtype"):
+    with pytest.raises(ConfigError, match=r"collate.dtype"):
         babelfeed.build_train_iterator(config_for(data, collate__dtype="int8"))
-    from babelfeed.collate import CollateOptions
+    from babelfeed.gather.collate import CollateOptions
 
-    with pytest.raises(ValueError, match=r"collate.dtype='int16' cannot hold token ids up to 69999"):
+    with pytest.raises(ConfigError, match=r"collate.dtype='int16' cannot hold token ids up to 69999"):
         CollateOptions(dtype="int16", vocab_size=70_000)
     assert CollateOptions(dtype="int16", vocab_size=30_000).dtype == "int16"
 
@@ -215,7 +215,7 @@ def test_the_fingerprint_changes_when_the_lengths_change_with_the_same_counts(tm
     b = babelfeed.build_train_iterator(config_for(tmp_path / "b"))
     state = a.get_state()
     assert a.fingerprint() != b.fingerprint()
-    with pytest.raises(ValueError, match="different data or settings"):
+    with pytest.raises(StateMismatch, match="different data or settings"):
         b.set_state(state)
     # the same data under another path is the same data
     os.rename(tmp_path / "a", tmp_path / "moved")
@@ -269,7 +269,7 @@ def test_lm_state_refuses_other_data_with_the_same_counts(tmp_path):
     a = babelfeed.LMIterator.build(f"1 {tmp_path}/a/web", seq_len=16, global_batch=4, num_samples=200, split="90,10,0")
     b = babelfeed.LMIterator.build(f"1 {tmp_path}/b/web", seq_len=16, global_batch=4, num_samples=200, split="90,10,0")
     next(a)
-    with pytest.raises(ValueError, match="different data or settings"):
+    with pytest.raises(StateMismatch, match="different data or settings"):
         b.set_state(a.get_state())
 
 
@@ -296,9 +296,9 @@ def test_every_field_of_a_translation_state_is_validated(data, key, value, messa
     next(it)
     state = dict(it.get_state(), **{key: value})
     fresh = babelfeed.build_train_iterator(config_for(data))
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(StateError, match=message):
         fresh.set_state(state)
-    with pytest.raises(ValueError, match=message):  # not a fingerprint question: refused with keep_position too
+    with pytest.raises(StateError, match=message):  # not a fingerprint question: refused with keep_position too
         fresh.set_state(state, mixture_change="keep_position")
 
 
@@ -307,14 +307,14 @@ def test_a_missing_field_is_named(data, key):
     it = babelfeed.build_train_iterator(config_for(data))
     state = it.get_state()
     del state[key]
-    with pytest.raises(ValueError, match=f"lacks \\['{key}'\\]" if key != "version" else "version None"):
+    with pytest.raises(StateError, match=f"lacks \\['{key}'\\]" if key != "version" else "version None"):
         babelfeed.build_train_iterator(config_for(data)).set_state(state, mixture_change="keep_position")
 
 
 @pytest.mark.parametrize("state,message", [(None, "got NoneType"), ('{"epoch": 1}', "JSON string"),
                                            ([1, 2], "got list")])
 def test_a_state_that_is_not_a_dict_is_refused(data, state, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(UsageTypeError, match=message):
         babelfeed.build_train_iterator(config_for(data)).set_state(state)
 
 
@@ -326,12 +326,12 @@ def test_a_stream_state_is_validated(data):
     assert "stream" in state
     for bad in ({"positions": [-1] * len(state["stream"]["positions"]), "batches": 0}, {"positions": "x"},
                 {"positions": state["stream"]["positions"], "batches": 1.5}):
-        with pytest.raises(ValueError, match="'stream'"):
+        with pytest.raises(StateError, match="'stream'"):
             babelfeed.build_train_iterator(config).set_state(dict(state, stream=bad))
-    with pytest.raises(ValueError, match="needs \\d+ non-negative positions"):
+    with pytest.raises(StateError, match="needs \\d+ non-negative positions"):
         babelfeed.build_train_iterator(config).set_state(dict(state, stream={"positions": [0], "batches": 0}))
     del state["stream"]
-    with pytest.raises(ValueError, match="lacks 'stream'"):
+    with pytest.raises(StateError, match="lacks 'stream'"):
         babelfeed.build_train_iterator(config).set_state(state)
 
 
@@ -342,11 +342,11 @@ def test_every_field_of_an_lm_state_is_validated(tmp_path, value, message):
     build = lambda: babelfeed.LMIterator.build(f"1 {tmp_path}/web", seq_len=16, global_batch=4,  # noqa: E731
                                             num_samples=200, split="90,10,0")
     state = build().get_state()
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(StateError, match=message):
         build().set_state(dict(state, consumed_samples=value))
-    with pytest.raises(ValueError, match="unknown fields"):
+    with pytest.raises(StateError, match="unknown fields"):
         build().set_state(dict(state, epoch=1))
-    with pytest.raises(ValueError, match="is for the 'valid' iterator"):
+    with pytest.raises(StateError, match="is for the 'valid' iterator"):
         build().set_state(dict(state, name="valid"))
 
 
@@ -380,7 +380,7 @@ def test_a_schedule_that_zeroes_the_largest_stream_runs_past_epoch_boundaries(da
 
 def test_every_schedule_phase_is_checked_at_build(data):
     cfg = _scheduled(data, "big:1,small:1 | big:1,small:0 | big:0,small:0", boundaries="5,10")
-    with pytest.raises(ValueError, match=r"mixing.schedule weight list 2: .*not all 0"):
+    with pytest.raises(ConfigError, match=r"mixing.schedule weight list 2: .*not all 0"):
         babelfeed.build_train_iterator(cfg)
 
 
@@ -403,17 +403,17 @@ def test_every_schedule_phase_is_checked_at_build(data):
     ("token_drop:rate=0.1,rate=0.9", "sets 'rate' twice"),
 ])
 def test_transform_parameters_are_checked_when_parsed(data, spec, message):
-    from babelfeed.transforms import parse_steps
+    from babelfeed.gather.transforms import parse_steps
 
     dictionary = babelfeed.ShardedCorpus(data).dictionary()
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         parse_steps(spec, dictionary)
-    with pytest.raises(ValueError, match=message):  # at build, before any batch
+    with pytest.raises(ConfigError, match=message):  # at build, before any batch
         babelfeed.build_train_iterator(config_for(data, data__noise=spec))
 
 
 def test_good_transform_parameters_parse(data):
-    from babelfeed.transforms import parse_steps
+    from babelfeed.gather.transforms import parse_steps
 
     dictionary = babelfeed.ShardedCorpus(data).dictionary()
     assert parse_steps("token_drop:rate=0.1;span_mask:ratio=0.3,mask_id=<unk>,infill=0;local_reorder:k=3",
@@ -423,7 +423,7 @@ def test_good_transform_parameters_parse(data):
 
 
 def test_limits_that_filter_out_a_whole_direction_are_refused(data):
-    with pytest.raises(ValueError, match=r"filter.max_source_positions=2 filters out every sample of aaa-\w+: its "
+    with pytest.raises(ConfigError, match=r"filter.max_source_positions=2 filters out every sample of aaa-\w+: its "
                                          r"shortest source has \d+ tokens"):
         babelfeed.build_train_iterator(config_for(data, filter__max_source_positions=2))
 
@@ -447,7 +447,7 @@ def test_lm_token_ids_beyond_the_vocabulary_name_their_record(tmp_path, mode):
 # ----------------------------------------------------------------------------------------- packed batches
 def test_packed_batches_refuse_source_noise_and_check_token_ids(data):
     packed = dict(batching__pack="128x128", batching__max_tokens=1024)
-    with pytest.raises(ValueError, match="batching.pack places sources as stored, without transforms"):
+    with pytest.raises(ConfigError, match="batching.pack places sources as stored, without transforms"):
         babelfeed.build_train_iterator(config_for(data, data__noise="token_drop:rate=0.5", **packed))
     assert _epoch(config_for(data, **packed))
     _truncate_dictionary(data, 100)
@@ -466,7 +466,7 @@ def test_a_collate_dtype_narrower_than_the_stored_ids_is_refused(tmp_path):
             for s in seqs:
                 b.add_item(s)
             b.finalize()
-    with pytest.raises(ValueError, match=r"collate.dtype='int32' is narrower than the int64 token ids of .*\.bin"):
+    with pytest.raises(ConfigError, match=r"collate.dtype='int32' is narrower than the int64 token ids of .*\.bin"):
         babelfeed.build_train_iterator(config_for(root, collate__dtype="int32"))
     assert _epoch(config_for(root))  # int64, the default
 
@@ -491,21 +491,21 @@ def test_state_version_and_epoch_bounds(data):
     it = babelfeed.build_train_iterator(config_for(data))
     state = it.get_state()
     for bad in (dict(version=True), dict(version=1.0), dict(version="1")):
-        with pytest.raises(ValueError, match="unknown iterator state version"):
+        with pytest.raises(StateError, match="unknown iterator state version"):
             babelfeed.build_train_iterator(config_for(data)).set_state(dict(state, **bad))
-    with pytest.raises(ValueError, match="must be below 2\\*\\*31"):
+    with pytest.raises(StateError, match="must be below 2\\*\\*31"):
         babelfeed.build_train_iterator(config_for(data)).set_state(dict(state, epoch=2**32 + 1))
 
 
 def test_an_empty_epoch_is_refused_at_build(data):
-    with pytest.raises(ValueError, match=r"the epoch would hold no sample \(mixing.virtual_size='fairseq', "
+    with pytest.raises(ConfigError, match=r"the epoch would hold no sample \(mixing.virtual_size='fairseq', "
                                          r"mixing.max_scale_up=1e-300\)"):
         babelfeed.build_train_iterator(config_for(data, mixing__max_scale_up=1e-300))
 
 
 # ----------------------------------------------------------------------------------------- prefetcher
 def test_the_prefetcher_holds_no_thread_between_epochs_and_close_keeps_the_position(data):
-    from babelfeed.prefetch import Prefetcher, _live
+    from babelfeed.iterators.prefetch import Prefetcher, _live
 
     it = babelfeed.build_train_iterator(config_for(data))
     want = [b["id"].tolist() for b in it] + [b["id"].tolist() for b in it]  # epochs 1 and 2
@@ -523,7 +523,7 @@ def test_an_empty_direction_that_is_sampled_is_refused_at_build_by_every_sampler
     root = tmp_path / "bin"
     make_data_bin(root, directions={"aaa-bbb": [50], "aaa-ccc": [0]}, valid=False)
     for sampler in ("stratified", "stream"):
-        with pytest.raises(ValueError, match=r"\['aaa-ccc'\] have no sentences in epoch 1 but are sampled"):
+        with pytest.raises(ConfigError, match=r"\['aaa-ccc'\] have no sentences in epoch 1 but are sampled"):
             babelfeed.build_train_iterator(config_for(root, data__shards="all", mixing__sampler=sampler,
                                                    mixing__method="uniform"))
 
@@ -534,7 +534,7 @@ def test_an_empty_cycled_shard_is_refused_at_build_naming_its_direction_and_shar
     root = tmp_path / "bin"
     make_data_bin(root, directions={"aaa-bbb": [60, 40, 50], "aaa-ccc": [30, 20, 0]}, valid=False)
     for kw in (dict(compat="fairseq", mixing__sampler="fairseq"), {}, dict(mixing__probabilities_from="total")):
-        with pytest.raises(ValueError, match=r"epoch 3 reads shard 2 of each direction \(data.shards='cycle'\), "
+        with pytest.raises(ConfigError, match=r"epoch 3 reads shard 2 of each direction \(data.shards='cycle'\), "
                                              r"and that shard of \['aaa-ccc'\] has no sentences"):
             babelfeed.build_train_iterator(config_for(root, **kw))
     it = babelfeed.build_train_iterator(config_for(root, mixing__probabilities_from="shard"))  # not sampled there
