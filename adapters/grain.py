@@ -347,14 +347,14 @@ class EpochsDataset(grain.IterDataset):
         return self._position
 
     def fingerprint(self) -> str:
-        return self.position().iterator(self.epoch).fingerprint()
+        return self.position().current().fingerprint()
 
     def epoch_batches(self, epoch: int, base: int):
         """One epoch's grain pipeline from global batch ``base`` on."""
         from babelfeed.iterators.position import pinned
 
         if getattr(self, "_expect", None) is None:  # the data this job started with: every epoch's source checks it
-            self._expect = pinned(self.position().iterator(self.epoch))
+            self._expect = pinned(self.position().current())
         source = BatchSource(self.config, epoch, self.rank, self.world_size, self.split,
                              packed=self.num_workers > 0, base=base, resume=self.position().resume,
                              expect=self._expect)
@@ -380,7 +380,7 @@ class EpochsIterator(grain.DatasetIterator):
         self._ds = ds
         self._epoch, self._base, self._seen, self._inner = ds.epoch, 0, 0, None
         _OPEN.add(self)
-        self._per_step = ds.position().iterator(ds.epoch).batches_per_step
+        self._per_step = ds.position().current().batches_per_step
 
     def __next__(self) -> dict:
         ds = self._ds

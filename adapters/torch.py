@@ -276,7 +276,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         if getattr(self, "_expect", None) is None:
             from babelfeed.iterators.position import pinned
 
-            self._expect = pinned(self.position().iterator(self.epoch))
+            self._expect = pinned(self.position().current())
         return self._expect
 
     @property
@@ -505,7 +505,7 @@ class BatchLoader(torch.utils.data.DataLoader):
         return self.batches.epoch
 
     def fingerprint(self) -> str:
-        return self.batches.position().iterator(self.batches.epoch).fingerprint()
+        return self.batches.position().current().fingerprint()
 
     def state_dict(self) -> dict:
         """The run's state (``babelfeed.iterators.state``) once every rank has received as many batches as this rank's loop:

@@ -63,21 +63,36 @@ class Position:
         self.anchor = (1, 0, 0)  # (epoch, consumed, total_steps) where the step count is known
 
     def iterator(self, epoch: int):
-        """The run's iterator, standing at the start of ``epoch`` (for ``has_batch``, ``len``, ...)."""
+        """The run's iterator, standing in ``epoch`` (for ``has_batch``, ``len``, ...): at its start, or, in the
+        epoch of a mixture edit, at the edit (the first batch the edited plan holds)."""
         if self._it is None:
             self._it = resumed_iterator(self.config, self.rank, self.world_size, self.split, epoch, self.resume)
         if self._it.position()[0] != epoch:
-            self._it._seek(epoch, 0, self.total_at(epoch, 0))
+            first = self.first_batch(epoch)
+            self._it._seek(epoch, first, self.total_at(epoch, first))
         return self._it
+
+    def current(self):
+        """The run's iterator where it stands, for what does not depend on the epoch (its kind, fingerprint, data,
+        batches per step): built at the position loaded, never moved."""
+        if self._it is None:
+            self._it = resumed_iterator(self.config, self.rank, self.world_size, self.split, self.anchor[0],
+                                        self.resume)
+        return self._it
+
+    def first_batch(self, epoch: int) -> int:
+        """The first global batch of ``epoch`` this run's plan holds: 0, or where a mixture edit began."""
+        part = getattr(getattr(self.current(), "planner", None), "part", None)
+        return int(part.batch) if part is not None and part.epoch == epoch else 0
 
     @property
     def is_lm(self) -> bool:
-        return self.iterator(1).kind == "lm"
+        return self.current().kind == "lm"
 
     def total_at(self, epoch: int, consumed: int) -> int:
         """The run's steps at a position: counted on this world size from the state loaded (or the run's start)."""
         e0, c0, t0 = self.anchor
-        it = self._it if self._it is not None else self.iterator(e0)
+        it = self.current()
         if (epoch, consumed) >= (e0, c0):
             return t0 + it.steps_between((e0, c0), (epoch, consumed))
         return max(0, t0 - it.steps_between((epoch, consumed), (e0, c0)))

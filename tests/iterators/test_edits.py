@@ -533,3 +533,62 @@ def test_edits_a_run_cannot_take_are_refused_by_name_before_anything_is_built(ro
         report = shaped.edit(mixing__temperature=1.0)
     assert report.shapes and "static shapes:" in report.table() and "compiles once" in report.table()
     assert [str(w.message) for w in caught if w.category is Notice] == [report.table()]
+
+
+def test_loaders_go_on_into_later_epochs_after_an_edit_and_resume_an_edited_state_of_a_later_epoch(root):
+    """BatchLoader and grain's EpochsDataset after an edit in epoch 1: the epoch ends, the state at the next epoch
+    is taken and the next pass serves what the bare iterator serves; a state saved in epoch 2 resumes under an
+    edited config (mixture_change="allow"). The loaders used to seek back to the start of epoch 1, before the
+    edit, and failed in every epoch after it."""
+    pytest.importorskip("torch")
+    from babelfeed.adapters.grain import EpochsDataset
+    from babelfeed.adapters.torch import BatchLoader
+
+    config, edited = cfg(root, "stratified", {}), cfg(root, "stratified", {"mixing__temperature": 1.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        bare = babelfeed.build_train_iterator(config)
+        n1 = bare.epoch_batches(1)
+        want = [golden.digest(next(bare)) for _ in range(3)]
+        bare.edit(mixing__temperature=1.0)
+        want += [golden.digest(b) for b in bare]  # the rest of the (edited) epoch 1
+        m = len(want)
+        want += [golden.digest(next(bare)) for _ in range(4)]
+        assert bare.position()[0] == 2 and m != n1
+
+        loader = BatchLoader(config, tensors=False)
+        got = []
+        for k, b in enumerate(loader):
+            got.append(golden.digest(numpy(b)))
+            if k == 2:
+                loader.edit(mixing__temperature=1.0)
+        state = loader.state_dict()
+        assert state["epoch"] == 2 and state["consumed"] == 0
+        got += [golden.digest(numpy(b)) for _, b in zip(range(4), loader)]
+        assert got == want
+        again = BatchLoader(edited, tensors=False)
+        again.load_state_dict(state)  # the edited run's state, in its next epoch, under the edited config
+        assert [golden.digest(numpy(b)) for _, b in zip(range(4), again)] == want[m:]
+
+        it = iter(EpochsDataset(config, num_workers=0))
+        got = []
+        for k in range(m + 4):
+            got.append(golden.digest(next(it)))
+            if k == 2:
+                it.edit(mixing__temperature=1.0)
+        assert got == want and it.get_state()["epoch"] == 2
+
+        # a state of the unedited run saved in epoch 2, resumed under the edited config
+        plain = babelfeed.build_train_iterator(config)
+        lockstep([plain], n1 + 2)
+        saved = plain.get_state()
+        ref = babelfeed.build_train_iterator(edited)
+        ref.set_state(saved, mixture_change="allow")
+        want2 = [golden.digest(b[0]) for b in lockstep([ref], 3)]
+        loader = BatchLoader(edited, tensors=False)
+        loader.load_state_dict(saved, mixture_change="allow")
+        assert [golden.digest(numpy(b)) for _, b in zip(range(3), loader)] == want2
+        assert loader.state_dict()["epoch"] == 2
+        it = iter(EpochsDataset(edited, num_workers=0))
+        it.set_state(saved, mixture_change="allow")
+        assert [golden.digest(next(it)) for _ in range(3)] == want2 and it.get_state()["epoch"] == 2
