@@ -407,14 +407,26 @@ class LoaderIterator(ABC):
         an LM run: every dataset of the blend). Returns the edit's report (``EditReport``), which is also printed
         once; the state records the edit, so a run resumed later, and ``trace``, follow it. Call it on every rank
         at the same step."""
-        from babelfeed.run.edits import check_editable, config_changes, edited_config, snapshot
+        return self._edit(config, changes)
+
+    def _edit(self, config, changes: dict, unchanged_ok: bool = False):
+        """:meth:`edit`; ``unchanged_ok``: an edited config that plans what the run's does is no edit, and None is
+        returned (``set_weights`` with the weights in force, as a policy may call it every few steps)."""
+        from babelfeed.run.edits import check_editable, check_sampler, config_changes, edited_config, snapshot
 
         cfg = edited_config(self, config, changes)
+        if unchanged_ok and self.config_snapshot is not None:
+            if not [k for k in config_changes(self.config_snapshot, snapshot(cfg)) if k != "data.path"]:
+                return None
         if self.kind == "translation" and self.config_snapshot is not None:  # (said before anything is built)
             check_editable(self.config_snapshot, snapshot(cfg), self.planner)
         with reusing(self.datasets(), self.dictionaries()):  # (the data the run has open: not opened and parsed again)
             new = builder("any")(cfg, rank=self.rank, world_size=self.world_size, split=self.split)
+        if self.kind == "translation":
+            check_sampler(self.planner, new.planner)
         if new.fingerprint() in self.fingerprints():
+            if unchanged_ok:
+                return None
             what = [k for k in config_changes(self.config_snapshot or {}, snapshot(cfg)) if k != "data.path"]
             if not what:
                 raise UsageError("edit: the edited config is this run's config (nothing changed): no edit to make")

@@ -502,9 +502,9 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
         """``set_weights``: the stream sampler's windows from the next one on; the other samplers' an edit of the
         config's task weights (``mixing.schedule.weights``) from the next step."""
         tasks = self.planner.sources.tasks
-        if not self.planner.sampler.streams:
-            return self.edit(**{"mixing.schedule.weights": ",".join(f"{t}:{weights[t]!r}" for t in tasks),
-                                "mixing.schedule.boundaries": ""})
+        if not self.planner.sampler.streams:  # (the weights in force already: nothing to do, None)
+            return self._edit(None, {"mixing.schedule.weights": ",".join(f"{t}:{weights[t]!r}" for t in tasks),
+                                     "mixing.schedule.boundaries": ""}, unchanged_ok=True)
         self.planner.set_weights(self.planner.since_start(self.epoch, self.consumed),
                                  [float(weights[t]) for t in tasks])
         self._hint = (0, 0)

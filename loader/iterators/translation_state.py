@@ -232,7 +232,7 @@ class TranslationState:
         the saved run is rebuilt from the config the state carries, and this run goes on from where it stood."""
         import ml_collections
 
-        from babelfeed.run.edits import check_data, check_editable
+        from babelfeed.run.edits import check_data, check_editable, check_sampler
         from babelfeed.iterators.protocol import builder
 
         self._check_state(state, False, {"epoch": 1, "consumed": 0, "total_steps": 0}, optional=self.STATE_FIELDS)
@@ -251,6 +251,7 @@ class TranslationState:
             old_cfg.data.path = self.config_snapshot["data"]["path"]  # the data as this run finds it
         with reusing(self.datasets(), self.dictionaries()):  # (the data this run has open: the saved run's, mostly)
             old = builder("translation")(old_cfg, rank=self.rank, world_size=self.world_size, split=self.split)
+        check_sampler(old.planner, self.planner)
         try:
             old.set_state(state)  # the saved config reproduces the saved run
         except ValueError as e:

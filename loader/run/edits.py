@@ -196,10 +196,19 @@ def check_editable(old: dict, new: dict, planner) -> None:
     for key, what in FIXED.items():
         if key in changed:
             before, after = changed[key]
-            if key == "mixing.sampler" and {before, after} <= {"auto", planner.opts.sampler}:
-                continue  # ("auto" resolves to the same sampler)
+            if key == "mixing.sampler" and "auto" in (before, after):
+                continue  # ("auto" resolves when the run is built: check_sampler compares what each resolved to)
             raise StateMismatch(f"an edit cannot change {key} ({before!r} -> {after!r}): it decides {what}, so no "
                                 f"stream could go on where it stood. Keep {key}={before!r}, or start a new run")
+
+
+def check_sampler(old_planner, new_planner) -> None:
+    """Refuse an edit whose sampler resolves to another than the run's (``mixing.sampler="auto"`` on one side)."""
+    before, after = old_planner.opts.sampler, new_planner.opts.sampler
+    if before != after:
+        raise StateMismatch(f"an edit cannot change mixing.sampler (the run's resolves to {before!r}, the edited "
+                            f"config's to {after!r}): it decides {FIXED['mixing.sampler']}, so no stream could go on "
+                            f"where it stood. Set mixing.sampler={before!r} in the edited config, or start a new run")
 
 
 @dataclass

@@ -592,3 +592,47 @@ def test_loaders_go_on_into_later_epochs_after_an_edit_and_resume_an_edited_stat
         it = iter(EpochsDataset(edited, num_workers=0))
         it.set_state(saved, mixture_change="allow")
         assert [golden.digest(next(it)) for _ in range(3)] == want2 and it.get_state()["epoch"] == 2
+
+
+def test_set_weights_with_the_weights_in_force_is_no_edit_on_every_path(root):
+    """A policy may hand set_weights the weights already in force (equal losses): on the default sampler that was
+    an edit of nothing, refused as one, and a training loop crashed. It is no change: None, nothing recorded."""
+    config = cfg(root, "stratified", {})
+    it = babelfeed.build_train_iterator(config)
+    weights = {t: 1.0 + i for i, t in enumerate(it.weight_names())}
+    next(it)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        assert it.set_weights(weights) is not None
+        edits = [e for e in it.get_state()["history"] if e["event"] == "edit"]
+        next(it)
+        assert it.set_weights({t: 3 * w for t, w in weights.items()}) is None  # the same weights, scaled
+        assert it.set_weights(weights) is None
+    assert [e for e in it.get_state()["history"] if e["event"] == "edit"] == edits
+    pytest.importorskip("torch")
+    from babelfeed.adapters.torch import BatchLoader
+
+    loader = BatchLoader(config, tensors=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        for k, _ in enumerate(loader):
+            loader.set_weights(weights)  # every step, the same weights
+            if k == 4:
+                break
+    assert sum(e["event"] == "edit" for e in loader.state_dict()["history"]) == 1
+
+
+@pytest.mark.parametrize("first, edited", [({}, {"mixing__sampler": "concat"}),
+                                           ({"data__shards": "all"}, {"mixing__sampler": "stream"})])
+def test_a_sampler_that_auto_resolves_otherwise_is_refused_on_every_edit_path(root, first, edited):
+    """mixing.sampler="auto" (the default) resolves when a run is built: an edited config whose sampler resolves
+    to another is refused in place and on resume (the resume path compared the edited
+    config's sampler with itself and accepted it)."""
+    run = babelfeed.build_train_iterator(cfg(root, "stratified", first))
+    next(run)
+    state = run.get_state()
+    with pytest.raises(StateMismatch, match="cannot change mixing.sampler"):
+        run.edit(**edited)
+    with pytest.raises(StateMismatch, match="cannot change mixing.sampler"):
+        babelfeed.build_train_iterator(cfg(root, "stratified", {**first, **edited})).set_state(
+            state, mixture_change="allow")
