@@ -323,6 +323,15 @@ class TranslationState:
         part = P.handoff(old.epoch, old.consumed)
         keys, old_keys = list(planner.keys), list(P.keys)
         for k, kept in old.record.ledger.dormant.items():  # streams an earlier edit removed, added back: where they stood
+            if k in keys and not planner.sampler.streams and kept.get("epoch") == part.epoch:
+                from babelfeed.errors import StateMismatch
+
+                raise StateMismatch(
+                    f"stream {k} was removed by an edit earlier in epoch {part.epoch}: with mixing.sampler="
+                    f"{planner.opts.sampler!r} a stream's draw for an epoch is made when the epoch begins, and adding "
+                    f"it back in the same epoch would serve rows of that draw again. Add it back from epoch "
+                    f"{part.epoch + 1} (an edit between two passes of a loader, or at the epoch's first step), or "
+                    f"run with mixing.sampler='stream', whose streams go on where they stood")
             if k in keys and k not in part.positions and "position" in kept and planner.sampler.streams:
                 part.positions[k] = int(kept["position"])
                 if kept.get("served"):
@@ -355,6 +364,8 @@ class TranslationState:
                 continue
             was = old.record.ledger.dormant.get(k, {})
             entry = {**{f: counts[k][f] for f in FIELDS}, "rows": int(rows.get(k, was.get("rows", 0)))}
+            if not planner.sampler.streams:  # the epoch it was removed in (not added back in the same epoch)
+                entry["epoch"] = int(was.get("epoch", part.epoch))
             if planner.sampler.streams:
                 entry["position"] = int(part.positions.get(k, was.get("position", 0)))
                 served = part.served.get(k)

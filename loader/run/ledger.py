@@ -66,7 +66,7 @@ class Ledger:
                              f"got {str(dormant)[:200]}")
         for k, v in dormant.items():
             ok = (isinstance(k, str) and isinstance(v, dict) and set(FIELDS) <= set(v)
-                  and set(v) <= {"position", "rows", "served", "skipped", "skipped_tokens", *FIELDS}
+                  and set(v) <= {"position", "epoch", "rows", "served", "skipped", "skipped_tokens", *FIELDS}
                   and all(type(x) is int and x >= 0 for f, x in v.items() if f != "served")
                   and isinstance(v.get("served", ""), str))
             if not ok:

@@ -636,3 +636,27 @@ def test_a_sampler_that_auto_resolves_otherwise_is_refused_on_every_edit_path(ro
     with pytest.raises(StateMismatch, match="cannot change mixing.sampler"):
         babelfeed.build_train_iterator(cfg(root, "stratified", {**first, **edited})).set_state(
             state, mixture_change="allow")
+
+
+def test_a_stream_removed_and_added_back_in_one_epoch_is_refused_on_the_epoch_samplers(root):
+    """On the default sampler a stream's draw for an epoch is made when the epoch begins: added back in the epoch
+    that removed it, rows of that draw were served again (89 of a direction's rows twice in 20 steps). The edit is
+    refused, naming the stream and what works; in the next epoch it is taken."""
+    config = cfg(root, "stratified", {})
+    it = babelfeed.build_train_iterator(config)
+    keys = list(it.stream_names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        for _ in range(3):
+            next(it)
+        it.edit(data__directions=",".join(keys[1:]))
+        next(it)
+        state = it.get_state()
+        with pytest.raises(StateMismatch, match=f"stream {keys[0]} was removed by an edit earlier in epoch 1"):
+            it.edit(data__directions="all")
+        with pytest.raises(StateMismatch, match="add it back from epoch 2|Add it back from epoch 2"):
+            babelfeed.build_train_iterator(config).set_state(state, mixture_change="allow")
+        for _ in it:  # the rest of epoch 1
+            pass
+        report = it.edit(data__directions="all")
+    assert report.added == [keys[0]] and it.position()[0] == 2
