@@ -182,7 +182,10 @@ def lm_ledger(it, state: dict | None) -> dict:
                      "tokens": int(totals[1, d]), "passes": int(totals[2, d]),
                      "skipped": int(skipped[0, d]) if skipped is not None else 0,
                      "skipped_tokens": int(skipped[1, d]) if skipped is not None else 0})
+    names = set(it.dataset_names())
     for name, kept in it.record.ledger.dormant.items():  # datasets an edit removed: as the edit left them
+        if name in names:  # (the config read names it again: counted above, from the plan, as the run blended it)
+            continue
         rows.append({"dataset": name, "prefix": "(removed by an edit)", "samples": int(kept["samples"]),
                      "tokens": int(kept["tokens"]), "passes": int(kept["passes"]),
                      "skipped": int(kept.get("skipped", 0)), "skipped_tokens": int(kept.get("skipped_tokens", 0))})

@@ -506,6 +506,12 @@ def test_an_lm_edit_that_removes_a_dataset_keeps_its_counts_and_traces_its_steps
     assert main(["ledger", cfg_file, "--state", tmp, "--json"]) == 0
     rows = {r["dataset"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     assert rows["web"]["tokens"] == before["ledger/web/tokens"] and rows["web"]["prefix"] == "(removed by an edit)"
+    # read with the run's first config (which still names web): web once, and the totals are what was served
+    from babelfeed.tools.ledger_report import lm_ledger
+
+    report = lm_ledger(babelfeed.build_iterator(lm_config(root, {})), state)
+    assert [r["dataset"] for r in report["rows"]].count("web") == 1
+    assert report["totals"]["samples"] == state["consumed_samples"] == 6 * it.global_batch
 
 
 def test_edits_a_run_cannot_take_are_refused_by_name_before_anything_is_built(root, monkeypatch):
