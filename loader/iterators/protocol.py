@@ -419,7 +419,7 @@ class LoaderIterator(ABC):
             if not [k for k in config_changes(self.config_snapshot, snapshot(cfg)) if k != "data.path"]:
                 return None
         if self.kind == "translation" and self.config_snapshot is not None:  # (said before anything is built)
-            check_editable(self.config_snapshot, snapshot(cfg), self.planner)
+            check_editable(self.config_snapshot, snapshot(cfg), self.planner, self.planner.opts.sampler)
         with reusing(self.datasets(), self.dictionaries()):  # (the data the run has open: not opened and parsed again)
             new = builder("any")(cfg, rank=self.rank, world_size=self.world_size, split=self.split)
         if self.kind == "translation":

@@ -61,6 +61,7 @@ class TranslationState:
 
         self.record.ledger.check(state)
         if "history" not in state:
+            self._check_edit_fields(state, [])
             return Views()
         total = int(state["total_steps"])
         views = check(state["history"], total)
@@ -98,7 +99,32 @@ class TranslationState:
                 if late:
                     raise HistoryError(f"iterator state field 'history': a 'weights' event takes effect at global "
                                        f"batch {late[0][0]}, past the state's own position (global batch {now})")
+        self._check_edit_fields(state, views.edits)
         return views
+
+    @staticmethod
+    def _check_edit_fields(state: dict, edits: list) -> None:
+        """The fields an edited run's state carries, present together with its edit events: a state with an
+        edit's fields and no edit, or an edit without them, was damaged or edited by hand (it would resume into
+        other batches, or renumber samples)."""
+        from babelfeed.errors import StateError
+
+        has = [f for f in ("part", "dormant") if f in state]
+        if has and not edits:
+            raise StateError(f"iterator state field {has[0]!r} belongs to a run a mixture edit changed, but the "
+                             f"state's history records no edit (damaged, or edited by hand): resume from a state "
+                             f"saved by babelfeed")
+        if not edits:
+            return
+        missing = [f for f in ("config",) + (("layout",) if "dormant" in state else ()) if f not in state]
+        last = edits[-1]
+        if last.get("epoch") == state.get("epoch") and last.get("batch", 0) > 0 and "part" not in state:
+            missing.append("part")
+        if missing:
+            raise StateError(f"iterator state lacks {missing}, which the state of a run a mixture edit changed "
+                             f"carries (its history holds an edit at epoch {last.get('epoch')}, global batch "
+                             f"{last.get('batch', 0)}): damaged, or edited by hand; resume from a state saved by "
+                             f"babelfeed")
 
     def set_state(self, state: dict, mixture_change: str = "refuse", *, strict=None) -> None:
         """Continue after ``state`` (from ``get_state()``). A state of another config: ``mixture_change``

@@ -186,9 +186,11 @@ FIXED = {"mixing.sampler": "what a stream's position means (the epoch's draw of 
          "compat": "fairseq-compatible batches"}
 
 
-def check_editable(old: dict, new: dict, planner) -> None:
+def check_editable(old: dict, new: dict, planner, resolved: str | None = None) -> None:
     """Refuse an edit this run cannot make: fairseq-compatible sampling, or a change of a setting in
-    :data:`FIXED` (a stream's position would mean something else on the other side)."""
+    :data:`FIXED` (a stream's position would mean something else on the other side). ``resolved``: the sampler
+    the run's ``mixing.sampler`` resolved to, where known (otherwise a change to or from "auto" is left to
+    :func:`check_sampler`, once both runs are built)."""
     why = planner.can_hand_off()
     if why:
         raise StateMismatch(f"this run cannot take a mixture edit: {why}")
@@ -196,7 +198,8 @@ def check_editable(old: dict, new: dict, planner) -> None:
     for key, what in FIXED.items():
         if key in changed:
             before, after = changed[key]
-            if key == "mixing.sampler" and "auto" in (before, after):
+            if key == "mixing.sampler" and "auto" in (before, after) and (resolved is None
+                                                                           or after in ("auto", resolved)):
                 continue  # ("auto" resolves when the run is built: check_sampler compares what each resolved to)
             raise StateMismatch(f"an edit cannot change {key} ({before!r} -> {after!r}): it decides {what}, so no "
                                 f"stream could go on where it stood. Keep {key}={before!r}, or start a new run")

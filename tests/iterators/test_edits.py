@@ -12,6 +12,7 @@ with 0 and 2 workers and grain's ``EpochsDataset``:
 
 import collections
 import json
+import re
 import os
 import subprocess
 import sys
@@ -666,3 +667,29 @@ def test_a_stream_removed_and_added_back_in_one_epoch_is_refused_on_the_epoch_sa
             pass
         report = it.edit(data__directions="all")
     assert report.added == [keys[0]] and it.position()[0] == 2
+
+
+@pytest.mark.parametrize("damage", ["no part", "no layout", "no config", "no history", "no edit event"])
+def test_an_edited_runs_state_missing_what_an_edit_wrote_is_refused_by_field(root, damage):
+    """A state of an edited run whose part, layout or config was deleted, or whose edit event was taken out of its
+    history, resumed silently into other batches (or renumbered samples); it is refused, naming the field."""
+    config = cfg(root, "stratified", {})
+    it = babelfeed.build_train_iterator(config)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        for _ in range(3):
+            next(it)
+        kept = ",".join(it.stream_names[1:])
+        it.edit(mixing__temperature=1.0, data__directions=kept)
+    next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    assert {"part", "layout", "config", "dormant"} <= set(state)
+    if damage == "no edit event":
+        state["history"] = [e for e in state["history"] if e.get("event") != "edit"]
+    else:
+        del state[damage[3:]]
+    edited = babelfeed.build_train_iterator(cfg(root, "stratified", {"mixing__temperature": 1.0,
+                                                                      "data__directions": kept}))
+    field = {"no history": "'part'", "no edit event": "'part'"}.get(damage, repr([damage[3:]]))
+    with pytest.raises(StateError, match=re.escape(field)):
+        edited.set_state(state)
