@@ -341,10 +341,12 @@ class LoaderIterator(ABC):
         is recorded in the state, so a resumed run mixes exactly as this one, whether it resumes before the
         change (and makes it again) or after it; every stream (dataset) goes on from its position.
 
-        When it takes effect: an LM run and every translation sampler but the stream sampler, the next step (an
-        edit of the weights: :meth:`edit`; its ``EditReport`` is returned and printed); ``mixing.sampler="stream"``,
-        the next planning window (the window being served keeps its mix; cheap enough for a policy that calls it
-        every few steps)."""
+        When it takes effect, and what it says: every translation sampler but the stream sampler, the next step,
+        as an edit of the config's task weights (:meth:`edit`: its ``EditReport`` is returned and printed once;
+        weights already in force are no edit: None); an LM run, the next global batch, as a change of the blend
+        (None, nothing printed: the state's history records it); ``mixing.sampler="stream"``, the next planning
+        window (the window being served keeps its mix; None). The last two are cheap and quiet enough for a policy
+        that calls it every few steps."""
         from babelfeed.iterators.policy import scaled_weights
 
         return self._set_weights(scaled_weights(weights, self.weight_names(), self._weight_noun))

@@ -287,9 +287,12 @@ class PartPlanning:
     def can_hand_off(self) -> str | None:
         """Why this planner's run cannot be continued mid-epoch by another plan (None: it can)."""
         if self.opts.compat == "fairseq" or self.sampler.name == "fairseq":
-            return ("fairseq-compatible sampling fixes each epoch's draw and batches as fairseq does (compat="
-                    "'fairseq' or mixing.sampler='fairseq'), so a run cannot change its mixture inside an epoch: use "
-                    "mixing.sampler='stratified' (the default) or 'stream' with compat='none'")
+            return ("fairseq-compatible sampling (compat='fairseq' or mixing.sampler='fairseq') draws each epoch "
+                    "as fairseq does, and its streams hold no position an edited mixture could go on from, at an "
+                    "epoch's start or inside it. To change the mixture of this run: resume the edited config with "
+                    "set_state(state, mixture_change='keep_position') (this config's plan at the state's epoch and "
+                    "batch, said out loud), or start a new run; a run that will be edited needs compat='none' and "
+                    "mixing.sampler 'stratified' (the default) or 'stream' from its start")
         return None
 
     # ------------------------------------------------------------------------------------------- the edit

@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from babelfeed.errors import (ConfigTypeError, Notice, StateError, StateMismatch, UnknownConfigKey, UsageError, user_frame)
+from babelfeed.errors import (ConfigTypeError, Notice, StateError, StateMismatch, UnknownConfigKey, UsageError,
+                              UsageTypeError, user_frame)
 from babelfeed.plan.totals import FIELDS
 from babelfeed.sources.sources import data_digest
 
@@ -99,9 +100,17 @@ def edited_config(it, config, changes: dict):
     import ml_collections
 
     snap = getattr(it, "config_snapshot", None)
+    if config is not None and not isinstance(config, dict):  # (a ConfigDict is not a dict: said apart)
+        if not isinstance(config, ml_collections.ConfigDict):
+            hint = (f" (a config's name or file: babelfeed.load_config({config!r}) gives the config)"
+                    if isinstance(config, str) else "")
+            raise UsageTypeError(f"edit takes the edited config (an ml_collections.ConfigDict of the same data), a "
+                                 f"dict of changes or keyword changes (mixing__temperature=2.0); got "
+                                 f"{type(config).__name__}{hint}")
     if isinstance(config, dict) and not isinstance(config, ml_collections.ConfigDict) and "data" not in config \
             and "data_path" not in config:
         changes, config = {**config, **changes}, None  # a dict of changes
+    changes = _dotted(changes)
     if config is None:
         if snap is None:
             raise UsageError("edit: this iterator was not built from a config; give the edited config")
@@ -125,6 +134,21 @@ def edited_config(it, config, changes: dict):
             raise ConfigTypeError(f"edit: {dotted.replace('__', '.')} takes a {type(node[path[-1]]).__name__} (it is "
                                   f"{node[path[-1]]!r}), got {value!r}") from None
     return config
+
+
+def _dotted(changes: dict) -> dict:
+    """Changes with a section given as a dict (``{"mixing": {"temperature": 2.0}}``, ``mixing={...}``) as the
+    keys it sets (``mixing.temperature``): a section is edited key by key, never replaced whole. (A task entry,
+    ``tasks.NAME``, is one value.)"""
+    out = {}
+    for k, v in changes.items():
+        key = k.replace("__", ".")
+        if isinstance(v, dict) and not key.startswith("tasks."):
+            for sub, value in _dotted(v).items():
+                out[f"{key}.{sub}"] = value
+        else:
+            out[key] = v
+    return out
 
 
 def _flat(d, prefix="") -> dict:

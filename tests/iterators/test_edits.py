@@ -533,6 +533,15 @@ def test_edits_a_run_cannot_take_are_refused_by_name_before_anything_is_built(ro
         it.edit(mixing__temperature=float(it.config_snapshot["mixing"]["temperature"]))
     with pytest.raises(UsageTypeError, match="strict= is gone.*mixture_change='keep_position'"):
         it.set_state(it.get_state(), strict=False)
+    with pytest.raises(UsageTypeError, match="edit takes the edited config .*got int"):
+        it.edit(42)
+    with pytest.raises(UsageTypeError, match=r"got str \(a config's name or file: babelfeed.load_config\('nllb_like'\)"):
+        it.edit("nllb_like")
+    with warnings.catch_warnings():  # a section given as a dict edits its keys (it replaced the whole section)
+        warnings.simplefilter("ignore", Notice)
+        report = it.edit({"mixing": {"temperature": 1.5}})
+        assert report.changes == {"mixing.temperature": [5.0, 1.5]}
+        assert it.edit(mixing={"temperature": 2.5}).changes == {"mixing.temperature": [1.5, 2.5]}
     shaped = babelfeed.build_train_iterator(cfg(root, "stratified", {"batching__num_shapes": 4}))
     next(shaped)
     with warnings.catch_warnings(record=True) as caught:
