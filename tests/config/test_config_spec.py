@@ -152,7 +152,7 @@ def test_a_wrong_type_set_in_python_is_refused_in_babelfeeds_words():
     cannot be casted to type <class 'int'>"; it names the key path, the type it takes and the fix."""
     import pickle
 
-    from babelfeed.errors import ConfigTypeError, UnknownConfigKey
+    from babelfeed.errors import UnknownConfigKey
 
     config = babelfeed.load_config("nllb_like")
     with pytest.raises(ConfigTypeError, match=r"config key 'batching.max_tokens' takes an integer \(now 4096\); '4096' "
