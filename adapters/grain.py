@@ -25,7 +25,7 @@ round-robin reads put them back in order. The state is the next batch's index (p
 * grain's default 16 read threads made cheap reads ~12x slower on a 2-core machine: ``num_threads=0`` unless
   asked otherwise;
 * grain sends every array through a shared-memory segment of its own (~0.7 ms each here): with workers, a
-  batch crosses as one block (``babelfeed.gather.transfer``) and is a plain dict again after ``mp_prefetch``.
+  batch crosses as one block (``babelfeed.adapters.transfer``) and is a plain dict again after ``mp_prefetch``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import weakref
 import grain
 import numpy as np
 
-from babelfeed.gather import transfer
+from babelfeed.adapters import transfer
 from babelfeed.errors import CallOrderError, ConfigError, StateError, UsageError
 
 
@@ -50,10 +50,10 @@ class BatchSource:
     def __init__(self, config, epoch: int = 1, rank: int = 0, world_size: int = 1, split: str | None = None,
                  packed: bool = False, base: int = 0, resume: dict | None = None, expect: dict | None = None):
         self.config, self.epoch, self.rank, self.world_size, self.split = config, epoch, rank, world_size, split
-        self.expect = expect  # the data the job started with (iterators.position.pinned): other data is refused
+        self.expect = expect  # the data the job started with (adapters.position.pinned): other data is refused
         self.resume = resume  # the state a run was resumed from: its history plans the same batches
         self.base = int(base)  # record k is this rank's k-th batch from global batch base of the epoch
-        self.packed = packed  # one block per batch (babelfeed.gather.transfer), for the trip out of a worker process
+        self.packed = packed  # one block per batch (babelfeed.adapters.transfer), for the trip out of a worker process
         self._iterator = None
         self._len = None
         # grain's read threads call one source at once: an iterator plans windows lazily and is not thread-safe,
@@ -62,7 +62,7 @@ class BatchSource:
 
     def _it(self):
         if self._iterator is None:  # opened lazily, in the process that reads
-            from babelfeed.iterators.position import resumed_iterator
+            from babelfeed.adapters.position import resumed_iterator
 
             self._iterator = resumed_iterator(self.config, self.rank, self.world_size, self.split, self.epoch,
                                               self.resume, expect=self.expect)
@@ -341,7 +341,7 @@ class EpochsDataset(grain.IterDataset):
 
     def position(self):
         if self._position is None:
-            from babelfeed.iterators.position import Position
+            from babelfeed.adapters.position import Position
 
             self._position = Position(self.config, self.rank, self.world_size, self.split, "EpochsDataset")
         return self._position
@@ -351,7 +351,7 @@ class EpochsDataset(grain.IterDataset):
 
     def epoch_batches(self, epoch: int, base: int):
         """One epoch's grain pipeline from global batch ``base`` on."""
-        from babelfeed.iterators.position import pinned
+        from babelfeed.adapters.position import pinned
 
         if getattr(self, "_expect", None) is None:  # the data this job started with: every epoch's source checks it
             self._expect = pinned(self.position().current())

@@ -4,7 +4,7 @@
     trainer = Seq2SeqTrainer(model=model, args=Seq2SeqTrainingArguments(...), babelfeed_config=config)
     trainer.train()
 
-Its training DataLoader is :class:`babelfeed.adapters.torch.BatchLoader` with :class:`babelfeed.gather.hf.HFView` applied
+Its training DataLoader is :class:`babelfeed.adapters.torch.BatchLoader` with :class:`babelfeed.adapters.hf_view.HFView` applied
 in the workers: the model gets ``input_ids``, ``attention_mask``, ``decoder_input_ids`` and ``labels`` (-100 on
 padding and masked rows), batches keep babelfeed's mixing, token budgets and static shapes, and a batch with no
 real row (an epoch-padding batch) adds nothing to the loss. Set ``per_device_train_batch_size`` aside: the batch
@@ -34,7 +34,7 @@ import torch
 import transformers
 
 from babelfeed.adapters.torch import BatchLoader
-from babelfeed.gather.hf import HFView
+from babelfeed.adapters.hf_view import HFView
 from babelfeed.errors import ConfigError
 
 

@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from babelfeed.iterators.prefetch import Prefetcher
+from babelfeed.adapters.prefetch import Prefetcher
 from babelfeed.errors import ConfigError, UsageError
 
 

@@ -28,9 +28,9 @@ import time
 import numpy as np
 import torch
 
-from babelfeed.gather import transfer
-from babelfeed.iterators.position import Position, _int
-from babelfeed.iterators.prefetch import Prefetcher
+from babelfeed.adapters import transfer
+from babelfeed.adapters.position import Position, _int
+from babelfeed.adapters.prefetch import Prefetcher
 from babelfeed.errors import CallOrderError, ConfigError, InternalError, StateError, UsageError
 
 
@@ -247,7 +247,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.split = split
         self.epoch, self.base, self.batches_seen = int(epoch), 0, 0
         self.tensors = tensors
-        self.transform = transform  # numpy batch -> numpy batch, in the worker (picklable), e.g. babelfeed.gather.hf.HFView
+        self.transform = transform  # numpy batch -> numpy batch, in the worker (picklable), e.g. babelfeed.adapters.hf_view.HFView
         self._len = None
         self._position = None
         self.resume: dict | None = None  # the state loaded: every process rebuilds the run's history from it
@@ -272,9 +272,9 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return state
 
     def _pinned(self) -> dict:
-        """The data's fingerprint and identity as the training process first opened it (``iterators.position``)."""
+        """The data's fingerprint and identity as the training process first opened it (``adapters.position``)."""
         if getattr(self, "_expect", None) is None:
-            from babelfeed.iterators.position import pinned
+            from babelfeed.adapters.position import pinned
 
             self._expect = pinned(self.position().current())
         return self._expect
@@ -305,7 +305,7 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return info.id, info.num_workers
 
     def _iterator(self):
-        from babelfeed.iterators.position import resumed_iterator
+        from babelfeed.adapters.position import resumed_iterator
 
         # (a worker has the training process's pin; the training process pins the data on first use)
         expect = getattr(self, "_expect", None) if torch.utils.data.get_worker_info() is not None else self._pinned()

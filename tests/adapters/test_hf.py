@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.gather.hf import IGNORE, HFView
+from babelfeed.adapters.hf_view import IGNORE, HFView
 from synthetic import config_for, make_data_bin
 from babelfeed.errors import ConfigError, UsageError
 

@@ -258,7 +258,7 @@ def test_lm_set_weights_through_the_read_ahead_applies_where_the_loop_stands(roo
     """The JAX and torch adapters read ahead in a thread: a change is made at the batch the loop has reached (the
     read-ahead is dropped and made again), as in-process."""
     from golden import digest
-    from babelfeed.iterators.prefetch import Prefetcher
+    from babelfeed.adapters.prefetch import Prefetcher
 
     cfg = lm_config(root)
     plain = babelfeed.build_iterator(cfg)

@@ -505,7 +505,7 @@ def test_an_empty_epoch_is_refused_at_build(data):
 
 # ----------------------------------------------------------------------------------------- prefetcher
 def test_the_prefetcher_holds_no_thread_between_epochs_and_close_keeps_the_position(data):
-    from babelfeed.iterators.prefetch import Prefetcher, _live
+    from babelfeed.adapters.prefetch import Prefetcher, _live
 
     it = babelfeed.build_train_iterator(config_for(data))
     want = [b["id"].tolist() for b in it] + [b["id"].tolist() for b in it]  # epochs 1 and 2
