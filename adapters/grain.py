@@ -30,6 +30,7 @@ round-robin reads put them back in order. The state is the next batch's index (p
 
 from __future__ import annotations
 
+import ast
 import atexit
 import os
 import pickle
@@ -41,7 +42,10 @@ import grain
 import numpy as np
 
 from babelfeed.adapters import transfer
+from babelfeed.adapters.position import Position, pinned, resumed_iterator
+from babelfeed.build import is_lm_config
 from babelfeed.errors import CallOrderError, ConfigError, StateError, UsageError
+from babelfeed.iterators.protocol import check_rank
 
 
 class BatchSource:
@@ -62,8 +66,6 @@ class BatchSource:
 
     def _it(self):
         if self._iterator is None:  # opened lazily, in the process that reads
-            from babelfeed.adapters.position import resumed_iterator
-
             self._iterator = resumed_iterator(self.config, self.rank, self.world_size, self.split, self.epoch,
                                               self.resume, expect=self.expect)
         return self._iterator
@@ -226,8 +228,6 @@ def _check_main_guard(what: str) -> None:
     the pipeline at its top level, outside ``if __name__ == "__main__":``, starts workers from every worker, and
     Python stops that with 100 lines of tracebacks from every process. Said here in one line, before a worker
     starts: the statement of the script that led here is read from the script's source."""
-    import ast
-
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     frame, top = sys._getframe(1), None
@@ -256,7 +256,7 @@ def _check_main_guard(what: str) -> None:
 
 def _flags_parsed() -> None:
     try:
-        from absl import flags
+        from absl import flags  # optional: absl, when jax brings it
     except ImportError:
         return
     if not flags.FLAGS.is_parsed():
@@ -321,8 +321,6 @@ class EpochsDataset(grain.IterDataset):
     def __init__(self, config, epoch: int = 1, num_epochs: int | None = None, rank: int = 0, world_size: int = 1,
                  num_workers: int = 0, per_worker_buffer_size: int = 2, split: str | None = None):
         super().__init__()
-        from babelfeed.build import is_lm_config
-        from babelfeed.iterators.protocol import check_rank
 
         check_rank(rank, world_size)
         if num_epochs is not None and not (isinstance(num_epochs, int) and num_epochs >= 1):
@@ -341,8 +339,6 @@ class EpochsDataset(grain.IterDataset):
 
     def position(self):
         if self._position is None:
-            from babelfeed.adapters.position import Position
-
             self._position = Position(self.config, self.rank, self.world_size, self.split, "EpochsDataset")
         return self._position
 
@@ -351,8 +347,6 @@ class EpochsDataset(grain.IterDataset):
 
     def epoch_batches(self, epoch: int, base: int):
         """One epoch's grain pipeline from global batch ``base`` on."""
-        from babelfeed.adapters.position import pinned
-
         if getattr(self, "_expect", None) is None:  # the data this job started with: every epoch's source checks it
             self._expect = pinned(self.position().current())
         source = BatchSource(self.config, epoch, self.rank, self.world_size, self.split,

@@ -33,9 +33,14 @@ import time
 import torch
 import transformers
 
-from babelfeed.adapters.torch import BatchLoader
 from babelfeed.adapters.hf_view import HFView
+from babelfeed.adapters.torch import BatchLoader
+from babelfeed.build import is_lm_config
+from babelfeed.config.files import translation_section
 from babelfeed.errors import ConfigError
+from babelfeed.fileio import atomic_write
+from babelfeed.run.record import check_mixture_change
+from babelfeed.sources.corpus import ShardedCorpus
 
 
 class _TrainerLoader(BatchLoader):
@@ -67,7 +72,6 @@ class _SaveDataState(transformers.TrainerCallback):
         folder = os.path.join(args.output_dir, f"{transformers.trainer_utils.PREFIX_CHECKPOINT_DIR}-{state.global_step}")
         if loader is None or not state.is_world_process_zero or not os.path.isdir(folder):
             return
-        from babelfeed.fileio import atomic_write
 
         atomic_write(os.path.join(folder, STATE_FILE), json.dumps(loader.state_dict()).encode())
 
@@ -80,10 +84,6 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
     Trainer launches them. Every other argument is the Trainer's."""
 
     def __init__(self, *args, babelfeed_config, num_workers: int = 0, mixture_change: str = "refuse", **kwargs):
-        from babelfeed.build import is_lm_config
-        from babelfeed.config.files import translation_section
-        from babelfeed.sources.corpus import ShardedCorpus
-
         if is_lm_config(babelfeed_config):
             raise ConfigError("Seq2SeqTrainer trains on translation batches; this is a language-model config "
                               "(data_path, seq_len): feed LM batches through babelfeed.adapters.torch.BatchLoader")
@@ -91,7 +91,6 @@ class Seq2SeqTrainer(transformers.Seq2SeqTrainer):
         super().__init__(*args, **kwargs)
         self.babelfeed_config = babelfeed_config
         self.babelfeed_workers = num_workers
-        from babelfeed.run.record import check_mixture_change
 
         check_mixture_change(mixture_change)
         self.babelfeed_mixture_change = mixture_change  # a checkpoint of another config: what to do

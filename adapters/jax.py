@@ -24,7 +24,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from babelfeed.adapters.prefetch import Prefetcher
+from babelfeed.build import build_iterator
 from babelfeed.errors import ConfigError, UsageError
+from babelfeed.iterators.protocol import LoaderIterator
 
 
 def data_sharding(mesh: Mesh, data_axes=None) -> NamedSharding:
@@ -100,9 +102,6 @@ def global_batches(config, mesh: Mesh, data_axes=None, prefetch: int = 2, epoch:
     single-process ones whatever the mesh's device order. Translation batches get masked rows (weight 0) up to a
     multiple of the data-axis devices, so every batch shards; an LM ``global_batch`` must be such a multiple.
     """
-    from babelfeed.build import build_iterator
-    from babelfeed.iterators.protocol import LoaderIterator
-
     if isinstance(config, LoaderIterator):
         iterator = config
         if iterator.split != "rows":
@@ -139,13 +138,13 @@ def orbax_save(batches):
                                                               data=bf_jax.orbax_restore()))
         batches.set_state(restored.data)
     """
-    import orbax.checkpoint as ocp
+    import orbax.checkpoint as ocp  # optional: orbax-checkpoint
 
     return ocp.args.JsonSave(batches.get_state())
 
 
 def orbax_restore():
     """The argument that reads back what :func:`orbax_save` wrote (a JSON dict for ``batches.set_state``)."""
-    import orbax.checkpoint as ocp
+    import orbax.checkpoint as ocp  # optional: orbax-checkpoint
 
     return ocp.args.JsonRestore()

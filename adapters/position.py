@@ -10,8 +10,10 @@ dict ``get_state()`` gives in-process; it also reads an older babelfeed's bare p
 
 from __future__ import annotations
 
-from babelfeed.iterators.state import _int, check_position  # noqa: F401  (part of this module's face)
-from babelfeed.errors import StateError
+from babelfeed.errors import DataChangedError, StateError
+from babelfeed.iterators.protocol import builder, identity_changes
+from babelfeed.iterators.state import (_int, check_position, find_state,  # noqa: F401  (part of this module's face)
+                                       is_iterator_state)
 
 
 def resumed_iterator(config, rank: int, world_size: int, split, epoch: int, resume: dict | None = None,
@@ -21,14 +23,9 @@ def resumed_iterator(config, rank: int, world_size: int, split, epoch: int, resu
     opens in each process that gathers (DataLoader and grain workers) and keeps in the training process.
     ``expect``: ``{"fingerprint", "identity"}`` of the data the loader started with (:func:`pinned`): a worker
     that finds other data (replaced under the running job) refuses, naming what changed."""
-    from babelfeed.iterators.protocol import builder
-
     build = builder("any")
     it = build(config, rank=rank, world_size=world_size, split=split, **({} if resume else {"epoch": epoch}))
     if expect is not None and it.fingerprint() != expect["fingerprint"]:
-        from babelfeed.errors import DataChangedError
-        from babelfeed.iterators.protocol import identity_changes
-
         what = "; ".join(identity_changes(expect.get("identity"), it.identity())) or "its fingerprint"
         raise DataChangedError(None, f"the data this job reads changed while it ran ({what}): a process opening it "
                                      f"anew found other files than the job started with (a data folder renamed into "
@@ -110,8 +107,6 @@ class Position:
         ``babelfeed.iterators.state.find_state``); returns the position it holds. ``mixture_change="allow"``: a state of
         another config of the same data (an edited mixture) goes on under this config from its next step; the
         edited run's state is what the workers then load."""
-        from babelfeed.iterators.state import find_state, is_iterator_state
-
         found = find_state(state, f"{self.what} state")
         it = self.iterator(1) if self._it is None else self._it
         if is_iterator_state(found):

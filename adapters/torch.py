@@ -29,9 +29,13 @@ import numpy as np
 import torch
 
 from babelfeed.adapters import transfer
-from babelfeed.adapters.position import Position, _int
+from babelfeed.adapters.position import Position, _int, pinned, resumed_iterator
 from babelfeed.adapters.prefetch import Prefetcher
+from babelfeed.build import is_lm_config
 from babelfeed.errors import CallOrderError, ConfigError, InternalError, StateError, UsageError
+from babelfeed.gather import engine
+from babelfeed.iterators.state import find_state, is_position
+from babelfeed.run.record import no_strict
 
 
 def to_torch(batch, device=None, non_blocking: bool = True, pin: bool = False, stream=None):
@@ -138,10 +142,8 @@ class _InRing:
 def _fence_function():
     """A memory barrier for the ring's sequence numbers: the kernel's, or none needed on x86 (stores are seen in
     order); None where neither holds, and the ring is not used."""
-    from babelfeed.gather.engine import KERNEL
-
-    if KERNEL is not None and hasattr(KERNEL, "fence"):
-        return KERNEL.fence
+    if engine.KERNEL is not None and hasattr(engine.KERNEL, "fence"):
+        return engine.KERNEL.fence
     if platform.machine().lower() in ("x86_64", "amd64", "i386", "i686"):
         return lambda: None
     return None
@@ -198,7 +200,7 @@ def _refuse_batching_again() -> None:
     BatchDataset is already a whole batch, which a batch size would stack into [1, B, L] arrays or fail on
     deep inside ``default_collate``. The DataLoader's fetcher calls ``iter(dataset)``; it says whether it collates."""
     try:
-        from torch.utils.data._utils.fetch import _IterableDatasetFetcher
+        from torch.utils.data._utils.fetch import _IterableDatasetFetcher  # optional: babelfeed[torch]
     except ImportError:  # another torch layout: no check, the DataLoader behaves as it does
         return
     frame = sys._getframe(1)
@@ -274,15 +276,11 @@ class BatchDataset(torch.utils.data.IterableDataset):
     def _pinned(self) -> dict:
         """The data's fingerprint and identity as the training process first opened it (``adapters.position``)."""
         if getattr(self, "_expect", None) is None:
-            from babelfeed.adapters.position import pinned
-
             self._expect = pinned(self.position().current())
         return self._expect
 
     @property
     def batches_per_step(self) -> int:
-        from babelfeed.build import is_lm_config
-
         if is_lm_config(self.config):
             return 1
         return self.world_size if (self.split or "batches") == "batches" else 1
@@ -305,8 +303,6 @@ class BatchDataset(torch.utils.data.IterableDataset):
         return info.id, info.num_workers
 
     def _iterator(self):
-        from babelfeed.adapters.position import resumed_iterator
-
         # (a worker has the training process's pin; the training process pins the data on first use)
         expect = getattr(self, "_expect", None) if torch.utils.data.get_worker_info() is not None else self._pinned()
         return resumed_iterator(self.config, self.rank, self.world_size, self.split, self.epoch, self.resume,
@@ -371,8 +367,6 @@ class BatchDataset(torch.utils.data.IterableDataset):
         ``StatefulDataLoader`` checkpoint). In a DataLoader worker, its own position (torchdata's protocol).
         ``mixture_change="allow"``: a state of another config of the same data goes on under this one (an edit,
         from its next step: ``babelfeed.run.edits``)."""
-        from babelfeed.iterators.state import find_state, is_position
-
         found = find_state(state, "BatchDataset state")
         info = torch.utils.data.get_worker_info()
         worker = found.get("worker") if is_position(found) else None
@@ -519,8 +513,6 @@ class BatchLoader(torch.utils.data.DataLoader):
         every stream from its position (``babelfeed.run.edits``); the edit is printed and recorded in the
         state. ``"keep_position"``: this config's plan at the state's position, samples repeated or skipped (said).
         """
-        from babelfeed.run.record import no_strict
-
         no_strict(strict)
         self._no_pass_running("load_state_dict")
         self.batches.load_state_dict(state, mixture_change)

@@ -13,6 +13,7 @@ import bench_binarize  # noqa: E402
 import bench_blending  # noqa: E402
 import bench_edits  # noqa: E402
 import bench_first_open  # noqa: E402
+import bench_index_open  # noqa: E402
 import bench_grain  # noqa: E402
 import bench_lm  # noqa: E402
 import bench_many_directions  # noqa: E402
@@ -38,6 +39,7 @@ def main() -> None:  # run under __main__ only: grain's worker processes re-impo
     parts.append(bench_binarize.main(["--scale", "0.5"] if a.quick else []))
     parts.append(bench_pipeline.main(["--sentences", "200000", "--skip-billion"] if a.quick else []))
     parts.append(bench_first_open.main(["--directions", "100,1000", "--repeat", "1"] if a.quick else []))
+    parts.append(bench_index_open.main(["--repeat", "3"] if a.quick else []))
     parts.append(bench_many_directions.main(["--directions", "4,1000", "--sentences", "200000", "--repeat", "1"]
                                             if a.quick else []))
     parts.append(bench_edits.main(["--sentences", "200000", "--repeat", "1"] if a.quick else []))

@@ -8,18 +8,22 @@ import os
 
 import numpy as np
 
-from babelfeed.run.edits import snapshot
+from babelfeed.checks import check_rank
+from babelfeed.config.files import TASK_KINDS, task, translation_section
+from babelfeed.config.spec import check_known_keys, check_translation_config, validate
+from babelfeed.errors import ConfigError, DataError
+from babelfeed.gather.collate import CollateOptions, Collater
+from babelfeed.gather.transforms import parse_steps
 from babelfeed.iterators.protocol import register_builder
 from babelfeed.iterators.translation import BatchIterator
-from babelfeed.checks import check_rank
-from babelfeed.config.spec import check_known_keys, check_translation_config, validate
-from babelfeed.gather.collate import CollateOptions, Collater
-from babelfeed.sources.corpus import ShardedCorpus
+from babelfeed.lm.iterator import LMIterator
 from babelfeed.plan.planner import EpochPlanner, PlanOptions
-from babelfeed.plan.shapes import ShapePlan, plan_shapes, shapes_from_widths, shapes_ordered
 from babelfeed.plan.schedule import MixingSchedule
+from babelfeed.plan.shapes import ShapePlan, plan_shapes, shapes_from_widths, shapes_ordered
+from babelfeed.run.edits import snapshot
+from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.sources.sources import SourceSet, StreamSpec
-from babelfeed.errors import ConfigError, DataError
+from babelfeed.storage.remote import configure, resolve
 
 
 def _list(value: str) -> list[str]:
@@ -113,8 +117,6 @@ def _collater(config, sources, dictionary) -> Collater:
 
 def _noise(config, dictionary) -> dict:
     """{task or "*": transform steps} from data.noise (every task) and data.noise_by_task ("task=spec|...")."""
-    from babelfeed.gather.transforms import parse_steps
-
     out = {}
     if str(config.data.noise).strip():
         out["*"] = parse_steps(config.data.noise, dictionary)
@@ -128,8 +130,6 @@ def _noise(config, dictionary) -> dict:
 
 def _tasks(config) -> dict:
     """The tasks section, each entry with task()'s defaults for the keys it leaves out (its keys were checked)."""
-    from babelfeed.config.files import task
-
     if "tasks" not in config or not config.tasks:
         return {}
     return {name: task(**dict(entry)) for name, entry in config.tasks.items()}
@@ -137,9 +137,6 @@ def _tasks(config) -> dict:
 
 def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=None) -> list[StreamSpec]:
     """The streams of a config's tasks section: one per (task, corpus), named ``task/corpus``."""
-    from babelfeed.config.files import TASK_KINDS
-    from babelfeed.gather.transforms import parse_steps
-
     d = config.data
     if str(d.noise).strip() or str(d.noise_by_task).strip() or str(d.prefix_overrides).strip():
         raise ConfigError("with a tasks section, give transforms and prefixes per task (tasks.NAME.transforms, "
@@ -159,8 +156,6 @@ def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=No
             raise ConfigError(f"tasks.{name}.corpora names no corpus")
         subword = ()
         if text:
-            from babelfeed.storage.remote import resolve
-
             root = resolve(d.path)  # (a store's folder: its shadow, where the model was fetched with the indexes)
             model = os.path.join(root, t.spm_model) if t.spm_model else os.path.join(root, "spm.model")
             if not os.path.exists(model):
@@ -205,14 +200,10 @@ def _storage(section) -> None:
     """An object store's settings (``data.storage``; ``storage`` in an LM config) for the remote folders it
     names."""
     if "storage" in section:
-        from babelfeed.storage.remote import configure
-
         configure(section.storage.to_dict() if hasattr(section.storage, "to_dict") else section.storage)
 
 
 def _cache_dir(config) -> str:
-    from babelfeed.storage.remote import resolve
-
     return str(config.data.cache_dir).strip() or os.path.join(resolve(config.data.path), ".babelfeed-cache")
 
 
@@ -316,15 +307,12 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
     Both follow one protocol (``loader/iterators/protocol.py``), so the JAX, torch and grain adapters take either."""
     check_rank(rank, world_size)
     if is_lm_config(config):
-        from babelfeed.lm.iterator import LMIterator
-
         if split not in (None, "rows"):
             raise ConfigError(f"an LM config splits every global batch into rows per rank; split={split!r} does not "
                               f"apply (global_batch counts the samples of one step over all ranks)")
         if epoch != 1:
             raise ConfigError("an LM iterator is one pass over num_samples (epochs happen inside each dataset)")
         return LMIterator.from_config(config, rank=rank, world_size=world_size)  # (checks the config)
-    from babelfeed.config.files import translation_section
 
     config, _ = translation_section(config)  # configs/demo.py keeps its pipeline under train
     return build_train_iterator(config, rank=rank, world_size=world_size, epoch=epoch, split=split or "batches")
@@ -461,8 +449,6 @@ def _check_lm_config_and_storage(config) -> None:
 
 def _install_lm_check() -> None:
     """``LMIterator.from_config`` checks its config with the spec (a layer above the LM iterator)."""
-    from babelfeed.lm.iterator import LMIterator
-
     LMIterator.check_config = staticmethod(_check_lm_config_and_storage)
 
 

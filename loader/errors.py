@@ -31,6 +31,9 @@ invariant of babelfeed's own that failed.
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import threading
 
 
 class BabelfeedError(Exception):
@@ -170,8 +173,6 @@ class Notice(UserWarning):
 def user_frame() -> int:
     """The ``stacklevel`` of ``warnings.warn``, called by the caller of this function, that names the first frame
     outside babelfeed (the user's line that led to the warning, whichever adapter it went through)."""
-    import sys
-
     here = os.path.dirname(os.path.abspath(__file__))
     ours = (here, os.path.join(os.path.dirname(here), "adapters"))
     frame, level = sys._getframe(2), 2
@@ -192,9 +193,6 @@ class Terminated(KeyboardInterrupt):
 def terminate_as_interrupt() -> None:
     """Make SIGTERM raise :class:`Terminated` in the main thread, where SIGTERM still has its default action
     (a handler of the caller's own is left alone)."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:

@@ -193,3 +193,24 @@ def test_babelfeeds_errors_have_one_root_and_stay_what_they_were():
 
     with pytest.raises(babelfeed.ConfigError, match="mixing.temperature"):
         check_translation_config(cfg)
+
+
+def test_imports_are_at_the_top_unless_their_line_says_why():
+    """What a file needs is said at its top: an import inside a function carries a comment on its line saying why
+    (an optional dependency, a cost paid only where it is used)."""
+    found = []
+    for base in (LOADER, os.path.join(os.path.dirname(HERE), "adapters")):
+        for folder, _, files in os.walk(base):
+            for f in files:
+                if not f.endswith(".py"):
+                    continue
+                path = os.path.join(folder, f)
+                text = open(path).read()
+                lines = text.split("\n")
+                for fn in ast.walk(ast.parse(text)):
+                    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                        for node in ast.walk(fn):
+                            if isinstance(node, (ast.Import, ast.ImportFrom)) and "#" not in lines[node.lineno - 1]:
+                                found.append(f"{os.path.relpath(path, os.path.dirname(HERE))}:{node.lineno}: "
+                                             f"{lines[node.lineno - 1].strip()}")
+    assert found == []

@@ -6,6 +6,7 @@ import ast
 import difflib
 import importlib.util
 import os
+from importlib import resources
 
 import ml_collections
 
@@ -15,8 +16,6 @@ from babelfeed.errors import ConfigError, ConfigTypeError, UnknownConfigKey
 
 def shipped_configs() -> dict[str, str]:
     """The configs that come with babelfeed (``babelfeed.configs``): name -> file."""
-    from importlib import resources
-
     root = resources.files("babelfeed.configs")
     return {p.name[:-3]: str(p) for p in root.iterdir() if p.name.endswith(".py") and not p.name.startswith("_")}
 

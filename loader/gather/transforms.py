@@ -20,13 +20,15 @@ never noised.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import numpy as np
 
+from babelfeed.errors import ConfigError
 from babelfeed.permute import derive_key
 from babelfeed.sources.ragged import Ragged  # noqa: F401  (part of this module's face)
-from babelfeed.errors import ConfigError
+
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -196,8 +198,6 @@ def parse_steps(spec: str, dictionary=None) -> list[tuple[str, dict]]:
     parameters of its signature), its value (rates in [0, 1], counts integers >= 0, ``mask_id`` a token id or a
     dictionary symbol such as ``<mask>``), the required ones present and ``low < high``.
     """
-    import inspect
-
     steps = []
     for part in [p.strip() for p in str(spec or "").split(";") if p.strip()]:
         name, _, args = part.partition(":")

@@ -21,6 +21,9 @@ from __future__ import annotations
 import os
 from collections import deque
 
+from babelfeed.storage import remote  # (called through the module: tests stand in for the fetcher there)
+
+
 GROUP = 16  # batches whose rows one round trip fetches and pins (the first group: the first batch alone; each
 # later one twice the last while its bytes are under GROUP_SHARE of the lookahead, up to LARGEST_GROUP)
 LARGEST_GROUP = 1024
@@ -61,11 +64,9 @@ class FetchAhead:
         """Batch ``k`` (from global batch ``base`` of ``epoch``) is about to be gathered; returns whether its rows
         are fetched and pinned now (its gather need not ask). ``stride``: every how many batches this process
         gathers, where the caller knows it (else the adapter's, else read from the batches asked for)."""
-        from babelfeed.storage.remote import ensure_many, hint, plan
-
         if self.shares is not None and self.told != epoch:
             self.told = epoch
-            got = plan(*self.shares())
+            got = remote.plan(*self.shares())
             if isinstance(got, dict) and got.get("cache_limit"):  # (a group is pinned while it is read: a small
                 # cache keeps its groups small)
                 self.group_bytes = min(self.group_bytes, int(got["cache_limit"]) / 8)
@@ -90,7 +91,7 @@ class FetchAhead:
             n = 1 if self.first else self.group_n
             self.first = False
             files, got = self.rows(range(k, k + n * stride, stride), base)
-            ensure_many(files, group=True)
+            remote.ensure_many(files, group=True)
             self.group = (k, k + (max(got, 1) - 1) * stride)
             if n > 1 and got == n and _size(files) < self.group_bytes / 2:
                 self.group_n = min(2 * n, LARGEST_GROUP)
@@ -111,7 +112,7 @@ class FetchAhead:
                 break
             size = _size(files)
             if files:
-                hint(files)
+                remote.hint(files)
             last = start + (got - 1) * stride
             self.chunks.append((last, size))
             self.hinted, start, queued = last, last + stride, queued + size

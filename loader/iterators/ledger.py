@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from babelfeed.run.ledger import FIELDS, as_state, flat, from_state, skipped_from_state, skipped_state  # noqa: F401
-from babelfeed.plan.totals import window_totals  # noqa: F401  (part of the ledger's face)
 from babelfeed.errors import StateError, UsageError, UsageTypeError
+from babelfeed.iterators.replay import _build, _views, cached, row_ranks, state_key, step_rows, step_source
+from babelfeed.plan.totals import window_totals  # noqa: F401  (part of the ledger's face)
+from babelfeed.run.history import upgrade
+from babelfeed.run.ledger import FIELDS, as_state, flat, from_state, skipped_from_state, skipped_state  # noqa: F401
+from babelfeed.run.skips import Skips
 
 
 def describe_ids(sources, id_base: np.ndarray, ids, removed=()) -> list[dict]:
@@ -69,8 +72,6 @@ def check_trace_state(it, state: dict) -> None:
     edited = isinstance(state.get("history"), list) and any(isinstance(e, dict) and e.get("event") == "edit"
                                                             for e in state["history"])
     if (it.planner.sampler.streams or edited) and isinstance(state.get("config"), dict):
-        from babelfeed.iterators.replay import _build, cached, state_key
-
         def check():
             built = _build(state["config"], (it.config_snapshot or state["config"])["data"]["path"], it.world_size,
                            it.split, it)
@@ -95,17 +96,11 @@ def trace(it, step: int, state: dict | None = None) -> list[dict]:
     weight changes and mixture edits; any step of the run is answered, on either side of any of them
     (``babelfeed.iterators.replay``). ``it``: an iterator of the run's data; its world size does not matter and its
     position is left as it was."""
-    from babelfeed.iterators.replay import row_ranks, step_rows, step_source
-
     if state is None:
         state = it.get_state()
     else:
-        from babelfeed.run.history import upgrade
-
         state = upgrade(state)  # (a state an older babelfeed wrote)
         check_trace_state(it, state)
-    from babelfeed.iterators.replay import _views
-    from babelfeed.run.skips import Skips
 
     src = step_source(it, step, state)
     skips = Skips(_views(state).skips)

@@ -54,6 +54,7 @@ from itertools import islice
 import numpy as np
 
 from babelfeed.errors import BabelfeedError, StateError, UsageError, UsageTypeError
+from babelfeed.run.history import check, upgrade
 
 
 def as_number(value) -> float | None:
@@ -110,8 +111,6 @@ class ExponentiatedGradient:
     def from_state(cls, tasks, state: dict, **kwargs) -> "ExponentiatedGradient":
         """The policy where a run's state left it: its last recorded weights (uniform if none). ``tasks``: a
         translation run's tasks, or an LM run's dataset names (its blend's weights since its first change)."""
-        from babelfeed.run.history import check, upgrade
-
         if not isinstance(state, dict):
             raise UsageTypeError(f"a state is a dict (an iterator's get_state()), got {type(state).__name__}")
         state = upgrade(state)
@@ -259,8 +258,6 @@ class SpikeGuard:
         across restarts (each with ``step`` and ``loss`` read back from its reason, ``skip`` its steps and ``to_step``
         the step before them; a skip by ids or ``where`` is no rollback). Its loss window starts empty (a warm-up
         of ``window`` steps). ``kwargs``: the guard's arguments."""
-        from babelfeed.run.history import check, upgrade
-
         if not isinstance(state, dict):
             raise UsageTypeError(f"a state is a dict (an iterator's get_state()), got {type(state).__name__}")
         state = upgrade(state)

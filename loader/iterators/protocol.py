@@ -41,10 +41,17 @@ import numpy as np
 
 from babelfeed.checks import check_rank
 from babelfeed.errors import InternalError, StateMismatch, UsageError
-from babelfeed.run.record import (EDIT_HINT, MIXTURE_CHANGES, RunRecord,  # noqa: F401  (its face)
-                                  check_mixture_change, identity_changes)
+from babelfeed.iterators.policy import scaled_weights
+from babelfeed.iterators.state import check_position, needs_resolving, resolve
+from babelfeed.run.edits import check_editable, check_sampler, config_changes, edited_config, snapshot
+from babelfeed.run.history import upgrade
+from babelfeed.run.record import (EDIT_HINT, MIXTURE_CHANGES, RunRecord, check_mixture_change,  # noqa: F401  (its face)
+                                  identity_changes)
 from babelfeed.run.skips import which_kind
 from babelfeed.sources.corpus import reusing
+
+from .fetch_ahead import FetchAhead
+
 
 # Counting steps over epochs plans every epoch between (integers only; ~1,000 small epochs a second, a large
 # corpus's epoch in seconds): a position or step further ahead than this is refused rather than planned for hours
@@ -161,8 +168,6 @@ class LoaderIterator(ABC):
         """This iterator's :class:`~babelfeed.iterators.fetch_ahead.FetchAhead`, over its ``_fetch_rows`` and
         ``_fetch_shares``."""
         if getattr(self, "_ahead", None) is None:
-            from .fetch_ahead import FetchAhead
-
             self._ahead = FetchAhead(self._fetch_rows, self._fetch_shares)
         return self._ahead
 
@@ -194,9 +199,6 @@ class LoaderIterator(ABC):
     def _state_in(self, state):
         """``state`` itself, or where it is a loader's position or a checkpoint holding a state (another adapter's,
         a StatefulDataLoader's), the iterator state in it (``babelfeed.iterators.state.resolve``)."""
-        from babelfeed.run.history import upgrade
-        from babelfeed.iterators.state import needs_resolving, resolve
-
         return upgrade(resolve(state, self) if needs_resolving(state) else state)
 
     def _check_state(self, state, strict: bool, fields: dict, optional: tuple = ()) -> None:
@@ -231,7 +233,7 @@ class LoaderIterator(ABC):
             raise UsageError(f"position (epoch {e1:,}, batch {c1:,}) lies {e1 - e0:,} epochs after (epoch {e0:,}, batch "
                              f"{c0:,}): counting its steps plans every epoch between, and more than "
                              f"{MAX_EPOCHS_AHEAD:,} are refused (a state that says total_steps needs no count)")
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # loaded when a bar is drawn (tqdm.auto probes for notebooks)
 
         steps = -(-max(self.epoch_batches(e0) - c0, 0) // per)
         with tqdm(range(e0 + 1, e1), desc="counting the steps of earlier epochs", unit="epoch",
@@ -245,8 +247,6 @@ class LoaderIterator(ABC):
         maybe with ``total_steps`` and the state it counts from, ``base``), checked against this iterator's data
         and settings. The iterator is left at ``base`` (or where it stood); steps a position leaves out are
         counted from there on this world size."""
-        from babelfeed.iterators.state import check_position
-
         epoch, consumed = check_position(pos, what)
         base = pos.get("base")
         if base is not None:
@@ -347,8 +347,6 @@ class LoaderIterator(ABC):
         (None, nothing printed: the state's history records it); ``mixing.sampler="stream"``, the next planning
         window (the window being served keeps its mix; None). The last two are cheap and quiet enough for a policy
         that calls it every few steps."""
-        from babelfeed.iterators.policy import scaled_weights
-
         return self._set_weights(scaled_weights(weights, self.weight_names(), self._weight_noun))
 
     _weight_noun = "task"
@@ -414,8 +412,6 @@ class LoaderIterator(ABC):
     def _edit(self, config, changes: dict, unchanged_ok: bool = False):
         """:meth:`edit`; ``unchanged_ok``: an edited config that plans what the run's does is no edit, and None is
         returned (``set_weights`` with the weights in force, as a policy may call it every few steps)."""
-        from babelfeed.run.edits import check_editable, check_sampler, config_changes, edited_config, snapshot
-
         cfg = edited_config(self, config, changes)
         if unchanged_ok and self.config_snapshot is not None:
             if not [k for k in config_changes(self.config_snapshot, snapshot(cfg)) if k != "data.path"]:

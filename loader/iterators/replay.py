@@ -18,15 +18,20 @@ another world size), so trace and replay answer for any step, on either side of 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from dataclasses import dataclass
 
+import ml_collections
 import numpy as np
 
-from babelfeed.run.history import world_size_at
-from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD
-from babelfeed.plan.parts import Part
-from babelfeed.sources.corpus import reusing
 from babelfeed.errors import StateError, UsageError
+from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD, builder
+from babelfeed.plan.parts import Part
+from babelfeed.run.history import Views, check, split_at, world_size_at
+from babelfeed.run.skips import Skips
+from babelfeed.run.weights import Weights
+from babelfeed.sources.corpus import reusing
 
 
 @dataclass
@@ -75,7 +80,6 @@ def _apply_history(it, weights: list, updates) -> None:
             planner._starts = starts
             planner.update_segments = segs
     assert not planner.weight_changes, "weights are applied to a fresh or just resumed iterator"
-    from babelfeed.run.weights import Weights
 
     changes = Weights.check(weights or [], planner.sources.tasks)
     if changes:
@@ -85,17 +89,11 @@ def _apply_history(it, weights: list, updates) -> None:
 
 
 def _views(state: dict):
-    from babelfeed.run.history import Views, check
-
     return check(state["history"]) if "history" in state else Views()
 
 
 def _build(config: dict, data_path: str, world_size: int, split: str, reuse=None):
     """An iterator of ``config`` on this machine's data, reusing what the iterator ``reuse`` has open."""
-    import ml_collections
-
-    from babelfeed.iterators.protocol import builder
-
     cfg = ml_collections.ConfigDict(copy.deepcopy(config))
     cfg.data.path = data_path  # the data as this machine finds it
     shared = (reuse.datasets(), reuse.dictionaries()) if reuse is not None else ((), ())
@@ -105,9 +103,6 @@ def _build(config: dict, data_path: str, world_size: int, split: str, reuse=None
 
 def state_key(state: dict) -> str:
     """A digest of a state (what the replay's cache is keyed by)."""
-    import hashlib
-    import json
-
     return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -127,7 +122,6 @@ def step_source(probe, step: int, state: dict) -> StepSource:
     ``probe``: an iterator of the run's data (its config's data path is used; its world size does not matter)."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 1:
         raise UsageError(f"step must be an integer >= 1 (steps count from 1), got {step!r}")
-    from babelfeed.run.history import split_at
 
     history = _views(state)
     segments = history.steps or [[0, 1, 0, probe.world_size]]
@@ -208,7 +202,6 @@ def step_batch(probe, step: int, state: dict, rank: int | None = None) -> dict:
     if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < world:
         raise UsageError(f"rank must be an integer in [0, {world}): step {step} was taken on {world} rank(s), got "
                          f"{rank!r}")
-    from babelfeed.run.skips import Skips
 
     return _rank_batch(src, Skips(_views(state).skips), rank)
 
@@ -243,8 +236,6 @@ def row_ranks(src: StepSource, skips) -> dict:
 
 
 def _rebuild(probe, world: int, split: str | None = None):
-    from babelfeed.iterators.protocol import builder
-
     split = split or probe.split
     config = getattr(probe, "source_config", None)
     if config is None:
@@ -271,7 +262,7 @@ def _locate(it, step: int, segments: list, edit: dict | None, world: int) -> Ste
     def steps_in(epoch: int, consumed: int = 0) -> int:
         return -(-(planner.num_batches(epoch) - consumed) // per)
 
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # loaded when a bar is drawn (tqdm.auto probes for notebooks)
 
     ahead = (step - first) // max(steps_in(epoch), 1)  # epochs to plan before the step's (about: epochs vary)
     if ahead > MAX_EPOCHS_AHEAD:

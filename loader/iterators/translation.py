@@ -17,15 +17,21 @@ import math
 
 import numpy as np
 
+from babelfeed.errors import ConfigError, OutOfRange, SkipError, UsageError
 from babelfeed.gather.collate import Collater
+from babelfeed.iterators.ledger import check_trace_state, describe_ids, trace
 from babelfeed.iterators.protocol import LoaderIterator
+from babelfeed.iterators.replay import step_batch
 from babelfeed.iterators.reports import Reports
+from babelfeed.iterators.state import find_state, resolve
 from babelfeed.iterators.translation_ledger import PlanLedger
 from babelfeed.iterators.translation_skips import TranslationSkips
 from babelfeed.iterators.translation_state import TranslationState
 from babelfeed.plan.planner import EpochPlanner, Window
+from babelfeed.run.history import upgrade
+from babelfeed.run.layout import Layout
 from babelfeed.run.weights import Weights
-from babelfeed.errors import ConfigError, OutOfRange, UsageError
+from babelfeed.storage.remote import set_clock
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -155,7 +161,6 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
         spaces = self.collater.sources.spaces
         if not spaces.remote:
             return self._collate_one(w, j, weight)
-        from babelfeed.storage.remote import set_clock
 
         set_clock(self._clock(self.planner.window_start(self.epoch, w) + j))
         ready = at is not None and self._fetch_ahead().before(at[0], at[1], self.epoch, at[2] if len(at) > 2 else None)
@@ -301,8 +306,6 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
         found = next((f for f in (self._filler_in(x, n_force, shape) for x in self._filler_windows(win))
                       if f is not None), None)
         if found is None:
-            from babelfeed.errors import SkipError
-
             raise SkipError(f"every sample of epoch {win.epoch} and the epochs after it that fits its batch shapes is "
                             f"skipped: no sample is left to fill its empty batches (a skip 'where' that matches the "
                             f"whole mixture?)")
@@ -469,8 +472,6 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
         """Where each sample of a batch came from: per ``id``, ``{"id", "stream", "task", "corpus", "shard",
         "row"}`` (``None`` for -1, an epoch-padding row). ``row`` is the record in that shard's ``.idx``. Ids keep
         their meaning across the run's edits (``run.layout``): one of a stream an edit removed still names it."""
-        from babelfeed.iterators.ledger import describe_ids
-
         layout = self.record.layout
         return describe_ids(self.planner.sources, self.collater.id_base, np.asarray(ids, np.int64).reshape(-1),
                             layout.removed(self.planner) if layout is not None else ())
@@ -484,8 +485,6 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
 
     def use_layout(self, layout) -> None:
         """Number ids and streams by ``layout`` (``run.layout``; None: the config's plain numbering)."""
-        from babelfeed.run.layout import Layout
-
         if layout is not None and layout.is_plain(self.planner):
             layout = None
         self.record.layout = layout
@@ -517,26 +516,16 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
         weight changes, skips and resumes on other world sizes (``rank`` counts the ranks of the world size that
         took the step). With ``split="rows"``, the rank's block of that many equal row blocks (the JAX adapter
         may hand a process other blocks: ``take_row_blocks``). This iterator's position is left as it was."""
-        from babelfeed.iterators.ledger import check_trace_state
-        from babelfeed.iterators.replay import step_batch
-
         if state is None:
             state = self.get_state()
         else:
-            from babelfeed.run.history import upgrade
-            from babelfeed.iterators.state import find_state
-
             state = upgrade(find_state(state, "state"))
             if not state.get("version"):  # a bare loader position: the run's state there
-                from babelfeed.iterators.state import resolve
-
                 state = resolve(state, self)
             check_trace_state(self, state)
         return step_batch(self, step, state, rank)
 
     def _trace(self, step: int, state: dict | None) -> list:
-        from babelfeed.iterators.ledger import trace
-
         return trace(self, step, state)
 
     def epoch_batches(self, epoch: int) -> int:

@@ -20,7 +20,7 @@ class PlanLedger:
     def ledger_start(self, epoch: int) -> np.ndarray:
         """The ledger's totals when ``epoch`` began (from the state, or every earlier epoch's plan)."""
         if epoch not in self.record.ledger.start:
-            from tqdm.auto import tqdm
+            from tqdm.auto import tqdm  # loaded when a bar is drawn (tqdm.auto probes for notebooks)
 
             known = max(e for e in self.record.ledger.start if e < epoch)
             totals = self.record.ledger.start[known].copy()

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from babelfeed.errors import SkipError
 from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD
-from babelfeed.run.skips import Skips
+from babelfeed.run.history import world_size_at
+from babelfeed.run.skips import TERMS, Skips, as_ranges, name_list, range_arg, step_range, where_terms
 
 
 class TranslationSkips:
@@ -25,8 +27,6 @@ class TranslationSkips:
     def _refuse_skipping_everything(self, event: dict) -> None:
         """Refuse a skip that, with the run's earlier ones, drops every sample of the mixture: no batch could be
         filled any more (and a checkpoint saved after it would hold a run that cannot go on)."""
-        from babelfeed.errors import SkipError
-
         trial = Skips(self.skips.events + [event])
         code, (base, starts, ends) = trial._rules(self.planner.sources, len(trial.row_events))
         whole = code == 1
@@ -42,10 +42,6 @@ class TranslationSkips:
     def _skip_steps(self, steps, world_size: int | None = None) -> dict:
         """The global batches of training steps ``steps`` (not yet taken), as this run counts its steps (or a run
         on ``world_size`` ranks would)."""
-        from babelfeed.run.history import world_size_at
-        from babelfeed.run.skips import step_range
-        from babelfeed.errors import SkipError
-
         t = self.total_steps
         a, b = step_range(steps, t)
         if world_size is not None and (isinstance(world_size, bool) or not isinstance(world_size, int)
@@ -97,9 +93,6 @@ class TranslationSkips:
 
     def _skip_ids(self, ids) -> dict:
         """Samples by id, as the records they name (stable across mixture edits that renumber ids)."""
-        from babelfeed.run.skips import as_ranges
-        from babelfeed.errors import SkipError
-
         try:
             arr = np.asarray(ids)
         except Exception:
@@ -127,9 +120,6 @@ class TranslationSkips:
 
     def _skip_where(self, where) -> dict:
         """``where``'s terms checked against this run's streams, tasks, corpora and shards."""
-        from babelfeed.run.skips import TERMS, name_list, range_arg, where_terms
-        from babelfeed.errors import SkipError
-
         where_terms(where, TERMS, "a translation run")
         sources = self.planner.sources
         known = {"stream": [s.name for s in sources.streams], "task": list(sources.tasks),

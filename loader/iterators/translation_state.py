@@ -9,11 +9,20 @@ config (``run.edits``). Part of :class:`~babelfeed.iterators.translation.BatchIt
 
 from __future__ import annotations
 
+import ml_collections
 import numpy as np
 
+from babelfeed.errors import HistoryError, SkipError, StateError, StateMismatch
+from babelfeed.iterators.ledger import FIELDS
+from babelfeed.iterators.protocol import builder
+from babelfeed.plan.parts import Part, decode, encode
+from babelfeed.run.edits import (EditReport, check_data, check_editable, check_sampler, config_changes, map_totals,
+                                 stream_identities)
+from babelfeed.run.history import Views, check
+from babelfeed.run.layout import Layout
+from babelfeed.run.record import check_mixture_change, no_strict
 from babelfeed.run.skips import Skips
 from babelfeed.sources.corpus import reusing
-from babelfeed.errors import StateError, StateMismatch
 
 
 class TranslationState:
@@ -35,8 +44,6 @@ class TranslationState:
             fields["stream"] = {"positions": positions.tolist(), "batches": int(batches), "keys": list(planner.keys)}
             served = planner.served_by_key(epoch)
             if served:  # rows an edit left served ahead of their streams' positions (plan.parts)
-                from babelfeed.plan.parts import encode
-
                 fields["served"] = {k: encode(v) for k, v in served.items()}
         part = planner.part
         if part is not None and part.epoch == epoch:  # an edited epoch: where its part began (plan.parts)
@@ -44,8 +51,6 @@ class TranslationState:
         if self.record.layout is not None:  # ids and stream numbers an edit kept (run.layout)
             fields["layout"] = self.record.layout.get_state()
         if self.config_snapshot is not None:  # what an edit compares and, from the edits, every earlier config
-            from babelfeed.run.edits import stream_identities
-
             fields["config"] = self.config_snapshot
             fields["data"] = stream_identities(planner)  # per stream: what its sequence reads
         return self.record.envelope({"epoch": epoch, "consumed": c, "total_steps": self.total_steps},
@@ -56,9 +61,6 @@ class TranslationState:
     def _check_extra(self, state: dict):
         """The optional fields of a state: well formed, or an error naming the field. Returns the history's
         views (``babelfeed.run.history``)."""
-        from babelfeed.run.history import Views, check
-        from babelfeed.errors import HistoryError
-
         self.record.ledger.check(state)
         if "history" not in state:
             self._check_edit_fields(state, [])
@@ -107,8 +109,6 @@ class TranslationState:
         """The fields an edited run's state carries, present together with its edit events: a state with an
         edit's fields and no edit, or an edit without them, was damaged or edited by hand (it would resume into
         other batches, or renumber samples)."""
-        from babelfeed.errors import StateError
-
         has = [f for f in ("part", "dormant") if f in state]
         if has and not edits:
             raise StateError(f"iterator state field {has[0]!r} belongs to a run a mixture edit changed, but the "
@@ -134,8 +134,6 @@ class TranslationState:
         (``babelfeed.run.edits``); a change to a kept stream's data, the seed, the sampler or the shard
         scheme is refused. ``"keep_position"``: this config's plan from the state's epoch and global batch, said
         out loud (samples may repeat or be skipped)."""
-        from babelfeed.run.record import check_mixture_change, no_strict
-
         no_strict(strict)
         check_mixture_change(mixture_change)
         strict = mixture_change != "keep_position"
@@ -177,7 +175,6 @@ class TranslationState:
             raise StateError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
                              f"{self.planner.num_batches(epoch)} global batches")
         self.record.ledger.set_state(state, epoch, list(planner.keys))  # (no ledger: counted from the plans)
-        from babelfeed.run.layout import Layout
 
         self.use_layout(Layout.from_state(state["layout"], planner) if "layout" in state else None)
         self.record.edits.set_state(history.edits)
@@ -198,7 +195,6 @@ class TranslationState:
         config's sampler; None where it has none."""
         if "part" not in state:
             return None
-        from babelfeed.plan.parts import Part
 
         part = Part.from_state(state["part"])
         if part.epoch != epoch or part.batch > consumed:
@@ -213,8 +209,6 @@ class TranslationState:
 
     def _check_served(self, served) -> dict:
         """The state's ``served`` (rows an edit left served ahead of their streams), by stream index."""
-        from babelfeed.plan.parts import decode
-
         index = {k: i for i, k in enumerate(self.planner.keys)}
         if not isinstance(served, dict):
             raise StateError(f"iterator state field 'served' must map streams to served positions, got "
@@ -256,11 +250,6 @@ class TranslationState:
     def _resume_edited(self, state: dict) -> None:
         """set_state with mixture_change="allow" for a state of another config (``babelfeed.run.edits``):
         the saved run is rebuilt from the config the state carries, and this run goes on from where it stood."""
-        import ml_collections
-
-        from babelfeed.run.edits import check_data, check_editable, check_sampler
-        from babelfeed.iterators.protocol import builder
-
         self._check_state(state, False, {"epoch": 1, "consumed": 0, "total_steps": 0}, optional=self.STATE_FIELDS)
         self._check_extra(state)
         self._check_epoch_reached(state, int(state["epoch"]))
@@ -290,8 +279,6 @@ class TranslationState:
     def _weights_set_since(self, state) -> bool:
         """Whether ``state`` is this config's run with task weights set since (``set_weights`` on a sampler where
         it is an edit of ``mixing.schedule.weights``): its config differs from this one in those alone."""
-        from babelfeed.run.edits import config_changes
-
         if not isinstance(state, dict) or state.get("fingerprint") in self.fingerprints() or \
                 not isinstance(state.get("config"), dict) or self.config_snapshot is None:
             return False
@@ -303,10 +290,6 @@ class TranslationState:
     def _resume_with_its_weights(self, state) -> None:
         """A run of this config whose weights ``set_weights`` set: resumed with them (the config the state carries,
         on this run's data), as if it had never stopped."""
-        import ml_collections
-
-        from babelfeed.iterators.protocol import builder
-
         config = ml_collections.ConfigDict(state["config"])
         config.data.path = self.config_snapshot["data"]["path"]
         with reusing(self.datasets(), self.dictionaries()):
@@ -317,8 +300,6 @@ class TranslationState:
     def take_edit(self, old):
         """:meth:`edit`'s second half: go on with this iterator's config from ``old`` (the run, in this process),
         once the edit is checked as a resume checks it."""
-        from babelfeed.run.edits import check_data, check_editable, stream_identities
-
         check_data(stream_identities(old.planner), old.config_snapshot or {}, self.planner)
         check_editable(old.config_snapshot or {}, self.config_snapshot or {}, self.planner)
         return self.continue_from(old)
@@ -329,9 +310,6 @@ class TranslationState:
         progress that were not served back in their streams (``babelfeed.plan.parts``). The ledger, skips, world
         sizes and history go on; the edit is recorded in the history and said (an ``EditReport``, also kept as
         ``last_edit``; ``quiet``: not said, as when trace replays a run's edits)."""
-        from babelfeed.run.edits import EditReport, config_changes, map_totals
-        from babelfeed.iterators.ledger import FIELDS
-
         planner, P = self.planner, old.planner
         epoch, consumed = old.epoch, old.consumed
         if consumed and P.locate(epoch, consumed) is None:  # (the epoch is over: the edit begins the next one)
@@ -339,8 +317,6 @@ class TranslationState:
         history = old.skips.events
         pending = [b for e in history if "steps" in e for b in e["batches"] if b[0] > epoch]
         if pending:
-            from babelfeed.errors import SkipError
-
             raise SkipError(f"this run skips global batches {pending[0][1]}..{pending[0][2] - 1} of epoch "
                             f"{pending[0][0]}, an epoch it has not reached yet, and an edit changes how many batches "
                             f"the epochs before it hold (other steps): resume with its own config, or skip those "
@@ -350,8 +326,6 @@ class TranslationState:
         keys, old_keys = list(planner.keys), list(P.keys)
         for k, kept in old.record.ledger.dormant.items():  # streams an earlier edit removed, added back: where they stood
             if k in keys and not planner.sampler.streams and kept.get("epoch") == part.epoch:
-                from babelfeed.errors import StateMismatch
-
                 raise StateMismatch(
                     f"stream {k} was removed by an edit earlier in epoch {part.epoch}: with mixing.sampler="
                     f"{planner.opts.sampler!r} a stream's draw for an epoch is made when the epoch begins, and adding "
@@ -361,8 +335,6 @@ class TranslationState:
             if k in keys and k not in part.positions and "position" in kept and planner.sampler.streams:
                 part.positions[k] = int(kept["position"])
                 if kept.get("served"):
-                    from babelfeed.plan.parts import decode
-
                     part.served[k] = decode(kept["served"])
         segs = list(P.update_segments)
         at = part.batches if planner.sampler.streams else 0
@@ -396,8 +368,6 @@ class TranslationState:
                 entry["position"] = int(part.positions.get(k, was.get("position", 0)))
                 served = part.served.get(k)
                 if served is not None and len(served):
-                    from babelfeed.plan.parts import encode
-
                     entry["served"] = encode(served)
                 elif was.get("served"):
                     entry["served"] = was["served"]
@@ -426,7 +396,6 @@ class TranslationState:
                                                "updates": [list(u) for u in P.update_segments]
                                                if P.sampler.streams and P.changing_schedule else []}}
         self.record.edits.events = list(old.record.edits.events) + [event]
-        from babelfeed.run.layout import Layout
 
         self.use_layout((old.record.layout or Layout.plain(P)).extended(planner))
         self.epoch, self._base, self.step = first[0], first[1], 0

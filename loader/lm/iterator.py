@@ -39,14 +39,17 @@ import os
 import numpy as np
 
 from babelfeed.checks import at_least
-from babelfeed.gather import engine as gather
 from babelfeed.errors import ConfigError, FormatError, OutOfRange, UsageError
-from babelfeed.lm.blending import IndexCache, blending_indices, parse_data_path
+from babelfeed.gather import engine as gather
 from babelfeed.iterators.protocol import LoaderIterator
+from babelfeed.lm.blending import IndexCache, blending_indices, parse_data_path
 from babelfeed.lm.plan import MODES, LMSource
 from babelfeed.lm.run import LMRun
-from babelfeed.run.weights import Weights
 from babelfeed.plan.packing import ragged_arange, segments
+from babelfeed.run.edits import snapshot
+from babelfeed.run.weights import Weights
+from babelfeed.storage.remote import resolve_prefix, set_clock
+
 
 WINDOW_SAMPLES = 1 << 14  # samples (of this rank) planned at once
 
@@ -115,7 +118,6 @@ class LMIterator(LMRun, LoaderIterator):
                                 ("num_samples", num_samples, 1), ("vocab_size", vocab_size, 0)):
             at_least(key, value, low)  # (seq_len 0 served (8, 0) batches, or divided by zero)
         cache = IndexCache(cache_dir) if cache_dir else None
-        from babelfeed.storage.remote import resolve_prefix
 
         entries = [(w, resolve_prefix(p)) for w, p in parse_data_path(data_path)]  # (s3://...: local shadows)
         sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache, verify) for _, prefix in entries]
@@ -126,8 +128,6 @@ class LMIterator(LMRun, LoaderIterator):
     def from_config(cls, config, rank: int = 0, world_size: int = 1) -> "LMIterator":
         """From a config like configs/lm_packing.py, checked as ``babelfeed.build_iterator`` checks it: every key
         known (a typo is refused with a suggestion), every value of its type and range."""
-        from babelfeed.run.edits import snapshot
-
         cls.check_config(config)
         it = cls.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
                        num_samples=config.num_samples, split=config.split, split_name=config.split_name,
@@ -167,8 +167,6 @@ class LMIterator(LMRun, LoaderIterator):
         if not 0 <= k < len(self):
             raise OutOfRange(f"batch {k} out of range: the run has {len(self)} global batches")
         if self.spaces.remote:
-            from babelfeed.storage.remote import set_clock
-
             set_clock(float(k))
             self._fetch_ahead().before(at[0], at[1], 1, at[2] if len(at) > 2 else None)
             # (the gather still checks its ranges against the pinned group, in-process: a blend changed since

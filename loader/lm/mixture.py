@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from babelfeed.errors import HistoryError
 from babelfeed.lm.blending import blending_indices
 
 
@@ -38,8 +39,6 @@ def _blend(event: dict, size: int) -> tuple[list, np.ndarray, np.ndarray]:
 def check_offsets(events: list) -> None:
     """Each event's offsets are what the events before it took from every dataset (the first's all 0): an edited
     offset would skip or repeat a dataset's samples (or, far off, plan epochs without end)."""
-    from babelfeed.errors import HistoryError
-
     for i, e in enumerate(events):
         want = offsets_at(events[:i], e["sample"]) if i else {}
         got = {k: v for k, v in e["offsets"].items() if v or want.get(k)}

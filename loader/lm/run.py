@@ -9,9 +9,21 @@ segments (``babelfeed.lm.mixture``): from a global sample on, weights per datase
 
 from __future__ import annotations
 
+import copy
+
+import ml_collections
 import numpy as np
 
-from babelfeed.errors import StateError, StateMismatch, UsageError
+from babelfeed.errors import HistoryError, SkipError, StateError, StateMismatch, UsageError
+from babelfeed.iterators.protocol import builder
+from babelfeed.iterators.replay import configs_of
+from babelfeed.iterators.state import find_state
+from babelfeed.lm.mixture import add, arrays, check_offsets, first_event, offsets_at
+from babelfeed.run.edits import EditReport, config_changes
+from babelfeed.run.history import check, upgrade
+from babelfeed.run.record import check_mixture_change, no_strict
+from babelfeed.run.skips import LM_TERMS, as_ranges, name_list, range_arg, step_range, where_terms
+from babelfeed.sources.corpus import reusing
 
 
 class LMRun:
@@ -41,8 +53,6 @@ class LMRun:
         this config's weights from the next step; a change to a kept dataset's data, or to ``seq_len``, ``mode``,
         ``seed`` or the split, is refused (they change the samples). ``"keep_position"``: this config's blend from
         the state's sample on, said out loud."""
-        from babelfeed.run.record import check_mixture_change, no_strict
-
         no_strict(strict)
         check_mixture_change(mixture_change)
         strict = mixture_change != "keep_position"
@@ -88,11 +98,6 @@ class LMRun:
         one), with its blend and skips: what trace, replay and the ledger read a run through. The state is checked
         against this data and these settings; a state of an edited blend names its datasets in its history, so any
         config of the run with the same settings reads it. This iterator is left as it was."""
-        import copy
-
-        from babelfeed.run.history import upgrade
-        from babelfeed.iterators.state import find_state
-
         state = upgrade(find_state(state, "state"))  # (a checkpoint holding it: {"data": state}, a loader's)
         events = self._events_of(state)
         self._check_state(state, not events, {"consumed_samples": 0}, optional=self.STATE_FIELDS)
@@ -120,10 +125,6 @@ class LMRun:
         """The blend events of a state's history, checked against its position: the first at sample 0, each at
         a global batch boundary no later than ``consumed_samples``, and each event's offsets exactly the samples
         the events before it took from every dataset (``babelfeed.lm.mixture``)."""
-        from babelfeed.run.history import check
-        from babelfeed.errors import HistoryError
-        from babelfeed.lm.mixture import check_offsets
-
         events = check(state["history"]).blend if "history" in state else []
         at = state.get("consumed_samples")
         for i, e in enumerate(events):
@@ -140,9 +141,6 @@ class LMRun:
     def _resume_edited(self, state: dict, was=None) -> None:
         """set_state with mixture_change="allow" for a state of another blend (weights or datasets). ``was``: the
         run so far in this process (an in-place edit), whose ledger gives a removed dataset's counts."""
-        from babelfeed.lm.mixture import add, first_event, offsets_at
-        from babelfeed.run.edits import config_changes
-
         self._check_state(state, False, {"consumed_samples": 0}, optional=self.STATE_FIELDS)
         self._check_blend_only(state, "an LM mixture edit changes the blend only")
         saved = state.get("identity") or {}
@@ -192,16 +190,11 @@ class LMRun:
         """The counts of the datasets the run had and this config drops, where it stood at global batch ``step``
         (``samples``, ``tokens``, ``passes``; what skips dropped): the saved run's ledger, counted from its data
         (``old``, or an iterator of the config the state carries). A dataset added back counts on from the blend."""
-        from babelfeed.iterators.protocol import builder
-        from babelfeed.sources.corpus import reusing
-
         kept = {k: v for k, v in (state.get("dormant") or {}).items() if k not in self.dataset_names()}
         removed -= set(kept)
         if not removed:
             return kept
         if old is None and isinstance(state.get("config"), dict):
-            import ml_collections
-
             with reusing(self.datasets()):
                 old = builder("any")(ml_collections.ConfigDict(state["config"]), rank=self.rank,
                                      world_size=self.world_size)
@@ -225,8 +218,6 @@ class LMRun:
 
     def _report(self, old: dict, event: dict):
         """The report of a blend edit (``EditReport``): each dataset's share before and after."""
-        from babelfeed.run.edits import EditReport
-
         new = dict(zip(self.dataset_names(), self.weights))
         a, b = sum(old.values()) or 1.0, sum(new.values()) or 1.0
         names = sorted(set(old) | set(new), key=lambda n: (-new.get(n, 0.0), n))
@@ -246,14 +237,10 @@ class LMRun:
         return out
 
     def _first_event(self) -> dict:
-        from babelfeed.lm.mixture import first_event
-
         return first_event(self.data_keys(), self.weights, self.dataset_names())
 
     def _set_blend(self, events: list) -> None:
         """Blend by ``events`` (the history's blend segments; [] or the config's own: the config's weights)."""
-        from babelfeed.lm.mixture import arrays
-
         if not events or events == [self._first_event()]:
             self.record.weights.blend = []
             self.dataset_index, self.dataset_sample = self._config_blend
@@ -291,8 +278,6 @@ class LMRun:
     def _set_weights(self, scaled: dict) -> None:
         """Blend with ``scaled`` from the next global batch on: every dataset goes on from its position, so over
         the whole run a dataset's samples are its own sequence, none repeated or skipped."""
-        from babelfeed.lm.mixture import add, offsets_at
-
         names = self.dataset_names()
         at = self.consumed
         if at >= self.num_samples:
@@ -316,9 +301,6 @@ class LMRun:
     def _skip_steps(self, steps, world_size) -> dict:
         """Training steps: global batches, on any world size (``world_size`` is the adapters' and means nothing
         here)."""
-        from babelfeed.run.skips import step_range
-        from babelfeed.errors import SkipError
-
         a, b = step_range(steps, self.total_steps)
         if b - 1 > len(self):
             raise SkipError(f"steps {a}..{b - 1} run past the run's last step, {len(self)} (num_samples)")
@@ -326,9 +308,6 @@ class LMRun:
 
     def _skip_ids(self, ids) -> dict:
         """Global samples not yet served (``trace``'s ``sample``)."""
-        from babelfeed.run.skips import as_ranges
-        from babelfeed.errors import SkipError
-
         arr = np.asarray(ids) if isinstance(ids, (list, tuple, range, np.ndarray, int, np.integer)) and \
             not isinstance(ids, bool) else None
         if arr is None or arr.dtype.kind not in "iu" or arr.size == 0:
@@ -346,9 +325,6 @@ class LMRun:
     def _skip_where(self, where) -> dict:
         """``{"dataset": names, "documents": range(lo, hi)}``: the samples of those datasets, or of those holding
         any document of the range."""
-        from babelfeed.run.skips import LM_TERMS, name_list, range_arg, where_terms
-        from babelfeed.errors import SkipError
-
         where_terms(where, LM_TERMS, "an LM run")
         out: dict = {}
         if "dataset" in where:
@@ -360,8 +336,6 @@ class LMRun:
         return out
 
     def _refuse_skipping_everything(self, event: dict) -> None:
-        from babelfeed.errors import SkipError
-
         out = event["where"]
         if "documents" not in out and set(out.get("dataset", self.dataset_names())) >= set(self.dataset_names()):
             raise SkipError(f"where={out}: this skips every dataset of the blend, leaving nothing to serve")
@@ -374,8 +348,6 @@ class LMRun:
         """The batch rank ``rank`` of ``world_size`` (default: this iterator's) received at training step
         ``step``, rebuilt exactly from the run's latest ``state`` (default: this iterator's own): its blend and
         skips, without serving the steps before it."""
-        import copy
-
         if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= len(self):
             raise UsageError(f"step must be an integer in [1, {len(self)}] (the run's global batches), got {step!r}")
         world = self.world_size if world_size is None else int(world_size)
@@ -417,13 +389,6 @@ class LMRun:
         g = np.arange((step - 1) * self.global_batch, step * self.global_batch)
         if not 1 <= step <= len(probe) or not (probe.dataset_index[g] < 0).any():
             return probe
-        import ml_collections
-
-        from babelfeed.iterators.protocol import builder
-        from babelfeed.iterators.replay import configs_of
-        from babelfeed.run.history import upgrade
-        from babelfeed.iterators.state import find_state
-        from babelfeed.sources.corpus import reusing
 
         full = upgrade(find_state(state, "state"))
         edits = self.record.read(full).edits
@@ -507,8 +472,6 @@ class LMRun:
             out[f"{prefix}/{name}/passes"] = int(totals[2, d])
         removed = [0, 0]
         if self.record.weights.blend:  # datasets an edit removed: their counts where the edit left them
-            from babelfeed.lm.mixture import offsets_at
-
             n = int(consumed) * self.global_batch
             keys = set(self.data_keys())
             names = {}

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from babelfeed.errors import StateError, UsageError
 from babelfeed.permute import permute
 from babelfeed.plan.mixing import StratifiedDraw, StreamDraw, stratified_counts, stream_rows
+from babelfeed.plan.samples import EpochSetup
 from babelfeed.sources.sources import Direction
-from babelfeed.errors import StateError, UsageError
 
 
 def available(position: int, served: np.ndarray, x) -> np.ndarray:
@@ -477,8 +478,6 @@ class PartPlanning:
     def _part_setup(self, epoch: int):
         """Stratified and concat: the rest of an epoch after an edit, every corpus reading on from its position
         in the epoch's draw (then its extension)."""
-        from babelfeed.plan.samples import EpochSetup
-
         p, o = self.part, self.opts
         directions = self.sources.directions(epoch)
         ratios = self.ratios(directions, epoch=epoch)

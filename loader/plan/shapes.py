@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from babelfeed.plan.shape_dp import dp_plan, padded_rows
 from babelfeed.errors import ConfigError, DataError, InternalError, UsageError
+from babelfeed.plan.shape_boxes import plan_pairs
+from babelfeed.plan.shape_dp import dp_plan, padded_rows
 
 
 @dataclass
@@ -183,7 +184,6 @@ def plan_shapes(lengths, num_shapes: int, max_tokens: int, multiple: int = 8, ma
         plan = ShapePlan(widths.copy(), widths, sizes(widths), max_tokens=max_tokens, windows=windows)
         real = float(lengths.sum() if w is None else _dot(w, lengths))
         return summarise(plan, values, None, count, real)
-    from babelfeed.plan.shape_boxes import plan_pairs
 
     widths, cells, count, exact = plan_pairs(lengths, longest, w, num_shapes, sizes, windows, method)
     if w is None and exact:  # the histogram's cells are the lengths: their tokens, summed in integers

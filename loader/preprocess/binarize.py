@@ -30,6 +30,8 @@ Bad lines follow an explicit policy, applied to the whole pair so that both side
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import hashlib
 import io
 import json
@@ -37,6 +39,7 @@ import os
 import re
 import shlex
 import shutil
+import socket
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
@@ -44,18 +47,22 @@ from itertools import chain, islice
 
 import numpy as np
 
-from babelfeed.preprocess import engines
-from babelfeed.preprocess.stats import Stats, _work_prefix  # noqa: F401  (part of this module's face)
-from babelfeed.preprocess.options import POLICIES, BinarizeOptions, check_shards
-from babelfeed.sources.dictionary import Dictionary
-from babelfeed.preprocess.rawtext import (Part, RawInput, decode_lines, discover, discover_documents,
-                                          looks_paired, pair_prefixes)
-from babelfeed.preprocess.textio import RecordReader, count_records, strip_compression
 from babelfeed.errors import BinarizeError, FormatError, TextInputError
 from babelfeed.fileio import atomic_write, fsync_dir
+from babelfeed.preprocess import engines
+from babelfeed.preprocess.documents import _fields, document_settings, document_texts, encode_documents
+from babelfeed.preprocess.options import POLICIES, BinarizeOptions, check_shards
+from babelfeed.preprocess.rawtext import (Part, RawInput, _doc_format, decode_lines, discover, discover_documents,
+                                          looks_paired, pair_prefixes)
+from babelfeed.preprocess.stats import Stats, _work_prefix  # noqa: F401  (part of this module's face)
+from babelfeed.preprocess.textio import RecordReader, count_records, strip_compression
+from babelfeed.sources.dictionary import Dictionary
+from babelfeed.storage import remote
 from babelfeed.storage.builder import IndexedDatasetBuilder
 from babelfeed.storage.dtypes import dtype_for_vocab
 from babelfeed.storage.indexed import IndexedDataset, dataset_exists
+from babelfeed.storage.objects import is_remote
+
 
 STATE_DIR = ".binarize"
 REPORT = "binarize_report.json"
@@ -151,7 +158,7 @@ _WORKER: dict = {}
 
 
 def _init_worker(spm_bytes: bytes, table: np.ndarray | None, settings: dict) -> None:
-    import sentencepiece as spm
+    import sentencepiece as spm  # loaded when text is encoded (tens of ms at import)
 
     _WORKER["sp"] = spm.SentencePieceProcessor(model_proto=spm_bytes)
     _WORKER["table"] = table
@@ -322,8 +329,6 @@ def _encode_chunk(chunk: Chunk, work_dir: str) -> tuple[tuple, int, Stats, list[
     """Encode one chunk into work files (one pair per side); returns (shard key, chunk index, counts, prefixes)."""
     sp, table, cfg = _worker()
     if chunk.format != "lines":
-        from babelfeed.preprocess.documents import encode_documents
-
         return encode_documents(chunk, work_dir, sp, cfg)
     prefixes = [_work_prefix(work_dir, chunk, lang) for lang in chunk.langs]
     builders = [IndexedDatasetBuilder(p, cfg["dtype"], format=cfg["format"]) for p in prefixes]
@@ -382,8 +387,6 @@ def _merge(job: ShardJob, parts: list[list[str]], output_dir: str, cfg: dict) ->
 def _sample_task(path: str, fmt: str, keys: list[str], records: list[int]) -> list[str]:
     """The texts of the given records (sorted record numbers) of one file, for SentencePiece training: a line
     each, or each non-blank line of a document's text."""
-    from babelfeed.preprocess.documents import document_texts
-
     kind = "block" if fmt == "text" else "line"
     out: list[str] = []
     with RecordReader(path, kind) as reader:
@@ -446,8 +449,6 @@ def _sample_for_spm(inputs: list[RawInput], opts: BinarizeOptions, engine) -> li
 
 def _why_no_text(inputs: list[RawInput], opts: BinarizeOptions) -> str:
     """What the first train record of documents lacks (a --json-keys key no record has), as encoding says it."""
-    from babelfeed.preprocess.documents import _fields
-
     for inp in inputs:
         if inp.documents and inp.split.startswith("train") and inp.parts and inp.parts[0].format != "text":
             path = inp.parts[0].paths[0]
@@ -468,7 +469,7 @@ def part_keys(inputs, part) -> list[str]:
 
 
 def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, log, engine=None) -> None:
-    import sentencepiece as spm
+    import sentencepiece as spm  # loaded when text is encoded (tens of ms at import)
 
     sample = _sample_for_spm(inputs, opts, engine or engines.InlineEngine())
     if not sample:
@@ -594,7 +595,7 @@ def _sweep_partials(out: str) -> int:
 def _count_inputs(inputs: list[RawInput], opts: BinarizeOptions, engine, log) -> None:
     """Records of every file (in parallel on the engine), remembered in ``.binarize/counts.json`` by the file's
     identity so a resumed run does not read its inputs again; then the sides of every part must agree."""
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # loaded when a bar is drawn (tqdm.auto probes for notebooks)
 
     cache_path = os.path.join(opts.output_dir, STATE_DIR, "counts.json")
     try:
@@ -644,13 +645,7 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
     """Run the whole job; returns the report (also written to ``DATA_BIN/binarize_report.json``). An output in an
     object store (``s3://bucket/prefix``) is written to a local staging folder in the cache first (kept: a run
     interrupted there resumes from it, as a local one does), then uploaded, ``dict.txt`` and the report last."""
-    from babelfeed.storage.objects import is_remote
-
     if is_remote(opts.output_dir):
-        import dataclasses
-
-        from babelfeed.storage import remote
-
         url = str(opts.output_dir).rstrip("/")
         remote.listing(url)  # (a bucket missing or credentials refused: said now, before any encoding)
         stage = remote.staging(url)
@@ -667,8 +662,6 @@ def _replace_remote(stage: str, url: str, overwrite: bool, log) -> None:
     """Before ``stage`` is uploaded to ``url``: the datasets there that this run did not write (another run's
     inputs or --shards) are refused, as a local output folder's are, or deleted first with ``overwrite`` (with
     ``dict.txt`` first: a folder being replaced never looks complete). Never a folder mixing two runs' shards."""
-    from babelfeed.storage import remote
-
     mine = {os.path.relpath(os.path.join(d, f), stage).replace(os.sep, "/") for d, _, fs in os.walk(stage)
             for f in fs}
     there = remote.listing(url)
@@ -685,8 +678,8 @@ def _replace_remote(stage: str, url: str, overwrite: bool, log) -> None:
 
 
 def _binarize(opts: BinarizeOptions, log=print) -> dict:
-    import sentencepiece as spm
-    from tqdm.auto import tqdm
+    import sentencepiece as spm  # loaded when text is encoded (tens of ms at import)
+    from tqdm.auto import tqdm  # loaded when a bar is drawn (tqdm.auto probes for notebooks)
 
     opts.validate()
     t0 = time.perf_counter()
@@ -703,8 +696,6 @@ def _binarize(opts: BinarizeOptions, log=print) -> dict:
             + (f", … ({len(ignored) - 5} more)" if len(ignored) > 5 else "") + _prefix_hint(ignored, opts)
             + _dash_hint(ignored))
     if not inputs:
-        from babelfeed.preprocess.rawtext import _doc_format
-
         hint = ""
         if not opts.documents and any(_doc_format(n) for n in ignored):
             hint = "; for documents (JSONL, or text with blank lines between documents) add --documents"
@@ -755,9 +746,6 @@ def _prefix_hint(ignored: list[str], opts) -> str:
 def _lock_output(out: str) -> int:
     """An exclusive lock on the output folder for this run (two runs into one folder broke each other's work
     files): a second run is refused, naming the first (its pid, host and start)."""
-    import fcntl
-    import socket
-
     path = os.path.join(out, STATE_DIR, "lock")
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
@@ -776,8 +764,8 @@ def _lock_output(out: str) -> int:
 
 
 def _run(opts, inputs, engine, t0, log) -> dict:
-    import sentencepiece as spm
-    from tqdm.auto import tqdm
+    import sentencepiece as spm  # loaded when text is encoded (tens of ms at import)
+    from tqdm.auto import tqdm  # loaded when a bar is drawn (tqdm.auto probes for notebooks)
 
     out = opts.output_dir
     try:
@@ -833,8 +821,6 @@ def _run(opts, inputs, engine, t0, log) -> dict:
         atomic_write(model_path, proto)
     sp = spm.SentencePieceProcessor(model_file=model_path)
     if opts.documents:
-        from babelfeed.preprocess.documents import document_settings
-
         dictionary, table = None, None
         cfg = document_settings(sp, model_path, opts)
         vocab_size, dtype = cfg["vocab_size"], np.dtype(cfg["dtype"])

@@ -27,6 +27,8 @@ import os
 import numpy as np
 
 from babelfeed.errors import BinarizeError
+from babelfeed.preprocess import engines
+from babelfeed.preprocess.stats import Stats, _work_prefix
 from babelfeed.storage.builder import IndexedDatasetBuilder
 from babelfeed.storage.dtypes import dtype_for_vocab
 
@@ -106,9 +108,6 @@ def document_texts(record, fmt: str, keys: list[str]) -> list[str]:
 
 def encode_documents(chunk, work_dir: str, sp, cfg) -> tuple:
     """Encode one chunk of documents into work files, one dataset per JSON key."""
-    from babelfeed.preprocess import engines
-    from babelfeed.preprocess.stats import Stats, _work_prefix
-
     keys = cfg["json_keys"]
     prefixes = [_work_prefix(work_dir, chunk, key) for key in keys]
     builders = [IndexedDatasetBuilder(p, cfg["dtype"], format="megatron") for p in prefixes]

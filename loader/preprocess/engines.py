@@ -26,16 +26,19 @@ Engines:
 from __future__ import annotations
 
 import concurrent.futures as cf
+import logging
 import multiprocessing as mp
-from concurrent.futures.process import BrokenProcessPool
 import os
 import pickle
 import shutil
+import socket
 import tempfile
 import uuid
 from collections import deque
+from concurrent.futures.process import BrokenProcessPool
 
 from babelfeed.errors import BabelfeedError, MissingExtraError, UsageError, WorkerDied
+
 
 ENGINES = ("local", "ray")
 MAX_RESTARTS = 3
@@ -184,8 +187,6 @@ class RayAddressError(BabelfeedError, ValueError):
 def check_ray_address(address: str, timeout: float = 5.0) -> None:
     """Refuse, within ``timeout`` seconds, an address ``HOST:PORT`` (or ``ray://HOST:PORT``) where nothing
     listens: ``ray.init`` would retry for minutes, printing its RPC warnings. ``auto`` and ``local`` are Ray's."""
-    import socket
-
     text = address[len("ray://"):] if address.startswith("ray://") else address
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
@@ -207,14 +208,12 @@ class RayEngine:
 
     def __init__(self, address: str | None = None, workers: int = 0):
         try:
-            import ray
+            import ray  # optional: babelfeed[ray]
         except ImportError:
             raise MissingExtraError("--engine ray needs Ray: pip install 'babelfeed[ray]'") from None
         self._ray = ray
         self._started = False
         if not ray.is_initialized():
-            import logging
-
             if address:
                 check_ray_address(address)
                 ray.init(address=address, logging_level=logging.WARNING, log_to_driver=True)

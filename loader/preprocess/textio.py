@@ -29,6 +29,7 @@ import numpy as np
 
 from babelfeed.errors import MissingExtraError, TextInputError, UsageError
 
+
 _BLOCK = 1 << 22
 _SUFFIXES = {".gz": "gzip", ".gzip": "gzip", ".zst": "zstd", ".zstd": "zstd", ".xz": "xz", ".bz2": "bz2"}
 _MAGIC = (("gzip", b"\x1f\x8b"), ("zstd", b"\x28\xb5\x2f\xfd"), ("xz", b"\xfd7zXZ\x00"))
@@ -79,7 +80,7 @@ class _Zstd:
 
     def __init__(self, path: str):
         try:
-            import zstandard
+            import zstandard  # optional: babelfeed[zstd]
         except ImportError:
             raise MissingExtraError(f"{path}: zstd input needs the zstandard package: pip install "
                                     f"'babelfeed[zstd]'") from None
@@ -118,7 +119,7 @@ class _Zstd:
 def _decompress_errors():
     errors = [OSError, EOFError, zlib.error, lzma.LZMAError]
     try:
-        import zstandard
+        import zstandard  # optional: babelfeed[zstd]
 
         errors.append(zstandard.ZstdError)
     except ImportError:

@@ -23,10 +23,11 @@ import json
 import warnings
 from dataclasses import dataclass, field
 
+import ml_collections
 import numpy as np
 
-from babelfeed.errors import (ConfigTypeError, Notice, StateError, StateMismatch, UnknownConfigKey, UsageError,
-                              UsageTypeError, user_frame)
+from babelfeed.errors import (ConfigTypeError, HistoryError, Notice, StateError, StateMismatch, UnknownConfigKey,
+                              UsageError, UsageTypeError, user_frame)
 from babelfeed.plan.totals import FIELDS
 from babelfeed.sources.sources import data_digest
 
@@ -51,8 +52,6 @@ class Edits:
     @staticmethod
     def check(edits: list, total: int | None = None, at: tuple | None = None) -> None:
         """Refuse edits that lie past the state's own position: step ``total`` at ``at`` (epoch, global batch)."""
-        from babelfeed.errors import HistoryError
-
         late = [e for e in edits if (total is not None and e.get("saved_at_step", e["step"]) > total)
                 or (at is not None and (e["epoch"], e.get("batch", 0)) > tuple(at))]
         if late:
@@ -97,8 +96,6 @@ def stream_identities(planner) -> dict:
 def edited_config(it, config, changes: dict):
     """The config an edit of iterator ``it`` goes on with: ``config`` (a whole config, a dict of changes, or None:
     ``it``'s own) with ``changes`` applied (``"mixing.temperature"`` or ``mixing__temperature`` keys)."""
-    import ml_collections
-
     snap = getattr(it, "config_snapshot", None)
     if config is not None and not isinstance(config, dict):  # (a ConfigDict is not a dict: said apart)
         if not isinstance(config, ml_collections.ConfigDict):

@@ -22,11 +22,13 @@ import numbers
 import warnings
 
 from babelfeed.errors import Notice, StateError, StateMismatch, UsageError, UsageTypeError, user_frame
+from babelfeed.plan.options import OPTION_KEYS
 from babelfeed.run.edits import Edits
 from babelfeed.run.history import VERSION, Views, check, compose
 from babelfeed.run.ledger import Ledger
 from babelfeed.run.skips import Skips
 from babelfeed.run.steps import StepLog
+
 
 KINDS = ("translation", "lm")
 
@@ -73,7 +75,6 @@ def identity_changes(saved, now) -> list[str]:
     ``batching.max_tokens 2048 -> 4096``, ``the data of stream x changed``, ``stream y added``."""
     if not isinstance(saved, dict) or not isinstance(now, dict):
         return []
-    from babelfeed.plan.options import OPTION_KEYS
 
     out = []
     a, b = saved.get("opts") or {}, now.get("opts") or {}

@@ -33,9 +33,12 @@ samples holding any document of a range.
 
 from __future__ import annotations
 
+import difflib
+
 import numpy as np
 
 from babelfeed.errors import HistoryError, SkipError
+
 
 TERMS = ("stream", "task", "corpus", "shard", "rows")
 LM_TERMS = ("dataset", "documents")
@@ -194,8 +197,6 @@ def name_list(x, what: str, known: list[str]) -> list[str]:
         raise SkipError(f"where[{what!r}] takes a name or a list of names, got {x!r}")
     for v in values:
         if v not in known:
-            import difflib
-
             close = difflib.get_close_matches(v, known, n=3)
             raise SkipError(f"where[{what!r}]: {v!r} is not a {what} of this run"
                             + (f"; did you mean {', '.join(close)}?" if close else f" (it has {sorted(known)[:10]})"))

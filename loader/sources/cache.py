@@ -3,14 +3,16 @@ segmentations), keyed by a hash of a written description of what was built."""
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import warnings
 
 import numpy as np
 
-from babelfeed.fileio import atomic_open, atomic_write
 from babelfeed.errors import UsageTypeError
+from babelfeed.fileio import atomic_open, atomic_write
 
 
 def _identity(path: str) -> list[int]:
@@ -62,8 +64,6 @@ class IndexCache:
             except (OSError, ValueError):
                 return None
             if meta.get("file") != written:
-                import warnings
-
                 warnings.warn(f"{path}: this cached index changed after babelfeed wrote it (size or times differ "
                               f"from its record): it is not used but built again", stacklevel=3)
                 return None
@@ -91,7 +91,6 @@ class IndexCache:
         cached = self.load(name, description)
         if cached is not None:
             return cached
-        import fcntl
 
         # one builder at a time per entry (DataLoader workers, ranks of a host): a second writer replacing the
         # first's files between its save and load made the first refuse its own entry as edited since

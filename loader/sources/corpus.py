@@ -14,9 +14,11 @@ import struct
 import warnings
 from dataclasses import dataclass
 
-from babelfeed.sources.dictionary import Dictionary
 from babelfeed.errors import DataError, FormatError, SideMismatchError, UsageError
-from babelfeed.storage.indexed import MMIDIDX_MAGIC, TNTIDX_MAGIC, IndexedDataset, data_path
+from babelfeed.sources.dictionary import Dictionary
+from babelfeed.storage.indexed import MMIDIDX_MAGIC, TNTIDX_MAGIC, IndexedDataset, data_path, index_path
+from babelfeed.storage.remote import resolve
+
 
 _SHARD_DIR = re.compile(r"^shard(\d+)$")
 
@@ -101,8 +103,6 @@ def open_shared(prefix: str, **kwargs) -> IndexedDataset:
         key = (os.path.abspath(os.fspath(prefix)), kwargs.get("verify", "full"), bool(kwargs.get("recompute_pointers")))
         ds = _REUSE.get(key)
         if ds is not None and set(kwargs) <= {"verify", "recompute_pointers"}:
-            from babelfeed.storage.indexed import index_path
-
             try:  # (identities as the dataset recorded them when it opened: [dev, ino, size, mtime, ctime])
                 idx, data = ds._ids
                 if (_stat_key(index_path(prefix)) == tuple(idx[:4])
@@ -138,8 +138,6 @@ class ShardedCorpus:
     """
 
     def __init__(self, root, check: bool = True):
-        from babelfeed.storage.remote import resolve
-
         self.url = os.fspath(root)  # as given: a local folder, or an object store's (s3://bucket/data_bin)
         self.root = resolve(self.url)  # a remote folder's local shadow (storage/fetcher.py)
         if not os.path.isdir(self.root):

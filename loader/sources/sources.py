@@ -18,13 +18,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from babelfeed._native import plan_kernel
+from babelfeed.errors import ConfigError, DataChangedError, DataError
+from babelfeed.sources.cache import IndexCache
 from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.sources.dictionary import Dictionary
-from babelfeed.storage import stamps
-from babelfeed.storage.spaces import TokenSpaces
 from babelfeed.sources.rows import LengthCache, RowTable, check_records, distinct_datasets
+from babelfeed.sources.subword import SampledText, SubwordSampler
+from babelfeed.storage import stamps
 from babelfeed.storage.indexed import IndexedDataset
-from babelfeed.errors import ConfigError, DataError
+from babelfeed.storage.spaces import TokenSpaces
 
 
 def resolve_prefix(template: str, dictionary: Dictionary, key: str, **langs) -> np.ndarray:
@@ -252,9 +254,6 @@ class SourceSet:
             return opened[(key, lang, shard)]
 
         def open_text(spec, lang, langs):
-            from babelfeed.sources.cache import IndexCache
-            from babelfeed.sources.subword import SampledText, SubwordSampler
-
             fields = {**langs, "split": split, "key": spec.key, "lang": lang}
             try:
                 path = os.path.join(corpus.root, spec.text.format(**fields))
@@ -320,9 +319,6 @@ class SourceSet:
         renamed into place under a running job, as ``binarize --overwrite`` does): the processes that open files
         anew (DataLoader and grain workers) would read the new data and this one the old. A file only touched
         (same content digest, the fingerprint's) is fine. Two ``stat`` calls per file."""
-        from babelfeed.errors import DataChangedError
-        from babelfeed.storage.indexed import IndexedDataset
-
         seen: set = set()
         known = self.__dict__.setdefault("_identities", {})  # index path -> identity last found to hold the data
         for c in self.components:

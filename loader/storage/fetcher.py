@@ -26,7 +26,10 @@ survive ``fork``), on a Unix socket only this user can open; it exits after ``ID
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import hashlib
+import heapq
 import json
 import os
 import socket
@@ -35,10 +38,13 @@ import struct
 import sys
 import threading
 import time
+import traceback
 
 import numpy as np
 
 from babelfeed.errors import InternalError
+from babelfeed.storage.objects import Store, StoreError, split_url
+
 
 IDLE_SECONDS = float(os.environ.get("BABELFEED_FETCHER_IDLE", "300"))
 # ranges closer than this are fetched as one request, and no request is longer than LARGEST_REQUEST (parallel
@@ -334,9 +340,6 @@ def punch_hole(fd: int, offset: int, length: int) -> bool:
     """Give a sparse file's blocks back (``fallocate(PUNCH_HOLE | KEEP_SIZE)``); False where unsupported."""
     global _PUNCH
     if _PUNCH is None:
-        import ctypes
-        import ctypes.util
-
         try:
             libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
             f = libc.fallocate
@@ -470,7 +473,7 @@ class Network:
     neighbours), and hands what came back to ``landed(job, data, error)``."""
 
     def __init__(self, concurrency: int, take, landed):
-        import asyncio
+        import asyncio  # the fetcher's event loop only (asyncio costs ~30 ms at import)
 
         self.asyncio = asyncio
         self.take, self.landed = take, landed
@@ -506,8 +509,6 @@ class Network:
             try:
                 job = self.take()
             except Exception:  # (a bug here must not stop the connection for good)
-                import traceback
-
                 traceback.print_exc()
                 job = None
             if job is None:
@@ -522,8 +523,6 @@ class Network:
             try:
                 self.landed(job, data, error)
             except Exception:
-                import traceback
-
                 traceback.print_exc()
             self.more.set()  # (room in the cache: the other connections look again)
 
@@ -559,8 +558,6 @@ class Fetcher:
     def store(self, root: str, options: dict | None, env: dict | None = None):
         """The store for ``root`` as a process configures it: its options, and its store environment (``env``;
         None: this process's). Processes with other endpoints or credentials get stores of their own."""
-        from babelfeed.storage.objects import Store
-
         key = (root, json.dumps(options or {}, sort_keys=True), json.dumps(env, sort_keys=True))
         with self.lock:
             if key not in self.stores:
@@ -571,8 +568,6 @@ class Fetcher:
         """The shadow folder of remote folder ``url``, brought up to date with the store: small files fetched whole
         (kept while size and ETag hold), each ``.bin`` a sparse file of its size (a new file when its ETag
         changed, so nothing fetched from the old object is ever read as the new one's)."""
-        from babelfeed.storage.objects import StoreError, split_url
-
         url = url.rstrip("/")
         root, prefix = split_url(url)
         store = self.store(root, options, env)
@@ -655,8 +650,6 @@ class Fetcher:
         A range only hinted is requested while the cache has room for it (or can make room by evicting what is
         needed later than it); a gather's is always requested. ``RESERVED`` connections are kept for gathers:
         a gather never queues behind a lookahead's blocks for a free connection."""
-        import heapq
-
         while True:
             with self.lock:
                 if not self.queue:
@@ -684,8 +677,6 @@ class Fetcher:
 
     def _queue(self, remote: _Remote, due: float) -> None:
         """Give ``remote`` its one entry in the queue of files with ranges pending, at ``due`` (self.lock held)."""
-        import heapq
-
         self.seq += 1
         heapq.heappush(self.queue, (due, self.seq, remote))
         remote.queued = due
@@ -968,24 +959,18 @@ class Fetcher:
 
     def listing(self, url: str, options: dict | None = None, env: dict | None = None) -> dict:
         """``{"files": [[name, size], ...]}``: the objects under remote folder ``url``, named relative to it."""
-        from babelfeed.storage.objects import split_url
-
         root, prefix = split_url(url.rstrip("/"))
         got = self.store(root, options, env).list(prefix)
         cut = len(prefix) + 1 if prefix else 0
         return {"files": [[key[cut:], size] for key, size, _ in got]}
 
     def delete(self, url: str, options: dict | None = None, env: dict | None = None) -> dict:
-        from babelfeed.storage.objects import split_url
-
         root, key = split_url(url)
         self.store(root, options, env).delete(key)
         return {}
 
     def upload(self, url: str, path: str, options: dict | None = None, env: dict | None = None) -> dict:
         """Write local file ``path`` to object ``url``."""
-        from babelfeed.storage.objects import split_url
-
         bucket, key = split_url(url)
         return {"bytes": self.store(bucket, options, env).put_file(key, path)}
 
@@ -1047,7 +1032,7 @@ class Fetcher:
 
 async def _all_whole(network: Network, store, wanted: list) -> None:
     """Small objects fetched whole, many in flight at once (the first failure raised)."""
-    import asyncio
+    import asyncio  # the fetcher's event loop only (asyncio costs ~30 ms at import)
 
     async def one(key, etag, size, path):
         data = await network.bounded(store.get_async(key, etag=etag or None, size=size))

@@ -23,9 +23,11 @@ import numpy as np
 
 from ..errors import BadMagicError, CallOrderError, OutOfRange, TruncatedFileError, UsageError
 from . import stamps
-from .index_format import (  # noqa: F401  (the magics are part of this module's interface)
-    FAIRSEQ_HEADER, LEGACY_HEADER, MEGATRON_HEADER, MMIDIDX_MAGIC, TNTIDX_MAGIC, _Index, _parse_mmidx, _parse_tntidx)
+from .index_format import (FAIRSEQ_HEADER,  # noqa: F401  (the magics are part of this module's interface)
+                           LEGACY_HEADER, MEGATRON_HEADER, MMIDIDX_MAGIC, TNTIDX_MAGIC, _Index, _parse_mmidx,
+                           _parse_tntidx)
 from .mapping import map_file
+from .remote import ensure, is_shadow
 from .verify import IndexChecks
 
 
@@ -258,12 +260,8 @@ class IndexedDataset(IndexChecks):
         if length < 0 or offset + length > size:
             raise OutOfRange(f"{self.prefix}: length {length} at offset {offset} runs past record {i} of {size} tokens")
         if self._remote is None:
-            from .remote import is_shadow
-
             self._remote = is_shadow(self.data_file)
         if self._remote and length:  # a remote .bin's shadow: its bytes are fetched before they are read
-            from .remote import ensure
-
             a = ptr + offset * self._itemsize
             ensure(self.data_file, [a], [a + length * self._itemsize])
         out = np.frombuffer(self._bin, dtype=self.dtype, count=length, offset=ptr + offset * self._itemsize)

@@ -18,12 +18,14 @@ config's ``data.storage`` section override them. No credential is ever logged or
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import threading
 import time
 from datetime import timedelta
 
 from babelfeed.errors import DataChangedError, StoreError, UsageError
+
 
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "http", "https")
 _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://([^/]+)(?:/(.*))?$")
@@ -83,7 +85,7 @@ def _store(root: str, options: dict | None, env: dict | None = None):
 
 def _build_store(root: str, options: dict | None):
     try:
-        from obstore.store import from_url
+        from obstore.store import from_url  # optional: babelfeed[s3]
     except ImportError:
         raise StoreError(f"{root}: reading an object store needs obstore: pip install 'babelfeed[s3]'") \
             from None
@@ -118,8 +120,8 @@ def _build_store(root: str, options: dict | None):
 
 def _profile_credentials(root: str, profile: str | None):
     try:
-        import boto3
-        from obstore.auth.boto3 import Boto3CredentialProvider
+        import boto3  # optional: a test extra
+        from obstore.auth.boto3 import Boto3CredentialProvider  # optional: babelfeed[s3]
     except ImportError:
         raise StoreError(f"{root}: AWS_PROFILE is set, and reading profiles needs boto3: pip install boto3 "
                                f"(or set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)") from None
@@ -157,7 +159,7 @@ class Store:
         return f"{self.root}/{key}"
 
     def _explain(self, e: BaseException, key: str, what: str) -> Exception:
-        import obstore.exceptions as ox
+        import obstore.exceptions as ox  # optional: babelfeed[s3]
 
         url = self.url(key)
         if isinstance(e, ox.PreconditionError):
@@ -193,7 +195,7 @@ class Store:
 
     def head(self, key: str) -> tuple[int, str]:
         """``(size, etag)`` of an object."""
-        import obstore
+        import obstore  # optional: babelfeed[s3]
 
         try:
             meta = obstore.head(self.store, key)
@@ -204,7 +206,7 @@ class Store:
 
     def list(self, prefix: str) -> list[tuple[str, int, str]]:
         """``(key, size, etag)`` of every object under ``prefix`` (recursively)."""
-        import obstore
+        import obstore  # optional: babelfeed[s3]
 
         out = []
         try:
@@ -219,7 +221,7 @@ class Store:
     async def get_async(self, key: str, etag: str | None = None, size: int | None = None) -> bytes:
         """A whole (small) object, refused when its ETag is no longer ``etag`` or its body is not ``size`` bytes
         long (the fetcher fetches many at once)."""
-        import obstore
+        import obstore  # optional: babelfeed[s3]
 
         try:
             got = await obstore.get_async(self.store, key, options={"if_match": etag} if etag else None)
@@ -236,7 +238,7 @@ class Store:
     async def get_range_async(self, key: str, a: int, b: int, etag: str | None) -> bytes:
         """The bytes ``[a, b)`` of an object, checked whole and against ``etag`` (an object replaced in the store
         is refused by name, never mixed with what was read of it before)."""
-        import obstore
+        import obstore  # optional: babelfeed[s3]
 
         t0 = time.perf_counter()
         try:
@@ -254,7 +256,7 @@ class Store:
         return data
 
     def delete(self, key: str) -> None:
-        import obstore
+        import obstore  # optional: babelfeed[s3]
 
         try:
             obstore.delete(self.store, key)
@@ -265,9 +267,7 @@ class Store:
     def put_file(self, key: str, path: str) -> int:
         """Upload local file ``path`` as object ``key`` (multipart when large; the object appears whole or not at
         all). Returns its size."""
-        import pathlib
-
-        import obstore
+        import obstore  # optional: babelfeed[s3]
 
         try:
             obstore.put(self.store, key, pathlib.Path(path))

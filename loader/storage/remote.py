@@ -8,19 +8,26 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
+import re
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from babelfeed.errors import BabelfeedError, DataChangedError
 from babelfeed.fileio import cache_dir, private_folders
+from babelfeed.storage.fetcher import PROTOCOL, merged, pack, receive, send, within
 from babelfeed.storage.objects import StoreError, is_remote, split_url, store_env  # noqa: F401  (this
+
+
 # module's face)
 
 START_SECONDS = 20.0  # how long a process waits for the fetcher it started to answer
@@ -36,7 +43,6 @@ def socket_path(cache: str | None = None) -> str:
     cache = cache or _cache()
     key = hashlib.blake2b(cache.encode(), digest_size=8).hexdigest()
     uid = os.getuid() if hasattr(os, "getuid") else 0
-    from babelfeed.storage.fetcher import PROTOCOL
 
     return os.path.join(tempfile.gettempdir(), f"babelfeed-fetcher-{uid}-{key}-p{PROTOCOL}.sock")
 
@@ -55,8 +61,6 @@ def _connect(path: str) -> socket.socket | None:
         s.close()
         return None
     if hasattr(socket, "SO_PEERCRED") and hasattr(os, "getuid"):
-        import struct
-
         _, uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
         if uid != os.getuid():
             s.close()
@@ -114,8 +118,6 @@ def _client() -> socket.socket:
 
 
 def request(msg: dict) -> dict:
-    from babelfeed.storage.fetcher import receive, send
-
     for attempt in (0, 1, 2):
         conn = _client()
         try:
@@ -206,9 +208,6 @@ def is_shadow(path: str) -> bool:
 
 def remote_names(text: str) -> str:
     """``text`` with each shadow path in it named as its object's URL (for messages a user reads)."""
-    import json
-    import re
-
     root = os.path.join(_cache(), "objects", "")
 
     def url(m):
@@ -236,8 +235,6 @@ def ensure(path: str, starts, ends) -> dict:
 
 
 def _files(files: list, dues: bool = False) -> list:
-    from babelfeed.storage.fetcher import pack
-
     return [[os.path.abspath(f[0]), pack(f[1]), pack(f[2])] + ([pack(f[3], "<f8")] if dues and len(f) > 3 else [])
             for f in files]
 
@@ -261,8 +258,6 @@ def ensure_many(files: list, group: bool = False) -> dict:
     _waited["seconds"] += time.perf_counter() - t0
     _waited["calls"] += 1
     if group:
-        from babelfeed.storage.fetcher import merged
-
         by_path: dict = {}
         for f in files:
             by_path.setdefault(os.path.abspath(f[0]), []).append((np.asarray(f[1], np.int64),
@@ -274,8 +269,6 @@ def ensure_many(files: list, group: bool = False) -> dict:
 
 def _within(files: list, covered: dict) -> bool:
     """Whether every range of ``files`` lies inside one interval of ``covered`` (path -> sorted starts, ends)."""
-    from babelfeed.storage.fetcher import within
-
     for path, a, b, *_ in files:
         got = covered.get(os.path.abspath(path))
         if got is None or not within(a, b, *got):
@@ -296,9 +289,7 @@ def upload(folder: str, url: str, options: dict | None = None, log=print) -> int
     """Write every file of local folder ``folder`` under remote folder ``url`` (through the host's fetcher, many at
     once), the data files first and ``dict.txt`` and the reports last: a reader never finds a folder that looks
     complete before it is. Hidden names (a binarize run's own state) stay local. Returns the bytes written."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # loaded when a bar is drawn (tqdm.auto probes for notebooks)
 
     url = str(url).rstrip("/")
     names = sorted(rel for rel in (os.path.relpath(os.path.join(d, f), folder) for d, _, fs in os.walk(folder)

@@ -13,7 +13,10 @@ import os
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from ..errors import DataChangedError
 from .mapping import FlatSpace, MappingError, flat_layout, native_available
+from .remote import ensure_many, is_shadow
+
 
 MARGIN = 1 << 20  # tokens of zero padding before and after a flat space: rows up to this wide read no file ends
 
@@ -64,8 +67,6 @@ class TokenSpaces:
     def remote(self) -> bool:
         """Whether some file lies in the shadow of a remote folder (its rows are fetched before they are read)."""
         if self._remote is None:
-            from .remote import is_shadow
-
             self._remote = any(is_shadow(ds.data_file) for ds in self._datasets)
         return self._remote
 
@@ -116,8 +117,6 @@ class TokenSpaces:
         for rows of remote files, the host's fetcher brings their bytes in, in one request (a no-op for local
         data)."""
         if self.remote and not self.prefetched:
-            from .remote import ensure_many
-
             ensure_many(self.ranges(space, start, length))
 
     def _bases(self, sid: int) -> np.ndarray:
@@ -130,8 +129,6 @@ class TokenSpaces:
     def _shadow(self, ds) -> bool:
         known = self._shadows.get(id(ds))
         if known is None:
-            from .remote import is_shadow
-
             known = self._shadows[id(ds)] = is_shadow(ds.data_file)
         return known
 
@@ -139,8 +136,6 @@ class TokenSpaces:
         """Refuse to read on when a ``.bin`` of a mapped space was truncated in place since it was opened (a read
         past its new end kills the process with SIGBUS, printing nothing). One ``stat`` per mapped file: the
         iterators call it as each planning window begins."""
-        from ..errors import DataChangedError
-
         for space in self._spaces:
             if space["tokens"] is None:
                 continue
@@ -159,8 +154,6 @@ class TokenSpaces:
         """The error for a read of space ``sid`` that faulted at byte ``byte`` of its tokens (the compiled gather
         catches the SIGBUS): a file truncated since it was opened is named as :meth:`check_sizes` names it; else
         the file holding that byte, whose storage failed under the mapping."""
-        from ..errors import DataChangedError
-
         try:
             self.check_sizes()
         except DataChangedError as e:

@@ -27,8 +27,11 @@ import json
 import os
 import threading
 import time
+import warnings
 
 from babelfeed.fileio import cache_dir, private_folders  # noqa: F401  (cache_dir: part of this module's face)
+from babelfeed.storage.remote import is_shadow
+
 
 RACY_SECONDS = 2.0
 _VERSION = 1
@@ -46,8 +49,6 @@ def identity_of(st: os.stat_result, path: str | None = None) -> list[int]:
     ``.bin`` in the shadow of a remote folder (``storage/remote.py``) leaves its times out: the fetcher writes the
     ranges batches read into it; the object itself changing gives a new file (a new inode)."""
     if path is not None and path.endswith(".bin"):
-        from babelfeed.storage.remote import is_shadow
-
         if is_shadow(path):
             return [st.st_dev, st.st_ino, st.st_size, 0, 0]
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
@@ -78,8 +79,6 @@ def _folder_trusted(folder: str) -> bool:
         return True  # nothing there yet (not remembered: it may be made)
     ok = not hasattr(os, "getuid") or (st.st_uid == os.getuid() and not st.st_mode & 0o022)
     if not ok:
-        import warnings
-
         warnings.warn(f"{folder}: the verification stamps folder is not yours or others can write to it (mode "
                       f"{oct(st.st_mode & 0o777)}): a planted stamp could skip an index's check, so its stamps are "
                       f"ignored and every index is checked in full. Fix it with chmod 700 {folder} (as its owner), "
@@ -120,8 +119,6 @@ def lookup_ids(idx_path: str, ids: list) -> dict:
     if not _sound(stamp):
         # a damaged stamp: as none (the index is checked again and a new stamp kept), said once per process
         if path not in _damaged:
-            import warnings
-
             _damaged.add(path)
             warnings.warn(f"{path}: a damaged verification stamp (for {idx_path}) is ignored; the index is checked "
                           f"again and the stamp written anew", stacklevel=3)

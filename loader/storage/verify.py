@@ -9,6 +9,8 @@ import numpy as np
 
 from ..errors import FormatError, InconsistentIndexError, TruncatedFileError
 from . import stamps
+from .remote import is_shadow
+
 
 # Records checked per chunk by the full pointer check: bounds the temporary memory to ~100 MB.
 _CHUNK = 1 << 22
@@ -110,7 +112,6 @@ class IndexChecks:
         if not n:
             return
         sizes = self._index.sizes
-        from .remote import is_shadow
 
         if is_shadow(self.data_file) and not fetched:  # a remote .bin: every row is checked as the gather
             return  # fetches it (collate's _check_ends); checking here would fetch its records at open

@@ -7,6 +7,7 @@ user can fix (arguments, config values, input files), 1 for an internal error. `
 
 from __future__ import annotations
 
+
 HELP = """babelfeed: prepare, inspect and plan the data of multilingual and language-model training.
 
   babelfeed binarize RAW -o data_bin --train-spm 8000   raw text -> SentencePiece -> sharded .idx/.bin
@@ -25,14 +26,36 @@ internal error; --debug (or BABELFEED_DEBUG=1) shows the traceback instead.
 """
 
 import argparse
+import faulthandler
 import json
 import os
 import re
 import sys
+import warnings
 
 import numpy as np
 
-from babelfeed.errors import BabelfeedError, FormatError, MissingExtraError, StateError, UsageError
+from babelfeed.build import build_train_iterator
+from babelfeed.config.files import apply_overrides, load_config, split_config_args, translation_section
+from babelfeed.config.spec import check_known_keys, check_translation_config, validate
+from babelfeed.errors import (BabelfeedError, FormatError, MissingExtraError, Notice, StateError, Terminated,
+                              UsageError, terminate_as_interrupt)
+from babelfeed.fileio import atomic_open, atomic_write
+from babelfeed.iterators.ledger import trace
+from babelfeed.iterators.protocol import EDIT_HINT
+from babelfeed.iterators.state import find_state, resolve
+from babelfeed.lm.iterator import LMIterator
+from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_report
+from babelfeed.run.edits import config_changes
+from babelfeed.run.history import ran_on, split_of, upgrade
+from babelfeed.sources.corpus import ShardedCorpus
+from babelfeed.storage.objects import is_remote
+from babelfeed.tools import ledger_report, plan_report
+from babelfeed.tools.demo import check_demo_config, run_demo
+from babelfeed.tools.plots import inspect_figures, require_matplotlib
+from babelfeed.tools.preview import _decoder, preview
+from babelfeed.tools.stats import corpus_stats, document_stats, format_document_stats, format_stats
+
 
 def is_user_error(e: BaseException) -> bool:
     """Whether ``e`` says what the user can fix, rather than a bug to report, by its type alone: babelfeed's own
@@ -96,21 +119,15 @@ def _config_of(args) -> str:
 
 def _load(path, overrides):
     """A config file with its overrides applied (read once; then taken as an LM or a translation config)."""
-    from babelfeed.config.files import apply_overrides, load_config
-
     return apply_overrides(load_config(path), overrides)
 
 
 def _translation_config(path, overrides, loaded=None):
     """The translation pipeline of a config file (its ``train`` section for configs/demo.py), checked.
     ``loaded``: the file as :func:`_load` read it already."""
-    from babelfeed.config.files import translation_section
-    from babelfeed.config.spec import check_known_keys, check_translation_config
-
     config, where = translation_section(_load(path, overrides) if loaded is None else loaded, os.fspath(path))
     check_known_keys(config, where)
     check_translation_config(config, where)
-    from babelfeed.storage.objects import is_remote
 
     if not is_remote(config.data.path) and not os.path.isdir(config.data.path):
         key = f"{where}.data.path" if where else "data.path"
@@ -122,8 +139,6 @@ def _translation_config(path, overrides, loaded=None):
 def _lm_config(config):
     """``config`` when it is a language-model config (configs/lm_packing.py: data_path, seq_len, ...), its keys
     checked; None for a translation config."""
-    from babelfeed.config.spec import check_known_keys, validate
-
     if "data_path" not in config:
         return None
     check_known_keys(config, kind="lm")
@@ -156,7 +171,7 @@ def _torch_checkpoint(path: str) -> dict:
     """A ``torch.save`` checkpoint holding a babelfeed state (``{"data": loader.state_dict(), "model": ...}``), read
     with ``weights_only=True``: tensors and plain containers, no code of the file run."""
     try:
-        import torch
+        import torch  # optional: babelfeed[torch]
     except ImportError:
         raise StateError(f"{path}: a torch.save checkpoint; reading it needs torch (pip install 'babelfeed[torch]'), "
                          f"or save the state as JSON: json.dump(loader.state_dict(), f)") from None
@@ -168,8 +183,6 @@ def _torch_checkpoint(path: str) -> dict:
 
 
 def _lm_trace(args, config) -> int:
-    from babelfeed.lm.iterator import LMIterator
-
     it = LMIterator.from_config(config, world_size=args.world_size or 1)
     rows = it.trace(args.step, _read_state(args.state) if args.state else None)
     if args.json:
@@ -193,8 +206,6 @@ def _lm_trace(args, config) -> int:
 
 def _lm_plan(config) -> str:
     """What an LM config's run draws: per blended dataset, its weight, samples, tokens and passes over its split."""
-    from babelfeed.lm.iterator import LMIterator
-
     it = LMIterator.from_config(config)
     totals = it.ledger_totals(len(it)) if len(it) * it.global_batch <= 4_000_000 else None
     counts = np.bincount(it.dataset_index.astype(np.int64), minlength=len(it.sources))
@@ -218,8 +229,6 @@ def _lm_plan(config) -> str:
 
 
 def _binarize(args) -> int:
-    from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_report
-
     opts = BinarizeOptions(
         input_dir=args.input_dir, output_dir=args.output, spm_model=args.spm, train_spm=args.train_spm,
         dict_path=args.dict, shards=args.shards, workers=args.workers, format=args.format, max_len=args.max_len,
@@ -239,16 +248,8 @@ def _binarize(args) -> int:
 
 
 def _inspect(args) -> int:
-    from babelfeed.tools.stats import corpus_stats, format_stats
-
     if args.plot:  # before the data_bin is read: a missing extra says so at once
-        from babelfeed.tools.plots import require_matplotlib
-
         require_matplotlib()
-
-    from babelfeed.sources.corpus import ShardedCorpus
-
-    import warnings
 
     try:
         with warnings.catch_warnings():  # (a documents folder's names are not a data_bin's: no warning for that)
@@ -257,7 +258,6 @@ def _inspect(args) -> int:
     except FormatError as e:  # no translation files: a binarize --documents output (Megatron prefixes)?
         if "no .idx files found" not in str(e):
             raise
-        from babelfeed.tools.stats import document_stats, format_document_stats
 
         if args.plot:
             raise UsageError(f"{args.data_bin}: --plot draws a data_bin's directions; this folder holds documents "
@@ -268,8 +268,6 @@ def _inspect(args) -> int:
     rows = corpus_stats(args.data_bin, check_tokens=args.verify, histograms=bool(args.plot))
     files = []
     if args.plot:
-        from babelfeed.tools.plots import inspect_figures
-
         files = inspect_figures(rows, args.plot)
         for row in rows:
             del row["histogram"]
@@ -280,11 +278,7 @@ def _inspect(args) -> int:
 
 
 def _plan(args) -> int:
-    from babelfeed.tools import plan_report
-
     if args.plot:  # before the planning (minutes for many directions): a missing extra says so at once
-        from babelfeed.tools.plots import require_matplotlib
-
         require_matplotlib()
 
     path, overrides = _config_of(args), (args.set or []) + args.overrides
@@ -302,8 +296,6 @@ def _plan(args) -> int:
 
 
 def _preview(args) -> int:
-    from babelfeed.tools.preview import preview
-
     config = _translation_config(_config_of(args), (args.set or []) + args.overrides)
     print(preview(config, args.task, args.transforms, n=args.n, epoch=args.epoch, side=args.side))
     return 0
@@ -312,16 +304,12 @@ def _preview(args) -> int:
 def _translation_run(args, config, step: int | None):
     """An iterator of a translation run (on the world size that took ``step``, as ``--state`` records it, or
     ``--world-size``) and the run's state from ``--state`` (any adapter's checkpoint; None without one)."""
-    from babelfeed.build import build_train_iterator
-
     state = None
     if args.state:
         state = _read_state(args.state)
-        from babelfeed.iterators.state import find_state
 
         # any adapter's checkpoint: the iterator's state, a loader's, a StatefulDataLoader's, {"data": state}
         state = find_state(state, f"--state {args.state}")
-    from babelfeed.run.history import ran_on, split_of
 
     world_size = args.world_size
     took = ran_on(state, step) if state is not None else None  # the world size that took the step, as recorded
@@ -342,8 +330,6 @@ def _translation_run(args, config, step: int | None):
     args.split = split or recorded or "batches"
     it = build_train_iterator(config, world_size=world_size, split=args.split)
     if state is not None:
-        from babelfeed.iterators.state import resolve
-
         state = resolve(state, it, f"--state {args.state}")  # a bare loader position: counted on this world size
         _note_recorded_config(args, it, state)
     return it, state
@@ -356,7 +342,6 @@ def _note_recorded_config(args, it, state: dict) -> None:
     edited = any(isinstance(e, dict) and e.get("event") == "edit" for e in state.get("history") or [])
     if not (isinstance(recorded, dict) and isinstance(given, dict)) or not (edited or it.planner.sampler.streams):
         return  # (the commands check a state of an unedited run against the config given)
-    from babelfeed.run.edits import config_changes
 
     changes = {k: v for k, v in config_changes(recorded, given).items() if k != "data.path"}
     if changes:
@@ -390,8 +375,6 @@ def _replay(args) -> int:
     loaded = _load(path, overrides)
     lm = _lm_config(loaded)
     if lm is not None:
-        from babelfeed.lm.iterator import LMIterator
-
         it = LMIterator.from_config(lm, world_size=args.world_size or 1)
         state = _read_state(args.state)
         _say_if_past(args.step, state.get("consumed_samples", 0) // it.global_batch if isinstance(state, dict) else 0)
@@ -403,11 +386,9 @@ def _replay(args) -> int:
         rank = args.rank if args.rank is not None else 0
         _say_if_past(args.step, int(state.get("total_steps", 0)))
         batch = it.batch_for_step(args.step, state, rank=rank)
-        from babelfeed.run.history import ran_on
 
         where = f"rank {rank} of {ran_on(state, args.step) or it.world_size} (split {args.split})"
     leaves = _flat_leaves(batch)
-    from babelfeed.fileio import atomic_open
 
     with atomic_open(args.out) as f:
         np.savez(f, **leaves)
@@ -422,18 +403,12 @@ def _replay(args) -> int:
 
 
 def _ledger(args) -> int:
-    from babelfeed.tools import ledger_report
-
     if args.plot:  # before the recount: a missing extra says so at once
-        from babelfeed.tools.plots import require_matplotlib
-
         require_matplotlib()
     path, overrides = _config_of(args), (args.set or []) + args.overrides
     loaded = _load(path, overrides)
     lm = _lm_config(loaded)
     if lm is not None:
-        from babelfeed.lm.iterator import LMIterator
-
         report = ledger_report.lm_ledger(LMIterator.from_config(lm), _read_state(args.state))
     else:
         config = _translation_config(path, overrides, loaded)
@@ -452,25 +427,14 @@ def _ledger(args) -> int:
 
 def _edit(args) -> int:
     """``babelfeed edit``: the edited config applied to a saved state, said as a table, and the edited run's state."""
-    import warnings
-
-    from babelfeed.errors import Notice
-    from babelfeed.fileio import atomic_write
-    from babelfeed.iterators.state import find_state
-    from babelfeed.run.history import ran_on, split_of, upgrade
-
     path, overrides = _config_of(args), (args.set or []) + args.overrides
     loaded = _load(path, overrides)
     state = upgrade(find_state(_read_state(args.state), f"--state {args.state}"))
     lm = _lm_config(loaded)
     world = args.world_size or ran_on(state) or 1
     if lm is not None:
-        from babelfeed.lm.iterator import LMIterator
-
         it = LMIterator.from_config(lm, world_size=world)
     else:
-        from babelfeed.build import build_train_iterator
-
         it = build_train_iterator(_translation_config(path, overrides, loaded), world_size=world,
                                   split=split_of(state) or "batches")
     with warnings.catch_warnings():
@@ -492,8 +456,6 @@ def _edit(args) -> int:
 
 
 def _trace(args) -> int:
-    from babelfeed.iterators.ledger import trace
-
     path, overrides = _config_of(args), (args.set or []) + args.overrides
     loaded = _load(path, overrides)
     lm = _lm_config(loaded)
@@ -504,8 +466,6 @@ def _trace(args) -> int:
     rows = trace(it, args.step, state)
     if args.json:
         if args.decode:
-            from babelfeed.tools.preview import _decoder
-
             text = _decoder(config.data.path, it.planner.sources.dictionary)
             comps = {(c.key, c.shard): c for c in it.planner.sources.components}
             for r in rows:
@@ -518,11 +478,8 @@ def _trace(args) -> int:
         return 0
     text = None
     if args.decode:
-        from babelfeed.tools.preview import _decoder
-
         text = _decoder(config.data.path, it.planner.sources.dictionary)
     comps = {(c.key, c.shard): c for c in it.planner.sources.components}
-    from babelfeed.run.history import ran_on
 
     took = (ran_on(state, args.step) if state is not None else None) or args.world_size  # the run's, where recorded
     gone = sum(r["skipped"] for r in rows)
@@ -546,10 +503,6 @@ def _trace(args) -> int:
 
 
 def _demo(args) -> int:
-    from babelfeed.config.files import apply_overrides, load_config
-    from babelfeed.config.spec import check_translation_config
-    from babelfeed.tools.demo import check_demo_config, run_demo
-
     config = load_config(_config_of(args))
     check_demo_config(config)
     config = apply_overrides(config, args.overrides)
@@ -861,7 +814,6 @@ def describe(e: BaseException) -> str:
     if "objects" in text and sys.modules.get("babelfeed.storage.remote") is not None:
         text = sys.modules["babelfeed.storage.remote"].remote_names(text)  # (shadow files named as the objects)
     # the Python API's ways round a mismatch have no flag here (the message already says to use the run's config)
-    from babelfeed.iterators.protocol import EDIT_HINT
 
     return text.replace(EDIT_HINT, "").replace(
         " set_state(state, mixture_change='keep_position') resumes at its position anyway.",
@@ -869,8 +821,6 @@ def describe(e: BaseException) -> str:
 
 
 def main(argv=None) -> int:
-    from babelfeed.config.files import split_config_args
-
     argv = list(sys.argv[1:] if argv is None else argv)
     # --config=FILE is the config file; --config.key.path=value overrides one of its values (config_flags syntax)
     argv = [a.replace("--config=", "--config ", 1) if a.startswith("--config=") else a for a in argv]
@@ -896,16 +846,12 @@ def main(argv=None) -> int:
     debug = args.debug or bool(os.environ.get("BABELFEED_DEBUG"))
     prog = f"babelfeed {args.command}"
     if not debug:  # a warning is one line, as errors are (Python adds the warning's class, file and source line)
-        import warnings
-
         warnings.formatwarning = lambda message, category, *_, **__: f"{prog}: warning: {message}\n"
     if overrides and args.command not in ("plan", "demo", "preview", "trace"):
         print(f"{prog}: error: --config.* overrides apply to plan, preview, trace and demo only", file=sys.stderr)
         return 2
-    from babelfeed.errors import Terminated, terminate_as_interrupt
 
     terminate_as_interrupt()  # SIGTERM cleans up as Ctrl-C does (workers stopped, temporaries removed)
-    import faulthandler
 
     if not faulthandler.is_enabled():  # a fatal signal (SIGBUS: a mapped file truncated) prints where, not nothing
         faulthandler.enable()

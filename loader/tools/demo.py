@@ -16,13 +16,21 @@ Everything is a pure function of the seed: the same command writes the same byte
 from __future__ import annotations
 
 import datetime as dt
+import importlib
+import importlib.util
 import os
+import shutil
 import sys
 import time
 
 import numpy as np
 
+from babelfeed.build import build_train_iterator
+from babelfeed.config.files import load_config
 from babelfeed.errors import ConfigError, MissingExtraError
+from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_report
+from babelfeed.tools.stats import corpus_stats, format_stats
+
 
 # NLLB code -> babel locale
 LANGS = {"eng_Latn": "en", "deu_Latn": "de", "fra_Latn": "fr", "tur_Latn": "tr", "swh_Latn": "sw"}
@@ -78,7 +86,7 @@ class _Real:
     """Aligned real phrases built from CLDR data for one target language."""
 
     def __init__(self, tgt: str):
-        from babel import Locale
+        from babel import Locale  # optional: babelfeed[demo]
 
         self.locales = {lang: Locale.parse(LANGS[lang]) for lang in ("eng_Latn", tgt)}
         self.tgt = tgt
@@ -91,10 +99,10 @@ class _Real:
         self.units = ["length-kilometer", "mass-kilogram", "duration-hour", "volume-liter", "temperature-celsius"]
 
     def pair(self, rng: np.random.Generator) -> tuple[str, str]:
-        from babel.dates import format_date
-        from babel.lists import format_list
-        from babel.numbers import format_currency
-        from babel.units import format_unit
+        from babel.dates import format_date  # optional: babelfeed[demo]
+        from babel.lists import format_list  # optional: babelfeed[demo]
+        from babel.numbers import format_currency  # optional: babelfeed[demo]
+        from babel.units import format_unit  # optional: babelfeed[demo]
 
         kind = int(rng.integers(0, 5))
         out = []
@@ -193,10 +201,6 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
              train_steps: int | None = None, trainer: str = "flax") -> int:
     """Corpus, SentencePiece, binarize, inspect, one streamed epoch, then a model trained on the batches;
     settings from ``configs/demo.py`` (or ``config``). ``train_steps=0`` stops before training."""
-    from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_report
-    from babelfeed.config.files import load_config
-    from babelfeed.tools.stats import corpus_stats, format_stats
-
     if config is None or isinstance(config, (str, os.PathLike)):
         config = load_config(config or DEFAULT_CONFIG)
     check_demo_config(config)
@@ -253,8 +257,6 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
 def _command(name: str) -> str:
     """How to run ``name`` (``babelfeed``, ``python``) from here: the bare name where it is this environment's on
     PATH, else its path (a venv not activated: ``.venv/bin/babelfeed``)."""
-    import shutil
-
     here = os.path.join(os.path.dirname(sys.executable), name)
     if not os.path.exists(here):
         return name if name != "python" else "python3"
@@ -274,7 +276,6 @@ def _summary(raw: str, data_bin: str, t0: float, moved: bool) -> None:
     bf, py = _command("babelfeed"), _command("python")
     torch_line = (f"{py} examples/torch_train.py --config=configs/demo.py --steps=100{data}" if checkout else
                   f"{py} -m babelfeed.examples.torch_train --steps=100{data}")
-    import importlib.util
 
     # the install hint only where torch is missing (make demo installs the demo's extra, which has no torch)
     torch_hint = "" if importlib.util.find_spec("torch") else (
@@ -293,8 +294,6 @@ def _summary(raw: str, data_bin: str, t0: float, moved: bool) -> None:
 
 def _example(trainer: str):
     """babelfeed.examples.{trainer}_train: the examples/ folder, shipped with the package."""
-    import importlib
-
     if trainer not in ("flax", "torch"):
         raise ConfigError(f"trainer must be 'flax' or 'torch', got {trainer!r}")
     try:
@@ -307,8 +306,6 @@ def _example(trainer: str):
 
 def stream_epoch(train_config, epoch_limit: int = 1) -> str:
     """Stream one epoch and report what came out: shares against the configured probabilities, padding, speed."""
-    from babelfeed.build import build_train_iterator
-
     t0 = time.perf_counter()
     it = build_train_iterator(train_config)
     first = None

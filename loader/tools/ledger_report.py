@@ -10,10 +10,17 @@ serves are a pure function of its config, its data and its history.
 from __future__ import annotations
 
 import json
+import textwrap
 
 import numpy as np
 
+from babelfeed.iterators.ledger import check_trace_state
+from babelfeed.iterators.replay import _segment, _views, cached, state_key
 from babelfeed.run.edits import Edits
+from babelfeed.run.history import upgrade
+from babelfeed.run.skips import Skips
+from babelfeed.tools import plots
+from babelfeed.tools.plots import _figure
 
 
 def _what(e: dict) -> str:
@@ -44,8 +51,6 @@ def _event_row(i: int, e: dict, samples: int, tokens: int) -> dict:
 def _segment_ranges(probe, state: dict, views) -> list:
     """Per segment of the run (before, between and after its mixture edits): (iterator of its plan, first
     (epoch, batch), end (epoch, batch)), the end not served."""
-    from babelfeed.iterators.replay import _segment, cached, state_key
-
     edits = views.edits
     out = []
     world, split = probe.world_size, probe.split  # (the plan, and so the count, does not depend on them)
@@ -68,12 +73,7 @@ def _segment_ranges(probe, state: dict, views) -> list:
 def translation_ledger(probe, state: dict, progress: bool = True) -> dict:
     """The consumption report of a translation run whose latest state is ``state`` (``probe``: an iterator of
     the run's config and data)."""
-    from tqdm.auto import tqdm
-
-    from babelfeed.run.history import upgrade
-    from babelfeed.iterators.ledger import check_trace_state
-    from babelfeed.iterators.replay import _views
-    from babelfeed.run.skips import Skips
+    from tqdm.auto import tqdm  # loaded when a bar is drawn (tqdm.auto probes for notebooks)
 
     state = upgrade(state)
     check_trace_state(probe, state)  # a state of this data and these settings (else the counts would be another run's)
@@ -256,14 +256,10 @@ def format_report(report: dict, source: str = "") -> str:
 def ledger_figures(report: dict, out_dir: str) -> list[str]:
     """``ledger --plot``: ``ledger.png`` (served and skipped samples per corpus; dropped per skip) and
     ``ledger.json`` (the report) in ``out_dir``; the paths written."""
-    from babelfeed.tools import plots
-
     return plots.save({"ledger.png": _ledger_figure(report)}, report, out_dir, "ledger.json")
 
 
 def _ledger_figure(report: dict):
-    from babelfeed.tools.plots import _figure
-
     name = "corpus" if report["kind"] == "translation" else "dataset"
     by: dict = {}
     for r in report["rows"]:
@@ -289,8 +285,6 @@ def _ledger_figure(report: dict):
     ax.set_title(f"samples per {name} up to step {report['step']:,}", fontsize=9)
     ax.legend(loc="lower right", fontsize=7, frameon=False)
     if skips:
-        import textwrap
-
         ax2 = axes[1]
         ys = np.arange(len(skips))[::-1]
         values = [max(s["samples"], 0) for s in skips]

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from collections import Counter
 
 import numpy as np
 
+from babelfeed.build import mixture_lengths, shape_plan, train_sources
+from babelfeed.checks import at_least
+from babelfeed.config.spec import check_translation_config
+from babelfeed.plan.planner import EpochPlanner
 from babelfeed.plan.shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
+from babelfeed.tools import plots
 
 
 def _epoch_summary(planner, per_shape: dict | None = None) -> tuple[Counter, int, float, int]:
@@ -59,13 +65,9 @@ def plan_report(config, num_shapes: int | None = None, plot_dir: str | None = No
     mixing.png and plan.json there (plots.py)."""
     lines, data = _plan(config, num_shapes, with_data=bool(plot_dir or as_json))
     if plot_dir:
-        from babelfeed.tools import plots
-
         files = plots.plan_figures(data, plot_dir)
         lines.append("wrote " + ", ".join(files))
     if as_json:
-        import json
-
         return json.dumps(data, indent=1)
     return "\n".join(lines)
 
@@ -85,11 +87,6 @@ def plan_data(config, num_shapes: int | None = None) -> dict:
 def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[str], dict | None]:
     """The report's lines, and with ``with_data`` :func:`plan_data`'s dict (its histograms and mixture are work
     the text alone does not need)."""
-    from babelfeed.build import mixture_lengths, shape_plan
-    from babelfeed.checks import at_least
-    from babelfeed.config.spec import check_translation_config
-    from babelfeed.plan.planner import EpochPlanner
-
     check_translation_config(config)
     config = copy.deepcopy(config)  # (the shapes asked for are set on a copy: the caller's config is left as it is)
     if num_shapes is not None:
@@ -100,7 +97,6 @@ def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[
     dynamic_config = config.batching.num_shapes <= 0 and not str(config.batching.shapes).strip()
     if dynamic_config:
         config.batching.num_shapes = 8
-    from babelfeed.build import train_sources
 
     sources, _, opts = train_sources(config)
     dynamic = EpochPlanner(sources, opts)
@@ -147,7 +143,6 @@ def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[
                      f"of batches")
     lines.append(f"epoch 1 with dynamic batches: {d_batches:,} batches in {len(d_shapes):,} distinct shapes "
                  f"(one XLA compilation each), padding efficiency {d_eff:.1%}")
-    from babelfeed.tools import plots
 
     setup = dynamic.setup(1)
     served = setup.counts - dynamic.filtered(1)

@@ -25,7 +25,8 @@ import os
 
 import numpy as np
 
-from babelfeed.errors import DataError, InternalError, UsageError
+from babelfeed.errors import DataError, InternalError, MissingExtraError, UsageError
+
 
 DETAIL = 12  # up to this many directions, every one drawn and named
 TOP = 10  # above: this many named at each end (largest, smallest, longest tails, most unequal sides)
@@ -267,21 +268,19 @@ def require_matplotlib() -> None:
         import matplotlib.patches  # noqa: F401
         import matplotlib.ticker  # noqa: F401
     except ImportError:
-        from babelfeed.errors import MissingExtraError
-
         raise MissingExtraError("--plot needs matplotlib: pip install 'babelfeed[plot]' (or matplotlib)") from None
 
 
 def _figure(width: float, height: float):
     require_matplotlib()
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # optional: babelfeed[plot]
 
     return Figure(figsize=(min(width, MAX_INCHES), min(height, MAX_INCHES)), dpi=100, layout="constrained")
 
 
 def _percent_axis(axis) -> None:
     """Shares as percentages with the digits they need (0.5%, 12%, 0.01%), on linear and log axes."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, NullFormatter  # optional: babelfeed[plot]
 
     axis.set_major_formatter(FuncFormatter(lambda v, _: _pct(v)))
     axis.set_minor_formatter(NullFormatter())
@@ -290,7 +289,7 @@ def _percent_axis(axis) -> None:
 def _log_ticks(axis, lo: float, hi: float, percent: bool = False) -> None:
     """A log axis over [lo, hi] labelled in plain numbers (10k, not 10^4; or percentages), with 2s and 5s (and
     3s) between the powers of ten where it spans few decades."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # optional: babelfeed[plot]
 
     span = math.log10(max(hi, 1e-300) / max(lo, 1e-300))
     subs = (1.0, 2.0, 3.0, 5.0) if span <= 1.3 else (1.0, 2.0, 5.0) if span <= 3.2 else (1.0,)
@@ -382,8 +381,8 @@ def _lengths_detail(data: dict):
 def _tier_handles(data_tiers: list[dict], points: float | None = None) -> list:
     """A legend entry per tier: its directions and their sizes (inspect's tiers or the mixture's); a swatch of
     the tier's colour, or with ``points`` (their alpha) a point as the scatter draws it."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+    from matplotlib.lines import Line2D  # optional: babelfeed[plot]
+    from matplotlib.patches import Patch  # optional: babelfeed[plot]
 
     out = []
     for t in data_tiers:
@@ -398,7 +397,7 @@ def _tier_handles(data_tiers: list[dict], points: float | None = None) -> list:
 
 def _lengths_overview(data: dict):
     """Many directions: length distributions by tier, their tails, each direction's medians and p99s."""
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # optional: babelfeed[plot]
 
     fig = _figure(16, 10)
     (ax_dist, ax_tail), (ax_med, ax_p99) = fig.subplots(2, 2)
@@ -501,8 +500,8 @@ def _lengths_overview(data: dict):
 def _sentences(data: dict):
     """Sentences per direction and split on a log scale, each bar's value printed; above DETAIL directions the
     largest and smallest named, the rest added up, and beside them every direction by rank."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+    from matplotlib.lines import Line2D  # optional: babelfeed[plot]
+    from matplotlib.patches import Patch  # optional: babelfeed[plot]
 
     S = data["sentences"]
     by_key = {d["key"]: d for d in data["directions"]}
@@ -627,7 +626,7 @@ def _shares(values, what: str) -> list[float]:
 def _shape_colours(k: int) -> list:
     if k <= 10:
         return [f"C{i}" for i in range(k)]
-    from matplotlib import colormaps
+    from matplotlib import colormaps  # optional: babelfeed[plot]
 
     cmap = colormaps["tab20" if k <= 20 else "turbo"]
     return [cmap(i / max(k - 1, 1)) if k > 20 else cmap(i) for i in range(k)]
@@ -636,8 +635,8 @@ def _shape_colours(k: int) -> list:
 def _shapes(data: dict):
     """The epoch's (source, target) length histogram with each shape's box, each shape's padding efficiency and
     share of the batches, and the plan against the alternatives."""
-    from matplotlib.colors import LogNorm
-    from matplotlib.patches import Rectangle
+    from matplotlib.colors import LogNorm  # optional: babelfeed[plot]
+    from matplotlib.patches import Rectangle  # optional: babelfeed[plot]
 
     shapes = data["shapes"]
     alt = data["alternatives"]
@@ -788,7 +787,7 @@ def _mixing(data: dict):
     """Each direction's probability against its size at the configured temperature (and the share epoch 1
     served it), and per tier (per direction up to DETAIL) the shares of the data, the probability and the
     served samples."""
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # optional: babelfeed[plot]
 
     dirs = data["directions"]
     many = len(dirs) > DETAIL

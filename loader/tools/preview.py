@@ -6,19 +6,20 @@ import os
 
 import numpy as np
 
+from babelfeed.checks import at_least
+from babelfeed.config.spec import check_translation_config
+from babelfeed.errors import ConfigError, DataError
+from babelfeed.gather.transforms import NoiseContext, Ragged, apply, parse_steps
 from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.sources.sources import resolve_prefix
-from babelfeed.gather.transforms import NoiseContext, Ragged, apply, parse_steps
-from babelfeed.errors import ConfigError, DataError
+from babelfeed.storage.remote import resolve
 
 
 def _decoder(root: str, dictionary):
-    from babelfeed.storage.remote import resolve
-
     path = os.path.join(resolve(root), "spm.model")  # (a store's folder: its shadow)
     sp = None
     if os.path.exists(path):
-        import sentencepiece as spm
+        import sentencepiece as spm  # loaded when text is encoded (tens of ms at import)
 
         sp = spm.SentencePieceProcessor(model_file=path)
     specials = set(dictionary.symbols[: dictionary.nspecial]) | {f"__{k}__" for k in dictionary.language_tokens}
@@ -45,9 +46,6 @@ def preview(config, task: str | None, transforms: str, n: int = 5, epoch: int = 
     """``n`` samples of ``task`` (a task of the config, ``TASK/CORPUS``, a direction or a monolingual language;
     None: the config's first task, else the data's first direction) decoded to text, as the data holds them and
     after each transform (``transforms``, else the task's own; none: the samples as they are)."""
-    from babelfeed.checks import at_least
-    from babelfeed.config.spec import check_translation_config
-
     check_translation_config(config)
     at_least("n", n, 1)
     at_least("epoch", epoch, 1)

@@ -10,8 +10,11 @@ import os
 
 import numpy as np
 
+from babelfeed.errors import BabelfeedError, FormatError
 from babelfeed.sources.corpus import ShardedCorpus
-from babelfeed.errors import FormatError
+from babelfeed.storage.indexed import IndexedDataset
+from babelfeed.storage.remote import ensure, is_shadow, stats
+
 
 PERCENTILES = (50, 90, 99)
 
@@ -48,9 +51,6 @@ def _dictionary_size(corpus: ShardedCorpus, lang: str | None) -> int:
 def _fetched_whole(ds) -> None:
     """A ``.bin`` in an object store, fetched whole before its tokens are checked (its shadow holds only what
     was fetched: the rest reads as zeros)."""
-    from babelfeed.errors import BabelfeedError
-    from babelfeed.storage.remote import ensure, is_shadow, stats
-
     if is_shadow(ds.data_file):
         size = os.path.getsize(ds.data_file)
         if size > stats()["cache_limit"] // 2:
@@ -120,8 +120,6 @@ def document_stats(root, verify: str = "full") -> list[dict]:
     """Per dataset of a ``binarize --documents`` output (``shardNNN/{corpus}_{key}_document.{bin,idx}``, or
     Megatron prefixes anywhere under ``root``): documents, sequences, tokens, shards, document length
     percentiles (tokens), dtype. The shards of one name are one dataset."""
-    from babelfeed.storage.indexed import IndexedDataset
-
     found: dict = {}
     for folder, _, files in sorted(os.walk(os.fspath(root))):
         for f in sorted(files):
