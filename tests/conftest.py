@@ -48,3 +48,33 @@ def fixtures_dir() -> pathlib.Path:
 @pytest.fixture(scope="session")
 def expected(fixtures_dir) -> dict:
     return json.loads((fixtures_dir / "expected.json").read_text())
+
+
+# No test forks a process that has imported JAX: JAX's threads may hold locks a forked child inherits, and the
+# child then hangs. A fork (multiprocessing's "fork" context, torch's default DataLoader workers on Linux) is
+# recorded here, and the test that made it fails; fork-specific tests run in a fresh interpreter (helpers.run_fresh).
+_FORKS_AFTER_JAX: list = []
+
+
+def _note_fork() -> None:
+    if "jax" in sys.modules:
+        import traceback
+
+        _FORKS_AFTER_JAX.append("".join(traceback.format_stack(limit=12)))
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_note_fork)
+
+
+@pytest.fixture(autouse=True)
+def _no_fork_after_jax():
+    _FORKS_AFTER_JAX.clear()
+    yield
+    if _FORKS_AFTER_JAX:
+        where = _FORKS_AFTER_JAX[0]
+        _FORKS_AFTER_JAX.clear()
+        pytest.fail("this test forked a process that had imported JAX (a forked child can hang on a lock JAX's "
+                    "threads held): use multiprocessing_context='forkserver' or 'spawn', or run_fresh() for a "
+                    f"test of the fork path (helpers.run_fresh). Forked from:\n{where}", pytrace=False)
+

@@ -43,3 +43,44 @@ def as_v1(state):
     if v.updates and isinstance(out.get("stream"), dict):
         out["stream"] = {**out["stream"], "updates": v.updates}
     return out
+
+
+def run_fresh(module: str, function: str, *args, timeout: float = 300) -> None:
+    """``module.function(*args)`` in a fresh interpreter (nothing imported: no JAX, no fetcher client), for a
+    test of a path that forks. Fails the calling test with the child's output when the child fails."""
+    import subprocess
+    import sys
+
+    import pytest
+
+    code = f"import sys, {module}; {module}.{function}(*{args!r})"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    if out.returncode:
+        pytest.fail(f"{module}.{function}{args!r} failed in a fresh process:\n{out.stderr[-4000:]}", pytrace=False)
+
+
+class TouchEach:
+    """A batch transform (picklable, for DataLoader workers) that leaves one file per batch in ``folder`` before
+    handing the batch on: a test waits on those files instead of sleeping."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def __call__(self, batch):
+        import os
+        import uuid
+
+        open(os.path.join(self.folder, uuid.uuid4().hex), "w").close()
+        return batch
+
+
+def wait_for_files(folder: str, count: int, timeout: float = 120.0) -> None:
+    """Block until ``folder`` holds ``count`` files (a worker's progress), at most ``timeout`` seconds."""
+    import os
+    import time
+
+    end = time.monotonic() + timeout
+    while len(os.listdir(folder)) < count:
+        if time.monotonic() > end:
+            raise TimeoutError(f"{folder}: {len(os.listdir(folder))} of {count} files after {timeout} s")
+        time.sleep(0.01)

@@ -134,19 +134,18 @@ def test_dataloader_serves_exactly_the_in_process_batches(root, workers):
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create")
-def test_worker_ring_is_released_and_refuses_a_batch_written_over(root):
-    import time
-
+def test_worker_ring_is_released_and_refuses_a_batch_written_over(root, tmp_path):
     import babelfeed.adapters.torch as bf_torch
+    from helpers import TouchEach, wait_for_files
 
     cfg = config_for(root)
     list(loader_for(BatchDataset(cfg), 2))
     assert bf_torch._RINGS == {}  # each worker's shared slots are dropped after its last batch
     # one slot and a DataLoader allowed 4 batches ahead: the worker writes over a batch not yet copied out
-    dl = torch.utils.data.DataLoader(BatchDataset(cfg, ring_slots=1), batch_size=None, num_workers=1,
-                                     prefetch_factor=4, multiprocessing_context=MP)
+    dl = torch.utils.data.DataLoader(BatchDataset(cfg, ring_slots=1, transform=TouchEach(str(tmp_path))),
+                                     batch_size=None, num_workers=1, prefetch_factor=4, multiprocessing_context=MP)
     it = iter(dl)
-    time.sleep(3)
+    wait_for_files(str(tmp_path), 3)  # the third batch made: the second is in the one slot, over the first
     with pytest.raises(ConfigError, match="wrote over"):
         for _ in range(4):
             next(it)

@@ -213,7 +213,8 @@ def test_a_stateful_dataloader_checkpoint_of_two_ranks_traces_and_restores_on_th
     from babelfeed.cli import main
 
     cfg = config(root, "stream")
-    dl = StatefulDataLoader(BatchDataset(cfg, rank=0, world_size=2), batch_size=None, num_workers=2)
+    dl = StatefulDataLoader(BatchDataset(cfg, rank=0, world_size=2), batch_size=None, num_workers=2,
+                            multiprocessing_context="forkserver")
     for _ in zip(range(5), dl):
         pass
     state = json.loads(json.dumps(dl.state_dict(), default=str))

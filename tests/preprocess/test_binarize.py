@@ -406,7 +406,9 @@ def test_sigterm_stops_the_workers_and_cleans_up_as_ctrl_c_does(tmp_path):
     out, err = p.communicate(timeout=60)  # hung for ever when the workers held the pipe
     assert p.returncode == 143 and "terminated (SIGTERM)" in err.decode(), (p.returncode, err.decode()[-2000:],
                                                                           out.decode()[-500:])
-    time.sleep(0.5)
+    deadline = time.monotonic() + 10  # (a worker's exit is seen by polling its pid, not after a fixed sleep)
+    while [w for w in workers if _alive(w)] and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert not [w for w in workers if _alive(w)], "worker processes outlived binarize"
     assert not [n for n in os.listdir(tmp) if n.startswith("babelfeed-engine-")]
 

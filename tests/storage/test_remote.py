@@ -2,6 +2,7 @@
 local disk, bit for bit, through the host's fetcher; indexes are fetched once and checked as local ones."""
 
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ import pytest
 import babelfeed
 from babelfeed.iterators import fetch_ahead
 import golden
+from helpers import run_fresh
 from s3server import s3, s3_env  # noqa: F401  (fixtures)
 from synthetic import config_for, make_data_bin
 
@@ -114,12 +116,20 @@ def test_torch_workers_read_s3_through_the_one_fetcher(tmp_path, s3_env, context
     """DataLoader workers (forked: an object-store client in the parent would hang them) gather from the shadow;
     the host's one fetcher downloads each byte once."""
     pytest.importorskip("torch")
-    from babelfeed.adapters.torch import BatchLoader
-    from babelfeed.storage import remote
-
     local = tmp_path / "data_bin"
     make_data_bin(local)
     url = s3_env.upload(str(local), "bkt", "w/data_bin")
+    if context == "fork":  # (in a fresh interpreter: this one may hold JAX's threads)
+        run_fresh("test_remote", "torch_workers_read_s3", str(local), url, context)
+    else:
+        torch_workers_read_s3(str(local), url, context)
+
+
+def torch_workers_read_s3(local: str, url: str, context: str) -> None:
+    from babelfeed.adapters.torch import BatchLoader
+    from babelfeed.storage import remote
+
+    local = pathlib.Path(local)
     mine = list(babelfeed.build_train_iterator(config_for(local, data__shards="all")))
     loader = BatchLoader(config_for(url, data__shards="all"), num_workers=2, multiprocessing_context=context,
                          tensors=False)
@@ -542,7 +552,7 @@ def test_lm_torch_workers_read_s3_ahead_each_its_own(tmp_path, s3_env):
         return lm_config(where, tmp_path, 30)
 
     mine = list(babelfeed.build_iterator(config(root / "lm")))
-    theirs = list(BatchLoader(config(url), num_workers=2, tensors=False))
+    theirs = list(BatchLoader(config(url), num_workers=2, tensors=False, multiprocessing_context="forkserver"))
     assert len(theirs) == 30
     same_batches(mine, theirs)
 
