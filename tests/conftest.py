@@ -50,17 +50,17 @@ def expected(fixtures_dir) -> dict:
     return json.loads((fixtures_dir / "expected.json").read_text())
 
 
-# No test forks a process that has imported JAX: JAX's threads may hold locks a forked child inherits, and the
-# child then hangs. A fork (multiprocessing's "fork" context, torch's default DataLoader workers on Linux) is
-# recorded here, and the test that made it fails; fork-specific tests run in a fresh interpreter (helpers.run_fresh).
+# No test forks the pytest process: it may have imported JAX (another test of the same worker did), whose threads
+# may hold locks a forked child inherits, and the child then hangs. A fork (multiprocessing's "fork" context,
+# torch's default DataLoader workers on Linux) is recorded here, and the test that made it fails; a test of a fork
+# path runs it in a fresh interpreter (helpers.run_fresh). (subprocess starts programs without a Python fork.)
 _FORKS_AFTER_JAX: list = []
 
 
 def _note_fork() -> None:
-    if "jax" in sys.modules:
-        import traceback
+    import traceback
 
-        _FORKS_AFTER_JAX.append("".join(traceback.format_stack(limit=12)))
+    _FORKS_AFTER_JAX.append("".join(traceback.format_stack(limit=12)))
 
 
 if hasattr(os, "register_at_fork"):
@@ -74,7 +74,7 @@ def _no_fork_after_jax():
     if _FORKS_AFTER_JAX:
         where = _FORKS_AFTER_JAX[0]
         _FORKS_AFTER_JAX.clear()
-        pytest.fail("this test forked a process that had imported JAX (a forked child can hang on a lock JAX's "
-                    "threads held): use multiprocessing_context='forkserver' or 'spawn', or run_fresh() for a "
+        pytest.fail("this test forked the pytest process, which may have imported JAX (a forked child can hang on "
+                    "a lock JAX's threads held): use multiprocessing_context='forkserver' or 'spawn', or run_fresh() for a "
                     f"test of the fork path (helpers.run_fresh). Forked from:\n{where}", pytrace=False)
 

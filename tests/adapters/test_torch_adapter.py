@@ -441,7 +441,8 @@ def test_a_dataloader_that_batches_the_batches_again_is_refused_by_name(root, wo
     from babelfeed.adapters.torch import BatchDataset
 
     for kwargs in ({}, {"batch_size": 2}) if workers == 0 else ({},):  # (a worker process costs seconds)
-        loader = torch.utils.data.DataLoader(BatchDataset(config_for(root)), num_workers=workers, **kwargs)
+        loader = torch.utils.data.DataLoader(BatchDataset(config_for(root)), num_workers=workers, **kwargs,
+                                             multiprocessing_context=MP if workers else None)
         with pytest.raises(UsageError, match=r"needs batch_size=None.*BatchLoader"):
             next(iter(loader))
     if workers == 0:  # (batch_size=None with workers: every DataLoader test of this file)

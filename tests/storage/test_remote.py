@@ -552,7 +552,7 @@ def test_lm_torch_workers_read_s3_ahead_each_its_own(tmp_path, s3_env):
         return lm_config(where, tmp_path, 30)
 
     mine = list(babelfeed.build_iterator(config(root / "lm")))
-    theirs = list(BatchLoader(config(url), num_workers=2, tensors=False, multiprocessing_context="forkserver"))
+    theirs = list(BatchLoader(config(url), num_workers=2, tensors=False, multiprocessing_context="spawn"))
     assert len(theirs) == 30
     same_batches(mine, theirs)
 
