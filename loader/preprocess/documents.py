@@ -22,14 +22,11 @@ document for an empty text.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 
 from babelfeed.errors import BinarizeError
-from babelfeed.preprocess import engines
-from babelfeed.preprocess.stats import Stats, _work_prefix
-from babelfeed.storage.builder import IndexedDatasetBuilder
+from babelfeed.preprocess.chunks import encode_chunk
 from babelfeed.storage.dtypes import dtype_for_vocab
 
 
@@ -109,32 +106,13 @@ def document_texts(record, fmt: str, keys: list[str]) -> list[str]:
 def encode_documents(chunk, work_dir: str, sp, cfg) -> tuple:
     """Encode one chunk of documents into work files, one dataset per JSON key."""
     keys = cfg["json_keys"]
-    prefixes = [_work_prefix(work_dir, chunk, key) for key in keys]
-    builders = [IndexedDatasetBuilder(p, cfg["dtype"], format="megatron") for p in prefixes]
-    stats = Stats()
-    reader = chunk.reader(0)
-    path = reader.path
-    try:
-        left = chunk.count
-        while left:
-            first = reader.line
-            records = reader.take(min(left, cfg["block_lines"]))
-            if not records:
-                raise BinarizeError(f"{path}: ended at line {reader.line:,}, before the record counted earlier "
-                                    f"(was it changed while binarize ran?)")
-            left -= len(records)
-            docs = _parse(records, first, path, keys, cfg, stats)
-            _write(docs, builders, keys, sp, cfg, stats, path)
-            engines.fault_point(f"encode:{chunk.name}", cfg.get("fault"))
-        for b in builders:
-            b.finalize()
-    except BaseException:
-        for b in builders:
-            b.abort()
-        raise
-    finally:
-        reader.close()
-    return chunk.shard_key, chunk.index, stats, prefixes
+
+    def block(blocks, where, builders, stats):
+        (path, first), = where
+        docs = _parse(blocks[0], first, path, keys, cfg, stats)
+        _write(docs, builders, keys, sp, cfg, stats, path)
+
+    return encode_chunk(chunk, work_dir, keys, "megatron", cfg, block, exact=False)
 
 
 def _parse(records, first: int, path: str, keys, cfg, stats) -> list[tuple[str, list[str]]]:

@@ -175,7 +175,7 @@ def test_resume_skips_finished_shards_and_matches_a_clean_run(raw, tmp_path, mon
     clean = tmp_path / "clean"
     binarize(opts(raw, clean), log=quiet)
     out = tmp_path / "out"
-    real_finish = bz._finish
+    real_finish = bz.run._finish
     finished = []
 
     def crash_after_first(*args, **kw):
@@ -184,10 +184,10 @@ def test_resume_skips_finished_shards_and_matches_a_clean_run(raw, tmp_path, mon
         real_finish(*args, **kw)
         finished.append(1)
 
-    monkeypatch.setattr(bz, "_finish", crash_after_first)
+    monkeypatch.setattr(bz.run, "_finish", crash_after_first)
     with pytest.raises(KeyboardInterrupt):
         binarize(opts(raw, out, spm_model=str(clean / "spm.model"), train_spm=None), log=quiet)
-    monkeypatch.setattr(bz, "_finish", real_finish)
+    monkeypatch.setattr(bz.run, "_finish", real_finish)
     logs = []
     binarize(opts(raw, out, spm_model=str(clean / "spm.model"), train_spm=None), log=logs.append)
     assert any("1 of 5 shard(s) already finalized" in m for m in logs), logs
@@ -314,7 +314,7 @@ def test_the_fewest_tokens_of_a_line_never_exceed_its_tokens(model, tmp_path):
     from hypothesis import strategies as st
 
     import golden
-    from babelfeed.preprocess.binarize import _fewest_tokens
+    from babelfeed.preprocess.binarize.encode import _fewest_tokens
 
     if model == "golden":
         sp = spm.SentencePieceProcessor(model_file=golden.SPM)

@@ -433,7 +433,7 @@ def test_binarize_to_the_store_stages_resumes_and_uploads_the_same_bytes(tmp_pat
     bz.binarize(opts(clean), log=lambda *a: None)
     url = "s3://bkt/written/data_bin"
     s3_env.client().create_bucket(Bucket="bkt")
-    real_finish = bz._finish
+    real_finish = bz.run._finish
     finished = []
 
     def crash_after_first(*args, **kw):
@@ -442,12 +442,12 @@ def test_binarize_to_the_store_stages_resumes_and_uploads_the_same_bytes(tmp_pat
         real_finish(*args, **kw)
         finished.append(1)
 
-    monkeypatch.setattr(bz, "_finish", crash_after_first)
+    monkeypatch.setattr(bz.run, "_finish", crash_after_first)
     with pytest.raises(KeyboardInterrupt):
         bz.binarize(opts(url, spm_model=str(clean / "spm.model"), train_spm=None), log=lambda *a: None)
     c = s3_env.client()
     assert "Contents" not in c.list_objects_v2(Bucket="bkt", Prefix="written/")  # nothing that looks complete
-    monkeypatch.setattr(bz, "_finish", real_finish)
+    monkeypatch.setattr(bz.run, "_finish", real_finish)
     logs = []
     bz.binarize(opts(url, spm_model=str(clean / "spm.model"), train_spm=None), log=logs.append)
     assert any("already finalized" in m for m in logs) and any("uploaded" in m for m in logs), logs
@@ -487,7 +487,7 @@ def test_binarize_to_a_prefix_holding_another_runs_shards_refuses_or_replaces_th
     s3_env.client().create_bucket(Bucket="bkt")
     bz.binarize(opts(url, 2), log=lambda *a: None)
     shutil.rmtree(remote.staging(url))  # (another machine)
-    with pytest.raises(bz.BinarizeError, match=r"s3://bkt/twice/data_bin holds 4 file\(s\).*shard001.*--overwrite"):
+    with pytest.raises(babelfeed.BinarizeError, match=r"s3://bkt/twice/data_bin holds 4 file\(s\).*shard001.*--overwrite"):
         bz.binarize(opts(url, 1), log=lambda *a: None)
     assert any("shard001" in n for n in remote.listing(url))  # (nothing deleted, nothing uploaded)
     bz.binarize(opts(url, 1, overwrite=True), log=lambda *a: None)
