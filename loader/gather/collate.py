@@ -177,9 +177,12 @@ class Collater:
 
     # ------------------------------------------------------------------------------------ padded batches
     def __call__(self, s, weight=None, pad_to_length: dict | None = None, sort: bool | None = None,
-                 epoch: int = 1) -> dict:
-        """``s``: the batch's planned :class:`~babelfeed.plan.planner.Samples` (stream, component, row, lengths, addresses)."""
+                 epoch: int = 1, spaces=None) -> dict:
+        """``s``: the batch's planned :class:`~babelfeed.plan.planner.Samples` (stream, component, row, lengths,
+        addresses). ``spaces``: the token spaces as this batch reads them (``TokenSpaces.reading``: its clock,
+        whether its rows were fetched ahead); default the sources' own."""
         o = self.opts
+        spaces = self.sources.spaces if spaces is None else spaces
         comp, local = s.comp.astype(np.int64), s.local
         ids = self.ids(comp, local)
         addr = self._addr(s)
@@ -193,7 +196,7 @@ class Collater:
         seen = {"source": [], "target": []}  # the largest id of each side, where the compiled gather wrote it
         if self.any_noise and self.noised[comp].any():
             src_ragged, src_len, weight = self._noised_sources(addr[:, 0], comp, ids, src_len, raw_src, weight, epoch,
-                                                               pad_to_length)
+                                                               pad_to_length, spaces)
         order = np.argsort(-src_len, kind="stable") if (o.sort_by_source_length if sort is None else sort) \
             else np.arange(n)
         ptl = pad_to_length or {}
@@ -206,7 +209,7 @@ class Collater:
             gather.from_ragged(src, inverse, src_ragged[0], src_ragged[1], o.left_pad_source)
             src_len = np.minimum(src_len, width)
         else:
-            src = self._side(self.src, raw_src, comp, addr[:, 0], src_len, order, width, o.left_pad_source,
+            src = self._side(spaces, self.src, raw_src, comp, addr[:, 0], src_len, order, width, o.left_pad_source,
                              largest=seen["source"])
         batch = {
             "id": ids[order],
@@ -218,8 +221,8 @@ class Collater:
         if has_tgt:
             tgt_len = tgt_len[order]
             width = _width(tgt_len.max(initial=0), o.pad_to_multiple, ptl.get("target", 0))
-            tgt, prev = self._side(self.tgt, raw_tgt, comp, addr[:, 1], tgt_len, order, width, o.left_pad_target,
-                                   lengths_sorted=True, prev_eos=o.eos, largest=seen["target"])
+            tgt, prev = self._side(spaces, self.tgt, raw_tgt, comp, addr[:, 1], tgt_len, order, width,
+                                   o.left_pad_target, lengths_sorted=True, prev_eos=o.eos, largest=seen["target"])
             if prev is None or raw_tgt:  # raw-text rows were written after the shift
                 col0 = (width - tgt_len) if o.left_pad_target else np.zeros(len(tgt_len), np.int64)
                 prev = gather.shifted(tgt, col0, tgt_len, o.pad, o.eos)
@@ -253,15 +256,15 @@ class Collater:
                                 f"outside the dictionary of {self.opts.vocab_size} symbols: the data was binarized "
                                 f"with another dictionary, dict.txt was cut short, or the file is corrupt")
 
-    def _side(self, side: _Side, raw: dict, comp, start, length, order, width: int, left_pad: bool,
+    def _side(self, spaces, side: _Side, raw: dict, comp, start, length, order, width: int, left_pad: bool,
               lengths_sorted: bool = False, prev_eos=None, largest: list | None = None):
         """One side's padded rows in batch order: one gather from the token spaces, raw-text rows written over
         (with ``prev_eos``: also the rows shifted behind it, before raw-text rows are written)."""
         o = self.opts
         lengths = length if lengths_sorted else length[order]
-        out = side.padded(self.sources.spaces, comp[order], start[order], lengths, width, left_pad, o.pad,
+        out = side.padded(spaces, comp[order], start[order], lengths, width, left_pad, o.pad,
                           np.dtype(o.dtype), prev_eos, None if raw else largest)
-        if self.sources.spaces.remote:  # (while the fetched rows are pinned: before the next side's fetch)
+        if spaces.remote:  # (while the fetched rows are pinned: before the next side's fetch)
             self._check_ends(side, comp[order], start[order], lengths)
         if prev_eos is not None:
             out, prev = out
@@ -313,13 +316,13 @@ class Collater:
             tgt_len[pos] = raw_tgt[cid][1].lengths
         return raw_src, raw_tgt
 
-    def _noised_sources(self, src_start, comp, ids, src_len, raw_src, weight, epoch, pad_to_length):
+    def _noised_sources(self, src_start, comp, ids, src_len, raw_src, weight, epoch, pad_to_length, spaces):
         """Sources gathered ragged, each task's transforms applied to its rows (randomness from seed, epoch and
         sample id), reassembled in row order. Rows that outgrow the source limit (or the static width) keep
         weight 0 and are cut: filter-too-long after the transforms, never silently."""
         n = len(src_len)
         width = int(src_len.max(initial=0))
-        rows = self._side(self.src, raw_src, comp, src_start, src_len, np.arange(n), width, False)
+        rows = self._side(spaces, self.src, raw_src, comp, src_start, src_len, np.arange(n), width, False)
         flat = rows[np.arange(width) < src_len[:, None]].astype(np.int64)
         starts = np.cumsum(src_len) - src_len
         new_len = src_len.copy()
@@ -350,7 +353,7 @@ class Collater:
         return (out, new_len), np.minimum(new_len, limit), weight
 
     # ------------------------------------------------------------------------------------ packed batches
-    def packed(self, s, placement: dict, shape: tuple, row_weight: np.ndarray) -> dict:
+    def packed(self, s, placement: dict, shape: tuple, row_weight: np.ndarray, spaces=None) -> dict:
         """Packed pairs: every row holds several (source, target) pairs side by side.
 
         ``placement``: per pair ``row``, ``src_offset``, ``tgt_offset``, ``src_len``, ``tgt_len`` (prefixes and
@@ -367,8 +370,11 @@ class Collater:
         dtype = np.dtype(o.dtype)
         p = placement
         addr = self._addr(s)
-        src = self._scatter(self.src, comp, addr[:, 0], p["row"], p["src_offset"], p["src_len"], (n_rows, ls), dtype)
-        tgt = self._scatter(self.tgt, comp, addr[:, 1], p["row"], p["tgt_offset"], p["tgt_len"], (n_rows, lt), dtype)
+        spaces = self.sources.spaces if spaces is None else spaces
+        src = self._scatter(spaces, self.src, comp, addr[:, 0], p["row"], p["src_offset"], p["src_len"], (n_rows, ls),
+                            dtype)
+        tgt = self._scatter(spaces, self.tgt, comp, addr[:, 1], p["row"], p["tgt_offset"], p["tgt_len"], (n_rows, lt),
+                            dtype)
         src_seg, src_pos, _, pair_segment = segments(n_rows, ls, p["row"], p["src_offset"], p["src_len"])
         tgt_seg, tgt_pos, tgt_first, _ = segments(n_rows, lt, p["row"], p["tgt_offset"], p["tgt_len"])
         prev = np.full_like(tgt, o.pad)
@@ -401,12 +407,12 @@ class Collater:
             "direction": self._streams(s.direction),
         }
 
-    def _scatter(self, side: _Side, comp, start, row, offset, length, shape, dtype) -> np.ndarray:
+    def _scatter(self, spaces, side: _Side, comp, start, row, offset, length, shape, dtype) -> np.ndarray:
         """Pairs' prefixes and tokens written at (row, offset) of a padded [rows, width] array."""
         out = np.full(shape, self.opts.pad, dtype=dtype)
         plen = side.plen[comp]
         body = np.asarray(length, np.int64) - plen
         base = np.asarray(row, np.int64) * shape[1] + offset
-        gather.scatter(self.sources.spaces, side.space[comp], start, body, out, base + plen)
+        gather.scatter(spaces, side.space[comp], start, body, out, base + plen)
         gather.put_prefix(out, side.prefix[comp], plen, np.asarray(offset, np.int64), rows=row)
         return out

@@ -60,10 +60,11 @@ class FetchAhead:
         self.group_bytes = self.ahead * GROUP_SHARE  # (a group grows while its bytes are under half of this)
         self.chunk_n = CHUNK  # batches of the next hint message
 
-    def before(self, k: int, base: int, epoch: int, stride: int | None = None) -> bool:
+    def before(self, k: int, base: int, epoch: int, stride: int | None = None, due: float | None = None) -> bool:
         """Batch ``k`` (from global batch ``base`` of ``epoch``) is about to be gathered; returns whether its rows
         are fetched and pinned now (its gather need not ask). ``stride``: every how many batches this process
-        gathers, where the caller knows it (else the adapter's, else read from the batches asked for)."""
+        gathers, where the caller knows it (else the adapter's, else read from the batches asked for). ``due``: the
+        batch's clock (``remote.ensure_many``)."""
         if self.shares is not None and self.told != epoch:
             self.told = epoch
             got = remote.plan(*self.shares())
@@ -91,7 +92,7 @@ class FetchAhead:
             n = 1 if self.first else self.group_n
             self.first = False
             files, got = self.rows(range(k, k + n * stride, stride), base)
-            remote.ensure_many(files, group=True)
+            remote.ensure_many(files, group=True, due=due)
             self.group = (k, k + (max(got, 1) - 1) * stride)
             if n > 1 and got == n and _size(files) < self.group_bytes / 2:
                 self.group_n = min(2 * n, LARGEST_GROUP)

@@ -31,7 +31,6 @@ from babelfeed.plan.planner import EpochPlanner, Window
 from babelfeed.run.history import upgrade
 from babelfeed.run.layout import Layout
 from babelfeed.run.weights import Weights
-from babelfeed.storage.remote import set_clock
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -162,13 +161,11 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
         if not spaces.remote:
             return self._collate_one(w, j, weight)
 
-        set_clock(self._clock(self.planner.window_start(self.epoch, w) + j))
-        ready = at is not None and self._fetch_ahead().before(at[0], at[1], self.epoch, at[2] if len(at) > 2 else None)
-        spaces.prefetched = ready and self.planner.window(self.epoch, w).packed is None
-        try:
-            return self._collate_one(w, j, weight)
-        finally:
-            spaces.prefetched = False
+        due = self._clock(self.planner.window_start(self.epoch, w) + j)  # (the fetcher's clock: this batch's)
+        ready = at is not None and self._fetch_ahead().before(at[0], at[1], self.epoch, at[2] if len(at) > 2 else None,
+                                                             due)
+        reading = spaces.reading(due=due, prefetched=ready and self.planner.window(self.epoch, w).packed is None)
+        return self._collate_one(w, j, weight, reading)
 
     def _clock(self, g: int) -> float:
         """Global batch g of this epoch on one scale across epochs (the fetcher's cache keeps what is due
@@ -226,14 +223,14 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
             files += self.collater.ranges(s, np.repeat(clocks, win.batch_sizes(js)))
         return files, got
 
-    def _collate_one(self, w: int, j: int, weight=None) -> dict:
+    def _collate_one(self, w: int, j: int, weight=None, spaces=None) -> dict:
         """The j-th batch of window w (this rank's rows of it with split="rows"); ``weight`` (zeros) marks an
         epoch-padding batch, which counts as nothing."""
         win = self.planner.window(self.epoch, w)
         if win.packed is not None:
-            return self._collate_packed(win, j, win.batch(j), weight)
+            return self._collate_packed(win, j, win.batch(j), weight, spaces)
         s, weight, pad_to, sort, empty = self._served(win, j, weight)
-        batch = self.collater(s, weight=weight, pad_to_length=pad_to, sort=sort, epoch=self.epoch)
+        batch = self.collater(s, weight=weight, pad_to_length=pad_to, sort=sort, epoch=self.epoch, spaces=spaces)
         batch["nsentences"] = int((batch["weight"] > 0).sum())
         if empty:  # every row skipped: the filler rows name no sample
             batch["id"] = np.full_like(batch["id"], -1)
@@ -384,7 +381,7 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
             served = self.served[self.epoch] = np.zeros(n, np.int64)
         served += np.bincount(dirs, minlength=n)
 
-    def _collate_packed(self, win: Window, j: int, sl: slice, weight) -> dict:
+    def _collate_packed(self, win: Window, j: int, sl: slice, weight, spaces=None) -> dict:
         b = int(win.order[j])
         n_rows = self.planner.rows_per_packed_batch()
         masked = int(win.masked[b])
@@ -426,7 +423,7 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
             s = s[keep]
             place = {k: (local[v[keep]] if k == "row" else v[keep]) for k, v in place.items()}
             row_weight = row_weight[mine]
-        batch = self.collater.packed(s, place, tuple(self.planner.opts.pack_shape), row_weight)
+        batch = self.collater.packed(s, place, tuple(self.planner.opts.pack_shape), row_weight, spaces)
         if empty:
             batch["id"] = np.full_like(batch["id"], -1)
         self._count_served(s.direction[row_weight[place["row"]] > 0])

@@ -48,7 +48,7 @@ from babelfeed.lm.run import LMRun
 from babelfeed.plan.packing import ragged_arange, segments
 from babelfeed.run.edits import snapshot
 from babelfeed.run.weights import Weights
-from babelfeed.storage.remote import resolve_prefix, set_clock
+from babelfeed.storage.remote import resolve_prefix
 
 
 WINDOW_SAMPLES = 1 << 14  # samples (of this rank) planned at once
@@ -166,9 +166,10 @@ class LMIterator(LMRun, LoaderIterator):
         after it are fetched ahead, :class:`~babelfeed.iterators.fetch_ahead.FetchAhead`)."""
         if not 0 <= k < len(self):
             raise OutOfRange(f"batch {k} out of range: the run has {len(self)} global batches")
-        if self.spaces.remote:
-            set_clock(float(k))
-            self._fetch_ahead().before(at[0], at[1], 1, at[2] if len(at) > 2 else None)
+        spaces = self.spaces
+        if spaces.remote:
+            self._fetch_ahead().before(at[0], at[1], 1, at[2] if len(at) > 2 else None, float(k))
+            spaces = spaces.reading(due=float(k))  # (the fetcher's clock: this global batch)
             # (the gather still checks its ranges against the pinned group, in-process: a blend changed since
             # the lookahead planned it is fetched as it is read, never read from a hole)
         mine = self._my_rows(self.global_batch)
@@ -180,7 +181,7 @@ class LMIterator(LMRun, LoaderIterator):
         lo, hi = int(ptr[a]), int(ptr[a + per_rank])
         rows = np.repeat(np.arange(per_rank), count[a:a + per_rank])
         batch = self._assemble(rows, {key: v[lo:hi] for key, v in pieces.items()},
-                               self.dataset_index[k * self.global_batch + mine])
+                               self.dataset_index[k * self.global_batch + mine], spaces)
         if self.skips:
             self._drop_skipped(batch, k * self.global_batch + mine)
         return batch
@@ -329,12 +330,14 @@ class LMIterator(LMRun, LoaderIterator):
         raise FormatError(source.ds.data_file, f"record {record} holds token id {int(text.flat[flat])}, outside "
                                                f"the vocabulary of {self.vocab_size} symbols (vocab_size)")
 
-    def _assemble(self, rows: np.ndarray, p: dict, dataset: np.ndarray) -> dict:
-        """One rank's batch from its pieces: one gather of every piece, written at (row, column)."""
+    def _assemble(self, rows: np.ndarray, p: dict, dataset: np.ndarray, spaces=None) -> dict:
+        """One rank's batch from its pieces: one gather of every piece, written at (row, column). ``spaces``: the
+        token spaces as this batch reads them (``TokenSpaces.reading``), default the iterator's."""
         n, width = len(dataset), self.seq_len + 1
         text = np.zeros((n, width), dtype=np.int64)
         space = p["space"] if len(self.spaces) > 1 else (int(self.space_of[0]) if len(self.space_of) else 0)
-        gather.scatter(self.spaces, space, p["start"], p["length"], text, rows * width + p["column"])
+        gather.scatter(self.spaces if spaces is None else spaces, space, p["start"], p["length"], text,
+                       rows * width + p["column"])
         bad = gather.first_outside(text, self.vocab_size) if self.vocab_size else None
         if bad is not None:
             self._refuse_tokens(text, bad, rows, p, dataset)

@@ -239,9 +239,10 @@ def _files(files: list, dues: bool = False) -> list:
             for f in files]
 
 
-def ensure_many(files: list, group: bool = False) -> dict:
+def ensure_many(files: list, group: bool = False, due: float | None = None) -> dict:
     """:func:`ensure` for ``[[path, starts, ends], ...]``, in one request; returns when every range is held, and
-    pinned (not evicted) until this thread's next request.
+    pinned (not evicted) until this thread's next request. ``due``: the clock of the batch that reads them (on
+    :func:`hint`'s scale: hints due by then are spent).
 
     ``group``: the rows of this thread's next batches (the prefetcher's request): the ranges stay pinned until
     the next group, and a later call whose ranges all lie in them returns at once, without a round trip."""
@@ -253,7 +254,7 @@ def ensure_many(files: list, group: bool = False) -> dict:
     if not group and covered and _within(files, covered):
         return {"waited": False}
     t0 = time.perf_counter()
-    got = request({"op": "ensure", "files": _files(files), "clock": getattr(_local, "clock", None),
+    got = request({"op": "ensure", "files": _files(files), "clock": due,
                    "keep": bool(covered) and not group})
     _waited["seconds"] += time.perf_counter() - t0
     _waited["calls"] += 1
@@ -278,7 +279,7 @@ def _within(files: list, covered: dict) -> bool:
 
 def hint(files: list, due: float | None = None) -> None:
     """Ask for ``[[path, starts, ends(, dues)], ...]`` ahead of need: the fetcher starts on them and replies at
-    once. ``due`` (or each range's own, the fourth item): the clock (:func:`set_clock`) of the batch that will
+    once. ``due`` (or each range's own, the fourth item): the clock (``ensure_many``'s ``due``) of the batch that will
     read them, so that they are fetched in that order, and the cache keeps them and evicts what is needed later,
     or never again."""
     if files:
@@ -344,11 +345,6 @@ def plan(shares: dict, hosts: int = 1, rank: int | None = None) -> dict:
     files = {os.path.abspath(p): [float(v), 0] if np.ndim(v) == 0 else [float(v[0]), int(v[1])]
              for p, v in shares.items()}
     return request({"op": "plan", "files": files, "hosts": int(hosts), "rank": rank})
-
-
-def set_clock(clock: float | None) -> None:
-    """The batch this thread gathers next, on the scale of ``hint``'s ``due`` (hints due by then are spent)."""
-    _local.clock = clock
 
 
 _waited = {"seconds": 0.0, "calls": 0}  # this process's time blocked on the fetcher (a gather waiting for bytes)

@@ -15,7 +15,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import DataChangedError
 from .mapping import FlatSpace, MappingError, flat_layout, native_available
-from .remote import ensure_many, is_shadow
+from . import remote
+from .remote import is_shadow
 
 
 MARGIN = 1 << 20  # tokens of zero padding before and after a flat space: rows up to this wide read no file ends
@@ -42,10 +43,6 @@ class TokenSpaces:
             groups.setdefault(key, []).append(ds)
         self._spaces: list[dict] = []
         self._remote: bool | None = None
-        # set by an iterator while it gathers a batch whose rows it has fetched and pinned already (its group:
-        # ``iterators/fetch_ahead.py``); a row read from a hole would still be caught (remote rows must end with
-        # </s>, checked as they are gathered)
-        self.prefetched = False
         self._shadows: dict[int, bool] = {}
         for members in groups.values():
             sid = len(self._spaces)
@@ -112,12 +109,20 @@ class TokenSpaces:
                     out.append([ds.data_file, a, a + ln[c0:c1] * item] + ([] if du is None else [du[c0:c1]]))
         return out
 
-    def fetch(self, space, start, length) -> None:
+    def fetch(self, space, start, length, due: float | None = None) -> None:
         """Make the tokens ``[start, start + length)`` (addresses of space ``space``, one id or one per row) present:
         for rows of remote files, the host's fetcher brings their bytes in, in one request (a no-op for local
-        data)."""
-        if self.remote and not self.prefetched:
-            ensure_many(self.ranges(space, start, length))
+        data). ``due``: the clock of the batch reading them (``remote.hint``'s scale: hints due by then are spent)."""
+        if self.remote:
+            remote.ensure_many(self.ranges(space, start, length), due=due)
+
+    def reading(self, due: float | None = None, prefetched: bool = False) -> "Reading":
+        """These spaces as one batch reads them (what a gather is given): its clock ``due``, and ``prefetched``
+        when the batch's rows were fetched and pinned already (the iterator's group, ``iterators/fetch_ahead.py``),
+        so the gather asks the fetcher for nothing. A row read from a hole would still be caught: remote rows must
+        end with </s>, checked as they are gathered."""
+        return Reading(self, due, prefetched)
+
 
     def _bases(self, sid: int) -> np.ndarray:
         """The token offset of each member file of space ``sid`` (ascending, as laid out), kept."""
@@ -214,3 +219,21 @@ class TokenSpaces:
 
     def __setstate__(self, state):
         self.__init__(state["datasets"], state["flat"])
+
+
+class Reading:
+    """:class:`TokenSpaces` as one batch reads them (:meth:`TokenSpaces.reading`): everything is the spaces',
+    but :meth:`fetch` passes the batch's clock, or does nothing for rows fetched ahead."""
+
+    def __init__(self, spaces: TokenSpaces, due: float | None, prefetched: bool):
+        self.spaces, self.due, self.prefetched = spaces, due, prefetched
+
+    def __getattr__(self, name):
+        return getattr(self.spaces, name)
+
+    def __len__(self) -> int:
+        return len(self.spaces)
+
+    def fetch(self, space, start, length) -> None:
+        if not self.prefetched:
+            self.spaces.fetch(space, start, length, self.due)

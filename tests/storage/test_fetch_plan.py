@@ -171,7 +171,7 @@ def test_the_iterator_asks_for_its_own_batches_only(monkeypatch):
     from babelfeed.storage import remote
 
     calls = []
-    monkeypatch.setattr(remote, "ensure_many", lambda files, group=False: calls.append(("ensure", files)))
+    monkeypatch.setattr(remote, "ensure_many", lambda files, group=False, due=None: calls.append(("ensure", files)))
     monkeypatch.setattr(remote, "hint", lambda files, due=None: calls.append(("hint", files)))
     monkeypatch.setattr(remote, "plan", lambda shares, hosts=1, rank=None: calls.append(("plan", shares)))
     asked = []
@@ -199,7 +199,7 @@ def test_an_explicit_stride_is_used_from_the_first_batch(monkeypatch):
     from babelfeed.iterators import fetch_ahead
     from babelfeed.storage import remote
 
-    monkeypatch.setattr(remote, "ensure_many", lambda files, group=False: None)
+    monkeypatch.setattr(remote, "ensure_many", lambda files, group=False, due=None: None)
     monkeypatch.setattr(remote, "hint", lambda files, due=None: None)
     asked = []
 
@@ -336,3 +336,31 @@ def test_the_ranks_of_one_host_are_planned_as_one_host(paused):
     assert a.dense and not a.shared
     fet.clients.discard(c1)
     assert fet.plan({a.path: [0.5, 6000]}, hosts=2, rank=0, client=c0)["dense"] == 0
+
+
+def test_the_batch_clock_reaches_the_fetcher_as_an_argument(monkeypatch):
+    """What the fetcher needs from the iterator (the batch's clock, whether its rows were fetched ahead) is passed
+    with each request: the group request carries the clock given to ``before``, a gather of a prefetched batch
+    asks for nothing, and one not prefetched asks with its clock (no thread-local clock, no flag toggled on the
+    token spaces around a call)."""
+    from babelfeed.iterators import fetch_ahead
+    from babelfeed.storage import remote
+    from babelfeed.storage.spaces import Reading
+
+    dues = []
+    monkeypatch.setattr(remote, "ensure_many", lambda files, group=False, due=None: dues.append((group, due)))
+    monkeypatch.setattr(remote, "hint", lambda files, due=None: None)
+    fa = fetch_ahead.FetchAhead(lambda ks, base: ([["x.bin", np.array(ks) * 100, np.array(ks) * 100 + 10]], len(ks)))
+    assert fa.before(0, 0, 1, None, 7.0)
+    assert dues[0] == (True, 7.0)
+
+    class Spaces:
+        remote = True
+
+        def fetch(self, space, start, length, due=None):
+            dues.append(("gather", due))
+
+    Reading(Spaces(), 9.0, prefetched=True).fetch(0, [0], [4])
+    Reading(Spaces(), 11.0, prefetched=False).fetch(0, [0], [4])
+    assert dues[1:] == [("gather", 11.0)]
+    assert not hasattr(remote, "set_clock")
