@@ -90,7 +90,7 @@ class Rows:
         self.files: dict = {}
 
     def __enter__(self):
-        from babelfeed.storage import remote
+        from babelfeed.storage.remote import client as remote
 
         self.remote, self.saved = remote, remote.ensure_many
 
@@ -109,7 +109,7 @@ class Rows:
 
     def lower_bound(self) -> int:
         """Requests to fetch every row of the epoch at once, with the fetcher's request size and gap."""
-        from babelfeed.storage.fetcher import merged, requests_for
+        from babelfeed.storage.remote.ranges import merged, requests_for
 
         n = 0
         for parts in self.files.values():
@@ -200,7 +200,7 @@ def main(argv=None) -> str:
     sizes = [int(x) for x in a.sizes.split(",")]
     server = S3Server()
     os.environ.update(server.env())
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     out = [table("Client CPU per ranged GET of 500 bytes (loopback S3, no proxy)", client_cpu(server),
                  ["library", "CPU per request"])]

@@ -23,7 +23,7 @@ from babelfeed.plan.shapes import ShapePlan, plan_shapes, shapes_from_widths, sh
 from babelfeed.run.edits import snapshot
 from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.sources.sources import SourceSet, StreamSpec
-from babelfeed.storage.remote import configure, resolve
+from babelfeed.storage.remote.client import configure, resolve
 
 
 def _list(value: str) -> list[str]:

@@ -73,13 +73,13 @@ class S3Server:
 
 def stop_fetcher(cache: str) -> None:
     """Stop the host's fetcher of cache folder ``cache``, if one runs."""
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     path = remote.socket_path(os.path.abspath(cache))
     conn = remote._connect(path)
     if conn is None:
         return
-    from babelfeed.storage.fetcher import receive, send
+    from babelfeed.storage.remote.wire import receive, send
 
     send(conn, {"op": "ping"})
     pid = receive(conn)["pid"]
@@ -108,7 +108,7 @@ def s3_env(s3, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     monkeypatch.setenv("BABELFEED_CACHE_DIR", str(cache))
     monkeypatch.setenv("BABELFEED_FETCHER_IDLE", "30")
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     remote._folders.clear()
     remote._local.conn = None

@@ -1,7 +1,7 @@
 """Remote data fetched ahead by the plan: before a batch is gathered, this rank's next batches' rows are asked for.
 
 The order is a pure function of (seed, epoch, window), so the rows of every batch this process will gather are
-known before it gathers them. For data in an object store (``storage/fetcher.py``), :class:`FetchAhead` keeps two
+known before it gathers them. For data in an object store (``storage/remote/server.py``), :class:`FetchAhead` keeps two
 things ahead of the batch being gathered:
 
 * a *group* of this process's next batches (``GROUP``): their rows are fetched and pinned in one round trip to
@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from collections import deque
 
-from babelfeed.storage import remote  # (called through the module: tests stand in for the fetcher there)
+from babelfeed.storage.remote import client as remote  # (called through the module: tests stand in for the fetcher there)
 
 
 GROUP = 16  # batches whose rows one round trip fetches and pins (the first group: the first batch alone; each

@@ -16,10 +16,11 @@ counters (bytes, requests, cache, latency).
 
 from __future__ import annotations
 
-import sys
 import time
 
 import numpy as np
+
+from babelfeed.storage.remote import client as remote
 
 
 class Timed:
@@ -67,7 +68,5 @@ class Timed:
                "data/wait_share": round(self.total / wall, 6) if wall > 0 else 0.0}
         for q in (50, 90, 99):
             out[f"data/wait_p{q}_ms"] = round(float(np.percentile(recent, q)), 3) if len(recent) else 0.0
-        remote = sys.modules.get("babelfeed.storage.remote")
-        if remote is not None:
-            out.update(remote.telemetry())  # (empty unless this process reads a store)
+        out.update(remote.telemetry())  # (empty unless this process reads a store)
         return out

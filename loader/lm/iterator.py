@@ -48,7 +48,7 @@ from babelfeed.lm.run import LMRun
 from babelfeed.plan.packing import ragged_arange, segments
 from babelfeed.run.edits import snapshot
 from babelfeed.run.weights import Weights
-from babelfeed.storage.remote import resolve_prefix
+from babelfeed.storage.remote.client import resolve_prefix
 
 
 WINDOW_SAMPLES = 1 << 14  # samples (of this rank) planned at once

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from babelfeed.errors import DataError, FormatError, SideMismatchError, UsageError
 from babelfeed.sources.dictionary import Dictionary
 from babelfeed.storage.indexed import MMIDIDX_MAGIC, TNTIDX_MAGIC, IndexedDataset, data_path, index_path
-from babelfeed.storage.remote import resolve
+from babelfeed.storage.remote.client import resolve
 
 
 _SHARD_DIR = re.compile(r"^shard(\d+)$")
@@ -139,7 +139,7 @@ class ShardedCorpus:
 
     def __init__(self, root, check: bool = True):
         self.url = os.fspath(root)  # as given: a local folder, or an object store's (s3://bucket/data_bin)
-        self.root = resolve(self.url)  # a remote folder's local shadow (storage/fetcher.py)
+        self.root = resolve(self.url)  # a remote folder's local shadow (storage/remote/server.py)
         if not os.path.isdir(self.root):
             raise FileNotFoundError(2, "data_bin directory not found", self.root)
         self.files: list[CorpusFile] = []

@@ -27,7 +27,7 @@ from .index_format import (FAIRSEQ_HEADER,  # noqa: F401  (the magics are part o
                            LEGACY_HEADER, MEGATRON_HEADER, MMIDIDX_MAGIC, TNTIDX_MAGIC, _Index, _parse_mmidx,
                            _parse_tntidx)
 from .mapping import map_file
-from .remote import ensure, is_shadow
+from .remote.client import ensure, is_shadow
 from .verify import IndexChecks
 
 

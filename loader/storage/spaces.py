@@ -15,8 +15,8 @@ from numpy.lib.stride_tricks import as_strided
 
 from ..errors import DataChangedError
 from .mapping import FlatSpace, MappingError, flat_layout, native_available
-from . import remote
-from .remote import is_shadow
+from .remote import client as remote
+from .remote.client import is_shadow
 
 
 MARGIN = 1 << 20  # tokens of zero padding before and after a flat space: rows up to this wide read no file ends

@@ -30,7 +30,7 @@ import time
 import warnings
 
 from babelfeed.fileio import cache_dir, private_folders  # noqa: F401  (cache_dir: part of this module's face)
-from babelfeed.storage.remote import is_shadow
+from babelfeed.storage.remote.client import is_shadow
 
 
 RACY_SECONDS = 2.0
@@ -46,7 +46,7 @@ def identity(path: str) -> list[int]:
 
 def identity_of(st: os.stat_result, path: str | None = None) -> list[int]:
     """What must not change for a stamp to stay valid: device, inode, size, modification and change times. A
-    ``.bin`` in the shadow of a remote folder (``storage/remote.py``) leaves its times out: the fetcher writes the
+    ``.bin`` in the shadow of a remote folder (``storage/remote/client.py``) leaves its times out: the fetcher writes the
     ranges batches read into it; the object itself changing gives a new file (a new inode)."""
     if path is not None and path.endswith(".bin"):
         if is_shadow(path):

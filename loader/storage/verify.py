@@ -9,7 +9,7 @@ import numpy as np
 
 from ..errors import FormatError, InconsistentIndexError, TruncatedFileError
 from . import stamps
-from .remote import is_shadow
+from .remote.client import is_shadow
 
 
 # Records checked per chunk by the full pointer check: bounds the temporary memory to ~100 MB.

@@ -38,7 +38,7 @@ import numpy as np
 from babelfeed.build import build_train_iterator
 from babelfeed.config.files import apply_overrides, load_config, split_config_args, translation_section
 from babelfeed.config.spec import check_known_keys, check_translation_config, validate
-from babelfeed.errors import (BabelfeedError, FormatError, MissingExtraError, Notice, StateError, Terminated,
+from babelfeed.errors import (BabelfeedError, FormatError, Notice, StateError, Terminated,
                               UsageError, terminate_as_interrupt)
 from babelfeed.fileio import atomic_open, atomic_write
 from babelfeed.iterators.ledger import trace
@@ -49,7 +49,8 @@ from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_repo
 from babelfeed.run.edits import config_changes
 from babelfeed.run.history import ran_on, split_of, upgrade
 from babelfeed.sources.corpus import ShardedCorpus
-from babelfeed.storage.objects import is_remote
+from babelfeed.storage.remote.client import remote_names
+from babelfeed.storage.remote.objects import is_remote
 from babelfeed.tools import ledger_report, plan_report
 from babelfeed.tools.demo import check_demo_config, run_demo
 from babelfeed.tools.plots import inspect_figures, require_matplotlib
@@ -811,8 +812,8 @@ def describe(e: BaseException) -> str:
     if isinstance(e, KeyError) and len(e.args) == 1:
         return f"missing key {e.args[0]!r}" if isinstance(e.args[0], str) and " " not in e.args[0] else str(e.args[0])
     text = " ".join(str(e).split()) or type(e).__name__  # multi-line messages (SentencePiece's) on one line
-    if "objects" in text and sys.modules.get("babelfeed.storage.remote") is not None:
-        text = sys.modules["babelfeed.storage.remote"].remote_names(text)  # (shadow files named as the objects)
+    if "objects" in text:
+        text = remote_names(text)  # (shadow files named as the objects)
     # the Python API's ways round a mismatch have no flag here (the message already says to use the run's config)
 
     return text.replace(EDIT_HINT, "").replace(

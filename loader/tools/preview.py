@@ -12,7 +12,7 @@ from babelfeed.errors import ConfigError, DataError
 from babelfeed.gather.transforms import NoiseContext, Ragged, apply, parse_steps
 from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.sources.sources import resolve_prefix
-from babelfeed.storage.remote import resolve
+from babelfeed.storage.remote.client import resolve
 
 
 def _decoder(root: str, dictionary):

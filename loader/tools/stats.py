@@ -13,7 +13,7 @@ import numpy as np
 from babelfeed.errors import BabelfeedError, FormatError
 from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.storage.indexed import IndexedDataset
-from babelfeed.storage.remote import ensure, is_shadow, stats
+from babelfeed.storage.remote.client import ensure, is_shadow, stats
 
 
 PERCENTILES = (50, 90, 99)

@@ -242,7 +242,7 @@ def test_grain_workers_read_a_store_through_the_one_fetcher(tmp_path, s3_env):
     """Two grain workers (processes) on data in an S3 store share the host's one fetcher: the batches of an epoch
     equal the plain iterator's on the local copy, every leaf, and no byte is fetched twice."""
     import babelfeed
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
     from golden import digest
     from synthetic import config_for
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from babelfeed.storage import fetcher
+from babelfeed.storage.remote import limits, ranges, server, wire
+from babelfeed.storage.remote.pieces import Piece, Pieces
 
 intervals = st.lists(st.tuples(st.integers(0, 300), st.integers(0, 40)), max_size=25).map(
     lambda xs: (np.array([a for a, _ in xs], np.int64), np.array([a + n for a, n in xs], np.int64)))
@@ -41,20 +42,20 @@ def as_intervals(mask) -> list:
 @given(intervals, intervals)
 def test_interval_arithmetic_equals_a_byte_by_byte_model(q, h):
     a, b = q
-    ha, hb = fetcher.merged(*h)
-    ma, mb = fetcher.merged(a, b)
+    ha, hb = ranges.merged(*h)
+    ma, mb = ranges.merged(a, b)
     assert list(zip(ma.tolist(), mb.tolist())) == as_intervals(covered(a, b))
-    sa, sb = fetcher.subtract(a, b, ha, hb)
+    sa, sb = ranges.subtract(a, b, ha, hb)
     assert list(zip(sa.tolist(), sb.tolist())) == as_intervals(covered(a, b) & ~covered(ha, hb))
-    qi, pi = fetcher.overlap_pairs(a, b, ha, hb)
+    qi, pi = ranges.overlap_pairs(a, b, ha, hb)
     want = {(i, j) for i in range(len(a)) for j in range(len(ha)) if a[i] < hb[j] and ha[j] < b[i] and a[i] < b[i]}
     assert set(zip(qi.tolist(), pi.tolist())) == want and len(qi) == len(want)
-    pieces = fetcher.Pieces()
+    pieces = Pieces()
     for x, y in zip(ha.tolist(), hb.tolist()):
-        pieces.add(fetcher.Piece(None, x, y))
+        pieces.add(Piece(None, x, y))
     assert pieces.covers(a, b) == (not (covered(a, b) & ~covered(ha, hb)).any())
     d = np.arange(len(a), dtype=np.float64)
-    da, db, dd = fetcher.merged_dues(a, b, d)
+    da, db, dd = ranges.merged_dues(a, b, d)
     for x, y, due in zip(da.tolist(), db.tolist(), dd.tolist()):  # each joined range: the earliest due in it
         inside = [d[i] for i in range(len(a)) if a[i] < b[i] and x <= a[i] and b[i] <= y]
         assert due == min(inside)
@@ -72,18 +73,18 @@ class FakeStore:
 @pytest.fixture
 def paused(monkeypatch, tmp_path):
     """A fetcher whose network takes nothing by itself (no connections): requests are formed by hand."""
-    monkeypatch.setattr(fetcher, "CONCURRENCY", 0)
-    monkeypatch.setattr(fetcher, "GAP", 1000)
-    monkeypatch.setattr(fetcher, "LARGEST_REQUEST", 1 << 16)
+    monkeypatch.setattr(limits, "CONCURRENCY", 0)
+    monkeypatch.setattr(limits, "GAP", 1000)
+    monkeypatch.setattr(limits, "LARGEST_REQUEST", 1 << 16)
     monkeypatch.setenv("BABELFEED_FETCH_CACHE_MB", "1")
-    fet = fetcher.Fetcher(str(tmp_path))
+    fet = server.Fetcher(str(tmp_path))
     files = []
 
     def make(size=1 << 18):
         path = os.path.join(str(tmp_path), f"f{len(files)}.bin")
         with open(path, "wb") as f:
             f.truncate(size)
-        remote = fetcher._Remote(FakeStore(), "k", size, "", path)
+        remote = server._Remote(FakeStore(), "k", size, "", path)
         fet.remotes[path] = remote
         files.append(remote)
         return remote
@@ -124,10 +125,10 @@ def test_a_file_read_nearly_whole_is_fetched_in_aligned_blocks_and_a_shared_one_
     assert fet.plan({whole.path: 1.0, shared.path: 0.5}, hosts=2)["dense"] == 1
     ask(fet, whole, [70_000], [70_010], 1)
     job = fet._take()
-    block = fetcher.LARGEST_REQUEST
+    block = limits.LARGEST_REQUEST
     assert (job.a, job.b) == (70_000 // block * block, 70_000 // block * block + block)
     ask(fet, shared, [1000, 1400], [1100, 1500], 1)  # 300 bytes apart: more than the shared file's gap
-    assert fetcher.SPARSE_GAP < 300  # (default: 0)
+    assert limits.SPARSE_GAP < 300  # (default: 0)
     assert [(j.a, j.b) for j in (fet._take(), fet._take())] == [(1000, 1100), (1400, 1500)]
 
 
@@ -168,7 +169,7 @@ def test_the_iterator_asks_for_its_own_batches_only(monkeypatch):
     """A process that makes every other batch (a DataLoader worker of two) pins and hints those only; the first
     group is the first batch alone, the later ones a group each."""
     from babelfeed.iterators import fetch_ahead
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     calls = []
     monkeypatch.setattr(remote, "ensure_many", lambda files, group=False, due=None: calls.append(("ensure", files)))
@@ -197,7 +198,7 @@ def test_the_iterator_asks_for_its_own_batches_only(monkeypatch):
 
 def test_an_explicit_stride_is_used_from_the_first_batch(monkeypatch):
     from babelfeed.iterators import fetch_ahead
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     monkeypatch.setattr(remote, "ensure_many", lambda files, group=False, due=None: None)
     monkeypatch.setattr(remote, "hint", lambda files, due=None: None)
@@ -224,7 +225,7 @@ def test_the_shares_of_a_plan_mark_dense_files_only_while_the_cache_holds_them(p
 def test_the_share_a_file_is_fetched_at_counts_the_gaps_its_requests_join():
     """A file whose rows read lie closer than the gap is fetched whole anyway: planned as dense (in blocks). The
     closed form against a simulation of rows taken at random and joined across short gaps."""
-    from babelfeed.storage.fetcher import joined_share
+    from babelfeed.storage.remote.ranges import joined_share
 
     rng = np.random.default_rng(0)
     rows, row = 200_000, 100
@@ -252,26 +253,26 @@ def test_a_message_carries_its_arrays_exactly():
 
     rng = np.random.default_rng(3)
     big = rng.integers(0, 1 << 40, 600_000)
-    dues = fetcher.pack(rng.random(600_000), "<f8")
-    msg = {"op": "hint", "files": [["/a.bin", fetcher.pack(big), fetcher.pack(big + 7), dues],
-                                   ["/b.bin", fetcher.pack([]), fetcher.pack([]), None]], "due": 3.5, "keep": True}
+    dues = ranges.pack(rng.random(600_000), "<f8")
+    msg = {"op": "hint", "files": [["/a.bin", ranges.pack(big), ranges.pack(big + 7), dues],
+                                   ["/b.bin", ranges.pack([]), ranges.pack([]), None]], "due": 3.5, "keep": True}
     x, y = socket.socketpair()
     try:
         import threading
 
-        t = threading.Thread(target=fetcher.send, args=(x, msg))
+        t = threading.Thread(target=wire.send, args=(x, msg))
         t.start()
-        got = fetcher.receive(y)
+        got = wire.receive(y)
         t.join()
         assert got["op"] == "hint" and got["due"] == 3.5 and got["keep"] is True
         (pa, a, b, d), (pb, e, f, none) = got["files"]
         assert (pa, pb, none) == ("/a.bin", "/b.bin", None)
-        assert np.array_equal(fetcher.unpack(a), big) and np.array_equal(fetcher.unpack(b), big + 7)
-        assert np.array_equal(fetcher.unpack(d, "<f8"), msg["files"][0][3])
-        assert len(fetcher.unpack(e)) == 0 and len(fetcher.unpack(f)) == 0
+        assert np.array_equal(ranges.unpack(a), big) and np.array_equal(ranges.unpack(b), big + 7)
+        assert np.array_equal(ranges.unpack(d, "<f8"), msg["files"][0][3])
+        assert len(ranges.unpack(e)) == 0 and len(ranges.unpack(f)) == 0
         x.sendall(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"op\"")  # (a head of 16 bytes, cut after 5)
         x.close()
-        assert fetcher.receive(y) is None
+        assert wire.receive(y) is None
     finally:
         y.close()
 
@@ -282,7 +283,7 @@ def test_a_block_request_spans_short_held_runs_and_splits_at_long_ones(paused, m
     next request's."""
     import asyncio
 
-    monkeypatch.setattr(fetcher, "SPAN_HELD", 5000)
+    monkeypatch.setattr(limits, "SPAN_HELD", 5000)
     fet, make = paused
     r = make(1 << 16)  # (one block: LARGEST_REQUEST is 64 KiB here)
     assert fet.plan({r.path: 1.0})["dense"] == 1
@@ -308,8 +309,8 @@ def test_hints_leave_connections_for_gathers(paused, monkeypatch):
     import asyncio
 
     fet, make = paused
-    monkeypatch.setattr(fetcher, "CONCURRENCY", 4)
-    monkeypatch.setattr(fetcher, "RESERVED", 1)
+    monkeypatch.setattr(limits, "CONCURRENCY", 4)
+    monkeypatch.setattr(limits, "RESERVED", 1)
     r = make(1 << 20)
     ask(fet, r, [0, 100_000, 200_000, 300_000, 400_000], [10, 100_010, 200_010, 300_010, 400_010], 5)
     hints = [fet._take() for _ in range(3)]
@@ -328,7 +329,7 @@ def test_the_ranks_of_one_host_are_planned_as_one_host(paused):
     disconnects no longer counts."""
     fet, make = paused
     a = make(600_000)
-    c0, c1 = fetcher.Client(), fetcher.Client()
+    c0, c1 = server.Client(), server.Client()
     fet.clients |= {c0, c1}
     assert fet.plan({a.path: [0.5, 6000]}, hosts=2, rank=0, client=c0)["dense"] == 0
     assert a.shared and not a.dense
@@ -344,7 +345,7 @@ def test_the_batch_clock_reaches_the_fetcher_as_an_argument(monkeypatch):
     asks for nothing, and one not prefetched asks with its clock (no thread-local clock, no flag toggled on the
     token spaces around a call)."""
     from babelfeed.iterators import fetch_ahead
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
     from babelfeed.storage.spaces import Reading
 
     dues = []

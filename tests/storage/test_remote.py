@@ -38,7 +38,7 @@ def test_translation_batches_from_s3_equal_the_local_copy(tmp_path, s3_env):
     local = tmp_path / "data_bin"
     make_data_bin(local)
     url = s3_env.upload(str(local), "bkt", "runs/data_bin")
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     timed = babelfeed.Timed(babelfeed.build_train_iterator(config_for(local, data__shards="all")))
     mine = list(timed)
@@ -90,7 +90,7 @@ def test_lm_batches_from_s3_equal_the_local_copy(tmp_path, s3_env):
 def test_lm_batches_from_s3_are_fetched_ahead_in_groups_on_each_rank(tmp_path, s3_env, monkeypatch):
     """The LM iterator fetches its next batches' pieces ahead (pinned in groups, the later ones hinted): its
     gathers ask the fetcher nothing, and each of two ranks equals the local copy's rank, every leaf."""
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     root = tmp_path / "local"
     golden.make_lm_data(root)
@@ -127,7 +127,7 @@ def test_torch_workers_read_s3_through_the_one_fetcher(tmp_path, s3_env, context
 
 def torch_workers_read_s3(local: str, url: str, context: str) -> None:
     from babelfeed.adapters.torch import BatchLoader
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     local = pathlib.Path(local)
     mine = list(babelfeed.build_train_iterator(config_for(local, data__shards="all")))
@@ -246,7 +246,7 @@ def test_a_cache_smaller_than_the_data_evicts_and_the_batches_stay_exact(tmp_pat
     kw = dict(data__shards="all", batching__max_tokens=256)
     n = 80
     mine = [b for _, b in zip(range(n), babelfeed.build_train_iterator(config_for(local, **kw)))]
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     theirs = [b for _, b in zip(range(n), babelfeed.build_train_iterator(config_for(url, **kw)))]
     same_batches(mine, theirs)
@@ -274,9 +274,9 @@ def test_requests_never_span_a_held_piece(monkeypatch):
     import os
     import tempfile
 
-    from babelfeed.storage import fetcher
+    from babelfeed.storage.remote import limits, server
 
-    monkeypatch.setattr(fetcher, "GAP", 16 << 10)  # (whatever another test of this process set)
+    monkeypatch.setattr(limits, "GAP", 16 << 10)  # (whatever another test of this process set)
     with tempfile.NamedTemporaryFile(suffix=".bin") as f:
         f.truncate(1 << 16)
 
@@ -284,8 +284,8 @@ def test_requests_never_span_a_held_piece(monkeypatch):
             async def get_range_async(self, key, a, b, etag):
                 return bytes(b - a)
 
-        remote = fetcher._Remote(FakeStore(), "k", 1 << 16, "", f.name)
-        fet = fetcher.Fetcher(tempfile.gettempdir())
+        remote = server._Remote(FakeStore(), "k", 1 << 16, "", f.name)
+        fet = server.Fetcher(tempfile.gettempdir())
         fet.remotes[f.name] = remote
         fet.ensure(f.name, [1000], [1100])
         fet.ensure(f.name, [900, 1200], [950, 1300])  # both sides of the held piece, within the gap
@@ -358,7 +358,7 @@ def test_a_fetcher_socket_served_by_another_user_is_refused(tmp_path, monkeypatc
     import subprocess
     import sys
 
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     if os.getuid() != 0:
         pytest.skip("needs root to start a listener as another user (CI runs as root)")
@@ -385,7 +385,7 @@ def test_two_hosts_each_fetch_their_own_rows_and_serve_the_local_copys_batches(t
     """Ranks 0 and 1 of 2, each with a cache (and fetcher) of its own, as two hosts: each serves exactly the local
     copy's batches of its rank, and fetches far less than the whole data (the rows of its own batches only; every
     row is read about once an epoch here, so about half)."""
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
     from s3server import stop_fetcher
 
     local = tmp_path / "data_bin"
@@ -471,7 +471,7 @@ def test_binarize_to_a_prefix_holding_another_runs_shards_refuses_or_replaces_th
 
     from babelfeed.preprocess import binarize as bz
     from babelfeed.preprocess.options import BinarizeOptions
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     raw = tmp_path / "raw"
     raw.mkdir()
@@ -524,7 +524,7 @@ def test_a_fetcher_killed_mid_run_is_replaced_and_the_batches_stay_exact(tmp_pat
     import os
     import signal
 
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     local = tmp_path / "data_bin"
     make_data_bin(local)
@@ -563,7 +563,7 @@ def test_each_process_reads_the_store_its_own_environment_names(tmp_path, s3_env
     an error, not the starter's data."""
     from s3server import S3Server
 
-    from babelfeed.storage import remote
+    from babelfeed.storage.remote import client as remote
 
     one, two = tmp_path / "one", tmp_path / "two"
     make_data_bin(one, directions={"aaa-bbb": [40]}, valid=False)

@@ -27,9 +27,9 @@ from babelfeed.preprocess.options import BinarizeOptions, check_shards
 from babelfeed.preprocess.rawtext import RawInput, _doc_format, discover, discover_documents, pair_prefixes
 from babelfeed.preprocess.stats import Stats
 from babelfeed.preprocess.textio import strip_compression
-from babelfeed.storage import remote
+from babelfeed.storage.remote import client as remote
 from babelfeed.storage.dtypes import dtype_for_vocab
-from babelfeed.storage.objects import is_remote
+from babelfeed.storage.remote.objects import is_remote
 
 
 def _count_inputs(inputs: list[RawInput], opts: BinarizeOptions, engine, log) -> None:

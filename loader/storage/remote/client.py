@@ -24,8 +24,9 @@ import numpy as np
 
 from babelfeed.errors import BabelfeedError, DataChangedError
 from babelfeed.fileio import cache_dir, private_folders
-from babelfeed.storage.fetcher import PROTOCOL, merged, pack, receive, send, within
-from babelfeed.storage.objects import StoreError, is_remote, split_url, store_env  # noqa: F401  (this
+from babelfeed.storage.remote.objects import StoreError, is_remote, store_env  # noqa: F401  (this
+from babelfeed.storage.remote.ranges import merged, pack, within
+from babelfeed.storage.remote.wire import PROTOCOL, receive, send
 
 
 # module's face)
@@ -85,7 +86,7 @@ def _start(cache: str, path: str) -> socket.socket:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p) if not env.get("PYTHONPATH") else \
             env["PYTHONPATH"]
-        proc = subprocess.Popen([sys.executable, "-m", "babelfeed.storage.fetcher", path, cache],
+        proc = subprocess.Popen([sys.executable, "-m", "babelfeed.storage.remote.server", path, cache],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
         log.close()
         deadline = time.monotonic() + START_SECONDS

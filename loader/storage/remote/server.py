@@ -21,20 +21,15 @@ mixed with what was fetched before.
 Started by the first process that needs it (``storage/remote.py``) as a fresh interpreter (obstore does not
 survive ``fork``), on a Unix socket only this user can open; it exits after ``IDLE_SECONDS`` without clients.
 
-    python -m babelfeed.storage.fetcher SOCKET CACHE_DIR
+    python -m babelfeed.storage.remote.server SOCKET CACHE_DIR
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import hashlib
 import heapq
 import json
 import os
-import socket
 import socketserver
-import struct
 import sys
 import threading
 import time
@@ -43,337 +38,14 @@ import traceback
 import numpy as np
 
 from babelfeed.errors import InternalError
-from babelfeed.storage.objects import Store, StoreError, split_url
+from babelfeed.storage.remote import limits
+from babelfeed.storage.remote.limits import _endpoint, cache_limit, shadow_root
+from babelfeed.storage.remote.objects import Store, StoreError, split_url
+from babelfeed.storage.remote.pieces import Piece, Pieces, punch_hole
+from babelfeed.storage.remote.ranges import joined_share, merged_dues, overlap_pairs, subtract, unpack
+from babelfeed.storage.remote.wire import receive, send
 
 
-IDLE_SECONDS = float(os.environ.get("BABELFEED_FETCHER_IDLE", "300"))
-# ranges closer than this are fetched as one request, and no request is longer than LARGEST_REQUEST (parallel
-# requests beat one long one); BABELFEED_FETCH_GAP / BABELFEED_FETCH_LARGEST set them (bytes)
-GAP = int(os.environ.get("BABELFEED_FETCH_GAP", 16 << 10))
-LARGEST_REQUEST = int(os.environ.get("BABELFEED_FETCH_LARGEST", 8 << 20))
-CONCURRENCY = int(os.environ.get("BABELFEED_FETCH_CONCURRENCY", 64))  # ranged requests in flight at once
-RESERVED = CONCURRENCY // 8  # of them, kept for gathers waiting (hints never take the last ones)
-DENSE = float(os.environ.get("BABELFEED_FETCH_DENSE", 0.85))  # a file read this much is fetched in whole blocks
-# the gap bridged in a file the host reads only part of (another host reads the rows between; 0: its own rows
-# only, each run of neighbouring rows one request): bytes fetched stay the rows read, requests are many
-SPARSE_GAP = int(os.environ.get("BABELFEED_FETCH_SPARSE_GAP", 0))
-SPAN_HELD = 16 * GAP  # a block request spans bytes held (or in flight) shorter than this: two requests cost
-# more (at 1,000 directions: the gap alone, 4,779 requests and 149 MB; 16 gaps, 3,856 and 217 MB)
-SMALL_FILE = 64 << 20  # a non-.bin object up to this size is fetched whole into the shadow
-
-
-BLOCK = 4096  # the file-system block: the cache counts, and gives back, whole blocks
-
-
-def cache_limit(cache: str) -> int:
-    """The bytes the shadows may hold: ``BABELFEED_FETCH_CACHE_MB``, else a quarter of the free space of the
-    cache's file system (at most 64 GiB, at least 256 MiB)."""
-    mb = os.environ.get("BABELFEED_FETCH_CACHE_MB")
-    if mb:
-        return int(float(mb) * (1 << 20))
-    try:
-        st = os.statvfs(cache)
-        free = st.f_bavail * st.f_frsize
-    except OSError:
-        free = 4 << 30
-    return int(min(max(free // 4, 256 << 20), 64 << 30))
-
-
-def shadow_root(cache: str, url: str, endpoint: str = "") -> str:
-    """The local folder that mirrors remote folder ``url`` (of the store at ``endpoint``, where not the
-    default: two stores may hold buckets of one name)."""
-    name = url.rstrip("/") + (f"\0{endpoint.rstrip('/')}" if endpoint else "")
-    return os.path.join(cache, "objects", hashlib.blake2b(name.encode(), digest_size=10).hexdigest())
-
-
-def _endpoint(options: dict | None, env: dict | None) -> str:
-    env = os.environ if env is None else env
-    return str((options or {}).get("endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
-               or "")
-
-
-# ------------------------------------------------------------------------------------------------ messages
-PROTOCOL = 2  # the messages' framing (in the socket's name: a fetcher of another framing is never reached)
-
-
-def send(sock: socket.socket, obj) -> None:
-    """One message: ``obj`` as JSON, its arrays (:func:`pack`) carried after it as raw bytes (a million offsets
-    cost a copy, not a text encoding)."""
-    blobs: list = [0]  # (the bytes so far, then the arrays)
-    head = json.dumps(_lift(obj, blobs)).encode()
-    size, blobs = blobs[0], blobs[1:]
-    sock.sendall(struct.pack("<II", len(head), size) + head)
-    if size:  # (one send: thousands of files' arrays joined, not a system call each)
-        sock.sendall(b"".join(memoryview(b).cast("B") for b in blobs if b.nbytes))
-
-
-def receive(sock: socket.socket):
-    lengths = _exactly(sock, 8)
-    if lengths is None:
-        return None
-    n_head, n_blobs = struct.unpack("<II", lengths)
-    head = _exactly(sock, n_head)
-    blobs = _exactly(sock, n_blobs) if n_blobs else b""
-    if head is None or blobs is None:
-        return None
-    return _lower(json.loads(head), blobs)
-
-
-def _lift(obj, blobs: list):
-    """``obj`` with each array replaced by ``{"$a": [offset, length, dtype]}`` into ``blobs`` (``blobs[0]``: their
-    bytes so far)."""
-    if isinstance(obj, np.ndarray):
-        a = np.ascontiguousarray(obj)
-        at = blobs[0]
-        blobs.append(a)
-        blobs[0] += a.nbytes
-        return {"$a": [at, len(a), a.dtype.str]}
-    if isinstance(obj, dict):
-        return {k: _lift(v, blobs) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_lift(v, blobs) for v in obj]
-    return obj
-
-
-def _lower(obj, blobs: bytes):
-    if isinstance(obj, dict):
-        if "$a" in obj and len(obj) == 1:
-            at, n, dtype = obj["$a"]
-            return np.frombuffer(blobs, dtype=np.dtype(dtype), count=n, offset=at)
-        return {k: _lower(v, blobs) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_lower(v, blobs) for v in obj]
-    return obj
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes | None:
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        k = sock.recv_into(view[got:], min(n - got, 1 << 22))
-        if not k:
-            return None
-        got += k
-    return bytes(buf) if n < 4096 else buf
-
-
-# ------------------------------------------------------------------------------------------------ intervals
-def pack(values, dtype="<i8") -> np.ndarray:
-    """An array for a message (carried as raw bytes after its JSON: :func:`send`)."""
-    return np.ascontiguousarray(values, dtype=dtype)
-
-
-def unpack(value, dtype="<i8") -> np.ndarray:
-    """:func:`pack`'s inverse, in native byte order; a plain list is taken as it is."""
-    return np.asarray(value, dtype=np.dtype(dtype).newbyteorder("="))
-
-
-def merged(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of intervals ``[a, b)`` as sorted, disjoint intervals (touching ones joined; empty ones gone)."""
-    return merged_dues(a, b, np.zeros(len(a)))[:2]
-
-
-def merged_dues(a: np.ndarray, b: np.ndarray, d: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`merged`, each interval with the earliest due ``d`` of those joined into it."""
-    a, b, d = np.asarray(a, np.int64), np.asarray(b, np.int64), np.asarray(d, np.float64)
-    keep = b > a
-    a, b, d = a[keep], b[keep], d[keep]
-    if len(a) < 2:
-        return a, b, d
-    order = np.argsort(a, kind="stable")
-    a, b, d = a[order], b[order], d[order]
-    reach = np.maximum.accumulate(b)
-    first = np.empty(len(a), bool)
-    first[0] = True
-    first[1:] = a[1:] > reach[:-1]
-    at = np.flatnonzero(first)
-    return a[at], np.maximum.reduceat(b, at), np.minimum.reduceat(d, at)
-
-
-def within(a: np.ndarray, b: np.ndarray, ja: np.ndarray, jb: np.ndarray) -> bool:
-    """Whether every range ``[a, b)`` lies inside one of the sorted, disjoint intervals ``[ja, jb)``."""
-    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    if not len(ja):
-        return not (b > a).any()
-    k = np.searchsorted(ja, a, side="right") - 1
-    return bool(((b <= a) | ((k >= 0) & (b <= jb[np.maximum(k, 0)]))).all())
-
-
-def subtract(a: np.ndarray, b: np.ndarray, ha: np.ndarray, hb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of ``[a, b)`` less the union of ``[ha, hb)``: sorted, disjoint intervals."""
-    a, b = merged(a, b)
-    if not len(a) or not len(ha):
-        return a, b
-    pts = np.concatenate([a, b, ha, hb])
-    n, m = len(a), len(ha)
-    dq = np.concatenate([np.ones(n, np.int64), -np.ones(n, np.int64), np.zeros(2 * m, np.int64)])
-    dh = np.concatenate([np.zeros(2 * n, np.int64), np.ones(m, np.int64), -np.ones(m, np.int64)])
-    order = np.argsort(pts, kind="stable")
-    pts = pts[order]
-    q, h = np.cumsum(dq[order]), np.cumsum(dh[order])
-    last = np.flatnonzero(np.r_[pts[1:] != pts[:-1], True])  # the state after every event at a point
-    p = pts[last]
-    inside = ((q[last] > 0) & (h[last] == 0))[:-1]
-    return merged(p[:-1][inside], p[1:][inside])
-
-
-def overlap_pairs(a: np.ndarray, b: np.ndarray, pa: np.ndarray, pb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(query, piece)`` index pairs of the intervals ``[a, b)`` and the sorted, disjoint ``[pa, pb)`` that
-    overlap."""
-    a, b = np.asarray(a, np.int64), np.asarray(b, np.int64)
-    lo = np.searchsorted(pb, a, side="right")
-    hi = np.searchsorted(pa, b, side="left")
-    count = np.maximum(hi - lo, 0)
-    count[b <= a] = 0
-    total = int(count.sum())
-    q = np.repeat(np.arange(len(a)), count)
-    offsets = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
-    return q, lo[q] + offsets
-
-
-def joined_share(share: float, rows: int, size: int, gap: int) -> float:
-    """The share of a file's bytes that fetching ``share`` of its ``rows`` (taken evenly at random), joined
-    across gaps under ``gap`` bytes, brings: with rows of ``size / rows`` bytes, a run of ``m`` rows not read
-    between two read ones is fetched when ``m`` is under ``M = gap / row``; the runs of ``M`` or more (a share
-    ``(1 - s)^M (M s + 1 - s)`` of the rows) are not. ``share`` itself when the rows are not known."""
-    s = min(max(float(share), 0.0), 1.0)
-    if rows <= 0 or size <= 0 or s <= 0.0:
-        return s
-    m = gap / (size / rows)
-    return float(1.0 - (1.0 - s) ** m * (m * s + 1.0 - s)) if s < 1.0 else 1.0
-
-
-# ------------------------------------------------------------------------------------------------ pieces
-class Piece:
-    """A byte range of a shadow file: held (fetched), or in flight (``job`` fetching it). What the cache holds,
-    evicts and pins."""
-
-    __slots__ = ("remote", "a", "b", "dues", "used", "pins", "alive", "job", "fresh")
-
-    def __init__(self, remote, a: int, b: int, job=None):
-        self.remote, self.a, self.b, self.job = remote, a, b, job
-        self.dues: list | np.ndarray = _NO_DUES  # the batch clocks at which hints said it is needed
-        self.used = 0.0  # when a gather last asked for it (monotonic seconds)
-        self.pins = 0  # connections whose last ensure covered it: they may be reading it now
-        self.alive = True  # held (False once evicted)
-        self.fresh = False  # fetched for a waiting gather that has not pinned it yet (not evicted meanwhile)
-
-    @property
-    def blocks(self) -> range:
-        """The file-system blocks (``BLOCK`` bytes) it lies in."""
-        return range(self.a // BLOCK, (self.b - 1) // BLOCK + 1)
-
-    def next_due(self, clock: float = -np.inf) -> float:
-        """The first batch clock after ``clock`` that a hint says needs it (inf: none)."""
-        d = self.compact(clock)
-        return float(d.min()) if len(d) else float("inf")
-
-    def add_dues(self, dues: np.ndarray, clock: float = -np.inf) -> None:
-        """Hints say batches at clocks ``dues`` read it (kept as they come: sorted only when the cache must
-        choose what to evict)."""
-        self.dues = self.dues + [dues] if isinstance(self.dues, list) else [self.dues, dues]
-        if len(self.dues) > 64:
-            self.compact(clock)
-
-    def compact(self, clock: float) -> np.ndarray:
-        """The dues after ``clock`` (earlier ones are spent: that batch has read it), as one array."""
-        d = np.concatenate(self.dues) if isinstance(self.dues, list) else self.dues
-        if len(d) and d.min() <= clock:
-            d = d[d > clock]
-        if len(d) > 4096:
-            d = np.unique(d)
-        self.dues = d
-        return d
-
-
-_NO_DUES = np.zeros(0, np.float64)
-
-
-class Pieces:
-    """The pieces of one shadow file (held, or in flight): disjoint, sorted by start, with their bounds kept as
-    arrays too (updated in place) for interval arithmetic."""
-
-    def __init__(self):
-        self.items: list[Piece] = []
-        self._a = np.zeros(0, np.int64)
-        self._b = np.zeros(0, np.int64)
-        self._joined = None  # the pieces' union, for covers()
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        return self._a, self._b
-
-    def covers(self, a: np.ndarray, b: np.ndarray) -> bool:
-        """Whether every range ``[a, b)`` lies in what the pieces hold (neighbouring pieces joined)."""
-        if self._joined is None:
-            self._joined = merged(self._a, self._b)
-        return within(a, b, *self._joined)
-
-    def overlapping(self, a: int, b: int) -> list[Piece]:
-        return self.items[int(np.searchsorted(self._b, a, side="right")):int(np.searchsorted(self._a, b, side="left"))]
-
-    def missing(self, a: np.ndarray, b: np.ndarray) -> list[tuple[int, int]]:
-        """The parts of ranges ``[a, b)`` not held, merged, in order."""
-        x, y = subtract(a, b, self._a, self._b)
-        return list(zip(x.tolist(), y.tolist()))
-
-    def add(self, piece: Piece) -> None:
-        k = int(np.searchsorted(self._a, piece.a))
-        self.items.insert(k, piece)
-        self._a = np.insert(self._a, k, piece.a)
-        self._b = np.insert(self._b, k, piece.b)
-        self._joined = None
-
-    def remove(self, piece: Piece) -> None:
-        k = int(np.searchsorted(self._a, piece.a))
-        while self.items[k] is not piece:
-            k += 1
-        del self.items[k]
-        self._a = np.delete(self._a, k)
-        self._b = np.delete(self._b, k)
-        self._joined = None
-
-
-_PUNCH = None
-
-
-def punch_hole(fd: int, offset: int, length: int) -> bool:
-    """Give a sparse file's blocks back (``fallocate(PUNCH_HOLE | KEEP_SIZE)``); False where unsupported."""
-    global _PUNCH
-    if _PUNCH is None:
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-            f = libc.fallocate
-            f.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong]
-            _PUNCH = f
-        except (OSError, AttributeError):
-            _PUNCH = False
-    if not _PUNCH:
-        return False
-    return _PUNCH(fd, 0x02 | 0x01, offset, length) == 0  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
-
-
-def requests_for(missing: list[tuple[int, int]], gap: int | None = None, largest: int | None = None
-                 ) -> list[tuple[int, int]]:
-    """Sorted, disjoint ranges joined into requests: neighbours less than ``gap`` apart share one (the bytes
-    between them come too: cheaper than a round trip), none longer than ``largest`` (a long range is cut into
-    parallel requests). Defaults: ``GAP`` and ``LARGEST_REQUEST`` (the benchmark's lower bound of requests)."""
-    gap = GAP if gap is None else gap
-    largest = LARGEST_REQUEST if largest is None else largest
-    out: list[tuple[int, int]] = []
-    joinable = False  # (the last piece of a range cut in pieces takes no neighbour)
-    for a, b in missing:
-        if joinable and a - out[-1][1] < gap and b - out[-1][0] <= largest:
-            out[-1] = (out[-1][0], b)
-            continue
-        joinable = b - a <= largest
-        while b - a > largest:
-            out.append((a, a + largest))
-            a += largest
-        out.append((a, b))
-    return out
-
-
-# ------------------------------------------------------------------------------------------------ the server
 class _Remote:
     """One ``.bin`` object and its sparse shadow file."""
 
@@ -408,7 +80,7 @@ class _Remote:
         new = 0
         for blk in piece.blocks:
             n = self.blocks.get(blk, 0)
-            new += BLOCK if n == 0 else 0
+            new += limits.BLOCK if n == 0 else 0
             self.blocks[blk] = n + 1
         return new
 
@@ -425,7 +97,7 @@ class _Remote:
                 return None
             for blk in (p.blocks[0], p.blocks[-1]):  # (inner blocks are its own)
                 if self.blocks.get(blk, 0) > 1:
-                    for q in self.held.overlapping(blk * BLOCK, (blk + 1) * BLOCK):
+                    for q in self.held.overlapping(blk * limits.BLOCK, (blk + 1) * limits.BLOCK):
                         if id(q) not in seen:
                             seen.add(id(q))
                             todo.append(q)
@@ -443,7 +115,7 @@ class _Remote:
             else:
                 runs.append([blk, blk + 1])
         for a, b in runs:
-            if not punch_hole(self.fd, a * BLOCK, (b - a) * BLOCK):
+            if not punch_hole(self.fd, a * limits.BLOCK, (b - a) * limits.BLOCK):
                 return -1
         self.held.remove(piece)
         self.evictions += 1
@@ -454,7 +126,7 @@ class _Remote:
                 self.blocks[blk] = n
             else:
                 del self.blocks[blk]
-        return len(free) * BLOCK
+        return len(free) * limits.BLOCK
 
 
 class Job:
@@ -553,7 +225,7 @@ class Fetcher:
         self.clock = -np.inf  # the latest batch a gather asked for (dues up to it are spent)
         self.queue: list = []  # heap of (earliest due, seq, remote) of files with ranges pending
         self.seq = 0
-        self.network = Network(CONCURRENCY, self._take, self._landed)
+        self.network = Network(limits.CONCURRENCY, self._take, self._landed)
 
     def store(self, root: str, options: dict | None, env: dict | None = None):
         """The store for ``root`` as a process configures it: its options, and its store environment (``env``;
@@ -607,7 +279,7 @@ class Fetcher:
                         if current is None or current.etag != etag or current.size != size:
                             self.remotes[path] = _Remote(store, key, size, etag, path)
                 elif not same:
-                    if size > SMALL_FILE:
+                    if size > limits.SMALL_FILE:
                         continue  # (a large file babelfeed does not read: not mirrored)
                     wanted.append((key, etag, size, path))
                 new_manifest[rel] = {"size": size, "etag": etag}
@@ -655,7 +327,7 @@ class Fetcher:
                 if not self.queue:
                     return None
                 due, _, remote = self.queue[0]
-                if due > -np.inf and CONCURRENCY and self.hint_jobs >= CONCURRENCY - RESERVED:
+                if due > -np.inf and limits.CONCURRENCY and self.hint_jobs >= limits.CONCURRENCY - limits.RESERVED:
                     return None  # (woken when a request lands)
             for may_evict in (True, False):
                 with remote.lock:
@@ -688,10 +360,10 @@ class Fetcher:
         i = int(np.argmin(pd))
         urgent = pd[i] == -np.inf
         if remote.dense and not urgent:  # the host reads (nearly) all of this file: its aligned block, whole
-            x = int(pa[i]) // LARGEST_REQUEST * LARGEST_REQUEST
-            return self._cut(remote, x, min(x + LARGEST_REQUEST, remote.size), False, int(pa[i]))
+            x = int(pa[i]) // limits.LARGEST_REQUEST * limits.LARGEST_REQUEST
+            return self._cut(remote, x, min(x + limits.LARGEST_REQUEST, remote.size), False, int(pa[i]))
         # the run of neighbours less than GAP apart around i, then at most LARGEST_REQUEST of it around i
-        cut = pa[1:] - pb[:-1] >= (SPARSE_GAP if remote.shared else GAP)
+        cut = pa[1:] - pb[:-1] >= (limits.SPARSE_GAP if remote.shared else limits.GAP)
         taken = [t for t in (remote.held.arrays()[0], remote.flying.arrays()[0]) if len(t)]
         if taken:  # a request never spans bytes held or in flight: no byte is fetched twice, and pieces stay
             # disjoint (a hole punched for one never zeroes bytes another holds)
@@ -701,13 +373,13 @@ class Fetcher:
         lo = int(apart[np.searchsorted(apart, i, side="right") - 1]) if len(apart) and apart[0] <= i else 0
         k = np.searchsorted(apart, i, side="right")
         hi = int(apart[k]) if k < len(apart) else len(pa)
-        if pb[i] - pa[i] > LARGEST_REQUEST:
+        if pb[i] - pa[i] > limits.LARGEST_REQUEST:
             lo, hi = i, i + 1
         else:
-            lo = min(max(lo, int(np.searchsorted(pa, pb[i] - LARGEST_REQUEST // 2, side="left"))), i)
-            hi = min(hi, lo + int(np.searchsorted(pb[lo:hi], pa[lo] + LARGEST_REQUEST, side="right")))
+            lo = min(max(lo, int(np.searchsorted(pa, pb[i] - limits.LARGEST_REQUEST // 2, side="left"))), i)
+            hi = min(hi, lo + int(np.searchsorted(pb[lo:hi], pa[lo] + limits.LARGEST_REQUEST, side="right")))
             hi = max(hi, i + 1)
-        x, y = int(pa[lo]), min(int(pb[hi - 1]), int(pa[lo]) + LARGEST_REQUEST)
+        x, y = int(pa[lo]), min(int(pb[hi - 1]), int(pa[lo]) + limits.LARGEST_REQUEST)
         if not urgent:
             with self.lock:
                 room = self.limit * 0.9 - self.held_bytes - self.flying_bytes
@@ -725,7 +397,7 @@ class Fetcher:
         if remote.flying.items:
             fa, fb = subtract(fa, fb, *remote.flying.arrays())
         if anchor is not None and len(fa) > 1:
-            apart = np.flatnonzero(fa[1:] - fb[:-1] >= SPAN_HELD) + 1
+            apart = np.flatnonzero(fa[1:] - fb[:-1] >= limits.SPAN_HELD) + 1
             k = int(np.searchsorted(fa, anchor, side="right")) - 1
             lo = int(apart[np.searchsorted(apart, k, side="right") - 1]) if len(apart) and apart[0] <= k else 0
             j = int(np.searchsorted(apart, k, side="right"))
@@ -995,10 +667,10 @@ class Fetcher:
                     total[p] = [total.get(p, [0.0])[0] + float(share), int(rows)]
             files = {p: [min(v[0], 1.0), v[1]] for p, v in total.items()}
             hosts = max(1, round(hosts / len(mine)))
-        gap = SPARSE_GAP if hosts > 1 else GAP
+        gap = limits.SPARSE_GAP if hosts > 1 else limits.GAP
         brings = {p: joined_share(*(v if isinstance(v, (list, tuple)) else (v, 0)), self.remotes[p].size, gap)
                   for p, v in files.items() if p in self.remotes}
-        dense = sorted(((os.path.getsize(p), p) for p, share in brings.items() if share >= DENSE), reverse=True)
+        dense = sorted(((os.path.getsize(p), p) for p, share in brings.items() if share >= limits.DENSE), reverse=True)
         room = self.limit * 0.8
         chosen = set()
         for size, p in dense:
@@ -1017,7 +689,7 @@ class Fetcher:
         with self.lock:
             held = self.held_bytes
             pinned = len({(id(r), blk) for r in self.remotes.values() for p in r.held.items if p.pins
-                          for blk in p.blocks}) * BLOCK
+                          for blk in p.blocks}) * limits.BLOCK
             lat = []
             for store in self.stores.values():
                 del store.latencies[:-10_000]
@@ -1115,9 +787,9 @@ def serve(sock_path: str, cache: str) -> None:
 
     def idle_watch():
         while True:
-            time.sleep(min(5.0, IDLE_SECONDS / 4))
+            time.sleep(min(5.0, limits.IDLE_SECONDS / 4))
             with guard:
-                idle = state["clients"] == 0 and time.monotonic() - state["last"] > IDLE_SECONDS
+                idle = state["clients"] == 0 and time.monotonic() - state["last"] > limits.IDLE_SECONDS
             if idle:
                 server.shutdown()
                 return

@@ -1,0 +1,71 @@
+"""The fetcher's limits and paths: how far apart ranges are joined, how long a request may be, how many run at
+once, when a file is fetched in blocks (each a ``BABELFEED_FETCH_*`` setting), the cache's size, and where a
+folder's shadow lives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+
+IDLE_SECONDS = float(os.environ.get("BABELFEED_FETCHER_IDLE", "300"))
+
+
+# ranges closer than this are fetched as one request, and no request is longer than LARGEST_REQUEST (parallel
+# requests beat one long one); BABELFEED_FETCH_GAP / BABELFEED_FETCH_LARGEST set them (bytes)
+GAP = int(os.environ.get("BABELFEED_FETCH_GAP", 16 << 10))
+
+
+LARGEST_REQUEST = int(os.environ.get("BABELFEED_FETCH_LARGEST", 8 << 20))
+
+
+CONCURRENCY = int(os.environ.get("BABELFEED_FETCH_CONCURRENCY", 64))  # ranged requests in flight at once
+
+
+RESERVED = CONCURRENCY // 8  # of them, kept for gathers waiting (hints never take the last ones)
+
+
+DENSE = float(os.environ.get("BABELFEED_FETCH_DENSE", 0.85))  # a file read this much is fetched in whole blocks
+
+
+# the gap bridged in a file the host reads only part of (another host reads the rows between; 0: its own rows
+# only, each run of neighbouring rows one request): bytes fetched stay the rows read, requests are many
+SPARSE_GAP = int(os.environ.get("BABELFEED_FETCH_SPARSE_GAP", 0))
+
+
+SPAN_HELD = 16 * GAP  # a block request spans bytes held (or in flight) shorter than this: two requests cost
+
+
+# more (at 1,000 directions: the gap alone, 4,779 requests and 149 MB; 16 gaps, 3,856 and 217 MB)
+SMALL_FILE = 64 << 20  # a non-.bin object up to this size is fetched whole into the shadow
+
+
+BLOCK = 4096  # the file-system block: the cache counts, and gives back, whole blocks
+
+
+def cache_limit(cache: str) -> int:
+    """The bytes the shadows may hold: ``BABELFEED_FETCH_CACHE_MB``, else a quarter of the free space of the
+    cache's file system (at most 64 GiB, at least 256 MiB)."""
+    mb = os.environ.get("BABELFEED_FETCH_CACHE_MB")
+    if mb:
+        return int(float(mb) * (1 << 20))
+    try:
+        st = os.statvfs(cache)
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        free = 4 << 30
+    return int(min(max(free // 4, 256 << 20), 64 << 30))
+
+
+def shadow_root(cache: str, url: str, endpoint: str = "") -> str:
+    """The local folder that mirrors remote folder ``url`` (of the store at ``endpoint``, where not the
+    default: two stores may hold buckets of one name)."""
+    name = url.rstrip("/") + (f"\0{endpoint.rstrip('/')}" if endpoint else "")
+    return os.path.join(cache, "objects", hashlib.blake2b(name.encode(), digest_size=10).hexdigest())
+
+
+def _endpoint(options: dict | None, env: dict | None) -> str:
+    env = os.environ if env is None else env
+    return str((options or {}).get("endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+               or "")
