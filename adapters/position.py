@@ -11,7 +11,8 @@ dict ``get_state()`` gives in-process; it also reads an older babelfeed's bare p
 from __future__ import annotations
 
 from babelfeed.errors import DataChangedError, StateError
-from babelfeed.iterators.protocol import builder, identity_changes
+from babelfeed.build import build_iterator
+from babelfeed.iterators.protocol import identity_changes
 from babelfeed.iterators.state import (_int, check_position, find_state,  # noqa: F401  (part of this module's face)
                                        is_iterator_state)
 
@@ -23,8 +24,7 @@ def resumed_iterator(config, rank: int, world_size: int, split, epoch: int, resu
     opens in each process that gathers (DataLoader and grain workers) and keeps in the training process.
     ``expect``: ``{"fingerprint", "identity"}`` of the data the loader started with (:func:`pinned`): a worker
     that finds other data (replaced under the running job) refuses, naming what changed."""
-    build = builder("any")
-    it = build(config, rank=rank, world_size=world_size, split=split, **({} if resume else {"epoch": epoch}))
+    it = build_iterator(config, rank=rank, world_size=world_size, split=split, **({} if resume else {"epoch": epoch}))
     if expect is not None and it.fingerprint() != expect["fingerprint"]:
         what = "; ".join(identity_changes(expect.get("identity"), it.identity())) or "its fingerprint"
         raise DataChangedError(None, f"the data this job reads changed while it ran ({what}): a process opening it "

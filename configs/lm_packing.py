@@ -1,6 +1,6 @@
 """Language-model pretraining on Megatron-style data: blended datasets, document splits, packed rows.
 
-    it = babelfeed.LMIterator.from_config(babelfeed.load_config("configs/lm_packing.py"), rank=r, world_size=w)
+    it = babelfeed.build_iterator(babelfeed.load_config("configs/lm_packing.py"), rank=r, world_size=w)
 """
 
 import ml_collections

@@ -14,7 +14,6 @@ from babelfeed.config.spec import check_known_keys, check_translation_config, va
 from babelfeed.errors import ConfigError, DataError
 from babelfeed.gather.collate import CollateOptions, Collater
 from babelfeed.gather.transforms import parse_steps
-from babelfeed.iterators.protocol import register_builder
 from babelfeed.iterators.translation import BatchIterator
 from babelfeed.lm.iterator import LMIterator
 from babelfeed.plan.planner import EpochPlanner, PlanOptions
@@ -312,7 +311,7 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
                               f"apply (global_batch counts the samples of one step over all ranks)")
         if epoch != 1:
             raise ConfigError("an LM iterator is one pass over num_samples (epochs happen inside each dataset)")
-        return LMIterator.from_config(config, rank=rank, world_size=world_size)  # (checks the config)
+        return build_lm_iterator(config, rank=rank, world_size=world_size)  # (checks the config)
 
     config, _ = translation_section(config)  # configs/demo.py keeps its pipeline under train
     return build_train_iterator(config, rank=rank, world_size=world_size, epoch=epoch, split=split or "batches")
@@ -349,6 +348,7 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
                        split=split)
     it.source_config = config  # (not in the state) trace builds iterators of other world sizes from it
     it.config_snapshot = snapshot(config)  # the state carries it: an edit says what changed, trace undoes edits
+    it.rebuild = build_iterator  # (an edit, trace and the loaders build the run's iterators as this one was)
     return it
 
 
@@ -433,8 +433,6 @@ def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str 
                          max_epochs=1)
 
 
-register_builder("translation", build_train_iterator)
-register_builder("any", build_iterator)
 
 
 def _check_lm_config(config) -> None:
@@ -447,9 +445,16 @@ def _check_lm_config_and_storage(config) -> None:
     _storage(config)
 
 
-def _install_lm_check() -> None:
-    """``LMIterator.from_config`` checks its config with the spec (a layer above the LM iterator)."""
-    LMIterator.check_config = staticmethod(_check_lm_config_and_storage)
-
-
-_install_lm_check()
+def build_lm_iterator(config, rank: int = 0, world_size: int = 1) -> LMIterator:
+    """The LM iterator of a config like configs/lm_packing.py for one rank, its config checked first (every key
+    known: a typo is refused with a suggestion; every value of its type and range; its storage section)."""
+    check_rank(rank, world_size)
+    _check_lm_config_and_storage(config)
+    it = LMIterator.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
+                          num_samples=config.num_samples, split=config.split, split_name=config.split_name,
+                          mode=config.mode, seed=config.seed, cache_dir=config.cache_dir or None, rank=rank,
+                          world_size=world_size, verify=config.get("verify", "full"),
+                          vocab_size=config.get("vocab_size", 0))
+    it.config_snapshot, it.source_config = snapshot(config), config
+    it.rebuild = build_iterator  # (an edit, trace and the loaders build the run's iterators as this one was)
+    return it

@@ -40,7 +40,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from babelfeed.checks import check_rank
-from babelfeed.errors import InternalError, StateMismatch, UsageError
+from babelfeed.errors import StateMismatch, UsageError
 from babelfeed.iterators.policy import scaled_weights
 from babelfeed.iterators.state import check_position, needs_resolving, resolve
 from babelfeed.run.edits import check_editable, check_sampler, config_changes, edited_config, snapshot
@@ -57,26 +57,21 @@ from .fetch_ahead import FetchAhead
 # corpus's epoch in seconds): a position or step further ahead than this is refused rather than planned for hours
 MAX_EPOCHS_AHEAD = 10_000
 
-# How an iterator builds another from a config (an edited resume rebuilds the saved run's, trace and the loaders
-# build the run's): the builders are registered by babelfeed.build, a layer above, which every import of
-# babelfeed loads first. "translation": build_train_iterator; "any": build_iterator.
-_BUILDERS: dict = {}
-
-
-def register_builder(kind: str, build) -> None:
-    _BUILDERS[kind] = build
-
-
-def builder(kind: str):
-    """The registered builder of ``kind`` (see ``_BUILDERS``)."""
-    if kind not in _BUILDERS:
-        raise InternalError(f"no {kind!r} iterator builder registered: import babelfeed (babelfeed.build registers them)")
-    return _BUILDERS[kind]
-
-
 class LoaderIterator(ABC):
     """Base of the iterators: the protocol (what each kind answers: the abstract methods), rank bookkeeping, the
     checks every ``set_state`` makes, and the steering, defined once for both kinds."""
+
+    # How this iterator builds another of its run from a config (an edited resume rebuilds the saved run's, trace
+    # and replay build the run's earlier parts, the loaders build the run's): the builder that built it
+    # (babelfeed.build_iterator sets it on what it builds); None for an iterator not built from a config.
+    rebuild = None
+
+    def build_another(self, config, **kwargs):
+        """An iterator of ``config`` built as this one was (:attr:`rebuild`)."""
+        if self.rebuild is None:
+            raise UsageError("this iterator was not built from a config (babelfeed.build_iterator): build the "
+                             "run's iterators with it to edit, trace or replay a run")
+        return self.rebuild(config, **kwargs)
 
     name: str = "train"
     kind: str = ""
@@ -419,7 +414,7 @@ class LoaderIterator(ABC):
         if self.kind == "translation" and self.config_snapshot is not None:  # (said before anything is built)
             check_editable(self.config_snapshot, snapshot(cfg), self.planner, self.planner.opts.sampler)
         with reusing(self.datasets(), self.dictionaries()):  # (the data the run has open: not opened and parsed again)
-            new = builder("any")(cfg, rank=self.rank, world_size=self.world_size, split=self.split)
+            new = self.build_another(cfg, rank=self.rank, world_size=self.world_size, split=self.split)
         if self.kind == "translation":
             check_sampler(self.planner, new.planner)
         if new.fingerprint() in self.fingerprints():

@@ -26,7 +26,7 @@ import ml_collections
 import numpy as np
 
 from babelfeed.errors import StateError, UsageError
-from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD, builder
+from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD
 from babelfeed.plan.parts import Part
 from babelfeed.run.history import Views, check, split_at, world_size_at
 from babelfeed.run.skips import Skips
@@ -92,13 +92,12 @@ def _views(state: dict):
     return check(state["history"]) if "history" in state else Views()
 
 
-def _build(config: dict, data_path: str, world_size: int, split: str, reuse=None):
-    """An iterator of ``config`` on this machine's data, reusing what the iterator ``reuse`` has open."""
+def _build(config: dict, data_path: str, world_size: int, split: str, reuse):
+    """An iterator of ``config`` on this machine's data, built as ``reuse`` was and reusing what it has open."""
     cfg = ml_collections.ConfigDict(copy.deepcopy(config))
     cfg.data.path = data_path  # the data as this machine finds it
-    shared = (reuse.datasets(), reuse.dictionaries()) if reuse is not None else ((), ())
-    with reusing(*shared):  # (the data the probe has open)
-        return builder("translation")(cfg, world_size=world_size, split=split)
+    with reusing(reuse.datasets(), reuse.dictionaries()):  # (the data the probe has open)
+        return reuse.build_another(cfg, world_size=world_size, split=split)
 
 
 def state_key(state: dict) -> str:
@@ -241,7 +240,7 @@ def _rebuild(probe, world: int, split: str | None = None):
     if config is None:
         raise UsageError(f"this iterator was not built from a config (build_train_iterator): trace steps taken on "
                          f"{world} rank(s) (split={split!r}) with an iterator of that world size and split")
-    return builder("translation")(config, world_size=world, split=split)
+    return probe.build_another(config, world_size=world, split=split)
 
 
 # (trace walks the plan of every epoch before a step's: protocol.MAX_EPOCHS_AHEAD bounds it)

@@ -14,7 +14,6 @@ import numpy as np
 
 from babelfeed.errors import HistoryError, SkipError, StateError, StateMismatch
 from babelfeed.iterators.ledger import FIELDS
-from babelfeed.iterators.protocol import builder
 from babelfeed.plan.parts import Part, decode, encode
 from babelfeed.run.edits import (EditReport, check_data, check_editable, check_sampler, config_changes, map_totals,
                                  stream_identities)
@@ -265,7 +264,7 @@ class TranslationState:
         if self.config_snapshot is not None:
             old_cfg.data.path = self.config_snapshot["data"]["path"]  # the data as this run finds it
         with reusing(self.datasets(), self.dictionaries()):  # (the data this run has open: the saved run's, mostly)
-            old = builder("translation")(old_cfg, rank=self.rank, world_size=self.world_size, split=self.split)
+            old = self.build_another(old_cfg, rank=self.rank, world_size=self.world_size, split=self.split)
         check_sampler(old.planner, self.planner)
         try:
             old.set_state(state)  # the saved config reproduces the saved run
@@ -293,7 +292,7 @@ class TranslationState:
         config = ml_collections.ConfigDict(state["config"])
         config.data.path = self.config_snapshot["data"]["path"]
         with reusing(self.datasets(), self.dictionaries()):
-            it = builder("translation")(config, rank=self.rank, world_size=self.world_size, split=self.split)
+            it = self.build_another(config, rank=self.rank, world_size=self.world_size, split=self.split)
         it.set_state(state)
         self._become(it)
 

@@ -46,7 +46,6 @@ from babelfeed.lm.blending import IndexCache, blending_indices, parse_data_path
 from babelfeed.lm.plan import MODES, LMSource
 from babelfeed.lm.run import LMRun
 from babelfeed.plan.packing import ragged_arange, segments
-from babelfeed.run.edits import snapshot
 from babelfeed.run.weights import Weights
 from babelfeed.storage.remote.client import resolve_prefix
 
@@ -101,9 +100,6 @@ class LMIterator(LMRun, LoaderIterator):
         # first global batch -> (batches, counts, piece pointers, pieces, row blocks)
         self._plans: dict = {}
 
-    # the config spec's checks (check_known_keys, validate); set by babelfeed.build, as the spec lives a layer above
-    check_config = None
-
     @classmethod
     def build(cls, data_path, seq_len: int, global_batch: int, num_samples: int, split: str = "969,30,1",
               split_name: str = "train", mode: str = "concat", seed: int = 1, cache_dir=None, rank: int = 0,
@@ -111,7 +107,8 @@ class LMIterator(LMRun, LoaderIterator):
         """An LM iterator from Megatron's ``--data-path`` string (``"0.3 PREFIX 0.7 PREFIX"``) and the run's shape:
         rows of ``seq_len`` tokens, ``global_batch`` rows a step over all ranks, ``num_samples`` rows in all,
         documents split by ``split`` (train/valid/test shares) and served from ``split_name``, ``mode``
-        ``"concat"``, ``"pack"`` or ``"sentences"``. ``from_config`` takes the same from a config."""
+        ``"concat"``, ``"pack"`` or ``"sentences"``. ``babelfeed.build_iterator`` takes the same from a config,
+        checked."""
         if mode not in MODES:
             raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
         for key, value, low in (("seq_len", seq_len, 1), ("global_batch", global_batch, 1),
@@ -123,19 +120,6 @@ class LMIterator(LMRun, LoaderIterator):
         sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache, verify) for _, prefix in entries]
         return cls(sources, [w for w, _ in entries], num_samples, global_batch, rank, world_size, cache,
                    name=split_name, vocab_size=vocab_size)
-
-    @classmethod
-    def from_config(cls, config, rank: int = 0, world_size: int = 1) -> "LMIterator":
-        """From a config like configs/lm_packing.py, checked as ``babelfeed.build_iterator`` checks it: every key
-        known (a typo is refused with a suggestion), every value of its type and range."""
-        cls.check_config(config)
-        it = cls.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
-                       num_samples=config.num_samples, split=config.split, split_name=config.split_name,
-                       mode=config.mode, seed=config.seed, cache_dir=config.cache_dir or None, rank=rank,
-                       world_size=world_size, verify=config.get("verify", "full"),
-                       vocab_size=config.get("vocab_size", 0))
-        it.config_snapshot, it.source_config = snapshot(config), config
-        return it
 
     # ----------------------------------------------------------------------------------------- iteration
     def __len__(self) -> int:

@@ -15,7 +15,6 @@ import ml_collections
 import numpy as np
 
 from babelfeed.errors import HistoryError, SkipError, StateError, StateMismatch, UsageError
-from babelfeed.iterators.protocol import builder
 from babelfeed.iterators.replay import configs_of
 from babelfeed.iterators.state import find_state
 from babelfeed.lm.mixture import add, arrays, check_offsets, first_event, offsets_at
@@ -196,7 +195,7 @@ class LMRun:
             return kept
         if old is None and isinstance(state.get("config"), dict):
             with reusing(self.datasets()):
-                old = builder("any")(ml_collections.ConfigDict(state["config"]), rank=self.rank,
+                old = self.build_another(ml_collections.ConfigDict(state["config"]), rank=self.rank,
                                      world_size=self.world_size)
             old.set_state(state)
         if old is None:  # (a state without its config: the samples only, from the blend)
@@ -397,7 +396,7 @@ class LMRun:
             return probe  # (it refuses the step, naming the dataset)
         m = len([e for e in edits if e["step"] < step])
         with reusing(self.datasets()):
-            then = builder("any")(ml_collections.ConfigDict(configs_of(full["config"], edits)[m]), rank=self.rank,
+            then = self.build_another(ml_collections.ConfigDict(configs_of(full["config"], edits)[m]), rank=self.rank,
                                   world_size=self.world_size)
         return then.run_of(full)
 

@@ -35,7 +35,7 @@ import warnings
 
 import numpy as np
 
-from babelfeed.build import build_train_iterator
+from babelfeed.build import build_lm_iterator, build_train_iterator
 from babelfeed.config.files import apply_overrides, load_config, split_config_args, translation_section
 from babelfeed.config.spec import check_known_keys, check_translation_config, validate
 from babelfeed.errors import (BabelfeedError, FormatError, Notice, StateError, Terminated,
@@ -44,7 +44,6 @@ from babelfeed.fileio import atomic_open, atomic_write
 from babelfeed.iterators.ledger import trace
 from babelfeed.iterators.protocol import EDIT_HINT
 from babelfeed.iterators.state import find_state, resolve
-from babelfeed.lm.iterator import LMIterator
 from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_report
 from babelfeed.run.edits import config_changes
 from babelfeed.run.history import ran_on, split_of, upgrade
@@ -184,7 +183,7 @@ def _torch_checkpoint(path: str) -> dict:
 
 
 def _lm_trace(args, config) -> int:
-    it = LMIterator.from_config(config, world_size=args.world_size or 1)
+    it = build_lm_iterator(config, world_size=args.world_size or 1)
     rows = it.trace(args.step, _read_state(args.state) if args.state else None)
     if args.json:
         print(json.dumps(rows))
@@ -207,7 +206,7 @@ def _lm_trace(args, config) -> int:
 
 def _lm_plan(config) -> str:
     """What an LM config's run draws: per blended dataset, its weight, samples, tokens and passes over its split."""
-    it = LMIterator.from_config(config)
+    it = build_lm_iterator(config)
     totals = it.ledger_totals(len(it)) if len(it) * it.global_batch <= 4_000_000 else None
     counts = np.bincount(it.dataset_index.astype(np.int64), minlength=len(it.sources))
     names = it.dataset_names()
@@ -376,7 +375,7 @@ def _replay(args) -> int:
     loaded = _load(path, overrides)
     lm = _lm_config(loaded)
     if lm is not None:
-        it = LMIterator.from_config(lm, world_size=args.world_size or 1)
+        it = build_lm_iterator(lm, world_size=args.world_size or 1)
         state = _read_state(args.state)
         _say_if_past(args.step, state.get("consumed_samples", 0) // it.global_batch if isinstance(state, dict) else 0)
         batch = it.batch_for_step(args.step, state, rank=args.rank or 0)
@@ -410,7 +409,7 @@ def _ledger(args) -> int:
     loaded = _load(path, overrides)
     lm = _lm_config(loaded)
     if lm is not None:
-        report = ledger_report.lm_ledger(LMIterator.from_config(lm), _read_state(args.state))
+        report = ledger_report.lm_ledger(build_lm_iterator(lm), _read_state(args.state))
     else:
         config = _translation_config(path, overrides, loaded)
         it, state = _translation_run(args, config, None)
@@ -434,7 +433,7 @@ def _edit(args) -> int:
     lm = _lm_config(loaded)
     world = args.world_size or ran_on(state) or 1
     if lm is not None:
-        it = LMIterator.from_config(lm, world_size=world)
+        it = build_lm_iterator(lm, world_size=world)
     else:
         it = build_train_iterator(_translation_config(path, overrides, loaded), world_size=world,
                                   split=split_of(state) or "batches")

@@ -99,11 +99,13 @@ def test_formats_are_checked_by_name(key, value, match):
         spec.validate(cfg, "translation")
 
 
-@pytest.mark.parametrize("entry", ["build_iterator", "LMIterator.from_config", "LMIterator.build"])
+@pytest.mark.parametrize("entry", ["build_iterator", "build_lm_iterator", "LMIterator.build"])
 def test_an_lm_config_is_checked_before_any_work(tmp_path, entry):
-    """Every way in checks the same: LMIterator.from_config, which the LM config's docstring shows, checked
-    nothing (seq_len 0 served (8, 0) batches; typos were ignored), found by a review."""
-    make = {"build_iterator": babelfeed.build_iterator, "LMIterator.from_config": babelfeed.LMIterator.from_config,
+    """Every way in checks the same: LMIterator.from_config (now build.build_lm_iterator) checked nothing (seq_len
+    0 served (8, 0) batches; typos were ignored), found by a review."""
+    from babelfeed.build import build_lm_iterator
+
+    make = {"build_iterator": babelfeed.build_iterator, "build_lm_iterator": build_lm_iterator,
             "LMIterator.build": lambda c: babelfeed.LMIterator.build(
                 c.data_path, seq_len=c.seq_len, global_batch=c.global_batch, num_samples=c.num_samples,
                 mode=c.mode)}[entry]

@@ -64,7 +64,7 @@ def test_lm_packing_config(tmp_path):
     c = babelfeed.load_config(os.path.join(REPO, "configs", "lm_packing.py"))
     apply_overrides(c, [f"data_path={tmp_path / 'web'}", "seq_len=32", "global_batch=4", "num_samples=16",
                         f"cache_dir={tmp_path / 'cache'}", "split=100,0,0"])
-    batches = list(babelfeed.LMIterator.from_config(c))
+    batches = list(babelfeed.build_iterator(c))
     assert len(batches) == 4 and batches[0]["tokens"].shape == (4, 32) and "segment_ids" in batches[0]
 
 

@@ -523,10 +523,8 @@ def test_edits_a_run_cannot_take_are_refused_by_name_before_anything_is_built(ro
     next(it)
     with pytest.raises(ConfigTypeError, match=r"mixing.temperature takes a float .*got 'hot'"):
         it.edit(mixing__temperature="hot")
-    from babelfeed.iterators import protocol
-
     with monkeypatch.context() as m:
-        m.setattr(protocol, "builder", lambda kind: pytest.fail("the edited iterator was built"))
+        m.setattr(it, "rebuild", lambda *a, **k: pytest.fail("the edited iterator was built"))
         with pytest.raises(StateMismatch, match=r"cannot change mixing.sampler \('auto' -> 'stream'\).*Keep mixing"):
             it.edit(mixing__sampler="stream")
     with pytest.raises(UsageError, match=r"nothing changed\): no edit to make"):
