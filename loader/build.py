@@ -6,12 +6,13 @@ import dataclasses
 import json
 import os
 
+import ml_collections
 import numpy as np
 
 from babelfeed.checks import check_rank
 from babelfeed.config.files import TASK_KINDS, task, translation_section
 from babelfeed.config.spec import check_known_keys, check_translation_config, validate
-from babelfeed.errors import ConfigError, DataError
+from babelfeed.errors import ConfigError, DataError, UsageTypeError
 from babelfeed.gather.collate import CollateOptions, Collater
 from babelfeed.gather.transforms import parse_steps
 from babelfeed.iterators.translation import BatchIterator
@@ -298,12 +299,22 @@ def is_lm_config(config) -> bool:
     return "data_path" in config
 
 
+def check_config_object(config) -> None:
+    """Refuse what is not a config (a config's name or path, None): ``load_config`` makes one."""
+    if not isinstance(config, ml_collections.ConfigDict):
+        hint = (f": babelfeed.load_config({config!r}) reads a config's file or a shipped config's name"
+                if isinstance(config, (str, os.PathLike)) else "")
+        raise UsageTypeError(f"a config is an ml_collections.ConfigDict (babelfeed.load_config gives one), got "
+                             f"{type(config).__name__}{hint}")
+
+
 def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, split: str | None = None):
     """The training iterator of any config: :class:`~babelfeed.lm.iterator.LMIterator` for a language-model config, else
     :func:`build_train_iterator`. ``split=None`` takes the iterator's own default: ``"batches"`` for translation
     (a whole batch per rank), ``"rows"`` for LM (every global batch split into rows per rank).
 
     Both follow one protocol (``loader/iterators/protocol.py``), so the JAX, torch and grain adapters take either."""
+    check_config_object(config)
     check_rank(rank, world_size)
     if is_lm_config(config):
         if split not in (None, "rows"):
@@ -338,6 +349,7 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
 
     ``split="batches"``: one whole batch per rank and step (torch DDP). ``split="rows"``: every rank takes its
     rows of each global batch (JAX global arrays; see ``babelfeed.adapters.jax``)."""
+    check_config_object(config)
     check_rank(rank, world_size)
     sources, dictionary, opts = train_sources(config, world_size, split)
     planner = EpochPlanner(sources, opts)
@@ -408,6 +420,7 @@ def shape_plan(config, planner: EpochPlanner, stats: bool = True) -> ShapePlan |
 
 def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str | None = None) -> BatchIterator:
     """Every sample of the validation split once, in a fixed order, nothing dropped; one epoch."""
+    check_config_object(config)
     check_rank(rank, world_size)
     check_known_keys(config)
     check_translation_config(config)

@@ -65,10 +65,15 @@ def flag(key: str, value) -> None:
         raise ConfigError(f"{key} must be True or False, got {value!r}")
 
 
+# The most ranks a run may have: far beyond any cluster, and a bound on what trace and replay loop over.
+MAX_WORLD_SIZE = 1 << 20
+
+
 def check_rank(rank, world_size) -> None:
-    """``world_size`` a positive integer and ``rank`` an integer in ``[0, world_size)``."""
-    if not is_int(world_size) or world_size < 1:
-        raise ConfigError(f"world_size must be a positive integer, got {world_size!r}")
+    """``world_size`` a positive integer (at most :data:`MAX_WORLD_SIZE`) and ``rank`` an integer in
+    ``[0, world_size)``."""
+    if not is_int(world_size) or not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise ConfigError(f"world_size must be an integer in [1, {MAX_WORLD_SIZE:,}], got {world_size!r}")
     if not is_int(rank) or not 0 <= rank < world_size:
         raise ConfigError(f"rank must be an integer in [0, {world_size}), got {rank!r}")
 

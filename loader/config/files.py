@@ -116,7 +116,9 @@ def _wrong_type(name: str, current, value, shown: str) -> str:
 def _closest(key: str, known: list, where: str) -> str:
     """``; did you mean ...?`` with the known names closest to a misspelt ``key``, else all of ``where``'s."""
     near = difflib.get_close_matches(key, known, n=3)
-    return f"; did you mean {', '.join(near)}?" if near else f"; {where} has: {', '.join(sorted(known))}"
+    if near:
+        return f"; did you mean {', '.join(near)}?"
+    return f"; {where} has: {', '.join(sorted(known))}" if known else f"; {where} has no keys yet"
 
 
 def _speak_babelfeed(config: ml_collections.ConfigDict, path: str) -> None:
@@ -244,8 +246,19 @@ def task(corpora: str, weight: float = 1.0, transforms: str = "", source_prefix:
     SentencePiece (``spm_model``, default ``DATA/spm.model``): a segmentation drawn among the ``nbest`` best
     with probability ~ ``P^alpha``, anew each time a sentence is used (subword regularisation). Validation reads the same template with the best segmentation.
     """
-    return ml_collections.ConfigDict({"corpora": corpora, "weight": float(weight), "transforms": transforms,
-                                      "source_prefix": source_prefix, "target_prefix": target_prefix, "kind": kind,
-                                      "text": text, "spm_model": spm_model, "alpha": float(alpha),
-                                      "nbest": int(nbest)})
+    def number(name, value, kind):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
+            raise ConfigTypeError(f"task({corpora!r}): {name} must be {'an integer' if kind is int else 'a number'}, "
+                                  f"got {value!r}")
+        return kind(value)
+
+    for name, value in (("corpora", corpora), ("transforms", transforms), ("source_prefix", source_prefix),
+                        ("target_prefix", target_prefix), ("kind", kind), ("text", text), ("spm_model", spm_model)):
+        if not isinstance(value, str):
+            raise ConfigTypeError(f"task({corpora!r}): {name} must be a string, got {value!r}")
+    return ml_collections.ConfigDict({"corpora": corpora, "weight": number("weight", weight, float),
+                                      "transforms": transforms, "source_prefix": source_prefix,
+                                      "target_prefix": target_prefix, "kind": kind, "text": text,
+                                      "spm_model": spm_model, "alpha": number("alpha", alpha, float),
+                                      "nbest": number("nbest", nbest, int)})
 

@@ -26,7 +26,7 @@ from typing import Callable
 import ml_collections
 
 from babelfeed.checks import COMPAT, DTYPES, LARGEST, LONGEST, METHODS, ON_TOO_LONG, SHARDS, VERIFY, integers, is_int
-from babelfeed.errors import ConfigError, UsageError
+from babelfeed.errors import ConfigError, ConfigTypeError, UsageError
 from babelfeed.plan import samplers
 
 
@@ -302,7 +302,11 @@ def check_known_keys(config, where: str = "", kind: str = "translation") -> None
         for key in list(node.keys()):
             if key in known:
                 sub = known[key]
-                if isinstance(sub, dict) and sub and isinstance(node[key], ml_collections.ConfigDict):
+                if isinstance(sub, dict) and not isinstance(node[key], (ml_collections.ConfigDict, dict)):
+                    raise ConfigTypeError(f"{prefix}{path}{key} is a section of keys ({', '.join(sorted(sub)[:6])}"
+                                          f"{', ...' if len(sub) > 6 else ''}), got {str(node[key])[:100]!r}: set "
+                                          f"its keys ({prefix}{path}{key}.KEY = ...), not the section")
+                if isinstance(sub, dict) and sub:
                     walk(node[key], sub, f"{path}{key}.")
                 continue
             near = difflib.get_close_matches(key, list(known), n=3, cutoff=0.8 if path == "" else 0.6)
@@ -318,6 +322,12 @@ def check_known_keys(config, where: str = "", kind: str = "translation") -> None
         for name, entry in config.tasks.items():  # each entry's keys are babelfeed's: a typo is refused too
             if not isinstance(entry, (ml_collections.ConfigDict, dict)):
                 raise ConfigError(f"{prefix}tasks.{name} must be babelfeed.config.task(corpora=...), got {entry!r}")
+            for key, value in entry.items():
+                want = {"weight": (int, float), "alpha": (int, float), "nbest": (int,)}.get(key, (str,))
+                if key in TASK_KEYS and (isinstance(value, bool) or not isinstance(value, want)):
+                    what = "a number" if float in want else "an integer" if int in want else "a string"
+                    raise ConfigTypeError(f"{prefix}tasks.{name}.{key} must be {what}, got {value!r} (as "
+                                          f"babelfeed.config.task({key}=...) takes it)")
             for key in entry.keys():
                 if key not in TASK_KEYS:
                     near = difflib.get_close_matches(key, TASK_KEYS, n=3, cutoff=0.6)

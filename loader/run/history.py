@@ -43,6 +43,7 @@ import copy
 import operator
 from dataclasses import dataclass, field
 
+from babelfeed.checks import MAX_WORLD_SIZE
 from babelfeed.errors import HistoryError
 from babelfeed.run.skips import SHAPE as SKIP_SHAPE, event_ok as skip_event_ok
 
@@ -94,6 +95,7 @@ def _event_ok(e) -> bool:
     if kind == "ranks":
         return (set(e) - {"split"} == {"event", "step", "epoch", "consumed", "world_size"} and _int(e["step"])
                 and _int(e["epoch"], 1) and _int(e["consumed"]) and _int(e["world_size"], 1)
+                and e["world_size"] <= MAX_WORLD_SIZE
                 and e.get("split", "batches") in ("batches", "rows"))
     if kind == "weights":
         return (set(e) == {"event", "batch", "weights"} and _int(e["batch"]) and isinstance(e["weights"], dict)
@@ -131,7 +133,7 @@ def check(history, total_steps: int | None = None) -> Views:
     for i, e in enumerate(history):
         if not isinstance(e, dict) or not _event_ok(e):
             kind = e.get("event") if isinstance(e, dict) else None
-            want = SHAPES.get(kind) or f"an event of the kinds {sorted(SHAPES)}"
+            want = (SHAPES.get(kind) if isinstance(kind, str) else None) or f"an event of the kinds {sorted(SHAPES)}"
             raise HistoryError(f"iterator state field 'history' event {i} is {str(e)[:200]}; it must be {want}")
     v = views(history)
     steps = [s[0] for s in v.steps]

@@ -113,8 +113,8 @@ def from_state(ledger, keys: list[str]) -> np.ndarray:
             raise StateError(f"iterator state ledger[{f!r}] must count exactly the streams {keys}, got {have!r}"[:400])
         for j, k in enumerate(keys):
             v = counts[k]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise StateError(f"iterator state ledger[{f!r}][{k!r}] must be an integer >= 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**62:
+                raise StateError(f"iterator state ledger[{f!r}][{k!r}] must be an integer in [0, 2**62), got {v!r}")
             out[i, j] = v
     return out
 
@@ -143,8 +143,8 @@ def skipped_from_state(saved, keys: list[str]) -> tuple[np.ndarray, dict]:
         if not isinstance(counts, dict):
             raise StateError(f"iterator state skipped[{f!r}] must map streams to counts, got {str(counts)[:200]}")
         for k, v in counts.items():
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0 or not isinstance(k, str):
-                raise StateError(f"iterator state skipped[{f!r}][{k!r}] must be an integer >= 0, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**62 or not isinstance(k, str):
+                raise StateError(f"iterator state skipped[{f!r}][{k!r}] must be an integer in [0, 2**62), got {v!r}")
             if k in index:
                 out[i, index[k]] = v
             else:

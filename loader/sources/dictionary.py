@@ -132,8 +132,14 @@ class Dictionary:
 
     def add_from_file(self, path) -> None:
         path = os.fspath(path)
-        with open(path, encoding="utf-8") as f:
-            for lineno, raw in enumerate(f, start=1):
+        with open(path, "rb") as f:
+            for lineno, data in enumerate(f, start=1):
+                try:
+                    raw = data.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise FormatError(path, f"line {lineno}: not UTF-8 text (byte {data[e.start]:#04x} at column "
+                                            f"{e.start + 1}): a fairseq dict.txt is UTF-8 lines '<token> <count>' "
+                                            f"(is this the dictionary, and not another file?)") from None
                 line = raw.rstrip()
                 if not line:
                     raise FormatError(path, f"line {lineno}: empty line; expected '<token> <count>'")

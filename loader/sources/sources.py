@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from babelfeed._native import plan_kernel
-from babelfeed.errors import ConfigError, DataChangedError, DataError
+from babelfeed.errors import ConfigError, ConfigTypeError, DataChangedError, DataError
 from babelfeed.sources.cache import IndexCache
 from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.sources.dictionary import Dictionary
@@ -31,10 +31,16 @@ from babelfeed.storage.spaces import TokenSpaces
 
 def resolve_prefix(template: str, dictionary: Dictionary, key: str, **langs) -> np.ndarray:
     """Token ids of a prefix template such as ``"__bt__ __{src}__"`` (empty template: no prefix)."""
+    if not isinstance(template, str):
+        raise ConfigTypeError(f"the prefix of {key} must be a string of tokens (a template such as '__bt__ "
+                              f"__{{src}}__'), got {template!r}")
     try:
         text = template.format(**langs)
     except KeyError as e:
         raise ConfigError(f"prefix {template!r} for {key} uses an unknown placeholder {e}") from None
+    except (ValueError, IndexError) as e:  # a brace not closed, '{0}' (str.format's words, then what to do)
+        raise ConfigError(f"prefix {template!r} for {key} is not a template: {e}; placeholders are {{src}} and "
+                          f"{{tgt}} (write a literal brace twice: '{{{{')") from None
     ids = []
     for tok in text.split():
         if tok not in dictionary:
@@ -260,6 +266,9 @@ class SourceSet:
             except KeyError as e:
                 raise ConfigError(f"raw text template {spec.text!r} of stream {spec.name!r} uses an unknown "
                                   f"placeholder {e} (known: {sorted(fields)})") from None
+            except (ValueError, IndexError, AttributeError) as e:
+                raise ConfigError(f"raw text template {spec.text!r} of stream {spec.name!r} is not a template: "
+                                  f"{e} (placeholders: {sorted(fields)})") from None
             model, alpha, nbest = spec.subword
             if ("text", path, spec.subword) not in opened:
                 if not os.path.exists(path):

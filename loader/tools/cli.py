@@ -36,6 +36,7 @@ import warnings
 import numpy as np
 
 from babelfeed.build import build_lm_iterator, build_train_iterator
+from babelfeed.checks import MAX_WORLD_SIZE
 from babelfeed.config.files import apply_overrides, load_config, split_config_args, translation_section
 from babelfeed.config.spec import check_known_keys, check_translation_config, validate
 from babelfeed.errors import (BabelfeedError, FormatError, Notice, StateError, Terminated,
@@ -72,16 +73,17 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def count(low: int):
-    """An argparse type: an integer >= ``low``."""
+def count(low: int, high: int | None = None):
+    """An argparse type: an integer >= ``low`` (and <= ``high``)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = None
-        if value is None or value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        if value is None or value < low or (high is not None and value > high):
+            within = f"in [{low}, {high:,}]" if high is not None else f">= {low}"
+            raise argparse.ArgumentTypeError(f"must be an integer {within}, got {text!r}")
         return value
 
     return parse
@@ -377,7 +379,9 @@ def _replay(args) -> int:
     if lm is not None:
         it = build_lm_iterator(lm, world_size=args.world_size or 1)
         state = _read_state(args.state)
-        _say_if_past(args.step, state.get("consumed_samples", 0) // it.global_batch if isinstance(state, dict) else 0)
+        consumed = state.get("consumed_samples", 0) if isinstance(state, dict) else 0
+        if type(consumed) is int:  # (a malformed state is refused by batch_for_step, naming the field)
+            _say_if_past(args.step, consumed // it.global_batch)
         batch = it.batch_for_step(args.step, state, rank=args.rank or 0)
         where = f"global batch {args.step - 1}, rank {args.rank or 0} of {it.world_size}"
     else:
@@ -630,7 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the valid split's prefix; comma-separated prefixes are the splits valid, valid1, ...")
     f.add_argument("--testpref", metavar="PREFIX[,PREFIX]", help="the test split's prefix (test, test1, ...)")
     b.add_argument("--chunk-lines", type=count(1), default=20000, help="lines per unit of parallel work (default 20000)")
-    b.add_argument("--seed", type=int, default=1, help="seed of the SentencePiece training sample (default 1)")
+    b.add_argument("--seed", type=count(0, 2**31 - 1), default=1, help="seed of the SentencePiece training sample (default 1)")
     b.add_argument("--overwrite", action="store_true", help="delete datasets in the output that this run would not write")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
     b.set_defaults(func=_binarize)
@@ -681,7 +685,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--step", type=count(1), required=True, help="the training step (from 1)")
     tr.add_argument("--state", default=None, help="a JSON file holding an iterator state of the run "
                     "(get_state(), or a dict with it under 'data')")
-    tr.add_argument("--world-size", type=count(1), default=None,
+    tr.add_argument("--world-size", type=count(1, MAX_WORLD_SIZE), default=None,
                     help="the world size that took the step (default: as --state records it, else 1)")
     _split_argument(tr)
     _set_argument(tr)
@@ -698,7 +702,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--state", required=True, help="the run's latest state (JSON, or any adapter's checkpoint)")
     rp.add_argument("--step", type=count(1), required=True, help="the training step (from 1)")
     rp.add_argument("--rank", type=count(0), default=None, help="the rank whose batch to rebuild (default 0)")
-    rp.add_argument("--world-size", type=count(1), default=None,
+    rp.add_argument("--world-size", type=count(1, MAX_WORLD_SIZE), default=None,
                     help="translation: the world size that took the step (default: as --state records it); LM: the "
                          "ranks the global batch is split into (default 1: the whole global batch)")
     _split_argument(rp)
@@ -717,7 +721,7 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--json", action="store_true", help="the report as one JSON object instead of tables")
     lg.add_argument("--plot", metavar="DIR", help="also draw ledger.png (served and skipped samples per corpus; "
                     "what each skip dropped) and write ledger.json in DIR; needs matplotlib")
-    lg.add_argument("--world-size", type=count(1), default=None, help=argparse.SUPPRESS)
+    lg.add_argument("--world-size", type=count(1, MAX_WORLD_SIZE), default=None, help=argparse.SUPPRESS)
     _set_argument(lg)
     lg.set_defaults(func=_ledger)
 
@@ -731,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     _config_arguments(ed, "the edited config: a file or a shipped config's name")
     ed.add_argument("--state", required=True, help="the run's state to edit (JSON, or any adapter's checkpoint)")
     ed.add_argument("--out", default=None, help="write the edited run's state here (JSON)")
-    ed.add_argument("--world-size", type=count(1), default=None,
+    ed.add_argument("--world-size", type=count(1, MAX_WORLD_SIZE), default=None,
                     help="the world size of the run that goes on (default: as --state records it)")
     ed.add_argument("--limit", type=count(1), default=12, help="streams shown in the table (the most changed)")
     ed.add_argument("--json", action="store_true", help="the edit as one JSON object instead of a table")

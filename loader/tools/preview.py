@@ -8,7 +8,7 @@ import numpy as np
 
 from babelfeed.checks import at_least
 from babelfeed.config.spec import check_translation_config
-from babelfeed.errors import ConfigError, DataError
+from babelfeed.errors import ConfigError, DataError, FormatError
 from babelfeed.gather.transforms import NoiseContext, Ragged, apply, parse_steps
 from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.sources.sources import resolve_prefix
@@ -21,7 +21,10 @@ def _decoder(root: str, dictionary):
     if os.path.exists(path):
         import sentencepiece as spm  # loaded when text is encoded (tens of ms at import)
 
-        sp = spm.SentencePieceProcessor(model_file=path)
+        try:
+            sp = spm.SentencePieceProcessor(model_file=path)
+        except (RuntimeError, OSError) as e:  # (SentencePiece's own words for a file it cannot parse)
+            raise FormatError(path, f"not a SentencePiece model ({' '.join(str(e).split())[:200]})") from None
     specials = set(dictionary.symbols[: dictionary.nspecial]) | {f"__{k}__" for k in dictionary.language_tokens}
 
     def text(ids) -> str:

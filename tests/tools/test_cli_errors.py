@@ -204,9 +204,10 @@ def test_pair_looking_monolingual_files_are_warned_about_with_the_command_that_p
 
 # ------------------------------------------------------------------------------------ rank and world size
 @pytest.mark.parametrize("rank, world_size, match", [
-    (0, 2.5, "world_size must be a positive integer, got 2.5"),
-    (0, 0, "world_size must be a positive integer, got 0"),
-    (0, True, "world_size must be a positive integer, got True"),
+    (0, 2.5, "world_size must be an integer in \\[1, 1,048,576\\], got 2.5"),
+    (0, 0, "world_size must be an integer in \\[1, 1,048,576\\], got 0"),
+    (0, True, "world_size must be an integer in \\[1, 1,048,576\\], got True"),
+    (0, 2**20 + 1, "world_size must be an integer in \\[1, 1,048,576\\], got 1048577"),
     (1.0, 2, "rank must be an integer"),
     (2, 2, r"rank must be an integer in \[0, 2\), got 2"),
     (-1, 2, "rank must be an integer"),
@@ -458,3 +459,68 @@ def test_a_dashed_language_code_in_a_file_name_is_named_with_the_fix(tmp_path, c
     code = main(["binarize", str(tmp_path / "raw"), "-o", str(tmp_path / "out"), "--train-spm", "8", "--no-progress"])
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and "error: " in last and "train.pt-BR" in last and "write it with _, e.g. pt_BR" in last
+
+
+# ------------------------------------------------------------------ user mistakes that were internal errors
+def _copy(data, tmp_path):
+    import shutil
+
+    out = tmp_path / "copy"
+    shutil.copytree(data, out)
+    return out
+
+
+def test_user_mistakes_found_by_an_adversarial_review_are_the_users_errors(data, tmp_path, capsys, raw):
+    """Each of these was reported as "internal error ... please report it" (exit 1) once the command line decided
+    by type: a dict.txt that is not UTF-8, a garbage spm.model, prefix templates with stray braces, a config
+    section set to a value, a task entry of the wrong type, a history event named by a list, counts past int64,
+    binarize --seed out of range and a world size no run has. Each is now a one-line error naming what to fix."""
+    import json
+
+    bad_dict = _copy(data, tmp_path / "d")
+    with open(bad_dict / "dict.txt", "ab") as f:
+        f.write(b"caf\xe9 1\n")
+    fails(capsys, ["plan", NLLB, f"--config.data.path={bad_dict}"], "dict.txt", "not UTF-8")
+    bad_spm = _copy(data, tmp_path / "s")
+    (bad_spm / "spm.model").write_text("garbage\n")
+    fails(capsys, ["preview", "--config", NLLB, f"--config.data.path={bad_spm}", "--task", "aaa-bbb"],
+          "spm.model", "not a SentencePiece model")
+    for template in ("__{", "{0}"):
+        fails(capsys, ["plan", NLLB, f"--config.data.path={data}", f"--config.data.source_prefix={template}"],
+              "is not a template")
+    cfg = tmp_path / "cfg.py"
+    cfg.write_text(f"import babelfeed, ml_collections\ndef get_config():\n"
+                   f"    d = babelfeed.load_config({NLLB!r}).to_dict()\n"
+                   f"    d['data']['path'], d['filter'] = {data!r}, 'x'\n    return ml_collections.ConfigDict(d)\n")
+    fails(capsys, ["plan", str(cfg)], "filter is a section of keys")
+    cfg.write_text(f"import babelfeed, ml_collections\ndef get_config():\n"
+                   f"    d = babelfeed.load_config({NLLB!r}).to_dict()\n    d['data']['path'] = {data!r}\n"
+                   f"    d['tasks'] = {{'mt': {{'corpora': 'all', 'weight': '1.0x'}}}}\n"
+                   f"    return ml_collections.ConfigDict(d)\n")
+    fails(capsys, ["plan", str(cfg)], "tasks.mt.weight must be a number")
+    with pytest.raises(babelfeed.ConfigTypeError, match="weight must be a number"):
+        babelfeed.config.task("all", weight="x")
+    it = babelfeed.build_train_iterator(_cfg(data))
+    next(it)
+    state = it.get_state()
+    for damage, name in ((lambda s: s["history"].append({"event": []}), "history"),
+                         (lambda s: s["ledger"]["samples"].update({k: 10**20 for k in s["ledger"]["samples"]}),
+                          "ledger")):
+        s = json.loads(json.dumps(state))
+        damage(s)
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(s))
+        fails(capsys, ["edit", NLLB, "--set", f"data.path={data}", "--set", "mixing.temperature=2", "--state",
+                       str(path), "--out", str(tmp_path / "edited.json")], name)
+    fails(capsys, ["binarize", str(raw), "-o", str(tmp_path / "o"), "--train-spm", "60", "--seed", "-1"],
+          "--seed", "-1")
+    fails(capsys, ["trace", NLLB, f"--config.data.path={data}", "--step", "1", "--world-size", "1000000000"],
+          "--world-size")
+    with pytest.raises(babelfeed.UsageTypeError, match=r"babelfeed.load_config\('nllb_like'\)"):
+        babelfeed.build_train_iterator("nllb_like")
+
+
+def _cfg(data):
+    c = babelfeed.load_config(NLLB)
+    c.data.path = data
+    return c
