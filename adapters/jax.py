@@ -31,6 +31,8 @@ from babelfeed.iterators.protocol import LoaderIterator
 
 def data_sharding(mesh: Mesh, data_axes=None) -> NamedSharding:
     """Batch dimension over ``data_axes`` (default: every mesh axis), the rest replicated."""
+    if isinstance(data_axes, str):  # one axis by its name ("data"), not its letters
+        data_axes = (data_axes,)
     axes = tuple(data_axes) if data_axes is not None else tuple(mesh.axis_names)
     unknown = [a for a in axes if a not in mesh.axis_names]
     if unknown:

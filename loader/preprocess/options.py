@@ -75,6 +75,11 @@ class BinarizeOptions:
         if self.ray_address is not None and self.engine != "ray":
             raise UsageError("--ray-address is for --engine ray")
         prefs = self.trainpref or self.validpref or self.testpref
+        if self.input_dir is not None and "://" not in str(self.output_dir) and \
+                os.path.realpath(self.output_dir) == os.path.realpath(self.input_dir):
+            raise UsageError(f"-o {self.output_dir} is the input folder: binarize writes dict.txt, spm.model and "
+                             f"shard folders into its output, which would land among the raw text; give another "
+                             f"output folder")
         if self.input_dir is None and not self.inputs and not prefs:
             raise UsageError("give an input folder, or --input KEY=GLOB, or --source-lang, --target-lang and "
                              "--trainpref PREFIX (fairseq-preprocess's naming)")

@@ -115,13 +115,17 @@ class IndexedDatasetBuilder:
                 f"{self.prefix}: lengths must be non-negative and add up to the {arr.size} tokens given "
                 f"(they add up to {int(lengths.sum())})"
             )
+        if self.multimodal:  # (checked before anything is written: one mode per sequence, or the index is unreadable)
+            m = np.zeros(len(lengths), np.int8) if modes is None else np.asarray(modes, np.int8)
+            if m.shape != (len(lengths),):
+                raise UsageError(f"{self.prefix}: add_items got {m.size} mode(s) for {len(lengths)} sequence(s); "
+                                 f"give one mode per sequence")
         self._data.write(arr.tobytes(order="C"))
         first = len(self._sizes)
         self._sizes.frombytes(lengths.astype("<i8").tobytes())
         if one_document_each:
             self._doc_idx.frombytes(np.arange(first + 1, len(self._sizes) + 1, dtype="<i8").tobytes())
         if self.multimodal:
-            m = np.zeros(len(lengths), np.int8) if modes is None else np.asarray(modes, np.int8)
             self._modes.frombytes(m.tobytes())
 
     def add_documents(self, tokens, lengths, sequences_per_document) -> None:

@@ -287,3 +287,14 @@ def test_two_processes_read_the_batches_from_a_store_each_fetching_its_own_rows(
     finally:
         for c in caches:
             stop_fetcher(str(c))
+
+
+def test_a_data_axis_named_by_a_string_is_one_axis():
+    """data_axes="data" was read as the axes 'd', 'a', 't', 'a' and refused as not of the mesh."""
+    code = ("import numpy as np, jax\nfrom jax.sharding import Mesh, PartitionSpec\n"
+            "from babelfeed.adapters import jax as bf\n"
+            "mesh = Mesh(np.array(jax.devices()[:1]), ('data',))\n"
+            "assert bf.data_sharding(mesh, 'data').spec == bf.data_sharding(mesh, ('data',)).spec\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

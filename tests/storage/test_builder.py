@@ -82,6 +82,15 @@ def test_multimodal_modes(tmp_path):
     ds = babelfeed.IndexedDataset(tmp_path / "m")
     assert ds.modes.tolist() == [0, 1]
     assert [s.tolist() for s in ds] == [[1, 2], [3]]
+    # one mode per sequence, checked before anything is written (a short list wrote an index nothing could read)
+    with babelfeed.IndexedDatasetBuilder(tmp_path / "n", np.int32, format="megatron", multimodal=True) as b:
+        with pytest.raises(babelfeed.UsageError, match=r"1 mode\(s\) for 2 sequence\(s\)"):
+            b.add_items([1, 2, 3], [2, 1], modes=[1])
+        b.add_items([1, 2, 3], [2, 1], modes=[1, 0])
+        b.end_document()
+        b.finalize()
+    n = babelfeed.IndexedDataset(tmp_path / "n")
+    assert n.modes.tolist() == [1, 0] and [s.tolist() for s in n] == [[1, 2], [3]]
 
 
 @pytest.mark.parametrize(

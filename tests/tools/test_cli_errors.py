@@ -514,6 +514,8 @@ def test_user_mistakes_found_by_an_adversarial_review_are_the_users_errors(data,
                        str(path), "--out", str(tmp_path / "edited.json")], name)
     fails(capsys, ["binarize", str(raw), "-o", str(tmp_path / "o"), "--train-spm", "60", "--seed", "-1"],
           "--seed", "-1")
+    fails(capsys, ["binarize", str(raw), "-o", str(raw), "--train-spm", "60"], "is the input folder")
+    assert not (raw / "dict.txt").exists()
     fails(capsys, ["trace", NLLB, f"--config.data.path={data}", "--step", "1", "--world-size", "1000000000"],
           "--world-size")
     with pytest.raises(babelfeed.UsageTypeError, match=r"babelfeed.load_config\('nllb_like'\)"):
