@@ -10,8 +10,8 @@ import ml_collections
 import numpy as np
 
 from babelfeed.checks import check_rank
-from babelfeed.config.files import TASK_KINDS, task, translation_section
-from babelfeed.config.spec import check_known_keys, check_translation_config, validate
+from babelfeed.config.files import translation_section
+from babelfeed.config.spec import Settings, directions, parse
 from babelfeed.errors import ConfigError, DataError, UsageTypeError
 from babelfeed.gather.collate import CollateOptions, Collater
 from babelfeed.gather.transforms import parse_steps
@@ -26,48 +26,10 @@ from babelfeed.sources.sources import SourceSet, StreamSpec
 from babelfeed.storage.remote.client import configure, resolve
 
 
-def _list(value: str) -> list[str]:
-    return [v.strip() for v in str(value).split(",") if v.strip()]
-
-
-def _weights(value) -> tuple:
-    if not value:
-        return ()
-    if isinstance(value, str):
-        pairs = []
-        for item in _list(value):
-            key, _, w = item.rpartition(":")
-            if not key:
-                raise ConfigError(f"mixing.weights entry {item!r} must be 'direction:weight'")
-            pairs.append((key, float(w)))
-        return tuple(pairs)
-    return tuple((k, float(v)) for k, v in dict(value).items())
-
-
-def _overrides(value: str) -> dict:
-    out: dict = {}
-    for item in [v for v in str(value or "").split(";") if v.strip()]:
-        head, _, tokens = item.partition("=")
-        key, _, side = head.strip().rpartition(":")
-        if side not in ("source", "target") or not key:
-            raise ConfigError(f"data.prefix_overrides entry {item!r} must be 'direction:source=tokens' or ':target='")
-        out.setdefault(key, {})[side] = tokens.strip()
-    return out
-
-
-def _virtual(value):
-    value = str(value)
-    if value in ("fairseq", "sum"):
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"mixing.virtual_size must be 'fairseq', 'sum' or an integer, got {value!r}") from None
-
-
-def _keys(corpus: ShardedCorpus, split: str, directions: str, monolingual: str) -> list[str]:
-    keys = corpus.directions(split) if str(directions).strip() == "all" else _list(directions)
-    keys += _list(monolingual)
+def _keys(corpus: ShardedCorpus, split: str, directions, monolingual) -> list[str]:
+    """The corpora a config selects: ``directions`` ("all" or names) and ``monolingual`` (names), as parsed."""
+    keys = list(corpus.directions(split)) if directions == "all" else list(directions)
+    keys += list(monolingual)
     if not keys:
         raise DataError(f"{corpus.root}: no directions selected for split {split!r}{_pair_hint(corpus, split)}")
     return keys
@@ -99,8 +61,8 @@ def _pair_hint(corpus: ShardedCorpus, split: str) -> str:
             f"one with --source-lang {a} --target-lang {b} (or the other way round) and --overwrite")
 
 
-def _collater(config, sources, dictionary) -> Collater:
-    c = config.collate
+def _collater(s: Settings, sources, dictionary) -> Collater:
+    c = s.collate
     out = np.dtype(c.dtype)
     for ds in {id(ds): ds for comp in sources.components for ds in (comp.src, comp.tgt) if ds is not None}.values():
         stored = getattr(ds, "dtype", None)
@@ -112,48 +74,24 @@ def _collater(config, sources, dictionary) -> Collater:
                                             left_pad_source=c.left_pad_source, left_pad_target=c.left_pad_target,
                                             pad_to_multiple=c.pad_to_multiple, dtype=c.dtype,
                                             vocab_size=len(dictionary)),
-                    seed=config.seed, max_source_positions=config.filter.max_source_positions)
+                    seed=s.seed, max_source_positions=s.filter.max_source_positions)
 
 
-def _noise(config, dictionary) -> dict:
+def _noise(s: Settings, dictionary) -> dict:
     """{task or "*": transform steps} from data.noise (every task) and data.noise_by_task ("task=spec|...")."""
-    out = {}
-    if str(config.data.noise).strip():
-        out["*"] = parse_steps(config.data.noise, dictionary)
-    for item in [p for p in str(config.data.noise_by_task or "").split("|") if p.strip()]:
-        task, sep, spec = item.partition("=")
-        if not sep:
-            raise ConfigError(f"data.noise_by_task entry {item!r} must look like 'task=transform:params;...'")
-        out[task.strip()] = parse_steps(spec, dictionary)
+    out = {"*": parse_steps(s.data.noise, dictionary)} if s.data.noise.strip() else {}
+    out.update({task: parse_steps(spec, dictionary) for task, spec in s.data.noise_by_task.items()})
     return out
 
 
-def _tasks(config) -> dict:
-    """The tasks section, each entry with task()'s defaults for the keys it leaves out (its keys were checked)."""
-    if "tasks" not in config or not config.tasks:
-        return {}
-    return {name: task(**dict(entry)) for name, entry in config.tasks.items()}
-
-
-def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=None) -> list[StreamSpec]:
+def _task_streams(s: Settings, corpus: ShardedCorpus, dictionary, split: str, keep=None) -> list[StreamSpec]:
     """The streams of a config's tasks section: one per (task, corpus), named ``task/corpus``."""
-    d = config.data
-    if str(d.noise).strip() or str(d.noise_by_task).strip() or str(d.prefix_overrides).strip():
-        raise ConfigError("with a tasks section, give transforms and prefixes per task (tasks.NAME.transforms, "
-                          ".source_prefix), not data.noise / data.noise_by_task / data.prefix_overrides")
+    d = s.data
     monolingual = set(corpus.monolingual(d.train_split))
     streams = []
-    for name, t in _tasks(config).items():
-        if "/" in name:
-            raise ConfigError(f"task name {name!r} must not contain '/'")
-        if t.kind not in TASK_KINDS:
-            raise ConfigError(f"tasks.{name}.kind must be one of {TASK_KINDS}, got {t.kind!r}")
-        text = str(t.get("text", "")).strip()
-        if text and str(t.corpora).strip() == "all":
-            raise ConfigError(f"tasks.{name} reads raw text: name its corpora (directions or languages), not 'all'")
-        keys = _keys(corpus, d.train_split, t.corpora, "") if str(t.corpora).strip() else []
-        if not keys:
-            raise ConfigError(f"tasks.{name}.corpora names no corpus")
+    for name, t in s.tasks.items():
+        text = t.text.strip()
+        keys = _keys(corpus, d.train_split, directions(name, t.corpora), ())
         subword = ()
         if text:
             root = resolve(d.path)  # (a store's folder: its shadow, where the model was fetched with the indexes)
@@ -161,23 +99,13 @@ def _task_streams(config, corpus: ShardedCorpus, dictionary, split: str, keep=No
             if not os.path.exists(model):
                 raise FileNotFoundError(2, f"tasks.{name}: SentencePiece model not found (tasks.{name}.spm_model)",
                                         model)
-            if not 0 < t.alpha <= 1 or not 2 <= t.nbest <= 1024:
-                raise ConfigError(f"tasks.{name}: alpha must be in (0, 1] and nbest in [2, 1024], got "
-                                  f"{t.alpha}, {t.nbest}")
-            if str(config.batching.pack).strip():
-                raise ConfigError(f"tasks.{name} reads raw text, whose lengths are known only when sampled: it "
-                                  f"cannot be packed (batching.pack)")
-            subword = (model, float(t.alpha), int(t.nbest))
-        steps = tuple(parse_steps(t.transforms, dictionary)) if str(t.transforms).strip() else ()
+            subword = (model, t.alpha, t.nbest)
+        steps = tuple(parse_steps(t.transforms, dictionary)) if t.transforms.strip() else ()
         if t.kind == "denoise":
-            if not steps:
-                raise ConfigError(f"tasks.{name} is a denoising task but has no transforms")
             pairs = [k for k in keys if "-" in k] if text else [k for k in keys if k not in monolingual]
             if pairs:
                 raise ConfigError(f"tasks.{name} is a denoising task over monolingual data, but {pairs} are not "
                                   f"monolingual corpora of {corpus.root}")
-        if not t.weight >= 0:
-            raise ConfigError(f"tasks.{name}.weight must be >= 0, got {t.weight}")
         sp = d.source_prefix if t.source_prefix == "inherit" else t.source_prefix
         tp = d.target_prefix if t.target_prefix == "inherit" else t.target_prefix
         for key in keys:
@@ -196,40 +124,39 @@ def _text_exists(root, template: str, split: str, key: str) -> bool:
                for lang in {src, tgt})
 
 
-def _storage(section) -> None:
+def _storage(section: Settings) -> None:
     """An object store's settings (``data.storage``; ``storage`` in an LM config) for the remote folders it
     names."""
-    if "storage" in section:
-        configure(section.storage.to_dict() if hasattr(section.storage, "to_dict") else section.storage)
+    configure(dict(section.storage))
 
 
-def _cache_dir(config) -> str:
-    return str(config.data.cache_dir).strip() or os.path.join(resolve(config.data.path), ".babelfeed-cache")
+def _cache_dir(s: Settings) -> str:
+    return s.data.cache_dir.strip() or os.path.join(resolve(s.data.path), ".babelfeed-cache")
 
 
-def _sources(config, split: str, shards: str, keys=None) -> tuple[SourceSet, object]:
-    d = config.data
+def _sources(s: Settings, split: str, shards: str, keys=None) -> tuple[SourceSet, object]:
+    d = s.data
     _storage(d)
     corpus = ShardedCorpus(d.path, check=False)  # the sides of what is used are checked as they are opened
     dictionary = corpus.dictionary()
-    if _tasks(config):
-        streams = _task_streams(config, corpus, dictionary, split, keep=keys)
+    if s.tasks:
+        streams = _task_streams(s, corpus, dictionary, split, keep=keys)
         if not streams:
             raise DataError(f"{corpus.root}: no task has {split!r} data")
         sources = SourceSet(corpus, dictionary, split, shards=shards, verify=d.verify,
-                            length_cache_mb=d.length_cache_mb, streams=streams, seed=config.seed,
-                            sampling=split == d.train_split, cache_dir=_cache_dir(config))
+                            length_cache_mb=d.length_cache_mb, streams=streams, seed=s.seed,
+                            sampling=split == d.train_split, cache_dir=_cache_dir(s))
         return sources, dictionary
     keys = keys or _keys(corpus, split, d.directions, d.monolingual)
     sources = SourceSet(corpus, dictionary, split, keys, source_prefix=d.source_prefix,
-                        target_prefix=d.target_prefix, prefix_overrides=_overrides(d.prefix_overrides),
+                        target_prefix=d.target_prefix, prefix_overrides=d.prefix_overrides,
                         shards=shards, verify=d.verify, length_cache_mb=d.length_cache_mb,
-                        noise=_noise(config, dictionary) if split == d.train_split else None)
+                        noise=_noise(s, dictionary) if split == d.train_split else None)
     return sources, dictionary
 
 
-def _named_weights(text: str, names: list[str], what: str) -> tuple:
-    given = dict(_weights(text))
+def _named_weights(pairs: tuple, names: list[str], what: str) -> tuple:
+    given = dict(pairs)
     missing = [n for n in names if n not in given]
     extra = [n for n in given if n not in names]
     if missing or extra:
@@ -237,60 +164,30 @@ def _named_weights(text: str, names: list[str], what: str) -> tuple:
     return tuple(given[n] for n in names)
 
 
-def mixing_schedule(config, tasks: list[str]) -> MixingSchedule | None:
+def mixing_schedule(s: Settings, tasks: list[str]) -> MixingSchedule | None:
     """The per-task weight schedule: ``mixing.schedule`` if given, else the tasks section's constant weights,
     else None (``mixing.method`` decides)."""
-    sched = config.mixing.schedule
-    lists = [p for p in str(sched.weights).split("|") if p.strip()]
-    if lists:
-        bounds = [int(b) for b in _list(sched.boundaries)]
-        return MixingSchedule(tuple(bounds), tuple(_named_weights(w, tasks, "mixing.schedule.weights")
-                                                   for w in lists), sched.mode)
-    if str(sched.boundaries).strip():
-        raise ConfigError("mixing.schedule.boundaries is set but mixing.schedule.weights is empty")
-    if _tasks(config):
-        return MixingSchedule.constant([float(t.weight) for t in _tasks(config).values()])
+    sched = s.mixing.schedule
+    if sched.weights:
+        return MixingSchedule(sched.boundaries, tuple(_named_weights(w, tasks, "mixing.schedule.weights")
+                                                     for w in sched.weights), sched.mode)
+    if s.tasks:
+        return MixingSchedule.constant([t.weight for t in s.tasks.values()])
     return None
 
 
-def _sampler(config, schedule: MixingSchedule | None) -> str:
-    sampler = config.mixing.sampler
-    if sampler == "auto":
-        return "stream" if schedule is not None and schedule.boundaries else "stratified"
-    return sampler
-
-
-def train_plan_options(config, tasks: list[str] | None = None, world_size: int = 1,
+def train_plan_options(s: Settings, tasks: list[str] | None = None, world_size: int = 1,
                        split: str = "batches") -> PlanOptions:
-    """``tasks``: the task names (a SourceSet's ``tasks``), needed when the config has a schedule or tasks."""
-    m, b, f = config.mixing, config.batching, config.filter
-    schedule = mixing_schedule(config, list(tasks or [])) if tasks is not None else None
-    if schedule is not None and _tasks(config) and m.method != "temperature":
-        raise ConfigError(f"with a tasks section, task weights (or mixing.schedule) set the mix and "
-                          f"mixing.temperature splits a task among its corpora; mixing.method must stay "
-                          f"'temperature', got {m.method!r}")
-    if b.accumulation < 1:
-        raise ConfigError(f"batching.accumulation must be >= 1, got {b.accumulation}")
-    return PlanOptions(
-        seed=config.seed, sampler=_sampler(config, schedule), method=m.method, schedule=schedule,
-        batches_per_update=b.accumulation * (world_size if split == "batches" else 1), temperature=m.temperature, weights=_weights(m.weights),
-        virtual_size=_virtual(m.virtual_size), max_scale_up=m.max_scale_up, probabilities_from=m.probabilities_from,
-        max_tokens=b.max_tokens, max_sentences=b.max_sentences, multiple=b.required_batch_size_multiple,
-        window=b.window, max_source_positions=f.max_source_positions, max_target_positions=f.max_target_positions,
-        on_too_long=f.on_too_long, balance_block=b.balance_block, compat=config.compat,
-        fairseq_drop_last=b.fairseq_drop_last, pack_shape=_pack_shape(b.pack),
-        spread_copies=b.get("spread_copies", True) and config.compat != "fairseq")
-
-
-def _pack_shape(value: str) -> tuple:
-    value = str(value or "").strip()
-    if not value:
-        return ()
-    try:
-        ls, lt = (int(x) for x in value.split("x"))
-    except ValueError:
-        raise ConfigError(f"batching.pack must look like '256x256' (source x target), got {value!r}") from None
-    return (ls, lt)
+    """The planner's options of a parsed config. ``tasks``: the task names (a SourceSet's ``tasks``), needed when
+    the config has a schedule or tasks."""
+    schedule = mixing_schedule(s, list(tasks or [])) if tasks is not None else None
+    sampler = s.mixing.sampler
+    if sampler == "auto":
+        sampler = "stream" if schedule is not None and schedule.boundaries else "stratified"
+    return PlanOptions.from_settings(
+        s, sampler=sampler, schedule=schedule,
+        batches_per_update=s.batching.accumulation * (world_size if split == "batches" else 1),
+        spread_copies=s.batching.spread_copies and s.compat != "fairseq")
 
 
 def is_lm_config(config) -> bool:
@@ -331,32 +228,35 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
 def train_sources(config, world_size: int = 1, split: str = "batches") -> tuple[SourceSet, object, PlanOptions]:
     """The training data and plan options of ``config``, with every check a training run makes before planning
     (the ``plan`` command goes through here too, so it refuses what training refuses)."""
-    check_known_keys(config)
-    check_translation_config(config)
-    sources, dictionary = _sources(config, config.data.train_split, config.data.shards)
-    sources.check_limits(config.filter.max_source_positions, config.filter.max_target_positions)
+    return _train_sources(parse(config), world_size, split)
+
+
+def _train_sources(s: Settings, world_size: int, split: str) -> tuple[SourceSet, object, PlanOptions]:
+    sources, dictionary = _sources(s, s.data.train_split, s.data.shards)
+    sources.check_limits(s.filter.max_source_positions, s.filter.max_target_positions)
     noised = sorted({c.key for c in sources.components if c.src_noise})
-    if noised and str(config.batching.pack).strip():
+    if noised and s.batching.pack:
         raise ConfigError(f"batching.pack places sources as stored, without transforms, but {noised[:5]} have "
                           f"source noise (data.noise, data.noise_by_task or a denoise task): leave batching.pack "
                           f"empty for them")
-    return sources, dictionary, train_plan_options(config, sources.tasks, world_size, split)
+    return sources, dictionary, train_plan_options(s, sources.tasks, world_size, split)
 
 
 def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1,
                          split: str = "batches") -> BatchIterator:
-    """The training iterator of ``config`` for one rank (raises ValueError on invalid settings).
+    """The training iterator of ``config`` for one rank (raises ConfigError on invalid settings).
 
     ``split="batches"``: one whole batch per rank and step (torch DDP). ``split="rows"``: every rank takes its
     rows of each global batch (JAX global arrays; see ``babelfeed.adapters.jax``)."""
     check_config_object(config)
     check_rank(rank, world_size)
-    sources, dictionary, opts = train_sources(config, world_size, split)
+    s = parse(config)
+    sources, dictionary, opts = _train_sources(s, world_size, split)
     planner = EpochPlanner(sources, opts)
-    plan = shape_plan(config, planner, stats=False)
+    plan = shape_plan(s, planner, stats=False)
     if plan is not None:
         planner = EpochPlanner(sources, dataclasses.replace(opts, shapes=tuple(plan.shapes)))
-    it = BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, epoch, name="train",
+    it = BatchIterator(planner, _collater(s, sources, dictionary), rank, world_size, epoch, name="train",
                        split=split)
     it.source_config = config  # (not in the state) trace builds iterators of other world sizes from it
     it.config_snapshot = snapshot(config)  # the state carries it: an edit says what changed, trace undoes edits
@@ -389,18 +289,18 @@ def mixture_lengths(planner: EpochPlanner) -> tuple[np.ndarray, np.ndarray, bool
 
 def shape_plan(config, planner: EpochPlanner, stats: bool = True) -> ShapePlan | None:
     """The static shape plan of ``config.batching`` (explicit ``shapes`` or ``num_shapes`` chosen from the
-    mixture's length histogram), or None for dynamic batches. ``stats=False`` (the iterator, which needs only
-    the shapes): explicit shapes of which one holds the filter's limits are taken as they are, without reading
-    the mixture's lengths (about 1 s for 20M samples) for a report nobody reads and a check that cannot fail."""
-    b, f = config.batching, config.filter
-    explicit = str(b.shapes).strip()
+    mixture's length histogram), or None for dynamic batches; ``config``: a config or its Settings. ``stats=False``
+    (the iterator, which needs only the shapes): explicit shapes of which one holds the filter's limits are taken as
+    they are, without reading the mixture's lengths (about 1 s for 20M samples) for a report nobody reads and a
+    check that cannot fail."""
+    s = config if isinstance(config, Settings) else parse(config)
+    b, f = s.batching, s.filter
+    explicit = bool(b.shapes)
     if not explicit and b.num_shapes <= 0:
         return None
     limits = (f.max_source_positions, f.max_target_positions)
     if explicit:
-        widths = [[int(x) for x in item.split("x")] for item in explicit.split(",")]
-        if any(len(w) == 1 for w in widths):
-            widths = [[w[0], w[0]] for w in widths]
+        widths = [list(w) for w in b.shapes]
         if not stats and any(w[0] >= limits[0] and w[1] >= limits[1] for w in widths):
             return shapes_ordered(widths, b.max_tokens, b.required_batch_size_multiple, b.max_sentences or None)
     lengths, weights, sampled = mixture_lengths(planner)
@@ -422,52 +322,42 @@ def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str 
     """Every sample of the validation split once, in a fixed order, nothing dropped; one epoch."""
     check_config_object(config)
     check_rank(rank, world_size)
-    check_known_keys(config)
-    check_translation_config(config)
-    split = split or config.data.valid_split
-    _storage(config.data)
-    corpus = ShardedCorpus(config.data.path, check=False)
+    s = parse(config)
+    split = split or s.data.valid_split
+    _storage(s.data)
+    corpus = ShardedCorpus(s.data.path, check=False)
     available = set(corpus.directions(split)) | set(corpus.monolingual(split))
-    if _tasks(config):  # every task corpus with validation data (raw-text ones: where the template's file exists)
+    if s.tasks:  # every task corpus with validation data (raw-text ones: where the template's file exists)
         wanted, keys = "the tasks' corpora", sorted(available)
     else:
-        wanted = _keys(corpus, config.data.train_split, config.data.directions, config.data.monolingual)
+        wanted = _keys(corpus, s.data.train_split, s.data.directions, s.data.monolingual)
         keys = [k for k in wanted if k in available]
-    if not keys and not _tasks(config):
+    if not keys and not s.tasks:
         raise DataError(f"{corpus.root}: no {split!r} data for the training directions {wanted}")
-    sources, dictionary = _sources(config, split, "all", keys)
-    b, f = config.batching, config.filter
-    opts = PlanOptions(seed=config.seed, sampler="concat", max_tokens=b.max_tokens, max_sentences=b.max_sentences,
-                       multiple=b.required_batch_size_multiple, window=0, max_source_positions=f.max_source_positions,
-                       max_target_positions=f.max_target_positions, on_too_long=f.on_too_long_valid,
-                       shuffle=False)
+    sources, dictionary = _sources(s, split, "all", keys)
+    opts = PlanOptions.from_settings(s, sampler="concat", method="temperature", temperature=1.0, weights=(),
+                                     window=0, on_too_long=s.filter.on_too_long_valid, shuffle=False, pack_shape=(),
+                                     spread_copies=False, fairseq_drop_last=False, compat="none")
     planner = EpochPlanner(sources, opts)
-    return BatchIterator(planner, _collater(config, sources, dictionary), rank, world_size, 1, name=split,
+    return BatchIterator(planner, _collater(s, sources, dictionary), rank, world_size, 1, name=split,
                          max_epochs=1)
 
 
-
-
-def _check_lm_config(config) -> None:
-    check_known_keys(config, kind="lm")
-    validate(config, "lm")
-
-
-def _check_lm_config_and_storage(config) -> None:
-    _check_lm_config(config)
-    _storage(config)
+def _lm_settings(config) -> Settings:
+    s = parse(config, "lm")
+    _storage(s)
+    return s
 
 
 def build_lm_iterator(config, rank: int = 0, world_size: int = 1) -> LMIterator:
     """The LM iterator of a config like configs/lm_packing.py for one rank, its config checked first (every key
     known: a typo is refused with a suggestion; every value of its type and range; its storage section)."""
     check_rank(rank, world_size)
-    _check_lm_config_and_storage(config)
-    it = LMIterator.build(config.data_path, seq_len=config.seq_len, global_batch=config.global_batch,
-                          num_samples=config.num_samples, split=config.split, split_name=config.split_name,
-                          mode=config.mode, seed=config.seed, cache_dir=config.cache_dir or None, rank=rank,
-                          world_size=world_size, verify=config.get("verify", "full"),
-                          vocab_size=config.get("vocab_size", 0))
+    s = _lm_settings(config)
+    it = LMIterator.build(s.data_path, seq_len=s.seq_len, global_batch=s.global_batch, num_samples=s.num_samples,
+                          split=s.split, split_name=s.split_name, mode=s.mode, seed=s.seed,
+                          cache_dir=s.cache_dir or None, rank=rank, world_size=world_size, verify=s.verify,
+                          vocab_size=s.vocab_size)
     it.config_snapshot, it.source_config = snapshot(config), config
     it.rebuild = build_iterator  # (an edit, trace and the loaders build the run's iterators as this one was)
     return it

@@ -189,10 +189,10 @@ def test_babelfeeds_errors_have_one_root_and_stay_what_they_were():
         assert issubclass(cls, babelfeed.BabelfeedError) and issubclass(cls, builtin), cls
     cfg = babelfeed.load_config("nllb_like")
     cfg.mixing.temperature = 0.0
-    from babelfeed.config.spec import check_translation_config
+    from babelfeed.config.spec import parse
 
     with pytest.raises(babelfeed.ConfigError, match="mixing.temperature"):
-        check_translation_config(cfg)
+        parse(cfg)
 
 
 def test_imports_are_at_the_top_unless_their_line_says_why():

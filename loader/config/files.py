@@ -10,7 +10,7 @@ from importlib import resources
 
 import ml_collections
 
-from babelfeed.config.spec import check_known_keys  # noqa: F401  (imported from here before the spec)
+from babelfeed.config.spec import task_values
 from babelfeed.errors import ConfigError, ConfigTypeError, UnknownConfigKey
 
 
@@ -227,9 +227,6 @@ def split_config_args(argv):
     return rest, overrides
 
 
-TASK_KINDS = ("translation", "denoise")
-
-
 def task(corpora: str, weight: float = 1.0, transforms: str = "", source_prefix: str = "inherit",
          target_prefix: str = "inherit", kind: str = "translation", text: str = "", spm_model: str = "",
          alpha: float = 0.1, nbest: int = 16) -> ml_collections.ConfigDict:
@@ -246,19 +243,6 @@ def task(corpora: str, weight: float = 1.0, transforms: str = "", source_prefix:
     SentencePiece (``spm_model``, default ``DATA/spm.model``): a segmentation drawn among the ``nbest`` best
     with probability ~ ``P^alpha``, anew each time a sentence is used (subword regularisation). Validation reads the same template with the best segmentation.
     """
-    def number(name, value, kind):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and value != int(value)):
-            raise ConfigTypeError(f"task({corpora!r}): {name} must be {'an integer' if kind is int else 'a number'}, "
-                                  f"got {value!r}")
-        return kind(value)
-
-    for name, value in (("corpora", corpora), ("transforms", transforms), ("source_prefix", source_prefix),
-                        ("target_prefix", target_prefix), ("kind", kind), ("text", text), ("spm_model", spm_model)):
-        if not isinstance(value, str):
-            raise ConfigTypeError(f"task({corpora!r}): {name} must be a string, got {value!r}")
-    return ml_collections.ConfigDict({"corpora": corpora, "weight": number("weight", weight, float),
-                                      "transforms": transforms, "source_prefix": source_prefix,
-                                      "target_prefix": target_prefix, "kind": kind, "text": text,
-                                      "spm_model": spm_model, "alpha": number("alpha", alpha, float),
-                                      "nbest": number("nbest", nbest, int)})
+    given = locals()
+    return ml_collections.ConfigDict(dict(task_values(given, f"task({corpora!r})")))
 

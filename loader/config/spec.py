@@ -1,130 +1,90 @@
-"""Every config key babelfeed reads, once: its type, range or choices, default and a one-line doc.
+"""Every config key babelfeed reads, once: its type, range or choices, default, one-line doc and the parser of
+its mini-language; and a config parsed once with them.
 
 Two tables, one per kind of config: :data:`TRANSLATION` (configs/nllb_like.py, and the ``train`` section of
-configs/demo.py) and :data:`LM` (configs/lm_packing.py). From them:
+configs/demo.py; the planner's keys are declared by ``babelfeed.plan.options``, which checks a PlanOptions built in
+Python by the same keys) and :data:`LM` (configs/lm_packing.py); :data:`TASK` holds the keys of one ``tasks``
+entry. From them:
 
-* :func:`validate` checks a config's values (type, range, choices, format) before any work, naming the key with
-  its path in the file (``train.batching.max_tokens must be an integer >= 1, got 0``);
+* :func:`parse` checks a whole config before any work (every key known, every value of its type, range and
+  format, the rules between keys) and returns :class:`Settings`, each key's parsed value, frozen: what
+  ``babelfeed.build`` builds from. Errors name the key with its path in the file
+  (``train.batching.max_tokens must be an integer >= 1, got 0``);
 * :func:`check_known_keys` refuses a key babelfeed does not know inside its sections, with the closest names;
 * :func:`defaults` is the config the tables describe: a test holds configs/nllb_like.py and configs/lm_packing.py
   to it (same keys, types and defaults);
 * :func:`markdown` writes docs/reference/config.md, the key reference (a test holds the file to it).
 
-Settings that depend on each other (``max_tokens`` against the longest sample, packing against static shapes)
-are checked by the part that uses them (``babelfeed.plan.options.PlanOptions.validate``).
+Rules between keys live in two places, by what they need: between the planner's settings in
+``PlanOptions.validate`` (so a PlanOptions made in Python keeps them too), and between the rest of a config (tasks,
+schedules, packing of raw text) in :func:`_rules` here. Rules that need the data (a direction the schedule names,
+noise on packed sources) are checked when the data is opened.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import difflib
-import math
-import numbers
-from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Mapping
 
 import ml_collections
 
-from babelfeed.checks import COMPAT, DTYPES, LARGEST, LONGEST, METHODS, ON_TOO_LONG, SHARDS, VERIFY, integers, is_int
-from babelfeed.errors import ConfigError, ConfigTypeError, UsageError
-from babelfeed.plan import samplers
+from babelfeed.checks import LONGEST, Key, names
+from babelfeed.errors import ConfigError, ConfigTypeError, UnknownConfigKey, UsageError
+from babelfeed.lm.blending import parse_data_path, parse_split
+from babelfeed.plan.options import BATCHING, COMPAT_KEY, FILTER, MIXING, SEED
+
+SHARDS = ("cycle", "all")
+VERIFY = ("quick", "full")
+DTYPES = ("int32", "int64")
 
 
-@dataclass(frozen=True)
-class Key:
-    """One config key. ``kind``: "int", "float", "bool", "str" or "str|int"; ``low``/``high``: the range of a
-    number (``high`` excluded); ``choices``: the values allowed; ``nonempty``: a string that must say something;
-    ``check``: a format check of its own (raises ConfigError naming the key)."""
-
-    path: str
-    kind: str
-    default: object
-    doc: str
-    low: float | None = None
-    high: float | None = None
-    choices: tuple | Callable | None = None  # (a callable: choices that a registry holds, asked when checked)
-    nonempty: bool = False
-    check: Callable | None = None
-
-    def allowed(self) -> tuple | None:
-        return self.choices() if callable(self.choices) else self.choices
-
-    def describe(self) -> str:
-        """The values allowed, in words (the key reference's "allowed" column)."""
-        if self.choices:
-            return " \\| ".join(repr(c) for c in self.allowed())
-        if self.kind in ("int", "float"):
-            low = "" if self.low is None else f">= {self.low:g}" if self.kind == "int" or self.low else "> 0"
-            high = "" if self.high is None else f"< {_power(self.high)}"
-            return ", ".join(x for x in (low, high) if x) or "any"
-        if self.kind == "bool":
-            return "True \\| False"
-        return "non-empty text" if self.nonempty else "text"
-
-    def validate(self, value, name: str) -> None:
-        if self.kind == "bool":
-            if not isinstance(value, bool):
-                raise ConfigError(f"{name} must be True or False, got {value!r}")
-            return
-        if self.choices is not None:
-            if value not in self.allowed():
-                raise ConfigError(f"{name} must be one of {', '.join(map(repr, self.allowed()))}, got {value!r}")
-            return
-        if self.kind == "int":
-            if not is_int(value) or (self.low is not None and value < self.low) or not value < (self.high or LARGEST):
-                raise ConfigError(f"{name} must be an integer {self.describe()}, got {value!r}")
-        elif self.kind == "float":
-            ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-            if not ok or (self.low is not None and not (value > self.low if self.low == 0 else value >= self.low)):
-                hint = "; for a uniform mixture (the limit T -> inf) set mixing.method='uniform'" if (
-                    name.endswith("temperature") and isinstance(value, float) and math.isinf(value)) else ""
-                raise ConfigError(f"{name} must be a finite number {self.describe()}, got {value!r}{hint}")
-        elif self.kind == "str":
-            if not isinstance(value, str) or (self.nonempty and not value.strip()):
-                raise ConfigError(f"{name} must be {'non-empty ' if self.nonempty else ''}text, got {value!r}")
-        elif self.kind == "str|int":
-            if not (isinstance(value, str) or is_int(value)):
-                raise ConfigError(f"{name} must be text or an integer, got {value!r}")
-        if self.check is not None:
-            self.check(name, value)
+def prefix_overrides(name: str, value) -> dict:
+    """``"en-de:source=__bt__ __{src}__;en-fr:target=..."`` -> ``{"en-de": {"source": "__bt__ __{src}__"}, ...}``."""
+    if isinstance(value, dict):
+        return value
+    out: dict = {}
+    for item in [v for v in str(value or "").split(";") if v.strip()]:
+        head, sep, tokens = item.partition("=")
+        key, _, side = head.strip().rpartition(":")
+        if not sep or side not in ("source", "target") or not key.strip():
+            raise ConfigError(f"{name} entry {item!r} must be 'direction:source=tokens' or 'direction:target=tokens'")
+        out.setdefault(key.strip(), {})[side] = tokens.strip()
+    return out
 
 
-def _power(x) -> str:
-    p = int(math.log2(x)) if x > 0 else 0
-    return f"2**{p}" if 2 ** p == x else f"{x:g}"
+def directions(name: str, value) -> str | tuple[str, ...]:
+    """``"all"`` or the directions of a comma-separated list."""
+    return "all" if str(value).strip() == "all" else names(name, value)
 
 
-def _shapes(name: str, value) -> None:
-    for item in [t.strip() for t in str(value).split(",") if t.strip()]:
-        parts = item.split("x")
-        if len(parts) not in (1, 2) or not all(p.strip().isdigit() and 0 < int(p) < LARGEST for p in parts):
-            raise ConfigError(f"{name} must be widths such as '32,64,128' or 'SRCxTGT' pairs such as '32x48,64x80' "
-                              f"(positive integers), got {value!r}")
+def by_task(name: str, value) -> dict:
+    """``"task=spec|task=spec"`` -> ``{"task": "spec", ...}`` (each spec is parsed against the dictionary)."""
+    if isinstance(value, dict):
+        return value
+    out = {}
+    for item in [p for p in str(value or "").split("|") if p.strip()]:
+        task, sep, spec = item.partition("=")
+        if not sep or not task.strip():
+            raise ConfigError(f"{name} entry {item!r} must look like 'task=transform:params;...'")
+        out[task.strip()] = spec
+    return out
 
 
-def _pack(name: str, value) -> None:
-    if str(value).strip():
-        parts = str(value).strip().split("x")
-        if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
-            raise ConfigError(f"{name} must be 'SRCxTGT' such as '256x256' (positive integers), got {value!r}")
+def _at_most_one(name: str, value) -> float:
+    if not value <= 1:
+        raise ConfigError(f"{name} must be in (0, 1], got {value!r}")
+    return value
 
 
-def _virtual(name: str, value) -> None:
-    text = str(value)
-    if text not in ("fairseq", "sum") and not (text.strip().isdigit() and int(text) > 0):
-        raise ConfigError(f"{name} must be 'fairseq', 'sum' or a positive integer, got {value!r}")
+def _lm_data_path(name: str, value):
+    return parse_data_path(value)
 
 
-def _weights(name: str, value) -> None:
-    if isinstance(value, str):
-        for item in [t.strip() for t in value.split(",") if t.strip()]:
-            key, _, w = item.rpartition(":")
-            try:
-                ok = bool(key) and float(w) >= 0 and math.isfinite(float(w))
-            except ValueError:
-                ok = False
-            if not ok:
-                raise ConfigError(f"{name} entry {item!r} must be 'direction:weight' with a weight >= 0")
+def _lm_split(name: str, value) -> str:
+    parse_split(value)
+    return value
 
 
 # An object store's settings (data.path = "s3://bucket/data_bin"); each empty one is taken from the environment
@@ -137,74 +97,59 @@ STORAGE: tuple = (
         "AWS_ALLOW_HTTP=true does the same"),
 )
 
-SEED = Key("seed", "int", 1, "every draw, order and shuffle derives from it (fairseq mode: its --seed)", 0, 2**32)
 
 TRANSLATION: tuple[Key, ...] = (
     SEED,
-    Key("compat", "str", "none", "'fairseq': the same batches as fairseq's translation_multi_simple_epoch",
-        choices=COMPAT),
+    COMPAT_KEY,
     Key("data.path", "str", "build/demo/data_bin", "a data_bin folder (shardNNN/{split}.{src}-{tgt}.{lang}.{bin,idx})",
         nonempty=True),
     Key("data.train_split", "str", "train", "the split trained on", nonempty=True),
     Key("data.valid_split", "str", "valid", "the split validated on", nonempty=True),
-    Key("data.directions", "str", "all", "'all' or a comma-separated list such as 'eng_Latn-deu_Latn,eng_Latn-fra_Latn'"),
-    Key("data.monolingual", "str", "", "monolingual languages to add as (x, x) pairs, comma-separated"),
+    Key("data.directions", "str", "all", "'all' or a comma-separated list such as 'eng_Latn-deu_Latn,eng_Latn-fra_Latn'",
+        parse=directions),
+    Key("data.monolingual", "str", "", "monolingual languages to add as (x, x) pairs, comma-separated", parse=names),
     Key("data.shards", "str", "cycle", "'cycle': epoch e reads shard (e-1) % k of each direction; 'all': every shard",
         choices=SHARDS),
     Key("data.source_prefix", "str", "__{src}__", "tokens put before every source (NLLB: the source language token)"),
     Key("data.target_prefix", "str", "__{tgt}__", "tokens put before every target"),
-    Key("data.prefix_overrides", "str", "", "'direction:side=tokens;...', e.g. 'eng_Latn-deu_Latn:source=__bt__ __{src}__'"),
+    Key("data.prefix_overrides", "str", "", "'direction:side=tokens;...', e.g. 'eng_Latn-deu_Latn:source=__bt__ __{src}__'",
+        parse=prefix_overrides),
     Key("data.verify", "str", "full", "'full': every pointer checked once per file (a stamp remembers); 'quick': O(1)",
         choices=VERIFY),
     Key("data.noise", "str", "", "source noise for every train task, e.g. 'token_drop:rate=0.1;local_reorder:k=3'"),
-    Key("data.noise_by_task", "str", "", "per task: 'eng_Latn=span_mask:ratio=0.3,mask_id=<unk>|...'"),
+    Key("data.noise_by_task", "str", "", "per task: 'eng_Latn=span_mask:ratio=0.3,mask_id=<unk>|...'",
+        parse=by_task),
     Key("data.cache_dir", "str", "", "computed indexes (raw-text line offsets, lengths); '': DATA/.babelfeed-cache"),
     Key("data.length_cache_mb", "int", 512, "in-memory copies of sentence lengths for fast planning (0: off)", 0),
-    *(Key(f"data.{k.path}", k.kind, k.default, k.doc, k.low, k.high, k.choices) for k in STORAGE),
-    Key("filter.max_source_positions", "int", 1024, "longest source kept, prefixes and </s> included", 1, LONGEST + 1),
-    Key("filter.max_target_positions", "int", 1024, "longest target kept", 1, LONGEST + 1),
-    Key("filter.on_too_long", "str", "skip", "train: 'skip' (counted, reported) or 'raise'", choices=ON_TOO_LONG),
-    Key("filter.on_too_long_valid", "str", "raise", "validation: 'raise' (it must see every sample) or 'skip'",
-        choices=ON_TOO_LONG),
-    Key("mixing.method", "str", "temperature", "how corpora are weighted", choices=METHODS),
-    Key("mixing.temperature", "float", 5.0, "p_i ~ n_i^(1/T)", 0),
-    Key("mixing.weights", "str", "", "method='weights': 'eng_Latn-deu_Latn:0.5,eng_Latn-fra_Latn:0.3,...'",
-        check=_weights),
-    Key("mixing.sampler", "str", "auto", "'auto' ('stream' with a changing schedule, else 'stratified'), "
-        "'stratified' (per-epoch draw), 'stream' (every corpus cycles its own data), 'fairseq', 'concat'",
-        choices=lambda: ("auto", *samplers.names())),
-    Key("mixing.virtual_size", "str|int", "fairseq", "epoch size: 'fairseq' (largest corpus x max_scale_up), 'sum' "
-        "or an integer", check=_virtual),
-    Key("mixing.max_scale_up", "float", 1.5, "virtual_size='fairseq': the cap on the largest corpus's scale", 0),
-    Key("mixing.probabilities_from", "str", "total", "corpus sizes over all shards ('total') or the epoch's ('shard')",
-        choices=("total", "shard")),
-    Key("mixing.schedule.boundaries", "str", "", "optimizer updates where the weights change, e.g. '40000,80000'",
-        check=integers),
-    Key("mixing.schedule.weights", "str", "", "n + 1 weight lists 'task:w,task:w | task:w,task:w | ...'"),
-    Key("mixing.schedule.mode", "str", "step", "'step' switches at each boundary, 'linear' interpolates",
-        choices=("step", "linear")),
-    Key("batching.max_tokens", "int", 4096, "B * max(len) of the longer side, per batch", 1),
-    Key("batching.max_sentences", "int", 0, "sentences per batch at most (0: no limit)", 0),
-    Key("batching.required_batch_size_multiple", "int", 8, "every batch size a multiple of it", 1),
-    Key("batching.accumulation", "int", 1, "forward passes per optimizer update on each rank (for the schedule)", 1),
-    Key("batching.window", "int", 1_000_000, "samples planned at once (memory bound); 0: the whole epoch", 0),
-    Key("batching.num_shapes", "int", 0, "> 0: every batch takes one of this many static shapes, chosen from the data",
-        0),
-    Key("batching.shapes", "str", "", "or explicit widths '32x32,64x64,128x128' (source x target)", check=_shapes),
-    Key("batching.pack", "str", "", "'256x256': pack pairs side by side into rows of this shape", check=_pack),
-    Key("batching.spread_copies", "bool", True, "copies of one sample (an up-sampled corpus) go to different "
-        "batches; False: the length order puts them side by side, as fairseq does"),
-    Key("batching.balance_block", "int", 16, "batches of similar cost shuffled together (rank balance)", 1),
-    Key("batching.fairseq_drop_last", "bool", False, "compat='fairseq': drop a last batch off the multiple"),
+    *(dataclasses.replace(k, path=f"data.{k.path}") for k in STORAGE),
+    *FILTER,
+    *MIXING,
+    *BATCHING,
     Key("collate.left_pad_source", "bool", True, "sources padded on the left (fairseq's default)"),
     Key("collate.left_pad_target", "bool", False, "targets padded on the left"),
-    Key("collate.pad_to_multiple", "int", 1, "every padded length a multiple of it", 1),
+    Key("collate.pad_to_multiple", "int", 1, "every padded length a multiple of it", 1, LONGEST + 1),
     Key("collate.dtype", "str", "int64", "the token arrays' dtype", choices=DTYPES),
 )
 
-# The keys of one tasks entry (babelfeed.config.task's arguments; a test holds the two together).
-TASK_KEYS = ("corpora", "weight", "transforms", "source_prefix", "target_prefix", "kind", "text", "spm_model", "alpha",
-             "nbest")
+TASK_KINDS = ("translation", "denoise")
+
+# The keys of one tasks entry: babelfeed.config.task's arguments, in its order (a test holds the two together).
+TASK: tuple[Key, ...] = (
+    Key("corpora", "str", "", "comma-separated directions or monolingual languages ('all': every direction)",
+        nonempty=True),
+    Key("weight", "float", 1.0, "the task's share of the mixture", 0),
+    Key("transforms", "str", "", "source noise, e.g. 'span_mask:ratio=0.3,mask_id=<unk>'"),
+    Key("source_prefix", "str", "inherit", "prefix template; 'inherit' takes data.source_prefix"),
+    Key("target_prefix", "str", "inherit", "prefix template; 'inherit' takes data.target_prefix"),
+    Key("kind", "str", "translation", "'denoise': monolingual corpora, noised source and clean target",
+        choices=TASK_KINDS),
+    Key("text", "str", "", "read raw text from this path template (relative to data.path)"),
+    Key("spm_model", "str", "", "raw text: the SentencePiece model ('': DATA/spm.model)"),
+    Key("alpha", "float", 0.1, "raw text: a segmentation drawn with probability ~ P^alpha", above=0,
+        parse=_at_most_one),
+    Key("nbest", "int", 16, "raw text: among the nbest best segmentations", 2, 1025),
+)
+TASK_KEYS = tuple(k.path for k in TASK)
 
 # Sections of a translation config whose entries are the user's own (tasks.NAME = babelfeed.config.task(...)).
 OPEN_SECTIONS = {"tasks": "tasks group corpora that get the same treatment: tasks.NAME = babelfeed.config.task(...)"}
@@ -212,8 +157,9 @@ OPEN_SECTIONS = {"tasks": "tasks group corpora that get the same treatment: task
 LM: tuple[Key, ...] = (
     SEED,
     Key("data_path", "str", "0.3 data/web 0.7 data/books", "weights and .idx/.bin prefixes (Megatron's --data-path)",
-        nonempty=True),
-    Key("split", "str", "969,30,1", "train/valid/test shares, by documents", nonempty=True),
+        nonempty=True, parse=_lm_data_path),
+    Key("split", "str", "969,30,1", "train/valid/test shares, by documents ('969,30,1' or '969/30/1')",
+        nonempty=True, parse=_lm_split),
     Key("split_name", "str", "train", "the split served", choices=("train", "valid", "test")),
     Key("mode", "str", "pack", "'pack': whole documents in rows with segment ids; 'concat': Megatron's GPT slicing; "
         "'sentences': BERT-style", choices=("concat", "pack", "sentences")),
@@ -252,12 +198,50 @@ def defaults(kind: str) -> ml_collections.ConfigDict:
     return out
 
 
-def validate(config, kind: str = "translation", where: str = "") -> None:
-    """Every key of ``config`` that the ``kind`` table names, checked (ConfigError naming ``where.key``). A key
-    the config leaves out is given its default (docs/reference/config.md), inside a section the config has (a missing
-    section says the config is of another kind). ``where``: the path of ``config`` inside the file's config."""
+class Settings(Mapping):
+    """A config parsed: ``settings["mixing.weights"]`` or ``settings.mixing.weights`` is the key's parsed value
+    (``(("en-de", 0.5), ...)``); ``settings.tasks`` the tasks section, each entry a Settings of :data:`TASK`'s
+    keys. Frozen: build from it, never change it."""
+
+    __slots__ = ("_values", "_where")
+
+    def __init__(self, values: dict, where: str = ""):
+        object.__setattr__(self, "_values", dict(values))
+        object.__setattr__(self, "_where", where)
+
+    def __getitem__(self, path: str):
+        return self._values[path]
+
+    def __iter__(self):
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name in self._values:
+            return self._values[name]
+        inner = {k[len(name) + 1:]: v for k, v in self._values.items() if k.startswith(name + ".")}
+        if not inner:
+            raise UnknownConfigKey(f"{self._where}{name} is not a babelfeed config key or section")
+        return Settings(inner, f"{self._where}{name}.")
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Settings are frozen: change the config and parse it again ({name})")
+
+    def __repr__(self) -> str:
+        return f"Settings({self._values!r})"
+
+
+def _values(config, table, where: str) -> dict:
+    """Every key of ``table`` in ``config``, checked and parsed. A key the config leaves out is given its default
+    (docs/reference/config.md), inside a section the config has (a missing section says the config is of another
+    kind: its keys are left out)."""
     prefix = f"{where}." if where else ""
-    for key in keys(kind):
+    out = {}
+    for key in table:
         *parents, last = key.path.split(".")
         node = config
         for p in parents:
@@ -275,7 +259,76 @@ def validate(config, kind: str = "translation", where: str = "") -> None:
         if last not in node:
             with node.unlocked() if hasattr(node, "unlocked") else contextlib.nullcontext():
                 node[last] = key.default
-        key.validate(node[last], prefix + key.path)
+        out[key.path] = key.value(node[last], prefix + key.path)
+    return out
+
+
+def task_values(entry: Mapping, name: str) -> Settings:
+    """One ``tasks`` entry checked by :data:`TASK`'s keys (``name``: how to name it, ``tasks.NAME``), each key it
+    leaves out at its default."""
+    return Settings({k.path: k.value(entry[k.path], f"{name}.{k.path}") if k.path in entry else k.default
+                     for k in TASK}, f"{name}.")
+
+
+def parse(config, kind: str = "translation", where: str = "") -> Settings:
+    """``config`` checked once, before any work, and parsed: every key known (a typo is refused with the closest
+    names), every section present, every value of its type, range and format, and the rules between keys.
+    ``where``: the path of ``config`` inside the file's config (``"train"`` for configs/demo.py)."""
+    table = keys(kind)
+    check_known_keys(config, where, kind)
+    prefix = f"{where}." if where else ""
+    if kind == "translation":
+        sections = sorted({k.path.split(".")[0] for k in TRANSLATION if "." in k.path})
+        missing = [s for s in sections if s not in config]
+        if missing:
+            raise ConfigError(f"{where or 'the config'} is not a translation config: it has no "
+                              f"{', '.join(prefix + s for s in missing)} section (see configs/nllb_like.py)")
+    values = _values(config, table, where)
+    if kind == "translation":
+        tasks = config.get("tasks") or {}
+        values["tasks"] = {name: task_values(entry, f"{prefix}tasks.{name}") for name, entry in tasks.items()}
+    settings = Settings(values, prefix)
+    if kind == "translation":
+        _rules(settings, prefix)
+    return settings
+
+
+def validate(config, kind: str = "translation", where: str = "") -> None:
+    """Every key of ``config`` that the ``kind`` table names, checked (ConfigError naming ``where.key``); keys the
+    config leaves out are set to their defaults."""
+    _values(config, keys(kind), where)
+
+
+def _rules(s: Settings, prefix: str) -> None:
+    """The rules between a translation config's keys that the planner does not hold (PlanOptions.validate holds
+    its own)."""
+    if s["mixing.weights"] and s["mixing.method"] != "weights":
+        raise ConfigError(f"{prefix}mixing.weights is set but {prefix}mixing.method is {s['mixing.method']!r}, which "
+                          f"ignores it: set {prefix}mixing.method='weights' to use the weights, or leave them empty")
+    if s["mixing.schedule.boundaries"] and not s["mixing.schedule.weights"]:
+        raise ConfigError(f"{prefix}mixing.schedule.boundaries is set but {prefix}mixing.schedule.weights is empty")
+    if not s.tasks:
+        return
+    if s["mixing.method"] != "temperature":
+        raise ConfigError(f"with a tasks section, task weights (or mixing.schedule) set the mix and "
+                          f"mixing.temperature splits a task among its corpora; {prefix}mixing.method must stay "
+                          f"'temperature', got {s['mixing.method']!r}")
+    if s["data.noise"].strip() or s["data.noise_by_task"] or s["data.prefix_overrides"]:
+        raise ConfigError(f"with a tasks section, give transforms and prefixes per task (tasks.NAME.transforms, "
+                          f".source_prefix), not {prefix}data.noise / data.noise_by_task / data.prefix_overrides")
+    for name, t in s.tasks.items():
+        where = f"{prefix}tasks.{name}"
+        if "/" in name:
+            raise ConfigError(f"task name {name!r} must not contain '/'")
+        if t.text.strip() and t.corpora.strip() == "all":
+            raise ConfigError(f"{where} reads raw text: name its corpora (directions or languages), not 'all'")
+        if not names(where, t.corpora):
+            raise ConfigError(f"{where}.corpora names no corpus")
+        if t.text.strip() and s["batching.pack"]:
+            raise ConfigError(f"{where} reads raw text, whose lengths are known only when sampled: it cannot be "
+                              f"packed ({prefix}batching.pack)")
+        if t.kind == "denoise" and not t.transforms.strip():
+            raise ConfigError(f"{where} is a denoising task but has no transforms")
 
 
 def _tree(kind: str) -> dict:
@@ -322,12 +375,6 @@ def check_known_keys(config, where: str = "", kind: str = "translation") -> None
         for name, entry in config.tasks.items():  # each entry's keys are babelfeed's: a typo is refused too
             if not isinstance(entry, (ml_collections.ConfigDict, dict)):
                 raise ConfigError(f"{prefix}tasks.{name} must be babelfeed.config.task(corpora=...), got {entry!r}")
-            for key, value in entry.items():
-                want = {"weight": (int, float), "alpha": (int, float), "nbest": (int,)}.get(key, (str,))
-                if key in TASK_KEYS and (isinstance(value, bool) or not isinstance(value, want)):
-                    what = "a number" if float in want else "an integer" if int in want else "a string"
-                    raise ConfigTypeError(f"{prefix}tasks.{name}.{key} must be {what}, got {value!r} (as "
-                                          f"babelfeed.config.task({key}=...) takes it)")
             for key in entry.keys():
                 if key not in TASK_KEYS:
                     near = difflib.get_close_matches(key, TASK_KEYS, n=3, cutoff=0.6)
@@ -338,22 +385,6 @@ def check_known_keys(config, where: str = "", kind: str = "translation") -> None
             if "corpora" not in entry:
                 raise ConfigError(f"{prefix}tasks.{name} names no corpora: tasks.{name} = "
                                   f"babelfeed.config.task(corpora=\"en-de,en-fr\", ...)")
-
-
-def check_translation_config(config, where: str = "") -> None:
-    """A translation config (configs/nllb_like.py; ``where``: its path inside the file's config, ``"train"`` for
-    configs/demo.py): every section present and every value valid."""
-    prefix = f"{where}." if where else ""
-    sections = sorted({k.path.split(".")[0] for k in TRANSLATION if "." in k.path})
-    missing = [s for s in sections if s not in config]
-    if missing:
-        raise ConfigError(f"{where or 'the config'} is not a translation config: it has no "
-                          f"{', '.join(prefix + s for s in missing)} section (see configs/nllb_like.py)")
-    validate(config, "translation", where)
-    weights, method = config.mixing.get("weights", ""), config.mixing.get("method", "temperature")
-    if (str(weights).strip() if isinstance(weights, str) else weights) and method != "weights":
-        raise ConfigError(f"{prefix}mixing.weights is set but {prefix}mixing.method is {method!r}, which ignores it: "
-                          f"set {prefix}mixing.method='weights' to use the weights, or leave them empty")
 
 
 def markdown() -> str:
@@ -368,13 +399,19 @@ def markdown() -> str:
                                 ("lm", "Language modelling (`configs/lm_packing.py`)", "build_iterator")):
         lines += [f"## {title}", "", f"Read by `babelfeed.{source}(config)`.", "",
                   "| key | type | default | allowed | what it does |", "|---|---|---|---|---|"]
-        for key in keys(kind):
-            doc = key.doc.replace("<", "&lt;").replace("|", chr(92) + "|")  # </s> and <unk> are text, not HTML
-            lines.append(f"| `{key.path}` | {key.kind.replace('|', ' or ')} | `{key.default!r}` | "
-                         f"{key.describe().replace('<', '&lt;')} | {doc} |")
+        lines += [_row(key) for key in keys(kind)]
         if kind == "translation":
             for name, doc in OPEN_SECTIONS.items():
                 lines.append(f"| `{name}.*` | section | empty | your task names | {doc} |")
+            lines += ["", "### One task (`tasks.NAME = babelfeed.config.task(...)`)", "",
+                      "| key | type | default | allowed | what it does |", "|---|---|---|---|---|"]
+            lines += [_row(key) for key in TASK]
         lines.append("")
     return "\n".join(lines)
 
+
+
+def _row(key: Key) -> str:
+    doc = key.doc.replace("<", "&lt;").replace("|", chr(92) + "|")  # </s> and <unk> are text, not HTML
+    return (f"| `{key.path}` | {key.kind.replace('|', ' or ')} | `{key.default!r}` | "
+            f"{key.describe().replace('<', '&lt;')} | {doc} |")

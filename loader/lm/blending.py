@@ -15,6 +15,7 @@ zero-width split is None.
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -97,8 +98,11 @@ def _blend_fallback(w: np.ndarray, size: int, megatron: bool, dataset: np.ndarra
 def parse_data_path(spec) -> list[tuple[float, str]]:
     """``"0.3 prefixA 0.7 prefixB"`` (or a list of tokens) -> [(0.3, "prefixA"), (0.7, "prefixB")].
 
-    Without weights (``"prefixA prefixB"``) every prefix gets weight 1.0, as Megatron does.
+    Without weights (``"prefixA prefixB"``) every prefix gets weight 1.0, as Megatron does. Given its own output
+    (the pairs), it checks and returns them.
     """
+    if not isinstance(spec, str) and spec and all(isinstance(t, tuple) and len(t) == 2 for t in spec):
+        spec = [str(x) for pair in spec for x in pair]
     tokens = spec.split() if isinstance(spec, str) else [str(t) for t in spec]
     if not tokens:
         raise ConfigError("empty data path")
@@ -119,17 +123,22 @@ def parse_data_path(spec) -> list[tuple[float, str]]:
     for weight, prefix in zip(tokens[::2], tokens[1::2]):
         if number(weight) is None or number(prefix) is not None:
             raise ConfigError(f"data path {spec!r}: expected a weight then a prefix, got {weight!r} {prefix!r}")
-        if float(weight) < 0:
-            raise ConfigError(f"data path {spec!r}: negative weight {weight}")
+        if not float(weight) >= 0 or math.isinf(float(weight)):
+            raise ConfigError(f"data path {spec!r}: a weight must be a finite number >= 0, got {weight}")
         out.append((float(weight), prefix))
     return out
 
 
 def parse_split(split: str) -> list[float]:
-    """``"969,30,1"`` -> [0.969, 0.03, 0.001]: numbers extracted, padded to 3 with zeros, normalised."""
-    values = [float(x) for x in re.findall(r"[.0-9]+", str(split))]
-    if not values or len(values) > 3:
-        raise ConfigError(f"split {split!r} must hold one to three numbers, e.g. '969,30,1'")
+    """``"969,30,1"`` (or ``"969/30/1"``, as Megatron takes it) -> [0.969, 0.03, 0.001]: one to three shares >= 0,
+    padded to 3 with zeros, normalised."""
+    try:
+        values = [float(x) for x in re.split(r"[,/]", str(split))]
+    except ValueError:
+        values = []
+    if not values or len(values) > 3 or not all(math.isfinite(v) and v >= 0 for v in values):
+        raise ConfigError(f"split {split!r} must be one to three shares >= 0 separated by ',' (or '/'), "
+                          f"e.g. '969,30,1'")
     values += [0.0] * (3 - len(values))
     total = sum(values)
     if total <= 0:

@@ -1,71 +1,232 @@
-"""The planner's settings, checked once: mixing, batching, filters, shapes, packing, compatibility mode."""
+"""The planner's settings: the config keys it reads (mixing, batching, filters, seed, compatibility mode), each
+declared once as a :class:`~babelfeed.checks.Key` with the parser of its mini-language, and :class:`PlanOptions`,
+the frozen options an :class:`~babelfeed.plan.planner.EpochPlanner` plans with, whose fields name the key they
+come from.
+
+``babelfeed.config.spec`` puts these keys in the translation key table (the config reference is written from
+it) and builds PlanOptions from a parsed config with :meth:`PlanOptions.from_settings`; a PlanOptions built in
+Python is checked by the same keys (:meth:`PlanOptions.validate`), which also holds the rules between the
+planner's settings (``max_tokens`` against the longest sample, packing against static shapes, ...).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import math
+from dataclasses import dataclass, field
 
-from babelfeed.checks import METHODS
+from babelfeed.checks import LARGEST, LONGEST, Key, integers, is_int
 from babelfeed.errors import ConfigError
 from babelfeed.plan import samplers
+
+METHODS = ("temperature", "uniform", "weights")
+COMPAT = ("none", "fairseq")
+ON_TOO_LONG = ("skip", "raise")
+
+
+# -- the mini-languages of the planner's keys: each checks its text and returns what it says ---------------------
+
+def weights(name: str, value) -> tuple[tuple[str, float], ...]:
+    """``"en-de:0.5,en-fr:0.3"`` (or a mapping, or the pairs) -> ``(("en-de", 0.5), ("en-fr", 0.3))``."""
+    if isinstance(value, str):
+        items = []
+        for item in [t.strip() for t in value.split(",") if t.strip()]:
+            key, _, w = item.rpartition(":")
+            try:
+                items.append((key.strip(), float(w)))
+            except ValueError:
+                items.append((key.strip(), math.nan))
+            if not key.strip() or not (items[-1][1] >= 0 and math.isfinite(items[-1][1])):
+                raise ConfigError(f"{name} entry {item!r} must be 'direction:weight' with a finite weight >= 0")
+        pairs = tuple(items)
+    else:
+        try:
+            pairs = tuple((k, v) for k, v in (value.items() if hasattr(value, "items") else value))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be 'direction:weight,...' or (direction, weight) pairs, "
+                              f"got {value!r}") from None
+        for k, v in pairs:
+            if not isinstance(k, str) or not k or isinstance(v, bool) or not isinstance(v, (int, float)) or \
+                    not (v >= 0 and math.isfinite(v)):
+                raise ConfigError(f"{name} entry {(k, v)!r} must be a direction and a finite weight >= 0")
+        pairs = tuple((k, float(v)) for k, v in pairs)
+    seen = [k for i, (k, _) in enumerate(pairs) if k in (p[0] for p in pairs[:i])]
+    if seen:
+        raise ConfigError(f"{name} gives {seen[0]!r} two weights")
+    return pairs
+
+
+def weight_lists(name: str, value) -> tuple[tuple[tuple[str, float], ...], ...]:
+    """``"a:1,b:0 | a:1,b:1"`` -> one weight list per segment, each as :func:`weights` reads it."""
+    if isinstance(value, str):
+        return tuple(weights(name, part) for part in value.split("|") if part.strip())
+    return tuple(weights(name, part) for part in value)
+
+
+def virtual_size(name: str, value) -> str | int:
+    """``"fairseq"``, ``"sum"`` or a positive integer (as text or a number)."""
+    if value in ("fairseq", "sum"):
+        return value
+    if is_int(value) and 0 < value < LARGEST:
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit() and 0 < int(value) < LARGEST:
+        return int(value)
+    raise ConfigError(f"{name} must be 'fairseq', 'sum' or a positive integer, got {value!r}")
+
+
+def pack(name: str, value) -> tuple[int, ...]:
+    """``"256x256"`` -> ``(256, 256)`` (source x target); ``""`` -> ``()`` (no packing)."""
+    if isinstance(value, (tuple, list)):
+        parts = list(value)
+    elif not str(value).strip():
+        return ()
+    else:
+        parts = [p.strip() for p in str(value).strip().split("x")]
+        parts = [int(p) if p.isdigit() else p for p in parts]
+    if len(parts) not in (0, 2) or not all(is_int(p) and 0 < p <= LONGEST for p in parts):
+        raise ConfigError(f"{name} must be 'SRCxTGT' such as '256x256' (positive integers up to {LONGEST}), "
+                          f"got {value!r}")
+    return tuple(int(p) for p in parts)
+
+
+def widths(name: str, value) -> tuple[tuple[int, int], ...]:
+    """``"32,64"`` or ``"32x48,64x80"`` -> ``((32, 32), (64, 64))`` / ``((32, 48), (64, 80))``: the (source,
+    target) widths of explicit static shapes; ``""`` -> ``()``."""
+    out = []
+    for item in [t.strip() for t in str(value).split(",") if t.strip()] if isinstance(value, str) else value:
+        parts = item.split("x") if isinstance(item, str) else list(item)
+        parts = [int(p) if isinstance(p, str) and p.strip().isdigit() else p for p in parts]
+        if len(parts) not in (1, 2) or not all(is_int(p) and 0 < p < LARGEST for p in parts):
+            raise ConfigError(f"{name} must be widths such as '32,64,128' or 'SRCxTGT' pairs such as '32x48,64x80' "
+                              f"(positive integers), got {value!r}")
+        out.append((int(parts[0]), int(parts[-1])))
+    return tuple(out)
+
+
+SEED = Key("seed", "int", 1, "every draw, order and shuffle derives from it (fairseq mode: its --seed)", 0, 2**32)
+COMPAT_KEY = Key("compat", "str", "none", "'fairseq': the same batches as fairseq's translation_multi_simple_epoch",
+                 choices=COMPAT)
+
+FILTER = (
+    Key("filter.max_source_positions", "int", 1024, "longest source kept, prefixes and </s> included", 1, LONGEST + 1),
+    Key("filter.max_target_positions", "int", 1024, "longest target kept", 1, LONGEST + 1),
+    Key("filter.on_too_long", "str", "skip", "train: 'skip' (counted, reported) or 'raise'", choices=ON_TOO_LONG),
+    Key("filter.on_too_long_valid", "str", "raise", "validation: 'raise' (it must see every sample) or 'skip'",
+        choices=ON_TOO_LONG),
+)
+
+MIXING = (
+    Key("mixing.method", "str", "temperature", "how corpora are weighted", choices=METHODS),
+    Key("mixing.temperature", "float", 5.0, "p_i ~ n_i^(1/T)", above=0),
+    Key("mixing.weights", "str", "", "method='weights': 'eng_Latn-deu_Latn:0.5,eng_Latn-fra_Latn:0.3,...'",
+        parse=weights),
+    Key("mixing.sampler", "str", "auto", "'auto' ('stream' with a changing schedule, else 'stratified'), "
+        "'stratified' (per-epoch draw), 'stream' (every corpus cycles its own data), 'fairseq', 'concat'",
+        choices=lambda: ("auto", *samplers.names())),
+    Key("mixing.virtual_size", "str|int", "fairseq", "epoch size: 'fairseq' (largest corpus x max_scale_up), 'sum' "
+        "or an integer", parse=virtual_size),
+    Key("mixing.max_scale_up", "float", 1.5, "virtual_size='fairseq': the cap on the largest corpus's scale",
+        above=0),
+    Key("mixing.probabilities_from", "str", "total", "corpus sizes over all shards ('total') or the epoch's ('shard')",
+        choices=("total", "shard")),
+    Key("mixing.schedule.boundaries", "str", "", "optimizer updates where the weights change, e.g. '40000,80000'",
+        parse=integers),
+    Key("mixing.schedule.weights", "str", "", "n + 1 weight lists 'task:w,task:w | task:w,task:w | ...'",
+        parse=weight_lists),
+    Key("mixing.schedule.mode", "str", "step", "'step' switches at each boundary, 'linear' interpolates",
+        choices=("step", "linear")),
+)
+
+BATCHING = (
+    Key("batching.max_tokens", "int", 4096, "B * max(len) of the longer side, per batch", 1),
+    Key("batching.max_sentences", "int", 0, "sentences per batch at most (0: no limit)", 0),
+    Key("batching.required_batch_size_multiple", "int", 8, "every batch size a multiple of it", 1),
+    Key("batching.accumulation", "int", 1, "forward passes per optimizer update on each rank (for the schedule)", 1),
+    Key("batching.window", "int", 1_000_000, "samples planned at once (memory bound); 0: the whole epoch", 0),
+    Key("batching.num_shapes", "int", 0, "> 0: every batch takes one of this many static shapes, chosen from the data",
+        0, 1025),
+    Key("batching.shapes", "str", "", "or explicit widths '32x32,64x64,128x128' (source x target)", parse=widths),
+    Key("batching.pack", "str", "", "'256x256': pack pairs side by side into rows of this shape", parse=pack),
+    Key("batching.spread_copies", "bool", True, "copies of one sample (an up-sampled corpus) go to different "
+        "batches; False: the length order puts them side by side, as fairseq does"),
+    Key("batching.balance_block", "int", 16, "batches of similar cost shuffled together (rank balance)", 1),
+    Key("batching.fairseq_drop_last", "bool", False, "compat='fairseq': drop a last batch off the multiple"),
+)
+
+KEYS = {k.path: k for k in (SEED, COMPAT_KEY, *FILTER, *MIXING, *BATCHING)}
+
+
+def _opt(default, key: str | None = None, named: str | None = None):
+    """A PlanOptions field read from the config key ``key`` (checked by it), or named ``named`` in messages (a
+    field the config does not give as one key)."""
+    return field(default=default, metadata={"key": key, "named": named or key})
 
 
 @dataclass(frozen=True)
 class PlanOptions:
-    seed: int = 1
-    sampler: str = "stratified"  # stratified | fairseq | concat | stream
-    method: str = "temperature"  # temperature | uniform | weights
-    temperature: float = 1.0
-    weights: tuple = ()  # ((key, weight), ...) for method="weights"
-    virtual_size: str | int = "fairseq"  # "fairseq" | "sum" | an int
-    max_scale_up: float = 1.5
-    probabilities_from: str = "total"  # sizes over all shards ("total", fairseq) or the epoch's shard ("shard")
-    fairseq_sampling_seed: int = 2  # fairseq's multilingual sampler ignores --seed and uses 2
-    max_tokens: int = 4096
-    max_sentences: int = 0  # 0: no limit
-    multiple: int = 8
-    window: int = 1_000_000  # samples planned at once; 0: the whole epoch (a global sort)
-    max_source_positions: int = 1024
-    max_target_positions: int = 1024
-    on_too_long: str = "skip"  # skip (count and report) | raise
-    balance_block: int = 16  # batches of similar cost shuffled as one block
-    shuffle: bool = True  # False: validation order (deterministic, by length)
-    shapes: tuple = ()  # static shapes ((B, L_src, L_tgt), ...) or ((B, L), ...); () = dynamic batches
-    pack_shape: tuple = ()  # (L_src, L_tgt): pack pairs side by side into rows of this shape
-    compat: str = "none"  # "fairseq": reproduce fairseq's multilingual epoch batch for batch
-    fairseq_drop_last: bool = False  # fairseq main (after d871f616) drops a last batch that misses the multiple
-    schedule: object = None  # a MixingSchedule of per-task weights (sources.tasks order), or None
-    batches_per_update: int = 1  # global batches per optimizer update (ranks x accumulation with split="batches")
-    spread_copies: bool = False  # copies of one sample to different batches (plan.copies; training's default)
+    seed: int = _opt(1, "seed")
+    sampler: str = _opt("stratified", "mixing.sampler")  # a registered sampler (the config's "auto" resolved)
+    method: str = _opt("temperature", "mixing.method")
+    temperature: float = _opt(1.0, "mixing.temperature")
+    weights: tuple = _opt((), "mixing.weights")  # ((key, weight), ...) for method="weights"
+    virtual_size: str | int = _opt("fairseq", "mixing.virtual_size")  # "fairseq" | "sum" | an int
+    max_scale_up: float = _opt(1.5, "mixing.max_scale_up")
+    # sizes over all shards ("total", fairseq) or the epoch's shard ("shard")
+    probabilities_from: str = _opt("total", "mixing.probabilities_from")
+    # fairseq's multilingual sampler ignores --seed and uses 2
+    fairseq_sampling_seed: int = _opt(2, named="compat (fairseq sampling seed)")
+    max_tokens: int = _opt(4096, "batching.max_tokens")
+    max_sentences: int = _opt(0, "batching.max_sentences")  # 0: no limit
+    multiple: int = _opt(8, "batching.required_batch_size_multiple")
+    window: int = _opt(1_000_000, "batching.window")  # samples planned at once; 0: the whole epoch (a global sort)
+    max_source_positions: int = _opt(1024, "filter.max_source_positions")
+    max_target_positions: int = _opt(1024, "filter.max_target_positions")
+    on_too_long: str = _opt("skip", "filter.on_too_long")  # skip (count and report) | raise
+    balance_block: int = _opt(16, "batching.balance_block")  # batches of similar cost shuffled as one block
+    shuffle: bool = _opt(True, named="shuffle (train or valid)")  # False: validation order (deterministic, by length)
+    # static shapes ((B, L_src, L_tgt), ...) or ((B, L), ...); () = dynamic batches
+    shapes: tuple = _opt((), named="batching.shapes / batching.num_shapes")
+    pack_shape: tuple = _opt((), "batching.pack")  # (L_src, L_tgt): pack pairs side by side into rows of this shape
+    compat: str = _opt("none", "compat")  # "fairseq": reproduce fairseq's multilingual epoch batch for batch
+    # fairseq main (after d871f616) drops a last batch that misses the multiple
+    fairseq_drop_last: bool = _opt(False, "batching.fairseq_drop_last")
+    schedule: object = _opt(None, named="mixing.schedule")  # a MixingSchedule of per-task weights, or None
+    # global batches per optimizer update (ranks x accumulation with split="batches")
+    batches_per_update: int = _opt(1, named="batching.accumulation (x ranks)")
+    # copies of one sample to different batches (plan.copies; training's default)
+    spread_copies: bool = _opt(False, "batching.spread_copies")
+
+    @classmethod
+    def from_settings(cls, settings, **given) -> PlanOptions:
+        """The options of a parsed config (``settings[key]``: a key's parsed value, as
+        ``babelfeed.config.spec.parse`` gives it): every field read from the key it names, unless ``given``."""
+        values = {f.name: settings[f.metadata["key"]] for f in dataclasses.fields(cls)
+                  if f.metadata["key"] and f.name not in given}
+        return cls(**values, **given)
 
     def validate(self) -> None:
-        if self.sampler not in samplers.names():
-            raise ConfigError(f"mixing.sampler must be one of {samplers.names()}, got {self.sampler!r}")
-        if self.method not in METHODS:
-            raise ConfigError(f"mixing.method must be one of {METHODS}, got {self.method!r}")
-        if not self.temperature > 0:
-            raise ConfigError(f"mixing.temperature must be > 0, got {self.temperature}")
-        if self.max_tokens <= 0:
-            raise ConfigError(f"batching.max_tokens must be > 0, got {self.max_tokens}")
-        if self.max_sentences < 0 or self.multiple < 1 or self.window < 0 or self.balance_block < 1:
-            raise ConfigError("batching.max_sentences >= 0, required_batch_size_multiple >= 1, window >= 0 and "
-                             f"balance_block >= 1 are required, got {self.max_sentences}, {self.multiple}, "
-                             f"{self.window}, {self.balance_block}")
+        """Each field by its key's rule, then the rules between the planner's settings."""
+        for f in dataclasses.fields(self):
+            if f.metadata["key"]:
+                KEYS[f.metadata["key"]].parsed(getattr(self, f.name))
+        samplers.choose(self.sampler)  # (a registered one: "auto" is resolved before the options are made)
+        if not is_int(self.batches_per_update) or self.batches_per_update < 1:
+            raise ConfigError(f"batches per optimizer update must be >= 1, got {self.batches_per_update}")
         longest = max(self.max_source_positions, self.max_target_positions)
         if longest > self.max_tokens:
             raise ConfigError(f"batching.max_tokens={self.max_tokens} is smaller than the longest allowed sample "
-                             f"({longest} tokens): lower max_source/target_positions or raise max_tokens")
-        if self.on_too_long not in ("skip", "raise"):
-            raise ConfigError(f"filter.on_too_long must be 'skip' or 'raise', got {self.on_too_long!r}")
-        if self.compat not in ("none", "fairseq"):
-            raise ConfigError(f"compat must be 'none' or 'fairseq', got {self.compat!r}")
+                              f"({longest} tokens): lower max_source/target_positions or raise max_tokens")
+        if self.weights and self.method != "weights":
+            raise ConfigError(f"mixing.weights is set but mixing.method is {self.method!r}, which ignores it: set "
+                              f"mixing.method='weights' to use the weights, or leave them empty")
         if self.pack_shape:
-            if len(self.pack_shape) != 2 or min(self.pack_shape) < 1 or max(self.pack_shape) > self.max_tokens:
+            if max(self.pack_shape) > self.max_tokens:
                 raise ConfigError(f"batching.pack must be 'L_srcxL_tgt' within max_tokens, got {self.pack_shape}")
             if self.shapes or self.compat == "fairseq":
                 raise ConfigError("batching.pack cannot be combined with static shapes or compat='fairseq'")
             if self.max_source_positions > self.pack_shape[0] or self.max_target_positions > self.pack_shape[1]:
                 raise ConfigError(f"filter.max_source/target_positions ({self.max_source_positions}, "
-                                 f"{self.max_target_positions}) must fit the packed row {tuple(self.pack_shape)}")
+                                  f"{self.max_target_positions}) must fit the packed row {tuple(self.pack_shape)}")
         if self.compat == "fairseq" and self.shapes:
             raise ConfigError("static shapes cannot be combined with compat='fairseq' (fairseq has no such batches)")
         for shape in self.shapes:
@@ -73,30 +234,10 @@ class PlanOptions:
                 raise ConfigError(f"shape {tuple(shape)} must be (batch, length...) within max_tokens={self.max_tokens}")
         if self.compat == "fairseq" and self.sampler not in ("fairseq", "concat"):
             raise ConfigError("compat='fairseq' needs mixing.sampler 'fairseq' (resampling) or 'concat' (no resampling)")
-        if samplers.choose(self.sampler).streams and self.compat == "fairseq":
-            raise ConfigError("compat='fairseq' cannot use mixing.sampler='stream' (fairseq redraws every epoch)")
         if self.schedule is not None and self.schedule.boundaries and not samplers.choose(self.sampler).streams:
             raise ConfigError(f"a mixing schedule that changes during training needs mixing.sampler='stream' (or "
-                             f"'auto'), got {self.sampler!r}")
-        if self.batches_per_update < 1:
-            raise ConfigError(f"batches per optimizer update must be >= 1, got {self.batches_per_update}")
-        if self.probabilities_from not in ("total", "shard"):
-            raise ConfigError(f"mixing.probabilities_from must be 'total' or 'shard', got {self.probabilities_from!r}")
-        if not (self.virtual_size in ("fairseq", "sum") or (isinstance(self.virtual_size, int) and self.virtual_size > 0)):
-            raise ConfigError(f"mixing.virtual_size must be 'fairseq', 'sum' or a positive int, got {self.virtual_size!r}")
+                              f"'auto'), got {self.sampler!r}")
 
 
 # The config key each plan option comes from (what a fingerprint mismatch names).
-OPTION_KEYS = {
-    "seed": "seed", "sampler": "mixing.sampler", "method": "mixing.method", "temperature": "mixing.temperature",
-    "weights": "mixing.weights", "virtual_size": "mixing.virtual_size", "max_scale_up": "mixing.max_scale_up",
-    "probabilities_from": "mixing.probabilities_from", "fairseq_sampling_seed": "compat (fairseq sampling seed)",
-    "max_tokens": "batching.max_tokens", "max_sentences": "batching.max_sentences",
-    "multiple": "batching.required_batch_size_multiple", "window": "batching.window",
-    "max_source_positions": "filter.max_source_positions", "max_target_positions": "filter.max_target_positions",
-    "on_too_long": "filter.on_too_long", "balance_block": "batching.balance_block",
-    "shuffle": "shuffle (train or valid)", "shapes": "batching.shapes / batching.num_shapes",
-    "pack_shape": "batching.pack", "compat": "compat", "fairseq_drop_last": "batching.fairseq_drop_last",
-    "schedule": "mixing.schedule", "spread_copies": "batching.spread_copies",
-}
-
+OPTION_KEYS = {f.name: f.metadata["named"] for f in dataclasses.fields(PlanOptions)}

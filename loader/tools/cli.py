@@ -38,7 +38,7 @@ import numpy as np
 from babelfeed.build import build_lm_iterator, build_train_iterator
 from babelfeed.checks import MAX_WORLD_SIZE
 from babelfeed.config.files import apply_overrides, load_config, split_config_args, translation_section
-from babelfeed.config.spec import check_known_keys, check_translation_config, validate
+from babelfeed.config.spec import parse
 from babelfeed.errors import (BabelfeedError, FormatError, Notice, StateError, Terminated,
                               UsageError, terminate_as_interrupt)
 from babelfeed.fileio import atomic_open, atomic_write
@@ -128,8 +128,7 @@ def _translation_config(path, overrides, loaded=None):
     """The translation pipeline of a config file (its ``train`` section for configs/demo.py), checked.
     ``loaded``: the file as :func:`_load` read it already."""
     config, where = translation_section(_load(path, overrides) if loaded is None else loaded, os.fspath(path))
-    check_known_keys(config, where)
-    check_translation_config(config, where)
+    parse(config, "translation", where)
 
     if not is_remote(config.data.path) and not os.path.isdir(config.data.path):
         key = f"{where}.data.path" if where else "data.path"
@@ -143,8 +142,7 @@ def _lm_config(config):
     checked; None for a translation config."""
     if "data_path" not in config:
         return None
-    check_known_keys(config, kind="lm")
-    validate(config, "lm")
+    parse(config, "lm")
     return config
 
 
@@ -510,7 +508,7 @@ def _demo(args) -> int:
     config = load_config(_config_of(args))
     check_demo_config(config)
     config = apply_overrides(config, args.overrides)
-    check_translation_config(config.train, "train")
+    parse(config.train, "translation", "train")
     return run_demo(config, workdir=args.workdir, scale=args.scale, workers=args.workers,
                     train_steps=args.train_steps, trainer=args.trainer)
 

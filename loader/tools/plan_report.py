@@ -11,7 +11,7 @@ import numpy as np
 
 from babelfeed.build import mixture_lengths, shape_plan, train_sources
 from babelfeed.checks import at_least
-from babelfeed.config.spec import check_translation_config
+from babelfeed.config.spec import parse
 from babelfeed.plan.planner import EpochPlanner
 from babelfeed.plan.shapes import edges_efficiency, equal_mass_edges, percentile_edges, plan_shapes
 from babelfeed.tools import plots
@@ -87,7 +87,7 @@ def plan_data(config, num_shapes: int | None = None) -> dict:
 def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[str], dict | None]:
     """The report's lines, and with ``with_data`` :func:`plan_data`'s dict (its histograms and mixture are work
     the text alone does not need)."""
-    check_translation_config(config)
+    parse(config)
     config = copy.deepcopy(config)  # (the shapes asked for are set on a copy: the caller's config is left as it is)
     if num_shapes is not None:
         at_least("num_shapes", num_shapes, 1)

@@ -7,7 +7,7 @@ import os
 import numpy as np
 
 from babelfeed.checks import at_least
-from babelfeed.config.spec import check_translation_config
+from babelfeed.config.spec import parse
 from babelfeed.errors import ConfigError, DataError, FormatError
 from babelfeed.gather.transforms import NoiseContext, Ragged, apply, parse_steps
 from babelfeed.sources.corpus import ShardedCorpus
@@ -49,7 +49,7 @@ def preview(config, task: str | None, transforms: str, n: int = 5, epoch: int = 
     """``n`` samples of ``task`` (a task of the config, ``TASK/CORPUS``, a direction or a monolingual language;
     None: the config's first task, else the data's first direction) decoded to text, as the data holds them and
     after each transform (``transforms``, else the task's own; none: the samples as they are)."""
-    check_translation_config(config)
+    parse(config)
     at_least("n", n, 1)
     at_least("epoch", epoch, 1)
     corpus = ShardedCorpus(config.data.path)

@@ -8,7 +8,7 @@ import ml_collections
 import pytest
 
 import babelfeed
-from babelfeed.config.files import check_known_keys
+from babelfeed.config.spec import check_known_keys
 from babelfeed.tools.cli import main
 from synthetic import config_for, make_data_bin
 

@@ -175,3 +175,111 @@ def test_a_wrong_type_set_in_python_is_refused_in_babelfeeds_words():
     assert copy == config
     with pytest.raises(ConfigTypeError, match="config key 'batching.max_tokens'"):
         copy.batching.max_tokens = "x"
+
+
+# -- a config parsed once ---------------------------------------------------------------------------------------
+
+def test_a_config_is_parsed_once_into_frozen_settings_of_parsed_values():
+    cfg = babelfeed.load_config("nllb_like")
+    with cfg.unlocked():
+        cfg.mixing.method, cfg.mixing.weights = "weights", "en-de:0.5, en-fr:2"
+        cfg.batching.shapes, cfg.mixing.virtual_size = "32,64x80", "1000"
+        cfg.data.directions, cfg.data.prefix_overrides = "en-de, en-fr", "en-de:source=__bt__ __{src}__"
+        cfg.mixing.schedule.boundaries, cfg.mixing.schedule.weights = "10", "a:1,b:0 | a:1,b:1"
+    s = spec.parse(cfg)
+    assert s.mixing.weights == s["mixing.weights"] == (("en-de", 0.5), ("en-fr", 2.0))
+    assert s.batching.shapes == ((32, 32), (64, 80)) and s.batching.pack == () and s.mixing.virtual_size == 1000
+    assert s.data.directions == ("en-de", "en-fr") and s.data.prefix_overrides == {"en-de": {"source": "__bt__ __{src}__"}}
+    assert s.mixing.schedule.boundaries == (10,) and s.mixing.schedule.weights == ((("a", 1.0), ("b", 0.0)),
+                                                                                   (("a", 1.0), ("b", 1.0)))
+    with pytest.raises(AttributeError, match="frozen"):
+        s.seed = 2
+    with pytest.raises(babelfeed.errors.UnknownConfigKey, match="mixing.temprature"):
+        s.mixing.temprature
+
+
+def test_plan_options_come_from_the_settings_and_each_field_names_its_key():
+    from dataclasses import fields
+
+    from babelfeed.plan.options import KEYS, OPTION_KEYS, PlanOptions
+
+    assert set(OPTION_KEYS) == {f.name for f in fields(PlanOptions)}  # derived from the fields: none forgotten
+    keyed = {f.name: f.metadata["key"] for f in fields(PlanOptions) if f.metadata["key"]}
+    assert set(keyed.values()) <= set(KEYS) and set(KEYS) <= {k.path for k in spec.TRANSLATION}
+    s = spec.parse(babelfeed.load_config("nllb_like"))
+    opts = PlanOptions.from_settings(s, sampler="stratified")
+    assert all(getattr(opts, name) == s[key] for name, key in keyed.items() if name != "sampler")
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("max_tokens", 0, "batching.max_tokens must be an integer >= 1"),
+    ("temperature", -1.0, "mixing.temperature must be a finite number > 0"),
+    ("multiple", 2.5, "batching.required_batch_size_multiple must be an integer"),
+    ("weights", (("a", -1.0),), "mixing.weights entry"),
+    ("weights", (("a", 1.0), ("a", 2.0)), "two weights"),
+    ("pack_shape", (8,), "batching.pack must be 'SRCxTGT'"),
+    ("virtual_size", "lots", "mixing.virtual_size must be"),
+    ("on_too_long", "ignore", "filter.on_too_long must be one of"),
+    ("sampler", "nope", "mixing.sampler must be one of"),
+])
+def test_plan_options_made_in_python_are_checked_by_the_config_keys_rules(field, value, match):
+    """One rule per key: a PlanOptions built in Python (not from a config) is refused by the key table's rule,
+    naming the config key."""
+    from babelfeed.plan.options import PlanOptions
+
+    opts = PlanOptions(**{"method": "weights"} if field == "weights" else {}, **{field: value})
+    with pytest.raises(babelfeed.ConfigError, match=match):
+        opts.validate()
+
+
+def test_every_mini_language_parser_takes_its_own_output():
+    """A parser given what it returned returns it unchanged (PlanOptions fields hold parsed values and are
+    checked by the same parser)."""
+    from babelfeed.plan import options
+
+    for parse, text in [(options.weights, "a-b:1,c-d:0.25"), (options.pack, "256x128"), (options.pack, ""),
+                        (options.widths, "32,48x64"), (options.virtual_size, "12"), (options.virtual_size, "sum"),
+                        (options.weight_lists, "a:1 | a:2"), (spec.prefix_overrides, "a-b:target=__x__"),
+                        (spec.directions, "a-b,c-d"), (spec.directions, "all")]:
+        once = parse("k", text)
+        assert parse("k", once) == once, (parse, text)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("mixing.weights", "en-de:1,en-de:2", "two weights"),
+    ("mixing.weights", "en-de:nan", "finite weight"),
+    ("mixing.schedule.boundaries", "10", "boundaries is set but"),
+    ("data.prefix_overrides", "en-de:source", "must be 'direction:source=tokens'"),
+    ("data.noise_by_task", "token_drop", "must look like 'task=transform"),
+    ("batching.pack", "0x8", "batching.pack must be 'SRCxTGT'"),
+    ("batching.num_shapes", 100_000, "batching.num_shapes must be an integer >= 0, < 1025"),
+])
+def test_each_mini_language_is_refused_where_it_is_parsed_before_any_work(key, value, match):
+    cfg = babelfeed.load_config("nllb_like")
+    cfg.data.path = "/nonexistent"  # nothing is opened: the config is refused first
+    section, _, name = key.rpartition(".")
+    node = cfg
+    for part in section.split("."):
+        node = node[part]
+    with node.unlocked():
+        node[name] = value
+    with pytest.raises(babelfeed.ConfigError, match=match):
+        babelfeed.build_train_iterator(cfg)
+
+
+@pytest.mark.parametrize("split", ["1,2,x", "1,-2,3", "1,2,3,4", "nan,1", ""])
+def test_an_lm_split_that_is_not_shares_is_refused(split):
+    cfg = babelfeed.load_config("lm_packing")
+    cfg.split = split
+    with pytest.raises(babelfeed.ConfigError, match="split"):
+        spec.parse(cfg, "lm")
+
+
+def test_build_builds_from_settings_and_parses_no_text():
+    """The mini-languages are parsed by the key table's parsers alone: build.py splits no config text."""
+    import ast
+
+    tree = ast.parse(open(os.path.join(ROOT, "loader", "build.py")).read())
+    calls = sorted({n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and
+                    isinstance(n.func, ast.Attribute) and n.func.attr in ("split", "rpartition", "rsplit")})
+    assert calls == []

@@ -87,12 +87,13 @@ def test_task_settings_are_checked(data):
     cases = [({"x": task("aaa-bbb", kind="denoise", transforms="token_drop:rate=0.1")}, "monolingual"),
              ({"x": task("ccc", kind="denoise")}, "no transforms"),
              ({"x": task("zzz-yyy")}, "no train data"),
-             ({"x": task("ccc", kind="dance")}, "kind"),
              ({"a/b": task("ccc")}, "must not contain"),
              ({"x": task("ccc", transforms="scramble:x=1")}, "unknown transform")]
     for tasks, match in cases:
         with pytest.raises(BabelfeedError, match=match):
             babelfeed.build_train_iterator(task_config(root, tasks))
+    with pytest.raises(ConfigError, match=r"task\('ccc'\).kind must be one of 'translation', 'denoise'"):
+        task("ccc", kind="dance")  # (refused where it is written, by the key table's rule for tasks)
     with pytest.raises(ConfigError, match="per task"):
         babelfeed.build_train_iterator(task_config(root, TWO, data__noise="token_drop:rate=0.1"))
     with pytest.raises(ConfigError, match="must stay 'temperature'"):

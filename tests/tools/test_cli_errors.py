@@ -497,8 +497,8 @@ def test_user_mistakes_found_by_an_adversarial_review_are_the_users_errors(data,
                    f"    d = babelfeed.load_config({NLLB!r}).to_dict()\n    d['data']['path'] = {data!r}\n"
                    f"    d['tasks'] = {{'mt': {{'corpora': 'all', 'weight': '1.0x'}}}}\n"
                    f"    return ml_collections.ConfigDict(d)\n")
-    fails(capsys, ["plan", str(cfg)], "tasks.mt.weight must be a number")
-    with pytest.raises(babelfeed.ConfigTypeError, match="weight must be a number"):
+    fails(capsys, ["plan", str(cfg)], "tasks.mt.weight must be a finite number >= 0")
+    with pytest.raises(babelfeed.ConfigTypeError, match="weight must be a finite number"):
         babelfeed.config.task("all", weight="x")
     it = babelfeed.build_train_iterator(_cfg(data))
     next(it)
