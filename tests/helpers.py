@@ -1,5 +1,6 @@
 """Test helpers: writers for layouts we only read (legacy TNTIDX), built from the documented byte tables."""
 
+import hashlib
 import struct
 
 import numpy as np
@@ -84,3 +85,24 @@ def wait_for_files(folder: str, count: int, timeout: float = 120.0) -> None:
         if time.monotonic() > end:
             raise TimeoutError(f"{folder}: {len(os.listdir(folder))} of {count} files after {timeout} s")
         time.sleep(0.01)
+
+
+def decode_ids(it):
+    """id -> (key, shard, row) for every component of the iterator's sources."""
+    comps = it.planner.sources.components
+    base = it.collater.id_base
+
+    def f(i):
+        c = int(np.searchsorted(base, i, side="right") - 1)
+        return comps[c].key, comps[c].shard, int(i - base[c])
+    return f
+
+
+def digest(batch) -> str:
+    h = hashlib.sha256()
+    for key in ("id", "weight", "direction", "target"):
+        h.update(np.ascontiguousarray(batch[key]).tobytes())
+    for key in ("src_tokens", "src_lengths", "prev_output_tokens"):
+        h.update(np.ascontiguousarray(batch["net_input"][key]).tobytes())
+    h.update(str((batch["ntokens"], batch["nsentences"])).encode())
+    return h.hexdigest()

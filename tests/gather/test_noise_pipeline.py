@@ -7,7 +7,7 @@ import pytest
 
 import babelfeed
 from synthetic import config_for, make_data_bin
-from test_pipeline import decode_ids, digest
+from helpers import decode_ids, digest
 from babelfeed.errors import ConfigError
 
 

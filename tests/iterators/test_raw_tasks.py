@@ -12,7 +12,7 @@ import babelfeed
 from babelfeed.config import task
 from babelfeed.tools.demo import build_corpus
 from synthetic import config_for
-from test_pipeline import digest
+from helpers import digest
 from babelfeed.errors import ConfigError
 
 KEY = "eng_Latn-deu_Latn"

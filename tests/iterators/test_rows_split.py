@@ -5,7 +5,7 @@ import pytest
 
 import babelfeed
 from synthetic import config_for, make_data_bin
-from test_pipeline import digest
+from helpers import digest
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 import babelfeed
 from babelfeed.config import task
 from synthetic import config_for, make_data_bin
-from test_pipeline import digest
+from helpers import digest
 from babelfeed.errors import BabelfeedError, ConfigError, StateError
 
 MONO = 150  # sentences of the monolingual corpus "ccc"

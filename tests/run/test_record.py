@@ -13,6 +13,7 @@ from babelfeed.errors import HistoryError, StateError
 from babelfeed.iterators.protocol import LoaderIterator
 from babelfeed.lm.iterator import LMIterator
 from babelfeed.run.edits import Edits
+from babelfeed.run.layout import Layout
 from babelfeed.run.ledger import Ledger
 from babelfeed.run.record import RunRecord
 from babelfeed.run.skips import Skips
@@ -117,6 +118,28 @@ def test_the_ledger_round_trips_its_counts_and_dormant_streams():
     assert flat["ledger/gone/samples"] == 3 and flat["ledger/samples"] == 9 and flat["ledger/a/passes"] == 0
     with pytest.raises(StateError, match="'dormant' holds 'x'"):
         Ledger(2).check({"dormant": {"x": {"samples": -1}}})
+
+
+def test_the_layout_round_trips_keeps_ids_across_an_edit_and_refuses_overlaps(root):
+    """An edited run's numbering survives JSON; a new stream goes after the old ones and a new shard's ids after the
+    last id used; a layout whose shards overlap, or that lacks a stream of the config, is refused by name."""
+    it = babelfeed.build_train_iterator(config_for(root))
+    plain = Layout.plain(it.planner)
+    back = Layout.from_state(through_json(plain.get_state()), it.planner)
+    assert back.get_state() == plain.get_state() and back.is_plain(it.planner)
+    fewer = babelfeed.build_train_iterator(config_for(root, data__directions=",".join(it.planner.keys[1:])))
+    kept = Layout.plain(fewer.planner).extended(it.planner)
+    assert kept.streams[-1] == it.planner.keys[0] and not kept.is_plain(it.planner)
+    first = kept.shards[f"{it.planner.keys[0]}\t0"][0]
+    assert first >= Layout.plain(fewer.planner).next  # ids of the added stream come after every id used
+    assert Layout.from_state(through_json(kept.get_state()), it.planner).get_state() == kept.get_state()
+    overlap = through_json(kept.get_state())
+    a, b = list(overlap["shards"])[:2]
+    overlap["shards"][b][0] = overlap["shards"][a][0]
+    with pytest.raises(StateError, match="overlap"):
+        Layout.from_state(overlap, it.planner)
+    with pytest.raises(StateError, match="lacks or miscounts"):
+        Layout.from_state(through_json(Layout.plain(fewer.planner).get_state()), it.planner)
 
 
 def test_the_record_composes_the_state_of_both_kinds(root):

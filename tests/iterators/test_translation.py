@@ -1,6 +1,5 @@
 """The multilingual training pipeline end to end on a synthetic data_bin."""
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import numpy as np
 import pytest
 
 import babelfeed
+from helpers import decode_ids, digest
 from synthetic import DIRECTIONS, config_for, make_data_bin
 from babelfeed.errors import BabelfeedError, DataError, StateMismatch
 
@@ -19,27 +19,6 @@ def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("databin")
     truth = make_data_bin(root)
     return root, truth
-
-
-def decode_ids(it):
-    """id -> (key, shard, row) for every component of the iterator's sources."""
-    comps = it.planner.sources.components
-    base = it.collater.id_base
-
-    def f(i):
-        c = int(np.searchsorted(base, i, side="right") - 1)
-        return comps[c].key, comps[c].shard, int(i - base[c])
-    return f
-
-
-def digest(batch) -> str:
-    h = hashlib.sha256()
-    for key in ("id", "weight", "direction", "target"):
-        h.update(np.ascontiguousarray(batch[key]).tobytes())
-    for key in ("src_tokens", "src_lengths", "prev_output_tokens"):
-        h.update(np.ascontiguousarray(batch["net_input"][key]).tobytes())
-    h.update(str((batch["ntokens"], batch["nsentences"])).encode())
-    return h.hexdigest()
 
 
 def epoch_batches(it):
@@ -174,7 +153,7 @@ import json, sys
 sys.path.insert(0, {str(__import__('pathlib').Path(__file__).parent.parent)!r})
 import babelfeed
 from synthetic import config_for
-from test_pipeline import digest
+from helpers import digest
 it = babelfeed.build_train_iterator(config_for({str(root)!r}))
 it.set_state(json.loads(sys.argv[1]))
 print(json.dumps([digest(next(it)) for _ in range(10)]))

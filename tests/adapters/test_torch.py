@@ -15,7 +15,7 @@ import babelfeed
 from babelfeed.adapters.torch import BatchDataset, BatchLoader, TorchBatches, to_torch
 from helpers import hist
 from synthetic import config_for, make_data_bin
-from test_pipeline import decode_ids
+from helpers import decode_ids
 from babelfeed.errors import ConfigError, StateError, StateMismatch, UsageError
 
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, where the helpers are
