@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from babelfeed.storage.remote import limits, ranges, server, wire
+from babelfeed.storage.remote import limits, pieces, ranges, server, wire
 from babelfeed.storage.remote.pieces import Piece, Pieces
 
 intervals = st.lists(st.tuples(st.integers(0, 300), st.integers(0, 40)), max_size=25).map(
@@ -84,7 +84,7 @@ def paused(monkeypatch, tmp_path):
         path = os.path.join(str(tmp_path), f"f{len(files)}.bin")
         with open(path, "wb") as f:
             f.truncate(size)
-        remote = server._Remote(FakeStore(), "k", size, "", path)
+        remote = pieces.RemoteFile(FakeStore(), "k", size, "", path)
         fet.remotes[path] = remote
         files.append(remote)
         return remote

@@ -274,7 +274,7 @@ def test_requests_never_span_a_held_piece(monkeypatch):
     import os
     import tempfile
 
-    from babelfeed.storage.remote import limits, server
+    from babelfeed.storage.remote import limits, pieces, server
 
     monkeypatch.setattr(limits, "GAP", 16 << 10)  # (whatever another test of this process set)
     with tempfile.NamedTemporaryFile(suffix=".bin") as f:
@@ -284,7 +284,7 @@ def test_requests_never_span_a_held_piece(monkeypatch):
             async def get_range_async(self, key, a, b, etag):
                 return bytes(b - a)
 
-        remote = server._Remote(FakeStore(), "k", 1 << 16, "", f.name)
+        remote = pieces.RemoteFile(FakeStore(), "k", 1 << 16, "", f.name)
         fet = server.Fetcher(tempfile.gettempdir())
         fet.remotes[f.name] = remote
         fet.ensure(f.name, [1000], [1100])

@@ -1,11 +1,14 @@
 """What the fetcher holds of one sparse shadow file: its byte ranges held, in flight and asked for (with the batch
-clocks that need them), and blocks given back to the file system.
+clocks that need them), and blocks given back to the file system; :class:`RemoteFile`, one ``.bin`` object and its
+shadow.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
+import threading
 
 import numpy as np
 
@@ -119,3 +122,86 @@ def punch_hole(fd: int, offset: int, length: int) -> bool:
     if not _PUNCH:
         return False
     return _PUNCH(fd, 0x02 | 0x01, offset, length) == 0  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+
+
+class RemoteFile:
+    """One ``.bin`` object and its sparse shadow file."""
+
+    def __init__(self, store, key: str, size: int, etag: str, path: str):
+        self.store, self.key, self.size, self.etag, self.path = store, key, size, etag, path
+        self.held = Pieces()
+        self.flying = Pieces()  # ranges a request is fetching now (others asking for them wait for it)
+        self.blocks: dict[int, int] = {}  # block -> held pieces in it (the disk the shadow takes)
+        # asked for, not yet requested: sorted, disjoint ranges, each with the earliest batch clock that needs it
+        # (-inf: a gather waits for it). Requests are formed from them when a connection is free, so ranges asked
+        # for by many hints (and every process of the host) are joined into few requests.
+        self.pend_a = self.pend_b = np.zeros(0, np.int64)
+        self.pend_d = np.zeros(0, np.float64)
+        self.failed: list = []  # (start, end, error, when) of requests that failed: a waiting gather raises it
+        self.queued: float | None = None  # the due of its entry in the fetcher's queue (None: not queued)
+        self.evictions = 0  # pieces dropped so far (a waiting gather asks again for what it lost)
+        # the host reads (nearly) every byte of it this epoch and the cache can keep them: hinted ranges are
+        # fetched as whole aligned blocks of LARGEST_REQUEST (few large requests; no byte wasted)
+        self.dense = False
+        self.shared = False  # other hosts read rows of it this epoch: only this host's own rows are fetched
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)  # notified as requests land
+        self.fd = os.open(path, os.O_WRONLY)
+
+    @property
+    def pending_bytes(self) -> int:
+        return int((self.pend_b - self.pend_a).sum())
+
+    def take(self, piece: Piece) -> int:
+        """Hold ``piece``; returns the bytes of blocks it newly occupies."""
+        self.held.add(piece)
+        new = 0
+        for blk in piece.blocks:
+            n = self.blocks.get(blk, 0)
+            new += limits.BLOCK if n == 0 else 0
+            self.blocks[blk] = n + 1
+        return new
+
+    def cluster(self, piece: Piece, most: int = 64) -> list | None:
+        """``piece`` and the held pieces that share a block with it, and theirs (at most ``most``): dropped
+        together, their blocks come free. None when one of them is pinned, or the group grows past ``most``."""
+        group, todo, seen = [], [piece], {id(piece)}
+        while todo:
+            p = todo.pop()
+            if p.pins:
+                return None
+            group.append(p)
+            if len(group) > most:
+                return None
+            for blk in (p.blocks[0], p.blocks[-1]):  # (inner blocks are its own)
+                if self.blocks.get(blk, 0) > 1:
+                    for q in self.held.overlapping(blk * limits.BLOCK, (blk + 1) * limits.BLOCK):
+                        if id(q) not in seen:
+                            seen.add(id(q))
+                            todo.append(q)
+        return group
+
+    def drop(self, piece: Piece) -> int:
+        """Let ``piece`` go, giving back the blocks no held piece lies in (a hole punched); returns their bytes,
+        or -1 where the file system cannot punch holes (nothing is dropped then). Bytes of a dropped piece left
+        in a block another piece holds stay there unheld: the next ensure of them fetches them again."""
+        free = [blk for blk in piece.blocks if self.blocks.get(blk, 0) == 1]
+        runs = []
+        for blk in free:
+            if runs and runs[-1][1] == blk:
+                runs[-1][1] = blk + 1
+            else:
+                runs.append([blk, blk + 1])
+        for a, b in runs:
+            if not punch_hole(self.fd, a * limits.BLOCK, (b - a) * limits.BLOCK):
+                return -1
+        self.held.remove(piece)
+        self.evictions += 1
+        piece.alive = False
+        for blk in piece.blocks:
+            n = self.blocks[blk] - 1
+            if n:
+                self.blocks[blk] = n
+            else:
+                del self.blocks[blk]
+        return len(free) * limits.BLOCK

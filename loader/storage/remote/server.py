@@ -33,7 +33,6 @@ import socketserver
 import sys
 import threading
 import time
-import traceback
 
 import numpy as np
 
@@ -41,162 +40,10 @@ from babelfeed.errors import InternalError
 from babelfeed.storage.remote import limits
 from babelfeed.storage.remote.limits import _endpoint, cache_limit, shadow_root
 from babelfeed.storage.remote.objects import Store, StoreError, split_url
-from babelfeed.storage.remote.pieces import Piece, Pieces, punch_hole
+from babelfeed.storage.remote.network import Job, Network
+from babelfeed.storage.remote.pieces import Piece, RemoteFile
 from babelfeed.storage.remote.ranges import joined_share, merged_dues, overlap_pairs, subtract, unpack
 from babelfeed.storage.remote.wire import receive, send
-
-
-class _Remote:
-    """One ``.bin`` object and its sparse shadow file."""
-
-    def __init__(self, store, key: str, size: int, etag: str, path: str):
-        self.store, self.key, self.size, self.etag, self.path = store, key, size, etag, path
-        self.held = Pieces()
-        self.flying = Pieces()  # ranges a request is fetching now (others asking for them wait for it)
-        self.blocks: dict[int, int] = {}  # block -> held pieces in it (the disk the shadow takes)
-        # asked for, not yet requested: sorted, disjoint ranges, each with the earliest batch clock that needs it
-        # (-inf: a gather waits for it). Requests are formed from them when a connection is free, so ranges asked
-        # for by many hints (and every process of the host) are joined into few requests.
-        self.pend_a = self.pend_b = np.zeros(0, np.int64)
-        self.pend_d = np.zeros(0, np.float64)
-        self.failed: list = []  # (start, end, error, when) of requests that failed: a waiting gather raises it
-        self.queued: float | None = None  # the due of its entry in the fetcher's queue (None: not queued)
-        self.evictions = 0  # pieces dropped so far (a waiting gather asks again for what it lost)
-        # the host reads (nearly) every byte of it this epoch and the cache can keep them: hinted ranges are
-        # fetched as whole aligned blocks of LARGEST_REQUEST (few large requests; no byte wasted)
-        self.dense = False
-        self.shared = False  # other hosts read rows of it this epoch: only this host's own rows are fetched
-        self.lock = threading.Lock()
-        self.cond = threading.Condition(self.lock)  # notified as requests land
-        self.fd = os.open(path, os.O_WRONLY)
-
-    @property
-    def pending_bytes(self) -> int:
-        return int((self.pend_b - self.pend_a).sum())
-
-    def take(self, piece: Piece) -> int:
-        """Hold ``piece``; returns the bytes of blocks it newly occupies."""
-        self.held.add(piece)
-        new = 0
-        for blk in piece.blocks:
-            n = self.blocks.get(blk, 0)
-            new += limits.BLOCK if n == 0 else 0
-            self.blocks[blk] = n + 1
-        return new
-
-    def cluster(self, piece: Piece, most: int = 64) -> list | None:
-        """``piece`` and the held pieces that share a block with it, and theirs (at most ``most``): dropped
-        together, their blocks come free. None when one of them is pinned, or the group grows past ``most``."""
-        group, todo, seen = [], [piece], {id(piece)}
-        while todo:
-            p = todo.pop()
-            if p.pins:
-                return None
-            group.append(p)
-            if len(group) > most:
-                return None
-            for blk in (p.blocks[0], p.blocks[-1]):  # (inner blocks are its own)
-                if self.blocks.get(blk, 0) > 1:
-                    for q in self.held.overlapping(blk * limits.BLOCK, (blk + 1) * limits.BLOCK):
-                        if id(q) not in seen:
-                            seen.add(id(q))
-                            todo.append(q)
-        return group
-
-    def drop(self, piece: Piece) -> int:
-        """Let ``piece`` go, giving back the blocks no held piece lies in (a hole punched); returns their bytes,
-        or -1 where the file system cannot punch holes (nothing is dropped then). Bytes of a dropped piece left
-        in a block another piece holds stay there unheld: the next ensure of them fetches them again."""
-        free = [blk for blk in piece.blocks if self.blocks.get(blk, 0) == 1]
-        runs = []
-        for blk in free:
-            if runs and runs[-1][1] == blk:
-                runs[-1][1] = blk + 1
-            else:
-                runs.append([blk, blk + 1])
-        for a, b in runs:
-            if not punch_hole(self.fd, a * limits.BLOCK, (b - a) * limits.BLOCK):
-                return -1
-        self.held.remove(piece)
-        self.evictions += 1
-        piece.alive = False
-        for blk in piece.blocks:
-            n = self.blocks[blk] - 1
-            if n:
-                self.blocks[blk] = n
-            else:
-                del self.blocks[blk]
-        return len(free) * limits.BLOCK
-
-
-class Job:
-    """One ranged request: bytes ``[a, b)`` of a remote object, of which ``parts`` (sorted, disjoint) are kept
-    (the rest is held or in flight already: fetched again because one request is cheaper than two)."""
-
-    __slots__ = ("remote", "a", "b", "parts", "dues", "urgent")
-
-    def __init__(self, remote, a: int, b: int, parts: list, dues: list, urgent: bool):
-        self.remote, self.a, self.b, self.parts, self.dues, self.urgent = remote, a, b, parts, dues, urgent
-
-
-class Network:
-    """The fetcher's requests: one asyncio loop in a thread of its own and ``concurrency`` connections. Each free
-    connection takes the next request from ``take()`` (the most urgent range asked for, joined with its
-    neighbours), and hands what came back to ``landed(job, data, error)``."""
-
-    def __init__(self, concurrency: int, take, landed):
-        import asyncio  # the fetcher's event loop only (asyncio costs ~30 ms at import)
-
-        self.asyncio = asyncio
-        self.take, self.landed = take, landed
-        self.loop = asyncio.new_event_loop()
-        ready = threading.Event()
-
-        def run():
-            asyncio.set_event_loop(self.loop)
-            self.more = asyncio.Event()
-            self.limit = asyncio.Semaphore(concurrency)
-            for _ in range(concurrency):
-                self.loop.create_task(self._worker())
-            ready.set()
-            self.loop.run_forever()
-
-        threading.Thread(target=run, daemon=True, name="network").start()
-        ready.wait()
-
-    def wake(self) -> None:
-        """There may be new work (ranges asked for, room in the cache)."""
-        self.loop.call_soon_threadsafe(self.more.set)
-
-    def call(self, coroutine):
-        """Run ``coroutine`` on the loop and wait for its result (the small files of a folder, many at once)."""
-        return self.asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
-
-    async def bounded(self, coroutine):
-        async with self.limit:
-            return await coroutine
-
-    async def _worker(self):
-        while True:
-            try:
-                job = self.take()
-            except Exception:  # (a bug here must not stop the connection for good)
-                traceback.print_exc()
-                job = None
-            if job is None:
-                await self.more.wait()
-                self.more.clear()
-                continue
-            data = error = None
-            try:
-                data = await job.remote.store.get_range_async(job.remote.key, job.a, job.b, job.remote.etag or None)
-            except BaseException as e:  # (a waiting gather raises it; a hint's failure is retried by the gather)
-                error = e
-            try:
-                self.landed(job, data, error)
-            except Exception:
-                traceback.print_exc()
-            self.more.set()  # (room in the cache: the other connections look again)
 
 
 class Client:
@@ -212,7 +59,7 @@ class Fetcher:
     def __init__(self, cache: str):
         self.cache = cache
         self.stores: dict = {}
-        self.remotes: dict[str, _Remote] = {}
+        self.remotes: dict[str, RemoteFile] = {}
         self.lock = threading.Lock()
         self.mirror_locks: dict[str, threading.Lock] = {}
         self.counters = {"requests": 0, "bytes": 0, "ensure_calls": 0, "bytes_asked": 0, "evicted_bytes": 0,
@@ -277,7 +124,7 @@ class Fetcher:
                     with self.lock:
                         current = self.remotes.get(path)
                         if current is None or current.etag != etag or current.size != size:
-                            self.remotes[path] = _Remote(store, key, size, etag, path)
+                            self.remotes[path] = RemoteFile(store, key, size, etag, path)
                 elif not same:
                     if size > limits.SMALL_FILE:
                         continue  # (a large file babelfeed does not read: not mirrored)
@@ -291,13 +138,13 @@ class Fetcher:
             os.replace(tmp, manifest_path)
         return local
 
-    def _remote(self, path: str) -> _Remote:
+    def _remote(self, path: str) -> RemoteFile:
         remote = self.remotes.get(path)
         if remote is None:
             raise FileNotFoundError(2, "not a remote file of this fetcher (mirror its folder first)", path)
         return remote
 
-    def _ask(self, remote: _Remote, a: np.ndarray, b: np.ndarray, dues: np.ndarray) -> None:
+    def _ask(self, remote: RemoteFile, a: np.ndarray, b: np.ndarray, dues: np.ndarray) -> None:
         """Add ranges ``[a, b)`` (each needed first at batch clock ``dues``; -inf: now) to what is pending, less
         what is held or in flight (lock held)."""
         ma, mb = subtract(a, b, *remote.held.arrays())
@@ -347,13 +194,13 @@ class Fetcher:
                     # a gather releases some)
                 self._evict_for(*job)  # (no file's lock held: eviction takes them one by one)
 
-    def _queue(self, remote: _Remote, due: float) -> None:
+    def _queue(self, remote: RemoteFile, due: float) -> None:
         """Give ``remote`` its one entry in the queue of files with ranges pending, at ``due`` (self.lock held)."""
         self.seq += 1
         heapq.heappush(self.queue, (due, self.seq, remote))
         remote.queued = due
 
-    def _form(self, remote: _Remote, may_evict: bool):
+    def _form(self, remote: RemoteFile, may_evict: bool):
         """A request around ``remote``'s most urgent pending range (lock held); or, when the cache has no room
         for it, ``(bytes, due)`` to evict first (``may_evict``), else None."""
         pa, pb, pd = remote.pend_a, remote.pend_b, remote.pend_d
@@ -388,7 +235,7 @@ class Fetcher:
                 return (int(y - x - room), float(pd[i])) if may_evict else None
         return self._cut(remote, x, y, bool(urgent))
 
-    def _cut(self, remote: _Remote, x: int, y: int, urgent: bool, anchor: int | None = None) -> Job:
+    def _cut(self, remote: RemoteFile, x: int, y: int, urgent: bool, anchor: int | None = None) -> Job:
         """The request for bytes ``[x, y)`` (lock held): the pending ranges in it taken out (one cut at an end
         keeps its rest pending), and what it brings that is neither held nor in flight kept. With ``anchor`` (a
         block), ``[x, y)`` is first narrowed to the bytes missing around ``anchor``: from the first byte not here
@@ -511,7 +358,7 @@ class Fetcher:
             self.evict()
         return {"waited": waited}
 
-    def _touch(self, remote: _Remote, a: np.ndarray, b: np.ndarray, client: Client | None, clock: float | None
+    def _touch(self, remote: RemoteFile, a: np.ndarray, b: np.ndarray, client: Client | None, clock: float | None
                ) -> None:
         """Record a use on the held pieces under ``[a, b)``: pinned by ``client``, dues up to ``clock`` spent
         (lock held)."""
