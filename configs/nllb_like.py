@@ -41,8 +41,11 @@ def get_config() -> ml_collections.ConfigDict:
     c.filter.on_too_long_valid = "raise"  # validation must see every sample
 
     c.mixing = ml_collections.ConfigDict()
-    c.mixing.method = "temperature"  # "temperature" | "uniform" | "weights"
+    c.mixing.method = "temperature"  # "temperature" | "uniform" | "weights" | "unimax" (uniform, capped)
     c.mixing.temperature = 5.0  # p_i ~ n_i^(1/T)
+    # no corpus served more than this many times its size in an epoch, the excess shared by the others (0: no cap;
+    # "unimax" needs it: UniMax's N, epochs per corpus)
+    c.mixing.max_upsample = 0.0
     c.mixing.weights = ""  # method="weights": "eng_Latn-deu_Latn:0.5,eng_Latn-fra_Latn:0.3,..."
     # "auto": "stream" with a changing schedule, else "stratified" | "stratified" (per-epoch draw) | "stream"
     # (every corpus cycles its own data, positions kept across epochs) | "fairseq" (its exact draw) | "concat"

@@ -19,7 +19,7 @@ from babelfeed.checks import LARGEST, LONGEST, Key, integers, is_int
 from babelfeed.errors import ConfigError
 from babelfeed.plan import samplers
 
-METHODS = ("temperature", "uniform", "weights")
+METHODS = ("temperature", "uniform", "weights", "unimax")
 COMPAT = ("none", "fairseq")
 ON_TOO_LONG = ("skip", "raise")
 
@@ -118,6 +118,8 @@ FILTER = (
 MIXING = (
     Key("mixing.method", "str", "temperature", "how corpora are weighted", choices=METHODS),
     Key("mixing.temperature", "float", 5.0, "p_i ~ n_i^(1/T)", above=0),
+    Key("mixing.max_upsample", "float", 0.0, "no corpus served more than this many times its size in an epoch; the "
+        "excess goes to the others (0: no cap; method='unimax': its cap in epochs, the paper's N)", 0),
     Key("mixing.weights", "str", "", "method='weights': 'eng_Latn-deu_Latn:0.5,eng_Latn-fra_Latn:0.3,...'",
         parse=weights),
     Key("mixing.sampler", "str", "auto", "'auto' ('stream' with a changing schedule, else 'stratified'), "
@@ -168,6 +170,7 @@ class PlanOptions:
     sampler: str = _opt("stratified", "mixing.sampler")  # a registered sampler (the config's "auto" resolved)
     method: str = _opt("temperature", "mixing.method")
     temperature: float = _opt(1.0, "mixing.temperature")
+    max_upsample: float = _opt(0.0, "mixing.max_upsample")  # 0: no cap
     weights: tuple = _opt((), "mixing.weights")  # ((key, weight), ...) for method="weights"
     virtual_size: str | int = _opt("fairseq", "mixing.virtual_size")  # "fairseq" | "sum" | an int
     max_scale_up: float = _opt(1.5, "mixing.max_scale_up")
@@ -216,6 +219,13 @@ class PlanOptions:
         if longest > self.max_tokens:
             raise ConfigError(f"batching.max_tokens={self.max_tokens} is smaller than the longest allowed sample "
                               f"({longest} tokens): lower max_source/target_positions or raise max_tokens")
+        if self.method == "unimax" and not self.max_upsample > 0:
+            raise ConfigError("mixing.method='unimax' spreads the epoch uniformly over the corpora, each capped at "
+                              "mixing.max_upsample times its size: set mixing.max_upsample (e.g. 5; UniMax's N)")
+        if self.max_upsample and (self.compat == "fairseq" or self.sampler in ("fairseq", "concat")):
+            raise ConfigError(f"mixing.max_upsample caps the stratified and stream samplers' draw; "
+                              f"mixing.sampler={self.sampler!r} (compat={self.compat!r}) draws as fairseq does or not "
+                              f"at all: leave mixing.max_upsample at 0")
         if self.weights and self.method != "weights":
             raise ConfigError(f"mixing.weights is set but mixing.method is {self.method!r}, which ignores it: set "
                               f"mixing.method='weights' to use the weights, or leave them empty")

@@ -453,13 +453,11 @@ class PartPlanning:
             self.part = Part(**{**part.__dict__, "positions": dict(part.positions), "served": dict(part.served)})
             return self.part
         directions = self.sources.directions(part.epoch)
-        sizes = np.array([d.size for d in directions], np.int64)
         if self.sampler.streams:
-            ratios = self.ratios(directions, self.update_at(part.batches), part.epoch, batches=part.batches)
+            ratios, total = self.mixture(directions, self.update_at(part.batches), part.epoch, batches=part.batches)
         else:
-            ratios = self.ratios(directions, epoch=part.epoch)
+            ratios, total = self.mixture(directions, epoch=part.epoch)
         if self.sampler.sizes_epochs:
-            total = self._epoch_total(sizes, ratios)
             samples = remainder(part.done, total)
         else:  # concat: what is left of every corpus's pass, and the whole of a corpus new to the epoch
             samples = 0

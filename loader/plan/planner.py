@@ -22,7 +22,7 @@ import numpy as np
 
 from babelfeed.plan import cutting
 from babelfeed.plan.batching import length_order, random_key
-from babelfeed.plan.mixing import StratifiedDraw, stratified_rows, stratified_span_rows
+from babelfeed.plan.mixing import StratifiedDraw, capped_probabilities, stratified_rows, stratified_span_rows
 from babelfeed.plan.cutters import choose as choose_cutter
 from babelfeed.plan.samplers import choose as choose_sampler
 from babelfeed.plan.packing import ragged_arange
@@ -101,7 +101,17 @@ class EpochPlanner(StreamPlanning, PartPlanning):
 
     def ratios(self, directions: list[Direction], update: float = 0.0, epoch: int = 0,
                batches: int | None = None) -> np.ndarray:
-        """The probabilities, or for the fairseq sampler fairseq's unnormalised ratios (``Sampler.ratios``)."""
+        """The probabilities, or for the fairseq sampler fairseq's unnormalised ratios (``Sampler.ratios``);
+        capped where ``max_upsample`` caps them (:meth:`mixture`)."""
+        return self.mixture(directions, update, epoch, batches)[0]
+
+    def mixture(self, directions: list[Direction], update: float = 0.0, epoch: int = 0,
+                batches: int | None = None) -> tuple[np.ndarray, int]:
+        """(ratios, samples in the epoch) of ``directions`` at an optimizer update of ``epoch``. The epoch size
+        is ``mixing.virtual_size`` of the sampler's ratios; with ``max_upsample`` (``mixing.method='unimax'``
+        requires it) no direction is expected more than that many times its size (the epoch's shard) in the
+        epoch: each over it is held at it and the rest shared among the others (UniMax, for the uniform method),
+        and the epoch holds no more than the caps allow."""
         o = self.opts
         sizes = self.sampler.probability_sizes(o, directions, epoch, self.sources.shards == "cycle")
         weights = o.schedule.weights_at(update) if o.schedule is not None else None
@@ -109,7 +119,16 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             for at, w in self.weight_changes:  # the last change at or before this point wins
                 if at <= batches:
                     weights = w
-        return self.sampler.ratios(o, sizes, [d.key for d in directions], self.sources.task_of, weights)
+        ratios = self.sampler.ratios(o, sizes, [d.key for d in directions], self.sources.task_of, weights)
+        if not self.sampler.sizes_epochs:
+            return ratios, 0
+        read = np.array([d.size for d in directions], dtype=np.int64)
+        total = self.sampler.epoch_total(o, read, ratios)
+        if not o.max_upsample:
+            return ratios, total
+        probs = self.sampler.probabilities(ratios)
+        total = min(total, int(read[probs > 0].sum() * o.max_upsample))
+        return (capped_probabilities(probs, read, total, o.max_upsample) if total > 0 else probs), total
 
     def set_weights(self, at: int, weights) -> None:
         """Task weights (one per task, in ``sources.tasks`` order) for the stream windows whose first batch is at
@@ -223,11 +242,9 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             self._setup = self._part_setup(epoch)
             self._window_cache = None
             return self._setup
-        ratios = self.ratios(directions, epoch=epoch)
+        ratios, total = self.mixture(directions, epoch=epoch)
         probs = self.sampler.probabilities(ratios)
-        total = 0
         if self.sampler.sizes_epochs:
-            total = self._epoch_total(sizes, ratios)
             self._refuse_empty(directions, ratios, epoch)  # epoch 1 was checked at build, later epochs here
         counts, draws = self.sampler.draw(o, epoch, directions, sizes, ratios, total)
         total = int(counts.sum())
@@ -235,9 +252,6 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         self._setup = EpochSetup(epoch, directions, probs, counts, draws, max(num_windows, 1))
         self._window_cache = None
         return self._setup
-
-    def _epoch_total(self, sizes, ratios) -> int:
-        return self.sampler.epoch_total(self.opts, sizes, ratios)
 
     # ------------------------------------------------------------------------------------------- windows
     def _window_slice(self, setup: EpochSetup, w: int) -> tuple[np.ndarray | None, np.ndarray, list]:
@@ -548,6 +562,8 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             opts.pop("batches_per_update")
             if not opts["spread_copies"]:  # (as states written before the option name it: not at all)
                 opts.pop("spread_copies")
+            if not opts["max_upsample"]:  # (likewise: a plan without the cap is the one written before it)
+                opts.pop("max_upsample")
             self._identity = {
                 "opts": json.loads(json.dumps(opts, sort_keys=True, default=str)),
                 "split": self.sources.split, "shards": self.sources.shards,
@@ -568,6 +584,8 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             opts.pop("batches_per_update")
         if not opts["spread_copies"]:  # the plan of a babelfeed before the option: the fingerprint it wrote
             opts.pop("spread_copies")
+        if not opts["max_upsample"]:  # (likewise: a plan without the cap is the one written before it)
+            opts.pop("max_upsample")
         blob = json.dumps({"opts": opts, "split": self.sources.split, "shards": self.sources.shards,
                            "components": comps}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

@@ -44,7 +44,7 @@ class Sampler:
         per-task ``task_weights`` (a schedule, ``set_weights``) split by temperature within each task."""
         if task_weights is not None:
             return task_probabilities(task_weights, task_of, sizes, opts.temperature)
-        if opts.method == "uniform":
+        if opts.method in ("uniform", "unimax"):  # (unimax: uniform, capped by the planner's mixture)
             return np.full(len(sizes), 1.0 / len(sizes))
         if opts.method == "weights":
             return weight_probabilities([dict(opts.weights)[k] for k in keys])
@@ -90,7 +90,7 @@ class FairseqSampler(Sampler):
         weights as given)."""
         if task_weights is not None:
             return task_probabilities(task_weights, task_of, sizes, opts.temperature)
-        if opts.method == "uniform":
+        if opts.method in ("uniform", "unimax"):  # (unimax: uniform, capped by the planner's mixture)
             return np.ones(len(sizes))
         if opts.method == "weights":
             raw = [dict(opts.weights)[k] for k in keys]

@@ -54,13 +54,11 @@ class StreamPlanning:
         if not self.sampler.sizes_epochs:
             return
         directions = self.sources.directions(1)
-        sizes = np.array([d.size for d in directions], dtype=np.int64)
         phases = (0, *schedule.boundaries) if schedule is not None and schedule.boundaries else (0,)
         for i, update in enumerate(phases):
             where = f"mixing.schedule weight list {i} {list(schedule.weights[i])}: " if len(phases) > 1 else ""
             try:
-                ratios = self.ratios(directions, update, 1)
-                total = self._epoch_total(sizes, ratios)
+                ratios, total = self.mixture(directions, update, 1)
             except ValueError as e:
                 raise ConfigError(f"{where}{e}") from None
             self._refuse_empty(directions, ratios, 1, where)
@@ -91,9 +89,10 @@ class StreamPlanning:
 
         positions, batches = self.epoch_start(epoch)
         update = self.update_at(batches)
-        probs = self.probabilities(directions, update, batches=batches)
+        ratios, total = self.mixture(directions, update, batches=batches)
+        probs = self.sampler.probabilities(ratios)
         part = self.part
-        total = part.samples if part is not None and part.epoch == epoch else self._epoch_total(sizes, probs)
+        total = part.samples if part is not None and part.epoch == epoch else total
         draws = [StreamDraw(d.size, (self.opts.seed, "stream", d.key)) for d in directions]
         setup = EpochSetup(epoch, directions, probs, np.zeros(len(directions), np.int64), draws, -1,
                            samples=total, expected=stratified_counts(probs, total))

@@ -63,7 +63,9 @@ def test_every_key_refuses_a_wrong_value_by_name(kind):
         if key.choices:
             bad.append("nonsense")
         if key.low is not None:
-            bad.append(key.low - 1 if key.kind == "int" else (0 if key.low == 0 else key.low - 1))
+            bad.append(key.low - 1)
+        if key.above is not None:
+            bad.append(key.above)
         if key.high is not None:
             bad.append(key.high)
         if key.nonempty:

@@ -82,3 +82,58 @@ def test_stratified_counts_add_up(probs, total):
 def test_permute_is_a_bijection(n, seed):
     p = permute(np.arange(n), n, derive_key(seed))
     assert np.array_equal(np.sort(p), np.arange(n))
+
+
+# -- UniMax and the cap on up-sampling ----------------------------------------------------------------------------
+
+def unimax_as_written(sizes, budget, max_epochs):
+    """Algorithm 1 of Chung et al. (2023), UniMax, transcribed as printed: languages sorted by size ascending;
+    each takes the remaining budget split evenly over the languages left, at most N epochs of its data."""
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    remaining, alloc = float(budget), [0.0] * len(sizes)
+    for i, lang in enumerate(order):
+        share = remaining / (len(order) - i)
+        alloc[lang] = min(share, sizes[lang] * max_epochs)
+        remaining -= alloc[lang]
+    return alloc
+
+
+sizes_st = st.lists(st.integers(1, 10**6), min_size=1, max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=sizes_st, budget_share=st.floats(0.01, 20), max_epochs=st.floats(0.05, 50))
+def test_unimax_is_the_papers_algorithm(sizes, budget_share, max_epochs):
+    from babelfeed.plan.mixing import unimax_counts
+
+    budget = budget_share * sum(sizes)
+    want = np.array(unimax_as_written(sizes, budget, max_epochs))
+    got = unimax_counts(sizes, budget, max_epochs)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=sizes_st, budget_share=st.floats(0.01, 20), max_epochs=st.floats(0.05, 50))
+def test_the_uniform_mixture_capped_is_unimax(sizes, budget_share, max_epochs):
+    """The planner's UniMax is the uniform mixture with every corpus capped at N epochs and the excess shared:
+    the same shares as the paper's algorithm, with the budget no larger than the caps allow."""
+    from babelfeed.plan.mixing import capped_probabilities
+
+    total = min(budget_share * sum(sizes), max_epochs * sum(sizes))
+    want = np.array(unimax_as_written(sizes, total, max_epochs))
+    got = capped_probabilities(np.full(len(sizes), 1.0 / len(sizes)), sizes, total, max_epochs) * total
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-6 * total)
+
+
+@settings(max_examples=300, deadline=None)
+@given(sizes=sizes_st, temperature=st.floats(1, 100), cap=st.floats(0.5, 50), share=st.floats(0.1, 5))
+def test_a_capped_mixture_keeps_every_corpus_under_its_cap_and_the_order_of_the_rest(sizes, temperature, cap, share):
+    from babelfeed.plan.mixing import capped_probabilities
+
+    total = min(share * sum(sizes), cap * sum(sizes))
+    p = babelfeed.sampling_probabilities(sizes, temperature)
+    q = capped_probabilities(p, sizes, total, cap)
+    assert q.sum() == pytest.approx(1.0) and (q * total <= np.array(sizes) * cap * (1 + 1e-9) + 1e-6).all()
+    free = q * total < np.array(sizes) * cap * (1 - 1e-9)
+    if free.sum() > 1:  # the uncapped keep their proportions (the excess shared in proportion)
+        np.testing.assert_allclose(q[free] / q[free].sum(), p[free] / p[free].sum(), rtol=1e-7)

@@ -1,0 +1,103 @@
+"""The planner's mixture through the way users build a run (``build_train_iterator`` and the defaults): UniMax
+and the cap on up-sampling give the epoch counts of the paper's algorithm, on the stratified and the stream
+sampler, resume exactly at a random cut, and an edit to them takes effect at the next step."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import babelfeed
+from babelfeed.errors import ConfigError, Notice
+from helpers import digest
+from synthetic import config_for, make_data_bin
+from test_mixing import unimax_as_written
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    r = tmp_path_factory.mktemp("mixture")
+    make_data_bin(r)
+    return r
+
+
+def cfg(root, sampler, **kw):
+    """The defaults but ``sampler`` (the stream sampler reads every shard as one stream)."""
+    return config_for(root, mixing__sampler=sampler, **({"data__shards": "all"} if sampler == "stream" else {}), **kw)
+
+
+def served(it) -> np.ndarray:
+    """Samples served per direction (the iterator's stream order) over the rest of the current epoch."""
+    out = np.zeros(len(it.planner.keys), np.int64)
+    epoch = it.epoch
+    for batch in it:
+        np.add.at(out, np.asarray(batch["direction"]), 1)
+        if it.epoch != epoch:
+            break
+    return out
+
+
+@pytest.mark.parametrize("sampler", ["stratified", "stream"])
+def test_unimax_serves_the_papers_counts_in_an_epoch(root, sampler):
+    it = babelfeed.build_train_iterator(cfg(root, sampler, mixing__method="unimax", mixing__max_upsample=3.0))
+    sizes = [d.size for d in it.planner.sources.directions(1)]
+    setup = it.planner.setup(1)
+    total = int(setup.samples if sampler == "stream" else setup.counts.sum())
+    want = np.array(unimax_as_written(sizes, total, 3.0))
+    got = served(it)
+    assert np.abs(got - want).max() <= 1, (got, want)
+    assert (got <= np.array(sizes) * 3 + 1).all() and got[np.argmin(sizes)] >= 3 * min(sizes) - 1  # the small one: N epochs
+
+
+def test_unimax_without_a_cap_is_refused_naming_the_key(root):
+    with pytest.raises(ConfigError, match="mixing.max_upsample"):
+        babelfeed.build_train_iterator(config_for(root, mixing__method="unimax"))
+    with pytest.raises(ConfigError, match="leave mixing.max_upsample at 0"):
+        babelfeed.build_train_iterator(config_for(root, mixing__max_upsample=2.0, mixing__sampler="fairseq",
+                                                  compat="fairseq"))
+
+
+@pytest.mark.parametrize("sampler", ["stratified", "stream"])
+def test_max_upsample_caps_the_temperature_mixture_and_shares_the_excess(root, sampler):
+    plain = babelfeed.build_train_iterator(cfg(root, sampler))
+    capped = babelfeed.build_train_iterator(cfg(root, sampler, mixing__max_upsample=4.0))
+    sizes = np.array([d.size for d in plain.planner.sources.directions(1)])
+    a, b = served(plain), served(capped)
+    small = int(np.argmin(sizes))
+    assert a[small] > 4 * sizes[small] + 1 and b[small] <= 4 * sizes[small] + 1  # capped where it was over
+    rest = np.arange(len(sizes)) != small
+    np.testing.assert_allclose(b[rest] / b[rest].sum(), a[rest] / a[rest].sum(), atol=0.02)  # shared in proportion
+    assert b.sum() == pytest.approx(a.sum(), abs=2)  # the epoch keeps its size while the others can take it
+
+
+@pytest.mark.parametrize("sampler", ["stratified", "stream"])
+def test_a_capped_run_resumes_exactly_at_a_random_cut(root, sampler):
+    config = cfg(root, sampler, mixing__method="unimax", mixing__max_upsample=2.5)
+    whole = babelfeed.build_train_iterator(config)
+    digests = [digest(next(whole)) for _ in range(40)]
+    cut = int(np.random.default_rng(7).integers(1, 39))
+    first = babelfeed.build_train_iterator(config)
+    for _ in range(cut):
+        next(first)
+    state = json.loads(json.dumps(first.get_state()))
+    again = babelfeed.build_train_iterator(config)
+    again.set_state(state)
+    assert [digest(next(again)) for _ in range(40 - cut)] == digests[cut:]
+    plain = babelfeed.build_train_iterator(cfg(root, sampler))
+    with pytest.raises(babelfeed.StateMismatch, match="max_upsample"):
+        plain.set_state(state)  # a capped run's state is not a plain run's
+
+
+def test_an_edit_to_unimax_takes_effect_at_the_next_step_and_says_so(root):
+    it = babelfeed.build_train_iterator(config_for(root))
+    for _ in range(3):
+        next(it)
+    with pytest.warns(Notice, match="mixing.method"):
+        it.edit(mixing__method="unimax", mixing__max_upsample=2.0)
+    served(it)  # the rest of epoch 1
+    sizes = np.array([d.size for d in it.planner.sources.directions(it.epoch)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Notice)
+        got = served(it)  # epoch 2, wholly under the edit
+    assert (got <= 2 * sizes + 1).all()
