@@ -46,6 +46,7 @@ def get_config() -> ml_collections.ConfigDict:
     # no corpus served more than this many times its size in an epoch, the excess shared by the others (0: no cap;
     # "unimax" needs it: UniMax's N, epochs per corpus)
     c.mixing.max_upsample = 0.0
+    c.mixing.warn_upsample = 10.0  # a warning names every direction served more than this many times its data
     c.mixing.weights = ""  # method="weights": "eng_Latn-deu_Latn:0.5,eng_Latn-fra_Latn:0.3,..."
     # "auto": "stream" with a changing schedule, else "stratified" | "stratified" (per-epoch draw) | "stream"
     # (every corpus cycles its own data, positions kept across epochs) | "fairseq" (its exact draw) | "concat"

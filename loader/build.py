@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import multiprocessing
 import os
+import warnings
 
 import ml_collections
 import numpy as np
@@ -12,7 +14,7 @@ import numpy as np
 from babelfeed.checks import check_rank
 from babelfeed.config.files import translation_section
 from babelfeed.config.spec import Settings, directions, parse
-from babelfeed.errors import ConfigError, DataError, UsageTypeError
+from babelfeed.errors import ConfigError, DataError, UpsamplingNotice, UsageTypeError, user_frame
 from babelfeed.gather.collate import CollateOptions, Collater
 from babelfeed.gather.transforms import parse_steps
 from babelfeed.iterators.translation import BatchIterator
@@ -258,10 +260,21 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
         planner = EpochPlanner(sources, dataclasses.replace(opts, shapes=tuple(plan.shapes)))
     it = BatchIterator(planner, _collater(s, sources, dictionary), rank, world_size, epoch, name="train",
                        split=split)
+    _say_upsampling(s, planner, rank, epoch)
     it.source_config = config  # (not in the state) trace builds iterators of other world sizes from it
     it.config_snapshot = snapshot(config)  # the state carries it: an edit says what changed, trace undoes edits
     it.rebuild = build_iterator  # (an edit, trace and the loaders build the run's iterators as this one was)
     return it
+
+
+def _say_upsampling(s: Settings, planner: EpochPlanner, rank: int, epoch: int) -> None:
+    """Name the directions the epoch serves more than ``mixing.warn_upsample`` times their data, once: by the
+    process that builds rank 0's iterator (not its loader's worker processes, which build it again)."""
+    if rank != 0 or not s.mixing.warn_upsample or multiprocessing.parent_process() is not None:
+        return
+    notice = planner.setup(epoch).upsampling_notice(s.mixing.warn_upsample, s.where)
+    if notice:
+        warnings.warn(notice, UpsamplingNotice, stacklevel=user_frame())
 
 
 MAX_HISTOGRAM_SAMPLES = 4_000_000

@@ -170,6 +170,11 @@ class Notice(UserWarning):
     that repeats or skips samples. ``warnings.filterwarnings("ignore", category=Notice)`` silences them."""
 
 
+class UpsamplingNotice(Notice):
+    """Directions served many times their data in an epoch (``mixing.warn_upsample``), said once when a run is
+    built: ``warnings.filterwarnings("ignore", category=UpsamplingNotice)`` silences it alone."""
+
+
 def user_frame() -> int:
     """The ``stacklevel`` of ``warnings.warn``, called by the caller of this function, that names the first frame
     outside babelfeed (the user's line that led to the warning, whichever adapter it went through)."""

@@ -209,6 +209,11 @@ class Settings(Mapping):
         object.__setattr__(self, "_values", dict(values))
         object.__setattr__(self, "_where", where)
 
+    @property
+    def where(self) -> str:
+        """The path of these settings in the config file (``"train."`` for configs/demo.py's pipeline)."""
+        return self._where
+
     def __getitem__(self, path: str):
         return self._values[path]
 

@@ -120,6 +120,8 @@ MIXING = (
     Key("mixing.temperature", "float", 5.0, "p_i ~ n_i^(1/T)", above=0),
     Key("mixing.max_upsample", "float", 0.0, "no corpus served more than this many times its size in an epoch; the "
         "excess goes to the others (0: no cap; method='unimax': its cap in epochs, the paper's N)", 0),
+    Key("mixing.warn_upsample", "float", 10.0, "a warning names every direction served more than this many times its "
+        "data in an epoch (0: never)", 0),
     Key("mixing.weights", "str", "", "method='weights': 'eng_Latn-deu_Latn:0.5,eng_Latn-fra_Latn:0.3,...'",
         parse=weights),
     Key("mixing.sampler", "str", "auto", "'auto' ('stream' with a changing schedule, else 'stratified'), "

@@ -116,3 +116,27 @@ class EpochSetup:
     def total(self) -> int:
         return int(self.counts.sum())
 
+    def epochs(self) -> np.ndarray:
+        """Per direction, how many times its data this epoch serves (samples over its size, the shard it reads;
+        before filtering): its up-sampling. The stream sampler: at the epoch's starting weights."""
+        counts = np.asarray(self.expected if self.expected is not None else self.counts, np.float64)
+        sizes = np.array([d.size for d in self.directions], np.float64)
+        return np.divide(counts, sizes, out=np.zeros(len(sizes)), where=sizes > 0)
+
+    def upsampling_notice(self, threshold: float, where: str = "") -> str | None:
+        """One line naming every direction served more than ``threshold`` times its data this epoch (most first)
+        and the settings that lower it; None when none is, or ``threshold`` is 0. ``where``: the config's section
+        (``"train."`` for configs/demo.py)."""
+        times = self.epochs()
+        over = np.flatnonzero(times > threshold) if threshold > 0 else np.zeros(0, np.int64)
+        if not len(over):
+            return None
+        over = over[np.argsort(-times[over], kind="stable")]
+        named = ", ".join(f"{self.directions[i].key} {times[i]:.1f}x ({self.directions[i].size:,} sentences)"
+                          for i in over[:8].tolist())
+        more = f" and {len(over) - 8:,} more" if len(over) > 8 else ""
+        return (f"epoch {self.epoch} serves {len(over):,} of {len(times):,} directions more than {threshold:g} times "
+                f"their data: {named}{more}. To serve them less: a lower {where}mixing.temperature, "
+                f"{where}mixing.max_upsample=N (every direction at most N times its data, the excess to the others) "
+                f"or {where}mixing.method='unimax' with it ({where}mixing.warn_upsample sets this threshold; 0: off)")
+

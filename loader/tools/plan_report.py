@@ -151,6 +151,9 @@ def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[
         served, config.mixing.temperature,
         size_is="epoch 1's shard" if config.data.shards == "cycle" else "every shard")
     lines += [""] + mixture_lines(mixing)
+    notice = setup.upsampling_notice(config.mixing.warn_upsample)
+    if notice:
+        lines += ["", f"warning: {notice}"]
     if not with_data:
         return lines, None
     data = {"data_path": str(config.data.path), "batches": "dynamic" if dynamic_config else "static",
@@ -189,18 +192,21 @@ def mixture_lines(mixing: dict) -> list[str]:
              f"{len(dirs):,} directions, {mixing['served']:,} samples served"]
     if len(mixing["tiers"]) > 1:
         lines.append(f"  {'tier':<5} {'directions':>10} {'sizes':>19} {'data share':>10} {'probability':>11} "
-                     f"{'served share':>12} {'up-sampling':>11}")
+                     f"{'served share':>12} {'epochs':>7}")
         for t in mixing["tiers"]:
             lines.append(f"  {t['tier']:<5} {t['directions']:>10,} {t['min_size']:>9,}-{t['max_size']:<9,} "
                          f"{t['data_share']:>10.1%} {t['probability']:>11.1%} {t['served_share']:>12.1%} "
-                         f"{t['upsampling']:>10.2f}x")
+                         f"{t['epochs']:>6.1f}x")
     by_key = {d["key"]: d for d in dirs}
     named = [by_key[k] for k in mixing["named"]]
     served = max(mixing["served"], 1)
     head = "direction" if len(named) == len(dirs) else f"direction ({len(named)} of {len(dirs):,}: largest, smallest)"
     width = max([len(head)] + [len(d["key"]) for d in named])
-    lines.append(f"  {head:<{width}} {'size':>11} {'probability':>11} {'served':>11} {'served share':>12}")
+    lines.append(f"  {head:<{width}} {'size':>11} {'probability':>11} {'served':>11} {'served share':>12} "
+                 f"{'epochs':>7}")
     for d in named:
+        epochs = d["served"] / d["size"] if d["size"] else 0.0
         lines.append(f"  {d['key']:<{width}} {d['size']:>11,} {d['probability']:>11.3f} {d['served']:>11,} "
-                     f"{d['served'] / served:>12.3f}")
+                     f"{d['served'] / served:>12.3f} {epochs:>6.1f}x")
+    lines.append("  (epochs: how many times the epoch serves a direction's data, its up-sampling)")
     return lines

@@ -223,7 +223,8 @@ def mixing_data(keys, sizes, probs, served, temperature: float, size_is: str = "
             rows.append({"tier": name, "directions": int(m.sum()), "min_size": int(sizes[m].min()),
                          "max_size": int(sizes[m].max()), "data_share": float(data_share[m].sum()),
                          "probability": float(probs[m].sum()), "served_share": float(served_share[m].sum()),
-                         "upsampling": float(probs[m].sum() / max(data_share[m].sum(), 1e-300))})
+                         "upsampling": float(probs[m].sum() / max(data_share[m].sum(), 1e-300)),
+                         "epochs": float(served[m].sum() / max(sizes[m].sum(), 1))})
     order = np.argsort(-sizes, kind="stable")
     half = max(top // 2, 1)
     named = order if len(keys) <= DETAIL else np.concatenate([order[:half], order[len(order) - half:]])

@@ -101,3 +101,33 @@ def test_an_edit_to_unimax_takes_effect_at_the_next_step_and_says_so(root):
         warnings.simplefilter("ignore", Notice)
         got = served(it)  # epoch 2, wholly under the edit
     assert (got <= 2 * sizes + 1).all()
+
+
+def test_building_a_run_names_the_directions_served_many_times_their_data_once(root):
+    """At the defaults the 12-sentence direction is served ~19 times its data in an epoch: building rank 0's
+    iterator says so once, naming it and the settings that lower it; a cap below the threshold, the threshold
+    at 0 and other ranks say nothing."""
+    from babelfeed.errors import UpsamplingNotice
+
+    with pytest.warns(UpsamplingNotice) as caught:
+        babelfeed.build_train_iterator(config_for(root))
+    [w] = [w for w in caught if issubclass(w.category, UpsamplingNotice)]
+    text = str(w.message)
+    assert "aaa-ddd 19." in text and "aaa-ccc" not in text and "(12 sentences)" in text
+    assert all(k in text for k in ("mixing.temperature", "mixing.max_upsample", "unimax", "mixing.warn_upsample"))
+    assert w.filename == __file__  # pointed at the user's line
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UpsamplingNotice)
+        babelfeed.build_train_iterator(config_for(root, mixing__max_upsample=8.0))
+        babelfeed.build_train_iterator(config_for(root, mixing__warn_upsample=0.0))
+        babelfeed.build_train_iterator(config_for(root), rank=1, world_size=2)
+
+
+def test_the_plan_report_gives_each_directions_epochs_and_the_warning(root):
+    from babelfeed.tools.plan_report import plan_report
+
+    text = plan_report(config_for(root))
+    row = next(line for line in text.splitlines() if line.strip().startswith("aaa-ddd"))
+    assert row.rstrip().endswith("x") and float(row.split()[-1][:-1]) > 19
+    assert "warning: epoch 1 serves 1 of 3 directions more than 10 times their data: aaa-ddd" in text
+    assert "warning:" not in plan_report(config_for(root, mixing__method="unimax", mixing__max_upsample=5.0))

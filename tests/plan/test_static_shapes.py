@@ -153,11 +153,13 @@ def test_the_plan_report_shows_epoch_1s_mixture_as_its_json_gives_it(tmp_path):
     mixes.append((many, [lines[0].split("epoch 1's mixture")[1]] + lines[1:]))
     for mix, lines in mixes:
         assert lines[0].endswith(f"{len(mix['directions'])} directions, {mix['served']:,} samples served")
-        rows = {ln.split()[0]: ln.split()[1:] for ln in lines[1:] if ln.strip()}
+        rows = {ln.split()[0]: ln.split()[1:] for ln in lines[1:] if ln.strip() and ln.startswith("  ")
+                and not ln.strip().startswith("(")}
         named = [d for d in mix["directions"] if d["key"] in mix["named"]]
         assert len(named) == min(len(mix["directions"]), 10 if len(mix["directions"]) > 12 else 12)
         assert set(rows) - {"tier", "direction", "high", "mid", "low"} == {d["key"] for d in named}
         for d in named:
             assert rows[d["key"]][:3] == [f"{d['size']:,}", f"{d['probability']:.3f}", f"{d['served']:,}"], d
+            assert rows[d["key"]][4] == f"{d['served'] / d['size']:.1f}x", d  # its epochs: served over its data
         for t in mix["tiers"]:
             assert rows[t["tier"]][0] == f"{t['directions']:,}" and rows[t["tier"]][3] == f"{t['probability']:.1%}"
