@@ -89,6 +89,45 @@ def segments(num_rows: int, width: int, row: np.ndarray, offset: np.ndarray, len
     return seg, pos, first, piece_segment
 
 
+def varlen(segment_ids) -> dict:
+    """The varlen form of packed rows, as FlashAttention's ``*_varlen_func`` and Megatron's THD layout take it,
+    from their segment ids (``[rows, width]``; 0: padding; 1, 2, ...: a row's segments, each a contiguous run):
+
+    * ``indices`` (int64 ``[tokens]``): the real tokens' places in the flattened ``[rows * width]`` batch
+      (``x.reshape(rows * width, ...)[indices]`` is the THD input, padding left out);
+    * ``cu_seqlens`` (int32 ``[segments + 1]``): where each segment starts among those tokens, from 0 to the
+      number of real tokens; no segment crosses a row;
+    * ``max_seqlen`` (int): the longest segment;
+    * ``row_cu_seqlens`` (int32 ``[rows, most + 1]``): the same per row, within the row's real tokens, its last
+      value repeated where a row has fewer than the most segments.
+    """
+    seg = np.asarray(segment_ids)
+    if seg.ndim != 2:
+        raise UsageError(f"segment_ids must be [rows, width], got shape {seg.shape}")
+    rows, width = seg.shape
+    flat = seg.reshape(-1)
+    indices = np.flatnonzero(flat > 0)
+    begins = np.ones(len(indices), bool)  # a real token begins a segment after another id or at a row's start
+    if len(indices):
+        begins[1:] = (flat[indices[1:]] != flat[indices[:-1]]) | (indices[1:] // width != indices[:-1] // width) | (
+            indices[1:] != indices[:-1] + 1)
+    starts = np.flatnonzero(begins)
+    cu = np.concatenate([starts, [len(indices)]]).astype(np.int32)
+    lengths = np.diff(cu)
+    row_of = indices[starts] // width if len(starts) else np.zeros(0, np.int64)
+    per_row = np.bincount(row_of, minlength=rows)
+    most = int(per_row.max()) if rows else 0
+    row_cu = np.zeros((rows, most + 1), np.int32)
+    if len(starts):
+        first = np.concatenate([[0], np.cumsum(per_row)[:-1]])
+        k = np.arange(len(starts)) - first[row_of]
+        ends = np.cumsum(lengths)
+        row_cu[row_of, k + 1] = ends - (ends - lengths)[first[row_of]]
+        np.maximum.accumulate(row_cu, axis=1, out=row_cu)
+    return {"indices": indices.astype(np.int64), "cu_seqlens": cu, "max_seqlen": int(lengths.max(initial=0)),
+            "row_cu_seqlens": row_cu}
+
+
 def pack(lengths, row_length: int) -> PackPlan:
     """Pack sequences of these lengths into rows of ``row_length`` tokens (best-fit decreasing).
 

@@ -86,3 +86,39 @@ def test_pack_pairs_keeps_pairs_together():
 
 def test_public_names():
     assert babelfeed.pack is pack and callable(babelfeed.blending_indices)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), rows=st.integers(1, 6), width=st.integers(1, 40))
+def test_varlen_holds_the_invariants_megatron_and_flashattention_assume(data, rows, width):
+    """cu_seqlens starts at 0, rises, ends at the real token count; each segment lies in one row, is one id's
+    whole run and its positions restart at 0; the per-row form agrees; the flattened indices rebuild the ids."""
+    from babelfeed.plan.packing import segments, varlen
+
+    pieces = []
+    for r in range(rows):  # pieces placed left to right, the rest of the row padding
+        at = 0
+        while at < width and data.draw(st.booleans()):
+            n = data.draw(st.integers(1, width - at))
+            pieces.append((r, at, n))
+            at += n
+    row, off, n = (np.array([p[i] for p in pieces], np.int64) for i in range(3)) if pieces else (np.zeros(0, np.int64),) * 3
+    seg, pos, _, _ = segments(rows, width, row, off, n)
+    v = varlen(seg)
+    cu, idx = v["cu_seqlens"], v["indices"]
+    assert cu.dtype == np.int32 and cu[0] == 0 and cu[-1] == (seg > 0).sum() == len(idx)
+    assert (np.diff(cu) > 0).all() and len(cu) == len(pieces) + 1
+    assert v["max_seqlen"] == (n.max() if len(n) else 0)
+    flat_seg, flat_pos = seg.reshape(-1), pos.reshape(-1)
+    for a, b in zip(cu[:-1], cu[1:]):
+        where = idx[a:b]
+        assert len(set((where // width).tolist())) == 1 and (np.diff(where) == 1).all()  # one row, contiguous
+        assert len(set(flat_seg[where].tolist())) == 1 and (flat_pos[where] == np.arange(b - a)).all()
+    rebuilt = np.zeros(rows * width, np.int32)
+    rebuilt[idx] = flat_seg[idx]
+    assert (rebuilt.reshape(rows, width) == seg).all()
+    per_row = v["row_cu_seqlens"]
+    for r in range(rows):
+        lens = np.diff(per_row[r])
+        assert per_row[r][0] == 0 and per_row[r][-1] == (seg[r] > 0).sum()
+        assert sorted(lens[lens > 0].tolist()) == sorted(n[row == r].tolist())
