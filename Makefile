@@ -35,7 +35,7 @@ test: $(call stamp,$(TEST_EXTRAS))
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 # The documentation site, into site/: the generated reference pages are written first (docs/reference/config.md
-# from babelfeed/config/spec.py, docs/reference/cli.md from the command's parser; tests hold both to their
+# from loader/config/spec.py, docs/reference/cli.md from the command's parser; tests hold both to their
 # sources), then mkdocs builds with every warning an error (a broken link or anchor, a page out of the nav).
 docs: $(call stamp,$(DOCS_EXTRAS))
 	$(BIN)/python -c "from babelfeed.config.spec import markdown; print(markdown(), end='')" > docs/reference/config.md

@@ -174,6 +174,9 @@ def mixing_schedule(s: Settings, tasks: list[str]) -> MixingSchedule | None:
         return MixingSchedule(sched.boundaries, tuple(_named_weights(w, tasks, "mixing.schedule.weights")
                                                      for w in sched.weights), sched.mode)
     if s.tasks:
+        if not sum(t.weight for t in s.tasks.values()) > 0:
+            raise ConfigError(f"every task's weight is 0 ({', '.join(f'{s.where}tasks.{n}.weight' for n in s.tasks)}): "
+                              f"give one task a weight above 0")
         return MixingSchedule.constant([t.weight for t in s.tasks.values()])
     return None
 
@@ -252,7 +255,8 @@ def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int 
     rows of each global batch (JAX global arrays; see ``babelfeed.adapters.jax``)."""
     check_config_object(config)
     check_rank(rank, world_size)
-    s = parse(config)
+    config, where = translation_section(config)  # (configs/demo.py keeps its pipeline under train)
+    s = parse(config, "translation", where)
     sources, dictionary, opts = _train_sources(s, world_size, split)
     planner = EpochPlanner(sources, opts)
     plan = shape_plan(s, planner, stats=False)
@@ -335,7 +339,8 @@ def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str 
     """Every sample of the validation split once, in a fixed order, nothing dropped; one epoch."""
     check_config_object(config)
     check_rank(rank, world_size)
-    s = parse(config)
+    config, where = translation_section(config)  # (configs/demo.py keeps its pipeline under train)
+    s = parse(config, "translation", where)
     split = split or s.data.valid_split
     _storage(s.data)
     corpus = ShardedCorpus(s.data.path, check=False)

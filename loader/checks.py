@@ -18,12 +18,10 @@ from typing import Callable
 
 from babelfeed.errors import ConfigError, ConfigTypeError
 
-SHARDS = ("cycle", "all")
-VERIFY = ("quick", "full")
-ON_TOO_LONG = ("skip", "raise")
-METHODS = ("temperature", "uniform", "weights")
-COMPAT = ("none", "fairseq")
-DTYPES = ("int32", "int64")
+
+def digits(text) -> bool:
+    """Text of ASCII digits only (``str.isdigit`` also takes ``'²'``, which ``int()`` refuses)."""
+    return isinstance(text, str) and text.isascii() and text.isdigit()
 
 
 def is_int(value) -> bool:

@@ -16,9 +16,9 @@ entry. From them:
 * :func:`markdown` writes docs/reference/config.md, the key reference (a test holds the file to it).
 
 Rules between keys live in two places, by what they need: between the planner's settings in
-``PlanOptions.validate`` (so a PlanOptions made in Python keeps them too), and between the rest of a config (tasks,
-schedules, packing of raw text) in :func:`_rules` here. Rules that need the data (a direction the schedule names,
-noise on packed sources) are checked when the data is opened.
+``PlanOptions.validate`` (so a PlanOptions made in Python keeps them too; :func:`parse` runs them before any data is
+opened), and between the rest of a config (tasks, schedules, packing of raw text) in :func:`_rules` here. Rules
+that need the data (a direction the schedule names, noise on packed sources) are checked when the data is opened.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ import ml_collections
 
 from babelfeed.checks import LONGEST, Key, names
 from babelfeed.errors import ConfigError, ConfigTypeError, UnknownConfigKey, UsageError
-from babelfeed.lm.blending import parse_data_path, parse_split
-from babelfeed.plan.options import BATCHING, COMPAT_KEY, FILTER, MIXING, SEED
+from babelfeed.lm.options import KEYS as LM_KEYS
+from babelfeed.plan.options import BATCHING, COMPAT_KEY, FILTER, MIXING, SEED, PlanOptions
+from babelfeed.storage.indexed import VERIFY_MODES
 
 SHARDS = ("cycle", "all")
-VERIFY = ("quick", "full")
 DTYPES = ("int32", "int64")
 
 
@@ -50,13 +50,27 @@ def prefix_overrides(name: str, value) -> dict:
         key, _, side = head.strip().rpartition(":")
         if not sep or side not in ("source", "target") or not key.strip():
             raise ConfigError(f"{name} entry {item!r} must be 'direction:source=tokens' or 'direction:target=tokens'")
+        if side in out.get(key.strip(), {}):
+            raise ConfigError(f"{name} gives {key.strip()}'s {side} prefix twice")
         out.setdefault(key.strip(), {})[side] = tokens.strip()
     return out
 
 
 def directions(name: str, value) -> str | tuple[str, ...]:
-    """``"all"`` or the directions of a comma-separated list."""
-    return "all" if str(value).strip() == "all" else names(name, value)
+    """``"all"`` or the directions (or languages) of a comma-separated list."""
+    return "all" if str(value).strip() == "all" else corpora(name, value)
+
+
+def corpora(name: str, value) -> tuple[str, ...]:
+    """Directions or languages, comma-separated: each a name without spaces or other separators, one '-' at
+    most."""
+    out = names(name, value)
+    for item in out:
+        if any(c.isspace() or c in ";|:=" for c in item) or item.count("-") > 1 or item.startswith("-") or \
+                item.endswith("-"):
+            raise ConfigError(f"{name}: {item!r} is not a direction ('SRC-TGT', e.g. 'eng_Latn-deu_Latn') or a "
+                              f"language; several are separated by commas")
+    return out
 
 
 def by_task(name: str, value) -> dict:
@@ -68,6 +82,8 @@ def by_task(name: str, value) -> dict:
         task, sep, spec = item.partition("=")
         if not sep or not task.strip():
             raise ConfigError(f"{name} entry {item!r} must look like 'task=transform:params;...'")
+        if task.strip() in out:
+            raise ConfigError(f"{name} gives {task.strip()!r} transforms twice")
         out[task.strip()] = spec
     return out
 
@@ -75,15 +91,6 @@ def by_task(name: str, value) -> dict:
 def _at_most_one(name: str, value) -> float:
     if not value <= 1:
         raise ConfigError(f"{name} must be in (0, 1], got {value!r}")
-    return value
-
-
-def _lm_data_path(name: str, value):
-    return parse_data_path(value)
-
-
-def _lm_split(name: str, value) -> str:
-    parse_split(value)
     return value
 
 
@@ -107,7 +114,8 @@ TRANSLATION: tuple[Key, ...] = (
     Key("data.valid_split", "str", "valid", "the split validated on", nonempty=True),
     Key("data.directions", "str", "all", "'all' or a comma-separated list such as 'eng_Latn-deu_Latn,eng_Latn-fra_Latn'",
         parse=directions),
-    Key("data.monolingual", "str", "", "monolingual languages to add as (x, x) pairs, comma-separated", parse=names),
+    Key("data.monolingual", "str", "", "monolingual languages to add as (x, x) pairs, comma-separated",
+        parse=corpora),
     Key("data.shards", "str", "cycle", "'cycle': epoch e reads shard (e-1) % k of each direction; 'all': every shard",
         choices=SHARDS),
     Key("data.source_prefix", "str", "__{src}__", "tokens put before every source (NLLB: the source language token)"),
@@ -115,7 +123,7 @@ TRANSLATION: tuple[Key, ...] = (
     Key("data.prefix_overrides", "str", "", "'direction:side=tokens;...', e.g. 'eng_Latn-deu_Latn:source=__bt__ __{src}__'",
         parse=prefix_overrides),
     Key("data.verify", "str", "full", "'full': every pointer checked once per file (a stamp remembers); 'quick': O(1)",
-        choices=VERIFY),
+        choices=VERIFY_MODES),
     Key("data.noise", "str", "", "source noise for every train task, e.g. 'token_drop:rate=0.1;local_reorder:k=3'"),
     Key("data.noise_by_task", "str", "", "per task: 'eng_Latn=span_mask:ratio=0.3,mask_id=<unk>|...'",
         parse=by_task),
@@ -154,24 +162,7 @@ TASK_KEYS = tuple(k.path for k in TASK)
 # Sections of a translation config whose entries are the user's own (tasks.NAME = babelfeed.config.task(...)).
 OPEN_SECTIONS = {"tasks": "tasks group corpora that get the same treatment: tasks.NAME = babelfeed.config.task(...)"}
 
-LM: tuple[Key, ...] = (
-    SEED,
-    Key("data_path", "str", "0.3 data/web 0.7 data/books", "weights and .idx/.bin prefixes (Megatron's --data-path)",
-        nonempty=True, parse=_lm_data_path),
-    Key("split", "str", "969,30,1", "train/valid/test shares, by documents ('969,30,1' or '969/30/1')",
-        nonempty=True, parse=_lm_split),
-    Key("split_name", "str", "train", "the split served", choices=("train", "valid", "test")),
-    Key("mode", "str", "pack", "'pack': whole documents in rows with segment ids; 'concat': Megatron's GPT slicing; "
-        "'sentences': BERT-style", choices=("concat", "pack", "sentences")),
-    Key("seq_len", "int", 2048, "tokens per row", 1),
-    Key("global_batch", "int", 512, "samples per step over all ranks", 1),
-    Key("num_samples", "int", 512 * 10_000, "samples of the run (train_iters x global_batch)", 1),
-    Key("vocab_size", "int", 0, "the tokenizer's vocabulary: every token id must be below it (0: unchecked)", 0),
-    Key("verify", "str", "full", "'full': every index checked once per file; 'quick': O(1) checks only",
-        choices=VERIFY),
-    Key("cache_dir", "str", "build/cache", "blend and sample indexes (.npy, keyed by a hash of their inputs)"),
-    *STORAGE,
-)
+LM: tuple[Key, ...] = (SEED, *LM_KEYS, *STORAGE)
 
 TABLES = {"translation": TRANSLATION, "lm": LM}
 
@@ -307,9 +298,11 @@ def validate(config, kind: str = "translation", where: str = "") -> None:
 def _rules(s: Settings, prefix: str) -> None:
     """The rules between a translation config's keys that the planner does not hold (PlanOptions.validate holds
     its own)."""
-    if s["mixing.weights"] and s["mixing.method"] != "weights":
-        raise ConfigError(f"{prefix}mixing.weights is set but {prefix}mixing.method is {s['mixing.method']!r}, which "
-                          f"ignores it: set {prefix}mixing.method='weights' to use the weights, or leave them empty")
+    # the planner's own rules, now, before any data is opened (PlanOptions holds them for every caller)
+    sampler = s["mixing.sampler"]
+    if sampler == "auto":
+        sampler = "stream" if s["mixing.schedule.boundaries"] else "stratified"
+    PlanOptions.from_settings(s, sampler=sampler).validate()
     if s["mixing.schedule.boundaries"] and not s["mixing.schedule.weights"]:
         raise ConfigError(f"{prefix}mixing.schedule.boundaries is set but {prefix}mixing.schedule.weights is empty")
     if not s.tasks:
@@ -323,8 +316,8 @@ def _rules(s: Settings, prefix: str) -> None:
                           f".source_prefix), not {prefix}data.noise / data.noise_by_task / data.prefix_overrides")
     for name, t in s.tasks.items():
         where = f"{prefix}tasks.{name}"
-        if "/" in name:
-            raise ConfigError(f"task name {name!r} must not contain '/'")
+        if "/" in name or not name.strip() or any(c.isspace() for c in name):
+            raise ConfigError(f"task name {name!r} must be a word: not empty, no spaces, no '/'")
         if t.text.strip() and t.corpora.strip() == "all":
             raise ConfigError(f"{where} reads raw text: name its corpora (directions or languages), not 'all'")
         if not names(where, t.corpora):
@@ -395,7 +388,7 @@ def check_known_keys(config, where: str = "", kind: str = "translation") -> None
 def markdown() -> str:
     """docs/reference/config.md: the key reference, written from the tables."""
     lines = ["# Config keys", "",
-             "Written from `babelfeed/config/spec.py` (`make docs` writes this page); a test "
+             "Written from `loader/config/spec.py` and the keys it gathers (`make docs` writes this page); a test "
              "holds this page, `configs/nllb_like.py` and `configs/lm_packing.py` to it. Every key is checked "
              "before any work: a wrong type, a value out of range or a key babelfeed does not know is refused, "
              "naming the key.", ""]

@@ -165,7 +165,7 @@ def _parameter(name: str, key: str, value: str, spec: str, dictionary):
     text = value.strip()
     where = f"transform {name}: {key}={text!r} in {spec!r}"
     if kind == "symbol":
-        if text.isdigit():
+        if text.isascii() and text.isdigit():
             number = int(text)
         elif dictionary is not None and text in dictionary:
             return dictionary.index(text)

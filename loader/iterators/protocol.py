@@ -158,7 +158,7 @@ class LoaderIterator(ABC):
             raise UsageError(f"row blocks {list(blocks)} are not blocks of {of}: need 0 <= block < {of}, at least one")
         self.row_blocks = (tuple(picked), int(of))
 
-    # ------------------------------------------------------------- remote data, fetched ahead (storage/fetcher)
+    # ------------------------------------------------------------- remote data, fetched ahead (storage/remote)
     def _fetch_ahead(self):
         """This iterator's :class:`~babelfeed.iterators.fetch_ahead.FetchAhead`, over its ``_fetch_rows`` and
         ``_fetch_shares``."""

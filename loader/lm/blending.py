@@ -95,17 +95,18 @@ def _blend_fallback(w: np.ndarray, size: int, megatron: bool, dataset: np.ndarra
     sample[np.argsort(dataset, kind="stable")] = np.arange(size) - np.repeat(starts, per)
 
 
-def parse_data_path(spec) -> list[tuple[float, str]]:
+def parse_data_path(spec, name: str = "data path") -> list[tuple[float, str]]:
     """``"0.3 prefixA 0.7 prefixB"`` (or a list of tokens) -> [(0.3, "prefixA"), (0.7, "prefixB")].
 
     Without weights (``"prefixA prefixB"``) every prefix gets weight 1.0, as Megatron does. Given its own output
-    (the pairs), it checks and returns them.
+    (the pairs), it checks and returns them. Weights are finite, >= 0, not all 0, and their sum is finite.
+    ``name``: how errors name it (``data_path``, the config key).
     """
     if not isinstance(spec, str) and spec and all(isinstance(t, tuple) and len(t) == 2 for t in spec):
         spec = [str(x) for pair in spec for x in pair]
     tokens = spec.split() if isinstance(spec, str) else [str(t) for t in spec]
     if not tokens:
-        raise ConfigError("empty data path")
+        raise ConfigError(f"{name} is empty")
 
     def number(t):
         try:
@@ -115,17 +116,20 @@ def parse_data_path(spec) -> list[tuple[float, str]]:
 
     if number(tokens[0]) is None:
         if any(number(t) is not None for t in tokens):
-            raise ConfigError(f"data path {spec!r} mixes weighted and unweighted entries")
+            raise ConfigError(f"{name} {spec!r} mixes weighted and unweighted entries")
         return [(1.0, t) for t in tokens]
     if len(tokens) % 2:
-        raise ConfigError(f"data path {spec!r} must alternate weight and prefix")
+        raise ConfigError(f"{name} {spec!r} must alternate weight and prefix")
     out = []
     for weight, prefix in zip(tokens[::2], tokens[1::2]):
         if number(weight) is None or number(prefix) is not None:
-            raise ConfigError(f"data path {spec!r}: expected a weight then a prefix, got {weight!r} {prefix!r}")
+            raise ConfigError(f"{name} {spec!r}: expected a weight then a prefix, got {weight!r} {prefix!r}")
         if not float(weight) >= 0 or math.isinf(float(weight)):
-            raise ConfigError(f"data path {spec!r}: a weight must be a finite number >= 0, got {weight}")
+            raise ConfigError(f"{name} {spec!r}: a weight must be a finite number >= 0, got {weight}")
         out.append((float(weight), prefix))
+    total = sum(w for w, _ in out)  # (a float sum: past the largest float it is inf)
+    if not 0 < total < math.inf:
+        raise ConfigError(f"{name} {spec!r}: the weights must add up to a finite number above 0")
     return out
 
 

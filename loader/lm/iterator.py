@@ -6,7 +6,7 @@
 
 * Each dataset is split by documents (``"969,30,1"``, contiguous, Megatron's rounding) and read as its
   sequences, which are shuffled **per epoch** (Megatron shuffles once across all epochs, so a document can
-  repeat back to back, issue #697). Modes ``concat``, ``pack`` and ``sentences``: see ``lm_plan.py``.
+  repeat back to back, issue #697). Modes ``concat``, ``pack`` and ``sentences``: see ``lm/plan.py``.
 * ``concat`` serves the samples Megatron's GPTDataset cuts: with T tokens per epoch, its ``num_epochs`` epochs
   are one stream cut into ``(num_epochs T - 1) // seq_len`` samples (``build_sample_idx``), an epoch's leftover
   tokens starting the next epoch's first sample; here too, so epochs 1..e hold ``(e T - 1) // seq_len`` samples
@@ -27,7 +27,7 @@
   its path: the same files spelled ``data/web``, ``./data/web``, absolutely, through a symlink, or mounted
   elsewhere on another host give the same batches, and a resumed state refuses data that changed.
 * Planning is integers, a window of batches at a time (per-dataset work once per window); each batch is then
-  one vectorised gather of its pieces from the token space (``gather.py``). No per-sample Python.
+  one vectorised gather of its pieces from the token space (``gather/engine.py``). No per-sample Python.
 """
 
 from __future__ import annotations
@@ -38,13 +38,14 @@ import os
 
 import numpy as np
 
-from babelfeed.checks import at_least
 from babelfeed.errors import ConfigError, FormatError, OutOfRange, UsageError
 from babelfeed.gather import engine as gather
 from babelfeed.iterators.protocol import LoaderIterator
-from babelfeed.lm.blending import IndexCache, blending_indices, parse_data_path
-from babelfeed.lm.plan import MODES, LMSource
+from babelfeed.lm.blending import IndexCache, blending_indices
+from babelfeed.lm.options import BY_PATH as LM_KEYS
+from babelfeed.lm.plan import LMSource
 from babelfeed.lm.run import LMRun
+from babelfeed.plan.options import SEED
 from babelfeed.plan.packing import ragged_arange, segments
 from babelfeed.run.weights import Weights
 from babelfeed.storage.remote.client import resolve_prefix
@@ -109,14 +110,16 @@ class LMIterator(LMRun, LoaderIterator):
         documents split by ``split`` (train/valid/test shares) and served from ``split_name``, ``mode``
         ``"concat"``, ``"pack"`` or ``"sentences"``. ``babelfeed.build_iterator`` takes the same from a config,
         checked."""
-        if mode not in MODES:
-            raise ConfigError(f"mode must be one of {MODES}, got {mode!r}")
-        for key, value, low in (("seq_len", seq_len, 1), ("global_batch", global_batch, 1),
-                                ("num_samples", num_samples, 1), ("vocab_size", vocab_size, 0)):
-            at_least(key, value, low)  # (seq_len 0 served (8, 0) batches, or divided by zero)
+        # each argument by its config key's rule (babelfeed.lm.options): the API refuses what a config would
+        given = {"data_path": data_path, "split": split, "split_name": split_name, "mode": mode, "seq_len": seq_len,
+                 "global_batch": global_batch, "num_samples": num_samples, "vocab_size": vocab_size, "verify": verify}
+        parsed = {name: LM_KEYS[name].parsed(value) for name, value in given.items()}
+        SEED.value(seed)
+        if cache_dir is not None:
+            LM_KEYS["cache_dir"].value(os.fspath(cache_dir) if isinstance(cache_dir, os.PathLike) else cache_dir)
         cache = IndexCache(cache_dir) if cache_dir else None
 
-        entries = [(w, resolve_prefix(p)) for w, p in parse_data_path(data_path)]  # (s3://...: local shadows)
+        entries = [(w, resolve_prefix(p)) for w, p in parsed["data_path"]]  # (s3://...: local shadows)
         sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache, verify) for _, prefix in entries]
         return cls(sources, [w for w, _ in entries], num_samples, global_batch, rank, world_size, cache,
                    name=split_name, vocab_size=vocab_size)

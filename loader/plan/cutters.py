@@ -100,7 +100,7 @@ class FairseqCutter:
         if len(dropped) and o.on_too_long == "raise":
             i = int(dropped[0])
             raise DataError(f"{setup.directions[int(dirs[i])].key} row {int(rows[i])} is longer than "
-                            f"max_source_positions/max_target_positions (filter.on_too_long='raise')")
+                            f"max_source_positions/max_target_positions ({o.too_long_key}='raise')")
         filtered = np.bincount(dirs[dropped], minlength=len(setup.directions)).astype(np.int64)
         return planner._finish(setup, epoch, w, s, select, ends, served, filtered)
 

@@ -15,9 +15,10 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from babelfeed.checks import LARGEST, LONGEST, Key, integers, is_int
-from babelfeed.errors import ConfigError
+from babelfeed.checks import LARGEST, LONGEST, Key, digits, integers, is_int
+from babelfeed.errors import ConfigError, ConfigTypeError
 from babelfeed.plan import samplers
+from babelfeed.plan.schedule import MixingSchedule
 
 METHODS = ("temperature", "uniform", "weights", "unimax")
 COMPAT = ("none", "fairseq")
@@ -50,6 +51,8 @@ def weights(name: str, value) -> tuple[tuple[str, float], ...]:
                     not (v >= 0 and math.isfinite(v)):
                 raise ConfigError(f"{name} entry {(k, v)!r} must be a direction and a finite weight >= 0")
         pairs = tuple((k, float(v)) for k, v in pairs)
+    if pairs and not sum(w for _, w in pairs) < math.inf:
+        raise ConfigError(f"{name}: the weights add up past the largest number; scale them down")
     seen = [k for i, (k, _) in enumerate(pairs) if k in (p[0] for p in pairs[:i])]
     if seen:
         raise ConfigError(f"{name} gives {seen[0]!r} two weights")
@@ -59,19 +62,27 @@ def weights(name: str, value) -> tuple[tuple[str, float], ...]:
 def weight_lists(name: str, value) -> tuple[tuple[tuple[str, float], ...], ...]:
     """``"a:1,b:0 | a:1,b:1"`` -> one weight list per segment, each as :func:`weights` reads it."""
     if isinstance(value, str):
-        return tuple(weights(name, part) for part in value.split("|") if part.strip())
+        parts = value.split("|") if value.strip() else []
+        if any(not part.strip() for part in parts):
+            raise ConfigError(f"{name} holds an empty weight list between '|'s: {value!r}")
+        return tuple(weights(name, part) for part in parts)
     return tuple(weights(name, part) for part in value)
 
 
+# The most samples an epoch may hold: far past any corpus (2**36 is 69 billion), and a bound on what one epoch's
+# plan loops over.
+MAX_EPOCH = 2**36
+
+
 def virtual_size(name: str, value) -> str | int:
-    """``"fairseq"``, ``"sum"`` or a positive integer (as text or a number)."""
+    """``"fairseq"``, ``"sum"`` or a positive integer (as text or a number) below :data:`MAX_EPOCH`."""
     if value in ("fairseq", "sum"):
         return value
-    if is_int(value) and 0 < value < LARGEST:
+    if is_int(value) and 0 < value < MAX_EPOCH:
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit() and 0 < int(value) < LARGEST:
+    if digits(value.strip() if isinstance(value, str) else value) and 0 < int(value) < MAX_EPOCH:
         return int(value)
-    raise ConfigError(f"{name} must be 'fairseq', 'sum' or a positive integer, got {value!r}")
+    raise ConfigError(f"{name} must be 'fairseq', 'sum' or a positive integer below 2**36, got {value!r}")
 
 
 def pack(name: str, value) -> tuple[int, ...]:
@@ -82,7 +93,7 @@ def pack(name: str, value) -> tuple[int, ...]:
         return ()
     else:
         parts = [p.strip() for p in str(value).strip().split("x")]
-        parts = [int(p) if p.isdigit() else p for p in parts]
+        parts = [int(p) if digits(p) else p for p in parts]
     if len(parts) not in (0, 2) or not all(is_int(p) and 0 < p <= LONGEST for p in parts):
         raise ConfigError(f"{name} must be 'SRCxTGT' such as '256x256' (positive integers up to {LONGEST}), "
                           f"got {value!r}")
@@ -93,12 +104,14 @@ def widths(name: str, value) -> tuple[tuple[int, int], ...]:
     """``"32,64"`` or ``"32x48,64x80"`` -> ``((32, 32), (64, 64))`` / ``((32, 48), (64, 80))``: the (source,
     target) widths of explicit static shapes; ``""`` -> ``()``."""
     out = []
+    if isinstance(value, str) and value.strip() and not value.replace(",", "").strip():
+        raise ConfigError(f"{name} must be widths such as '32,64,128' ('' for dynamic batches), got {value!r}")
     for item in [t.strip() for t in str(value).split(",") if t.strip()] if isinstance(value, str) else value:
         parts = item.split("x") if isinstance(item, str) else list(item)
-        parts = [int(p) if isinstance(p, str) and p.strip().isdigit() else p for p in parts]
-        if len(parts) not in (1, 2) or not all(is_int(p) and 0 < p < LARGEST for p in parts):
+        parts = [int(p) if digits(p.strip() if isinstance(p, str) else p) else p for p in parts]
+        if len(parts) not in (1, 2) or not all(is_int(p) and 0 < p <= LONGEST for p in parts):
             raise ConfigError(f"{name} must be widths such as '32,64,128' or 'SRCxTGT' pairs such as '32x48,64x80' "
-                              f"(positive integers), got {value!r}")
+                              f"(positive integers up to {LONGEST}), got {value!r}")
         out.append((int(parts[0]), int(parts[-1])))
     return tuple(out)
 
@@ -201,6 +214,11 @@ class PlanOptions:
     # copies of one sample to different batches (plan.copies; training's default)
     spread_copies: bool = _opt(False, "batching.spread_copies")
 
+    @property
+    def too_long_key(self) -> str:
+        """The key that says what a too-long sample does: training's, or validation's (its order unshuffled)."""
+        return "filter.on_too_long" if self.shuffle else "filter.on_too_long_valid"
+
     @classmethod
     def from_settings(cls, settings, **given) -> PlanOptions:
         """The options of a parsed config (``settings[key]``: a key's parsed value, as
@@ -209,14 +227,37 @@ class PlanOptions:
                   if f.metadata["key"] and f.name not in given}
         return cls(**values, **given)
 
+    def checked(self) -> PlanOptions:
+        """These options with every keyed field as its key's parser reads it (``weights="en-de:1"`` becomes
+        ``(("en-de", 1.0),)``), after :meth:`validate`: what the planner plans with."""
+        parsed = {f.name: KEYS[f.metadata["key"]].parsed(getattr(self, f.name)) for f in dataclasses.fields(self)
+                  if f.metadata["key"]}
+        out = dataclasses.replace(self, **parsed)
+        out.validate()
+        return out
+
     def validate(self) -> None:
-        """Each field by its key's rule, then the rules between the planner's settings."""
+        """Each field by its key's rule (or, for the fields no key gives, its type), then the rules between the
+        planner's settings."""
         for f in dataclasses.fields(self):
             if f.metadata["key"]:
                 KEYS[f.metadata["key"]].parsed(getattr(self, f.name))
         samplers.choose(self.sampler)  # (a registered one: "auto" is resolved before the options are made)
         if not is_int(self.batches_per_update) or self.batches_per_update < 1:
             raise ConfigError(f"batches per optimizer update must be >= 1, got {self.batches_per_update}")
+        if not isinstance(self.shuffle, bool):
+            raise ConfigTypeError(f"shuffle must be True or False, got {self.shuffle!r}")
+        if not is_int(self.fairseq_sampling_seed) or not 0 <= self.fairseq_sampling_seed < 2**32:
+            raise ConfigError(f"fairseq_sampling_seed must be an integer in [0, 2**32), got "
+                              f"{self.fairseq_sampling_seed!r}")
+        if self.schedule is not None and not isinstance(self.schedule, MixingSchedule):
+            raise ConfigTypeError(f"schedule must be a babelfeed.plan.schedule.MixingSchedule or None, got "
+                                  f"{type(self.schedule).__name__}")
+        if not isinstance(self.shapes, (tuple, list)) or not all(
+                isinstance(sh, (tuple, list)) and 2 <= len(sh) <= 3 and all(is_int(x) and x > 0 for x in sh)
+                for sh in self.shapes):
+            raise ConfigError(f"shapes must be static shapes ((batch, length) or (batch, source, target), positive "
+                              f"integers), got {self.shapes!r}")
         longest = max(self.max_source_positions, self.max_target_positions)
         if longest > self.max_tokens:
             raise ConfigError(f"batching.max_tokens={self.max_tokens} is smaller than the longest allowed sample "

@@ -26,6 +26,7 @@ from babelfeed.plan.mixing import StratifiedDraw, capped_probabilities, stratifi
 from babelfeed.plan.cutters import choose as choose_cutter
 from babelfeed.plan.samplers import choose as choose_sampler
 from babelfeed.plan.packing import ragged_arange
+from babelfeed.checks import is_int
 from babelfeed.plan.options import PlanOptions
 from babelfeed.plan.parts import ExtendedDraw, PartPlanning
 from babelfeed.plan.stream import StreamPlanning, WeightChanges
@@ -34,14 +35,18 @@ from babelfeed.sources.rows import groups
 from babelfeed._native import plan_kernel
 from babelfeed.plan.samples import EpochSetup, Samples, Window
 from babelfeed.sources.sources import Direction, SourceSet, data_digest, locate_many
-from babelfeed.errors import ConfigError, DataError, OutOfRange, UsageError
+from babelfeed.errors import ConfigError, DataError, OutOfRange, UsageError, UsageTypeError
 
 
 class EpochPlanner(StreamPlanning, PartPlanning):
     """The integer plan of every epoch: which samples, in which window, in which batch, in which order."""
 
     def __init__(self, sources: SourceSet, opts: PlanOptions):
-        opts.validate()
+        if not isinstance(opts, PlanOptions):
+            raise UsageTypeError(f"opts must be a babelfeed.plan.options.PlanOptions, got {type(opts).__name__}")
+        if not hasattr(sources, "directions"):
+            raise UsageTypeError(f"sources must be a babelfeed.sources.sources.SourceSet, got {type(sources).__name__}")
+        opts = opts.checked()
         self.sources, self.opts = sources, opts
         self.sampler = choose_sampler(opts.sampler)  # how an epoch's samples are drawn (babelfeed.plan.samplers)
         self.cutter = choose_cutter(opts)  # how a window's samples are cut into batches (babelfeed.plan.cutters)
@@ -231,6 +236,8 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             del self._starts[e]
 
     def setup(self, epoch: int) -> EpochSetup:
+        if not is_int(epoch) or epoch < 1:
+            raise UsageError(f"epoch must be an integer >= 1 (epochs count from 1), got {epoch!r}")
         if self._setup is not None and self._setup.epoch == epoch:
             return self._setup
         o = self.opts
@@ -365,7 +372,7 @@ class EpochPlanner(StreamPlanning, PartPlanning):
                 raise DataError(
                     f"{d.key} row {int(rows[i])}: {int(src_len[i])} source / {int(tgt_len[i])} target tokens, over "
                     f"max_source_positions={o.max_source_positions} / max_target_positions={o.max_target_positions} "
-                    f"(filter.on_too_long='raise'; 'skip' drops and counts such samples)")
+                    f"({o.too_long_key}='raise'; 'skip' drops and counts such samples)")
             keep = np.flatnonzero(~too_long)
             src_len, tgt_len = src_len[keep], tgt_len[keep]
         tgt = tgt_len if self.sources.with_target else None

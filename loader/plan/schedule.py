@@ -28,20 +28,21 @@ class MixingSchedule:
     def __post_init__(self):
         b = [int(x) for x in self.boundaries]
         if any(x < 0 for x in b) or any(y <= x for x, y in zip(b, b[1:])):
-            raise ConfigError(f"schedule boundaries must be non-negative and strictly increasing, got {b}")
+            raise ConfigError(f"mixing.schedule.boundaries must be non-negative and strictly increasing, got {b}")
         if len(self.weights) != len(b) + 1:
-            raise ConfigError(f"a schedule with {len(b)} boundaries needs {len(b) + 1} weight lists, got "
+            raise ConfigError(f"mixing.schedule.weights: a schedule with {len(b)} boundaries needs {len(b) + 1} "
+                              f"weight lists ('w0 | w1 | ...', the weights before the first boundary first), got "
                               f"{len(self.weights)}")
         widths = {len(w) for w in self.weights}
         if len(widths) != 1:
-            raise ConfigError(f"every weight list must name the same tasks, got lengths {sorted(widths)}")
+            raise ConfigError(f"mixing.schedule.weights: every weight list must name the same tasks, got lengths {sorted(widths)}")
         for i, w in enumerate(self.weights):
             arr = np.asarray(w, dtype=np.float64)
             if (arr < 0).any() or not np.isfinite(arr).all() or arr.sum() <= 0:
                 raise ConfigError(f"mixing.schedule weight list {i}: weights must be finite, non-negative and not all "
                                   f"0, got {list(w)}")
         if self.mode not in ("step", "linear"):
-            raise ConfigError(f"schedule mode must be 'step' or 'linear', got {self.mode!r}")
+            raise ConfigError(f"mixing.schedule.mode must be 'step' or 'linear', got {self.mode!r}")
         object.__setattr__(self, "boundaries", tuple(b))
         object.__setattr__(self, "weights", tuple(tuple(float(x) for x in w) for w in self.weights))
 

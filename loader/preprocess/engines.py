@@ -189,7 +189,7 @@ def check_ray_address(address: str, timeout: float = 5.0) -> None:
     listens: ``ray.init`` would retry for minutes, printing its RPC warnings. ``auto`` and ``local`` are Ray's."""
     text = address[len("ray://"):] if address.startswith("ray://") else address
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
+    if not sep or not (port.isascii() and port.isdigit()):
         if address in ("auto", "local"):
             return
         raise RayAddressError(f"--ray-address {address!r}: give HOST:PORT (the head node's GCS port, e.g. "

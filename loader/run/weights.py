@@ -3,7 +3,7 @@
 * a translation run: the task weights fed back during the run (``set_weights``: from the stream window that starts
   at a global batch on, these weights) and how a mixing schedule counted its optimizer updates (a segment per world
   size or accumulation, ``[first global batch, its update, batches per update]``);
-* an LM run: its blend's segments (``babelfeed.plan.blend``): from a global sample on, these weights per dataset
+* an LM run: its blend's segments (``babelfeed.lm.mixture``): from a global sample on, these weights per dataset
   and where every dataset stood.
 
 The planner plans with the data (``planner.weights`` is this object once the iterator binds it); this component

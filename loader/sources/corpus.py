@@ -14,7 +14,7 @@ import struct
 import warnings
 from dataclasses import dataclass
 
-from babelfeed.errors import DataError, FormatError, SideMismatchError, UsageError
+from babelfeed.errors import ConfigError, DataError, FormatError, SideMismatchError, UsageError
 from babelfeed.sources.dictionary import Dictionary
 from babelfeed.storage.indexed import MMIDIDX_MAGIC, TNTIDX_MAGIC, IndexedDataset, data_path, index_path
 from babelfeed.storage.remote.client import resolve
@@ -211,7 +211,10 @@ class ShardedCorpus:
     def shard_ids(self, split: str, key: str) -> list[int]:
         """Shards holding ``key`` (a direction: either side; or a monolingual language) in ``split``, ascending."""
         if "-" in key:
-            src, tgt = key.split("-")
+            src, _, tgt = key.partition("-")
+            if "-" in tgt or not src or not tgt:
+                raise ConfigError(f"{key!r} is not a direction ('SRC-TGT', one '-': e.g. eng_Latn-deu_Latn) nor a "
+                                  f"language of {self.root}; several are separated by commas")
             return sorted(self._shards.get((split, key, src), set()) | self._shards.get((split, key, tgt), set()))
         return sorted(self._shards.get((split, None, key), ()))
 

@@ -285,3 +285,100 @@ def test_build_builds_from_settings_and_parses_no_text():
     calls = sorted({n.func.attr for n in ast.walk(tree) if isinstance(n, ast.Call) and
                     isinstance(n.func, ast.Attribute) and n.func.attr in ("split", "rpartition", "rsplit")})
     assert calls == []
+
+
+# -- what an adversarial review of the parse found (each was an internal error, a hang or silent acceptance) --------
+
+@pytest.mark.parametrize("key, value, match", [
+    ("batching.shapes", "\u00b2", "batching.shapes must be widths"),  # '²' is a digit to str.isdigit, not to int()
+    ("batching.pack", "\u00b2x256", "batching.pack must be 'SRCxTGT'"),
+    ("mixing.virtual_size", "\u00b2", "mixing.virtual_size must be"),
+    ("mixing.virtual_size", str(2**40 - 1), "below 2\\*\\*36"),  # (an epoch of 2**40 samples: plan never ended)
+    ("batching.shapes", ",", "batching.shapes must be widths"),
+    ("batching.shapes", "99999999", "up to 65535"),
+    ("data.directions", "a-b-c", "'a-b-c' is not a direction"),
+    ("data.directions", "eng_Latn-deu_Latn;eng_Latn-fra_Latn", "separated by commas"),
+    ("data.prefix_overrides", "a-b:source=x;a-b:source=y", "prefix twice"),
+    ("data.noise_by_task", "a-b=token_drop:rate=0.1|a-b=token_drop:rate=0.5", "transforms twice"),
+    ("mixing.schedule.weights", "a:1||a:2", "empty weight list"),
+])
+def test_a_malformed_value_is_refused_by_name_before_any_work(key, value, match):
+    cfg = babelfeed.load_config("nllb_like")
+    cfg.data.path = "/nonexistent"
+    section, _, name = key.rpartition(".")
+    node = cfg
+    for part in section.split("."):
+        node = node[part]
+    with node.unlocked():
+        node[name] = value
+    with pytest.raises(babelfeed.ConfigError, match=match):
+        babelfeed.build_train_iterator(cfg)
+
+
+@pytest.mark.parametrize("key, value, match", [
+    ("seq_len", 2**39, "seq_len must be an integer >= 1, < 2\\*\\*20"),  # (wrote 188,017 cache files in 100 s)
+    ("num_samples", 2**39, "num_samples must be an integer >= 1, < 2\\*\\*33"),  # (a 1 TiB allocation)
+    ("data_path", "0 W 0 B", "add up to a finite number above 0"),
+    ("data_path", "1e308 W 1e308 B", "add up to a finite number above 0"),
+    ("data_path", "0.3 W 0.7 W", "names 'W' twice"),
+])
+def test_an_lm_value_is_refused_by_name_before_any_work(key, value, match):
+    cfg = babelfeed.load_config("lm_packing")
+    cfg[key] = value
+    with pytest.raises(babelfeed.ConfigError, match=match):
+        babelfeed.build_iterator(cfg)
+
+
+def test_the_lm_iterators_arguments_are_checked_by_the_lm_keys():
+    from babelfeed.lm.iterator import LMIterator
+
+    for kw, match in [(dict(seed=-1), "seed must be an integer >= 0"), (dict(seed="x"), "seed must be an integer"),
+                      (dict(split_name="x"), "split_name must be one of"), (dict(cache_dir=5), "cache_dir must be"),
+                      (dict(mode="gpt"), "mode must be one of")]:
+        with pytest.raises(babelfeed.ConfigError, match=match):
+            LMIterator.build("1 /nonexistent/web", seq_len=8, global_batch=4, num_samples=8, **kw)
+
+
+def test_plan_options_made_in_python_are_read_as_the_config_reads_them():
+    from babelfeed.plan.options import PlanOptions
+    from babelfeed.plan.planner import EpochPlanner
+
+    opts = PlanOptions(method="weights", weights="a-b:1,c-d:3", pack_shape="64x64", max_tokens=1024,
+                       max_source_positions=64, max_target_positions=64).checked()
+    assert opts.weights == (("a-b", 1.0), ("c-d", 3.0)) and opts.pack_shape == (64, 64)
+    for bad, err in [(dict(shapes=5), babelfeed.ConfigError), (dict(shapes=((8, -1, 32),)), babelfeed.ConfigError),
+                     (dict(shapes=((8, "32", 32),)), babelfeed.ConfigError),
+                     (dict(schedule="x"), babelfeed.errors.ConfigTypeError),
+                     (dict(shuffle="yes"), babelfeed.errors.ConfigTypeError),
+                     (dict(fairseq_sampling_seed=-5), babelfeed.ConfigError)]:
+        with pytest.raises(err):
+            PlanOptions(**bad).validate()
+    with pytest.raises(babelfeed.errors.UsageTypeError, match="PlanOptions"):
+        EpochPlanner(None, None)
+
+
+def test_tasks_with_no_weight_and_bad_names_are_refused_in_their_own_words(tmp_path):
+    from babelfeed.config import task
+    from synthetic import config_for, make_data_bin
+
+    make_data_bin(tmp_path)
+    for tasks, match in [({"a": task("aaa-bbb", weight=0.0)}, "every task's weight is 0"),
+                         ({"": task("aaa-bbb")}, "must be a word"), ({"a b": task("aaa-bbb")}, "must be a word")]:
+        cfg = config_for(tmp_path)
+        with cfg.unlocked():
+            for name, entry in tasks.items():
+                cfg.tasks[name] = entry
+        with pytest.raises(babelfeed.ConfigError, match=match):
+            babelfeed.build_train_iterator(cfg)
+
+
+def test_the_demo_config_builds_through_every_builder(tmp_path):
+    """configs/demo.py keeps its pipeline under train: each builder reads that section."""
+    from synthetic import make_data_bin
+
+    make_data_bin(tmp_path)
+    demo = babelfeed.load_config("demo")
+    demo.train.data.path = str(tmp_path)
+    demo.train.filter.max_source_positions = demo.train.filter.max_target_positions = 128
+    for build in (babelfeed.build_iterator, babelfeed.build_train_iterator, babelfeed.build_valid_iterator):
+        assert next(iter(build(demo)))["nsentences"] > 0

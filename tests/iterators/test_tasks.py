@@ -87,7 +87,8 @@ def test_task_settings_are_checked(data):
     cases = [({"x": task("aaa-bbb", kind="denoise", transforms="token_drop:rate=0.1")}, "monolingual"),
              ({"x": task("ccc", kind="denoise")}, "no transforms"),
              ({"x": task("zzz-yyy")}, "no train data"),
-             ({"a/b": task("ccc")}, "must not contain"),
+             ({"a/b": task("ccc")}, "must be a word: not empty, no spaces, no '/'"),
+             ({"a b": task("ccc")}, "must be a word"),
              ({"x": task("ccc", transforms="scramble:x=1")}, "unknown transform")]
     for tasks, match in cases:
         with pytest.raises(BabelfeedError, match=match):

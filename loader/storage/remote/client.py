@@ -1,5 +1,5 @@
 """Remote data folders as local ones: ``local_folder("s3://bucket/data_bin")`` returns the host's shadow of it
-(``storage/fetcher.py``), and ``ensure(path, starts, ends)`` fetches the byte ranges of a shadow ``.bin`` that a
+(``storage/remote/server.py``), and ``ensure(path, starts, ends)`` fetches the byte ranges of a shadow ``.bin`` that a
 gather is about to read. Every process of the host talks to the one fetcher process over a Unix socket; none of
 them loads an object-store client itself, so forked DataLoader workers are safe.
 """

@@ -5,7 +5,7 @@ Built on obstore (Rust's ``object_store``; ``pip install 'babelfeed[s3]'``), cho
 same local S3 server, a ranged GET cost 0.47 ms of client CPU with obstore and 1.85 ms with boto3 (400 reads of
 500 bytes; ``benchmarks/bench_remote.py``). On a 2-core host that feeds an accelerator, the loader's CPU is the
 budget. obstore's runtime does not survive ``fork`` (a child that touches it hangs, even with a store of its
-own), so this module is used only inside the host's fetcher process (``storage/fetcher.py``), which is started
+own), so this module is used only inside the host's fetcher process (``storage/remote/server.py``), which is started
 fresh, never forked from a process that used it. Every other process reads the fetched bytes from local files.
 
 Credentials and endpoints come the way every S3 tool takes them: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,

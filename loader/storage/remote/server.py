@@ -18,7 +18,7 @@ bytes held or in flight. A file the host reads nearly whole (``plan``) is fetche
 request carries the object's ETag as a precondition: an object replaced in the store is refused by name, never
 mixed with what was fetched before.
 
-Started by the first process that needs it (``storage/remote.py``) as a fresh interpreter (obstore does not
+Started by the first process that needs it (``storage/remote/client.py``) as a fresh interpreter (obstore does not
 survive ``fork``), on a Unix socket only this user can open; it exits after ``IDLE_SECONDS`` without clients.
 
     python -m babelfeed.storage.remote.server SOCKET CACHE_DIR

@@ -1,0 +1,53 @@
+"""The language-model config's keys (configs/lm_packing.py), declared by the part that reads them: each a
+:class:`~babelfeed.checks.Key` with the parser of its mini-language (Megatron's ``--data-path`` and ``--split``).
+``babelfeed.config.spec`` puts them in the LM key table (with the seed and the storage keys); ``LMIterator.build``
+checks its arguments with them, so the Python API and a config refuse the same values in the same words.
+"""
+
+from __future__ import annotations
+
+from babelfeed.checks import Key
+from babelfeed.errors import ConfigError
+from babelfeed.lm.blending import parse_data_path, parse_split
+from babelfeed.lm.plan import MODES
+from babelfeed.storage.indexed import VERIFY_MODES
+
+
+def data_path(name: str, value) -> list[tuple[float, str]]:
+    """Megatron's ``--data-path``: ``"0.3 PREFIX 0.7 PREFIX"`` (or prefixes alone, weight 1 each) -> the
+    (weight, prefix) pairs; a prefix named twice is refused."""
+    pairs = parse_data_path(value, name)
+    prefixes = [p for _, p in pairs]
+    twice = sorted({p for p in prefixes if prefixes.count(p) > 1})
+    if twice:
+        raise ConfigError(f"{name} names {twice[0]!r} twice: give each prefix once, with its whole weight")
+    return pairs
+
+
+def split(name: str, value) -> str:
+    """Megatron's ``--split``: one to three shares (``"969,30,1"``), checked; the text is kept (it keys caches)."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{name} must be text such as '969,30,1', got {value!r}")
+    parse_split(value)
+    return value
+
+
+KEYS: tuple[Key, ...] = (
+    Key("data_path", "str", "0.3 data/web 0.7 data/books", "weights and .idx/.bin prefixes (Megatron's --data-path)",
+        nonempty=True, parse=data_path),
+    Key("split", "str", "969,30,1", "train/valid/test shares, by documents ('969,30,1' or '969/30/1')",
+        nonempty=True, parse=split),
+    Key("split_name", "str", "train", "the split served", choices=("train", "valid", "test")),
+    Key("mode", "str", "pack", "'pack': whole documents in rows with segment ids; 'concat': Megatron's GPT slicing; "
+        "'sentences': BERT-style", choices=MODES),
+    Key("seq_len", "int", 2048, "tokens per row", 1, 2**20),
+    Key("global_batch", "int", 512, "samples per step over all ranks", 1, 2**24),
+    Key("num_samples", "int", 512 * 10_000, "samples of the run (train_iters x global_batch)", 1, 2**33),
+    Key("vocab_size", "int", 0, "the tokenizer's vocabulary: every token id must be below it (0: unchecked)", 0,
+        2**32),
+    Key("verify", "str", "full", "'full': every index checked once per file; 'quick': O(1) checks only",
+        choices=VERIFY_MODES),
+    Key("cache_dir", "str", "build/cache", "blend and sample indexes (.npy, keyed by a hash of their inputs)"),
+)
+
+BY_PATH = {k.path: k for k in KEYS}
