@@ -15,7 +15,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from babelfeed.checks import LARGEST, LONGEST, Key, digits, integers, is_int
+from babelfeed.checks import LONGEST, Key, digits, integers, is_int
 from babelfeed.errors import ConfigError, ConfigTypeError
 from babelfeed.plan import samplers
 from babelfeed.plan.schedule import MixingSchedule
