@@ -328,8 +328,8 @@ def test_text_the_model_does_not_cover_and_empty_shards_are_warned_about(tmp_pat
     report = binarize(opts(tmp_path / "ja", tmp_path / "out2", train_spm=None,
                            spm_model=str(tmp_path / "out" / "spm.model")), log=quiet)
     text = format_report(report)
-    assert any(w.startswith("train.en-ja: ") and "are <unk>: the SentencePiece model does not cover this text"
-               in w and "--train-spm" in w for w in report["warnings"]), report["warnings"]
+    assert any(w.startswith("train.en-ja: ") and "are <unk> ('" in w and "): the SentencePiece model does not cover "
+               "this text" in w and "--train-spm" in w for w in report["warnings"]), report["warnings"]  # (its letters named)
     assert "1 shard(s) hold no sentences: train.de-fr shard001" in text
 
 

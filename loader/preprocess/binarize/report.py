@@ -112,7 +112,7 @@ def _drop_warnings(entries: list[dict], opts) -> list[str]:
     return out
 
 
-UNK_SHARE = 0.05  # an input more <unk> than this: the SentencePiece model does not cover its text
+UNK_SHARE = 0.01  # an input more <unk> than this: the SentencePiece model does not cover its text
 
 
 UNK_TOP = 20  # what became <unk> most often, per input, kept in the report
@@ -130,9 +130,11 @@ def _output_warnings(jobs: list[ShardJob], out: str, entries: list[dict], opts) 
             fix = ("train one on this data (--train-spm)" if opts.spm_model else
                    "the characters the trained model left out are rare in the training sample: "
                    "--character-coverage 1.0 gives each of the sample's characters a piece")
+            chars = e.get("unk_chars") or {}
+            most = ", ".join(f"{_shown(c)} {n:,}" for c, n in list(chars.items())[:8])
             out_warnings.append(f"{e['split']}.{e['key']}: {unk:,} of its {tokens:,} tokens ({unk / tokens:.1%}) are "
-                                f"<unk>: the SentencePiece model does not cover this text (another script or "
-                                f"language?); {fix}")
+                                f"<unk>{f' ({most})' if most else ''}: the SentencePiece model does not cover this "
+                                f"text (another script or language?); {fix}")
     empty = []
     for job in jobs:
         prefix = job.out_prefix(out, job.langs[0])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import time
+import unicodedata
 
 import numpy as np
 
@@ -45,9 +46,9 @@ def _sample_task(path: str, fmt: str, keys: list[str], records: list[int]) -> li
     return out
 
 
-def _sample_for_spm(inputs: list[RawInput], opts: BinarizeOptions, engine) -> list[str]:
+def _sample_for_spm(inputs: list[RawInput], opts: BinarizeOptions, engine) -> dict[str, list[str]]:
     """A temperature-balanced sample of train records per language (per corpus for documents), so small
-    languages get pieces too."""
+    languages get pieces too: language -> its sampled texts (languages in sorted order)."""
     per_lang: dict[str, list[tuple[Part, int]]] = {}
     for inp in inputs:
         if inp.split.startswith("train"):
@@ -65,7 +66,7 @@ def _sample_for_spm(inputs: list[RawInput], opts: BinarizeOptions, engine) -> li
     weights = np.where(totals > 0, totals, 0) ** (1.0 / opts.spm_temperature)
     quota = np.minimum(totals, np.ceil(opts.spm_sample * weights / max(weights.sum(), 1e-12))).astype(np.int64)
     rng = np.random.default_rng(opts.seed)
-    tasks = []
+    tasks, lang_of = [], []
     for lang, q in zip(langs, quota):
         files = per_lang[lang]
         sizes = np.array([p.records for p, _ in files])
@@ -76,13 +77,47 @@ def _sample_for_spm(inputs: list[RawInput], opts: BinarizeOptions, engine) -> li
             chosen = np.sort(rng.choice(part.records, size=min(int(k), part.records), replace=False))
             tasks.append((len(tasks), _sample_task, (part.paths[side], part.format, list(part_keys(inputs, part)),
                                                        chosen.tolist())))
+            lang_of.append(lang)
     results: dict[int, list[str]] = {}
 
     def done(tag, texts):
         results[tag] = texts
 
     engines.run_tasks(engine, tasks, done)
-    return [t for i in range(len(tasks)) for t in results[i]]
+    out: dict[str, list[str]] = {}
+    for i, lang in enumerate(lang_of):
+        out.setdefault(lang, []).extend(results[i])
+    return out
+
+
+def covered(counts: dict, coverage: float) -> set:
+    """The characters SentencePiece keeps of text with these character counts at ``character_coverage``: the
+    most frequent ones, until they make ``coverage`` of all characters (the last one counted in full)."""
+    total = sum(counts.values())
+    out, seen = set(), 0
+    for ch, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if seen >= coverage * total:
+            break
+        out.add(ch)
+        seen += n
+    return out
+
+
+def required_chars(sample: dict[str, list[str]], coverage: float) -> str:
+    """The characters each language's own sample needs at ``coverage``, for SentencePiece to keep whatever their
+    share of the pool: a small language's letters (Icelandic þ, ð) are rare in the pool, common in its own text.
+    Counted after NFKC, as SentencePiece normalises; whitespace is its own to handle. Sorted (the same model every
+    run); empty for one language (the pool is its sample)."""
+    if len(sample) < 2:
+        return ""
+    need: set = set()
+    for texts in sample.values():
+        counts: dict[str, int] = {}
+        for text in texts:
+            for ch in unicodedata.normalize("NFKC", text):
+                counts[ch] = counts.get(ch, 0) + 1
+        need |= covered(counts, coverage)
+    return "".join(sorted(ch for ch in need if not ch.isspace()))
 
 
 def _why_no_text(inputs: list[RawInput], opts: BinarizeOptions) -> str:
@@ -109,16 +144,23 @@ def part_keys(inputs, part) -> list[str]:
 def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, log, engine=None) -> None:
     import sentencepiece as spm  # loaded when text is encoded (tens of ms at import)
 
-    sample = _sample_for_spm(inputs, opts, engine or engines.InlineEngine())
+    by_lang = _sample_for_spm(inputs, opts, engine or engines.InlineEngine())
+    sample = [t for lang in sorted(by_lang) for t in by_lang[lang]]
     if not sample:
         raise BinarizeError(f"no text to train SentencePiece on: the sampled train records hold none"
                             f"{_why_no_text(inputs, opts)}")
     log(f"training SentencePiece ({opts.spm_model_type}, vocab {opts.train_spm}, character coverage "
         f"{opts.character_coverage:g}) on {len(sample):,} sampled "
         f"{'lines of documents' if opts.documents else 'sentences'} (no progress is shown until it ends)")
+    # every language keeps the characters its own text needs at that coverage, however small its share of the pool
+    required = required_chars(by_lang, opts.character_coverage) if opts.character_coverage < 1 else ""
+    if required:
+        log(f"every language keeps the characters its own sample needs at coverage {opts.character_coverage:g} "
+            f"({len(required):,} in all), however small its share of the pooled sample")
     t0 = time.perf_counter()
     model = io.BytesIO()
     spm.set_random_generator_seed(opts.seed)
+    extra = {"required_chars": required} if required else {}
     try:
         spm.SentencePieceTrainer.train(
             sentence_iterator=iter(sample),
@@ -129,6 +171,7 @@ def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, lo
             hard_vocab_limit=False,  # small corpora cannot always fill the requested vocabulary
             num_threads=SPM_THREADS,
             minloglevel=2,
+            **extra,
         )
     except RuntimeError as e:
         raise BinarizeError(f"SentencePiece training failed: {e}") from None
