@@ -375,7 +375,7 @@ def build_lm_iterator(config, rank: int = 0, world_size: int = 1) -> LMIterator:
     it = LMIterator.build(s.data_path, seq_len=s.seq_len, global_batch=s.global_batch, num_samples=s.num_samples,
                           split=s.split, split_name=s.split_name, mode=s.mode, seed=s.seed,
                           cache_dir=s.cache_dir or None, rank=rank, world_size=world_size, verify=s.verify,
-                          vocab_size=s.vocab_size)
+                          vocab_size=s.vocab_size, blend=s.blend, max_upsample=s.max_upsample)
     it.config_snapshot, it.source_config = snapshot(config), config
     it.rebuild = build_iterator  # (an edit, trace and the loaders build the run's iterators as this one was)
     return it

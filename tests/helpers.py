@@ -106,3 +106,15 @@ def digest(batch) -> str:
         h.update(np.ascontiguousarray(batch["net_input"][key]).tobytes())
     h.update(str((batch["ntokens"], batch["nsentences"])).encode())
     return h.hexdigest()
+
+
+def unimax_as_written(sizes, budget, max_epochs):
+    """Algorithm 1 of Chung et al. (2023), UniMax, transcribed as printed: languages sorted by size ascending;
+    each takes the remaining budget split evenly over the languages left, at most N epochs of its data."""
+    order = sorted(range(len(sizes)), key=lambda i: sizes[i])
+    remaining, alloc = float(budget), [0.0] * len(sizes)
+    for i, lang in enumerate(order):
+        share = remaining / (len(order) - i)
+        alloc[lang] = min(share, sizes[lang] * max_epochs)
+        remaining -= alloc[lang]
+    return alloc

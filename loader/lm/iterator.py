@@ -43,6 +43,7 @@ from babelfeed.gather import engine as gather
 from babelfeed.iterators.protocol import LoaderIterator
 from babelfeed.lm.blending import IndexCache, blending_indices
 from babelfeed.lm.options import BY_PATH as LM_KEYS
+from babelfeed.lm.options import blend_weights
 from babelfeed.lm.plan import LMSource
 from babelfeed.lm.run import LMRun
 from babelfeed.plan.options import SEED
@@ -104,15 +105,18 @@ class LMIterator(LMRun, LoaderIterator):
     @classmethod
     def build(cls, data_path, seq_len: int, global_batch: int, num_samples: int, split: str = "969,30,1",
               split_name: str = "train", mode: str = "concat", seed: int = 1, cache_dir=None, rank: int = 0,
-              world_size: int = 1, verify: str = "full", vocab_size: int = 0) -> "LMIterator":
+              world_size: int = 1, verify: str = "full", vocab_size: int = 0, blend: str = "weights",
+              max_upsample: float = 0.0) -> "LMIterator":
         """An LM iterator from Megatron's ``--data-path`` string (``"0.3 PREFIX 0.7 PREFIX"``) and the run's shape:
         rows of ``seq_len`` tokens, ``global_batch`` rows a step over all ranks, ``num_samples`` rows in all,
         documents split by ``split`` (train/valid/test shares) and served from ``split_name``, ``mode``
-        ``"concat"``, ``"pack"`` or ``"sentences"``. ``babelfeed.build_iterator`` takes the same from a config,
+        ``"concat"``, ``"pack"`` or ``"sentences"``; ``blend`` and ``max_upsample``: the blend's weights
+        (:func:`babelfeed.lm.options.blend_weights`). ``babelfeed.build_iterator`` takes the same from a config,
         checked."""
         # each argument by its config key's rule (babelfeed.lm.options): the API refuses what a config would
         given = {"data_path": data_path, "split": split, "split_name": split_name, "mode": mode, "seq_len": seq_len,
-                 "global_batch": global_batch, "num_samples": num_samples, "vocab_size": vocab_size, "verify": verify}
+                 "global_batch": global_batch, "num_samples": num_samples, "vocab_size": vocab_size, "verify": verify,
+                 "blend": blend, "max_upsample": max_upsample}
         parsed = {name: LM_KEYS[name].parsed(value) for name, value in given.items()}
         SEED.value(seed)
         if cache_dir is not None:
@@ -121,8 +125,10 @@ class LMIterator(LMRun, LoaderIterator):
 
         entries = [(w, resolve_prefix(p)) for w, p in parsed["data_path"]]  # (s3://...: local shadows)
         sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache, verify) for _, prefix in entries]
-        return cls(sources, [w for w, _ in entries], num_samples, global_batch, rank, world_size, cache,
-                   name=split_name, vocab_size=vocab_size)
+        weights = blend_weights([w for w, _ in entries], [s.epoch_tokens() / seq_len for s in sources], num_samples,
+                                parsed["blend"], parsed["max_upsample"])
+        return cls(sources, weights, num_samples, global_batch, rank, world_size, cache, name=split_name,
+                   vocab_size=vocab_size)
 
     # ----------------------------------------------------------------------------------------- iteration
     def __len__(self) -> int:

@@ -6,10 +6,13 @@ checks its arguments with them, so the Python API and a config refuse the same v
 
 from __future__ import annotations
 
+import numpy as np
+
 from babelfeed.checks import Key
 from babelfeed.errors import ConfigError
 from babelfeed.lm.blending import parse_data_path, parse_split
 from babelfeed.lm.plan import MODES
+from babelfeed.plan.mixing import capped_probabilities
 from babelfeed.storage.indexed import VERIFY_MODES
 
 
@@ -32,9 +35,35 @@ def split(name: str, value) -> str:
     return value
 
 
+def blend_weights(weights, sizes, num_samples: int, blend: str = "weights", max_upsample: float = 0.0) -> list:
+    """The blend's weights: ``data_path``'s (``blend="weights"``) or uniform (``"unimax"``), with no dataset
+    expected to serve more than ``max_upsample`` epochs of its data (``sizes``: its samples in one epoch, its
+    tokens over ``seq_len``) in ``num_samples``; the excess goes to the others in proportion (UniMax for the uniform
+    blend). A cap that cannot fill ``num_samples`` is refused, naming both."""
+    if blend == "unimax":
+        if not max_upsample > 0:
+            raise ConfigError("blend='unimax' spreads the samples uniformly over the datasets, each capped at "
+                              "max_upsample epochs of its tokens: set max_upsample (e.g. 4; UniMax's N)")
+        weights = [1.0 if w > 0 else 0.0 for w in weights]
+    if not max_upsample:
+        return list(weights)
+    sizes = np.asarray(sizes, np.float64)
+    live = np.asarray(weights, np.float64) > 0
+    most = float(sizes[live].sum() * max_upsample)
+    if most < num_samples:
+        raise ConfigError(f"max_upsample={max_upsample:g} lets the datasets serve {int(most):,} samples at most "
+                          f"({max_upsample:g} epochs of each), fewer than num_samples={num_samples:,}: raise "
+                          f"max_upsample or lower num_samples")
+    return capped_probabilities(np.asarray(weights, np.float64), sizes, num_samples, max_upsample).tolist()
+
+
 KEYS: tuple[Key, ...] = (
     Key("data_path", "str", "0.3 data/web 0.7 data/books", "weights and .idx/.bin prefixes (Megatron's --data-path)",
         nonempty=True, parse=data_path),
+    Key("blend", "str", "weights", "'weights': data_path's weights; 'unimax': the budget spread uniformly over the "
+        "datasets, each capped at max_upsample epochs (UniMax)", choices=("weights", "unimax")),
+    Key("max_upsample", "float", 0.0, "no dataset served more than this many epochs of its tokens, the excess to the "
+        "others (0: no cap; blend='unimax' needs it)", 0),
     Key("split", "str", "969,30,1", "train/valid/test shares, by documents ('969,30,1' or '969/30/1')",
         nonempty=True, parse=split),
     Key("split_name", "str", "train", "the split served", choices=("train", "valid", "test")),

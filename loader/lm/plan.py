@@ -72,6 +72,12 @@ class LMSource:
         return self.sequences[permute(np.arange(len(self.sequences)), len(self.sequences),
                                       derive_key(self.seed, "lm-order", self.data_key, epoch))]
 
+    def epoch_tokens(self) -> int:
+        """The tokens of one epoch of this dataset's split."""
+        if self._tokens is None:
+            self._tokens = int(np.asarray(self.ds.sizes, dtype=np.int64)[self.sequences].sum())
+        return self._tokens
+
     def _cut(self, epochs: int) -> int:
         """Samples of ``seq_len`` + 1 tokens in the first ``epochs`` epochs, cut as one stream (Megatron)."""
         if self._tokens is None:

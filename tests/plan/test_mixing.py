@@ -8,6 +8,7 @@ from babelfeed.plan.mixing import (StratifiedDraw, fairseq_class_hash, fairseq_d
                            weight_probabilities)
 from babelfeed.permute import derive_key, permute
 from babelfeed.errors import BabelfeedError, UsageError
+from helpers import unimax_as_written
 
 
 def test_probabilities_formula():
@@ -85,18 +86,6 @@ def test_permute_is_a_bijection(n, seed):
 
 
 # -- UniMax and the cap on up-sampling ----------------------------------------------------------------------------
-
-def unimax_as_written(sizes, budget, max_epochs):
-    """Algorithm 1 of Chung et al. (2023), UniMax, transcribed as printed: languages sorted by size ascending;
-    each takes the remaining budget split evenly over the languages left, at most N epochs of its data."""
-    order = sorted(range(len(sizes)), key=lambda i: sizes[i])
-    remaining, alloc = float(budget), [0.0] * len(sizes)
-    for i, lang in enumerate(order):
-        share = remaining / (len(order) - i)
-        alloc[lang] = min(share, sizes[lang] * max_epochs)
-        remaining -= alloc[lang]
-    return alloc
-
 
 sizes_st = st.lists(st.integers(1, 10**6), min_size=1, max_size=40)
 

@@ -10,9 +10,8 @@ import pytest
 
 import babelfeed
 from babelfeed.errors import ConfigError, Notice
-from helpers import digest
+from helpers import digest, unimax_as_written
 from synthetic import config_for, make_data_bin
-from test_mixing import unimax_as_written
 
 
 @pytest.fixture(scope="module")
