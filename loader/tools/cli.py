@@ -99,7 +99,7 @@ def positive_float(text: str) -> float:
     return value
 
 
-DEFAULT_CONFIGS = {"plan": "nllb_like", "demo": "demo"}
+DEFAULT_CONFIGS = {"plan": "nllb_like", "demo": "demo", "inspect": "nllb_like"}
 
 
 def _config_of(args) -> str:
@@ -274,7 +274,23 @@ def _inspect(args) -> int:
     print(json.dumps(rows, indent=2) if args.json else format_stats(rows))
     if files and not args.json:
         print("wrote " + ", ".join(files))
+    if not args.json and any(r["split"] == "train" for r in rows):
+        print("\n" + "\n".join(_inspect_mixture(args)))
     return 0
+
+
+def _inspect_mixture(args) -> list[str]:
+    """The up-sampling of the data_bin's train directions under ``--config`` (default: nllb_like's mixture); a
+    mixture the data cannot give is said in a line, not raised: inspect describes the data."""
+    config, where = translation_section(_load(_config_of(args), (args.set or []) + args.overrides))
+    with config.unlocked():
+        config.data.path = args.data_bin
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return plan_report.upsampling_lines(config)
+    except (BabelfeedError, OSError) as e:  # (a data_bin without dict.txt, a mixture this data cannot give)
+        return [f"epoch 1's up-sampling: not shown ({e})"]
 
 
 def _plan(args) -> int:
@@ -652,7 +668,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "inspect.json, the numbers they draw: per direction its sentences per split, tier, and per side "
                    "its length percentiles and histogram (entry L counts sentences of L tokens); per tier the "
                    "pooled histograms; the axis cut and the directions named; needs matplotlib")
-    i.set_defaults(func=_inspect)
+    i.add_argument("--config", dest="config_file", default=None, metavar="CONFIG",
+                   help="the mixture whose up-sampling the table is followed by: each train direction's epochs in "
+                        "epoch 1 (default: nllb_like's, temperature 5); --config.KEY=VALUE overrides a value")
+    _set_argument(i)
+    i.set_defaults(func=_inspect, config=None)
 
     pl = sub.add_parser("plan", help="the static batch shapes a config gets, their padding, the alternatives",
                         description="Plan a translation config's static batch shapes from its data without "

@@ -210,3 +210,24 @@ def mixture_lines(mixing: dict) -> list[str]:
                      f"{d['served'] / served:>12.3f} {epochs:>6.1f}x")
     lines.append("  (epochs: how many times the epoch serves a direction's data, its up-sampling)")
     return lines
+
+
+def upsampling_lines(config, top: int = 12) -> list[str]:
+    """What ``inspect`` adds for a translation config over its data_bin: each direction's epochs in epoch 1 (how
+    many times the mixture serves its data), the most up-sampled first, and the warning ``plan`` ends with."""
+    sources, _, opts = train_sources(config)
+    setup = EpochPlanner(sources, opts).setup(1)
+    times = setup.epochs()
+    order = np.argsort(-times, kind="stable")
+    width = max(len(d.key) for d in setup.directions)
+    lines = [f"epoch 1's up-sampling (mixing.method {config.mixing.method!r}, temperature "
+             f"{config.mixing.temperature:g}{f', max_upsample {config.mixing.max_upsample:g}' if config.mixing.max_upsample else ''}): "
+             f"how many times it serves each direction's data (its shard this epoch)"]
+    for i in order[:top].tolist():
+        d = setup.directions[i]
+        lines.append(f"  {d.key:<{width}} {d.size:>11,} sentences {times[i]:>7.1f}x")
+    if len(order) > top:
+        lines.append(f"  ... and {len(order) - top:,} more (babelfeed plan shows every one)")
+    notice = setup.upsampling_notice(config.mixing.warn_upsample)
+    return lines + ([f"warning: {notice}"] if notice else [])
+

@@ -526,3 +526,25 @@ def _cfg(data):
     c = babelfeed.load_config(NLLB)
     c.data.path = data
     return c
+
+
+def test_inspect_gives_each_directions_up_sampling_under_a_mixture(tmp_path):
+    """inspect follows its table with epoch 1's epochs per direction at nllb_like's mixture (or --config, --set),
+    and the warning plan gives; data it cannot plan is said in a line, not an error."""
+    import subprocess
+    import sys
+
+    from synthetic import make_data_bin
+
+    make_data_bin(tmp_path / "bin")
+    run = [sys.executable, "-m", "babelfeed.cli", "inspect", str(tmp_path / "bin")]
+    out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    row = next(line for line in out.splitlines() if line.strip().startswith("aaa-ddd") and "sentences" in line)
+    assert float(row.split()[-1][:-1]) > 19 and "warning: epoch 1 serves 1 of 3 directions" in out
+    capped = subprocess.run(run + ["--set", "mixing.max_upsample=4"], capture_output=True, text=True,
+                            check=True).stdout
+    row = next(line for line in capped.splitlines() if line.strip().startswith("aaa-ddd") and "sentences" in line)
+    assert row.split()[-1] == "4.0x" and "warning:" not in capped
+    (tmp_path / "bin" / "dict.txt").unlink()
+    bare = subprocess.run(run, capture_output=True, text=True)
+    assert bare.returncode == 0 and "epoch 1's up-sampling: not shown" in bare.stdout, bare.stderr
