@@ -186,11 +186,8 @@ def train_plan_options(s: Settings, tasks: list[str] | None = None, world_size: 
     """The planner's options of a parsed config. ``tasks``: the task names (a SourceSet's ``tasks``), needed when
     the config has a schedule or tasks."""
     schedule = mixing_schedule(s, list(tasks or [])) if tasks is not None else None
-    sampler = s.mixing.sampler
-    if sampler == "auto":
-        sampler = "stream" if schedule is not None and schedule.boundaries else "stratified"
     return PlanOptions.from_settings(
-        s, sampler=sampler, schedule=schedule,
+        s, schedule=schedule,
         batches_per_update=s.batching.accumulation * (world_size if split == "batches" else 1),
         spread_copies=s.batching.spread_copies and s.compat != "fairseq")
 
@@ -231,9 +228,9 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
 
 
 def train_sources(config, world_size: int = 1, split: str = "batches") -> tuple[SourceSet, object, PlanOptions]:
-    """The training data and plan options of ``config``, with every check a training run makes before planning
-    (the ``plan`` command goes through here too, so it refuses what training refuses)."""
-    return _train_sources(parse(config), world_size, split)
+    """The training data and plan options of ``config`` (a config or its Settings), with every check a training
+    run makes before planning (the ``plan`` command goes through here too, so it refuses what training refuses)."""
+    return _train_sources(config if isinstance(config, Settings) else parse(config), world_size, split)
 
 
 def _train_sources(s: Settings, world_size: int, split: str) -> tuple[SourceSet, object, PlanOptions]:

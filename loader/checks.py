@@ -148,7 +148,7 @@ class Key:
         elif self.kind == "str":
             if not isinstance(value, str):
                 raise ConfigTypeError(f"{name} must be {'non-empty ' if self.nonempty else ''}text, got {value!r}")
-            if self.nonempty and isinstance(value, str) and not value.strip():
+            if self.nonempty and not value.strip():
                 raise ConfigError(f"{name} must be non-empty text, got {value!r}")
         elif self.kind == "str|int":
             if not (isinstance(value, str) or is_int(value)):

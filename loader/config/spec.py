@@ -299,10 +299,7 @@ def _rules(s: Settings, prefix: str) -> None:
     """The rules between a translation config's keys that the planner does not hold (PlanOptions.validate holds
     its own)."""
     # the planner's own rules, now, before any data is opened (PlanOptions holds them for every caller)
-    sampler = s["mixing.sampler"]
-    if sampler == "auto":
-        sampler = "stream" if s["mixing.schedule.boundaries"] else "stratified"
-    PlanOptions.from_settings(s, sampler=sampler).validate()
+    PlanOptions.from_settings(s).validate()
     if s["mixing.schedule.boundaries"] and not s["mixing.schedule.weights"]:
         raise ConfigError(f"{prefix}mixing.schedule.boundaries is set but {prefix}mixing.schedule.weights is empty")
     if not s.tasks:

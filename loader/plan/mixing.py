@@ -35,7 +35,6 @@ Which rows, per corpus, given its count ``c`` and size ``n``:
 from __future__ import annotations
 
 import hashlib
-import math
 
 import numpy as np
 
@@ -62,26 +61,6 @@ def sampling_probabilities(sizes, temperature: float = 1.0) -> np.ndarray:
     logits[sizes == 0] = -np.inf
     w = np.exp(logits - logits.max())
     return w / w.sum()
-
-
-def unimax_counts(sizes, budget: float, max_epochs: float) -> np.ndarray:
-    """UniMax (Chung et al., 2023, the UMT5 paper): ``budget`` samples spread uniformly over the corpora, the
-    smallest first, each capped at ``max_epochs`` times its size; what a small corpus cannot take is spread over
-    the larger ones. Returns each corpus's share of the budget in samples (float64; they sum to the budget unless
-    every corpus is capped, then to the caps' sum). Empty corpora get nothing and do not count."""
-    sizes = np.asarray(sizes, dtype=np.float64)
-    if sizes.ndim != 1 or sizes.size == 0 or (sizes < 0).any() or sizes.sum() == 0:
-        raise UsageError(f"sizes must be a non-empty 1-D array of counts >= 0, not all 0, got {sizes.tolist()}")
-    if not (budget > 0 and max_epochs > 0) or not math.isfinite(budget) or not math.isfinite(max_epochs):
-        raise UsageError(f"the budget and max_epochs must be finite numbers > 0, got {budget}, {max_epochs}")
-    out = np.zeros(len(sizes))
-    live = np.flatnonzero(sizes > 0)
-    order = live[np.argsort(sizes[live], kind="stable")]
-    left = float(budget)
-    for i, c in enumerate(order.tolist()):
-        out[c] = min(left / (len(order) - i), sizes[c] * max_epochs)
-        left -= out[c]
-    return out
 
 
 def capped_probabilities(probs, sizes, total: float, max_upsample: float) -> np.ndarray:

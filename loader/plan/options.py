@@ -34,11 +34,12 @@ def weights(name: str, value) -> tuple[tuple[str, float], ...]:
         for item in [t.strip() for t in value.split(",") if t.strip()]:
             key, _, w = item.rpartition(":")
             try:
-                items.append((key.strip(), float(w)))
+                weight = float(w)
             except ValueError:
-                items.append((key.strip(), math.nan))
-            if not key.strip() or not (items[-1][1] >= 0 and math.isfinite(items[-1][1])):
+                weight = math.nan
+            if not key.strip() or not (weight >= 0 and math.isfinite(weight)):
                 raise ConfigError(f"{name} entry {item!r} must be 'direction:weight' with a finite weight >= 0")
+            items.append((key.strip(), weight))
         pairs = tuple(items)
     else:
         try:
@@ -222,9 +223,12 @@ class PlanOptions:
     @classmethod
     def from_settings(cls, settings, **given) -> PlanOptions:
         """The options of a parsed config (``settings[key]``: a key's parsed value, as
-        ``babelfeed.config.spec.parse`` gives it): every field read from the key it names, unless ``given``."""
+        ``babelfeed.config.spec.parse`` gives it): every field read from the key it names, unless ``given``;
+        ``mixing.sampler='auto'`` resolved."""
         values = {f.name: settings[f.metadata["key"]] for f in dataclasses.fields(cls)
                   if f.metadata["key"] and f.name not in given}
+        if values.get("sampler") == "auto":  # a mixing schedule that changes needs the stream sampler
+            values["sampler"] = "stream" if settings["mixing.schedule.boundaries"] else "stratified"
         return cls(**values, **given)
 
     def checked(self) -> PlanOptions:

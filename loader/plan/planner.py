@@ -565,12 +565,7 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             for c in self.sources.components:
                 streams.setdefault(c.key, []).append((c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist(),
                                                       data_digest(c.src), data_digest(c.tgt)))
-            opts = asdict(self.opts)
-            opts.pop("batches_per_update")
-            if not opts["spread_copies"]:  # (as states written before the option name it: not at all)
-                opts.pop("spread_copies")
-            if not opts["max_upsample"]:  # (likewise: a plan without the cap is the one written before it)
-                opts.pop("max_upsample")
+            opts = self._stated_opts(with_updates=False)
             self._identity = {
                 "opts": json.loads(json.dumps(opts, sort_keys=True, default=str)),
                 "split": self.sources.split, "shards": self.sources.shards,
@@ -578,21 +573,30 @@ class EpochPlanner(StreamPlanning, PartPlanning):
                             for k, v in streams.items()}}
         return self._identity
 
+    # Options added after states were first written: at their default (off) a plan is the one babelfeed planned
+    # before them, so they are left out of what the fingerprint and the identity hold, as states written then have it.
+    LATER_OPTIONS = ("spread_copies", "max_upsample")
+
+    def _stated_opts(self, with_updates: bool) -> dict:
+        """The plan options as a fingerprint and an identity hold them (``with_updates``: the batches per update
+        too)."""
+        opts = asdict(self.opts)
+        if not with_updates:
+            opts.pop("batches_per_update")
+        for name in self.LATER_OPTIONS:
+            if not opts[name]:
+                opts.pop(name)
+        return opts
+
     def fingerprint(self, legacy: bool = False) -> str:
         """The data (each component's size hashes: another tokenizer or an edited file changes them, a moved
         folder does not) and every setting that shapes the plan. ``legacy``: as babelfeed wrote it before states
         recorded how updates were counted (with the batches per update of a changing schedule)."""
         comps = [(c.key, c.shard, len(c), c.src_prefix.tolist(), c.tgt_prefix.tolist(), data_digest(c.src),
                   data_digest(c.tgt)) for c in self.sources.components]
-        opts = asdict(self.opts)
         # the world size and accumulation count updates, which a state records (update_segments): a run resumes
         # on another world size, schedule or not
-        if not (legacy and self.changing_schedule):
-            opts.pop("batches_per_update")
-        if not opts["spread_copies"]:  # the plan of a babelfeed before the option: the fingerprint it wrote
-            opts.pop("spread_copies")
-        if not opts["max_upsample"]:  # (likewise: a plan without the cap is the one written before it)
-            opts.pop("max_upsample")
+        opts = self._stated_opts(with_updates=legacy and self.changing_schedule)
         blob = json.dumps({"opts": opts, "split": self.sources.split, "shards": self.sources.shards,
                            "components": comps}, sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

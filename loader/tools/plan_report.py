@@ -98,9 +98,10 @@ def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[
     if dynamic_config:
         config.batching.num_shapes = 8
 
-    sources, _, opts = train_sources(config)
+    settings = parse(config)  # (the copy with the shapes asked for, parsed once for the data and the shapes)
+    sources, _, opts = train_sources(settings)
     dynamic = EpochPlanner(sources, opts)
-    plan = shape_plan(config, dynamic)
+    plan = shape_plan(settings, dynamic)
     static = EpochPlanner(sources, dataclasses.replace(opts, shapes=tuple(plan.shapes)))
     lines = [f"static shapes for {config.data.path} (max_tokens {config.batching.max_tokens}, "
              f"multiple {config.batching.required_batch_size_multiple}), from the mixture's length histogram:",
