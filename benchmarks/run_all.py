@@ -11,6 +11,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_binarize  # noqa: E402
 import bench_blending  # noqa: E402
+import bench_copies  # noqa: E402
 import bench_edits  # noqa: E402
 import bench_first_open  # noqa: E402
 import bench_index_open  # noqa: E402
@@ -52,6 +53,7 @@ def main() -> None:  # run under __main__ only: grain's worker processes re-impo
     parts.append(bench_skip.main(["--sentences", "200000", "--steps", "100", "--far", "1000"] if a.quick else []))
     parts.append(bench_blending.main(["--samples", "2000000", "--fallback-samples", "100000", "--repeat", "1"]
                                      if a.quick else []))
+    parts.append(bench_copies.main(["--windows", "0", "--mixtures", "newcomer"] if a.quick else []))
     with open("build/bench/results.md", "w") as f:
         f.write("\n\n".join(parts) + "\n")
     print("\nwritten to build/bench/results.md")

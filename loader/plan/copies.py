@@ -10,16 +10,17 @@ are rearranged so that a sample's copies go to different batches:
   batches. Every batch keeps its shape and its row count: padding does not change at all;
 * dynamic batches: the k-th copy of a sample moves to the k-th later batch whose longest source and target
   already hold it (so it widens nothing), and the window is cut again with the same token budget. On the demo
-  corpus (one window for the epoch), repeats fall from 53% to 4% of rows for 5.5% more padding; with windows
-  of 4,000 or 20,000 samples, or ten times the data, padding stays within 2.5% (``benchmarks/bench_copies.py``
-  prints the curve);
+  corpus planned as one window, repeats fall from 57% to 4.3% of rows for 0.926x the padding efficiency; with
+  windows of 4,000 samples 1.1% for 0.953x (``benchmarks/bench_copies.py`` prints the curve, and an estimate
+  of the best any placement could do: 0.950x with no repeats on that epoch);
 * packed rows and ``compat="fairseq"`` keep their order.
 
-What dynamic batches pay is the price of the distinct batches themselves: on the demo mixture a 250-pair
-direction is a fifth of the epoch's samples, and each of its pairs needs ~34 batches whose widths hold it, so
-most copies sit among longer rows. Two variants measured worse (``bench_copies.py``, whole epoch, x1): leaving
-the costliest copies together up to 4% repeats gave 0.947x padding for 4.8% repeats (this: 0.936x, 2.9%); a
-second pass over the re-cut batches gave 0.7% repeats at 0.901x. Smaller windows cost less (0.979x at 4,000).
+What dynamic batches pay is the price of the distinct batches themselves: on the demo's epoch the smallest
+direction's rows are each served ~35 times, and each needs ~35 batches whose widths hold it, so most copies sit
+among longer rows. Variants tried on the demo's whole epoch were worse or no better (not kept): leaving the
+costliest copies together (0.940x for 6.1% repeats on the demo); sending every copy of a row to the cheapest
+batches that hold it and filling around them (no repeats, but 0.90-0.94x: the other samples' order drifts
+against the copies' batches and widens them).
 
 Everything is a pure function of the window's samples, so resume, the ledger and ``trace`` stay exact.
 """
