@@ -19,6 +19,6 @@ PACKAGES = sorted({prefix for prefix in FOLDERS}
 setup(packages=PACKAGES, ext_modules=[
     Extension("babelfeed._native._gather", ["loader/_native/_gather.c"], optional=True, extra_compile_args=["-O3", "-ffp-contract=off"]),
     Extension("babelfeed._native._plan", ["loader/_native/_plan.c", "loader/_native/_plan_rows.c",
-                                        "loader/_native/_plan_order.c"], depends=["loader/_native/_plan.h"], optional=True,
+                                        "loader/_native/_plan_order.c", "loader/_native/_plan_copies.c"], depends=["loader/_native/_plan.h"], optional=True,
               extra_compile_args=["-O3"]),
 ])

@@ -1,7 +1,8 @@
 /* babelfeed's optional planning kernel: the integer loops of planning a window, compiled.
  *
- * Seven functions (length_order, batch_ends, take_lengths and take_rows in _plan_rows.c, sorted_rows in
- * _plan_order.c), each the same integers as its numpy path (plan_kernel.py says which):
+ * Eight functions (length_order, batch_ends, take_lengths and take_rows in _plan_rows.c, sorted_rows in
+ * _plan_order.c, deferred_cut in _plan_copies.c), each the same integers as its numpy path (plan_kernel.py
+ * says which):
  *   stratified(pos, which, table, okeys, ekeys, out)  rows of stratified draws (mixing.StratifiedDraw.rows,
  *                                                     mixing.stratified_rows; permute.permute is the case
  *                                                     n = count = full): 4-round Feistel networks with
@@ -19,6 +20,8 @@
  *   sorted_rows(lens, has_t, keep, rkey, rows, ...,   length_order, then the window's rows taken in that order,
  *               threads)                              rebuilt from the sort key, the spans and the row numbers;
  *                                                     its scatter and per-cost sorts shared among threads
+ *   deferred_cut(row, cost, src, tgt, lims, ...,      copies.deferred_cut: batches in which no row is twice
+ *                order, ends)                         (copies wait for the next batch that holds them)
  *
  * Arrays come through the buffer protocol (int64 unless said otherwise); outputs are written into arrays the
  * caller allocated. The loops run without the GIL, so plan_kernel.split runs the per-element passes
@@ -341,6 +344,7 @@ static PyMethodDef methods[] = {
     {"sorted_rows", plan_sorted_rows, METH_VARARGS, "A window's planner rows written in length order."},
     {"length_order", plan_length_order, METH_VARARGS, "Order by (max(src, tgt), src, random key, index)."},
     {"batch_ends", plan_batch_ends, METH_VARARGS, "Greedy token-budget batch ends over non-decreasing costs."},
+    {"deferred_cut", plan_deferred_cut, METH_VARARGS, "Token-budget batches in which no row is twice."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -55,6 +55,7 @@ static inline int64_t column_get(const column_t *c, int64_t i) {
 int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t n, int sb, int ib, int64_t *o);
 PyObject *plan_sorted_rows(PyObject *self, PyObject *args);
 PyObject *plan_batch_ends(PyObject *self, PyObject *args);
+PyObject *plan_deferred_cut(PyObject *self, PyObject *args);
 PyObject *plan_length_order(PyObject *self, PyObject *args);
 PyObject *plan_take_lengths(PyObject *self, PyObject *args);
 PyObject *plan_take_rows(PyObject *self, PyObject *args);

@@ -1,8 +1,8 @@
 """The optional compiled planning kernel (``_plan.c``): the same integers as the numpy paths, faster.
 
 ``permute.permute``/``permute_many``, ``mixing.StratifiedDraw.rows``/``stratified_rows``,
-``batching.length_order``, ``batching.batch_sorted`` and the planner's window order (``sorted_rows``) ask here
-first; each function returns None where the
+``batching.length_order``, ``batching.batch_sorted``, ``copies.deferred_cut`` and the planner's window order
+(``sorted_rows``) ask here first; each function returns None where the
 kernel is not built (setup.py builds it where a C compiler exists), ``BABELFEED_KERNEL=0`` is set, or the input
 is one the kernel does not take, and the caller's numpy path answers instead (tests/plan/test_plan_kernel.py checks
 that both give the same arrays). ``KERNEL`` is read at every call, so tests can switch it off. Over big windows the
@@ -160,6 +160,19 @@ def batch_ends(cost, max_tokens: int, cap: int, multiple: int, other=None) -> np
     out = np.empty(len(cost), dtype=np.int64)
     nb = kernel.batch_ends(cost, other, int(max_tokens), int(cap), int(multiple), out)
     return None if nb < 0 else out[:nb].copy()
+
+
+def deferred_cut(row, cost, src, tgt, lim_src, lim_tgt, nrows: int, max_tokens: int, cap: int, multiple: int):
+    """``copies.deferred_cut`` (contiguous int64 arrays); None where the kernel is not built or refuses the input
+    (the Python reference answers, and raises what is wrong)."""
+    kernel = KERNEL
+    if kernel is None or getattr(kernel, "deferred_cut", None) is None:
+        return None
+    n = len(row)
+    order, ends = np.empty(n, np.int64), np.empty(max(n, 1), np.int64)
+    nb = kernel.deferred_cut(row, cost, src, tgt, lim_src, lim_tgt, int(nrows), int(max_tokens), int(cap),
+                             int(multiple), order, ends)
+    return None if nb < 0 else (order, ends[:nb].copy())
 
 
 def take_lengths(src_sizes, tgt_sizes, rows, src_plen: int, tgt_plen: int, pairs: np.ndarray) -> bool:

@@ -8,26 +8,36 @@ are rearranged so that a sample's copies go to different batches:
 
 * static shapes: within the batches of one shape, the samples are dealt out so that copies land in different
   batches. Every batch keeps its shape and its row count: padding does not change at all;
-* dynamic batches: the k-th copy of a sample moves to the k-th later batch whose longest source and target
-  already hold it (so it widens nothing), and the window is cut again with the same token budget. On the demo
-  corpus planned as one window, repeats fall from 57% to 4.3% of rows for 0.926x the padding efficiency; with
-  windows of 4,000 samples 1.1% for 0.953x (``benchmarks/bench_copies.py`` prints the curve, and an estimate
-  of the best any placement could do: 0.950x with no repeats on that epoch);
+* dynamic batches: the window is cut again (:func:`deferred_cut`, compiled in ``_plan_copies.c``) walking the
+  length order as the plain cut does, but a sample whose row its batch already holds waits for the next batch
+  that does not hold it and whose widths (the plain cut's there) hold it, so it widens nothing; each batch takes
+  the waiting samples first, one per row. Copies thus go to the nearest batches after their own, at the price of
+  the padding of a short row in a longer batch. ``batching.max_repeats`` (default 4% of a window's rows) spends a
+  few repeats where that price is highest: the copies that waited for the widest batches stay with their row's
+  first sample, and the window is cut again;
 * packed rows and ``compat="fairseq"`` keep their order.
 
-What dynamic batches pay is the price of the distinct batches themselves: on the demo's epoch the smallest
-direction's rows are each served ~35 times, and each needs ~35 batches whose widths hold it, so most copies sit
-among longer rows. Variants tried on the demo's whole epoch were worse or no better (not kept): leaving the
-costliest copies together (0.940x for 6.1% repeats on the demo); sending every copy of a row to the cheapest
-batches that hold it and filling around them (no repeats, but 0.90-0.94x: the other samples' order drifts
-against the copies' batches and widens them).
+Measured (``benchmarks/bench_copies.py``, temperature 5, max_tokens 4096): on a newcomer-like mixture of six
+directions from 50,000 to 100 pairs, repeats fall from 45% of rows to 4.5% for 0.975x the plain padding
+efficiency with the epoch as one window, and to 4.1-4.3% for 0.98x with windows of 4,000 or 20,000 samples. On
+the demo corpus planned as one window (a 121-row direction served 35 times in 155 batches) 57% -> 4.3% costs
+0.955x: each of those rows needs 35 batches whose widths hold it, and the benchmark's estimate of the best any
+placement could do there is 0.950x with no repeats and 0.975x with 5%. Tried and not kept: moving the k-th copy
+to the k-th later batch and cutting again (the previous placement: 0.926x at 4.3% on the demo's epoch); sending
+every copy to the cheapest batches that hold it and filling around them (0.90-0.94x: the other samples drift
+against the copies' batches and widen them); a waiting sample joining any batch whatever its widths (0.948x).
 
 Everything is a pure function of the window's samples, so resume, the ledger and ``trace`` stay exact.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
+
+from babelfeed._native import plan_kernel
+from babelfeed.errors import UsageError
 
 
 def identities(comp: np.ndarray, local: np.ndarray) -> np.ndarray:
@@ -92,56 +102,156 @@ def deal(ident: np.ndarray, ends: np.ndarray, shape: np.ndarray, candidates: np.
     return order
 
 
-def _fitting_batches(b, k, s, t, src, tgt, starts, last) -> np.ndarray:
-    """Per copy (its batch ``b``, copy rank ``k``, lengths ``s``, ``t``): the ``k``-th batch after ``b`` whose
-    longest source and target already hold it (so it widens nothing), or, where there are fewer than ``k`` such
-    batches, ``b + k`` (at most the last batch)."""
-    width_s = np.maximum.reduceat(src, starts).astype(np.int64)
-    width_t = np.maximum.reduceat(tgt, starts).astype(np.int64)
-    nb = len(width_s)
-    out = np.minimum(b + k, last)
-    pair = s.astype(np.int64) << 20 | t.astype(np.int64)
-    pairs, which = np.unique(pair, return_inverse=True)
-    step = max(1, (1 << 21) // max(nb, 1))  # pairs at a time: a [pairs, batches] mask of ~2M entries
-    for lo in range(0, len(pairs), step):
-        block = pairs[lo:lo + step]
-        fits = (width_s[None, :] >= (block >> 20)[:, None]) & (width_t[None, :] >= (block & 0xFFFFF)[:, None])
-        flat = np.flatnonzero(fits.ravel())  # row-major: (pair, batch) as pair * nb + batch, in order
-        sel = np.flatnonzero((which >= lo) & (which < lo + len(block)))
-        row = which[sel] - lo
-        row_end = np.searchsorted(flat, (row + 1) * nb)
-        at = np.searchsorted(flat, row * nb + b[sel], side="right") + k[sel] - 1  # the k-th fitting batch after b
-        ok = at < row_end
-        out[sel[ok]] = flat[at[ok]] - row[ok] * nb
-    return out
+def deferred_cut(row: np.ndarray, cost: np.ndarray, nrows: int, max_tokens: int, max_sentences: int,
+                 multiple: int, src: np.ndarray | None = None, tgt: np.ndarray | None = None,
+                 lim_src: np.ndarray | None = None, lim_tgt: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Batches over samples in plan order (costs never decreasing, each in [1, max_tokens]) in which no row is
+    twice: ``(order, ends)``. ``row``: per sample, a dense id in ``[0, nrows)`` (samples that may share a batch
+    have ids of their own). Each batch takes first the samples the batch before gave back (to keep a multiple of
+    ``multiple`` rows), then one waiting sample of each row that waits, oldest first, then the next samples in
+    order, as many as ``max_tokens`` (batch size x its longest cost) and ``max_sentences`` allow; a sample whose
+    row the batch already holds waits for the next batch that does not. A waiting sample joins a batch only if
+    its lengths ``src``/``tgt`` are within ``lim_src``/``lim_tgt`` at the sample the batch starts from (the
+    widths the plain cut has there: it widens nothing). Once every sample has been reached, the ones still
+    waiting fill batches as they fit, rows and all (they have no later batch to go to). The compiled kernel
+    gives the same arrays."""
+    n = len(row)
+    row = np.ascontiguousarray(row, dtype=np.int64)
+    cost = np.ascontiguousarray(cost, dtype=np.int64)
+    unlimited = np.full(n, LARGE, np.int64)
+    src, tgt = (np.zeros(n, np.int64) if x is None else np.ascontiguousarray(x, dtype=np.int64) for x in (src, tgt))
+    lim_src, lim_tgt = (unlimited if x is None else np.ascontiguousarray(x, dtype=np.int64) for x in (lim_src, lim_tgt))
+    cap = int(max_sentences) or max(n, 1)
+    args = (row, cost, src, tgt, lim_src, lim_tgt, int(nrows), int(max_tokens), cap, int(multiple))
+    got = plan_kernel.deferred_cut(*args)
+    return got if got is not None else _deferred_cut(*args)
 
 
-def push(ident: np.ndarray, src: np.ndarray, tgt: np.ndarray, ends: np.ndarray, candidates: np.ndarray | None = None
-         ) -> np.ndarray | None:
-    """Dynamic batches: a new order of the samples (indices into the plan order, whose costs never decrease)
-    in which the k-th copy of a row (k >= 1, counting in plan order) moves to the k-th later batch that holds it
-    without widening (``_fitting_batches``), at the same relative place in it; the others keep their order. Cut it
-    again with the running maximum of the costs (a copy is shorter than the samples it joins): no batch exceeds
-    the token budget. None when nothing moves."""
+LARGE = 1 << 40  # no limit
+
+
+def _deferred_cut(row, cost, src, tgt, lim_src, lim_tgt, nrows, max_tokens, cap, multiple, drain_at=None):
+    """:func:`deferred_cut` in Python (the kernel's reference; used where it is not built). ``drain_at``: a list
+    given gets the first batch made once every sample was reached (for tests)."""
+    n = len(row)
+    if n and (int(cost.min()) < 1 or int(cost.max()) > max_tokens or int(row.min()) < 0 or int(row.max()) >= nrows):
+        raise UsageError(f"deferred_cut needs costs in [1, max_tokens={max_tokens}] and rows in [0, {nrows})")
+    rows, costs = row.tolist(), cost.tolist()
+    ss, ts, ls, lt = src.tolist(), tgt.tolist(), lim_src.tolist(), lim_tgt.tolist()
+    stamp = [-1] * nrows  # the batch that last took a sample of the row
+    waiting: dict[int, deque] = {}  # row -> its samples waiting, oldest first
+    queue: deque = deque()  # rows with samples waiting, in the order they started waiting
+    given_back: list = []
+    out: list = []
+    ends: list = []
+    i = b = 0
+    while i < n or queue or given_back:
+        size = width = 0
+        for x in given_back:
+            out.append(x)
+            stamp[rows[x]] = b
+            size, width = size + 1, max(width, costs[x])
+        given_back = []
+        drain = i >= n
+        if drain and drain_at is not None and not drain_at:
+            drain_at.append(b)
+        most_s, most_t = (LARGE, LARGE) if drain else (ls[i], lt[i])
+        seen: list = []  # rows passed over (held already, or too wide here) or served once: back to the front
+        while queue:
+            r = queue[0]
+            x = waiting[r][0]
+            if size >= cap or (size + 1) * max(width, costs[x]) > max_tokens:
+                break
+            queue.popleft()
+            if (stamp[r] == b and not drain) or ss[x] > most_s or ts[x] > most_t:
+                seen.append(r)
+                continue
+            waiting[r].popleft()
+            out.append(x)
+            stamp[r] = b
+            size, width = size + 1, max(width, costs[x])
+            if waiting[r]:
+                if drain:
+                    queue.appendleft(r)  # the same row again while it fits
+                else:
+                    seen.append(r)
+            else:
+                del waiting[r]
+        queue.extendleft(reversed(seen))
+        while i < n and size < cap:
+            r = rows[i]
+            if stamp[r] == b:
+                if r not in waiting:
+                    waiting[r] = deque()
+                    queue.append(r)
+                waiting[r].append(i)
+                i += 1
+                continue
+            if (size + 1) * max(width, costs[i]) > max_tokens:
+                break
+            out.append(i)
+            stamp[r] = b
+            size, width = size + 1, max(width, costs[i])
+            i += 1
+        if size >= multiple and size % multiple:
+            k = size % multiple
+            given_back = out[-k:]
+            del out[-k:]
+        ends.append(len(out))
+        b += 1
+    return np.asarray(out, dtype=np.int64), np.asarray(ends, dtype=np.int64)
+
+
+def spread(ident: np.ndarray, src: np.ndarray, tgt: np.ndarray, ends: np.ndarray, max_tokens: int,
+           max_sentences: int, multiple: int, candidates: np.ndarray | None = None, max_repeats: float = 0.0
+           ) -> tuple[np.ndarray, np.ndarray] | None:
+    """Dynamic batches: ``(order, ends)``, the window's samples (indices into the plan order) cut again so that
+    no batch holds a row twice (:func:`deferred_cut`), or None when no row has copies. ``ends``: the plain cut.
+    A row with more copies than the plain cut has batches wide enough for it keeps the excess together (no
+    placement can part them). ``max_repeats``: a share of the window's rows that may still repeat a row of their
+    batch, spent on the copies that traveled to the widest batches (each kept with its row's first sample: the
+    first so kept makes two rows repeat, each later one more); the cut is then made again with them."""
     n = len(ident)
-    rank = np.zeros(n, np.int64)
-    look = np.arange(n) if candidates is None else np.flatnonzero(candidates)
-    if len(look) > 1:
-        rank[look] = copy_rank(ident[look])
-    moved = np.flatnonzero(rank > 0)
-    if not len(moved):
+    key = ident if candidates is None else np.where(candidates, ident, -1 - np.arange(n, dtype=np.int64))
+    by_row = np.argsort(key, kind="stable")  # one sort gives each sample its row, copy rank and row's first sample
+    ordered = key[by_row]
+    starts_row = np.ones(n, bool)
+    starts_row[1:] = ordered[1:] != ordered[:-1]
+    row = np.empty(n, np.int64)
+    row[by_row] = np.cumsum(starts_row) - 1
+    firsts = by_row[starts_row]  # per row: its first sample (plan order)
+    rank = np.empty(n, np.int64)
+    rank[by_row] = np.arange(n) - np.flatnonzero(starts_row)[row[by_row]]
+    if not (rank > 0).any():
         return None
-    starts, sizes, batch = _batches(ends)
-    b = batch[moved]
-    target = _fitting_batches(b, rank[moved], src[moved], tgt[moved], src, tgt, starts, len(ends) - 1)
-    place = starts[target] + (moved - starts[b]) / sizes[b] * sizes[target]
-    o = np.argsort(place, kind="stable")
-    moved, place = moved[o], place[o]
-    stay = np.flatnonzero(rank == 0)
-    at = np.searchsorted(stay, place, side="right") + np.arange(len(moved))  # merged: copies among the others
-    order = np.empty(n, np.int64)
-    taken = np.zeros(n, bool)
-    taken[at] = True
-    order[at] = moved
-    order[~taken] = stay
-    return order
+    src, tgt = src.astype(np.int64), tgt.astype(np.int64)
+    cost = np.maximum(src, tgt)
+    starts, _, plain = _batches(ends)
+    widths = np.maximum.reduceat(cost, starts)  # never decreasing, as the costs
+    free = rank >= np.maximum(len(widths) - np.searchsorted(widths, cost, side="left"), 1)
+    limits = (src, tgt, np.maximum.reduceat(src, starts)[plain], np.maximum.reduceat(tgt, starts)[plain])
+    args = (cost, max_tokens, max_sentences, multiple, limits)
+    order, cut = _cut(row, len(firsts), free, *args)
+    budget = int(max_repeats * n)
+    if budget <= 0:
+        return order, cut
+    b_starts, _, b_of = _batches(cut)
+    padded = np.maximum.reduceat(src[order], b_starts) + np.maximum.reduceat(tgt[order], b_starts)
+    batch = np.empty(n, np.int64)
+    batch[order] = b_of
+    copies = np.flatnonzero((rank > 0) & ~free)
+    extra = padded[batch[copies]] - padded[batch[firsts[row[copies]]]]
+    by = np.argsort(-extra, kind="stable")
+    by = by[extra[by] > 0]
+    opened = np.zeros(len(by), bool)  # the first copy of a row kept: two rows repeat; each later one: one more
+    opened[np.unique(row[copies[by]], return_index=True)[1]] = True
+    free[copies[by[np.cumsum(1 + opened) <= budget]]] = True
+    return _cut(row, len(firsts), free, *args)
+
+
+def _cut(row, nrows, free, cost, max_tokens, max_sentences, multiple, limits):
+    """:func:`deferred_cut` over ``row`` (dense ids, plan order), the ``free`` samples each a row of its own."""
+    rows = row.copy()
+    k = int(free.sum())
+    rows[free] = nrows + np.arange(k, dtype=np.int64)
+    return deferred_cut(rows, cost, nrows + k, max_tokens, max_sentences, multiple, *limits)

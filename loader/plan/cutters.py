@@ -47,13 +47,9 @@ class DynamicCutter:
         ends = cutting.dynamic(src_len, tgt_len, o.max_tokens, o.max_sentences, o.multiple)
         if not o.spread_copies:
             return Cut(None, ends)
-        cost = np.maximum(src_len, tgt_len)
-        order = copies.push(copies.identities(s.comp, s.local), src_len, tgt_len, ends, candidates)
-        if order is None:
-            return Cut(None, ends)
-        # cut again, each batch priced at the running maximum: a moved copy is shorter than the samples it joins
-        width = np.ascontiguousarray(np.maximum.accumulate(cost[order]), dtype=np.int32)
-        return Cut(order, cutting.dynamic(width, width, o.max_tokens, o.max_sentences, o.multiple))
+        got = copies.spread(copies.identities(s.comp, s.local), src_len, tgt_len, ends, o.max_tokens,
+                            o.max_sentences, o.multiple, candidates, o.max_repeats)
+        return Cut(None, ends) if got is None else Cut(*got)
 
 
 class StaticCutter(DynamicCutter):

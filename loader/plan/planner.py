@@ -586,6 +586,10 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         for name in self.LATER_OPTIONS:
             if not opts[name]:
                 opts.pop(name)
+        if "spread_copies" not in opts or self.opts.shapes or self.opts.pack_shape or self.opts.compat == "fairseq":
+            # read by dynamic batches spreading copies only; there, its presence also tells a state written by the
+            # placement before it (batches cut otherwise) from one of this placement
+            opts.pop("max_repeats")
         return opts
 
     def fingerprint(self, legacy: bool = False) -> str:

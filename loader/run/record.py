@@ -80,7 +80,9 @@ def identity_changes(saved, now) -> list[str]:
     a, b = saved.get("opts") or {}, now.get("opts") or {}
     for k in sorted(set(a) | set(b)):
         if a.get(k) != b.get(k):
-            out.append(f"{OPTION_KEYS.get(k, k)} {_short(a.get(k))} -> {_short(b.get(k))}")
+            note = " (a state of the placement of copies before it: batches cut otherwise)" \
+                if k == "max_repeats" and k not in a and a.get("spread_copies") else ""
+            out.append(f"{OPTION_KEYS.get(k, k)} {_short(a.get(k))} -> {_short(b.get(k))}{note}")
     for k in ("split", "shards"):
         if saved.get(k) != now.get(k):
             out.append(f"data.{'train_split' if k == 'split' else 'shards'} {_short(saved.get(k))} -> {_short(now.get(k))}")

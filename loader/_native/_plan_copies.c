@@ -1,0 +1,123 @@
+/* deferred_cut: batches over samples in plan order in which no row is twice (plan/copies.py's deferred_cut, whose
+ * Python version is the reference: the same arrays, step for step). */
+#include "_plan.h"
+
+/* deferred_cut(row, cost, src, tgt, lim_src, lim_tgt, nrows, max_tokens, cap, multiple, order, ends)
+ *   -> number of batches, or -1 on bad input
+ *
+ * row, cost, src, tgt, lim_src, lim_tgt: contiguous int64 of n samples (row ids in [0, nrows), costs in
+ * [1, max_tokens]; a waiting sample joins a batch starting at sample i only within lim_src[i], lim_tgt[i]); order and ends:
+ * contiguous int64 with room for n each. Waiting samples of a row form a list (next_ links, first/last per row);
+ * the rows waiting form a ring of nrows slots (a row is in it at most once). */
+#define RELEASE_ALL                                                                                                   \
+    PyBuffer_Release(&row), PyBuffer_Release(&cost), PyBuffer_Release(&src), PyBuffer_Release(&tgt),                   \
+        PyBuffer_Release(&lsrc), PyBuffer_Release(&ltgt), PyBuffer_Release(&order), PyBuffer_Release(&ends)
+
+PyObject *plan_deferred_cut(PyObject *self, PyObject *args) {
+    Py_buffer row, cost, src, tgt, lsrc, ltgt, order, ends;
+    long long nrows, max_tokens, cap, multiple;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*LLLLw*w*", &row, &cost, &src, &tgt, &lsrc, &ltgt, &nrows, &max_tokens,
+                          &cap, &multiple, &order, &ends))
+        return NULL;
+    int64_t n = row.len / 8, nb = 0;
+    int ok = row.len == cost.len && row.len == src.len && row.len == tgt.len && row.len == lsrc.len &&
+             row.len == ltgt.len && row.len % 8 == 0 && order.len >= row.len && ends.len >= row.len &&
+             nrows >= 1 && cap >= 1 && multiple >= 1 && max_tokens >= 1;
+    const int64_t *rw = row.buf, *co = cost.buf, *ss = src.buf, *ts = tgt.buf, *ls = lsrc.buf, *lt = ltgt.buf;
+    int64_t *out = order.buf, *en = ends.buf;
+    for (int64_t i = 0; ok && i < n; i++)
+        ok = rw[i] >= 0 && rw[i] < nrows && co[i] >= 1 && co[i] <= max_tokens;
+    int64_t *stamp = NULL, *first = NULL, *last = NULL, *next_ = NULL, *ring = NULL, *seen = NULL;
+    if (ok) {
+        stamp = malloc(nrows * sizeof(int64_t));
+        first = malloc(nrows * sizeof(int64_t));
+        last = malloc(nrows * sizeof(int64_t));
+        ring = malloc(nrows * sizeof(int64_t));
+        seen = malloc(nrows * sizeof(int64_t));
+        next_ = malloc((n ? n : 1) * sizeof(int64_t));
+        if (!stamp || !first || !last || !ring || !seen || !next_) {
+            free(stamp), free(first), free(last), free(ring), free(seen), free(next_);
+            RELEASE_ALL;
+            return PyErr_NoMemory();
+        }
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t r = 0; r < nrows; r++)
+            stamp[r] = -1, first[r] = -1;
+        int64_t head = 0, count = 0; /* the ring: count rows from slot head */
+        int64_t back_from = 0, back_n = 0; /* samples given back: out[back_from .. back_from + back_n) */
+        int64_t o = 0, i = 0, b = 0;
+        while (i < n || count || back_n) {
+            int64_t size = 0, width = 0;
+            /* the given-back samples are already at out[o - ...]: they were cut off the end, so they are next */
+            for (int64_t k = 0; k < back_n; k++) {
+                int64_t x = out[back_from + k];
+                out[o++] = x; /* back_from == o here: a no-op copy kept for clarity of order */
+                stamp[rw[x]] = b, size++, width = co[x] > width ? co[x] : width;
+            }
+            back_n = 0;
+            int drain = i >= n;
+            int64_t most_s = drain ? ((int64_t)1 << 40) : ls[i], most_t = drain ? ((int64_t)1 << 40) : lt[i];
+            int64_t ns = 0;
+            while (count) {
+                int64_t r = ring[head], x = first[r];
+                int64_t w = co[x] > width ? co[x] : width;
+                if (size >= cap || (size + 1) * w > max_tokens)
+                    break;
+                head = (head + 1) % nrows, count--;
+                if ((stamp[r] == b && !drain) || ss[x] > most_s || ts[x] > most_t) {
+                    seen[ns++] = r;
+                    continue;
+                }
+                first[r] = next_[x];
+                out[o++] = x;
+                stamp[r] = b, size++, width = w;
+                if (first[r] >= 0) {
+                    if (drain) {
+                        head = (head + nrows - 1) % nrows, count++;
+                        ring[head] = r;
+                    } else {
+                        seen[ns++] = r;
+                    }
+                }
+            }
+            for (int64_t k = ns - 1; k >= 0; k--) { /* back to the front, in order */
+                head = (head + nrows - 1) % nrows, count++;
+                ring[head] = seen[k];
+            }
+            while (i < n && size < cap) {
+                int64_t r = rw[i];
+                if (stamp[r] == b) {
+                    next_[i] = -1;
+                    if (first[r] < 0) {
+                        first[r] = i;
+                        ring[(head + count) % nrows] = r, count++;
+                    } else {
+                        next_[last[r]] = i;
+                    }
+                    last[r] = i;
+                    i++;
+                    continue;
+                }
+                int64_t w = co[i] > width ? co[i] : width;
+                if ((size + 1) * w > max_tokens)
+                    break;
+                out[o++] = i;
+                stamp[r] = b, size++, width = w;
+                i++;
+            }
+            if (size >= multiple && size % multiple) {
+                back_n = size % multiple;
+                o -= back_n;
+                back_from = o;
+            }
+            en[nb++] = o;
+            b++;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    free(stamp), free(first), free(last), free(ring), free(seen), free(next_);
+    RELEASE_ALL;
+    return PyLong_FromLongLong(ok ? nb : -1);
+}
