@@ -27,6 +27,7 @@ internal error; --debug (or BABELFEED_DEBUG=1) shows the traceback instead.
 
 import argparse
 import faulthandler
+import io
 import json
 import os
 import re
@@ -157,17 +158,16 @@ def _read_state(path) -> dict:
                                        "checkpoint, or an orbax step's data/metadata): name the state file", path)
         path = found
     with open(path, "rb") as f:
-        head = f.read(4)
-    if head[:2] == b"PK" or head[:1] == b"\x80":  # torch.save's zip file, or a pickle: a torch checkpoint
-        return _torch_checkpoint(path)
-    with open(path, encoding="utf-8", errors="replace") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as e:
-            raise StateError(f"{path}: not a JSON iterator state ({e}); a checkpoint of torch.save is read too") from None
+        data = f.read()  # read once: a pipe (--state <(cat s.json), /dev/stdin) cannot be read again
+    if data[:2] == b"PK" or data[:1] == b"\x80":  # torch.save's zip file, or a pickle: a torch checkpoint
+        return _torch_checkpoint(path, data)
+    try:
+        return json.loads(data.decode("utf-8", errors="replace"))
+    except json.JSONDecodeError as e:
+        raise StateError(f"{path}: not a JSON iterator state ({e}); a checkpoint of torch.save is read too") from None
 
 
-def _torch_checkpoint(path: str) -> dict:
+def _torch_checkpoint(path: str, data: bytes) -> dict:
     """A ``torch.save`` checkpoint holding a babelfeed state (``{"data": loader.state_dict(), "model": ...}``), read
     with ``weights_only=True``: tensors and plain containers, no code of the file run."""
     try:
@@ -176,7 +176,7 @@ def _torch_checkpoint(path: str) -> dict:
         raise StateError(f"{path}: a torch.save checkpoint; reading it needs torch (pip install 'babelfeed[torch]'), "
                          f"or save the state as JSON: json.dump(loader.state_dict(), f)") from None
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as e:  # a pickle of other objects, or a file cut short
         raise StateError(f"{path}: not a torch checkpoint torch.load reads with weights_only=True "
                          f"({type(e).__name__}: {str(e).splitlines()[0][:200]})") from None

@@ -548,3 +548,21 @@ def test_inspect_gives_each_directions_up_sampling_under_a_mixture(tmp_path):
     (tmp_path / "bin" / "dict.txt").unlink()
     bare = subprocess.run(run, capture_output=True, text=True)
     assert bare.returncode == 0 and "epoch 1's up-sampling: not shown" in bare.stdout, bare.stderr
+
+
+def test_a_state_is_read_once_so_a_pipe_can_hold_it(tmp_path):
+    """Issue 39 item 7: ``--state <(cat state.json)`` and ``--state /dev/stdin`` are pipes, which cannot be read
+    a second time; the state was read twice (its first bytes, then the whole) and refused as not JSON."""
+    import json
+    import threading
+
+    from babelfeed.tools.cli import _read_state
+    state = {"version": 3, "epoch": 2, "consumed": 17}
+    r, w = os.pipe()
+    writer = threading.Thread(target=lambda: (os.write(w, json.dumps(state).encode()), os.close(w)))
+    writer.start()
+    try:
+        assert _read_state(f"/dev/fd/{r}") == state
+    finally:
+        writer.join()
+        os.close(r)
