@@ -38,8 +38,11 @@ def blending_indices(weights, size: int, megatron: bool = True) -> tuple[np.ndar
         w = np.zeros((0, 0))
     with np.errstate(over="ignore"):
         total = w.sum() if w.ndim == 1 else 0.0
-    if w.ndim != 1 or not len(w) or (w < 0).any() or not np.isfinite(w).all() or not total > 0:
+    if w.ndim != 1 or not len(w) or (w < 0).any() or not np.isfinite(w).all():
         raise ConfigError(f"weights must be a non-empty list of finite non-negative numbers, got {weights!r}")
+    if not total > 0:
+        raise ConfigError(f"weights {weights!r} are all 0: nothing to draw from; give at least one dataset a weight "
+                          f"above 0")
     if not np.isfinite(total):  # normalising would turn every weight into 0 (and blend round-robin)
         raise ConfigError(f"weights add up past the largest float ({weights!r}): scale them down")
     if len(w) > np.iinfo(np.int16).max:

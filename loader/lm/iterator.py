@@ -38,7 +38,7 @@ import os
 
 import numpy as np
 
-from babelfeed.errors import ConfigError, FormatError, OutOfRange, UsageError
+from babelfeed.errors import ConfigError, DataError, FormatError, OutOfRange, UsageError
 from babelfeed.gather import engine as gather
 from babelfeed.iterators.protocol import LoaderIterator
 from babelfeed.lm.blending import IndexCache, blending_indices
@@ -125,6 +125,11 @@ class LMIterator(LMRun, LoaderIterator):
 
         entries = [(w, resolve_prefix(p)) for w, p in parsed["data_path"]]  # (s3://...: local shadows)
         sources = [LMSource(prefix, split, split_name, seq_len, mode, seed, cache, verify) for _, prefix in entries]
+        for (_, prefix), source in zip(entries, sources):
+            if mode != "concat" and 0 < source.epoch_tokens() < seq_len:  # (concat says so as it cuts its samples)
+                raise DataError(f"{prefix}: an epoch of its {split_name} split holds {source.epoch_tokens():,} tokens, "
+                                f"fewer than one row of seq_len={seq_len:,}: a {mode} row would hold every document "
+                                f"of it several times over (or be mostly padding); lower seq_len")
         weights = blend_weights([w for w, _ in entries], [s.epoch_tokens() / seq_len for s in sources], num_samples,
                                 parsed["blend"], parsed["max_upsample"])
         return cls(sources, weights, num_samples, global_batch, rank, world_size, cache, name=split_name,

@@ -156,7 +156,7 @@ MIXING = (
 )
 
 BATCHING = (
-    Key("batching.max_tokens", "int", 4096, "B * max(len) of the longer side, per batch", 1),
+    Key("batching.max_tokens", "int", 4096, "B * max(len) of the longer side, per batch", 1, 1 << 24),
     Key("batching.max_sentences", "int", 0, "sentences per batch at most (0: no limit)", 0),
     Key("batching.required_batch_size_multiple", "int", 8, "every batch size a multiple of it", 1),
     Key("batching.accumulation", "int", 1, "forward passes per optimizer update on each rank (for the schedule)", 1),

@@ -202,3 +202,10 @@ def test_blend_kernel_is_built_here():
 def test_weights_that_are_no_blend_are_refused(weights):
     with pytest.raises(ConfigError, match="weights"):
         babelfeed.blending_indices(weights, 6)
+
+
+@pytest.mark.parametrize("weights", [[0.0, 0.0], [0, 0, 0]])
+def test_all_zero_weights_are_refused_as_all_zero(weights):
+    """Issue 39 item 8: all-zero weights were refused as not 'finite non-negative numbers', which they are."""
+    with pytest.raises(ConfigError, match="are all 0: nothing to draw from"):
+        babelfeed.blending_indices(weights, 6)

@@ -68,3 +68,20 @@ def test_a_cap_that_cannot_fill_the_run_and_unimax_without_one_are_refused(root)
         babelfeed.build_iterator(config(root, blend="unimax"))
     with pytest.raises(babelfeed.ConfigError, match="fewer than num_samples=.*raise max_upsample or lower num_samples"):
         babelfeed.build_iterator(config(root, max_upsample=0.01))
+
+
+@pytest.mark.parametrize("mode", ["pack", "sentences"])
+def test_a_row_longer_than_the_whole_split_is_refused(tmp_path, mode):
+    """Issue 39 item 5: seq_len 10**8 on a 3,000-token corpus was accepted in pack mode (the corpus repeated
+    ~130,000 times a row, 6.1 GB at its peak); concat refused it. Every mode refuses it, naming the prefix."""
+    prefix = str(tmp_path / "tiny")
+    with babelfeed.IndexedDatasetBuilder(prefix, np.uint16, format="megatron") as b:
+        for _ in range(100):
+            b.add_item(np.arange(1, 31, dtype=np.uint16))
+            b.end_document()
+        b.finalize()
+    with pytest.raises(babelfeed.DataError, match=r"tiny: an epoch of its train split holds 3,000 tokens, fewer than "
+                                                  r"one row of seq_len=1,000,000"):
+        babelfeed.LMIterator.build(prefix, seq_len=10**6, global_batch=2, num_samples=4, split="100,0,0", mode=mode)
+    it = babelfeed.LMIterator.build(prefix, seq_len=64, global_batch=2, num_samples=4, split="100,0,0", mode=mode)
+    assert next(it)["tokens"].shape[-1] >= 64
