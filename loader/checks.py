@@ -178,7 +178,7 @@ def _hashable(value) -> bool:
 
 def _power(x) -> str:
     p = int(math.log2(x)) if x > 0 else 0
-    return f"2**{p}" if 2 ** p == x else f"{x:g}"
+    return f"2**{p}" if 2 ** p == x and p >= 8 else f"{x:g}"  # a power of two where it is a large one
 
 
 def names(key: str, text) -> tuple[str, ...]:

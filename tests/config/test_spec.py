@@ -89,6 +89,9 @@ def test_every_key_refuses_a_wrong_value_by_name(kind):
     ("mixing.schedule.boundaries", "10,x", "mixing.schedule.boundaries must be"),
     ("mixing.virtual_size", "lots", "mixing.virtual_size must be 'fairseq', 'sum' or a positive integer"),
     ("mixing.weights", "a-b:x", "mixing.weights entry 'a-b:x'"),
+    ("batching.max_tokens", 10 ** 12, r"batching.max_tokens must be an integer >= 1, < 2\*\*24"),  # issue 39 item 8
+    ("batching.max_repeats", 0.5, r"batching.max_repeats"),
+    ("batching.max_repeats", -0.01, r"batching.max_repeats"),
 ])
 def test_formats_are_checked_by_name(key, value, match):
     cfg = spec.defaults("translation")
