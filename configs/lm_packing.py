@@ -20,7 +20,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.global_batch = 512  # samples per step over all ranks
     c.num_samples = 512 * 10_000  # train_iters x global_batch
     c.vocab_size = 0  # the tokenizer's vocabulary: every token id must be below it (0: unchecked)
-    c.verify = "full"  # every index checked once per file (remembered by a stamp); "quick": O(1) checks only
+    c.verify = "full"  # every index checked once per file (remembered by a stamp); "quick": O(1) record checks, documents whole
     c.cache_dir = "build/cache"  # blend and sample indexes (.npy, keyed by a hash of their inputs)
     # data_path prefixes may be in an object store ("0.3 s3://bucket/web 0.7 s3://bucket/books"); what is empty
     # here comes from the environment (AWS_ENDPOINT_URL, AWS_DEFAULT_REGION, AWS_PROFILE, AWS_ALLOW_HTTP)

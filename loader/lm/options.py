@@ -74,7 +74,8 @@ KEYS: tuple[Key, ...] = (
     Key("num_samples", "int", 512 * 10_000, "samples of the run (train_iters x global_batch)", 1, 2**33),
     Key("vocab_size", "int", 0, "the tokenizer's vocabulary: every token id must be below it (0: unchecked)", 0,
         2**32),
-    Key("verify", "str", "full", "'full': every index checked once per file; 'quick': O(1) checks only",
+    Key("verify", "str", "full", "'full': every index checked once per file; 'quick': O(1) checks of the records, "
+        "the document index whole",
         choices=VERIFY_MODES),
     Key("cache_dir", "str", "build/cache", "blend and sample indexes (.npy, keyed by a hash of their inputs)"),
 )

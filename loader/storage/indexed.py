@@ -63,8 +63,9 @@ class IndexedDataset(IndexChecks):
       at the sequence count, and the ``.bin`` holds every byte the index refers to. A passed check is
       remembered by a stamp of the files' identity (:mod:`~babelfeed.storage.stamps`), so later opens of the same
       unchanged files cost O(1); a file rewritten, replaced or touched is checked again.
-    * ``"quick"``: O(1) checks only (header, file sizes, first and last pointer, the document-index endpoints,
-      and 256 evenly spaced records). Every read checks that its record lies inside the ``.bin``, but a size or
+    * ``"quick"``: O(1) checks of the records (header, file sizes, first and last pointer, and 256 evenly spaced
+      records) and the document index whole (monotone from 0 to the sequence count: one pass over the documents,
+      which an LM samples by). Every read checks that its record lies inside the ``.bin``, but a size or
       pointer corrupted in the middle of the index can then hand out a record that overlaps its neighbour:
       use it only on data already checked (``babelfeed inspect --verify``).
 

@@ -184,11 +184,14 @@ def test_document_index_must_end_at_sequence_count(mg):
         IndexedDataset(mg)
 
 
-def test_document_index_must_not_decrease(mg):
+@pytest.mark.parametrize("verify", ["full", "quick"])
+def test_document_index_must_not_decrease(mg, verify):
+    """In both modes (issue 39 item 2: an LM opened with verify='quick' served a document index that dips; an LM
+    samples by documents, and the pass over them is cheap)."""
     n = 17
     patch(f"{mg}.idx", 34 + 12 * n + 8 * 2, struct.pack("<q", 1))
     with pytest.raises(babelfeed.InconsistentIndexError, match="decreases at document 1: 5 then 1"):
-        IndexedDataset(mg)
+        IndexedDataset(mg, verify=verify)
 
 
 def test_messages_are_format_errors(fs):
