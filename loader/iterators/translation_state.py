@@ -173,6 +173,7 @@ class TranslationState:
         if consumed > planner.first_batch(epoch) and self.planner.locate(epoch, consumed - 1) is None:
             raise StateError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
                              f"{self.planner.num_batches(epoch)} global batches")
+        self._check_steps_possible(state, epoch, consumed)
         self.record.ledger.set_state(state, epoch, list(planner.keys))  # (no ledger: counted from the plans)
 
         self.use_layout(Layout.from_state(state["layout"], planner) if "layout" in state else None)
@@ -245,6 +246,21 @@ class TranslationState:
             if served < epoch - 1:
                 raise StateError(f"iterator state says epoch {epoch}, but its ledger counts {served} samples served "
                                  f"before it, and every epoch serves at least one: the state was edited or is damaged")
+
+    def _check_steps_possible(self, state: dict, epoch: int, consumed: int) -> None:
+        """Refuse more steps than global batches the run can have served: a step takes one at least, so at most
+        this epoch's ``consumed`` plus every sample of each earlier epoch (twice the largest of epoch 1 and this
+        one: shards and schedules change an epoch's size, never by that much). What resume plans anyway."""
+        total = int(state["total_steps"])
+        if total <= consumed:
+            return
+        biggest = max(max(x.total, x.samples) for x in (self.planner.setup(1), self.planner.setup(epoch)))
+        most = consumed + (epoch - 1) * 2 * biggest
+        if biggest and total > most:
+            raise StateError(f"iterator state says {total:,} training steps by epoch {epoch}, global batch {consumed}, "
+                             f"but a step takes a global batch at least and the run can have served {most:,} at most "
+                             f"(epochs of {biggest:,} samples or fewer): the state was edited or is damaged "
+                             f"(total_steps)")
 
     def _resume_edited(self, state: dict) -> None:
         """set_state with mixture_change="allow" for a state of another config (``babelfeed.run.edits``):

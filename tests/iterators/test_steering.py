@@ -682,3 +682,20 @@ def test_an_edited_epoch_the_run_never_reached_is_refused(root):
         fresh.set_state({"epoch": 1000000, "consumed": 0, "fingerprint": state["fingerprint"]})
     fresh.set_state(state)  # the state as saved resumes
     assert np.array_equal(next(fresh)["id"], next(it)["id"])
+
+
+def test_more_steps_than_the_run_can_have_served_are_refused(root):
+    """Issue 39 item 6: total_steps 10**12 at epoch 1, global batch 5 was accepted, and the ledger reported that
+    step. A step takes a global batch at least: at epoch 1 the steps are at most the batches consumed."""
+    it = babelfeed.build_train_iterator(config_for(root))
+    for _ in range(5):
+        next(it)
+    state = json.loads(json.dumps(it.get_state()))
+    assert state["epoch"] == 1 and state["total_steps"] == 5
+    fresh = babelfeed.build_train_iterator(config_for(root))
+    with pytest.raises(StateError, match=r"says 1,000,000,000,000 training steps by epoch 1, global batch 5, .* "
+                                         r"can have served 5 at most"):
+        fresh.set_state({**state, "total_steps": 10 ** 12})
+    fresh.set_state({**state, "total_steps": 4})  # fewer steps than batches (accumulation): a state of a real run
+    fresh.set_state(state)
+    assert np.array_equal(next(fresh)["id"], next(it)["id"])
