@@ -43,15 +43,28 @@ def document_settings(sp, model_path: str, opts) -> dict:
 
 
 def _decode(raw: bytes, policy: str, where: str) -> tuple[str | None, bool]:
-    """(text, was_bad): None when the record is dropped."""
+    """(text, was_bad): None when the record is dropped. A NUL byte is bad too: no text holds one (a binary or
+    mis-encoded file; SentencePiece would make it <unk>), so it follows the same policy (replace: U+FFFD)."""
     try:
-        return raw.decode("utf-8"), False
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         if policy == "error":
             raise BinarizeError(f"{where} is not valid UTF-8 (policy --on-bad-utf8=error)") from None
         if policy == "drop":
             return None, True
-        return raw.decode("utf-8", errors="replace"), True
+        return raw.decode("utf-8", errors="replace").replace("\0", "\ufffd"), True
+    if "\0" in text:
+        kept = _nul([text], policy, where)
+        return (None if kept is None else kept[0]), True
+    return text, False
+
+
+def _nul(texts: list[str], policy: str, where: str) -> list[str] | None:
+    """Texts holding a NUL character, by the UTF-8 policy: an error, dropped (None), or each NUL as U+FFFD."""
+    if policy == "error":
+        raise BinarizeError(f"{where} holds a NUL byte, which no text does: a binary or mis-encoded file "
+                            f"(policy --on-bad-utf8=error)")
+    return None if policy == "drop" else [t.replace("\0", "\ufffd") for t in texts]
 
 
 _JSON_TYPES = {"dict": "an object", "list": "an array", "int": "a number", "float": "a number", "bool": "a boolean",
@@ -79,6 +92,11 @@ def _fields(text: str, keys: list[str]) -> tuple[list[str] | None, str]:
 def _unicode(texts: list[str], policy: str, where: str) -> tuple[list[str] | None, bool]:
     """Texts a JSON escape left with a lone surrogate (``"\\udc80"``: no Unicode character) follow the UTF-8
     policy: an error, dropped (None), or the surrogate replaced by U+FFFD."""
+    if any("\0" in t for t in texts):  # a JSON \u0000 escape: a NUL, as in a raw line
+        texts = _nul(texts, policy, where)
+        if texts is None:
+            return None, True
+        return _unicode(texts, policy, where)[0], True
     try:
         for t in texts:
             t.encode("utf-8")

@@ -200,6 +200,24 @@ def test_escaped_lone_surrogates_follow_the_utf8_policy_and_paths_are_absolute(t
         binarize(opts(raw, tmp_path / "o5", train_spm=30), log=lambda m: None)
 
 
+@pytest.mark.parametrize("name, content", [
+    ("a.jsonl", b'{"text": "the cat sat"}\n{"text": "a dog \\u0000 ran"}\n{"text": "blue sky"}\n'),  # an escape
+    ("a.txt", b"the cat sat\n\na dog \x00 ran\n\nblue sky\n"),  # a raw NUL in a plain-text document
+])
+def test_a_nul_follows_the_utf8_policy_in_documents(tmp_path, name, content):
+    """Issue 39 item 4: a NUL inside a document was kept and encoded as <unk>, counted as one more <unk>. No text
+    holds one (a binary or mis-encoded file): it is a bad record under --on-bad-utf8, named and counted."""
+    raw = tmp_path / "raw"
+    os.makedirs(raw)
+    (raw / name).write_bytes(content)
+    with pytest.raises(BinarizeError, match=r"a\.(jsonl|txt): (line|document at line) 3? ?.*holds a NUL byte"):
+        binarize(opts(raw, tmp_path / "o1", train_spm=30, bad_utf8="error"), log=lambda m: None)
+    report = binarize(opts(raw, tmp_path / "o2", train_spm=30), log=lambda m: None)
+    assert (report["inputs"][0]["kept"], report["inputs"][0]["bad_utf8"]) == (2, 1)
+    report = binarize(opts(raw, tmp_path / "o3", train_spm=30, bad_utf8="replace"), log=lambda m: None)
+    assert (report["inputs"][0]["kept"], report["inputs"][0]["replaced_utf8"]) == (3, 1)
+
+
 @pytest.mark.parametrize("key", ["../../../../x", "a/b", "..", ".hidden", ""])
 def test_a_json_key_that_is_not_a_plain_name_is_refused_before_any_work(tmp_path, key):
     """--json-keys '../../../../x' wrote files outside -o, 'a/b' made nested folders (issue 23 item 8): a key names
