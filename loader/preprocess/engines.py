@@ -118,8 +118,56 @@ def _local_call(key, path, fn, *args):
     return fn(*args)
 
 
+ORPHAN_POLL = 0.5  # seconds between a worker's looks at its parent
+
+
+def _die_with_parent(parent: int) -> None:
+    """A worker's initializer: a thread that ends the worker once its parent is gone (``kill -9``, the OOM killer,
+    a scheduler's preemption), which leaves it reparented and its pipe to nobody. Polling the parent's pid works
+    where ``prctl(PR_SET_PDEATHSIG)`` does not (macOS) and does not depend on which of the parent's threads
+    started the worker."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_POLL)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="babelfeed-parent-watch", daemon=True).start()
+
+
+ENGINE_DIR = "babelfeed-engine-"
+
+
+def _remove_orphaned_dirs(root: str) -> list[str]:
+    """The work folders of local engines whose process is gone (killed before it could remove them: their name
+    holds its pid), removed; a folder of a live process, or of another user, is left alone."""
+    gone = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return gone
+    for name in names:
+        pid = name[len(ENGINE_DIR):].split("-", 1)[0]
+        if not name.startswith(ENGINE_DIR) or not (pid.isascii() and pid.isdigit()) or int(pid) == os.getpid():
+            continue
+        path = os.path.join(root, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+            continue  # alive (or a pid taken again since: left alone)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            gone.append(path)
+        except OSError:  # another user's process, or a folder that went away
+            continue
+    return gone
+
+
 class LocalEngine:
-    """Spawned worker processes on this machine."""
+    """Spawned worker processes on this machine; they end when this process does, however it ends."""
 
     name = "local"
 
@@ -127,7 +175,8 @@ class LocalEngine:
         self.workers = max(1, int(workers))
         self._key = None
         self._path = None
-        self._dir = tempfile.mkdtemp(prefix="babelfeed-engine-")
+        _remove_orphaned_dirs(tempfile.gettempdir())
+        self._dir = tempfile.mkdtemp(prefix=f"{ENGINE_DIR}{os.getpid()}-")
         self._pool = None
         self.restarts = 0
 
@@ -140,7 +189,8 @@ class LocalEngine:
 
     def submit(self, fn, *args) -> cf.Future:
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
+            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                                initializer=_die_with_parent, initargs=(os.getpid(),))
         return self._pool.submit(_local_call, self._key, self._path, fn, *args)
 
     def restart(self) -> bool:

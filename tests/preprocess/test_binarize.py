@@ -416,6 +416,44 @@ def test_sigterm_stops_the_workers_and_cleans_up_as_ctrl_c_does(tmp_path):
     assert not [n for n in os.listdir(tmp) if n.startswith("babelfeed-engine-")]
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads worker processes from /proc (Linux)")
+def test_sigkill_takes_the_workers_with_it_and_the_next_engine_removes_its_folder(tmp_path):
+    """kill -9 of binarize --workers 2 (the OOM killer, a preempting scheduler) left 3 worker processes running 21 s
+    later and the engine's temporary folder behind (issue 39 item 1). The workers watch their parent and end with
+    it; the next local engine removes the folder of an engine whose process is gone."""
+    from babelfeed.preprocess.engines import ORPHAN_POLL, _remove_orphaned_dirs
+    raw = tmp_path / "raw"
+    make_raw(raw, n=60000, bad=False)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    p = subprocess.Popen([sys.executable, "-m", "babelfeed.cli", "binarize", str(raw), "-o", str(tmp_path / "out"),
+                          "--train-spm", "60", "--workers", "2", "--shards", "4", "--chunk-lines", "500",
+                          "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env=dict(os.environ, TMPDIR=str(tmp)))
+    work = tmp_path / "out" / ".binarize" / "work"
+    deadline = time.monotonic() + 120
+    workers: set = set()
+    while time.monotonic() < deadline and p.poll() is None:  # until both workers are encoding
+        workers = {c for c in _children(p.pid) if _alive(c)}
+        if len(workers) >= 3 and work.is_dir() and any(f for _, _, fs in os.walk(work) for f in fs):
+            break
+        time.sleep(0.02)
+    assert p.poll() is None, "binarize ended before its workers started: give it more work"
+    workers |= _children(p.pid)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    deadline = time.monotonic() + 10 + 4 * ORPHAN_POLL  # (seen by polling their pids)
+    while [w for w in workers if _alive(w)] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not [w for w in workers if _alive(w)], "worker processes outlived binarize killed with SIGKILL"
+    left = [n for n in os.listdir(tmp) if n.startswith(f"babelfeed-engine-{p.pid}-")]
+    assert left, "the killed run left no folder: nothing to test the clean-up on"
+    mine = tmp / "babelfeed-engine-{}-live".format(os.getpid())  # a live process's folder is left alone
+    mine.mkdir()
+    assert _remove_orphaned_dirs(str(tmp)) == [str(tmp / left[0])]
+    assert sorted(os.listdir(tmp)) == [mine.name]
+
+
 def test_two_runs_into_one_output_the_second_is_refused_naming_the_first(tmp_path):
     """Two binarize runs into one output: one failed naming an internal work file (issue 23 item 16). The first
     holds a lock on the folder; the second is refused at once, naming the first's pid."""
