@@ -9,10 +9,13 @@ config (``run.edits``). Part of :class:`~babelfeed.iterators.translation.BatchIt
 
 from __future__ import annotations
 
+import warnings
+
 import ml_collections
 import numpy as np
 
-from babelfeed.errors import HistoryError, SkipError, StateError, StateMismatch
+from babelfeed.errors import HistoryError, Notice, SkipError, StateError, StateMismatch, user_frame
+from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD
 from babelfeed.iterators.ledger import FIELDS
 from babelfeed.plan.parts import Part, decode, encode
 from babelfeed.run.edits import (EditReport, check_data, check_editable, check_sampler, config_changes, map_totals,
@@ -187,6 +190,8 @@ class TranslationState:
         self._ra_hint = {}
         self.total_steps = int(state["total_steps"])
         self.record.steps.resume(history.steps, history.splits, self.total_steps, epoch, consumed)
+        if "ledger" not in state and epoch > 1:
+            self._ledger_of_an_older_state(epoch)
         if not strict:
             self._say_kept_position(state)
 
@@ -246,6 +251,21 @@ class TranslationState:
             if served < epoch - 1:
                 raise StateError(f"iterator state says epoch {epoch}, but its ledger counts {served} samples served "
                                  f"before it, and every epoch serves at least one: the state was edited or is damaged")
+
+    def _ledger_of_an_older_state(self, epoch: int) -> None:
+        """A state without a ledger (an older babelfeed's): the ledger's counts when ``epoch`` began come from every
+        earlier epoch's plan, counted now, with a progress bar (not at the first ``get_state``, in training); more
+        than ``MAX_EPOCHS_AHEAD`` epochs would take hours: the ledger then counts from ``epoch`` on, said once."""
+        if epoch - 1 <= MAX_EPOCHS_AHEAD:
+            self.ledger_start(epoch)
+            self.skipped_start(epoch)
+            return
+        zeros = np.zeros((len(FIELDS), len(self.planner.keys)), np.int64)
+        self.record.ledger.start = {epoch: zeros}
+        self.record.ledger.skipped = {epoch: zeros.copy()}
+        warnings.warn(f"this state holds no ledger (an older babelfeed's) and is at epoch {epoch:,}: counting one would "
+                      f"plan every earlier epoch, more than {MAX_EPOCHS_AHEAD:,}; the ledger counts from epoch "
+                      f"{epoch:,} on (what earlier epochs served is not in it)", Notice, stacklevel=user_frame())
 
     def _check_steps_possible(self, state: dict, epoch: int, consumed: int) -> None:
         """Refuse more steps than global batches the run can have served: a step takes one at least, so at most

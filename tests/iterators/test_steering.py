@@ -699,3 +699,40 @@ def test_more_steps_than_the_run_can_have_served_are_refused(root):
     fresh.set_state({**state, "total_steps": 4})  # fewer steps than batches (accumulation): a state of a real run
     fresh.set_state(state)
     assert np.array_equal(next(fresh)["id"], next(it)["id"])
+
+
+def test_an_older_state_far_past_the_data_resumes_at_once_and_says_its_ledger_starts_there(root):
+    """Issue 39 item 3: a state without a ledger (an older babelfeed's) at epoch 3,000 or 1,000,000 made the first
+    get_state() plan every earlier epoch, with nothing said, for hours. Up to 10,000 epochs the count is made at
+    set_state (a progress bar), exact; beyond, the ledger counts from the state's epoch on, said once."""
+    import time
+    import warnings
+
+    from babelfeed.errors import Notice
+    from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD
+    it = babelfeed.build_train_iterator(config_for(root))
+    per_epoch = it.planner.num_batches(1)
+    served = 0
+    while served < 2 * per_epoch + 3:  # (an epoch's end stops the iteration; the next call goes on)
+        try:
+            next(it)
+            served += 1
+        except StopIteration:
+            pass
+    state = json.loads(json.dumps(it.get_state()))
+    assert state["epoch"] == 3
+    older = {k: v for k, v in state.items() if k != "ledger"}
+    fresh = babelfeed.build_train_iterator(config_for(root))
+    fresh.set_state(older)  # counted from the plans of epochs 1 and 2: the same ledger
+    assert fresh.get_state()["ledger"] == state["ledger"]
+    far = MAX_EPOCHS_AHEAD + 10
+    fresh = babelfeed.build_train_iterator(config_for(root))
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        fresh.set_state({**older, "epoch": far, "total_steps": far * per_epoch})
+        got = fresh.get_state()
+    assert time.perf_counter() - t0 < 30  # (it planned every epoch before: ~10 s for these at 1,000 a second)
+    notes = [str(w.message) for w in said if issubclass(w.category, Notice)]
+    assert len(notes) == 1 and f"the ledger counts from epoch {far:,} on" in notes[0], notes
+    assert got["epoch"] == far and sum(got["ledger"]["samples"].values()) < per_epoch * 10_000
