@@ -21,7 +21,7 @@ TEST_WORKERS ?= auto
 
 venv: $(call stamp,$(TEST_EXTRAS))
 
-$(VENV)/.installed-%: pyproject.toml setup.py loader/_native/_gather.c loader/_native/_plan.c loader/_native/_plan_rows.c loader/_native/_plan_order.c loader/_native/_plan.h Makefile
+$(VENV)/.installed-%: pyproject.toml setup.py loader/_native/_gather.c loader/_native/_plan.c loader/_native/_plan_rows.c loader/_native/_plan_order.c loader/_native/_plan_copies.c loader/_native/_plan.h Makefile
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "babelfeed needs Python >= 3.11, $(PYTHON) is " + sys.version.split()[0])'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@if [ -n "$(filter torch all test hf,$(subst -, ,$*))" ]; then $(BIN)/python -m pip install --quiet --disable-pip-version-check "$(TORCH_PIN)"; fi

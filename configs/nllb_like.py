@@ -82,7 +82,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.batching.shapes = ""  # or explicit widths "32x32,64x64,128x128" (source x target); batch sizes from max_tokens
     c.batching.pack = ""  # "256x256": pack pairs side by side into rows of this shape (one static shape)
     c.batching.spread_copies = True  # copies of one sample (an up-sampled corpus) go to different batches
-    c.batching.max_repeats = 0.04  # dynamic batches: rows that may still meet a copy, where parting them costs most
+    c.batching.max_repeats = 0.04  # dynamic batches: ~rows left beside a copy where parting costs most padding
     c.batching.balance_block = 16  # batches of similar cost shuffled together (rank balance; use >= ranks)
     c.batching.fairseq_drop_last = False  # compat="fairseq": drop a last batch off the multiple (fairseq main)
 

@@ -273,7 +273,8 @@ def _say_upsampling(s: Settings, planner: EpochPlanner, rank: int, epoch: int) -
     process that builds rank 0's iterator (not its loader's worker processes, which build it again)."""
     if rank != 0 or not s.mixing.warn_upsample or multiprocessing.parent_process() is not None:
         return
-    notice = planner.setup(epoch).upsampling_notice(s.mixing.warn_upsample, s.where)
+    notice = planner.setup(epoch).upsampling_notice(s.mixing.warn_upsample, s.where, s.mixing.method,
+                                                    s.mixing.max_upsample)
     if notice:
         warnings.warn(notice, UpsamplingNotice, stacklevel=user_frame())
 

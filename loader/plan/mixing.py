@@ -149,14 +149,20 @@ def fairseq_estimated_total(shard_sizes, epoch: int) -> int:
     return sum(sizes[i] if i in known else largest for i in range(k))
 
 
-def stratified_counts(probs, total: int) -> np.ndarray:
-    """``floor(total p_i)`` plus the remainder by largest fractional part (ties to the lower index)."""
+def stratified_counts(probs, total: int, most: np.ndarray | None = None) -> np.ndarray:
+    """``floor(total p_i)`` plus the remainder by largest fractional part (ties to the lower index). ``most``: per
+    entry, a count it never exceeds (a cap, ``floor(max_upsample x size)``): the remainder goes to the others, and
+    what none can take is left out (the epoch holds fewer)."""
     probs = np.asarray(probs, dtype=np.float64)
     exact = probs * total
     counts = np.floor(exact).astype(np.int64)
+    if most is not None:
+        counts = np.minimum(counts, most)
     rest = int(total - counts.sum())
     if rest > 0:
         order = np.lexsort((np.arange(len(probs)), -(exact - counts)))
+        if most is not None:
+            order = order[counts[order] < most[order]]
         counts[order[:rest]] += 1
     return counts
 

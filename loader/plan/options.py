@@ -167,9 +167,9 @@ BATCHING = (
     Key("batching.pack", "str", "", "'256x256': pack pairs side by side into rows of this shape", parse=pack),
     Key("batching.spread_copies", "bool", True, "copies of one sample (an up-sampled corpus) go to different "
         "batches; False: the length order puts them side by side, as fairseq does"),
-    Key("batching.max_repeats", "float", 0.04, "dynamic batches with spread_copies: the share of rows that may still "
-        "repeat a row of their batch, the copies that would travel to the widest batches (0: none, for more "
-        "padding)", 0.0, 0.5),
+    Key("batching.max_repeats", "float", 0.04, "dynamic batches with spread_copies: about this share of a window's "
+        "rows may stay beside a copy where parting them costs the most padding (0: none), besides the copies no "
+        "placement can part (docs/concepts/pipeline.md)", 0.0, 0.5),
     Key("batching.balance_block", "int", 16, "batches of similar cost shuffled together (rank balance)", 1),
     Key("batching.fairseq_drop_last", "bool", False, "compat='fairseq': drop a last batch off the multiple"),
 )

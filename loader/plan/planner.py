@@ -586,6 +586,8 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         for name in self.LATER_OPTIONS:
             if not opts[name]:
                 opts.pop(name)
+        if opts.get("max_upsample"):  # a cap's counts are at most floor(cap x size): unlike states before that rule
+            opts["max_upsample_counts"] = "floor"
         if "spread_copies" not in opts or self.opts.shapes or self.opts.pack_shape or self.opts.compat == "fairseq":
             # read by dynamic batches spreading copies only; there, its presence also tells a state written by the
             # placement before it (batches cut otherwise) from one of this placement

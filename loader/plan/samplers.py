@@ -59,7 +59,9 @@ class Sampler:
         return virtual_size(sizes, ratios, opts.max_scale_up)
 
     def draw(self, opts, epoch: int, directions, sizes, ratios, total: int) -> tuple[np.ndarray, list]:
-        counts = stratified_counts(self.probabilities(ratios), total)
+        most = None if not opts.max_upsample else \
+            np.floor(np.array([d.size for d in directions], np.float64) * opts.max_upsample).astype(np.int64)
+        counts = stratified_counts(self.probabilities(ratios), total, most)
         return counts, [StratifiedDraw(d.size, int(c), (opts.seed, "mix", epoch, d.key)) if c else None
                         for d, c in zip(directions, counts)]
 

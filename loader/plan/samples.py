@@ -123,20 +123,42 @@ class EpochSetup:
         sizes = np.array([d.size for d in self.directions], np.float64)
         return np.divide(counts, sizes, out=np.zeros(len(sizes)), where=sizes > 0)
 
-    def upsampling_notice(self, threshold: float, where: str = "") -> str | None:
+    def upsampling_notice(self, threshold: float, where: str = "", method: str = "temperature",
+                          cap: float = 0.0) -> str | None:
         """One line naming every direction served more than ``threshold`` times its data this epoch (most first)
-        and the settings that lower it; None when none is, or ``threshold`` is 0. ``where``: the config's section
-        (``"train."`` for configs/demo.py)."""
+        and the settings that lower it (for the run's ``method`` and ``cap``), and every direction a cap leaves
+        with no sample; None when there is neither (``threshold`` 0: no up-sampling line). ``where``: the
+        config's section (``"train."`` for configs/demo.py)."""
         times = self.epochs()
+        lines = []
         over = np.flatnonzero(times > threshold) if threshold > 0 else np.zeros(0, np.int64)
-        if not len(over):
-            return None
-        over = over[np.argsort(-times[over], kind="stable")]
-        named = ", ".join(f"{self.directions[i].key} {times[i]:.1f}x ({self.directions[i].size:,} sentences)"
-                          for i in over[:8].tolist())
-        more = f" and {len(over) - 8:,} more" if len(over) > 8 else ""
-        return (f"epoch {self.epoch} serves {len(over):,} of {len(times):,} directions more than {threshold:g} times "
-                f"their data: {named}{more}. To serve them less: a lower {where}mixing.temperature, "
-                f"{where}mixing.max_upsample=N (every direction at most N times its data, the excess to the others) "
-                f"or {where}mixing.method='unimax' with it ({where}mixing.warn_upsample sets this threshold; 0: off)")
+        if len(over):
+            over = over[np.argsort(-times[over], kind="stable")]
+            named = ", ".join(f"{self.directions[i].key} {times[i]:.1f}x ({_sentences(self.directions[i].size)})"
+                              for i in over[:8].tolist())
+            more = f" and {len(over) - 8:,} more" if len(over) > 8 else ""
+            if cap:
+                knobs = f"a lower {where}mixing.max_upsample (now {cap:g}: every direction at most that many times its data)"
+            else:
+                knobs = (f"a lower {where}mixing.temperature, {where}mixing.max_upsample=N (every direction at most N "
+                         f"times its data, the excess to the others) or {where}mixing.method='unimax' with it"
+                         if method == "temperature" else
+                         f"{where}mixing.max_upsample=N (every direction at most N times its data, the excess to the "
+                         f"others)")
+            lines.append(f"epoch {self.epoch} serves {len(over):,} of {len(times):,} directions more than {threshold:g} "
+                         f"times their data: {named}{more}. To serve them less: {knobs} ({where}mixing.warn_upsample "
+                         f"sets this threshold; 0: off)")
+        sizes = np.array([d.size for d in self.directions])
+        starved = np.flatnonzero((sizes > 0) & (np.floor(sizes * cap) < 1)) if cap else np.zeros(0, np.int64)
+        if len(starved):
+            named = ", ".join(f"{self.directions[i].key} ({_sentences(self.directions[i].size)})"
+                              for i in starved[:8].tolist())
+            more = f" and {len(starved) - 8:,} more" if len(starved) > 8 else ""
+            lines.append(f"{where}mixing.max_upsample={cap:g} leaves {len(starved):,} direction(s) with no sample in "
+                         f"epoch {self.epoch} (fewer than one sentence's worth): {named}{more}")
+        return "; ".join(lines) or None
+
+
+def _sentences(n: int) -> str:
+    return f"{n:,} sentence" + ("" if n == 1 else "s")
 

@@ -70,6 +70,12 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+# Plan options an identity leaves out at their default (``EpochPlanner.LATER_OPTIONS``): shown at it when absent
+UNSTATED = {"spread_copies": False, "max_upsample": 0.0}
+# Options stated only where another is: max_repeats with spread_copies, the cap's rounding with max_upsample
+FOLLOWS = {"max_repeats": "spread_copies", "max_upsample_counts": "max_upsample"}
+
+
 def identity_changes(saved, now) -> list[str]:
     """What differs between two identities (plan options, split, shards, per-stream data), in the config's words:
     ``batching.max_tokens 2048 -> 4096``, ``the data of stream x changed``, ``stream y added``."""
@@ -79,10 +85,18 @@ def identity_changes(saved, now) -> list[str]:
     out = []
     a, b = saved.get("opts") or {}, now.get("opts") or {}
     for k in sorted(set(a) | set(b)):
-        if a.get(k) != b.get(k):
-            note = " (a state of the placement of copies before it: batches cut otherwise)" \
-                if k == "max_repeats" and k not in a and a.get("spread_copies") else ""
-            out.append(f"{OPTION_KEYS.get(k, k)} {_short(a.get(k))} -> {_short(b.get(k))}{note}")
+        if a.get(k) == b.get(k):
+            continue
+        follows = FOLLOWS.get(k)  # an option stated only with another: its change is that one's
+        if follows and (follows not in a or follows not in b) and a.get(follows) != b.get(follows):
+            continue
+        note = " (a state of the placement of copies before it: batches cut otherwise)" \
+            if k == "max_repeats" and k not in a and a.get("spread_copies") else \
+            " (a state of a cap rounded otherwise: a direction could take one sample more)" \
+            if k == "max_upsample_counts" and k not in a and a.get("max_upsample") else ""
+        name = "mixing.max_upsample's rounding" if k == "max_upsample_counts" else OPTION_KEYS.get(k, k)
+        out.append(f"{name} {_short(a.get(k, UNSTATED.get(k)))} -> "
+                   f"{_short(b.get(k, UNSTATED.get(k)))}{note}")
     for k in ("split", "shards"):
         if saved.get(k) != now.get(k):
             out.append(f"data.{'train_split' if k == 'split' else 'shards'} {_short(saved.get(k))} -> {_short(now.get(k))}")

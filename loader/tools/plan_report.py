@@ -150,9 +150,10 @@ def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[
     mixing = plots.mixing_data(
         [d.key for d in setup.directions], [d.size for d in setup.directions], np.asarray(setup.probs, np.float64),
         served, config.mixing.temperature,
-        size_is="epoch 1's shard" if config.data.shards == "cycle" else "every shard")
+        size_is="epoch 1's shard" if config.data.shards == "cycle" else "every shard", method=mixture_name(config))
     lines += [""] + mixture_lines(mixing)
-    notice = setup.upsampling_notice(config.mixing.warn_upsample)
+    notice = setup.upsampling_notice(config.mixing.warn_upsample, method=config.mixing.method,
+                                     cap=config.mixing.max_upsample)
     if notice:
         lines += ["", f"warning: {notice}"]
     if not with_data:
@@ -184,12 +185,21 @@ def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[
     return lines, data
 
 
+def mixture_name(config) -> str:
+    """How a config makes its mixture, in a few words: "temperature 5", "UniMax, max_upsample 4", "uniform"..."""
+    m = config.mixing
+    name = {"temperature": f"temperature {m.temperature:g}", "unimax": "UniMax", "uniform": "uniform",
+            "weights": "fixed weights"}.get(m.method, str(m.method))
+    return name + (f", max_upsample {m.max_upsample:g}" if m.max_upsample else "")
+
+
 def mixture_lines(mixing: dict) -> list[str]:
     """Epoch 1's mixture as text (:func:`plots.mixing_data`'s dict): per resource tier its share of the data, of
     the probability and of the served samples; then each direction (the largest and smallest above 12): its size,
     probability and served samples."""
     dirs = mixing["directions"]
-    lines = [f"epoch 1's mixture (temperature {mixing['temperature']:g}; sizes: {mixing['size_is']}): "
+    lines = [f"epoch 1's mixture ({mixing.get('method') or 'temperature %g' % mixing['temperature']}; sizes: "
+             f"{mixing['size_is']}): "
              f"{len(dirs):,} directions, {mixing['served']:,} samples served"]
     if len(mixing["tiers"]) > 1:
         lines.append(f"  {'tier':<5} {'directions':>10} {'sizes':>19} {'data share':>10} {'probability':>11} "
@@ -229,6 +239,7 @@ def upsampling_lines(config, top: int = 12) -> list[str]:
         lines.append(f"  {d.key:<{width}} {d.size:>11,} sentences {times[i]:>7.1f}x")
     if len(order) > top:
         lines.append(f"  ... and {len(order) - top:,} more (babelfeed plan shows every one)")
-    notice = setup.upsampling_notice(config.mixing.warn_upsample)
+    notice = setup.upsampling_notice(config.mixing.warn_upsample, method=config.mixing.method,
+                                     cap=config.mixing.max_upsample)
     return lines + ([f"warning: {notice}"] if notice else [])
 

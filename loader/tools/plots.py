@@ -201,12 +201,13 @@ def length_cells(lengths, weights=None, limits: tuple | None = None, bins: int =
 
 
 def mixing_data(keys, sizes, probs, served, temperature: float, size_is: str = "every shard",
-                top: int = TOP) -> dict:
+                top: int = TOP, method: str = "") -> dict:
     """What ``mixing.png`` draws: per direction its size (its sentences in ``size_is``: "every shard", or
     "epoch 1's shard" where each epoch reads one shard), configured probability, epoch 1's served samples and
     tier; per tier its share of the data (T = 1), of the probability and of the served samples, and the
     up-sampling factor (probability over share of the data); the directions named (all up to ``DETAIL``, else
-    the ``top // 2`` largest and smallest)."""
+    the ``top // 2`` largest and smallest). ``method``: how the probabilities were made, as the report names it
+    (default: temperature sampling at ``temperature``)."""
     sizes = np.maximum(np.asarray(sizes, dtype=np.float64), 0)
     probs = np.asarray(probs, dtype=np.float64)
     served = np.asarray(served, dtype=np.float64)
@@ -228,7 +229,8 @@ def mixing_data(keys, sizes, probs, served, temperature: float, size_is: str = "
     order = np.argsort(-sizes, kind="stable")
     half = max(top // 2, 1)
     named = order if len(keys) <= DETAIL else np.concatenate([order[:half], order[len(order) - half:]])
-    return {"temperature": float(temperature), "size_is": size_is, "served": int(served.sum()),
+    return {"temperature": float(temperature), "method": method or f"temperature {temperature:g}", "size_is": size_is,
+            "served": int(served.sum()),
             "directions": [{"key": k, "size": int(s), "probability": float(p), "served": int(v), "tier": TIERS[t]}
                            for k, s, p, v, t in zip(keys, sizes, probs, served, tier.tolist())],
             "tiers": rows, "named": [keys[i] for i in named.tolist()]}
@@ -832,8 +834,10 @@ def _mixing(data: dict):
     cycle = "; data.shards='cycle'" if data["size_is"] == "epoch 1's shard" else ""
     ax.set_xlabel(f"sentences of the direction, {data['size_is']} (log{cycle})", fontsize=8)
     ax.set_ylabel("share of the mixture (log)", fontsize=8)
-    ax.set_title(f"temperature sampling (T = {data['temperature']:g}): small directions up-sampled, large ones down",
-                 fontsize=9)
+    method = data.get("method") or f"temperature {data['temperature']:g}"
+    ax.set_title(f"temperature sampling (T = {data['temperature']:g}): small directions up-sampled, large ones down"
+                 if method == f"temperature {data['temperature']:g}" else
+                 f"{method}: each direction's share of the mixture against its size", fontsize=9)
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0, fontsize=7,
               frameon=False, title="size, configured probability" if not many else
               "tiers; the largest and smallest named", title_fontsize=7)
@@ -846,7 +850,7 @@ def _mixing(data: dict):
         idx = [by_key[g["key"]] for g in groups]
         cols = [(sizes[idx] / sizes.sum()).tolist(), probs[idx].tolist(),
                 (served[idx] / max(total, 1)).tolist()]
-    labels = ["share of the data (T = 1)", f"configured probability (T = {data['temperature']:g})",
+    labels = ["share of the data (T = 1)", f"configured probability ({data.get('method') or 'temperature'})",
               "served in epoch 1"]
     h = 0.27
     for j, (vals, label) in enumerate(zip(cols, labels)):

@@ -210,7 +210,7 @@ def test_the_option_is_in_the_fingerprint_and_named_on_a_mismatch(root):
     off = babelfeed.build_train_iterator(config_for(root, data__shards="all", batching__spread_copies=False))
     assert on.fingerprint() != off.fingerprint()
     next(off)
-    with pytest.raises(babelfeed.StateMismatch, match="batching.spread_copies null -> true"):
+    with pytest.raises(babelfeed.StateMismatch, match="batching.spread_copies false -> true"):
         on.set_state(off.get_state())
 
 

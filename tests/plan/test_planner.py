@@ -70,6 +70,25 @@ def test_max_upsample_caps_the_temperature_mixture_and_shares_the_excess(root, s
     assert b.sum() == pytest.approx(a.sum(), abs=2)  # the epoch keeps its size while the others can take it
 
 
+TINY = {"aaa-bbb": [400], "aaa-ccc": [50], "aaa-ddd": [3], "bbb-ccc": [1]}
+
+
+@pytest.mark.parametrize("cap", [0.5, 1.5, 2.7, 7.77])
+@pytest.mark.parametrize("method", ["temperature", "unimax"])
+def test_a_fractional_cap_is_never_exceeded_by_the_rounding(tmp_path_factory, cap, method):
+    """A 1-sentence direction under max_upsample=1.5 was served twice, 7.77 eight times (found by a review): the
+    largest-remainder rounding gave the capped direction the epoch's leftover sample. Counts are now at most
+    floor(cap x size); the leftover goes to directions under their cap."""
+    r = tmp_path_factory.mktemp(f"tiny{cap}{method}")
+    make_data_bin(r, directions=TINY, valid=False)
+    it = babelfeed.build_train_iterator(config_for(r, data__shards="all", mixing__method=method,
+                                                   mixing__max_upsample=cap))
+    setup = it.planner.setup(1)
+    sizes = np.array([d.size for d in setup.directions])
+    assert (setup.counts <= np.floor(sizes * cap)).all(), (setup.counts, sizes, cap)
+    assert (served(it) == setup.counts).all()
+
+
 @pytest.mark.parametrize("sampler", ["stratified", "stream"])
 def test_a_capped_run_resumes_exactly_at_a_random_cut(root, sampler):
     config = cfg(root, sampler, mixing__method="unimax", mixing__max_upsample=2.5)
@@ -130,3 +149,20 @@ def test_the_plan_report_gives_each_directions_epochs_and_the_warning(root):
     assert row.rstrip().endswith("x") and float(row.split()[-1][:-1]) > 19
     assert "warning: epoch 1 serves 1 of 3 directions more than 10 times their data: aaa-ddd" in text
     assert "warning:" not in plan_report(config_for(root, mixing__method="unimax", mixing__max_upsample=5.0))
+
+
+def test_a_state_of_the_caps_former_rounding_is_told_apart(root):
+    """A capped run's state from before counts were held at floor(cap x size) is refused saying so; options an
+    identity leaves out at their default show that default, not null (found by a review)."""
+    from babelfeed.run.record import identity_changes
+    said = identity_changes({"opts": {"max_upsample": 5.0}},
+                            {"opts": {"max_upsample": 5.0, "max_upsample_counts": "floor"}})
+    assert said == ["mixing.max_upsample's rounding null -> 'floor' (a state of a cap rounded otherwise: a direction "
+                    "could take one sample more)"]
+    assert identity_changes({"opts": {}}, {"opts": {"max_upsample": 5.0, "max_upsample_counts": "floor"}}) == \
+        ["mixing.max_upsample 0.0 -> 5.0"]
+    capped = babelfeed.build_train_iterator(config_for(root, mixing__max_upsample=5.0))
+    plain = babelfeed.build_train_iterator(config_for(root))
+    next(plain)
+    with pytest.raises(babelfeed.StateMismatch, match=r"mixing.max_upsample 0.0 -> 5.0"):
+        capped.set_state(plain.get_state())
