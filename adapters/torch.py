@@ -250,6 +250,8 @@ class BatchDataset(torch.utils.data.IterableDataset):
         self.epoch, self.base, self.batches_seen = int(epoch), 0, 0
         self.tensors = tensors
         self.transform = transform  # numpy batch -> numpy batch, in the worker (picklable), e.g. babelfeed.adapters.hf_view.HFView
+        if hasattr(transform, "check_config"):  # what a transform takes, said here rather than in a worker
+            transform.check_config(config)
         self._len = None
         self._position = None
         self.resume: dict | None = None  # the state loaded: every process rebuilds the run's history from it

@@ -30,6 +30,19 @@ class Varlen:
     def __init__(self, then=None):
         self.then = then
 
+    def check_config(self, config) -> None:
+        """Refuse, when the loader is made (not later in a worker), a config whose batches are not packed."""
+        section = config.get("train", config) if "data_path" not in config and "train" in config else config
+        if "data_path" in section:
+            packed = section.get("mode") == "pack"
+        else:
+            packed = bool(section.get("batching", {}).get("pack"))
+        if not packed:
+            raise UsageError("Varlen takes packed batches (segment ids): an LM config with mode='pack', or "
+                             "batching.pack='SRCxTGT' for translation; this config's batches are padded")
+        if self.then is not None and hasattr(self.then, "check_config"):
+            self.then.check_config(config)
+
     def __call__(self, batch: dict) -> dict:
         done = False
         for holder, prefix in ((batch, ""), (batch.get("net_input") or {}, "src_"), (batch.get("net_input") or {},

@@ -52,7 +52,7 @@ def blend_weights(weights, sizes, num_samples: int, blend: str = "weights", max_
     most = float(sizes[live].sum() * max_upsample)
     if most < num_samples:
         raise ConfigError(f"max_upsample={max_upsample:g} lets the datasets serve {int(most):,} samples at most "
-                          f"({max_upsample:g} epochs of each), fewer than num_samples={num_samples:,}: raise "
+                          f"({max_upsample:g} epoch{"" if max_upsample == 1 else "s"} of each), fewer than num_samples={num_samples:,}: raise "
                           f"max_upsample or lower num_samples")
     return capped_probabilities(np.asarray(weights, np.float64), sizes, num_samples, max_upsample).tolist()
 

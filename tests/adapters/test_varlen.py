@@ -88,3 +88,16 @@ def test_an_unpacked_batch_is_refused_by_name(root):
     batch = next(iter(babelfeed.build_train_iterator(config_for(root))))
     with pytest.raises(UsageError, match="Varlen takes packed batches"):
         Varlen()(batch)
+
+
+def test_a_loader_of_unpacked_batches_with_varlen_is_refused_when_made(root):
+    """Varlen on a padded config failed inside the DataLoader's workers, as torch's 'Caught UsageError in
+    DataLoader worker' traceback (found by a review): the loader refuses it when it is made."""
+    cfg = config_for(root)
+    with pytest.raises(UsageError, match="Varlen takes packed batches .* this config's batches are padded"):
+        BatchLoader(cfg, transform=Varlen(), num_workers=2, multiprocessing_context=MP)
+    lm = lm_config(root)
+    lm.mode = "concat"
+    with pytest.raises(UsageError, match="Varlen takes packed batches"):
+        BatchLoader(lm, transform=Varlen())
+    BatchLoader(packed_config(root), transform=Varlen())  # packed: taken

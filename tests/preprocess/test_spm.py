@@ -68,3 +68,22 @@ def test_without_the_per_language_characters_the_pool_drops_them(raw, tmp_path, 
     assert unk[worst][0] > 0.01
     warned = [w for w in report["warnings"] if w.startswith(f"train.{worst}:") and "<unk>" in w]
     assert warned and any(repr(ch) in warned[0] for ch in unk[worst][1]), report["warnings"]  # the characters named
+
+
+def test_a_vocabulary_smaller_than_the_characters_needed_says_what_train_spm_needs(tmp_path):
+    """Chinese and English at --train-spm 500 failed with SentencePiece's own 'INTERNAL: ... 500 vs 540 ... decrease
+    character_coverage with --character_coverage option', naming its flag (found by a review)."""
+    from babelfeed.errors import BinarizeError
+    rng = np.random.default_rng(0)
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    chars = [chr(0x4E00 + i) for i in range(700)]
+    zh = ["".join(rng.choice(chars, 12)) for _ in range(3000)]
+    en = [" ".join(rng.choice(["the", "cat", "sat", "on", "a", "mat", "dog"], 6)) for _ in range(3000)]
+    (raw / "train.eng_Latn-zho_Hans.eng_Latn").write_text("\n".join(en) + "\n")
+    (raw / "train.eng_Latn-zho_Hans.zho_Hans").write_text("\n".join(zh) + "\n")
+    opts = BinarizeOptions(input_dir=str(raw), output_dir=str(tmp_path / "out"), train_spm=500, shards=1, workers=1,
+                           progress=False)
+    with pytest.raises(BinarizeError, match=r"--train-spm 500 is smaller than the \d[\d,]* characters .* give "
+                                            r"--train-spm \d[\d,]* or more"):
+        binarize(opts, log=lambda *a: None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import time
 import unicodedata
 
@@ -174,6 +175,13 @@ def train_spm(inputs: list[RawInput], opts: BinarizeOptions, model_path: str, lo
             **extra,
         )
     except RuntimeError as e:
+        short = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", str(e))
+        if short:  # its own words name its own flag; say what --train-spm needs
+            raise BinarizeError(f"--train-spm {opts.train_spm:,} is smaller than the {int(short.group(2)):,} characters "
+                                f"(and control pieces) the languages' text needs at --character-coverage "
+                                f"{opts.character_coverage:g}: give --train-spm {int(short.group(2)):,} or more (a "
+                                f"script with thousands of characters, such as Chinese, needs a few thousand), or a "
+                                f"lower --character-coverage") from None
         raise BinarizeError(f"SentencePiece training failed: {e}") from None
     pieces = spm.SentencePieceProcessor(model_proto=model.getvalue()).get_piece_size()
     fewer = f", fewer than the {opts.train_spm:,} asked: the sample holds no more" if pieces < opts.train_spm else ""
