@@ -51,9 +51,10 @@ def blend_weights(weights, sizes, num_samples: int, blend: str = "weights", max_
     live = np.asarray(weights, np.float64) > 0
     most = float(sizes[live].sum() * max_upsample)
     if most < num_samples:
+        epochs = f"{max_upsample:g} epoch" + ("" if max_upsample == 1 else "s")
         raise ConfigError(f"max_upsample={max_upsample:g} lets the datasets serve {int(most):,} samples at most "
-                          f"({max_upsample:g} epoch{"" if max_upsample == 1 else "s"} of each), fewer than num_samples={num_samples:,}: raise "
-                          f"max_upsample or lower num_samples")
+                          f"({epochs} of each), fewer than num_samples={num_samples:,}: raise max_upsample or lower "
+                          f"num_samples")
     return capped_probabilities(np.asarray(weights, np.float64), sizes, num_samples, max_upsample).tolist()
 
 
