@@ -34,7 +34,7 @@ def hist(state):
 def as_v1(state):
     """``state`` as babelfeed wrote it before the history list (version 1: four logs)."""
     v = hist(state)
-    out = {k: x for k, x in state.items() if k != "history"}
+    out = {k: x for k, x in state.items() if k not in ("history", "seal")}  # (nor a seal, which came later)
     out["version"] = 1
     out["steps"] = v.steps
     if v.weights:

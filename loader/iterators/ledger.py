@@ -22,6 +22,7 @@ from babelfeed.errors import StateError, UsageError, UsageTypeError
 from babelfeed.iterators.replay import _build, _views, cached, row_ranks, state_key, step_rows, step_source
 from babelfeed.plan.totals import window_totals  # noqa: F401  (part of the ledger's face)
 from babelfeed.run.history import upgrade
+from babelfeed.run.record import check_seal
 from babelfeed.run.ledger import FIELDS, as_state, flat, from_state, skipped_from_state, skipped_state  # noqa: F401
 from babelfeed.run.skips import Skips
 
@@ -83,6 +84,7 @@ def check_trace_state(it, state: dict) -> None:
     it._check_state(state, True, {"epoch": 1, "consumed": 0, "total_steps": 0},
                     optional=it.STATE_FIELDS)
     it._check_extra(state)
+    check_seal(state)
 
 
 def trace(it, step: int, state: dict | None = None) -> list[dict]:

@@ -22,7 +22,7 @@ from babelfeed.run.edits import (EditReport, check_data, check_editable, check_s
                                  stream_identities)
 from babelfeed.run.history import Views, check
 from babelfeed.run.layout import Layout
-from babelfeed.run.record import check_mixture_change, no_strict
+from babelfeed.run.record import check_mixture_change, check_seal, no_strict, seal
 from babelfeed.run.skips import Skips
 from babelfeed.sources.corpus import reusing
 
@@ -55,10 +55,13 @@ class TranslationState:
         if self.config_snapshot is not None:  # what an edit compares and, from the edits, every earlier config
             fields["config"] = self.config_snapshot
             fields["data"] = stream_identities(planner)  # per stream: what its sequence reads
-        return self.record.envelope({"epoch": epoch, "consumed": c, "total_steps": self.total_steps},
-                                    planner.fingerprint(), planner.identity(), fields)
+        out = self.record.envelope({"epoch": epoch, "consumed": c, "total_steps": self.total_steps},
+                                   planner.fingerprint(), planner.identity(), fields)
+        out["seal"] = seal(out)
+        return out
 
-    STATE_FIELDS = ("stream", "ledger", "config", "dormant", "history", "skipped", "data", "part", "served", "layout")
+    STATE_FIELDS = ("stream", "ledger", "config", "dormant", "history", "skipped", "data", "part", "served", "layout",
+                    "seal")
 
     def _check_extra(self, state: dict):
         """The optional fields of a state: well formed, or an error naming the field. Returns the history's
@@ -177,6 +180,7 @@ class TranslationState:
             raise StateError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
                              f"{self.planner.num_batches(epoch)} global batches")
         self._check_steps_possible(state, epoch, consumed)
+        check_seal(state)  # (after the checks that name what is wrong more precisely)
         self.record.ledger.set_state(state, epoch, list(planner.keys))  # (no ledger: counted from the plans)
 
         self.use_layout(Layout.from_state(state["layout"], planner) if "layout" in state else None)
@@ -288,6 +292,7 @@ class TranslationState:
         self._check_state(state, False, {"epoch": 1, "consumed": 0, "total_steps": 0}, optional=self.STATE_FIELDS)
         self._check_extra(state)
         self._check_epoch_reached(state, int(state["epoch"]))
+        check_seal(state)
         snap = state.get("config")
         if not isinstance(snap, dict):
             raise StateError("this state carries no config of its run (saved by an older babelfeed, or by an "

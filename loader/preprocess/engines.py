@@ -33,6 +33,8 @@ import pickle
 import shutil
 import socket
 import tempfile
+import threading
+import time
 import uuid
 from collections import deque
 from concurrent.futures.process import BrokenProcessPool
@@ -126,8 +128,6 @@ def _die_with_parent(parent: int) -> None:
     a scheduler's preemption), which leaves it reparented and its pipe to nobody. Polling the parent's pid works
     where ``prctl(PR_SET_PDEATHSIG)`` does not (macOS) and does not depend on which of the parent's threads
     started the worker."""
-    import threading
-    import time
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -17,6 +17,7 @@ events and fields through here; no iterator assembles a state field by field.
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import numbers
 import warnings
@@ -114,6 +115,24 @@ def identity_changes(saved, now) -> list[str]:
         if saved.get(k) != now.get(k):
             out.append(f"{k} {_short(saved.get(k))} -> {_short(now.get(k))}")
     return out
+
+
+SEALED = ("fingerprint", "epoch", "consumed", "total_steps")
+
+
+def seal(state: dict) -> str:
+    """A digest of where a state stands (``SEALED``), written beside it: a position changed by hand (epoch 3 made
+    2 or 4, with or without its step count) no longer matches it. It guards against edits and damage, not
+    against someone who recomputes it."""
+    return hashlib.sha256(json.dumps([state.get(k) for k in SEALED]).encode()).hexdigest()[:16]
+
+
+def check_seal(state) -> None:
+    """Refuse a state whose position does not match its seal (a state without one, an older babelfeed's, passes)."""
+    if isinstance(state, dict) and "seal" in state and state["seal"] != seal(state):
+        raise StateError(f"iterator state's position (epoch {state.get('epoch')}, consumed {state.get('consumed')}, "
+                         f"total_steps {state.get('total_steps')}) is not the one it was saved at (its 'seal' differs): "
+                         f"the state was edited or is damaged; resume from the state as saved")
 
 
 class RunRecord:

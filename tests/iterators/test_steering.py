@@ -696,7 +696,8 @@ def test_more_steps_than_the_run_can_have_served_are_refused(root):
     with pytest.raises(StateError, match=r"says 1,000,000,000,000 training steps by epoch 1, global batch 5, .* "
                                          r"can have served 5 at most"):
         fresh.set_state({**state, "total_steps": 10 ** 12})
-    fresh.set_state({**state, "total_steps": 4})  # fewer steps than batches (accumulation): a state of a real run
+    unsealed = {k: v for k, v in state.items() if k != "seal"}  # (an older babelfeed's: no seal)
+    fresh.set_state({**unsealed, "total_steps": 4})  # fewer steps than batches (accumulation): possible
     fresh.set_state(state)
     assert np.array_equal(next(fresh)["id"], next(it)["id"])
 
@@ -721,7 +722,7 @@ def test_an_older_state_far_past_the_data_resumes_at_once_and_says_its_ledger_st
             pass
     state = json.loads(json.dumps(it.get_state()))
     assert state["epoch"] == 3
-    older = {k: v for k, v in state.items() if k != "ledger"}
+    older = {k: v for k, v in state.items() if k not in ("ledger", "seal")}  # (an older babelfeed's)
     fresh = babelfeed.build_train_iterator(config_for(root))
     fresh.set_state(older)  # counted from the plans of epochs 1 and 2: the same ledger
     assert fresh.get_state()["ledger"] == state["ledger"]
@@ -736,3 +737,32 @@ def test_an_older_state_far_past_the_data_resumes_at_once_and_says_its_ledger_st
     notes = [str(w.message) for w in said if issubclass(w.category, Notice)]
     assert len(notes) == 1 and f"the ledger counts from epoch {far:,} on" in notes[0], notes
     assert got["epoch"] == far and sum(got["ledger"]["samples"].values()) < per_epoch * 10_000
+
+
+@pytest.mark.parametrize("edit", [dict(epoch=2), dict(epoch=4), dict(epoch=2, total_steps=-1), dict(consumed=1),
+                                  dict(total_steps=+1)])
+def test_an_edited_position_is_refused_by_the_states_seal(root, edit):
+    """Issue 39 item 9: an edited epoch (3 -> 2 or 4, with its step count) was accepted. A state carries a seal of
+    its position; what is changed by hand no longer matches it. (A state without one, an older babelfeed's, is
+    taken as before.)"""
+    it = babelfeed.build_train_iterator(config_for(root))
+    per_epoch = it.planner.num_batches(1)
+    served = 0
+    while served < 2 * per_epoch + 3:
+        try:
+            next(it)
+            served += 1
+        except StopIteration:
+            pass
+    state = json.loads(json.dumps(it.get_state()))
+    assert state["epoch"] == 3 and "seal" in state
+    changed = dict(state)
+    for k, v in edit.items():
+        changed[k] = v if k == "epoch" else state[k] + v
+    if "total_steps" in edit and "epoch" in edit:  # with its step count: one epoch's fewer
+        changed["total_steps"] = state["total_steps"] - per_epoch
+    fresh = babelfeed.build_train_iterator(config_for(root))
+    with pytest.raises(StateError, match=r"is not the one it was saved at \(its 'seal' differs\)"):
+        fresh.set_state(changed)
+    fresh.set_state(state)
+    assert np.array_equal(next(fresh)["id"], next(it)["id"])
