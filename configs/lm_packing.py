@@ -12,6 +12,7 @@ def get_config() -> ml_collections.ConfigDict:
     c.data_path = "0.3 data/web 0.7 data/books"  # weights and .idx/.bin prefixes, Megatron's --data-path syntax
     c.blend = "weights"  # "weights": data_path's; "unimax": uniform over the datasets, each capped (max_upsample)
     c.max_upsample = 0.0  # no dataset served more than this many epochs of its tokens (0: no cap; unimax needs it)
+    c.warn_upsample = 10.0  # babelfeed plan warns of a dataset served more than this many epochs of its tokens (0: off)
     c.split = "969,30,1"  # train/valid/test by documents
     c.split_name = "train"
     c.mode = "pack"  # "pack": whole documents in rows with segment ids; "concat": Megatron's GPT slicing;

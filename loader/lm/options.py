@@ -79,6 +79,8 @@ KEYS: tuple[Key, ...] = (
         "the document index whole",
         choices=VERIFY_MODES),
     Key("cache_dir", "str", "build/cache", "blend and sample indexes (.npy, keyed by a hash of their inputs)"),
+    Key("warn_upsample", "float", 10.0, "babelfeed plan warns of every dataset served more than this many epochs of "
+        "its tokens (0: off)", 0.0),
 )
 
 BY_PATH = {k.path: k for k in KEYS}

@@ -214,17 +214,28 @@ def _lm_plan(config) -> str:
     lines = [f"LM run: {len(it):,} global batches of {it.global_batch} samples x {it.seq_len + 1} tokens "
              f"(seq_len + 1; {it.num_samples:,} samples), mode {it.mode}, split {it.sources[0].split} "
              f"({it.sources[0].split_name})",
-             f"{'dataset':<{width}} {'weight':>7} {'samples':>11} {'share':>7} {'passes':>7} {'real tokens':>13}"]
+             f"{'dataset':<{width}} {'weight':>7} {'samples':>11} {'share':>7} {'passes':>7} {'epochs':>8} "
+             f"{'real tokens':>13}"]
     passes = it.passes(counts)
+    # epochs of its tokens the run serves (samples x seq_len over the split's tokens; passes counts whole ones)
+    epochs = np.array([counts[d] * it.seq_len / max(src.epoch_tokens(), 1) for d, src in enumerate(it.sources)])
     for d, name in enumerate(names):
         real = f"{int(totals[1, d]):,}" if totals is not None else "-"
         lines.append(f"{name:<{width}} {it.weights[d] / sum(it.weights):>7.3f} {int(counts[d]):>11,} "
-                     f"{counts[d] / max(counts.sum(), 1):>7.1%} {passes[d]:>7} {real:>13}")
+                     f"{counts[d] / max(counts.sum(), 1):>7.1%} {passes[d]:>7} {epochs[d]:>7.2f}x {real:>13}")
     if totals is not None:
         slots = int(counts.sum()) * it.seq_len
         lines.append(f"real tokens fill {totals[1].sum() / max(slots, 1):.1%} of the input positions")
     else:
         lines.append("real tokens: not counted past 4M samples (babelfeed.LMIterator.ledger_totals counts them)")
+    threshold = float(config.get("warn_upsample", 10.0))
+    over = [d for d in np.argsort(-epochs, kind="stable").tolist() if threshold > 0 and epochs[d] > threshold]
+    if over:
+        named = ", ".join(f"{names[d]} {epochs[d]:.1f}x" for d in over[:8])
+        lines.append(f"warning: the run serves {len(over)} of {len(names)} datasets more than {threshold:g} times "
+                     f"their tokens: {named}. To serve them less: a lower weight in data_path, max_upsample=N (each "
+                     f"at most N epochs, the excess to the others) or blend='unimax' with it (warn_upsample sets this "
+                     f"threshold; 0: off)")
     return "\n".join(lines)
 
 

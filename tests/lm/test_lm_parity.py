@@ -84,6 +84,17 @@ def test_the_command_plans_and_traces_an_lm_config_and_inspects_documents(root, 
     assert main(["plan", str(cfg_file)]) == 0
     out = capsys.readouterr().out
     assert "LM run: 30 global batches of 12 samples" in out and "web" in out and "books" in out
+    # each dataset's epochs of its tokens, and a warning past warn_upsample (issue 37's review: LM said nothing)
+    it = babelfeed.build_iterator(lm_config(root))
+    counts = np.bincount(it.dataset_index.astype(np.int64), minlength=len(it.sources))
+    epochs = [c * it.seq_len / s.epoch_tokens() for c, s in zip(counts, it.sources)]
+    assert all(f"{e:.2f}x" in out for e in epochs), out
+    low = float(min(epochs)) / 2
+    with open(cfg_file, "a") as f:
+        f.write(f"\n_get = get_config\ndef get_config():\n    c = _get()\n    c.warn_upsample = {low!r}\n    return c\n")
+    assert main(["plan", str(cfg_file)]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: the run serves 2 of 2 datasets more than {low:g} times their tokens" in out, out
     assert main(["trace", str(cfg_file), "--step", "4", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     it = babelfeed.build_iterator(lm_config(root))
