@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from babelfeed.errors import UsageError
+from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD
 from babelfeed.plan.samples import Window
 from babelfeed.plan.totals import window_totals
 
@@ -23,6 +25,11 @@ class PlanLedger:
             from tqdm.auto import tqdm  # loaded when a bar is drawn (tqdm.auto probes for notebooks)
 
             known = max(e for e in self.record.ledger.start if e < epoch)
+            if epoch - known > MAX_EPOCHS_AHEAD:
+                raise UsageError(f"counting the ledger of epochs {known:,} to {epoch - 1:,} plans every one of them, and "
+                                 f"more than {MAX_EPOCHS_AHEAD:,} are refused (hours on real data): a state without a "
+                                 f"ledger this far on (an older babelfeed's) resumes with set_state, whose ledger "
+                                 f"then counts from its epoch")
             totals = self.record.ledger.start[known].copy()
             # (a state without a ledger, an older babelfeed's, many epochs on: counted from every epoch's plan)
             for e in tqdm(range(known, epoch), desc="counting the ledger of earlier epochs", unit="epoch",

@@ -61,7 +61,7 @@ class TranslationState:
         return out
 
     STATE_FIELDS = ("stream", "ledger", "config", "dormant", "history", "skipped", "data", "part", "served", "layout",
-                    "seal")
+                    "seal", "ledger_from")
 
     def _check_extra(self, state: dict):
         """The optional fields of a state: well formed, or an error naming the field. Returns the history's
@@ -179,7 +179,8 @@ class TranslationState:
         if consumed > planner.first_batch(epoch) and self.planner.locate(epoch, consumed - 1) is None:
             raise StateError(f"iterator state consumed={consumed} is past the end of epoch {epoch}, which has "
                              f"{self.planner.num_batches(epoch)} global batches")
-        self._check_steps_possible(state, epoch, consumed)
+        if not history.edits:  # (an edited run's earlier epochs were another config's: their sizes are not known)
+            self._check_steps_possible(state, epoch, consumed)
         check_seal(state)  # (after the checks that name what is wrong more precisely)
         self.record.ledger.set_state(state, epoch, list(planner.keys))  # (no ledger: counted from the plans)
 
@@ -250,9 +251,10 @@ class TranslationState:
             raise StateError(f"iterator state says epoch {epoch} after {total} training steps, but every epoch takes "
                              f"at least one step: the state was edited or is damaged (total_steps, epoch)")
         ledger = state.get("ledger")
-        if isinstance(ledger, dict) and isinstance(ledger.get("samples"), dict):
+        since = state.get("ledger_from", 1)  # a ledger counted from that epoch on (an older state resumed far on)
+        if isinstance(ledger, dict) and isinstance(ledger.get("samples"), dict) and type(since) is int:
             served = sum(v for v in ledger["samples"].values() if isinstance(v, int) and not isinstance(v, bool))
-            if served < epoch - 1:
+            if served < epoch - since:
                 raise StateError(f"iterator state says epoch {epoch}, but its ledger counts {served} samples served "
                                  f"before it, and every epoch serves at least one: the state was edited or is damaged")
 
@@ -267,6 +269,7 @@ class TranslationState:
         zeros = np.zeros((len(FIELDS), len(self.planner.keys)), np.int64)
         self.record.ledger.start = {epoch: zeros}
         self.record.ledger.skipped = {epoch: zeros.copy()}
+        self.record.ledger.counts_from = epoch  # kept in the states it writes ('ledger_from')
         warnings.warn(f"this state holds no ledger (an older babelfeed's) and is at epoch {epoch:,}: counting one would "
                       f"plan every earlier epoch, more than {MAX_EPOCHS_AHEAD:,}; the ledger counts from epoch "
                       f"{epoch:,} on (what earlier epochs served is not in it)", Notice, stacklevel=user_frame())

@@ -30,12 +30,15 @@ class Ledger:
         self.skipped: dict = {1: zeros.copy()}
         self.skipped_other: dict = {}  # stream an edit removed -> its skipped counts
         self.dormant: dict = {}  # stream an edit removed -> {FIELDS..., "rows", "position", "served"}
+        self.counts_from = 1  # the epoch the counts begin at (later than 1: an older state without one resumed far on)
 
     # ------------------------------------------------------------------------------------ component
     def get_state(self, epoch: int, keys: list, start, skipped=None) -> dict:
         """The state's ``ledger`` (``start``: the totals when ``epoch`` began), ``skipped`` (where the run skipped
         anything) and ``dormant`` fields."""
         out = {"ledger": as_state(start, keys)}
+        if self.counts_from > 1:
+            out["ledger_from"] = self.counts_from
         if skipped is not None:
             out["skipped"] = skipped_state(skipped, keys, self.skipped_other)
         if self.dormant:
@@ -55,6 +58,11 @@ class Ledger:
         else:
             self.skipped = {1: zeros.copy()}
         self.dormant = copy.deepcopy(state.get("dormant", {}))
+        since = state.get("ledger_from", 1) if "ledger" in state else 1
+        if type(since) is not int or not 1 <= since <= epoch:
+            raise StateError(f"iterator state field 'ledger_from' must be an epoch from 1 to the state's ({epoch}), "
+                             f"got {since!r}")
+        self.counts_from = since
 
     def check(self, state: dict) -> None:
         """Refuse a malformed ``dormant`` field (``ledger`` and ``skipped`` are checked against the streams when

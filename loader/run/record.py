@@ -124,7 +124,9 @@ def seal(state: dict) -> str:
     """A digest of where a state stands (``SEALED``), written beside it: a position changed by hand (epoch 3 made
     2 or 4, with or without its step count) no longer matches it. It guards against edits and damage, not
     against someone who recomputes it."""
-    return hashlib.sha256(json.dumps([state.get(k) for k in SEALED]).encode()).hexdigest()[:16]
+    values = [int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) else v
+              for v in (state.get(k) for k in SEALED)]  # (a restored pytree holds numpy integers)
+    return hashlib.sha256(json.dumps(values, default=str).encode()).hexdigest()[:16]
 
 
 def check_seal(state) -> None:

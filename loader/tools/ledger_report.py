@@ -14,7 +14,9 @@ import textwrap
 
 import numpy as np
 
+from babelfeed.errors import UsageError
 from babelfeed.iterators.ledger import check_trace_state
+from babelfeed.iterators.protocol import MAX_EPOCHS_AHEAD
 from babelfeed.iterators.replay import _segment, _views, cached, state_key
 from babelfeed.run.edits import Edits
 from babelfeed.run.history import upgrade
@@ -83,6 +85,11 @@ def translation_ledger(probe, state: dict, progress: bool = True) -> dict:
     facts: dict = {}  # (stream, shard) -> (task, corpus, rows)
     per_event = np.zeros((len(skips.events), 2), np.int64)
     segments = _segment_ranges(probe, state, views)
+    epochs = sum(last[0] - first[0] + 1 for _, first, last in segments)
+    if epochs > MAX_EPOCHS_AHEAD:
+        raise UsageError(f"the ledger report re-plans every epoch of the run, here {epochs:,}, and more than "
+                         f"{MAX_EPOCHS_AHEAD:,} are refused (hours on real data); it.ledger() in the run gives its "
+                         f"totals at once")
     bar = tqdm(desc="counting the run's batches", unit="window", disable=None if progress else True, leave=False)
     for it, first, last in segments:
         planner = it.planner

@@ -737,6 +737,15 @@ def test_an_older_state_far_past_the_data_resumes_at_once_and_says_its_ledger_st
     notes = [str(w.message) for w in said if issubclass(w.category, Notice)]
     assert len(notes) == 1 and f"the ledger counts from epoch {far:,} on" in notes[0], notes
     assert got["epoch"] == far and sum(got["ledger"]["samples"].values()) < per_epoch * 10_000
+    # the states it writes say so ('ledger_from') and resume (they were refused as a ledger too small: review)
+    assert got["ledger_from"] == far
+    again = babelfeed.build_train_iterator(config_for(root))
+    again.set_state(json.loads(json.dumps(got)))
+    assert again.get_state()["ledger"] == got["ledger"]
+    # the ledger report re-plans every epoch: refused past the limit rather than run for hours (review)
+    from babelfeed.tools.ledger_report import translation_ledger
+    with pytest.raises(UsageError, match=r"re-plans every epoch of the run, here 10,010, and more than 10,000"):
+        translation_ledger(babelfeed.build_train_iterator(config_for(root)), got, progress=False)
 
 
 @pytest.mark.parametrize("edit", [dict(epoch=2), dict(epoch=4), dict(epoch=2, total_steps=-1), dict(consumed=1),
@@ -764,5 +773,24 @@ def test_an_edited_position_is_refused_by_the_states_seal(root, edit):
     fresh = babelfeed.build_train_iterator(config_for(root))
     with pytest.raises(StateError, match=r"is not the one it was saved at \(its 'seal' differs\)"):
         fresh.set_state(changed)
+    fresh.set_state({**state, **{k: np.int64(state[k]) for k in ("epoch", "consumed", "total_steps")}})  # a pytree's
     fresh.set_state(state)
     assert np.array_equal(next(fresh)["id"], next(it)["id"])
+
+
+def test_a_run_whose_edit_shrank_its_epochs_resumes(root):
+    """The steps bound read the epoch sizes of the current config: a run edited from big epochs to small ones
+    (virtual_size 30,000 -> 60) was refused as 'edited or damaged (total_steps)' (found by a review)."""
+    def run_to(it, epoch, consumed):
+        while (s := it.get_state())["epoch"] < epoch or (s["epoch"] == epoch and s["consumed"] < consumed):
+            next(it, None)
+        return json.loads(json.dumps(s))
+
+    big = babelfeed.build_train_iterator(config_for(root, mixing__virtual_size="30000"))
+    saved = run_to(big, 2, 1)
+    small = babelfeed.build_train_iterator(config_for(root, mixing__virtual_size="60"))
+    small.set_state(saved, mixture_change="allow")
+    later = run_to(small, 6, 1)
+    fresh = babelfeed.build_train_iterator(config_for(root, mixing__virtual_size="60"))
+    fresh.set_state(later)
+    assert fresh.get_state()["total_steps"] == later["total_steps"]
