@@ -27,8 +27,9 @@ ON_TOO_LONG = ("skip", "raise")
 
 # -- the mini-languages of the planner's keys: each checks its text and returns what it says ---------------------
 
-def weights(name: str, value) -> tuple[tuple[str, float], ...]:
-    """``"en-de:0.5,en-fr:0.3"`` (or a mapping, or the pairs) -> ``(("en-de", 0.5), ("en-fr", 0.3))``."""
+def weights(name: str, value, phase: bool = False) -> tuple[tuple[str, float], ...]:
+    """``"en-de:0.5,en-fr:0.3"`` (or a mapping, or the pairs) -> ``(("en-de", 0.5), ("en-fr", 0.3))``. ``phase``: a
+    schedule's list (all 0 is checked with its phase named, when the run is built)."""
     if isinstance(value, str):
         items = []
         for item in [t.strip() for t in value.split(",") if t.strip()]:
@@ -54,6 +55,9 @@ def weights(name: str, value) -> tuple[tuple[str, float], ...]:
         pairs = tuple((k, float(v)) for k, v in pairs)
     if pairs and not sum(w for _, w in pairs) < math.inf:
         raise ConfigError(f"{name}: the weights add up past the largest number; scale them down")
+    if pairs and not phase and not sum(w for _, w in pairs) > 0:
+        raise ConfigError(f"{name}: every weight is 0, so nothing would be drawn: give at least one direction a "
+                          f"weight above 0")
     seen = [k for i, (k, _) in enumerate(pairs) if k in (p[0] for p in pairs[:i])]
     if seen:
         raise ConfigError(f"{name} gives {seen[0]!r} two weights")
@@ -66,8 +70,8 @@ def weight_lists(name: str, value) -> tuple[tuple[tuple[str, float], ...], ...]:
         parts = value.split("|") if value.strip() else []
         if any(not part.strip() for part in parts):
             raise ConfigError(f"{name} holds an empty weight list between '|'s: {value!r}")
-        return tuple(weights(name, part) for part in parts)
-    return tuple(weights(name, part) for part in value)
+        return tuple(weights(name, part, phase=True) for part in parts)
+    return tuple(weights(name, part, phase=True) for part in value)
 
 
 # The most samples an epoch may hold: far past any corpus (2**36 is 69 billion), and a bound on what one epoch's

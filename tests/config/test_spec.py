@@ -89,6 +89,7 @@ def test_every_key_refuses_a_wrong_value_by_name(kind):
     ("mixing.schedule.boundaries", "10,x", "mixing.schedule.boundaries must be"),
     ("mixing.virtual_size", "lots", "mixing.virtual_size must be 'fairseq', 'sum' or a positive integer"),
     ("mixing.weights", "a-b:x", "mixing.weights entry 'a-b:x'"),
+    ("mixing.weights", "a-b:0,c-d:0", r"mixing.weights: every weight is 0"),  # (issue 39 review: named no key)
     ("batching.max_tokens", 10 ** 12, r"batching.max_tokens must be an integer >= 1, < 2\*\*24"),  # issue 39 item 8
     ("batching.max_repeats", 0.5, r"batching.max_repeats"),
     ("batching.max_repeats", -0.01, r"batching.max_repeats"),
