@@ -306,3 +306,8 @@ class PlanOptions:
 
 # The config key each plan option comes from (what a fingerprint mismatch names).
 OPTION_KEYS = {f.name: f.metadata["named"] for f in dataclasses.fields(PlanOptions)}
+# Options added after states were first written: at their default (off) a plan is the one babelfeed planned before
+# them, so they are left out of what the fingerprint and the identity hold, as states written then have it.
+LATER_OPTIONS = ("spread_copies", "max_upsample")
+# ... and so an identity that lacks one stands at its default
+UNSTATED = {f.name: f.default for f in dataclasses.fields(PlanOptions) if f.name in LATER_OPTIONS}

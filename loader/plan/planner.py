@@ -27,7 +27,7 @@ from babelfeed.plan.cutters import choose as choose_cutter
 from babelfeed.plan.samplers import choose as choose_sampler
 from babelfeed.plan.packing import ragged_arange
 from babelfeed.checks import is_int
-from babelfeed.plan.options import PlanOptions
+from babelfeed.plan.options import LATER_OPTIONS, PlanOptions
 from babelfeed.plan.parts import ExtendedDraw, PartPlanning
 from babelfeed.plan.stream import StreamPlanning, WeightChanges
 from babelfeed.plan.totals import window_totals
@@ -573,9 +573,7 @@ class EpochPlanner(StreamPlanning, PartPlanning):
                             for k, v in streams.items()}}
         return self._identity
 
-    # Options added after states were first written: at their default (off) a plan is the one babelfeed planned
-    # before them, so they are left out of what the fingerprint and the identity hold, as states written then have it.
-    LATER_OPTIONS = ("spread_copies", "max_upsample")
+    LATER_OPTIONS = LATER_OPTIONS  # (plan.options: left out of the fingerprint and identity at their default)
 
     def _stated_opts(self, with_updates: bool) -> dict:
         """The plan options as a fingerprint and an identity hold them (``with_updates``: the batches per update

@@ -23,7 +23,7 @@ import numbers
 import warnings
 
 from babelfeed.errors import Notice, StateError, StateMismatch, UsageError, UsageTypeError, user_frame
-from babelfeed.plan.options import OPTION_KEYS
+from babelfeed.plan.options import OPTION_KEYS, UNSTATED  # (shown at its default when absent)
 from babelfeed.run.edits import Edits
 from babelfeed.run.history import VERSION, Views, check, compose
 from babelfeed.run.ledger import Ledger
@@ -71,8 +71,6 @@ def _short(value) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-# Plan options an identity leaves out at their default (``EpochPlanner.LATER_OPTIONS``): shown at it when absent
-UNSTATED = {"spread_copies": False, "max_upsample": 0.0}
 # Options stated only where another is: max_repeats with spread_copies, the cap's rounding with max_upsample
 FOLLOWS = {"max_repeats": "spread_copies", "max_upsample_counts": "max_upsample"}
 

@@ -379,19 +379,16 @@ def _alive(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads worker processes from /proc (Linux)")
-def test_sigterm_stops_the_workers_and_cleans_up_as_ctrl_c_does(tmp_path):
-    """SIGTERM (what Slurm, Kubernetes and timeout send) to binarize --workers 2 left the workers running, holding
-    the caller's pipe, and the engine's temporary folder behind (issue 23 item 9): it exits with 143, its
-    workers gone, nothing temporary left."""
+def _binarize_with_workers_encoding(tmp_path, output=subprocess.PIPE):
+    """``binarize --workers 2`` started in a process of its own, its TMPDIR ``tmp_path / "tmp"``, returned once both
+    workers are encoding: ``(process, its children, tmp)``."""
     raw = tmp_path / "raw"
     make_raw(raw, n=60000, bad=False)
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     p = subprocess.Popen([sys.executable, "-m", "babelfeed.cli", "binarize", str(raw), "-o", str(tmp_path / "out"),
                           "--train-spm", "60", "--workers", "2", "--shards", "4", "--chunk-lines", "500",
-                          "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         env=dict(os.environ, TMPDIR=str(tmp)))
+                          "--no-progress"], stdout=output, stderr=output, env=dict(os.environ, TMPDIR=str(tmp)))
     work = tmp_path / "out" / ".binarize" / "work"
     deadline = time.monotonic() + 120
     workers: set = set()
@@ -399,20 +396,33 @@ def test_sigterm_stops_the_workers_and_cleans_up_as_ctrl_c_does(tmp_path):
         workers = {c for c in _children(p.pid) if _alive(c)}
         # (the resource tracker and two workers; and a chunk's file written: the pool also samples text for
         # SentencePiece, and a signal sent a fixed time after that could land after the last chunk, on a busy
-        # machine, which made this test fail as if SIGTERM were ignored)
+        # machine, which made the SIGTERM test fail as if SIGTERM were ignored)
         if len(workers) >= 3 and work.is_dir() and any(f for _, _, fs in os.walk(work) for f in fs):
             break
         time.sleep(0.02)
     assert p.poll() is None, "binarize ended before its workers started: give it more work"
-    workers |= _children(p.pid)
+    return p, workers | _children(p.pid), tmp
+
+
+def _wait_gone(pids, seconds: float) -> list:
+    """The ``pids`` still alive after up to ``seconds`` (an exit is seen by polling, not after a fixed sleep)."""
+    deadline = time.monotonic() + seconds
+    while [w for w in pids if _alive(w)] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return [w for w in pids if _alive(w)]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads worker processes from /proc (Linux)")
+def test_sigterm_stops_the_workers_and_cleans_up_as_ctrl_c_does(tmp_path):
+    """SIGTERM (what Slurm, Kubernetes and timeout send) to binarize --workers 2 left the workers running, holding
+    the caller's pipe, and the engine's temporary folder behind (issue 23 item 9): it exits with 143, its
+    workers gone, nothing temporary left."""
+    p, workers, tmp = _binarize_with_workers_encoding(tmp_path)
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=60)  # hung for ever when the workers held the pipe
     assert p.returncode == 143 and "terminated (SIGTERM)" in err.decode(), (p.returncode, err.decode()[-2000:],
                                                                           out.decode()[-500:])
-    deadline = time.monotonic() + 10  # (a worker's exit is seen by polling its pid, not after a fixed sleep)
-    while [w for w in workers if _alive(w)] and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not [w for w in workers if _alive(w)], "worker processes outlived binarize"
+    assert not _wait_gone(workers, 10), "worker processes outlived binarize"
     assert not [n for n in os.listdir(tmp) if n.startswith("babelfeed-engine-")]
 
 
@@ -422,30 +432,10 @@ def test_sigkill_takes_the_workers_with_it_and_the_next_engine_removes_its_folde
     later and the engine's temporary folder behind (issue 39 item 1). The workers watch their parent and end with
     it; the next local engine removes the folder of an engine whose process is gone."""
     from babelfeed.preprocess.engines import ORPHAN_POLL, _remove_orphaned_dirs
-    raw = tmp_path / "raw"
-    make_raw(raw, n=60000, bad=False)
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    p = subprocess.Popen([sys.executable, "-m", "babelfeed.cli", "binarize", str(raw), "-o", str(tmp_path / "out"),
-                          "--train-spm", "60", "--workers", "2", "--shards", "4", "--chunk-lines", "500",
-                          "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         env=dict(os.environ, TMPDIR=str(tmp)))
-    work = tmp_path / "out" / ".binarize" / "work"
-    deadline = time.monotonic() + 120
-    workers: set = set()
-    while time.monotonic() < deadline and p.poll() is None:  # until both workers are encoding
-        workers = {c for c in _children(p.pid) if _alive(c)}
-        if len(workers) >= 3 and work.is_dir() and any(f for _, _, fs in os.walk(work) for f in fs):
-            break
-        time.sleep(0.02)
-    assert p.poll() is None, "binarize ended before its workers started: give it more work"
-    workers |= _children(p.pid)
+    p, workers, tmp = _binarize_with_workers_encoding(tmp_path, subprocess.DEVNULL)
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=30)
-    deadline = time.monotonic() + 10 + 4 * ORPHAN_POLL  # (seen by polling their pids)
-    while [w for w in workers if _alive(w)] and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert not [w for w in workers if _alive(w)], "worker processes outlived binarize killed with SIGKILL"
+    assert not _wait_gone(workers, 10 + 4 * ORPHAN_POLL), "worker processes outlived binarize killed with SIGKILL"
     left = [n for n in os.listdir(tmp) if n.startswith(f"babelfeed-engine-{p.pid}-")]
     assert left, "the killed run left no folder: nothing to test the clean-up on"
     mine = tmp / "babelfeed-engine-{}-live".format(os.getpid())  # a live process's folder is left alone
