@@ -282,6 +282,8 @@ def _inspect(args) -> int:
         files = inspect_figures(rows, args.plot)
         for row in rows:
             del row["histogram"]
+    if args.json and any(r["split"] == "train" for r in rows):
+        _upsampling_fields(args, rows)
     print(json.dumps(rows, indent=2) if args.json else format_stats(rows))
     if files and not args.json:
         print("wrote " + ", ".join(files))
@@ -290,13 +292,36 @@ def _inspect(args) -> int:
     return 0
 
 
+def _mixture_config(args):
+    config, _ = translation_section(_load(_config_of(args), (args.set or []) + args.overrides))
+    with config.unlocked():
+        config.data.path = args.data_bin
+    return config
+
+
+def _upsampling_fields(args, rows: list) -> None:
+    """--json: each train row gets ``epoch1_upsampling`` (the epochs of its direction's data that epoch 1 of
+    ``--config``'s mixture serves), and the warning goes to stderr; a mixture the data cannot give leaves the
+    rows as they are and says why on stderr."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got, notice = plan_report.upsampling(_mixture_config(args))
+    except (BabelfeedError, OSError) as e:
+        print(f"epoch 1's up-sampling: not given ({e})", file=sys.stderr)
+        return
+    for row in rows:
+        if row["split"] == "train" and row["key"] in got:
+            row["epoch1_upsampling"] = round(got[row["key"]][1], 4)
+    if notice:
+        print(f"warning: {notice}", file=sys.stderr)
+
+
 def _inspect_mixture(args) -> list[str]:
     """The up-sampling of the data_bin's train directions under ``--config`` (default: nllb_like's mixture); a
     mixture the data cannot give is said in a line, not raised: inspect describes the data."""
-    config, where = translation_section(_load(_config_of(args), (args.set or []) + args.overrides))
-    with config.unlocked():
-        config.data.path = args.data_bin
     try:
+        config = _mixture_config(args)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return plan_report.upsampling_lines(config)
@@ -668,7 +693,9 @@ def build_parser() -> argparse.ArgumentParser:
                        description="What a data_bin holds: sentences, tokens, shards and length percentiles per "
                                    "direction and split; --verify checks every token against the dictionary.")
     i.add_argument("data_bin", help="a data_bin folder (dict.txt and shard*/ of .idx/.bin files)")
-    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.add_argument("--json", action="store_true", help="machine-readable output: one object per split, direction "
+                   "and side; train rows also give epoch1_upsampling (the epochs of the direction's data epoch 1 of "
+                   "--config's mixture serves), the up-sampling warning goes to stderr")
     i.add_argument("--verify", action="store_true",
                    help="also read every token and refuse ids outside the dictionary (reads all the data)")
     i.add_argument("--plot", metavar="DIR", help="also draw lengths.png (sentence lengths: up to 12 directions "

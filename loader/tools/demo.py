@@ -22,12 +22,13 @@ import os
 import shutil
 import sys
 import time
+import warnings
 
 import numpy as np
 
 from babelfeed.build import build_train_iterator
 from babelfeed.config.files import load_config
-from babelfeed.errors import ConfigError, MissingExtraError
+from babelfeed.errors import ConfigError, MissingExtraError, UpsamplingNotice
 from babelfeed.preprocess.binarize import BinarizeOptions, binarize, format_report
 from babelfeed.tools.stats import corpus_stats, format_stats
 
@@ -249,7 +250,9 @@ def run_demo(config=None, workdir: str | None = None, scale: float | None = None
     print(f"== 5/5 {trainer} training, {steps} steps ({os.path.relpath(example.__file__)}): batches of "
           f"max_tokens {config.model.max_tokens}{shapes}, so padding differs from step 4")
     sys.stdout.flush()
-    example.train(config, steps, log=lambda m: (print("   " + m), sys.stdout.flush()))
+    with warnings.catch_warnings():  # (step 4 said which directions are up-sampled: the same mixture)
+        warnings.simplefilter("ignore", UpsamplingNotice)
+        example.train(config, steps, log=lambda m: (print("   " + m), sys.stdout.flush()))
     _summary(raw, data_bin, t0, data_bin != os.path.join(config.workdir, "data_bin"))
     return 0
 

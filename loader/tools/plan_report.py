@@ -223,23 +223,30 @@ def mixture_lines(mixing: dict) -> list[str]:
     return lines
 
 
-def upsampling_lines(config, top: int = 12) -> list[str]:
-    """What ``inspect`` adds for a translation config over its data_bin: each direction's epochs in epoch 1 (how
-    many times the mixture serves its data), the most up-sampled first, and the warning ``plan`` ends with."""
+def upsampling(config) -> tuple[dict, str]:
+    """``({direction: (sentences, epochs in epoch 1)}, warning)``: how many times epoch 1's mixture serves each
+    train direction's data (its shard this epoch: that many sentences), and the warning naming those above
+    ``mixing.warn_upsample`` ("" when none is)."""
     sources, _, opts = train_sources(config)
     setup = EpochPlanner(sources, opts).setup(1)
     times = setup.epochs()
-    order = np.argsort(-times, kind="stable")
-    width = max(len(d.key) for d in setup.directions)
+    notice = setup.upsampling_notice(config.mixing.warn_upsample, method=config.mixing.method,
+                                     cap=config.mixing.max_upsample)
+    return {d.key: (d.size, float(t)) for d, t in zip(setup.directions, times.tolist())}, notice or ""
+
+
+def upsampling_lines(config, top: int = 12) -> list[str]:
+    """What ``inspect`` adds for a translation config over its data_bin: each direction's epochs in epoch 1 (how
+    many times the mixture serves its data), the most up-sampled first, and the warning ``plan`` ends with."""
+    got, notice = upsampling(config)
+    order = sorted(got, key=lambda k: -got[k][1])
+    width = max(len(k) for k in got)
     lines = [f"epoch 1's up-sampling (mixing.method {config.mixing.method!r}, temperature "
              f"{config.mixing.temperature:g}{f', max_upsample {config.mixing.max_upsample:g}' if config.mixing.max_upsample else ''}): "
              f"how many times it serves each direction's data (its shard this epoch)"]
-    for i in order[:top].tolist():
-        d = setup.directions[i]
-        lines.append(f"  {d.key:<{width}} {d.size:>11,} sentences {times[i]:>7.1f}x")
+    for key in order[:top]:
+        lines.append(f"  {key:<{width}} {got[key][0]:>11,} sentences {got[key][1]:>7.1f}x")
     if len(order) > top:
         lines.append(f"  ... and {len(order) - top:,} more (babelfeed plan shows every one)")
-    notice = setup.upsampling_notice(config.mixing.warn_upsample, method=config.mixing.method,
-                                     cap=config.mixing.max_upsample)
     return lines + ([f"warning: {notice}"] if notice else [])
 

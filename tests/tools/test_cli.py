@@ -530,7 +530,9 @@ def _cfg(data):
 
 def test_inspect_gives_each_directions_up_sampling_under_a_mixture(tmp_path):
     """inspect follows its table with epoch 1's epochs per direction at nllb_like's mixture (or --config, --set),
-    and the warning plan gives; data it cannot plan is said in a line, not an error."""
+    and the warning plan gives (--json: a field of each train row, the warning on stderr); data it cannot plan is
+    said in a line, not an error."""
+    import json
     import subprocess
     import sys
 
@@ -545,6 +547,11 @@ def test_inspect_gives_each_directions_up_sampling_under_a_mixture(tmp_path):
                             check=True).stdout
     row = next(line for line in capped.splitlines() if line.strip().startswith("aaa-ddd") and "sentences" in line)
     assert row.split()[-1] == "4.0x" and "warning:" not in capped
+    as_json = subprocess.run(run + ["--json"], capture_output=True, text=True, check=True)
+    rows = [r for r in json.loads(as_json.stdout) if r["key"] == "aaa-ddd"]
+    assert rows and all(r["epoch1_upsampling"] > 19 for r in rows if r["split"] == "train")
+    assert all("epoch1_upsampling" not in r for r in rows if r["split"] != "train")
+    assert "warning: epoch 1 serves 1 of 3 directions" in as_json.stderr
     (tmp_path / "bin" / "dict.txt").unlink()
     bare = subprocess.run(run, capture_output=True, text=True)
     assert bare.returncode == 0 and "epoch 1's up-sampling: not shown" in bare.stdout, bare.stderr

@@ -4,8 +4,10 @@ import os
 import shlex
 import subprocess
 import sys
+import warnings
 
 import numpy as np
+
 import pytest
 
 import babelfeed
@@ -160,8 +162,12 @@ def test_demo_trains_flax_and_loss_falls(tmp_path, capsys):
     config = babelfeed.load_config("demo")
     m = config.model
     m.d_model, m.ff, m.layers, m.heads, m.num_shapes = 64, 128, 1, 2, 2
-    assert run_demo(config, workdir=str(tmp_path / "demo"), scale=0.1, workers=1, train_steps=60) == 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert run_demo(config, workdir=str(tmp_path / "demo"), scale=0.1, workers=1, train_steps=60) == 0
     out = capsys.readouterr().out
+    said = [w for w in caught if issubclass(w.category, babelfeed.errors.UpsamplingNotice)]
+    assert len(said) == 1, said  # steps 4 and 5 read one mixture: said once (it was twice)
     assert "== 5/5 flax training, 60 steps" in out and "model: 1+1 layers, d_model 64" in out
     summary = [ln for ln in out.splitlines() if "trained 60 steps" in ln][0]
     first, last = (float(x) for x in summary.split("loss ")[1].split(" (means")[0].split(" -> "))
