@@ -158,7 +158,25 @@ class SkipError(StateError):
 
 class StoreError(BabelfeedError, OSError):
     """An object store or the host's fetcher failed a request: the message names the object (and the range), never
-    a credential."""
+    a credential (a URL's ``user:password@`` is replaced by ``***@``)."""
+
+    def __init__(self, *args):
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
+
+
+_USERINFO = None
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URL in it (``scheme://user:secret@host``) replaced by ``***``: an
+    endpoint may carry them, and messages and logs never do."""
+    global _USERINFO
+    if "@" not in text:
+        return text
+    if _USERINFO is None:
+        import re
+        _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+    return _USERINFO.sub(r"\1***@", text)
 
 
 class WorkerDied(BabelfeedError, RuntimeError):
@@ -168,6 +186,10 @@ class WorkerDied(BabelfeedError, RuntimeError):
 class Notice(UserWarning):
     """Something babelfeed did that the user should hear once, not an error: an accepted mixture edit, a resume
     that repeats or skips samples. ``warnings.filterwarnings("ignore", category=Notice)`` silences them."""
+
+
+class StoreNotice(Notice):
+    """Something an object-store folder held that babelfeed skipped (a stray key), said once when it is mirrored."""
 
 
 class UpsamplingNotice(Notice):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 
 
 def fsync_dir(path: str) -> None:
@@ -135,3 +136,29 @@ def private_folders(folder: str) -> None:
             os.mkdir(f, 0o700)  # (the umask only takes bits away)
         except FileExistsError:
             pass
+
+
+def private_folder(folder: str, what: str) -> str:
+    """:func:`private_folders`, then ``folder`` refused unless it is a real folder (not a link), this user's, and
+    nobody else can write to it: ``what`` babelfeed keeps there (a lock, a log, a socket, staged output) would
+    otherwise be a file another user chose (a link planted in a shared cache folder). Returns ``folder``."""
+    from babelfeed.errors import StoreError
+
+    private_folders(folder)
+    if not hasattr(os, "getuid"):
+        return folder
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        kind = "a link" if stat.S_ISLNK(st.st_mode) else "not a folder" if not stat.S_ISDIR(st.st_mode) else \
+            f"owned by uid {st.st_uid}" if st.st_uid != os.getuid() else f"writable by others (mode {oct(st.st_mode & 0o777)})"
+        raise StoreError(f"{folder}: refused as the folder of {what}: it is {kind}, so another user could choose "
+                         f"the files babelfeed writes there. Remove it (or chmod 700 it, as its owner), or set "
+                         f"BABELFEED_CACHE_DIR to a folder of your own")
+    return folder
+
+
+def open_private(path: str, flags: int = os.O_RDWR | os.O_CREAT | os.O_APPEND):
+    """``open(path)`` in binary mode that never follows a link at ``path`` (a planted one is refused by the system)
+    and creates the file 0600."""
+    return os.fdopen(os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o600),
+                     "r+b" if flags & os.O_RDWR else "ab")

@@ -14,8 +14,24 @@ _hypothesis_settings.register_profile("ci", derandomize=True)
 _hypothesis_settings.register_profile("explore", derandomize=False)
 _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# Verification stamps of the test run go to a folder of its own (inherited by subprocesses), never ~/.cache.
-os.environ.setdefault("BABELFEED_CACHE_DIR", tempfile.mkdtemp(prefix="babelfeed-test-cache-"))
+# Verification stamps of the test run go to a folder of its own (inherited by subprocesses), never ~/.cache;
+# removed when the session ends (the process that made it: each xdist worker makes its own).
+_OWN_CACHE = None
+if "BABELFEED_CACHE_DIR" not in os.environ:
+    _OWN_CACHE = os.environ["BABELFEED_CACHE_DIR"] = tempfile.mkdtemp(prefix="babelfeed-test-cache-")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _OWN_CACHE is None or os.environ.get("BABELFEED_CACHE_DIR") != _OWN_CACHE:
+        return
+    import shutil
+
+    try:
+        from s3server import stop_fetcher
+        stop_fetcher(_OWN_CACHE)  # (a fetcher a test started on this cache)
+    except Exception:
+        pass
+    shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 

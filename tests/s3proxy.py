@@ -12,12 +12,14 @@ import time
 
 class FaultProxy:
     def __init__(self, upstream_port: int, latency: float = 0.0, fail_rate: float = 0.0, cut_rate: float = 0.0,
-                 bandwidth: float = 0.0, seed: int = 0):
+                 bandwidth: float = 0.0, seed: int = 0, cut_first: int = 0):
         self.upstream_port = upstream_port
         self.latency, self.fail_rate, self.cut_rate, self.bandwidth = latency, fail_rate, cut_rate, bandwidth
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.counts = {"requests": 0, "failed": 0, "cut": 0, "bytes": 0}
+        self.cut_first = cut_first  # each object's first cut_first GETs cut short (whatever their range)
+        self.seen: dict = {}
         self.link_free = 0.0  # when the capped link is free again
         proxy = self
 
@@ -34,6 +36,10 @@ class FaultProxy:
                     proxy.counts["requests"] += 1
                     fail = proxy.rng.random() < proxy.fail_rate
                     cut = proxy.rng.random() < proxy.cut_rate and self.command == "GET"
+                    if proxy.cut_first and self.command == "GET" and "list-type" not in self.path:
+                        k = self.path
+                        proxy.seen[k] = proxy.seen.get(k, 0) + 1
+                        cut = proxy.seen[k] <= proxy.cut_first
                 if proxy.latency:
                     time.sleep(proxy.latency)
                 if fail:

@@ -67,7 +67,7 @@ class FetchAhead:
         batch's clock (``remote.ensure_many``)."""
         if self.shares is not None and self.told != epoch:
             self.told = epoch
-            got = remote.plan(*self.shares())
+            got = remote.plan(*self.shares(), epoch=epoch)
             if isinstance(got, dict) and got.get("cache_limit"):  # (a group is pinned while it is read: a small
                 # cache keeps its groups small)
                 self.group_bytes = min(self.group_bytes, int(got["cache_limit"]) / 8)

@@ -174,7 +174,7 @@ def test_the_iterator_asks_for_its_own_batches_only(monkeypatch):
     calls = []
     monkeypatch.setattr(remote, "ensure_many", lambda files, group=False, due=None: calls.append(("ensure", files)))
     monkeypatch.setattr(remote, "hint", lambda files, due=None: calls.append(("hint", files)))
-    monkeypatch.setattr(remote, "plan", lambda shares, hosts=1, rank=None: calls.append(("plan", shares)))
+    monkeypatch.setattr(remote, "plan", lambda shares, hosts=1, rank=None, epoch=None: calls.append(("plan", shares)))
     asked = []
 
     def rows(ks, base):

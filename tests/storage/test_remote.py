@@ -350,35 +350,65 @@ def test_a_remote_row_that_does_not_end_with_eos_is_refused_naming_the_file(tmp_
             pass
 
 
-def test_a_fetcher_socket_served_by_another_user_is_refused(tmp_path, monkeypatch):
-    """The socket lies in the shared temporary folder under a predictable name: a process of another user
-    listening there first would serve our gathers. The kernel's peer credentials decide."""
-    import os
-    import socket
+def _as_nobody(code: str):
+    """Run ``code`` as uid 65534 (another user) in a child; its first line of output, and the child."""
     import subprocess
     import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import os, socket, time  # (before: the interpreter's files may be root's only)\n"
+                              "os.setgid(65534); os.setuid(65534)\n" + code],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return child.stdout.readline().strip(), child
+
+
+def test_no_other_user_can_take_the_fetchers_socket_or_serve_it(tmp_path, monkeypatch, request):
+    """Issue 38: the socket's name was predictable in the shared temporary folder, so any local user could bind it
+    first (our reads blocked until the cache folder changed). It now lies in a folder only this user can write
+    (another user binding it is refused by the system); a folder of that name made first by someone else is not
+    used (the socket goes to /tmp's, or the cache's private objects/); and a socket served by another user's process
+    is still refused by the kernel's peer credentials."""
+    import os
+    import shutil
 
     from babelfeed.storage.remote import client as remote
 
     if os.getuid() != 0:
-        pytest.skip("needs root to start a listener as another user (CI runs as root)")
+        pytest.skip("needs root to act as another user (CI runs as root)")
     monkeypatch.setenv("BABELFEED_CACHE_DIR", str(tmp_path / "cache"))
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="bf", dir="/tmp")  # (short: a socket's path stays under ~100 bytes)
+    request.addfinalizer(lambda: shutil.rmtree(tmp, ignore_errors=True))
+    monkeypatch.setenv("TMPDIR", tmp)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    os.chmod(tmp, 0o1777)
+    os.chmod(tmp_path, 0o755)
     path = remote.socket_path()
-    code = (f"import os, socket, time; s = socket.socket(socket.AF_UNIX); os.setuid(65534); "
-            f"s.bind({path!r}); s.listen(1); print('ready', flush=True); time.sleep(30)")
-    if os.path.exists(path):
-        os.unlink(path)
-    os.chmod(tmp_path, 0o777)
-    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    folder = os.path.dirname(path)
+    assert folder == os.path.join(tmp, f"babelfeed-{os.getuid()}") and os.stat(folder).st_mode & 0o777 == 0o700
+    said, child = _as_nobody(f"import socket; s = socket.socket(socket.AF_UNIX)\ntry:\n s.bind({path!r}); print('bound')"
+                             f"\nexcept PermissionError: print('refused')")
+    child.wait()
+    assert said == "refused", child.stderr.read()
+    # another user made the folder first: not used; the cache's private objects/ holds the socket
+    os.rmdir(folder)
+    said, child = _as_nobody(f"import os; os.mkdir({folder!r}, 0o777); os.chmod({folder!r}, 0o777); print('made')")
+    child.wait()
+    assert said == "made" and os.stat(folder).st_uid == 65534
+    path = remote.socket_path()  # (the next candidate: /tmp's, else the cache's objects/)
+    st = os.stat(os.path.dirname(path))
+    assert os.path.dirname(path) != folder and st.st_uid == os.getuid() and st.st_mode & 0o777 == 0o700, path
+    # a socket another user's process serves (a folder where it could bind one): refused by peer credentials
+    theirs = os.path.join(tmp, "fetcher.sock")
+    said, child = _as_nobody(f"import socket, time; s = socket.socket(socket.AF_UNIX); s.bind({theirs!r}); "
+                             f"s.listen(1); print('ready', flush=True); time.sleep(30)")
     try:
-        assert child.stdout.readline().strip() == "ready"
+        assert said == "ready", child.stderr.read()
         with pytest.raises(babelfeed.BabelfeedError, match="served by another user's process"):
-            remote._connect(path)
+            remote._connect(theirs)
     finally:
         child.kill()
         child.wait()
-        if os.path.exists(path):
-            os.unlink(path)
 
 
 def test_two_hosts_each_fetch_their_own_rows_and_serve_the_local_copys_batches(tmp_path, s3_env, monkeypatch):
@@ -467,7 +497,7 @@ def test_binarize_to_a_prefix_holding_another_runs_shards_refuses_or_replaces_th
     """A prefix written with --shards 2, then binarized into again with --shards 1 from another machine (no
     staging folder): refused before anything is uploaded; with --overwrite the other run's shards are deleted,
     and the folder reads as the new run alone (never a mix of the two)."""
-    import shutil
+    import os
 
     from babelfeed.preprocess import binarize as bz
     from babelfeed.preprocess.options import BinarizeOptions
@@ -486,14 +516,15 @@ def test_binarize_to_a_prefix_holding_another_runs_shards_refuses_or_replaces_th
     url = "s3://bkt/twice/data_bin"
     s3_env.client().create_bucket(Bucket="bkt")
     bz.binarize(opts(url, 2), log=lambda *a: None)
-    shutil.rmtree(remote.staging(url))  # (another machine)
+    assert not os.listdir(remote.staging(url))  # (uploaded: the staging folder is removed, so this is as from
+    # another machine)
     with pytest.raises(babelfeed.BinarizeError, match=r"s3://bkt/twice/data_bin holds 4 file\(s\).*shard001.*--overwrite"):
         bz.binarize(opts(url, 1), log=lambda *a: None)
     assert any("shard001" in n for n in remote.listing(url))  # (nothing deleted, nothing uploaded)
     bz.binarize(opts(url, 1, overwrite=True), log=lambda *a: None)
     assert not any("shard001" in n for n in remote.listing(url))
     local = tmp_path / "one"
-    bz.binarize(opts(local, 1, spm_model=str(remote.staging(url)) + "/spm.model", train_spm=None),
+    bz.binarize(opts(local, 1, spm_model=remote.local_folder(url) + "/spm.model", train_spm=None),
                 log=lambda *a: None)
     remote._folders.clear()
     kw = dict(data__shards="all", batching__max_tokens=256)

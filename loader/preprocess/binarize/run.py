@@ -93,7 +93,8 @@ def binarize(opts: BinarizeOptions, log=print) -> dict:
         report = binarize(dataclasses.replace(opts, output_dir=stage), log)
         _replace_remote(stage, url, opts.overwrite, log)
         written = remote.upload(stage, url, log=log)
-        log(f"uploaded {written / 1e6:,.1f} MB to {url}")
+        shutil.rmtree(stage, ignore_errors=True)  # (uploaded whole: nothing left to resume)
+        log(f"uploaded {written / 1e6:,.1f} MB to {url}; removed the staging folder")
         return report
     return _binarize(opts, log)
 

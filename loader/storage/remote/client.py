@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import re
+import select
+import signal
 import socket
 import struct
 import subprocess
@@ -18,12 +20,13 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from babelfeed.errors import BabelfeedError, DataChangedError
-from babelfeed.fileio import cache_dir, private_folders
+from babelfeed.errors import BabelfeedError, DataChangedError, StoreNotice, redact
+from babelfeed.fileio import cache_dir, open_private, private_folder, private_folders
 from babelfeed.storage.remote.objects import StoreError, is_remote, store_env  # noqa: F401  (this
 from babelfeed.storage.remote.ranges import merged, pack, within
 from babelfeed.storage.remote.wire import PROTOCOL, receive, send
@@ -32,20 +35,47 @@ from babelfeed.storage.remote.wire import PROTOCOL, receive, send
 # module's face)
 
 START_SECONDS = 20.0  # how long a process waits for the fetcher it started to answer
+HUNG_SECONDS = float(os.environ.get("BABELFEED_FETCHER_HUNG", 30))  # a fetcher silent this long to a ping is hung
+_SLICE = 5.0  # how long a request waits for its answer before it asks whether the fetcher is alive
+LOG_BYTES = 4 << 20  # fetcher.log is rotated (to fetcher.log.1) past this size when a fetcher starts
 
 
 def _cache() -> str:
     return os.path.abspath(cache_dir())
 
 
+def _objects(cache: str) -> str:
+    """The cache's ``objects/`` folder, made private and checked (refused when someone else owns it, can write to
+    it, or planted a link in its place: the lock, the log and the shadows live there)."""
+    return private_folder(os.path.join(cache, "objects"), "the fetcher's shadows, lock and log")
+
+
 def socket_path(cache: str | None = None) -> str:
-    """The fetcher's socket for this user and cache folder (in the temporary folder: a Unix socket's path must
-    stay under ~100 bytes)."""
+    """The fetcher's socket for this user and cache folder: in a folder only this user can write to
+    (``$XDG_RUNTIME_DIR/babelfeed``, else ``babelfeed-UID`` in the temporary folder, else in ``/tmp``), so no
+    other user can take its name first; where someone else holds those folders (or their paths are too long: a
+    Unix socket's must stay under ~100 bytes), in the cache's private ``objects/``."""
     cache = cache or _cache()
     key = hashlib.blake2b(cache.encode(), digest_size=8).hexdigest()
+    name = f"fetcher-{key}-p{PROTOCOL}.sock"
     uid = os.getuid() if hasattr(os, "getuid") else 0
-
-    return os.path.join(tempfile.gettempdir(), f"babelfeed-fetcher-{uid}-{key}-p{PROTOCOL}.sock")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    folders = ([os.path.join(runtime, "babelfeed")] if runtime and os.path.isdir(runtime) else []) + \
+        [os.path.join(tempfile.gettempdir(), f"babelfeed-{uid}"), f"/tmp/babelfeed-{uid}"]
+    refused = []
+    for folder in dict.fromkeys(folders):
+        if len(os.path.join(folder, name).encode()) > 100 or not os.path.isdir(os.path.dirname(folder)):
+            continue
+        try:
+            return os.path.join(private_folder(folder, "the fetcher's socket"), name)
+        except (StoreError, OSError) as e:
+            refused.append(str(e))
+    fallback = os.path.join(_objects(cache), name)
+    if len(fallback.encode()) > 100:
+        raise StoreError(f"no folder can hold the fetcher's socket: {'; '.join(refused) or 'the temporary folder'}"
+                         f"{'' if refused else chr(39) + 's path is too long'}, and the cache folder's path is too "
+                         f"long ({fallback}): set BABELFEED_CACHE_DIR to a shorter path") from None
+    return fallback
 
 
 _local = threading.local()
@@ -53,8 +83,8 @@ _lock = threading.Lock()
 
 
 def _connect(path: str) -> socket.socket | None:
-    """A connection to the fetcher at ``path``, or None. The socket's path is in the shared temporary folder, so
-    the process at the other end must be this user's (its credentials, from the kernel), or it is refused."""
+    """A connection to the fetcher at ``path``, or None. The process at the other end must be this user's (its
+    credentials, from the kernel), or it is refused."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.connect(path)
@@ -70,10 +100,17 @@ def _connect(path: str) -> socket.socket | None:
     return s
 
 
+def _peer_pid(s: socket.socket) -> int | None:
+    """The pid of the fetcher at the other end of ``s`` (from the kernel), where the system says."""
+    if not hasattr(socket, "SO_PEERCRED"):
+        return None
+    return struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+
+
 def _start(cache: str, path: str) -> socket.socket:
     """Connect to the host's fetcher, starting it first when none answers (one starter at a time: a lock file)."""
-    private_folders(os.path.join(cache, "objects"))  # (every folder it makes 0700: the shadows are the user's)
-    with open(os.path.join(cache, "objects", "fetcher.lock"), "a+") as lock:
+    objects = _objects(cache)
+    with open_private(os.path.join(objects, "fetcher.lock")) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         s = _connect(path)
         if s is not None:
@@ -82,7 +119,13 @@ def _start(cache: str, path: str) -> socket.socket:
             os.unlink(path)  # a socket left by a fetcher that died
         except OSError:
             pass
-        log = open(os.path.join(cache, "objects", "fetcher.log"), "ab")
+        log_path = os.path.join(objects, "fetcher.log")
+        try:
+            if os.lstat(log_path).st_size > LOG_BYTES:
+                os.replace(log_path, log_path + ".1")  # (one earlier log kept)
+        except OSError:
+            pass
+        log = open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p) if not env.get("PYTHONPATH") else \
             env["PYTHONPATH"]
@@ -99,12 +142,84 @@ def _start(cache: str, path: str) -> socket.socket:
             time.sleep(0.05)
         tail = ""
         try:
-            with open(os.path.join(cache, "objects", "fetcher.log"), "rb") as f:
+            with open(log_path, "rb") as f:
                 tail = f.read()[-1500:].decode(errors="replace")
         except OSError:
             pass
-        raise BabelfeedError(f"the object-store fetcher did not start (its log, {cache}/objects/fetcher.log, ends: "
-                             f"{tail.strip()[-600:] or 'nothing'})")
+        raise BabelfeedError(f"the object-store fetcher did not start (its log, {log_path}, ends: "
+                             f"{redact(tail.strip()[-600:]) or 'nothing'})")
+
+
+class _Hung(Exception):
+    """The fetcher did not answer a ping within ``HUNG_SECONDS``."""
+
+
+def _answers(path: str) -> bool:
+    """Whether the fetcher at ``path`` answers a ping within ``HUNG_SECONDS`` (on a connection of its own: the
+    one waiting may be waiting for bytes a slow store sends)."""
+    try:
+        s = _connect(path)
+    except BabelfeedError:
+        return False
+    if s is None:
+        return False
+    try:
+        s.settimeout(HUNG_SECONDS)
+        send(s, {"op": "ping"})
+        return receive(s) is not None
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def _exchange(conn: socket.socket, msg: dict, path: str):
+    """Send ``msg`` and wait for its answer (None: the fetcher closed the connection). While it waits, every
+    ``_SLICE`` seconds it asks the fetcher (a ping on another connection) whether it is alive; one that does not
+    answer within ``HUNG_SECONDS`` (stopped, or hung) raises :class:`_Hung`. A slow answer from a live fetcher
+    (a store retrying) is waited for."""
+    conn.settimeout(HUNG_SECONDS)  # (a send blocks only while the fetcher does not read: hung, then)
+    try:
+        send(conn, msg)
+    except TimeoutError:
+        raise _Hung() from None
+    while not select.select([conn], [], [], _SLICE)[0]:
+        if not _answers(path):
+            raise _Hung()
+    return receive(conn)  # (an answer under way arrives within HUNG_SECONDS, or the fetcher is hung)
+
+
+def _kill_hung(pid: int | None, path: str) -> None:
+    """Kill the hung fetcher ``pid`` (after checking it is this cache's fetcher), so that a new one takes its
+    place; an error naming it where it cannot be killed."""
+    why = f"the object-store fetcher (pid {pid}) did not answer for {HUNG_SECONDS:.0f} s (stopped or hung)"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            mine = b"babelfeed.storage.remote.server" in f.read()
+    except (OSError, TypeError):
+        mine = False
+    if not mine:
+        raise StoreError(f"{why}: kill it (kill -9 {pid}) and the next request starts a new one; "
+                         f"BABELFEED_FETCHER_HUNG sets the wait")
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError as e:
+        raise StoreError(f"{why}, and it could not be killed ({e.strerror}): kill it (kill -9 {pid}); "
+                         f"BABELFEED_FETCHER_HUNG sets the wait") from None
+    for _ in range(100):
+        if not os.path.exists(f"/proc/{pid}") or _zombie(pid):
+            break
+        time.sleep(0.05)
+    warnings.warn(f"{why}: killed it and started a new one (its log: fetcher.log in the cache folder; "
+                  f"BABELFEED_FETCHER_HUNG sets the wait)", StoreNotice, stacklevel=4)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _client() -> socket.socket:
@@ -113,8 +228,9 @@ def _client() -> socket.socket:
     if conn is not None and _local.pid == os.getpid():
         return conn
     cache = _cache()
-    conn = _start(cache, socket_path(cache))
-    _local.conn, _local.pid = conn, os.getpid()
+    path = socket_path(cache)
+    conn = _start(cache, path)
+    _local.conn, _local.pid, _local.path, _local.fetcher = conn, os.getpid(), path, _peer_pid(conn)
     return conn
 
 
@@ -122,8 +238,12 @@ def request(msg: dict) -> dict:
     for attempt in (0, 1, 2):
         conn = _client()
         try:
-            send(conn, msg)
-            reply = receive(conn)
+            reply = _exchange(conn, msg, _local.path)
+        except _Hung:
+            _local.conn = None
+            conn.close()
+            _kill_hung(_local.fetcher, _local.path)
+            reply = None
         except OSError:
             reply = None
         if reply is not None:
@@ -190,10 +310,12 @@ def local_folder(url: str, options: dict | None = None) -> str:
         known = _folders.get(url)
     if known is not None:
         return known
-    path = request({"op": "mirror", "url": url, **_store_args(options)})["path"]
+    got = request({"op": "mirror", "url": url, **_store_args(options)})
+    for notice in got.get("notices", []):
+        warnings.warn(notice, StoreNotice, stacklevel=2)
     with _lock:
-        _folders[url] = path
-    return path
+        _folders[url] = got["path"]
+    return got["path"]
 
 
 def resolve(path, options: dict | None = None) -> str:
@@ -330,12 +452,12 @@ def staging(url: str) -> str:
     """The local folder where output for remote folder ``url`` is written before it is uploaded (kept between
     runs, so an interrupted run resumes from it)."""
     key = hashlib.blake2b(str(url).rstrip("/").encode(), digest_size=10).hexdigest()
-    path = os.path.join(_cache(), "staging", key)
+    path = os.path.join(private_folder(os.path.join(_cache(), "staging"), "staged output"), key)
     private_folders(path)
     return path
 
 
-def plan(shares: dict, hosts: int = 1, rank: int | None = None) -> dict:
+def plan(shares: dict, hosts: int = 1, rank: int | None = None, epoch: int | None = None) -> dict:
     """Tell the host's fetcher what share of each shadow ``.bin``'s rows this process's epoch reads (``{path:
     share}``, or ``{path: (share, rows in the file)}``), with ``hosts`` reading the data: files whose reads,
     joined across short gaps, bring nearly all of them are fetched in large blocks, the others range by range (on
@@ -345,7 +467,7 @@ def plan(shares: dict, hosts: int = 1, rank: int | None = None) -> dict:
         return {}
     files = {os.path.abspath(p): [float(v), 0] if np.ndim(v) == 0 else [float(v[0]), int(v[1])]
              for p, v in shares.items()}
-    return request({"op": "plan", "files": files, "hosts": int(hosts), "rank": rank})
+    return request({"op": "plan", "files": files, "hosts": int(hosts), "rank": rank, "epoch": epoch})
 
 
 _waited = {"seconds": 0.0, "calls": 0}  # this process's time blocked on the fetcher (a gather waiting for bytes)

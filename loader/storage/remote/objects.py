@@ -17,14 +17,16 @@ config's ``data.storage`` section override them. No credential is ever logged or
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pathlib
+import random
 import re
 import threading
 import time
 from datetime import timedelta
 
-from babelfeed.errors import DataChangedError, StoreError, UsageError
+from babelfeed.errors import DataChangedError, StoreError, UsageError, redact
 
 
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "http", "https")
@@ -35,6 +37,7 @@ _URL = re.compile(r"^([a-z][a-z0-9+.-]*)://([^/]+)(?:/(.*))?$")
 # (BABELFEED_FETCH_RETRY_SECONDS sets the bound)
 RETRY_SECONDS = float(os.environ.get("BABELFEED_FETCH_RETRY_SECONDS", 120.0))
 MAX_RETRIES = 10
+BACKOFF = float(os.environ.get("BABELFEED_FETCH_BACKOFF_MS", 100)) / 1e3  # the first retry's wait (then doubling)
 
 
 def is_remote(path) -> bool:
@@ -96,7 +99,7 @@ def _build_store(root: str, options: dict | None):
         allow_http = _env_flag("AWS_ALLOW_HTTP")
     client["allow_http"] = bool(allow_http)
     retry = {"max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=RETRY_SECONDS),
-             "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=10),
+             "backoff": {"init_backoff": timedelta(seconds=BACKOFF), "max_backoff": timedelta(seconds=10),
                          "base": 2}}
     kwargs = {}
     scheme = root.split("://")[0]
@@ -133,8 +136,25 @@ _SET_CREDENTIALS = ("set them as for any S3 tool (AWS_ACCESS_KEY_ID/AWS_SECRET_A
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
+    text = redact(str(e)).strip().splitlines()
     return text[0][:400] if text else type(e).__name__
+
+
+class _CutShort(Exception):
+    """A body that ended before its length (the connection closed early): retried."""
+
+
+def _transient_body(e: BaseException) -> bool:
+    """Whether ``e`` is a body cut short after the answer began (obstore retries failed requests itself, not a
+    body that breaks off once its headers came)."""
+    if isinstance(e, _CutShort):
+        return True
+    text = str(e).lower()
+    return any(x in text for x in ("body error", "error decoding response body", "connection closed",
+                                   "connection reset", "unexpected eof", "incomplete", "content-range"))
+
+
+_INVALID_KEY = re.compile(r'(?:Error parsing Path|Path) "((?:[^"\\]|\\.)*)"')
 
 
 class Store:
@@ -147,6 +167,8 @@ class Store:
         self._store = None
         self.requests = 0
         self.bytes = 0
+        self.retried = 0  # bodies cut short and asked for again
+        self.notices: list[str] = []  # what a listing skipped, said to the process that asked (once)
         self.latencies: list[float] = []  # seconds per ranged request (the fetcher keeps the last 10,000)
 
     @property
@@ -205,7 +227,10 @@ class Store:
         return int(meta["size"]), str(meta.get("e_tag") or meta.get("version") or "")
 
     def list(self, prefix: str) -> list[tuple[str, int, str]]:
-        """``(key, size, etag)`` of every object under ``prefix`` (recursively)."""
+        """``(key, size, etag)`` of every object under ``prefix`` (recursively). A key the client library cannot
+        take (an empty segment, ``a//b``, or a ``.``/``..`` one: stray keys an upload script left) is skipped with a
+        warning naming it, where the store is listed again without that library (S3, with boto3 installed);
+        elsewhere it is an error naming the key and the fix."""
         import obstore  # optional: babelfeed[s3]
 
         out = []
@@ -215,45 +240,104 @@ class Store:
                 for meta in chunk:
                     out.append((str(meta["path"]), int(meta["size"]), str(meta.get("e_tag") or "")))
         except Exception as e:
-            raise self._explain(e, prefix, "listing") from None
+            bad = _INVALID_KEY.search(str(e)) if "path" in str(e).lower() else None
+            if bad is None:
+                raise self._explain(e, prefix, "listing") from None
+            return self._list_around(prefix, bad.group(1))
+        return out
+
+    def _list_around(self, prefix: str, bad: str) -> list[tuple[str, int, str]]:
+        """:meth:`list` of a prefix holding keys obstore refuses (``bad``, the first): S3's listing read through
+        boto3, every key kept as it is but those, which are skipped with a warning naming them."""
+        fix = (f"delete or rename it (it is not babelfeed's: an empty or '.'/'..' path segment), e.g. "
+               f"aws s3 mv '{self.url(bad)}' ...")
+        if not self.root.startswith(("s3://", "s3a://")):
+            raise StoreError(f"{self.url(prefix)}: the listing holds the key {bad!r}, which the store client "
+                             f"cannot read: {fix}")
+        try:
+            import boto3  # optional: lists a folder holding such keys
+        except ImportError:
+            raise StoreError(f"{self.url(prefix)}: the listing holds the key {bad!r}, which the store client "
+                             f"cannot read: {fix}; or pip install boto3, and such keys are skipped with a "
+                             f"warning") from None
+        env = self._env if self._env is not None else dict(os.environ)
+        opts = dict(self._options or {})
+        endpoint = opts.get("endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+        session = boto3.session.Session(
+            aws_access_key_id=opts.get("access_key_id") or env.get("AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=opts.get("secret_access_key") or env.get("AWS_SECRET_ACCESS_KEY"),
+            aws_session_token=opts.get("token") or env.get("AWS_SESSION_TOKEN"),
+            region_name=opts.get("region") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
+            profile_name=opts.get("profile") or env.get("AWS_PROFILE") or None)
+        bucket = self.root.split("://", 1)[1]
+        out, skipped = [], []
+        try:
+            pages = session.client("s3", endpoint_url=endpoint).get_paginator("list_objects_v2").paginate(
+                Bucket=bucket, Prefix=prefix.rstrip("/") + "/" if prefix else "")
+            for page in pages:
+                self.requests += 1
+                for meta in page.get("Contents", []):
+                    key = meta["Key"]
+                    parts = key.split("/")
+                    if key.endswith("/"):
+                        continue  # (a folder marker: a console's "create folder")
+                    if any(p in ("", ".", "..") for p in parts):
+                        skipped.append(key)
+                        continue
+                    out.append((key, int(meta["Size"]), str(meta.get("ETag") or "")))
+        except Exception as e:
+            raise StoreError(f"{self.url(prefix)}: listing (through boto3: the listing holds the key {bad!r}) "
+                             f"failed: {_first_line(e)}") from None
+        shown = ", ".join(repr(k) for k in skipped[:5]) + (f" and {len(skipped) - 5:,} more" if len(skipped) > 5
+                                                           else "")
+        self.notices.append(f"{self.url(prefix)}: skipped {len(skipped):,} stray key{'s' * (len(skipped) != 1)} "
+                            f"(an empty or '.'/'..' path segment, not a data folder's): {shown}")
         return out
 
     async def get_async(self, key: str, etag: str | None = None, size: int | None = None) -> bytes:
-        """A whole (small) object, refused when its ETag is no longer ``etag`` or its body is not ``size`` bytes
-        long (the fetcher fetches many at once)."""
-        import obstore  # optional: babelfeed[s3]
-
-        try:
-            got = await obstore.get_async(self.store, key, options={"if_match": etag} if etag else None)
-            data = bytes(await got.bytes_async())
-        except Exception as e:
-            raise self._explain(e, key, "reading it") from None
-        self.requests += 1
-        self.bytes += len(data)
-        if size is not None and len(data) != size:
-            raise StoreError(f"{self.url(key)}: the body ended after {len(data):,} of its {size:,} bytes (a "
-                                   f"connection cut short): nothing of it is kept")
-        return data
+        """A whole (small) object, refused when its ETag is no longer ``etag``; a body that ends before ``size``
+        bytes is asked for again (the fetcher fetches many at once)."""
+        return await self._get(key, None, etag, size, "reading it")
 
     async def get_range_async(self, key: str, a: int, b: int, etag: str | None) -> bytes:
         """The bytes ``[a, b)`` of an object, checked whole and against ``etag`` (an object replaced in the store
         is refused by name, never mixed with what was read of it before)."""
+        t0 = time.perf_counter()
+        data = await self._get(key, (a, b), etag, b - a, f"reading bytes [{a:,}, {b:,})")
+        self.latencies.append(time.perf_counter() - t0)
+        return data
+
+    async def _get(self, key: str, span, etag: str | None, size: int | None, what: str) -> bytes:
+        """One GET, whole or ``span``, its body read whole: a body cut short (the connection closed before its
+        length, a transfer error once the answer began) is asked for again with backoff, up to ``MAX_RETRIES``
+        times within ``RETRY_SECONDS`` (obstore retries the requests that fail before their answer). A short
+        body is never served."""
         import obstore  # optional: babelfeed[s3]
 
-        t0 = time.perf_counter()
-        try:
-            got = await obstore.get_async(self.store, key, options={"range": (a, b),
-                                                                     **({"if_match": etag} if etag else {})})
-            data = bytes(await got.bytes_async())
-        except Exception as e:
-            raise self._explain(e, key, f"reading bytes [{a:,}, {b:,})") from None
-        self.latencies.append(time.perf_counter() - t0)
-        if len(data) != b - a:
-            raise StoreError(f"{self.url(key)}: bytes [{a:,}, {b:,}) came back {len(data):,} bytes long "
-                                   f"(a body cut short): not served")
-        self.requests += 1
-        self.bytes += len(data)
-        return data
+        options = {**({"range": span} if span else {}), **({"if_match": etag} if etag else {})}
+        deadline = time.monotonic() + RETRY_SECONDS
+        for attempt in range(MAX_RETRIES + 1):
+            try:
+                got = await obstore.get_async(self.store, key, options=options or None)
+                data = bytes(await got.bytes_async())
+                if size is not None and len(data) != size:
+                    raise _CutShort(f"the body ended after {len(data):,} of its {size:,} bytes")
+            except Exception as e:
+                if not _transient_body(e) or attempt == MAX_RETRIES or time.monotonic() >= deadline:
+                    if _transient_body(e):
+                        raise StoreError(
+                            f"{self.url(key)}: {what}: the connection closed before the body's end on each of "
+                            f"{attempt + 1} tries within {RETRY_SECONDS:.0f} s (a network or store fault; "
+                            f"BABELFEED_FETCH_RETRY_SECONDS sets the bound): {_first_line(e)}; nothing of it is "
+                            f"kept") from None
+                    raise self._explain(e, key, what) from None
+                self.retried += 1
+                await asyncio.sleep(min(BACKOFF * 2 ** attempt, 10.0) * (0.5 + random.random() / 2))
+                continue
+            self.requests += 1
+            self.bytes += len(data)
+            return data
+        raise AssertionError("unreachable")
 
     def delete(self, key: str) -> None:
         import obstore  # optional: babelfeed[s3]

@@ -26,9 +26,11 @@ survive ``fork``), on a Unix socket only this user can open; it exits after ``ID
 
 from __future__ import annotations
 
+import errno
 import heapq
 import json
 import os
+import signal
 import socketserver
 import sys
 import threading
@@ -36,14 +38,18 @@ import time
 
 import numpy as np
 
-from babelfeed.errors import InternalError
+from babelfeed.errors import InternalError, redact
 from babelfeed.storage.remote import limits
-from babelfeed.storage.remote.limits import _endpoint, cache_limit, shadow_root
-from babelfeed.storage.remote.objects import Store, StoreError, split_url
+from babelfeed.storage.remote.folders import Folders
+from babelfeed.storage.remote.limits import cache_limit
+from babelfeed.storage.remote.objects import StoreError
 from babelfeed.storage.remote.network import Job, Network
 from babelfeed.storage.remote.pieces import Piece, RemoteFile
 from babelfeed.storage.remote.ranges import joined_share, merged_dues, overlap_pairs, subtract, unpack
 from babelfeed.storage.remote.wire import receive, send
+
+
+COUNTERS_SECONDS = 1.0  # the counters are saved this often (when they changed), for the next fetcher
 
 
 class Client:
@@ -58,10 +64,8 @@ class Client:
 class Fetcher:
     def __init__(self, cache: str):
         self.cache = cache
-        self.stores: dict = {}
         self.remotes: dict[str, RemoteFile] = {}
         self.lock = threading.Lock()
-        self.mirror_locks: dict[str, threading.Lock] = {}
         self.counters = {"requests": 0, "bytes": 0, "ensure_calls": 0, "bytes_asked": 0, "evicted_bytes": 0,
                          "hits": 0, "misses": 0, "hinted_bytes": 0, "bytes_again": 0}
         self.limit = cache_limit(cache)
@@ -73,70 +77,38 @@ class Fetcher:
         self.queue: list = []  # heap of (earliest due, seq, remote) of files with ranges pending
         self.seq = 0
         self.network = Network(limits.CONCURRENCY, self._take, self._landed)
+        self.folders = Folders(self)  # the remote folders mirrored, their stores and checks
+        self.counters_path = os.path.join(cache, "objects", "fetcher.counters.json")
+        self.saved = None
+        self.load_counters()
 
-    def store(self, root: str, options: dict | None, env: dict | None = None):
-        """The store for ``root`` as a process configures it: its options, and its store environment (``env``;
-        None: this process's). Processes with other endpoints or credentials get stores of their own."""
-        key = (root, json.dumps(options or {}, sort_keys=True), json.dumps(env, sort_keys=True))
-        with self.lock:
-            if key not in self.stores:
-                self.stores[key] = Store(root, options, env)
-            return self.stores[key]
+    def load_counters(self) -> None:
+        """The counters of the fetchers before this one (a restart after a kill or an idle exit keeps adding up:
+        telemetry never goes back to zero mid-run); ``fetcher_starts`` counts the fetchers."""
+        try:
+            with open(self.counters_path) as f:
+                saved = json.load(f)
+        except (OSError, ValueError):
+            saved = {}
+        for k in self.counters:
+            if isinstance(saved.get(k), (int, float)):
+                self.counters[k] = saved[k]
+        self.counters["fetcher_starts"] = int(saved.get("fetcher_starts", 0)) + 1
 
-    def mirror(self, url: str, options: dict | None = None, env: dict | None = None) -> str:
-        """The shadow folder of remote folder ``url``, brought up to date with the store: small files fetched whole
-        (kept while size and ETag hold), each ``.bin`` a sparse file of its size (a new file when its ETag
-        changed, so nothing fetched from the old object is ever read as the new one's)."""
-        url = url.rstrip("/")
-        root, prefix = split_url(url)
-        store = self.store(root, options, env)
-        local = shadow_root(self.cache, url, _endpoint(options, env))
+    def save_counters(self) -> None:
+        """Write the counters (atomically) where the next fetcher finds them, when they changed."""
         with self.lock:
-            lock = self.mirror_locks.setdefault(local, threading.Lock())
-        with lock:
-            os.makedirs(local, mode=0o700, exist_ok=True)
-            manifest_path = os.path.join(local, ".manifest.json")
-            try:
-                with open(manifest_path) as f:
-                    manifest = json.load(f)
-            except (OSError, ValueError):
-                manifest = {}
-            objects = store.list(prefix)
-            if not objects:
-                raise StoreError(f"{url}: no objects under this prefix (a data folder holds dict.txt and "
-                                       f".idx/.bin files)")
-            new_manifest = {}
-            wanted = []  # small files to fetch whole
-            for key, size, etag in objects:
-                rel = key[len(prefix):].lstrip("/") if prefix else key
-                if not rel or rel.startswith(".") or "/." in rel or ".." in rel.split("/"):
-                    continue
-                path = os.path.join(local, rel)
-                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-                known = manifest.get(rel)
-                same = known is not None and known["size"] == size and known["etag"] == etag and os.path.exists(path)
-                if rel.endswith(".bin"):
-                    if not same or os.path.getsize(path) != size:
-                        tmp = f"{path}.{os.getpid()}.partial"
-                        with open(tmp, "wb") as f:
-                            f.truncate(size)  # sparse: blocks are written as ranges are fetched
-                        os.replace(tmp, path)  # a new inode: a reader of the old object's file keeps its own
-                    with self.lock:
-                        current = self.remotes.get(path)
-                        if current is None or current.etag != etag or current.size != size:
-                            self.remotes[path] = RemoteFile(store, key, size, etag, path)
-                elif not same:
-                    if size > limits.SMALL_FILE:
-                        continue  # (a large file babelfeed does not read: not mirrored)
-                    wanted.append((key, etag, size, path))
-                new_manifest[rel] = {"size": size, "etag": etag}
-            if wanted:  # (the small files, many at once: a thousand directions' indexes in a second or two)
-                self.network.call(_all_whole(self.network, store, wanted))
-            tmp = f"{manifest_path}.{os.getpid()}.partial"
+            got = dict(self.counters)
+        if got == self.saved:
+            return
+        tmp = f"{self.counters_path}.{os.getpid()}.partial"
+        try:
             with open(tmp, "w") as f:
-                json.dump({**new_manifest, **{"": {"url": url, "size": 0, "etag": ""}}}, f)
-            os.replace(tmp, manifest_path)
-        return local
+                json.dump(got, f)
+            os.replace(tmp, self.counters_path)
+            self.saved = got
+        except OSError:
+            pass  # (a full disk: counters are not worth an error)
 
     def _remote(self, path: str) -> RemoteFile:
         remote = self.remotes.get(path)
@@ -285,12 +257,17 @@ class Fetcher:
         remote = job.remote
         new = 0
         now = time.monotonic()
+        if data is not None:
+            try:
+                for x, y in job.parts:
+                    os.pwrite(remote.fd, memoryview(data)[x - job.a:y - job.a], x)
+            except OSError as e:
+                data, error = None, self.disk_error(e, remote.path)
         with remote.cond:
             for piece in [p for p in remote.flying.items if p.job is job]:
                 remote.flying.remove(piece)
             if data is not None:
                 for x, y in job.parts:
-                    os.pwrite(remote.fd, memoryview(data)[x - job.a:y - job.a], x)
                     piece = Piece(remote, x, y)
                     if len(job.dues[0]):
                         piece.add_dues(job.dues[0])
@@ -313,6 +290,16 @@ class Fetcher:
             over = self.held_bytes > self.limit
         if over and not job.urgent:
             self.evict()
+
+    def disk_error(self, e: OSError, path: str) -> Exception:
+        """A write into the cache that failed, as an error naming the cache folder and the settings that size it
+        (a full disk above all)."""
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            return StoreError(f"{path}: writing fetched bytes into the cache failed: {e.strerror or e}")
+        return StoreError(f"{self.cache}: the cache's disk is full ({e.strerror} writing {path}): free space "
+                          f"there, set BABELFEED_FETCH_CACHE_MB below its free space (the cache may hold "
+                          f"{self.limit / (1 << 20):,.0f} MB now), or set BABELFEED_CACHE_DIR to a folder on a "
+                          f"larger disk")
 
     def ensure(self, path: str, starts, ends, client: Client | None = None, clock: float | None = None) -> dict:
         """Fetch what the shadow ``path`` lacks of byte ranges ``[starts, ends)``, and return when it is all held;
@@ -476,24 +463,8 @@ class Fetcher:
                     self._ask(remote, a, b, dues)
         self.network.wake()
 
-    def listing(self, url: str, options: dict | None = None, env: dict | None = None) -> dict:
-        """``{"files": [[name, size], ...]}``: the objects under remote folder ``url``, named relative to it."""
-        root, prefix = split_url(url.rstrip("/"))
-        got = self.store(root, options, env).list(prefix)
-        cut = len(prefix) + 1 if prefix else 0
-        return {"files": [[key[cut:], size] for key, size, _ in got]}
-
-    def delete(self, url: str, options: dict | None = None, env: dict | None = None) -> dict:
-        root, key = split_url(url)
-        self.store(root, options, env).delete(key)
-        return {}
-
-    def upload(self, url: str, path: str, options: dict | None = None, env: dict | None = None) -> dict:
-        """Write local file ``path`` to object ``url``."""
-        bucket, key = split_url(url)
-        return {"bytes": self.store(bucket, options, env).put_file(key, path)}
-
-    def plan(self, files: dict, hosts: int = 1, rank: int | None = None, client: Client | None = None) -> dict:
+    def plan(self, files: dict, hosts: int = 1, rank: int | None = None, client: Client | None = None,
+             epoch=None) -> dict:
         """``{path: share}`` or ``{path: [share, rows]}``: the share of each file's rows the host's gathers read
         this epoch (from the plan), and the rows it holds, with ``hosts`` reading the data. Files of which
         fetching the rows read, joined across gaps under ``GAP``, brings ``DENSE`` or more are fetched in whole
@@ -514,6 +485,7 @@ class Fetcher:
                     total[p] = [total.get(p, [0.0])[0] + float(share), int(rows)]
             files = {p: [min(v[0], 1.0), v[1]] for p, v in total.items()}
             hosts = max(1, round(hosts / len(mine)))
+        self.folders.check_unchanged([p for p in files if p in self.remotes], epoch)
         gap = limits.SPARSE_GAP if hosts > 1 else limits.GAP
         brings = {p: joined_share(*(v if isinstance(v, (list, tuple)) else (v, 0)), self.remotes[p].size, gap)
                   for p, v in files.items() if p in self.remotes}
@@ -538,37 +510,39 @@ class Fetcher:
             pinned = len({(id(r), blk) for r in self.remotes.values() for p in r.held.items if p.pins
                           for blk in p.blocks}) * limits.BLOCK
             lat = []
-            for store in self.stores.values():
+            for store in self.folders.stores.values():
                 del store.latencies[:-10_000]
                 lat += store.latencies
             out = {**self.counters, "bytes_held": held, "bytes_pinned": pinned, "bytes_in_flight": self.flying_bytes,
                    "bytes_pending": sum(r.pending_bytes for r in self.remotes.values()),
-                   "cache_limit": self.limit, "files": len(self.remotes)}
+                   "cache_limit": self.limit, "files": len(self.remotes),
+                   "bodies_retried": sum(st.retried for st in self.folders.stores.values())}
         for q in (50, 90, 99):
             out[f"latency_p{q}_ms"] = round(float(np.percentile(lat, q)) * 1e3, 3) if lat else 0.0
         return out
 
 
-async def _all_whole(network: Network, store, wanted: list) -> None:
-    """Small objects fetched whole, many in flight at once (the first failure raised)."""
-    import asyncio  # the fetcher's event loop only (asyncio costs ~30 ms at import)
-
-    async def one(key, etag, size, path):
-        data = await network.bounded(store.get_async(key, etag=etag or None, size=size))
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.partial"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-
-    await asyncio.gather(*[one(*w) for w in wanted])
-
-
 def _error(e: BaseException) -> dict:
-    return {"type": type(e).__name__, "message": str(e), "path": getattr(e, "path", None),
-            "reason": getattr(e, "reason", None)}
+    path, reason = getattr(e, "path", None), getattr(e, "reason", None)
+    return {"type": type(e).__name__, "message": redact(str(e)), "path": redact(path) if isinstance(path, str) else path,
+            "reason": redact(reason) if isinstance(reason, str) else reason}
+
+
+class _Redacted:
+    """The fetcher's log (its stdout and stderr): every line with URL credentials replaced (``redact``)."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(redact(text))
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
 
 
 def serve(sock_path: str, cache: str) -> None:
+    sys.stdout, sys.stderr = _Redacted(sys.stdout), _Redacted(sys.stderr)
     fetcher = Fetcher(cache)
     state = {"clients": 0, "last": time.monotonic()}
     guard = threading.Lock()
@@ -588,7 +562,7 @@ def serve(sock_path: str, cache: str) -> None:
                     try:
                         op = msg.get("op")
                         if op == "mirror":
-                            reply = {"path": fetcher.mirror(msg["url"], msg.get("options"), msg.get("env"))}
+                            reply = fetcher.folders.mirror(msg["url"], msg.get("options"), msg.get("env"))
                         elif op == "ensure":
                             reply = fetcher.ensure_many(msg["files"], client, msg.get("clock"), bool(msg.get("keep")))
                         elif op == "hint":  # (answered first: the asking process goes on while it is taken in)
@@ -599,13 +573,14 @@ def serve(sock_path: str, cache: str) -> None:
                                 pass
                             continue
                         elif op == "list":
-                            reply = fetcher.listing(msg["url"], msg.get("options"), msg.get("env"))
+                            reply = fetcher.folders.listing(msg["url"], msg.get("options"), msg.get("env"))
                         elif op == "delete":
-                            reply = fetcher.delete(msg["url"], msg.get("options"), msg.get("env"))
+                            reply = fetcher.folders.delete(msg["url"], msg.get("options"), msg.get("env"))
                         elif op == "upload":
-                            reply = fetcher.upload(msg["url"], msg["path"], msg.get("options"), msg.get("env"))
+                            reply = fetcher.folders.upload(msg["url"], msg["path"], msg.get("options"), msg.get("env"))
                         elif op == "plan":
-                            reply = fetcher.plan(msg["files"], int(msg.get("hosts", 1)), msg.get("rank"), client)
+                            reply = fetcher.plan(msg["files"], int(msg.get("hosts", 1)), msg.get("rank"), client,
+                                                 msg.get("epoch"))
                         elif op == "stats":
                             reply = fetcher.stats()
                         elif op == "ping":
@@ -634,7 +609,9 @@ def serve(sock_path: str, cache: str) -> None:
 
     def idle_watch():
         while True:
-            time.sleep(min(5.0, limits.IDLE_SECONDS / 4))
+            for _ in range(max(1, int(min(5.0, limits.IDLE_SECONDS / 4) / COUNTERS_SECONDS))):
+                time.sleep(min(COUNTERS_SECONDS, limits.IDLE_SECONDS / 4))
+                fetcher.save_counters()
             with guard:
                 idle = state["clients"] == 0 and time.monotonic() - state["last"] > limits.IDLE_SECONDS
             if idle:
@@ -642,9 +619,12 @@ def serve(sock_path: str, cache: str) -> None:
                 return
 
     threading.Thread(target=idle_watch, daemon=True).start()
+    # SIGTERM (kill, a job's end): exit as after an idle wait, the socket removed and the counters saved
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
     try:
         server.serve_forever(poll_interval=0.2)
     finally:
+        fetcher.save_counters()
         server.server_close()
         try:
             os.unlink(sock_path)

@@ -1,0 +1,181 @@
+"""The folders the host's fetcher mirrors (:class:`Folders`): each remote folder's stores (one per endpoint and
+credentials), its shadow and manifest, the small files fetched whole, and the checks of its objects against the
+store each epoch. The fetcher (``server.py``) owns the ``.bin`` shadows' bytes: what is held, asked for, and
+evicted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+from babelfeed.errors import DataChangedError
+from babelfeed.storage.remote import limits
+from babelfeed.storage.remote.limits import _endpoint, shadow_root
+from babelfeed.storage.remote.objects import Store, StoreError, split_url
+from babelfeed.storage.remote.pieces import RemoteFile
+
+
+class Folders:
+    """The remote folders of one fetcher (``fetcher``: its ``.bin`` files, lock and network)."""
+
+    def __init__(self, fetcher):
+        self.fetcher = fetcher
+        self.cache = fetcher.cache
+        self.lock = threading.Lock()
+        self.stores: dict = {}
+        self.mirror_locks: dict[str, threading.Lock] = {}
+        self.checked: set = set()  # (shadow folder, epoch) whose objects were checked against the store
+
+    def store(self, root: str, options: dict | None, env: dict | None = None):
+        """The store for ``root`` as a process configures it: its options, and its store environment (``env``;
+        None: this process's). Processes with other endpoints or credentials get stores of their own."""
+        key = (root, json.dumps(options or {}, sort_keys=True), json.dumps(env, sort_keys=True))
+        with self.lock:
+            if key not in self.stores:
+                self.stores[key] = Store(root, options, env)
+            return self.stores[key]
+
+    def mirror(self, url: str, options: dict | None = None, env: dict | None = None) -> dict:
+        """The shadow folder of remote folder ``url``, brought up to date with the store: small files fetched whole
+        (kept while size and ETag hold), each ``.bin`` a sparse file of its size (a new file when its ETag
+        changed, so nothing fetched from the old object is ever read as the new one's). Returns ``{"path": the
+        shadow, "notices": what the asking process should be told}`` (stray keys skipped)."""
+        url = url.rstrip("/")
+        root, prefix = split_url(url)
+        store = self.store(root, options, env)
+        local = shadow_root(self.cache, url, _endpoint(options, env))
+        with self.lock:
+            lock = self.mirror_locks.setdefault(local, threading.Lock())
+        with lock:
+            os.makedirs(local, mode=0o700, exist_ok=True)
+            manifest_path = os.path.join(local, ".manifest.json")
+            try:
+                with open(manifest_path) as f:
+                    manifest = json.load(f)
+            except (OSError, ValueError):
+                manifest = {}
+            objects = store.list(prefix)
+            notices, store.notices = list(store.notices), []
+            if not objects:
+                raise StoreError(f"{url}: no objects under this prefix (a data folder holds dict.txt and "
+                                       f".idx/.bin files)")
+            rels = [key[len(prefix):].lstrip("/") if prefix else key for key, _, _ in objects]
+            folders = {r.rsplit("/", i)[0] for r in rels for i in range(1, r.count("/") + 1)}
+            new_manifest = {}
+            wanted = []  # small files to fetch whole
+            for (key, size, etag), rel in zip(objects, rels):
+                if not rel or rel.startswith(".") or "/." in rel or ".." in rel.split("/"):
+                    continue
+                if size == 0 and (rel in folders or key.endswith("/")):
+                    continue  # a folder marker (the S3 console's "create folder": a key ending in "/")
+                path = os.path.join(local, rel)
+                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+                known = manifest.get(rel)
+                same = known is not None and known["size"] == size and known["etag"] == etag and os.path.exists(path)
+                if rel.endswith(".bin"):
+                    if not same or os.path.getsize(path) != size:
+                        tmp = f"{path}.{os.getpid()}.partial"
+                        with open(tmp, "wb") as f:
+                            f.truncate(size)  # sparse: blocks are written as ranges are fetched
+                        os.replace(tmp, path)  # a new inode: a reader of the old object's file keeps its own
+                    with self.fetcher.lock:
+                        current = self.fetcher.remotes.get(path)
+                        if current is None or current.etag != etag or current.size != size:
+                            self.fetcher.remotes[path] = RemoteFile(store, key, size, etag, path)
+                        self.fetcher.remotes[path].folder = (store, prefix, local)
+                elif not same:
+                    if size > limits.SMALL_FILE:
+                        continue  # (a large file babelfeed does not read: not mirrored)
+                    if size == 0:  # (nothing to fetch)
+                        open(path, "wb").close()
+                    else:
+                        wanted.append((key, etag, size, path))
+                new_manifest[rel] = {"size": size, "etag": etag}
+            if wanted:  # (the small files, many at once: a thousand directions' indexes in a second or two)
+                self.fetcher.network.call(_all_whole(self.fetcher, store, wanted))
+            tmp = f"{manifest_path}.{os.getpid()}.partial"
+            with open(tmp, "w") as f:
+                json.dump({**new_manifest, **{"": {"url": url, "size": 0, "etag": ""}}}, f)
+            os.replace(tmp, manifest_path)
+        return {"path": local, "notices": notices}
+
+    def listing(self, url: str, options: dict | None = None, env: dict | None = None) -> dict:
+        """``{"files": [[name, size], ...]}``: the objects under remote folder ``url``, named relative to it."""
+        root, prefix = split_url(url.rstrip("/"))
+        got = self.store(root, options, env).list(prefix)
+        cut = len(prefix) + 1 if prefix else 0
+        return {"files": [[key[cut:], size] for key, size, _ in got]}
+
+    def delete(self, url: str, options: dict | None = None, env: dict | None = None) -> dict:
+        root, key = split_url(url)
+        self.store(root, options, env).delete(key)
+        return {}
+
+    def upload(self, url: str, path: str, options: dict | None = None, env: dict | None = None) -> dict:
+        """Write local file ``path`` to object ``url``."""
+        bucket, key = split_url(url)
+        return {"bytes": self.store(bucket, options, env).put_file(key, path)}
+
+    def check_unchanged(self, paths: list, epoch) -> None:
+        """Each epoch (a process's ``plan``): the objects of ``paths`` (shadow ``.bin`` files) and their ``.idx`` are
+        looked up in the store again (one listing per folder and epoch for the host: its ranks share it), and one
+        replaced or removed since the job opened it is refused by name, whether or not its bytes are cached: the
+        epoch would mix two versions of the data."""
+        folders: dict = {}
+        for p in paths:
+            r = self.fetcher.remotes[p]
+            if getattr(r, "folder", None) is not None:
+                folders.setdefault(r.folder[2], (r.folder, []))[1].append(r)
+        for local, ((store, prefix, _), files) in folders.items():
+            with self.lock:
+                if (local, epoch) in self.checked:
+                    continue
+                self.checked.add((local, epoch))
+            listed = {key: (size, etag) for key, size, etag in store.list(prefix)}
+            store.notices.clear()  # (said when the folder was mirrored)
+            try:
+                with open(os.path.join(local, ".manifest.json")) as f:
+                    manifest = json.load(f)
+            except (OSError, ValueError):
+                manifest = {}
+            for r in files:
+                rel = os.path.relpath(r.path, local).replace(os.sep, "/")
+                for name, key, want in ((rel, r.key, (r.size, r.etag)),
+                                        (rel[:-4] + ".idx", r.key[:-4] + ".idx", None)):
+                    if want is None:
+                        known = manifest.get(name)
+                        if known is None:
+                            continue
+                        want = (known["size"], known["etag"])
+                    got = listed.get(key)
+                    if got != want:
+                        with self.lock:
+                            self.checked.discard((local, epoch))
+                        how = "removed from the store" if got is None else \
+                            f"replaced in the store (size {want[0]:,} -> {got[0]:,}, ETag {want[1]} -> {got[1]})"
+                        raise DataChangedError(store.url(key), f"{how} since the job opened it: the next epoch would "
+                                                               f"mix two versions of the data, even where its bytes "
+                                                               f"are cached. Restart from the last saved state")
+
+
+async def _all_whole(fetcher, store, wanted: list) -> None:
+    """Small objects fetched whole, many in flight at once (the first failure raised)."""
+    import asyncio  # the fetcher's event loop only (asyncio costs ~30 ms at import)
+
+    async def one(key, etag, size, path):
+        data = await fetcher.network.bounded(store.get_async(key, etag=etag or None, size=size))
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.partial"
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise fetcher.disk_error(e, path) from None
+
+    await asyncio.gather(*[one(*w) for w in wanted])

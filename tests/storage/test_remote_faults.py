@@ -1,0 +1,257 @@
+"""The fetcher against what an adversarial audit found (issue 38): a hung fetcher, a planted cache folder, credentials
+in an endpoint, folder markers and stray keys in a listing, bodies cut short, a full disk, and an object replaced in
+the store while its bytes are cached. Each test fails on the code before its fix."""
+
+import itertools
+import os
+import signal
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import babelfeed
+from babelfeed.errors import StoreError, StoreNotice
+from s3server import s3, s3_env  # noqa: F401  (fixtures)
+from synthetic import config_for, make_data_bin
+from test_remote import same_batches
+
+KW = dict(data__shards="all", batching__max_tokens=256)
+
+
+def _remote():
+    from babelfeed.storage.remote import client as remote
+    return remote
+
+
+def test_a_stopped_fetcher_is_noticed_killed_and_replaced(tmp_path, s3_env, monkeypatch):
+    """SIGSTOP of the fetcher: every process of the host waited in recv for ever, silently. A request now asks the
+    fetcher (a ping on another connection) whether it is alive while it waits; silent for BABELFEED_FETCHER_HUNG
+    seconds, it is killed, a new one started (the run's folders mirrored again), and the user told once; the
+    batches stay the local copy's."""
+    remote = _remote()
+    monkeypatch.setattr(remote, "HUNG_SECONDS", 1.5)
+    monkeypatch.setattr(remote, "_SLICE", 0.3)
+    local = tmp_path / "data_bin"
+    make_data_bin(local)
+    url = s3_env.upload(str(local), "bkt", "hung/data_bin")
+    mine = list(babelfeed.build_train_iterator(config_for(local, **KW)))
+    it = babelfeed.build_train_iterator(config_for(url, **KW))
+    theirs = list(itertools.islice(it, 3))
+    pid = remote.request({"op": "ping"})["pid"]
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            theirs += list(it)
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    same_batches(mine, theirs)
+    said = [str(w.message) for w in caught if issubclass(w.category, StoreNotice)]
+    assert len(said) == 1 and f"fetcher (pid {pid}) did not answer for 2 s" in said[0], said
+    assert remote.request({"op": "ping"})["pid"] != pid and time.monotonic() - t0 < 60
+
+
+def test_a_slow_answer_from_a_live_fetcher_is_waited_for(tmp_path, monkeypatch):
+    """The liveness check must not kill a fetcher that is busy: an answer that takes several check intervals (a
+    store retrying) arrives, because the fetcher answers pings meanwhile."""
+    import socket
+    import threading
+
+    from babelfeed.storage.remote import wire
+
+    remote = _remote()
+    monkeypatch.setattr(remote, "HUNG_SECONDS", 1.0)
+    monkeypatch.setattr(remote, "_SLICE", 0.2)
+    path = str(tmp_path / "f.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(8)
+
+    def answer(conn):
+        msg = wire.receive(conn)
+        if msg["op"] == "slow":
+            time.sleep(2.5)  # (longer than HUNG_SECONDS, pinged meanwhile)
+        wire.send(conn, {"ok": msg["op"]})
+
+    def serve():  # (a thread per connection, as the fetcher's)
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=answer, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    conn = remote._connect(path)
+    assert remote._exchange(conn, {"op": "slow"}, path) == {"ok": "slow"}
+    server.close()
+
+
+def test_a_planted_cache_folder_is_refused(tmp_path, monkeypatch):
+    """In a shared BABELFEED_CACHE_DIR another user pre-created objects/ (or staging/) with fetcher.lock and
+    fetcher.log as links: babelfeed followed them, creating and appending to files of their choosing. objects/ and
+    staging/ are now refused as stamps/ is (a link, not ours, or writable by others), and the lock and log are
+    never opened through a link."""
+    remote = _remote()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(cache))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("theirs\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "fetcher.log").symlink_to(victim)
+    (elsewhere / "fetcher.lock").symlink_to(tmp_path / "created-by-us")
+    (cache / "objects").symlink_to(elsewhere)
+    with pytest.raises(StoreError, match=r"objects: refused as the folder of the fetcher's shadows.*it is a link"):
+        remote._start(str(cache), str(tmp_path / "s.sock"))
+    (cache / "objects").unlink()
+    (cache / "objects").mkdir(mode=0o777)
+    os.chmod(cache / "objects", 0o777)
+    with pytest.raises(StoreError, match=r"writable by others \(mode 0o777\)"):
+        remote._start(str(cache), str(tmp_path / "s.sock"))
+    os.chmod(cache / "objects", 0o700)
+    (cache / "objects" / "fetcher.lock").symlink_to(tmp_path / "created-by-us")
+    with pytest.raises(OSError):  # (O_NOFOLLOW: the system refuses the link)
+        remote._start(str(cache), str(tmp_path / "s.sock"))
+    assert victim.read_text() == "theirs\n" and not (tmp_path / "created-by-us").exists()
+    (cache / "staging").mkdir(mode=0o777)
+    os.chmod(cache / "staging", 0o777)
+    with pytest.raises(StoreError, match=r"staging: refused as the folder of staged output"):
+        remote.staging("s3://bkt/out")
+
+
+def test_credentials_in_an_endpoint_are_never_printed(tmp_path, s3_env, monkeypatch):
+    """An endpoint URL may carry user:secret@; errors printed it (the store does not answer ... GET
+    http://KEY:SECRET@host/...). Every message and the fetcher's log name it as ***@."""
+    from s3server import free_port
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://KEYID:SUPERSECRET@127.0.0.1:{free_port()}")
+    monkeypatch.setenv("BABELFEED_FETCH_RETRY_SECONDS", "1")
+    with pytest.raises(babelfeed.BabelfeedError) as err:
+        babelfeed.build_train_iterator(config_for("s3://bkt/nowhere/data_bin", **KW))
+    text = str(err.value)
+    assert "SUPERSECRET" not in text and "KEYID" not in text and "***@127.0.0.1" in text, text
+    log = (tmp_path / "cache" / "objects" / "fetcher.log").read_text()
+    assert "SUPERSECRET" not in log
+
+
+def test_folder_markers_and_stray_keys_are_skipped(tmp_path, s3_env):
+    """The S3 console's folder markers (zero-byte keys ending in /) made the folder unreadable ('shard000: no such
+    object'); one stray key ('..', 'a//b') refused it all, worded as a network failure. Markers are ignored; stray
+    keys are skipped with one warning naming them; the batches are the local copy's."""
+    local = tmp_path / "data_bin"
+    make_data_bin(local)
+    url = s3_env.upload(str(local), "bkt", "odd/data_bin")
+    c = s3_env.client()
+    for key in ("odd/data_bin/", "odd/data_bin/shard000/", "odd/data_bin/empty/"):
+        c.put_object(Bucket="bkt", Key=key, Body=b"")
+    mine = list(babelfeed.build_train_iterator(config_for(local, **KW)))
+    same_batches(mine, list(babelfeed.build_train_iterator(config_for(url, **KW))))
+    for key in ("odd/data_bin/..", "odd/data_bin//stray", "odd/data_bin/shard000/./x"):
+        c.put_object(Bucket="bkt", Key=key, Body=b"zz")
+    _remote()._folders.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        theirs = list(babelfeed.build_train_iterator(config_for(url, **KW)))
+    same_batches(mine, theirs)
+    said = [str(w.message) for w in caught if issubclass(w.category, StoreNotice)]
+    assert len(said) == 1 and "skipped 3 stray keys" in said[0] and "'odd/data_bin/..'" in said[0] and \
+        "'odd/data_bin//stray'" in said[0], said
+
+
+def test_bodies_closed_before_their_length_are_retried(tmp_path, s3_env, monkeypatch):
+    """A connection closed before its Content-Length, every time for more tries than the store client makes on
+    its own: the fetcher asks again (with backoff, within the retry bound) and serves the whole body, never a
+    short one."""
+    from s3proxy import FaultProxy
+
+    local = tmp_path / "data_bin"
+    make_data_bin(local, directions={"aaa-bbb": [400], "aaa-ccc": [60]}, valid=False)  # (few objects: each GET
+    # waits out its backoff)
+    url = s3_env.upload(str(local), "bkt", "cut/data_bin")
+    proxy = FaultProxy(s3_env.port, cut_first=12)  # (each object's first 12 GETs cut short: more than the
+    # store client's own 10 retries)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    monkeypatch.setenv("BABELFEED_FETCH_BACKOFF_MS", "1")  # (the fetcher this test starts waits little)
+    try:
+        theirs = list(babelfeed.build_train_iterator(config_for(url, **KW)))
+    finally:
+        proxy.stop()
+    same_batches(list(babelfeed.build_train_iterator(config_for(local, **KW))), theirs)
+    assert proxy.counts["cut"] >= 12, proxy.counts
+
+
+def test_a_full_cache_disk_names_the_folder_and_the_settings(tmp_path, monkeypatch):
+    """ENOSPC writing fetched bytes was a bare 'No space left on device': it now names the cache folder and the
+    two settings that move or bound it."""
+    import errno
+    import tempfile
+
+    from babelfeed.storage.remote import pieces, server
+
+    with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+        f.truncate(1 << 16)
+
+        class FakeStore:
+            async def get_range_async(self, key, a, b, etag):
+                return bytes(b - a)
+
+        def full(*args):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        remote = pieces.RemoteFile(FakeStore(), "k", 1 << 16, "", f.name)
+        fet = server.Fetcher(str(tmp_path))
+        fet.remotes[f.name] = remote
+        monkeypatch.setattr(server.os, "pwrite", full)
+        with pytest.raises(StoreError, match=rf"{tmp_path}: the cache's disk is full \(No space left on device "
+                                             rf"writing .*BABELFEED_FETCH_CACHE_MB.*BABELFEED_CACHE_DIR"):
+            fet.ensure(f.name, [1000], [1100])
+        assert remote.held.missing(np.array([1000]), np.array([1100])) != []  # (nothing held that was not written)
+        os.close(remote.fd)
+
+
+def test_an_object_replaced_in_the_store_is_refused_at_the_next_epoch_though_cached(tmp_path, s3_env):
+    """Every byte of epoch 1 is cached; the store's .bin is replaced (same size, new bytes). Epoch 2 served the
+    cached bytes of the old object beside fetched ones of the new, silently: the fetcher now checks the job's
+    objects against the store once per epoch and refuses a replaced one by name."""
+    local = tmp_path / "data_bin"
+    make_data_bin(local, directions={"aaa-bbb": [300], "aaa-ccc": [40]}, valid=False)
+    url = s3_env.upload(str(local), "bkt", "swap/data_bin")
+    it = babelfeed.build_train_iterator(config_for(url, **KW))
+    list(it)  # (epoch 1 whole: every row it reads is cached)
+    victim = next(p for p in sorted(local.rglob("*.bin")) if "aaa-bbb" in p.name)
+    key = f"swap/data_bin/{victim.relative_to(local).as_posix()}"
+    s3_env.client().put_object(Bucket="bkt", Key=key, Body=victim.read_bytes()[::-1])  # same size, new ETag
+    with pytest.raises(babelfeed.DataChangedError, match=rf"s3://bkt/{key}: replaced in the store .* since the job "
+                                                         rf"opened it"):
+        list(it)  # (epoch 2)
+
+
+def test_the_counters_survive_a_fetcher_restart_and_the_log_is_rotated(tmp_path, s3_env, monkeypatch):
+    """Telemetry went back to zero when a fetcher was replaced (killed, idle exit): its counters are saved as they
+    change and the next fetcher adds to them (fetcher_starts counts the fetchers). fetcher.log grew for ever: a
+    new fetcher rotates a long one to fetcher.log.1."""
+    remote = _remote()
+    monkeypatch.setattr(remote, "LOG_BYTES", 10)
+    local = tmp_path / "data_bin"
+    make_data_bin(local)
+    url = s3_env.upload(str(local), "bkt", "count/data_bin")
+    list(babelfeed.build_train_iterator(config_for(url, **KW)))
+    before = remote.stats()
+    assert before["requests"] > 0 and before["fetcher_starts"] == 1
+    log = tmp_path / "cache" / "objects" / "fetcher.log"
+    with open(log, "a") as f:
+        f.write("an earlier fetcher's lines\n")
+    time.sleep(1.5)  # (saved within a second)
+    os.kill(remote.request({"op": "ping"})["pid"], signal.SIGKILL)
+    time.sleep(0.2)
+    after = remote.stats()  # (a new fetcher)
+    assert after["fetcher_starts"] == 2 and after["requests"] >= before["requests"], (before, after)
+    assert "an earlier fetcher's lines" in (log.parent / "fetcher.log.1").read_text()
