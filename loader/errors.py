@@ -31,6 +31,7 @@ invariant of babelfeed's own that failed.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -164,18 +165,14 @@ class StoreError(BabelfeedError, OSError):
         super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
-_USERINFO = None
+_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 
 
 def redact(text: str) -> str:
     """``text`` with the credentials of every URL in it (``scheme://user:secret@host``) replaced by ``***``: an
     endpoint may carry them, and messages and logs never do."""
-    global _USERINFO
     if "@" not in text:
         return text
-    if _USERINFO is None:
-        import re
-        _USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
     return _USERINFO.sub(r"\1***@", text)
 
 

@@ -9,6 +9,8 @@ import os
 import secrets
 import stat
 
+from babelfeed.errors import StoreError
+
 
 def fsync_dir(path: str) -> None:
     """Make a rename inside ``path`` durable (best effort where directories cannot be opened)."""
@@ -142,7 +144,6 @@ def private_folder(folder: str, what: str) -> str:
     """:func:`private_folders`, then ``folder`` refused unless it is a real folder (not a link), this user's, and
     nobody else can write to it: ``what`` babelfeed keeps there (a lock, a log, a socket, staged output) would
     otherwise be a file another user chose (a link planted in a shared cache folder). Returns ``folder``."""
-    from babelfeed.errors import StoreError
 
     private_folders(folder)
     if not hasattr(os, "getuid"):

@@ -26,7 +26,7 @@ import threading
 import time
 from datetime import timedelta
 
-from babelfeed.errors import DataChangedError, StoreError, UsageError, redact
+from babelfeed.errors import DataChangedError, InternalError, StoreError, UsageError, redact
 
 
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "http", "https")
@@ -337,7 +337,7 @@ class Store:
             self.requests += 1
             self.bytes += len(data)
             return data
-        raise AssertionError("unreachable")
+        raise InternalError("the retry loop ended without an answer or an error")
 
     def delete(self, key: str) -> None:
         import obstore  # optional: babelfeed[s3]

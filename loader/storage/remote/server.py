@@ -257,15 +257,16 @@ class Fetcher:
         remote = job.remote
         new = 0
         now = time.monotonic()
-        if data is not None:
-            try:
-                for x, y in job.parts:
-                    os.pwrite(remote.fd, memoryview(data)[x - job.a:y - job.a], x)
-            except OSError as e:
-                data, error = None, self.disk_error(e, remote.path)
-        with remote.cond:
+        with remote.cond:  # (written and taken under the file's lock: an eviction punching the blocks of a
+            # neighbouring piece never zeroes bytes written but not yet held)
             for piece in [p for p in remote.flying.items if p.job is job]:
                 remote.flying.remove(piece)
+            if data is not None:
+                try:
+                    for x, y in job.parts:
+                        os.pwrite(remote.fd, memoryview(data)[x - job.a:y - job.a], x)
+                except OSError as e:
+                    data, error = None, self.disk_error(e, remote.path)
             if data is not None:
                 for x, y in job.parts:
                     piece = Piece(remote, x, y)
