@@ -14,9 +14,11 @@ from __future__ import annotations
 import atexit
 import queue
 import threading
+import time
 import weakref
 
 from babelfeed.errors import UsageError, UsageTypeError
+from babelfeed.stages import STAGES
 
 _live: "weakref.WeakSet[Prefetcher]" = weakref.WeakSet()
 
@@ -56,7 +58,9 @@ class Prefetcher:
                 state = self.iterator.get_state() if hasattr(self.iterator, "get_state") else None
                 if self._tracks:  # taken here: the iterator is this thread's
                     state = (state, self.iterator.ledger_at())
+                t0 = time.perf_counter()
                 item = (self.convert(batch), state)
+                STAGES.add("transfer", time.perf_counter() - t0)
                 while not self._stop.is_set():
                     try:
                         self._queue.put(item, timeout=0.1)

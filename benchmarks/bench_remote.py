@@ -94,12 +94,12 @@ class Rows:
 
         self.remote, self.saved = remote, remote.ensure_many
 
-        def spy(files, group=False):
+        def spy(files, group=False, **kw):
             if group:
                 for f in files:
                     self.bytes += int((np.asarray(f[2]) - np.asarray(f[1])).sum())
                     self.files.setdefault(os.path.abspath(f[0]), []).append((np.asarray(f[1]), np.asarray(f[2])))
-            return self.saved(files, group)
+            return self.saved(files, group, **kw)
 
         remote.ensure_many = spy
         return self

@@ -95,6 +95,7 @@ def train(config, steps: int, log_every: int = 25, log=print, checkpoint_dir: st
     model = build_model(len(dictionary), m.d_model, m.heads, m.layers, m.ff, m.max_len, pad)
     mesh = Mesh(np.array(jax.local_devices()), ("data",))
     batches = jax_adapter.global_batches(train_cfg, mesh, prefetch=2)
+    timed = babelfeed.Timed(batches)  # (iterated: its telemetry() is the loop's wait on data, each stage's time)
     shapes = batches.iterator.planner.opts.shapes
     log(f"model: {m.layers}+{m.layers} layers, d_model {m.d_model}, vocabulary {len(dictionary):,}; "
         f"{len(shapes)} static shapes: {', '.join('x'.join(map(str, s)) for s in shapes)}")
@@ -169,7 +170,7 @@ def train(config, steps: int, log_every: int = 25, log=print, checkpoint_dir: st
             else:
                 log(f"resumed from {checkpoint_dir} at step {done}")
     while done < steps and (stop_after is None or done < stop_after):
-        for batch in pending or batches:
+        for batch in pending or timed:
             src, prev = batch["net_input"]["src_tokens"], batch["net_input"]["prev_output_tokens"]
             params, opt_state, loss = step(params, opt_state, src, prev, batch["target"], batch["weight"])
             losses.append(float(loss))
@@ -180,8 +181,10 @@ def train(config, steps: int, log_every: int = 25, log=print, checkpoint_dir: st
             done += 1
             if done % log_every == 0 or done == 1:
                 window = losses[-log_every:]
+                data = babelfeed.reduce_over_ranks(timed.telemetry())  # (every process calls it)
                 log(f"step {done:>5}  loss {np.mean(window):.3f}  "
-                    f"{tokens / (time.perf_counter() - t0):,.0f} target tokens/s  compilations {len(traces)}")
+                    f"{tokens / (time.perf_counter() - t0):,.0f} target tokens/s  compilations {len(traces)}  "
+                    f"waited on data {data['data/wait_share/max']:.1%}")
             if mngr is not None and (done % save_every == 0 or done == steps):
                 mngr.save(done, args=ocp.args.Composite(
                     state=ocp.args.StandardSave({"params": params, "opt_state": opt_state}),

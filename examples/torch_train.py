@@ -82,11 +82,12 @@ def train(config, steps: int, log_every: int = 25, log=print) -> dict:
     warmup = min(100, steps // 5 + 1)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     batches = TorchBatches(babelfeed.build_train_iterator(model_pipeline(config)), device=device, prefetch=2)
+    timed = babelfeed.Timed(batches)  # (iterated: its telemetry() is the loop's wait on data, each stage's time)
     log(f"model: {m.layers}+{m.layers} layers, d_model {m.d_model}, vocabulary {len(dictionary):,}, on {device}")
     losses, tokens, done = [], 0, 0
     t0 = time.perf_counter()
     while done < steps:
-        for batch in batches:
+        for batch in timed:
             src, prev = batch["net_input"]["src_tokens"].long(), batch["net_input"]["prev_output_tokens"].long()
             target, weight = batch["target"].long(), batch["weight"]
             logits = model(src, prev)
@@ -102,14 +103,27 @@ def train(config, steps: int, log_every: int = 25, log=print) -> dict:
             tokens += batch["ntokens"]
             done += 1
             if done % log_every == 0 or done == 1:
+                data = babelfeed.reduce_over_ranks(timed.telemetry())  # (every rank calls it; max: the slowest)
                 log(f"step {done:>5}  loss {np.mean(losses[-log_every:]):.3f}  "
-                    f"{tokens / (time.perf_counter() - t0):,.0f} target tokens/s")
+                    f"{tokens / (time.perf_counter() - t0):,.0f} target tokens/s  "
+                    f"waited on data {data['data/wait_share/max']:.1%}")
             if done >= steps:
                 break
     batches.close()
     head, tail = np.mean(losses[: max(1, steps // 10)]), np.mean(losses[-max(1, steps // 10):])
     log(f"trained {done} steps in {time.perf_counter() - t0:.0f} s: loss {head:.3f} -> {tail:.3f}")
-    return {"losses": losses, "first": head, "last": tail}
+    telemetry = babelfeed.reduce_over_ranks(timed.telemetry())
+    log(stage_line(telemetry))
+    return {"losses": losses, "first": head, "last": tail, "telemetry": telemetry}
+
+
+def stage_line(t: dict) -> str:
+    """One line of a run's data telemetry (``reduce_over_ranks`` of ``Timed.telemetry()``): the wait, and the
+    seconds of each stage of making batches (the slowest rank's)."""
+    stages = " / ".join(f"{t.get(f'stage/{k}_seconds/max', 0.0):.2f}" for k in ("plan", "fetch", "gather", "collate",
+                                                                                "transfer"))
+    return (f"data: waited {t['data/wait_seconds/max']:.1f} s ({t['data/wait_share/max']:.1%} of the loop); "
+            f"plan / fetch / gather / collate / transfer {stages} s")
 
 
 def main(argv) -> int:

@@ -65,6 +65,7 @@ __all__ = [
     "dataset_exists",
     "dtype_for_vocab",
     "Timed",
+    "reduce_over_ranks",
     "SpikeGuard",
     "ExponentiatedGradient",
 ]
@@ -85,7 +86,7 @@ from babelfeed.iterators.protocol import LoaderIterator
 from babelfeed.lm.iterator import LMIterator
 from babelfeed.plan.mixing import sampling_probabilities
 from babelfeed.iterators.translation import BatchIterator
-from babelfeed.iterators.telemetry import Timed
+from babelfeed.iterators.telemetry import Timed, reduce_over_ranks
 from babelfeed.iterators.policy import ExponentiatedGradient, SpikeGuard
 from babelfeed.plan.packing import PackPlan, gpt_sample_index, pack, pack_pairs, pack_sentences
 from babelfeed.plan.shapes import ShapePlan, plan_shapes

@@ -16,7 +16,7 @@ LOADER = os.path.join(os.path.dirname(HERE), "loader")
 
 # bottom to top; a module may import its own layer and those below
 LAYERS = {
-    "errors": 0, "fileio": 0, "checks": 0, "permute": 0, "_native": 0,
+    "errors": 0, "fileio": 0, "stages": 0, "checks": 0, "permute": 0, "_native": 0,
     "storage": 1,
     "sources": 2,
     "plan": 3,

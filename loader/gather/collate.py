@@ -27,6 +27,7 @@ from babelfeed.errors import ConfigError, FormatError
 from babelfeed.plan.packing import segments
 from babelfeed.sources.rows import groups
 from babelfeed.gather.transforms import NoiseContext, Ragged, apply as apply_noise
+from babelfeed.stages import timed
 
 
 @dataclass(frozen=True)
@@ -256,6 +257,7 @@ class Collater:
                                 f"outside the dictionary of {self.opts.vocab_size} symbols: the data was binarized "
                                 f"with another dictionary, dict.txt was cut short, or the file is corrupt")
 
+    @timed("gather")
     def _side(self, spaces, side: _Side, raw: dict, comp, start, length, order, width: int, left_pad: bool,
               lengths_sorted: bool = False, prev_eos=None, largest: list | None = None):
         """One side's padded rows in batch order: one gather from the token spaces, raw-text rows written over

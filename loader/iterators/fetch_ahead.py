@@ -22,6 +22,7 @@ import os
 from collections import deque
 
 from babelfeed.storage.remote import client as remote  # (called through the module: tests stand in for the fetcher there)
+from babelfeed.stages import timed
 
 
 GROUP = 16  # batches whose rows one round trip fetches and pins (the first group: the first batch alone; each
@@ -60,6 +61,7 @@ class FetchAhead:
         self.group_bytes = self.ahead * GROUP_SHARE  # (a group grows while its bytes are under half of this)
         self.chunk_n = CHUNK  # batches of the next hint message
 
+    @timed("fetch")
     def before(self, k: int, base: int, epoch: int, stride: int | None = None, due: float | None = None) -> bool:
         """Batch ``k`` (from global batch ``base`` of ``epoch``) is about to be gathered; returns whether its rows
         are fetched and pinned now (its gather need not ask). ``stride``: every how many batches this process

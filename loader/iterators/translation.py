@@ -31,6 +31,7 @@ from babelfeed.plan.planner import EpochPlanner, Window
 from babelfeed.run.history import upgrade
 from babelfeed.run.layout import Layout
 from babelfeed.run.weights import Weights
+from babelfeed.stages import timed
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -129,6 +130,7 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
     def iterations_in_epoch(self) -> int:
         return -(-self._base // self._per_step) + self.step
 
+    @timed("batch")
     def __next__(self) -> dict:
         if self.max_epochs is not None and self.epoch > self.max_epochs:
             raise StopIteration

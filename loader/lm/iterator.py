@@ -35,6 +35,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 
 import numpy as np
 
@@ -50,6 +51,7 @@ from babelfeed.plan.options import SEED
 from babelfeed.plan.packing import ragged_arange, segments
 from babelfeed.run.weights import Weights
 from babelfeed.storage.remote.client import resolve_prefix
+from babelfeed.stages import STAGES, timed
 
 
 WINDOW_SAMPLES = 1 << 14  # samples (of this rank) planned at once
@@ -148,6 +150,7 @@ class LMIterator(LMRun, LoaderIterator):
     def has_batch(self, k: int, base: int | None = None) -> bool:
         return k >= 0 and 0 <= (base or 0) + k < len(self)
 
+    @timed("batch")
     def __next__(self) -> dict:
         if self.consumed >= self.num_samples:
             raise StopIteration
@@ -238,6 +241,7 @@ class LMIterator(LMRun, LoaderIterator):
                 hit[sub] = np.bincount(owner, weights=inside, minlength=len(sub)) > 0
         return hit
 
+    @timed("plan")
     def _window(self, k: int, ahead: bool = False):
         """The plan of the window of global batches holding batch k: this rank's samples, their pieces (CSR).
         ``ahead``: planned for the lookahead (its files are checked when a batch of it is read)."""
@@ -334,8 +338,10 @@ class LMIterator(LMRun, LoaderIterator):
         n, width = len(dataset), self.seq_len + 1
         text = np.zeros((n, width), dtype=np.int64)
         space = p["space"] if len(self.spaces) > 1 else (int(self.space_of[0]) if len(self.space_of) else 0)
+        t0 = time.perf_counter()
         gather.scatter(self.spaces if spaces is None else spaces, space, p["start"], p["length"], text,
                        rows * width + p["column"])
+        STAGES.add("gather", time.perf_counter() - t0, inside=STAGES.in_batch())
         bad = gather.first_outside(text, self.vocab_size) if self.vocab_size else None
         if bad is not None:
             self._refuse_tokens(text, bad, rows, p, dataset)

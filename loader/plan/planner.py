@@ -36,6 +36,7 @@ from babelfeed._native import plan_kernel
 from babelfeed.plan.samples import EpochSetup, Samples, Window
 from babelfeed.sources.sources import Direction, SourceSet, data_digest, locate_many
 from babelfeed.errors import ConfigError, DataError, OutOfRange, UsageError, UsageTypeError
+from babelfeed.stages import timed
 
 
 class EpochPlanner(StreamPlanning, PartPlanning):
@@ -327,6 +328,7 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             s.m[group] = sub
         return s
 
+    @timed("plan")
     def _plan_window(self, setup: EpochSetup, epoch: int, w: int, dirs, rows, spans) -> Window:
         """A window's samples -> lengths and addresses, filter, order, batches, served order."""
         o = self.opts

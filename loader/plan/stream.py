@@ -21,6 +21,7 @@ from babelfeed.plan.mixing import StreamDraw, stratified_counts, stream_rows
 from babelfeed.plan.packing import ragged_arange
 from babelfeed.plan.parts import after, available
 from babelfeed.errors import ConfigError, OutOfRange, StateError
+from babelfeed.stages import timed
 
 
 @dataclass
@@ -144,6 +145,7 @@ class StreamPlanning:
         if self._setup is not None and self._setup.epoch == epoch:
             self._setup = None
 
+    @timed("plan")
     def _stream_window(self, setup, epoch: int, w: int):
         """Window w of a stream epoch: counts from the weights at its first batch's update. With a step
         schedule, a window that would run past a boundary is cut where the boundary falls, and the next window

@@ -1,0 +1,145 @@
+"""Does training wait on an object store? A consumer takes the batches of one epoch at a training rate (1M and 5M
+real tokens/s: after each batch it sleeps as long as a step of that many tokens would take, using no CPU), from
+data on S3 behind a proxy adding a latency per request (default 20 ms) on a link of a given bandwidth (default
+200 MB/s). Measured, per case and rate:
+
+* the share of the wall time the consumer waited on ``next`` (the issue's target: <= 1% at 1M tokens/s), the
+  same figure for the local copy (the loader's own share at that rate), and the first batch. The batches are
+  read ahead two deep by a background thread, as the JAX and torch adapters do;
+* what the loader and the host's fetcher spend: CPU seconds per GB of rows served (the store's own CPU, moto on
+  the same two cores, reported apart);
+* requests against a lower bound (every row of the epoch fetched at once, with the fetcher's request size and
+  gap), and bytes fetched against the bytes of the rows the batches read.
+
+    python benchmarks/bench_remote_training.py [--latency-ms 20] [--bandwidth-mb 200] [--rates 1e6,5e6]
+        [--cases 4x1200000,1000x1200000]
+
+The local copy is read first (page cache warm), then S3 with a cold fetcher cache for each rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
+from bench_remote import Rows, cpu_of  # noqa: E402
+from common import table  # noqa: E402
+
+
+def consume(cfg, rate: float, depth: int = 2) -> dict:
+    """One epoch at ``rate`` real tokens/s, read ahead ``depth`` batches by a background thread as the JAX and
+    torch adapters do (their default depth): the seconds waited on ``next``, wall seconds, first batch,
+    tokens, batches."""
+    import babelfeed
+    from babelfeed.adapters.prefetch import Prefetcher
+
+    t0 = time.perf_counter()
+    it = Prefetcher(babelfeed.build_train_iterator(cfg), lambda batch: batch, depth)
+    waited, first, tokens, batches = 0.0, None, 0, 0
+    while True:
+        a = time.perf_counter()
+        try:
+            b = next(it)
+        except StopIteration:
+            break
+        got = time.perf_counter()
+        if first is None:
+            first = got - t0
+            start = got  # (the wait share counts from the first batch: the first is reported apart)
+        else:
+            waited += got - a
+        w = np.asarray(b["weight"]) > 0
+        n = int(np.asarray(b["net_input"]["src_lengths"])[w].sum() + (np.asarray(b["target"]) > 1).sum())
+        tokens += n
+        batches += 1
+        time.sleep(n / rate)  # (the training step)
+    it.close()
+    wall = time.perf_counter() - start
+    return {"waited": waited, "wall": wall, "first": first, "tokens": tokens, "batches": batches}
+
+
+def main(argv=None) -> str:
+    from s3proxy import ProxyProcess
+    from s3server import S3Server, stop_fetcher
+    from synthetic import config_for
+
+    import many_data
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--latency-ms", type=float, default=20.0)
+    p.add_argument("--bandwidth-mb", type=float, default=200.0)
+    p.add_argument("--rates", default="1e6,5e6", help="real tokens/s the consumer takes")
+    p.add_argument("--cases", default="4x1200000,1000x1200000", help="DIRECTIONSxPAIRS, comma-separated")
+    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "babelfeed-bench-remote"))
+    a = p.parse_args(argv)
+    rates = [float(x) for x in a.rates.split(",")]
+    server = S3Server()
+    os.environ.update(server.env())
+    from babelfeed.storage.remote import client as remote
+
+    proxy = ProxyProcess(server.port, latency=a.latency_ms / 1e3, bandwidth=a.bandwidth_mb * 1e6)
+    rows = []
+    kw = dict(data__shards="all", batching__max_tokens=4096)
+    try:
+        for ci, case in enumerate(a.cases.split(",")):
+            k, n = (int(x) for x in case.split("x"))
+            shards = 8 if k < 100 else 1
+            local = many_data.build(os.path.join(a.workdir, f"{k}-{n}-{shards}"), k, total=n, shards=shards,
+                                    log=lambda *x: None)
+            url = server.upload(local, "bench", f"t{ci}")
+            consume(config_for(local, **kw), 1e12)  # (page cache warm, imports done)
+            for rate in rates:
+                here = consume(config_for(local, **kw), rate)
+                os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
+                os.environ["BABELFEED_CACHE_DIR"] = cache = os.path.join(a.workdir, "cache", f"t{ci}-{rate:g}")
+                remote._folders.clear()
+                remote._local.conn = None
+                remote._waited.update(seconds=0.0, calls=0)
+                server_cpu, me = cpu_of(server.proc.pid), resource.getrusage(resource.RUSAGE_SELF)
+                try:
+                    with Rows() as seen:
+                        there = consume(config_for(url, **kw), rate)
+                    st = remote.telemetry()
+                    fetcher_cpu = cpu_of(int(remote.request({"op": "ping"})["pid"]))
+                finally:
+                    stop_fetcher(cache)
+                    os.environ["AWS_ENDPOINT_URL"] = server.endpoint
+                    shutil.rmtree(cache, ignore_errors=True)
+                me2 = resource.getrusage(resource.RUSAGE_SELF)
+                loader_cpu = me2.ru_utime + me2.ru_stime - me.ru_utime - me.ru_stime
+                assert (here["tokens"], here["batches"]) == (there["tokens"], there["batches"]), \
+                    "the S3 epoch differs from the local one"
+                gb = max(seen.bytes, 1) / 1e9
+                bound = seen.lower_bound()
+                share = there["waited"] / max(there["wall"], 1e-9)
+                rows.append([f"{k:,} directions, {n:,} pairs", f"{rate / 1e6:g}M",
+                             f"{share:.2%} ({there['waited']:.2f} of {there['wall']:.0f} s)",
+                             f"{here['waited'] / max(here['wall'], 1e-9):.2%}",
+                             f"{there['first']:.2f} s (local {here['first']:.2f} s)",
+                             f"{st['fetch/requests']:,} ({st['fetch/requests'] / max(bound, 1):.2f}x of {bound:,})",
+                             f"{st['fetch/bytes'] / max(seen.bytes, 1):.2f}x of {seen.bytes / 1e6:,.0f} MB",
+                             f"{loader_cpu / gb:,.0f} / {fetcher_cpu / gb:,.0f}",
+                             f"{cpu_of(server.proc.pid) - server_cpu:,.0f}",
+                             "yes" if share <= 0.01 else "no"])
+    finally:
+        proxy.stop()
+        server.stop()
+    return table(f"Training at a fixed rate from S3 through a proxy adding {a.latency_ms:g} ms a request on a "
+                 f"{a.bandwidth_mb:g} MB/s link (one epoch, in-process iterator, max_tokens 4096)", rows,
+                 ["data", "tokens/s", "waited on data (S3)", "waited (local)", "first batch",
+                  "requests / lower bound", "bytes fetched / rows read", "CPU s per GB: loader / fetcher",
+                  "store CPU s", "<= 1%"])
+
+
+if __name__ == "__main__":
+    print(main())
