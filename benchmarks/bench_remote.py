@@ -24,6 +24,7 @@ The machine's two cores run the server, the proxy, the fetcher and the iterator 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
 import sys
@@ -118,6 +119,38 @@ class Rows:
         return n
 
 
+@contextlib.contextmanager
+def on_store(server, endpoint: str, cache: str):
+    """Reading from ``endpoint`` (the proxy) with a fresh fetcher on cache folder ``cache``, the rows the batches
+    read recorded: yields a dict that, on leaving, holds ``telemetry`` (``remote.telemetry()``), ``rows``
+    (:class:`Rows`) and ``cpu`` (seconds of this process, the fetcher and the store meanwhile); the fetcher is
+    stopped and the cache removed after."""
+    import shutil
+
+    from babelfeed.storage.remote import client as remote
+    from s3server import stop_fetcher
+
+    os.environ["AWS_ENDPOINT_URL"] = endpoint
+    os.environ["BABELFEED_CACHE_DIR"] = cache
+    remote._folders.clear()
+    remote._local.conn = None
+    remote._waited.update(seconds=0.0, calls=0)
+    server_cpu, me = cpu_of(server.proc.pid), resource.getrusage(resource.RUSAGE_SELF)
+    got: dict = {}
+    try:
+        with Rows() as seen:
+            yield got
+        got["telemetry"], got["rows"] = remote.telemetry(), seen
+        fetcher_cpu = cpu_of(int(remote.request({"op": "ping"})["pid"]))
+    finally:
+        stop_fetcher(cache)
+        os.environ["AWS_ENDPOINT_URL"] = server.endpoint
+        shutil.rmtree(cache, ignore_errors=True)
+    me2 = resource.getrusage(resource.RUSAGE_SELF)
+    got["cpu"] = {"loader": me2.ru_utime + me2.ru_stime - me.ru_utime - me.ru_stime, "fetcher": fetcher_cpu,
+                  "server": cpu_of(server.proc.pid) - server_cpu}
+
+
 def epoch(cfg, limit: int | None = None, rank: int = 0, world: int = 1) -> tuple:
     """(first batch s, all s, real tokens, batches) of one epoch (or its first ``limit`` batches)."""
     import babelfeed
@@ -183,7 +216,7 @@ def megatron_style(cfg, server, endpoint: str, bucket: str, prefix: str, local: 
 
 def main(argv=None) -> str:
     from s3proxy import ProxyProcess
-    from s3server import S3Server, stop_fetcher
+    from s3server import S3Server
     from synthetic import config_for
 
     import many_data
@@ -200,7 +233,6 @@ def main(argv=None) -> str:
     sizes = [int(x) for x in a.sizes.split(",")]
     server = S3Server()
     os.environ.update(server.env())
-    from babelfeed.storage.remote import client as remote
 
     out = [table("Client CPU per ranged GET of 500 bytes (loopback S3, no proxy)", client_cpu(server),
                  ["library", "CPU per request"])]
@@ -220,27 +252,9 @@ def main(argv=None) -> str:
             f0, t0, tok0, n0 = epoch(config_for(local, **kw))
 
             def on_s3(cfg, tag, rank=0, world=1):
-                os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
-                os.environ["BABELFEED_CACHE_DIR"] = cache = os.path.join(a.workdir, "cache", tag)
-                remote._folders.clear()
-                remote._local.conn = None
-                remote._waited.update(seconds=0.0, calls=0)
-                server_cpu, me = cpu_of(server.proc.pid), resource.getrusage(resource.RUSAGE_SELF)
-                try:
-                    with Rows() as seen:
-                        f1, t1, tok1, n1 = epoch(cfg, rank=rank, world=world)
-                    st = remote.telemetry()
-                    fetcher_cpu = cpu_of(int(remote.request({"op": "ping"})["pid"]))
-                finally:
-                    stop_fetcher(cache)
-                    os.environ["AWS_ENDPOINT_URL"] = server.endpoint
-                    import shutil
-
-                    shutil.rmtree(cache, ignore_errors=True)
-                me2 = resource.getrusage(resource.RUSAGE_SELF)
-                cpu = {"loader": me2.ru_utime + me2.ru_stime - me.ru_utime - me.ru_stime,
-                       "fetcher": fetcher_cpu, "server": cpu_of(server.proc.pid) - server_cpu}
-                return (f1, t1, tok1, n1), st, seen, cpu
+                with on_store(server, proxy.endpoint, os.path.join(a.workdir, "cache", tag)) as got:
+                    got["result"] = epoch(cfg, rank=rank, world=world)
+                return got["result"], got["telemetry"], got["rows"], got["cpu"]
 
             (f1, t1, tok1, n1), st, seen, cpu = on_s3(config_for(url, **kw), f"c{ci}")
             assert (tok0, n0) == (tok1, n1), "the S3 epoch differs from the local one"

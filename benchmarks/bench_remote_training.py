@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
-import shutil
 import sys
 import tempfile
 import time
@@ -32,7 +30,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
-from bench_remote import Rows, cpu_of  # noqa: E402
+from bench_remote import on_store  # noqa: E402
 from common import table  # noqa: E402
 
 
@@ -70,7 +68,7 @@ def consume(cfg, rate: float, depth: int = 2) -> dict:
 
 def main(argv=None) -> str:
     from s3proxy import ProxyProcess
-    from s3server import S3Server, stop_fetcher
+    from s3server import S3Server
     from synthetic import config_for
 
     import many_data
@@ -85,8 +83,6 @@ def main(argv=None) -> str:
     rates = [float(x) for x in a.rates.split(",")]
     server = S3Server()
     os.environ.update(server.env())
-    from babelfeed.storage.remote import client as remote
-
     proxy = ProxyProcess(server.port, latency=a.latency_ms / 1e3, bandwidth=a.bandwidth_mb * 1e6)
     rows = []
     kw = dict(data__shards="all", batching__max_tokens=4096)
@@ -100,23 +96,9 @@ def main(argv=None) -> str:
             consume(config_for(local, **kw), 1e12)  # (page cache warm, imports done)
             for rate in rates:
                 here = consume(config_for(local, **kw), rate)
-                os.environ["AWS_ENDPOINT_URL"] = proxy.endpoint
-                os.environ["BABELFEED_CACHE_DIR"] = cache = os.path.join(a.workdir, "cache", f"t{ci}-{rate:g}")
-                remote._folders.clear()
-                remote._local.conn = None
-                remote._waited.update(seconds=0.0, calls=0)
-                server_cpu, me = cpu_of(server.proc.pid), resource.getrusage(resource.RUSAGE_SELF)
-                try:
-                    with Rows() as seen:
-                        there = consume(config_for(url, **kw), rate)
-                    st = remote.telemetry()
-                    fetcher_cpu = cpu_of(int(remote.request({"op": "ping"})["pid"]))
-                finally:
-                    stop_fetcher(cache)
-                    os.environ["AWS_ENDPOINT_URL"] = server.endpoint
-                    shutil.rmtree(cache, ignore_errors=True)
-                me2 = resource.getrusage(resource.RUSAGE_SELF)
-                loader_cpu = me2.ru_utime + me2.ru_stime - me.ru_utime - me.ru_stime
+                with on_store(server, proxy.endpoint, os.path.join(a.workdir, "cache", f"t{ci}-{rate:g}")) as got:
+                    there = consume(config_for(url, **kw), rate)
+                st, seen, cpu = got["telemetry"], got["rows"], got["cpu"]
                 assert (here["tokens"], here["batches"]) == (there["tokens"], there["batches"]), \
                     "the S3 epoch differs from the local one"
                 gb = max(seen.bytes, 1) / 1e9
@@ -128,8 +110,8 @@ def main(argv=None) -> str:
                              f"{there['first']:.2f} s (local {here['first']:.2f} s)",
                              f"{st['fetch/requests']:,} ({st['fetch/requests'] / max(bound, 1):.2f}x of {bound:,})",
                              f"{st['fetch/bytes'] / max(seen.bytes, 1):.2f}x of {seen.bytes / 1e6:,.0f} MB",
-                             f"{loader_cpu / gb:,.0f} / {fetcher_cpu / gb:,.0f}",
-                             f"{cpu_of(server.proc.pid) - server_cpu:,.0f}",
+                             f"{cpu['loader'] / gb:,.0f} / {cpu['fetcher'] / gb:,.0f}",
+                             f"{cpu['server']:,.0f}",
                              "yes" if share <= 0.01 else "no"])
     finally:
         proxy.stop()
