@@ -140,18 +140,30 @@ def private_folders(folder: str) -> None:
             pass
 
 
+def not_private(st: os.stat_result) -> str | None:
+    """Why a folder of these stats is not this user's alone (``"a link"``, ``"owned by uid N"``, ``"writable by
+    others (mode ...)"``, ``"not a folder"``), or None when it is (always None where the system has no users)."""
+    if not hasattr(os, "getuid"):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return "a link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    if st.st_uid != os.getuid():
+        return f"owned by uid {st.st_uid}"
+    if st.st_mode & 0o022:
+        return f"writable by others (mode {oct(st.st_mode & 0o777)})"
+    return None
+
+
 def private_folder(folder: str, what: str) -> str:
     """:func:`private_folders`, then ``folder`` refused unless it is a real folder (not a link), this user's, and
     nobody else can write to it: ``what`` babelfeed keeps there (a lock, a log, a socket, staged output) would
     otherwise be a file another user chose (a link planted in a shared cache folder). Returns ``folder``."""
 
     private_folders(folder)
-    if not hasattr(os, "getuid"):
-        return folder
-    st = os.lstat(folder)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
-        kind = "a link" if stat.S_ISLNK(st.st_mode) else "not a folder" if not stat.S_ISDIR(st.st_mode) else \
-            f"owned by uid {st.st_uid}" if st.st_uid != os.getuid() else f"writable by others (mode {oct(st.st_mode & 0o777)})"
+    kind = not_private(os.lstat(folder))
+    if kind is not None:
         raise StoreError(f"{folder}: refused as the folder of {what}: it is {kind}, so another user could choose "
                          f"the files babelfeed writes there. Remove it (or chmod 700 it, as its owner), or set "
                          f"BABELFEED_CACHE_DIR to a folder of your own")

@@ -29,7 +29,7 @@ import threading
 import time
 import warnings
 
-from babelfeed.fileio import cache_dir, private_folders  # noqa: F401  (cache_dir: part of this module's face)
+from babelfeed.fileio import cache_dir, not_private, private_folders  # noqa: F401  (cache_dir: part of this module's face)
 from babelfeed.storage.remote.client import is_shadow
 
 
@@ -77,7 +77,7 @@ def _folder_trusted(folder: str) -> bool:
         st = os.stat(folder)
     except OSError:
         return True  # nothing there yet (not remembered: it may be made)
-    ok = not hasattr(os, "getuid") or (st.st_uid == os.getuid() and not st.st_mode & 0o022)
+    ok = not_private(st) is None
     if not ok:
         warnings.warn(f"{folder}: the verification stamps folder is not yours or others can write to it (mode "
                       f"{oct(st.st_mode & 0o777)}): a planted stamp could skip an index's check, so its stamps are "

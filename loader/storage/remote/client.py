@@ -91,8 +91,9 @@ def _connect(path: str) -> socket.socket | None:
     except OSError:
         s.close()
         return None
-    if hasattr(socket, "SO_PEERCRED") and hasattr(os, "getuid"):
-        _, uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    peer = _peer(s)
+    if peer is not None and hasattr(os, "getuid"):
+        uid = peer[1]
         if uid != os.getuid():
             s.close()
             raise BabelfeedError(f"{path}: the fetcher's socket is served by another user's process (uid {uid}): "
@@ -100,11 +101,12 @@ def _connect(path: str) -> socket.socket | None:
     return s
 
 
-def _peer_pid(s: socket.socket) -> int | None:
-    """The pid of the fetcher at the other end of ``s`` (from the kernel), where the system says."""
+def _peer(s: socket.socket) -> tuple[int, int] | None:
+    """``(pid, uid)`` of the process at the other end of ``s`` (from the kernel), where the system says."""
     if not hasattr(socket, "SO_PEERCRED"):
         return None
-    return struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+    pid, uid, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    return pid, uid
 
 
 def _start(cache: str, path: str) -> socket.socket:
@@ -230,7 +232,8 @@ def _client() -> socket.socket:
     cache = _cache()
     path = socket_path(cache)
     conn = _start(cache, path)
-    _local.conn, _local.pid, _local.path, _local.fetcher = conn, os.getpid(), path, _peer_pid(conn)
+    _local.conn, _local.pid, _local.path = conn, os.getpid(), path
+    _local.fetcher = (_peer(conn) or (None,))[0]
     return conn
 
 

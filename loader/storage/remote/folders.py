@@ -51,11 +51,7 @@ class Folders:
         with lock:
             os.makedirs(local, mode=0o700, exist_ok=True)
             manifest_path = os.path.join(local, ".manifest.json")
-            try:
-                with open(manifest_path) as f:
-                    manifest = json.load(f)
-            except (OSError, ValueError):
-                manifest = {}
+            manifest = _manifest(local)
             objects = store.list(prefix)
             notices, store.notices = list(store.notices), []
             if not objects:
@@ -135,11 +131,7 @@ class Folders:
                 self.checked.add((local, epoch))
             listed = {key: (size, etag) for key, size, etag in store.list(prefix)}
             store.notices.clear()  # (said when the folder was mirrored)
-            try:
-                with open(os.path.join(local, ".manifest.json")) as f:
-                    manifest = json.load(f)
-            except (OSError, ValueError):
-                manifest = {}
+            manifest = _manifest(local)
             for r in files:
                 rel = os.path.relpath(r.path, local).replace(os.sep, "/")
                 for name, key, want in ((rel, r.key, (r.size, r.etag)),
@@ -158,6 +150,15 @@ class Folders:
                         raise DataChangedError(store.url(key), f"{how} since the job opened it: the next epoch would "
                                                                f"mix two versions of the data, even where its bytes "
                                                                f"are cached. Restart from the last saved state")
+
+
+def _manifest(local: str) -> dict:
+    """What shadow folder ``local`` was last mirrored from: ``{name: {"size", "etag"}}`` ({} when none)."""
+    try:
+        with open(os.path.join(local, ".manifest.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
 
 
 async def _all_whole(fetcher, store, wanted: list) -> None:

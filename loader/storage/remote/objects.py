@@ -27,6 +27,7 @@ import time
 from datetime import timedelta
 
 from babelfeed.errors import DataChangedError, InternalError, StoreError, UsageError, redact
+from babelfeed.storage.remote.limits import _endpoint
 
 
 SCHEMES = ("s3", "s3a", "gs", "az", "abfs", "abfss", "http", "https")
@@ -262,7 +263,7 @@ class Store:
                              f"warning") from None
         env = self._env if self._env is not None else dict(os.environ)
         opts = dict(self._options or {})
-        endpoint = opts.get("endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+        endpoint = _endpoint(opts, env) or None
         session = boto3.session.Session(
             aws_access_key_id=opts.get("access_key_id") or env.get("AWS_ACCESS_KEY_ID"),
             aws_secret_access_key=opts.get("secret_access_key") or env.get("AWS_SECRET_ACCESS_KEY"),
@@ -323,8 +324,9 @@ class Store:
                 if size is not None and len(data) != size:
                     raise _CutShort(f"the body ended after {len(data):,} of its {size:,} bytes")
             except Exception as e:
-                if not _transient_body(e) or attempt == MAX_RETRIES or time.monotonic() >= deadline:
-                    if _transient_body(e):
+                transient = _transient_body(e)
+                if not transient or attempt == MAX_RETRIES or time.monotonic() >= deadline:
+                    if transient:
                         raise StoreError(
                             f"{self.url(key)}: {what}: the connection closed before the body's end on each of "
                             f"{attempt + 1} tries within {RETRY_SECONDS:.0f} s (a network or store fault; "
