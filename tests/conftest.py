@@ -33,6 +33,19 @@ def pytest_sessionfinish(session, exitstatus):
         pass
     shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
+def pytest_terminal_summary(terminalreporter):
+    """A store left untested on this machine (its emulator could not be installed) is said at the end, loudly:
+    a skip in the middle of the dots is easy to miss."""
+    untested = set()
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if "UNTESTED" in reason:
+            untested.add(reason.split("Skipped: ")[-1])
+    for reason in sorted(untested):
+        terminalreporter.write_sep("!", "NOT TESTED ON THIS MACHINE", red=True, bold=True)
+        terminalreporter.write_line(reason, red=True, bold=True)
+
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 # The test folders mirror the packages (tests/plan for babelfeed.plan, ...); the helpers (synthetic, golden,

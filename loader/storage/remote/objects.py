@@ -11,7 +11,8 @@ fresh, never forked from a process that used it. Every other process reads the f
 Credentials and endpoints come the way every S3 tool takes them: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_DEFAULT_REGION``/``AWS_REGION``, ``AWS_ALLOW_HTTP=true``
 for a plain-http endpoint (a store on the LAN or the loopback), and ``AWS_PROFILE`` or the profile files (through
-boto3's credential chain, when boto3 is installed); GCS and Azure take their SDKs' variables. The options of a
+boto3's credential chain, when boto3 is installed); GCS and Azure take their SDKs' variables (and
+``GOOGLE_ALLOW_HTTP``, ``AZURE_ALLOW_HTTP``). The options of a
 config's ``data.storage`` section override them. No credential is ever logged or put in a message.
 """
 
@@ -59,7 +60,8 @@ def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-STORE_ENV = ("AWS_", "GOOGLE_", "AZURE_")  # the environment a store is configured from (obstore reads it)
+# the environment a store is configured from (obstore reads it; AZURITE_BLOB_STORAGE_URL: Azure's emulator)
+STORE_ENV = ("AWS_", "GOOGLE_", "AZURE_", "AZURITE_")
 _env_lock = threading.Lock()
 
 
@@ -87,6 +89,13 @@ def _store(root: str, options: dict | None, env: dict | None = None):
             os.environ.update(saved)
 
 
+def allow_http_variable(root: str) -> str:
+    """The environment variable that allows a plain-http endpoint for ``root``'s store (each store's prefix)."""
+    scheme = root.split("://")[0]
+    return {"gs": "GOOGLE_ALLOW_HTTP", "az": "AZURE_ALLOW_HTTP", "abfs": "AZURE_ALLOW_HTTP",
+            "abfss": "AZURE_ALLOW_HTTP"}.get(scheme, "AWS_ALLOW_HTTP")
+
+
 def _build_store(root: str, options: dict | None):
     try:
         from obstore.store import from_url  # optional: babelfeed[s3]
@@ -97,7 +106,7 @@ def _build_store(root: str, options: dict | None):
     client = {"timeout": opts.pop("timeout", "60s"), "connect_timeout": opts.pop("connect_timeout", "5s")}
     allow_http = opts.pop("allow_http", None)
     if allow_http is None:
-        allow_http = _env_flag("AWS_ALLOW_HTTP")
+        allow_http = _env_flag(allow_http_variable(root))
     client["allow_http"] = bool(allow_http)
     retry = {"max_retries": MAX_RETRIES, "retry_timeout": timedelta(seconds=RETRY_SECONDS),
              "backoff": {"init_backoff": timedelta(seconds=BACKOFF), "max_backoff": timedelta(seconds=10),
@@ -204,8 +213,8 @@ class Store:
             return StoreError(f"{self.root}: credentials missing or refused ({what} {url}: HTTP {code}); "
                                     f"{_SET_CREDENTIALS}")
         if "builder error" in text and "http://" in text:
-            return StoreError(f"{self.root}: the endpoint is plain http: set AWS_ALLOW_HTTP=true (or "
-                                    f"data.storage.allow_http) to allow it ({what} {url})")
+            return StoreError(f"{self.root}: the endpoint is plain http: set {allow_http_variable(self.root)}=true "
+                                    f"(or data.storage.allow_http) to allow it ({what} {url})")
         if "169.254.169.254" in text or "credential" in text.lower():
             return StoreError(f"{self.root}: no credentials found ({what} {url}); {_SET_CREDENTIALS}")
         retried = re.search(r"after (\d+) retries", text)
@@ -250,8 +259,11 @@ class Store:
     def _list_around(self, prefix: str, bad: str) -> list[tuple[str, int, str]]:
         """:meth:`list` of a prefix holding keys obstore refuses (``bad``, the first): S3's listing read through
         boto3, every key kept as it is but those, which are skipped with a warning naming them."""
+        scheme = self.root.split("://")[0]
+        tool = {"gs": f"gcloud storage mv '{self.url(bad)}' ...",
+                "az": f"az storage blob delete --container-name {self.root.split('://', 1)[1]} --name '{bad}'"}
         fix = (f"delete or rename it (it is not babelfeed's: an empty or '.'/'..' path segment), e.g. "
-               f"aws s3 mv '{self.url(bad)}' ...")
+               f"{tool.get({'abfs': 'az', 'abfss': 'az'}.get(scheme, scheme), f'aws s3 mv {self.url(bad)!r} ...')}")
         if not self.root.startswith(("s3://", "s3a://")):
             raise StoreError(f"{self.url(prefix)}: the listing holds the key {bad!r}, which the store client "
                              f"cannot read: {fix}")

@@ -1,0 +1,144 @@
+"""Azure's own storage emulator (Azurite, from npm) on the loopback for tests of ``az://`` folders, and helpers to
+upload a local folder to it. The fixture installs Azurite on first use into the user's cache folder
+(``~/.cache/babelfeed-tests/``; ~30 s, once), starts it bound to 127.0.0.1 only, keeping blobs in memory, and
+stops it after. Without node and npm the tests that need it are skipped, and the run's summary says so in capitals
+(conftest.py): ``az://`` is then untested on this machine. ``BABELFEED_AZURITE`` names an installed
+``azurite-blob`` instead."""
+
+import fcntl
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+from s3server import free_port
+
+VERSION = "3.37.0"
+# Azurite's well-known development account (published in Azure's docs; it opens nothing but a local emulator)
+ACCOUNT = "devstoreaccount1"
+KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+UNTESTED = "AZ:// UNTESTED"  # (the skip reason's mark, which conftest.py's summary looks for)
+
+
+def _installed() -> str | None:
+    """The ``azurite-blob`` program: named by BABELFEED_AZURITE, on the PATH, in the cache, or installed there now
+    with npm (None when there is no npm)."""
+    named = os.environ.get("BABELFEED_AZURITE") or shutil.which("azurite-blob")
+    if named:
+        return named
+    home = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "babelfeed-tests")
+    folder = os.path.join(home, f"azurite-{VERSION}")
+    program = os.path.join(folder, "node_modules", ".bin", "azurite-blob")
+    if os.path.exists(program):
+        return program
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        return None
+    os.makedirs(home, exist_ok=True)
+    with open(os.path.join(home, f"azurite-{VERSION}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # (xdist workers: one installs, the others wait for it)
+        if not os.path.exists(program):
+            part = tempfile.mkdtemp(prefix=".azurite-", dir=home)  # (renamed when complete: never half there)
+            try:
+                subprocess.run([npm, "install", "--prefix", part, "--no-audit", "--no-fund", "--no-save",
+                                "--loglevel=error", f"azurite@{VERSION}"], check=True, timeout=600,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
+                shutil.rmtree(part, ignore_errors=True)
+                pytest.skip(f"{UNTESTED}: npm could not install Azure's emulator (Azurite {VERSION}): "
+                            f"{(getattr(e, 'stderr', '') or str(e)).strip().splitlines()[-1:]}")
+            os.rename(part, folder)
+    return program
+
+
+class AzuriteServer:
+    def __init__(self, program: str, folder: str):
+        self.port = free_port()
+        self.proc = subprocess.Popen([program, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+                                      "--inMemoryPersistence", "--skipApiVersionCheck", "--silent"],
+                                     cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        import socket
+
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"Azurite exited at start ({self.proc.returncode})")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        self.proc.kill()
+        raise RuntimeError("Azurite did not start")
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/{ACCOUNT}"
+
+    def env(self) -> dict:
+        """What a user of the emulator sets (obstore reads it): the development account at this port."""
+        return {"AZURE_STORAGE_USE_EMULATOR": "true", "AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT,
+                "AZURE_STORAGE_ACCOUNT_KEY": KEY, "AZURITE_BLOB_STORAGE_URL": f"http://127.0.0.1:{self.port}"}
+
+    def container(self, name: str):
+        from azure.storage.blob import BlobServiceClient  # (fork-safe, unlike an obstore client in the test)
+
+        conn = f"DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={KEY};BlobEndpoint={self.endpoint};"
+        c = BlobServiceClient.from_connection_string(conn).get_container_client(name)
+        if not c.exists():
+            c.create_container()
+        return c
+
+    def put(self, container: str, key: str, body: bytes) -> None:
+        self.container(container).upload_blob(key, body, overwrite=True)
+
+    def upload(self, local: str, container: str, prefix: str) -> str:
+        c = self.container(container)
+        for folder, _, names in os.walk(local):
+            for name in names:
+                path = os.path.join(folder, name)
+                with open(path, "rb") as f:
+                    c.upload_blob(f"{prefix}/{os.path.relpath(path, local)}".replace(os.sep, "/"), f.read(),
+                                  overwrite=True)
+        return f"az://{container}/{prefix}"
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="module")
+def azurite(tmp_path_factory):
+    pytest.importorskip("obstore")
+    pytest.importorskip("azure.storage.blob")
+    program = _installed()
+    if program is None:
+        pytest.skip(f"{UNTESTED}: Azure's emulator (Azurite) installs with npm, and node or npm is not on this "
+                    f"machine")
+    server = AzuriteServer(program, str(tmp_path_factory.mktemp("azurite")))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def az_env(azurite, tmp_path, monkeypatch):
+    """The emulator's environment and a cache folder of the test's own (so its own fetcher)."""
+    for k, v in azurite.env().items():
+        monkeypatch.setenv(k, v)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(cache))
+    monkeypatch.setenv("BABELFEED_FETCHER_IDLE", "30")
+    from babelfeed.storage.remote import client as remote
+    from s3server import stop_fetcher
+
+    remote._folders.clear()
+    remote._local.conn = None
+    yield azurite
+    stop_fetcher(str(cache))
+    remote._folders.clear()
