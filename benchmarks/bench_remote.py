@@ -178,7 +178,7 @@ def megatron_style(cfg, server, endpoint: str, bucket: str, prefix: str, local: 
     import babelfeed
     from babelfeed.storage import spaces as spaces_mod
 
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=server.key, aws_secret_access_key=server.key,
                           region_name="us-east-1")
     it = babelfeed.build_train_iterator(cfg)
     sp = it.collater.sources.spaces

@@ -1,7 +1,10 @@
 """Does training wait on an object store? A consumer takes the batches of one epoch at a training rate (1M and 5M
 real tokens/s: after each batch it sleeps as long as a step of that many tokens would take, using no CPU), from
 data on S3 behind a proxy adding a latency per request (default 20 ms) on a link of a given bandwidth (default
-200 MB/s). Measured, per case and rate:
+200 MB/s). The store is s3rver (node, from npm: a quarter of moto's CPU a request) and moto, each on the same two
+cores as the loader. Batches hold 65,536 tokens (``--max-tokens``): a step of ~0.1 s at 1M tokens/s. With 4,096
+(a step of ~7 ms, shorter than one round trip to a busy fetcher on two shared cores) every pause shows; the
+table says which. Measured, per store, case and rate:
 
 * the share of the wall time the consumer waited on ``next`` (the issue's target: <= 1% at 1M tokens/s), the
   same figure for the local copy (the loader's own share at that rate), and the first batch. The batches are
@@ -12,7 +15,7 @@ data on S3 behind a proxy adding a latency per request (default 20 ms) on a link
   gap), and bytes fetched against the bytes of the rows the batches read.
 
     python benchmarks/bench_remote_training.py [--latency-ms 20] [--bandwidth-mb 200] [--rates 1e6,5e6]
-        [--cases 4x1200000,1000x1200000]
+        [--cases 4x1200000,1000x1200000] [--stores s3rver,moto] [--max-tokens 65536]
 
 The local copy is read first (page cache warm), then S3 with a cold fetcher cache for each rate.
 """
@@ -67,25 +70,42 @@ def consume(cfg, rate: float, depth: int = 2) -> dict:
 
 
 def main(argv=None) -> str:
+    p = argparse.ArgumentParser()
+    p.add_argument("--latency-ms", type=float, default=20.0)
+    p.add_argument("--bandwidth-mb", type=float, default=200.0)
+    p.add_argument("--rates", default="1e6,5e6", help="real tokens/s the consumer takes")
+    p.add_argument("--cases", default="4x1200000,1000x1200000", help="DIRECTIONSxPAIRS, comma-separated")
+    p.add_argument("--max-tokens", type=int, default=65536, help="tokens a batch holds (with padding): a "
+                   "training step of 64k tokens at 1M tokens/s takes ~0.1 s; a smaller batch makes every step, "
+                   "and so every pause of the loader, shorter than the two batches read ahead")
+    p.add_argument("--stores", default="s3rver,moto", help="the S3 servers, comma-separated: s3rver (node, from "
+                   "npm: less CPU a request) and moto")
+    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "babelfeed-bench-remote"))
+    a = p.parse_args(argv)
+    rates = [float(x) for x in a.rates.split(",")]
+    rows = []
+    kw = dict(data__shards="all", batching__max_tokens=a.max_tokens)
+    for kind in a.stores.split(","):
+        rows += on_server(kind, a, rates, kw)
+    return table(f"Training at a fixed rate from S3 through a proxy adding {a.latency_ms:g} ms a request on a "
+                 f"{a.bandwidth_mb:g} MB/s link (one epoch, in-process iterator, max_tokens {a.max_tokens})", rows,
+                 ["store", "data", "tokens/s", "waited on data (S3)", "waited (local)", "first batch",
+                  "requests / lower bound", "bytes fetched / rows read", "CPU s per GB: loader / fetcher",
+                  "store CPU s", "<= 1%"])
+
+
+def on_server(kind: str, a, rates: list, kw: dict) -> list:
+    """The table's rows of every case and rate on S3 server ``kind``."""
     from s3proxy import ProxyProcess
     from s3server import S3Server
     from synthetic import config_for
 
     import many_data
 
-    p = argparse.ArgumentParser()
-    p.add_argument("--latency-ms", type=float, default=20.0)
-    p.add_argument("--bandwidth-mb", type=float, default=200.0)
-    p.add_argument("--rates", default="1e6,5e6", help="real tokens/s the consumer takes")
-    p.add_argument("--cases", default="4x1200000,1000x1200000", help="DIRECTIONSxPAIRS, comma-separated")
-    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "babelfeed-bench-remote"))
-    a = p.parse_args(argv)
-    rates = [float(x) for x in a.rates.split(",")]
-    server = S3Server()
+    server = S3Server(kind)
     os.environ.update(server.env())
     proxy = ProxyProcess(server.port, latency=a.latency_ms / 1e3, bandwidth=a.bandwidth_mb * 1e6)
     rows = []
-    kw = dict(data__shards="all", batching__max_tokens=4096)
     try:
         for ci, case in enumerate(a.cases.split(",")):
             k, n = (int(x) for x in case.split("x"))
@@ -104,7 +124,7 @@ def main(argv=None) -> str:
                 gb = max(seen.bytes, 1) / 1e9
                 bound = seen.lower_bound()
                 share = there["waited"] / max(there["wall"], 1e-9)
-                rows.append([f"{k:,} directions, {n:,} pairs", f"{rate / 1e6:g}M",
+                rows.append([kind, f"{k:,} directions, {n:,} pairs", f"{rate / 1e6:g}M",
                              f"{share:.2%} ({there['waited']:.2f} of {there['wall']:.0f} s)",
                              f"{here['waited'] / max(here['wall'], 1e-9):.2%}",
                              f"{there['first']:.2f} s (local {here['first']:.2f} s)",
@@ -116,11 +136,7 @@ def main(argv=None) -> str:
     finally:
         proxy.stop()
         server.stop()
-    return table(f"Training at a fixed rate from S3 through a proxy adding {a.latency_ms:g} ms a request on a "
-                 f"{a.bandwidth_mb:g} MB/s link (one epoch, in-process iterator, max_tokens 4096)", rows,
-                 ["data", "tokens/s", "waited on data (S3)", "waited (local)", "first batch",
-                  "requests / lower bound", "bytes fetched / rows read", "CPU s per GB: loader / fetcher",
-                  "store CPU s", "<= 1%"])
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,19 +1,17 @@
 """Azure's own storage emulator (Azurite, from npm) on the loopback for tests of ``az://`` folders, and helpers to
 upload a local folder to it. The fixture installs Azurite on first use into the user's cache folder
-(``~/.cache/babelfeed-tests/``; ~30 s, once), starts it bound to 127.0.0.1 only, keeping blobs in memory, and
-stops it after. Without node and npm the tests that need it are skipped, and the run's summary says so in capitals
+(``~/.cache/babelfeed-tests/``, ~30 s, once: ``npm_tools.py``), starts it bound to 127.0.0.1 only, keeping blobs
+in memory, and stops it after. Without node and npm the tests that need it are skipped, and the run's summary says so in capitals
 (conftest.py): ``az://`` is then untested on this machine. ``BABELFEED_AZURITE`` names an installed
 ``azurite-blob`` instead."""
 
-import fcntl
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 
 import pytest
 
+from npm_tools import Unavailable, npm_program
 from s3server import free_port
 
 VERSION = "3.37.0"
@@ -21,37 +19,6 @@ VERSION = "3.37.0"
 ACCOUNT = "devstoreaccount1"
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 UNTESTED = "AZ:// UNTESTED"  # (the skip reason's mark, which conftest.py's summary looks for)
-
-
-def _installed() -> str | None:
-    """The ``azurite-blob`` program: named by BABELFEED_AZURITE, on the PATH, in the cache, or installed there now
-    with npm (None when there is no npm)."""
-    named = os.environ.get("BABELFEED_AZURITE") or shutil.which("azurite-blob")
-    if named:
-        return named
-    home = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "babelfeed-tests")
-    folder = os.path.join(home, f"azurite-{VERSION}")
-    program = os.path.join(folder, "node_modules", ".bin", "azurite-blob")
-    if os.path.exists(program):
-        return program
-    npm = shutil.which("npm")
-    if npm is None or shutil.which("node") is None:
-        return None
-    os.makedirs(home, exist_ok=True)
-    with open(os.path.join(home, f"azurite-{VERSION}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # (xdist workers: one installs, the others wait for it)
-        if not os.path.exists(program):
-            part = tempfile.mkdtemp(prefix=".azurite-", dir=home)  # (renamed when complete: never half there)
-            try:
-                subprocess.run([npm, "install", "--prefix", part, "--no-audit", "--no-fund", "--no-save",
-                                "--loglevel=error", f"azurite@{VERSION}"], check=True, timeout=600,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-                shutil.rmtree(part, ignore_errors=True)
-                pytest.skip(f"{UNTESTED}: npm could not install Azure's emulator (Azurite {VERSION}): "
-                            f"{(getattr(e, 'stderr', '') or str(e)).strip().splitlines()[-1:]}")
-            os.rename(part, folder)
-    return program
 
 
 class AzuriteServer:
@@ -117,10 +84,10 @@ class AzuriteServer:
 def azurite(tmp_path_factory):
     pytest.importorskip("obstore")
     pytest.importorskip("azure.storage.blob")
-    program = _installed()
-    if program is None:
-        pytest.skip(f"{UNTESTED}: Azure's emulator (Azurite) installs with npm, and node or npm is not on this "
-                    f"machine")
+    try:
+        program = npm_program("azurite", VERSION, "azurite-blob", override="BABELFEED_AZURITE")
+    except Unavailable as e:
+        pytest.skip(f"{UNTESTED}: Azure's emulator (Azurite) is not here: {e}")
     server = AzuriteServer(program, str(tmp_path_factory.mktemp("azurite")))
     yield server
     server.stop()

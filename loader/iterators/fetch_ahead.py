@@ -19,6 +19,7 @@ batches (``split="batches"``) or their own rows (``split="rows"``), so each host
 from __future__ import annotations
 
 import os
+import time
 from collections import deque
 
 from babelfeed.storage.remote import client as remote  # (called through the module: tests stand in for the fetcher there)
@@ -33,6 +34,12 @@ CHUNK = 64  # batches of the first hint message; later ones are sized to CHUNK_S
 # (up to LARGEST_CHUNK batches): with a thousand files, a message of few rows per file costs the fetcher per file
 CHUNK_SHARE = 1 / 4
 LARGEST_CHUNK = 4096
+# The time the rows of one hint message may take to work out (in the thread making batches, which holds up the
+# batch after it): a message is cut to as many batches as fit, at least SMALLEST_CHUNK. At 1M tokens/s a batch
+# of 4,096 tokens is taken every 4 ms, and the adapters read two batches ahead: a message of 4,096 batches took
+# 40-140 ms, and training waited on it.
+STEP_SECONDS = 0.002
+SMALLEST_CHUNK = 16
 
 
 def ahead_bytes() -> int:
@@ -110,17 +117,22 @@ class FetchAhead:
             # the first batch does not wait for the whole lookahead to be planned)
             sent += 1
             n = self.chunk_n
+            t0 = time.perf_counter()
             files, got = self.rows(range(start, start + n * stride, stride), base)
             if not got:
                 break
             size = _size(files)
+            spent = time.perf_counter() - t0
             if files:
                 remote.hint(files)
             last = start + (got - 1) * stride
             self.chunks.append((last, size))
             self.hinted, start, queued = last, last + stride, queued + size
-            if got == n and size:  # (the next message: a share of the lookahead's bytes, at this message's rate)
-                self.chunk_n = int(min(max(self.ahead * CHUNK_SHARE * got / size, CHUNK), LARGEST_CHUNK))
+            if got == n and size:  # (the next message: a share of the lookahead's bytes, at this message's rate,
+                # and no more batches than fit in STEP_SECONDS at this message's cost)
+                fit = STEP_SECONDS * got / max(spent, 1e-9)
+                self.chunk_n = int(max(min(self.ahead * CHUNK_SHARE * got / size, LARGEST_CHUNK, fit),
+                                       SMALLEST_CHUNK))
             if got < n or queued >= self.ahead:
                 break
         return True

@@ -27,6 +27,7 @@ class Folders:
         self.stores: dict = {}
         self.mirror_locks: dict[str, threading.Lock] = {}
         self.checked: set = set()  # (shadow folder, epoch) whose objects were checked against the store
+        self.fresh: set = set()  # shadow folders just mirrored: that listing is the next epoch's check
 
     def store(self, root: str, options: dict | None, env: dict | None = None):
         """The store for ``root`` as a process configures it: its options, and its store environment (``env``;
@@ -95,6 +96,8 @@ class Folders:
             with open(tmp, "w") as f:
                 json.dump({**new_manifest, **{"": {"url": url, "size": 0, "etag": ""}}}, f)
             os.replace(tmp, manifest_path)
+        with self.lock:
+            self.fresh.add(local)
         return {"path": local, "notices": notices}
 
     def listing(self, url: str, options: dict | None = None, env: dict | None = None) -> dict:
@@ -116,7 +119,8 @@ class Folders:
 
     def check_unchanged(self, paths: list, epoch) -> None:
         """Each epoch (a process's ``plan``): the objects of ``paths`` (shadow ``.bin`` files) and their ``.idx`` are
-        looked up in the store again (one listing per folder and epoch for the host: its ranks share it), and one
+        looked up in the store again (one listing per folder and epoch for the host: its ranks share it; the first
+        epoch after a mirror is checked by the mirror's listing), and one
         replaced or removed since the job opened it is refused by name, whether or not its bytes are cached: the
         epoch would mix two versions of the data."""
         folders: dict = {}
@@ -126,9 +130,14 @@ class Folders:
                 folders.setdefault(r.folder[2], (r.folder, []))[1].append(r)
         for local, ((store, prefix, _), files) in folders.items():
             with self.lock:
+                fresh = local in self.fresh  # (the listing a process's mirror made a moment ago, when it opened
+                # the folder: the first epoch it plans is checked by it; a later one lists again)
+                self.fresh.discard(local)
                 if (local, epoch) in self.checked:
                     continue
                 self.checked.add((local, epoch))
+                if fresh:
+                    continue
             listed = {key: (size, etag) for key, size, etag in store.list(prefix)}
             store.notices.clear()  # (said when the folder was mirrored)
             manifest = _manifest(local)
