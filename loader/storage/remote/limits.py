@@ -13,8 +13,11 @@ IDLE_SECONDS = float(os.environ.get("BABELFEED_FETCHER_IDLE", "300"))
 
 
 # ranges closer than this are fetched as one request, and no request is longer than LARGEST_REQUEST (parallel
-# requests beat one long one); BABELFEED_FETCH_GAP / BABELFEED_FETCH_LARGEST set them (bytes)
-GAP = int(os.environ.get("BABELFEED_FETCH_GAP", 16 << 10))
+# requests beat one long one); BABELFEED_FETCH_GAP / BABELFEED_FETCH_LARGEST set them (bytes). 64 KiB: what a
+# request costs in link time (20 ms over 64 connections at 200 MB/s, ~60 KB); at 16 KiB a first batch of 64k
+# tokens over 4 directions was 2,900 requests of one row each (45x the bound, 7 s on s3rver), at 64 KiB 700
+# requests, 3.6 s, and 1.11x the rows' bytes (benchmarks/bench_remote_training.py)
+GAP = int(os.environ.get("BABELFEED_FETCH_GAP", 64 << 10))
 
 
 LARGEST_REQUEST = int(os.environ.get("BABELFEED_FETCH_LARGEST", 8 << 20))
