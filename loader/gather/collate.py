@@ -296,7 +296,9 @@ class Collater:
                 k = int(sel[bad[0]])
                 c = self.sources.components[int(comp[k])]
                 ds = c.src if side is self.src or c.tgt is None else c.tgt
-                raise FormatError(getattr(ds, "data_file", c.key),
+                from babelfeed.storage.remote.client import remote_names  # (the object's URL, not the shadow's)
+
+                raise FormatError(remote_names(str(getattr(ds, "data_file", c.key))),
                                   f"a row of {c.key} (shard {c.shard}) ends with token {int(values[bad[0]])}, not "
                                   f"</s> (id {self.opts.eos}): the object is damaged or belongs to another index")
 

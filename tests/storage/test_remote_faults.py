@@ -255,3 +255,48 @@ def test_the_counters_survive_a_fetcher_restart_and_the_log_is_rotated(tmp_path,
     after = remote.stats()  # (a new fetcher)
     assert after["fetcher_starts"] == 2 and after["requests"] >= before["requests"], (before, after)
     assert "an earlier fetcher's lines" in (log.parent / "fetcher.log.1").read_text()
+
+
+def test_a_direction_deleted_from_the_store_is_gone_for_a_new_job_though_cached(tmp_path, s3_env):
+    """A new process on a warm cache trained on a direction deleted from the bucket (its shadow files stayed):
+    the mirror now removes what the store no longer holds, so the new job's data is the store's."""
+    local = tmp_path / "data_bin"
+    make_data_bin(local, directions={"aaa-bbb": [200], "aaa-ccc": [60]}, valid=False)
+    url = s3_env.upload(str(local), "bkt", "del/data_bin")
+    list(babelfeed.build_train_iterator(config_for(url, **KW)))  # (every row it reads cached)
+    c = s3_env.client()
+    gone = [p for p in sorted(local.rglob("*aaa-ccc*"))]
+    assert gone
+    for p in gone:
+        c.delete_object(Bucket="bkt", Key=f"del/data_bin/{p.relative_to(local).as_posix()}")
+        p.unlink()
+    _remote()._folders.clear()  # (a new job)
+    same_batches(list(babelfeed.build_train_iterator(config_for(local, **KW))),
+                 list(babelfeed.build_train_iterator(config_for(url, **KW))))
+
+
+def test_a_malformed_endpoint_is_one_line_naming_the_setting(tmp_path, s3_env, capsys):
+    """The store client panics on an endpoint that is not a URL (a BaseException): the fetcher's request thread
+    died with it and the user read 'the fetcher closed the connection'."""
+    from babelfeed.tools.cli import main
+
+    local = tmp_path / "data_bin"
+    make_data_bin(local)
+    url = s3_env.upload(str(local), "bkt", "ep/data_bin")
+    assert main(["plan", "nllb_like", "--set", f"data.path={url}", "--set", "data.storage.endpoint=not a url"]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the endpoint is not a valid URL (data.storage.endpoint" in err[0], err
+
+
+def test_credentials_advice_names_each_stores_own_settings():
+    from babelfeed.storage.remote.objects import _set_credentials
+
+    assert "AWS_ACCESS_KEY_ID" in _set_credentials("s3://b")
+    assert "GOOGLE_SERVICE_ACCOUNT" in _set_credentials("gs://b") and "AWS" not in _set_credentials("gs://b")
+    assert "AZURE_STORAGE_ACCOUNT_KEY" in _set_credentials("az://c") and "AWS" not in _set_credentials("az://c")
+
+
+def test_a_bad_cache_size_setting_is_named_before_a_fetcher_starts(tmp_path, s3_env, monkeypatch):
+    monkeypatch.setenv("BABELFEED_FETCH_CACHE_MB", "abc")
+    with pytest.raises(babelfeed.UsageError, match=r"BABELFEED_FETCH_CACHE_MB='abc': give the cache's size in MiB"):
+        _remote().local_folder("s3://bkt/anything")

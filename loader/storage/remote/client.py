@@ -112,6 +112,9 @@ def _peer(s: socket.socket) -> tuple[int, int] | None:
 def _start(cache: str, path: str) -> socket.socket:
     """Connect to the host's fetcher, starting it first when none answers (one starter at a time: a lock file)."""
     objects = _objects(cache)
+    from babelfeed.storage.remote.limits import cache_limit  # (a bad setting said here, not in the fetcher's log)
+
+    cache_limit(cache)
     with open_private(os.path.join(objects, "fetcher.lock")) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         s = _connect(path)
@@ -261,7 +264,12 @@ def request(msg: dict) -> dict:
     if "error" in reply:
         err = reply["error"]
         if err.get("type") == "FileNotFoundError" and "not a remote file of this fetcher" in err.get("message", "") \
-                and msg.get("op") in ("ensure", "hint") and not msg.get("_again"):
+                and msg.get("op") in ("ensure", "hint"):
+            if msg.get("_again"):  # (mirrored again, and still not there: the object is gone from the store)
+                gone = re.search(r": '(.*)'$", err.get("message", ""))
+                raise DataChangedError(remote_names(gone.group(1)) if gone else "an object of this job",
+                                       "removed from the store since the job opened it: restart from the last "
+                                       "saved state")
             _mirror_again()  # (a new fetcher: the one that mirrored the folders went away, killed or crashed)
             return request({**msg, "_again": True})
         raise _rebuilt(err)
@@ -339,11 +347,11 @@ def remote_names(text: str) -> str:
     def url(m):
         try:
             with open(os.path.join(root, m.group(1), ".manifest.json")) as f:
-                return json.load(f)[""]["url"].rstrip("/") + "/"
+                return json.load(f)[""]["url"].rstrip("/") + ("/" if m.group(0).endswith("/") else "")
         except (OSError, ValueError, KeyError, TypeError):
             return m.group(0)
 
-    return re.sub(re.escape(root) + r"([0-9a-f]{20})/", url, text)
+    return re.sub(re.escape(root) + r"([0-9a-f]{20})(?:/|(?=['\"\s:,)]|$))", url, text)
 
 
 def resolve_prefix(prefix) -> str:

@@ -92,6 +92,14 @@ class Folders:
                 new_manifest[rel] = {"size": size, "etag": etag}
             if wanted:  # (the small files, many at once: a thousand directions' indexes in a second or two)
                 self.fetcher.network.call(_all_whole(self.fetcher, store, wanted))
+            for rel in set(manifest) - set(new_manifest) - {""}:  # gone from the store: gone from the shadow too
+                # (a warm cache served a deleted direction's cached rows to a new job; a process that has the file
+                # open keeps its inode, and its next fetch there or its next epoch's check refuses the object)
+                path = os.path.join(local, rel)
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
             tmp = f"{manifest_path}.{os.getpid()}.partial"
             with open(tmp, "w") as f:
                 json.dump({**new_manifest, **{"": {"url": url, "size": 0, "etag": ""}}}, f)

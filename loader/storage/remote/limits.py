@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import os
 
+from babelfeed.errors import UsageError
+
 
 IDLE_SECONDS = float(os.environ.get("BABELFEED_FETCHER_IDLE", "300"))
 
@@ -52,7 +54,13 @@ def cache_limit(cache: str) -> int:
     cache's file system (at most 64 GiB, at least 256 MiB)."""
     mb = os.environ.get("BABELFEED_FETCH_CACHE_MB")
     if mb:
-        return int(float(mb) * (1 << 20))
+        try:
+            value = float(mb)
+        except ValueError:
+            value = -1.0
+        if not value > 0:
+            raise UsageError(f"BABELFEED_FETCH_CACHE_MB={mb!r}: give the cache's size in MiB, a number above 0")
+        return int(value * (1 << 20))
     try:
         st = os.statvfs(cache)
         free = st.f_bavail * st.f_frsize

@@ -141,8 +141,15 @@ def _profile_credentials(root: str, profile: str | None):
     return Boto3CredentialProvider(boto3.Session(profile_name=profile) if profile else boto3.Session())
 
 
-_SET_CREDENTIALS = ("set them as for any S3 tool (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) or in "
-                    "data.storage")
+def _set_credentials(root: str) -> str:
+    """How credentials are given for ``root``'s store."""
+    scheme = root.split("://")[0]
+    if scheme == "gs":
+        return "set GOOGLE_SERVICE_ACCOUNT (a service-account file) or the application-default credentials"
+    if scheme in ("az", "abfs", "abfss"):
+        return ("set AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY (or a SAS token, or "
+                "AZURE_STORAGE_USE_EMULATOR=true for Azurite)")
+    return "set them as for any S3 tool (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) or in data.storage"
 
 
 def _first_line(e: BaseException) -> str:
@@ -201,22 +208,24 @@ class Store:
         if isinstance(e, ox.NotFoundError):
             return StoreError(f"{url}: no such object ({what})")
         if isinstance(e, (ox.UnauthenticatedError, ox.PermissionDeniedError)):
-            return StoreError(f"{self.root}: credentials missing or refused ({what} {url}); {_SET_CREDENTIALS}")
+            return StoreError(f"{self.root}: credentials missing or refused ({what} {url}); "
+                              f"{_set_credentials(self.root)}")
         text = str(e)
         status = re.search(r"status code: (\d{3})", text)
         code = int(status.group(1)) if status else None
         if code == 404 or "NoSuchBucket" in text:
             if "NoSuchBucket" in text or "list" in what:
-                return StoreError(f"{self.root}: no such bucket ({what} {url})")
+                kind = "container" if self.root.startswith(("az://", "abfs")) else "bucket"
+                return StoreError(f"{self.root}: no such {kind} ({what} {url})")
             return StoreError(f"{url}: no such object ({what})")
         if code in (401, 403):
             return StoreError(f"{self.root}: credentials missing or refused ({what} {url}: HTTP {code}); "
-                                    f"{_SET_CREDENTIALS}")
+                                    f"{_set_credentials(self.root)}")
         if "builder error" in text and "http://" in text:
             return StoreError(f"{self.root}: the endpoint is plain http: set {allow_http_variable(self.root)}=true "
                                     f"(or data.storage.allow_http) to allow it ({what} {url})")
         if "169.254.169.254" in text or "credential" in text.lower():
-            return StoreError(f"{self.root}: no credentials found ({what} {url}); {_SET_CREDENTIALS}")
+            return StoreError(f"{self.root}: no credentials found ({what} {url}); {_set_credentials(self.root)}")
         retried = re.search(r"after (\d+) retries", text)
         how = f"after {retried.group(1)} retries" if retried else "failed"
         if "error sending request" in text:

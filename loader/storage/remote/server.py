@@ -524,6 +524,11 @@ class Fetcher:
 
 
 def _error(e: BaseException) -> dict:
+    if not isinstance(e, Exception):  # (the store client's Rust panics are BaseExceptions: a malformed endpoint
+        # URL was one, and the request's thread died with it, the process told only that the fetcher hung up)
+        said = str(e)
+        e = StoreError(("the endpoint is not a valid URL (data.storage.endpoint, AWS_ENDPOINT_URL): " if "Uri" in said
+                        else "the store client failed (check the endpoint and data.storage): ") + said)
     path, reason = getattr(e, "path", None), getattr(e, "reason", None)
     return {"type": type(e).__name__, "message": redact(str(e)), "path": redact(path) if isinstance(path, str) else path,
             "reason": redact(reason) if isinstance(reason, str) else reason}
@@ -588,7 +593,9 @@ def serve(sock_path: str, cache: str) -> None:
                             reply = {"pid": os.getpid()}
                         else:
                             raise InternalError(f"unknown request {op!r}")
-                    except Exception as e:  # the asking process raises it, by type and message
+                    except (KeyboardInterrupt, SystemExit):
+                        raise
+                    except BaseException as e:  # the asking process raises it, by type and message
                         reply = {"error": _error(e)}
                     send(self.request, reply)
             finally:
