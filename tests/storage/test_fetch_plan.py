@@ -285,6 +285,7 @@ def test_a_block_request_spans_short_held_runs_and_splits_at_long_ones(paused, m
     import asyncio
 
     monkeypatch.setattr(limits, "SPAN_HELD", 5000)
+    monkeypatch.setattr(limits, "WHOLE_AT_ONCE", 0)  # (gathers fetch their ranges, not the small file whole)
     fet, make = paused
     r = make(1 << 16)  # (one block: LARGEST_REQUEST is 64 KiB here)
     assert fet.plan({r.path: 1.0})["dense"] == 1
@@ -302,6 +303,26 @@ def test_a_block_request_spans_short_held_runs_and_splits_at_long_ones(paused, m
     assert fet.counters["bytes_again"] == 100 and fet.counters["bytes"] == (1 << 16) + 100
     with open(r.path, "rb") as f:
         assert f.read() == bytes(i % 251 for i in range(1 << 16))
+
+
+def test_a_gather_on_a_small_dense_file_fetches_it_whole_at_once(paused, monkeypatch):
+    """At 1,000 directions a batch reads a row or two of each file: a gather's rows were one request, the file's
+    block a second one, and the next batches waited on it. A dense file up to WHOLE_AT_ONCE is one urgent
+    request, whole; a larger one, the gather's ranges alone."""
+    import asyncio
+
+    monkeypatch.setattr(limits, "WHOLE_AT_ONCE", 1 << 15)
+    fet, make = paused
+    small, large = make(1 << 15), make(1 << 16)
+    assert fet.plan({small.path: 1.0, large.path: 1.0})["dense"] == 2
+    for r in (small, large):
+        ask(fet, r, [1000], [1100], -np.inf)
+        job = fet._take()
+        assert job.urgent and ((job.a, job.b) == ((0, 1 << 15) if r is small else (1000, 1100))), (job.a, job.b)
+        fet._landed(job, asyncio.run(r.store.get_range_async("k", job.a, job.b, None)), None)
+    assert fet._take() is None
+    with open(small.path, "rb") as f:
+        assert f.read() == bytes(i % 251 for i in range(1 << 15))
 
 
 def test_hints_leave_connections_for_gathers(paused, monkeypatch):

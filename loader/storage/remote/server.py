@@ -178,9 +178,10 @@ class Fetcher:
         pa, pb, pd = remote.pend_a, remote.pend_b, remote.pend_d
         i = int(np.argmin(pd))
         urgent = pd[i] == -np.inf
-        if remote.dense and not urgent:  # the host reads (nearly) all of this file: its aligned block, whole
+        if remote.dense and (not urgent or remote.size <= limits.WHOLE_AT_ONCE):  # the host reads (nearly) all
+            # of this file: its aligned block, whole (a small one even when a gather waits: one request, not two)
             x = int(pa[i]) // limits.LARGEST_REQUEST * limits.LARGEST_REQUEST
-            return self._cut(remote, x, min(x + limits.LARGEST_REQUEST, remote.size), False, int(pa[i]))
+            return self._cut(remote, x, min(x + limits.LARGEST_REQUEST, remote.size), bool(urgent), int(pa[i]))
         # the run of neighbours less than GAP apart around i, then at most LARGEST_REQUEST of it around i
         cut = pa[1:] - pb[:-1] >= (limits.SPARSE_GAP if remote.shared else limits.GAP)
         taken = [t for t in (remote.held.arrays()[0], remote.flying.arrays()[0]) if len(t)]
