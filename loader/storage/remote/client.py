@@ -27,6 +27,7 @@ import numpy as np
 
 from babelfeed.errors import BabelfeedError, DataChangedError, StoreNotice, redact
 from babelfeed.fileio import cache_dir, open_private, private_folder, private_folders
+from babelfeed.storage.remote.limits import cache_limit
 from babelfeed.storage.remote.objects import StoreError, is_remote, store_env  # noqa: F401  (this
 from babelfeed.storage.remote.ranges import merged, pack, within
 from babelfeed.storage.remote.wire import PROTOCOL, receive, send
@@ -112,9 +113,7 @@ def _peer(s: socket.socket) -> tuple[int, int] | None:
 def _start(cache: str, path: str) -> socket.socket:
     """Connect to the host's fetcher, starting it first when none answers (one starter at a time: a lock file)."""
     objects = _objects(cache)
-    from babelfeed.storage.remote.limits import cache_limit  # (a bad setting said here, not in the fetcher's log)
-
-    cache_limit(cache)
+    cache_limit(cache)  # (a bad setting said here, not in the fetcher's log)
     with open_private(os.path.join(objects, "fetcher.lock")) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         s = _connect(path)

@@ -89,11 +89,16 @@ def _store(root: str, options: dict | None, env: dict | None = None):
             os.environ.update(saved)
 
 
+def store_kind(root: str) -> str:
+    """Which store ``root`` (``scheme://bucket``) is: ``"s3"``, ``"gs"``, ``"az"`` (also ``abfs``/``abfss``) or
+    ``"http"`` (also ``https``)."""
+    scheme = root.split("://")[0]
+    return {"s3a": "s3", "abfs": "az", "abfss": "az", "https": "http"}.get(scheme, scheme)
+
+
 def allow_http_variable(root: str) -> str:
     """The environment variable that allows a plain-http endpoint for ``root``'s store (each store's prefix)."""
-    scheme = root.split("://")[0]
-    return {"gs": "GOOGLE_ALLOW_HTTP", "az": "AZURE_ALLOW_HTTP", "abfs": "AZURE_ALLOW_HTTP",
-            "abfss": "AZURE_ALLOW_HTTP"}.get(scheme, "AWS_ALLOW_HTTP")
+    return {"gs": "GOOGLE_ALLOW_HTTP", "az": "AZURE_ALLOW_HTTP"}.get(store_kind(root), "AWS_ALLOW_HTTP")
 
 
 def _build_store(root: str, options: dict | None):
@@ -112,8 +117,7 @@ def _build_store(root: str, options: dict | None):
              "backoff": {"init_backoff": timedelta(seconds=BACKOFF), "max_backoff": timedelta(seconds=10),
                          "base": 2}}
     kwargs = {}
-    scheme = root.split("://")[0]
-    if scheme in ("s3", "s3a"):
+    if store_kind(root) == "s3":
         endpoint = opts.pop("endpoint", None) or os.environ.get("AWS_ENDPOINT_URL_S3") or \
             os.environ.get("AWS_ENDPOINT_URL")
         if endpoint:
@@ -143,10 +147,10 @@ def _profile_credentials(root: str, profile: str | None):
 
 def _set_credentials(root: str) -> str:
     """How credentials are given for ``root``'s store."""
-    scheme = root.split("://")[0]
-    if scheme == "gs":
+    kind = store_kind(root)
+    if kind == "gs":
         return "set GOOGLE_SERVICE_ACCOUNT (a service-account file) or the application-default credentials"
-    if scheme in ("az", "abfs", "abfss"):
+    if kind == "az":
         return ("set AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY (or a SAS token, or "
                 "AZURE_STORAGE_USE_EMULATOR=true for Azurite)")
     return "set them as for any S3 tool (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE) or in data.storage"
@@ -215,7 +219,7 @@ class Store:
         code = int(status.group(1)) if status else None
         if code == 404 or "NoSuchBucket" in text:
             if "NoSuchBucket" in text or "list" in what:
-                kind = "container" if self.root.startswith(("az://", "abfs")) else "bucket"
+                kind = "container" if store_kind(self.root) == "az" else "bucket"
                 return StoreError(f"{self.root}: no such {kind} ({what} {url})")
             return StoreError(f"{url}: no such object ({what})")
         if code in (401, 403):
@@ -268,12 +272,12 @@ class Store:
     def _list_around(self, prefix: str, bad: str) -> list[tuple[str, int, str]]:
         """:meth:`list` of a prefix holding keys obstore refuses (``bad``, the first): S3's listing read through
         boto3, every key kept as it is but those, which are skipped with a warning naming them."""
-        scheme = self.root.split("://")[0]
+        kind = store_kind(self.root)
         tool = {"gs": f"gcloud storage mv '{self.url(bad)}' ...",
                 "az": f"az storage blob delete --container-name {self.root.split('://', 1)[1]} --name '{bad}'"}
         fix = (f"delete or rename it (it is not babelfeed's: an empty or '.'/'..' path segment), e.g. "
-               f"{tool.get({'abfs': 'az', 'abfss': 'az'}.get(scheme, scheme), f'aws s3 mv {self.url(bad)!r} ...')}")
-        if not self.root.startswith(("s3://", "s3a://")):
+               f"{tool.get(kind, f'aws s3 mv {self.url(bad)!r} ...')}")
+        if kind != "s3":
             raise StoreError(f"{self.url(prefix)}: the listing holds the key {bad!r}, which the store client "
                              f"cannot read: {fix}")
         try:
