@@ -6,13 +6,11 @@ in memory, and stops it after. Without node and npm the tests that need it are s
 ``azurite-blob`` instead."""
 
 import os
-import subprocess
-import time
 
 import pytest
 
 from npm_tools import Unavailable, npm_program
-from s3server import free_port
+from s3server import free_port, on_fresh_fetcher, start_server, stop_server
 
 VERSION = "3.37.0"
 # Azurite's well-known development account (published in Azure's docs; it opens nothing but a local emulator)
@@ -24,22 +22,9 @@ UNTESTED = "AZ:// UNTESTED"  # (the skip reason's mark, which conftest.py's summ
 class AzuriteServer:
     def __init__(self, program: str, folder: str):
         self.port = free_port()
-        self.proc = subprocess.Popen([program, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
-                                      "--inMemoryPersistence", "--skipApiVersionCheck", "--silent"],
-                                     cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        import socket
-
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"Azurite exited at start ({self.proc.returncode})")
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        self.proc.kill()
-        raise RuntimeError("Azurite did not start")
+        self.proc = start_server([program, "--blobHost", "127.0.0.1", "--blobPort", str(self.port),
+                                  "--inMemoryPersistence", "--skipApiVersionCheck", "--silent"], self.port, "Azurite",
+                                 cwd=folder)
 
     @property
     def endpoint(self) -> str:
@@ -73,11 +58,7 @@ class AzuriteServer:
         return f"az://{container}/{prefix}"
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_server(self.proc)
 
 
 @pytest.fixture(scope="module")
@@ -96,16 +77,4 @@ def azurite(tmp_path_factory):
 @pytest.fixture
 def az_env(azurite, tmp_path, monkeypatch):
     """The emulator's environment and a cache folder of the test's own (so its own fetcher)."""
-    for k, v in azurite.env().items():
-        monkeypatch.setenv(k, v)
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(cache))
-    monkeypatch.setenv("BABELFEED_FETCHER_IDLE", "30")
-    from babelfeed.storage.remote import client as remote
-    from s3server import stop_fetcher
-
-    remote._folders.clear()
-    remote._local.conn = None
-    yield azurite
-    stop_fetcher(str(cache))
-    remote._folders.clear()
+    yield from on_fresh_fetcher(azurite, tmp_path, monkeypatch)

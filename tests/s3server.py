@@ -23,6 +23,48 @@ def free_port() -> int:
 S3RVER = "3.7.1"  # s3rver's version (npm), when a benchmark asks for a faster server than moto
 
 
+def start_server(command: list, port: int, what: str, **popen) -> subprocess.Popen:
+    """A test server's process, started and answering on 127.0.0.1:``port`` (an error naming ``what`` when it
+    exits or does not answer within 60 s)."""
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **popen)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited at start ({proc.returncode})")
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"{what} did not start")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def on_fresh_fetcher(server, tmp_path, monkeypatch):
+    """A fixture's body: ``server``'s environment and a cache folder of the test's own (so its own fetcher),
+    stopped after (yields ``server``)."""
+    for k, v in server.env().items():
+        monkeypatch.setenv(k, v)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(cache))
+    monkeypatch.setenv("BABELFEED_FETCHER_IDLE", "30")
+    from babelfeed.storage.remote import client as remote
+
+    remote._folders.clear()
+    remote._local.conn = None
+    yield server
+    stop_fetcher(str(cache))
+    remote._folders.clear()
+
+
 class S3Server:
     """``kind``: ``"moto"`` (moto's server: the tests' S3, every API babelfeed uses), or ``"s3rver"`` (a node
     server keeping objects on disk, ~4x less CPU a request than moto: what the benchmarks of remote data use
@@ -44,16 +86,7 @@ class S3Server:
             raise ValueError(f"S3Server kind {kind!r}: moto or s3rver")
         env = dict(os.environ, NODE_OPTIONS="--openssl-legacy-provider")  # (s3rver's continuation tokens use a
         # cipher OpenSSL 3 keeps in its legacy provider: a listing past 1,000 keys is a 500 without it)
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        self.proc.kill()
-        raise RuntimeError("the test S3 server did not start")
+        self.proc = start_server(command, self.port, f"the test S3 server ({kind})", env=env)
 
     @property
     def endpoint(self) -> str:
@@ -88,11 +121,7 @@ class S3Server:
         return f"s3://{bucket}/{prefix}"
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+        stop_server(self.proc)
         if self.folder:
             import shutil
 
@@ -133,15 +162,4 @@ def s3():
 @pytest.fixture
 def s3_env(s3, tmp_path, monkeypatch):
     """The AWS environment of the test server and a cache folder of the test's own (so its own fetcher)."""
-    for k, v in s3.env().items():
-        monkeypatch.setenv(k, v)
-    cache = tmp_path / "cache"
-    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(cache))
-    monkeypatch.setenv("BABELFEED_FETCHER_IDLE", "30")
-    from babelfeed.storage.remote import client as remote
-
-    remote._folders.clear()
-    remote._local.conn = None
-    yield s3
-    stop_fetcher(str(cache))
-    remote._folders.clear()
+    yield from on_fresh_fetcher(s3, tmp_path, monkeypatch)
