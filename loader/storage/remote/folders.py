@@ -62,17 +62,33 @@ class Folders:
             folders = {r.rsplit("/", i)[0] for r in rels for i in range(1, r.count("/") + 1)}
             new_manifest = {}
             wanted = []  # small files to fetch whole
+            bins = []  # (.bin path, key, size, etag, whether its shadow is new)
             for (key, size, etag), rel in zip(objects, rels):
                 if not rel or rel.startswith(".") or "/." in rel or ".." in rel.split("/"):
                     continue
                 if size == 0 and (rel in folders or key.endswith("/")):
                     continue  # a folder marker (the S3 console's "create folder": a key ending in "/")
                 path = os.path.join(local, rel)
-                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
                 known = manifest.get(rel)
                 same = known is not None and known["size"] == size and known["etag"] == etag and os.path.exists(path)
                 if rel.endswith(".bin"):
-                    if not same or os.path.getsize(path) != size:
+                    bins.append((path, key, size, etag, not same or os.path.getsize(path) != size))
+                elif not same:
+                    if size > limits.SMALL_FILE:
+                        continue  # (a large file babelfeed does not read: not mirrored)
+                    wanted.append((key, etag, size, path))
+                new_manifest[rel] = {"size": size, "etag": etag}
+            for sub in sorted({os.path.dirname(os.path.join(local, rel)) for rel in new_manifest}):
+                os.makedirs(sub, mode=0o700, exist_ok=True)
+            # the small files (a thousand directions' indexes) fetched many at once, while the .bin shadows are
+            # made here: each waits on the other otherwise
+            fetching = self.fetcher.network.start(_all_whole(self.fetcher, store, [w for w in wanted if w[2]]))
+            try:
+                for key, etag, size, path in wanted:
+                    if size == 0:  # (nothing to fetch)
+                        open(path, "wb").close()
+                for path, key, size, etag, new in bins:
+                    if new:
                         tmp = f"{path}.{os.getpid()}.partial"
                         with open(tmp, "wb") as f:
                             f.truncate(size)  # sparse: blocks are written as ranges are fetched
@@ -82,16 +98,13 @@ class Folders:
                         if current is None or current.etag != etag or current.size != size:
                             self.fetcher.remotes[path] = RemoteFile(store, key, size, etag, path)
                         self.fetcher.remotes[path].folder = (store, prefix, local)
-                elif not same:
-                    if size > limits.SMALL_FILE:
-                        continue  # (a large file babelfeed does not read: not mirrored)
-                    if size == 0:  # (nothing to fetch)
-                        open(path, "wb").close()
-                    else:
-                        wanted.append((key, etag, size, path))
-                new_manifest[rel] = {"size": size, "etag": etag}
-            if wanted:  # (the small files, many at once: a thousand directions' indexes in a second or two)
-                self.fetcher.network.call(_all_whole(self.fetcher, store, wanted))
+            except BaseException:
+                try:  # (the fetches end before the error here is raised, theirs unsaid)
+                    fetching.result()
+                except BaseException:
+                    pass
+                raise
+            fetching.result()  # (its first failure raised)
             for rel in set(manifest) - set(new_manifest) - {""}:  # gone from the store: gone from the shadow too
                 # (a warm cache served a deleted direction's cached rows to a new job; a process that has the file
                 # open keeps its inode, and its next fetch there or its next epoch's check refuses the object)

@@ -46,9 +46,10 @@ class Network:
         """There may be new work (ranges asked for, room in the cache)."""
         self.loop.call_soon_threadsafe(self.more.set)
 
-    def call(self, coroutine):
-        """Run ``coroutine`` on the loop and wait for its result (the small files of a folder, many at once)."""
-        return self.asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+    def start(self, coroutine):
+        """Run ``coroutine`` on the loop: a future of its result (the small files of a folder, many at once, while
+        the asking thread goes on)."""
+        return self.asyncio.run_coroutine_threadsafe(coroutine, self.loop)
 
     async def bounded(self, coroutine):
         async with self.limit:
