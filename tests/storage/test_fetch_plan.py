@@ -120,8 +120,11 @@ def test_a_waiting_gather_goes_before_every_hint_and_hints_go_by_due(paused):
     assert order == [(True, 10_000, True), (False, 90_000, False), (True, 50_000, False)]
 
 
-def test_a_file_read_nearly_whole_is_fetched_in_aligned_blocks_and_a_shared_one_row_by_row(paused):
+def test_a_file_read_nearly_whole_is_fetched_in_aligned_blocks_and_a_shared_one_row_by_row(paused, monkeypatch):
+    """With ``BABELFEED_FETCH_SPARSE_GAP`` 0 (its own rows only), a file other hosts read too is fetched row by
+    row."""
     fet, make = paused
+    monkeypatch.setattr(limits, "SPARSE_GAP", 0)
     whole, shared = make(), make()
     assert fet.plan({whole.path: 1.0, shared.path: 0.5}, hosts=2)["dense"] == 1
     ask(fet, whole, [70_000], [70_010], 1)
@@ -129,7 +132,6 @@ def test_a_file_read_nearly_whole_is_fetched_in_aligned_blocks_and_a_shared_one_
     block = limits.LARGEST_REQUEST
     assert (job.a, job.b) == (70_000 // block * block, 70_000 // block * block + block)
     ask(fet, shared, [1000, 1400], [1100, 1500], 1)  # 300 bytes apart: more than the shared file's gap
-    assert limits.SPARSE_GAP < 300  # (default: 0)
     assert [(j.a, j.b) for j in (fet._take(), fet._take())] == [(1000, 1100), (1400, 1500)]
 
 
@@ -239,12 +241,18 @@ def test_the_share_a_file_is_fetched_at_counts_the_gaps_its_requests_join():
     assert joined_share(1.0, 10, 1000, 0) == 1.0
 
 
-def test_a_file_read_sparsely_but_closely_is_planned_dense(paused):
+def test_a_file_read_sparsely_but_closely_is_planned_dense(paused, monkeypatch):
+    """Rows read close together are fetched in blocks, on several hosts too (a host's rows are a random share of
+    every file: its own alone are a request each); with ``BABELFEED_FETCH_SPARSE_GAP`` 0, a host's own rows only."""
     fet, make = paused
     a, b = make(600_000), make(600_000)
     assert fet.plan({a.path: [0.3, 6000], b.path: [0.3, 60]})["dense"] == 1  # rows of 100 bytes, of 10 KB
     assert a.dense and not b.dense
+    assert fet.plan({a.path: [0.3, 6000], b.path: [0.3, 60]}, hosts=2)["dense"] == 1
+    assert a.dense and not a.shared and b.shared
+    monkeypatch.setattr(limits, "SPARSE_GAP", 0)
     assert fet.plan({a.path: [0.3, 6000], b.path: [0.3, 60]}, hosts=2)["dense"] == 0  # (the others' rows)
+    assert a.shared and not a.dense
 
 
 def test_a_message_carries_its_arrays_exactly():
@@ -345,11 +353,12 @@ def test_hints_leave_connections_for_gathers(paused, monkeypatch):
     assert not fet._take().urgent  # (one hint landed: the next may go)
 
 
-def test_the_ranks_of_one_host_are_planned_as_one_host(paused):
+def test_the_ranks_of_one_host_are_planned_as_one_host(paused, monkeypatch):
     """Two ranks of two on one host (one fetcher): each says it reads half of a file; together the host reads it
-    all, so it is fetched in blocks, not row by row as if another host read the rows between. A rank that
-    disconnects no longer counts."""
+    all, so it is fetched in blocks, not row by row as if another host read the rows between (with
+    ``BABELFEED_FETCH_SPARSE_GAP`` 0, where that differs). A rank that disconnects no longer counts."""
     fet, make = paused
+    monkeypatch.setattr(limits, "SPARSE_GAP", 0)
     a = make(600_000)
     c0, c1 = server.Client(), server.Client()
     fet.clients |= {c0, c1}

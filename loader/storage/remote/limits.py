@@ -34,9 +34,12 @@ RESERVED = CONCURRENCY // 8  # of them, kept for gathers waiting (hints never ta
 DENSE = float(os.environ.get("BABELFEED_FETCH_DENSE", 0.85))  # a file read this much is fetched in whole blocks
 
 
-# the gap bridged in a file the host reads only part of (another host reads the rows between; 0: its own rows
-# only, each run of neighbouring rows one request): bytes fetched stay the rows read, requests are many
-SPARSE_GAP = int(os.environ.get("BABELFEED_FETCH_SPARSE_GAP", 0))
+# the gap bridged in a file other hosts read too (the rows between are theirs). By default GAP, as on one host: a
+# request costs about GAP of link time, so a smaller gap is cheaper fetched than skipped. A host's rows are a random
+# share of every file (the batches do not depend on the world size), so with rows of ~100 bytes its own rows alone
+# (0) were 47,000 requests on 4 directions of 100k pairs and training waited 99% of the time, for 0.55x the bytes
+# of one host; at GAP, 64 requests, 1.00x, 0.3% (benchmarks/bench_remote_training.py). 0 suits paying per byte
+SPARSE_GAP = int(os.environ.get("BABELFEED_FETCH_SPARSE_GAP", GAP))
 
 
 SPAN_HELD = 16 * GAP  # a block request spans bytes held (or in flight) shorter than this: two requests cost
