@@ -130,6 +130,7 @@ def on_store(server, endpoint: str, cache: str):
     from babelfeed.storage.remote import client as remote
     from s3server import stop_fetcher
 
+    shutil.rmtree(cache, ignore_errors=True)  # (cold: a folder left by another run holds its counters and shadows)
     os.environ["AWS_ENDPOINT_URL"] = endpoint
     os.environ["BABELFEED_CACHE_DIR"] = cache
     remote._folders.clear()

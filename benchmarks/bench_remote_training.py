@@ -122,6 +122,8 @@ def ranks(server, endpoint: str, url: str, kw: dict, rate: float, caches: list) 
     from babelfeed.storage.remote import client as remote
     from s3server import stop_fetcher
 
+    for cache in caches:
+        shutil.rmtree(cache, ignore_errors=True)  # (cold: a folder left by another run holds its counters)
     procs = []
     for r, cache in enumerate(caches):
         env = {**os.environ, **server.env(), "AWS_ENDPOINT_URL": endpoint, "BABELFEED_CACHE_DIR": cache}

@@ -147,7 +147,18 @@ def stop_fetcher(cache: str) -> None:
     try:
         os.kill(pid, signal.SIGTERM)
     except OSError:
-        pass
+        return
+    deadline = time.monotonic() + 10  # (it saves its counters as it exits: a folder removed before that comes back)
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:  # (started by this process: reaped)
+                return
+        except ChildProcessError:  # (another process's)
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                return
+        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")

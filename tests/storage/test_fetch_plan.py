@@ -286,6 +286,39 @@ def test_a_message_carries_its_arrays_exactly():
         y.close()
 
 
+def test_a_requests_files_travel_flat_and_come_back_per_file():
+    """``flat_files`` (the client) and ``split_files`` (the fetcher) across the wire: each file's path, ranges and
+    dues come back exactly, files without ranges and without dues (NaN: the message's due) included."""
+    import socket
+    import threading
+
+    rng = np.random.default_rng(5)
+    files = []
+    for i in range(300):
+        n = int(rng.integers(0, 40))
+        a = np.sort(rng.integers(0, 1 << 40, n))
+        f = [f"/d/f{i}.bin", a, a + rng.integers(1, 100, n)]
+        if i % 3:
+            f.append(rng.random(n))
+        files.append(f)
+    x, y = socket.socketpair()
+    try:
+        t = threading.Thread(target=wire.send, args=(x, {"files": ranges.flat_files(files, dues=True)}))
+        t.start()
+        got = ranges.split_files(wire.receive(y)["files"])
+        t.join()
+    finally:
+        x.close()
+        y.close()
+    assert len(got) == len(files)
+    for f, (p, a, b, d) in zip(files, got):
+        assert p == f[0] and np.array_equal(a, f[1]) and np.array_equal(b, f[2])
+        assert np.array_equal(d, f[3]) if len(f) > 3 else (len(d) == len(f[1]) and np.isnan(d).all())
+    assert ranges.split_files(ranges.flat_files([])) == []
+    plain = ranges.flat_files(files[:2])
+    assert "dues" not in plain and [x[3] for x in ranges.split_files(plain)] == [None, None]
+
+
 def test_a_block_request_spans_short_held_runs_and_splits_at_long_ones(paused, monkeypatch):
     """A dense file's block: a run held (fetched for a gather) shorter than SPAN_HELD is spanned (counted in
     bytes_again, never written twice); one as long or longer splits the block, and what lies past it is the

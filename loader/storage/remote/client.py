@@ -29,7 +29,7 @@ from babelfeed.errors import BabelfeedError, DataChangedError, StoreNotice, reda
 from babelfeed.fileio import cache_dir, open_private, private_folder, private_folders
 from babelfeed.storage.remote.limits import cache_limit
 from babelfeed.storage.remote.objects import StoreError, is_remote, store_env  # noqa: F401  (this
-from babelfeed.storage.remote.ranges import merged, pack, within
+from babelfeed.storage.remote.ranges import flat_files, merged, within
 from babelfeed.storage.remote.wire import PROTOCOL, receive, send
 
 
@@ -367,9 +367,6 @@ def ensure(path: str, starts, ends) -> dict:
     return ensure_many([[path, starts, ends]])
 
 
-def _files(files: list, dues: bool = False) -> list:
-    return [[os.path.abspath(f[0]), pack(f[1]), pack(f[2])] + ([pack(f[3], "<f8")] if dues and len(f) > 3 else [])
-            for f in files]
 
 
 def ensure_many(files: list, group: bool = False, due: float | None = None) -> dict:
@@ -387,7 +384,7 @@ def ensure_many(files: list, group: bool = False, due: float | None = None) -> d
     if not group and covered and _within(files, covered):
         return {"waited": False}
     t0 = time.perf_counter()
-    got = request({"op": "ensure", "files": _files(files), "clock": due,
+    got = request({"op": "ensure", "files": flat_files(files), "clock": due,
                    "keep": bool(covered) and not group})
     _waited["seconds"] += time.perf_counter() - t0
     _waited["calls"] += 1
@@ -416,7 +413,7 @@ def hint(files: list, due: float | None = None) -> None:
     read them, so that they are fetched in that order, and the cache keeps them and evicts what is needed later,
     or never again."""
     if files:
-        request({"op": "hint", "files": _files(files, dues=True), "due": due})
+        request({"op": "hint", "files": flat_files(files, dues=True), "due": due})
 
 
 def upload(folder: str, url: str, options: dict | None = None, log=print) -> int:

@@ -45,7 +45,7 @@ from babelfeed.storage.remote.limits import cache_limit
 from babelfeed.storage.remote.objects import StoreError
 from babelfeed.storage.remote.network import Job, Network
 from babelfeed.storage.remote.pieces import Piece, RemoteFile
-from babelfeed.storage.remote.ranges import joined_share, merged_dues, overlap_pairs, subtract, unpack
+from babelfeed.storage.remote.ranges import joined_share, merged_dues, overlap_pairs, split_files, subtract, unpack
 from babelfeed.storage.remote.wire import receive, send
 
 
@@ -443,8 +443,10 @@ class Fetcher:
                 continue
             a = unpack(f[1])
             b = np.minimum(unpack(f[2]), remote.size)
-            dues = unpack(f[3], "<f8") if len(f) > 3 and f[3] is not None else \
-                np.full(len(a), np.inf if due is None else float(due))
+            default = np.inf if due is None else float(due)
+            dues = unpack(f[3], "<f8") if len(f) > 3 and f[3] is not None else np.full(len(a), default)
+            if np.isnan(dues).any():  # (a file sent without dues of its own: the message's)
+                dues = np.where(np.isnan(dues), default, dues)
             with self.lock:
                 self.counters["hinted_bytes"] += int(np.maximum(b - a, 0).sum())
                 pressed = self.held_bytes + self.flying_bytes > self.limit // 2  # (else nothing is evicted soon)
@@ -571,11 +573,11 @@ def serve(sock_path: str, cache: str) -> None:
                         if op == "mirror":
                             reply = fetcher.folders.mirror(msg["url"], msg.get("options"), msg.get("env"))
                         elif op == "ensure":
-                            reply = fetcher.ensure_many(msg["files"], client, msg.get("clock"), bool(msg.get("keep")))
+                            reply = fetcher.ensure_many(split_files(msg["files"]), client, msg.get("clock"), bool(msg.get("keep")))
                         elif op == "hint":  # (answered first: the asking process goes on while it is taken in)
                             send(self.request, {})
                             try:
-                                fetcher.hint(msg["files"], msg.get("due"))
+                                fetcher.hint(split_files(msg["files"]), msg.get("due"))
                             except Exception:  # (advisory: the gather's own request raises what matters)
                                 pass
                             continue

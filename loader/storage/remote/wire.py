@@ -11,7 +11,8 @@ import struct
 import numpy as np
 
 
-PROTOCOL = 2  # the messages' framing (in the socket's name: a fetcher of another framing is never reached)
+PROTOCOL = 3  # the messages' framing (in the socket's name: a fetcher of another framing is never reached; 3: a
+# request's files flat, ranges.flat_files)
 
 
 def send(sock: socket.socket, obj) -> None:
