@@ -20,6 +20,7 @@ class FaultProxy:
         self.counts = {"requests": 0, "failed": 0, "cut": 0, "bytes": 0}
         self.cut_first = cut_first  # each object's first cut_first GETs cut short (whatever their range)
         self.seen: dict = {}
+        self.refuse: dict = {}  # GETs of a path containing a key answered with its HTTP status (404, 403), set live
         self.link_free = 0.0  # when the capped link is free again
         proxy = self
 
@@ -70,6 +71,15 @@ class FaultProxy:
                         cut = proxy.seen[k] <= proxy.cut_first
                 if proxy.latency:
                     time.sleep(proxy.latency)
+                refused = [code for part, code in list(proxy.refuse.items()) if part in self.path]
+                if refused and self.command == "GET" and "list-type" not in self.path:
+                    msg = f"<Error><Code>{'NoSuchKey' if refused[0] == 404 else 'AccessDenied'}</Code></Error>".encode()
+                    self.send_response(refused[0])
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
                 if fail:
                     with proxy.lock:
                         proxy.counts["failed"] += 1

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 import babelfeed
-from babelfeed.errors import StoreError, StoreNotice
+import golden
+from babelfeed.errors import BabelfeedError, StoreError, StoreNotice
 from s3server import s3, s3_env  # noqa: F401  (fixtures)
 from synthetic import config_for, make_data_bin
-from test_remote import same_batches
+from test_remote import lm_config, same_batches
 
 KW = dict(data__shards="all", batching__max_tokens=256)
 
@@ -186,6 +187,42 @@ def test_bodies_closed_before_their_length_are_retried(tmp_path, s3_env, monkeyp
         proxy.stop()
     same_batches(list(babelfeed.build_train_iterator(config_for(local, **KW))), theirs)
     assert proxy.counts["cut"] >= 12, proxy.counts
+
+
+@pytest.mark.parametrize("kind", ["translation", "lm"])
+def test_a_mirror_that_failed_part_way_then_succeeds_serves_the_local_copys_batches(tmp_path, s3_env, monkeypatch,
+                                                                                    kind):
+    """One index unreadable at the first open (404: the error names it); the store fixed, the next open on the
+    same host (its fetcher still running) serves exactly the local copy's batches. The failed mirror had made the
+    .bin shadows, and the next one made them again but kept their first records, so the fetcher wrote where no
+    reader looked: rows of zeros (translation: 'damaged'; LM: silently)."""
+    from s3proxy import FaultProxy
+
+    from babelfeed.storage.remote import client as remote
+
+    if kind == "lm":
+        golden.make_lm_data(tmp_path / "local")
+        local = tmp_path / "local" / "lm"
+        build = lambda where: babelfeed.build_iterator(lm_config(where, tmp_path, 20))  # noqa: E731
+        broken = "books.idx"
+    else:
+        local = tmp_path / "data_bin"
+        make_data_bin(local, directions={"aaa-bbb": [300], "aaa-ccc": [60]}, valid=False)
+        build = lambda where: babelfeed.build_train_iterator(config_for(where, **KW))  # noqa: E731
+        broken = "aaa-ccc.aaa.idx"
+    url = s3_env.upload(str(local), "bkt", f"half-{kind}/data")
+    proxy = FaultProxy(s3_env.port)
+    proxy.refuse[broken] = 404
+    monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
+    try:
+        with pytest.raises(BabelfeedError, match=broken.replace(".", r"\.") + ": no such object"):
+            build(url)
+        proxy.refuse.clear()
+        remote._folders.clear()
+        theirs = list(build(url))
+    finally:
+        proxy.stop()
+    same_batches(list(build(str(local))), theirs)
 
 
 def test_a_full_cache_disk_names_the_folder_and_the_settings(tmp_path, monkeypatch):

@@ -95,7 +95,9 @@ class Folders:
                         os.replace(tmp, path)  # a new inode: a reader of the old object's file keeps its own
                     with self.fetcher.lock:
                         current = self.fetcher.remotes.get(path)
-                        if current is None or current.etag != etag or current.size != size:
+                        if new or current is None or current.etag != etag or current.size != size:  # (a new
+                            # shadow file is a new RemoteFile whatever its ETag: the old one's fd is the replaced
+                            # file's, and after a mirror that failed part way, bytes fetched there were lost)
                             self.fetcher.remotes[path] = RemoteFile(store, key, size, etag, path)
                         self.fetcher.remotes[path].folder = (store, prefix, local)
             except BaseException:
