@@ -13,7 +13,8 @@ things ahead of the batch being gathered:
 
 A process that gathers every ``stride``-th batch (a DataLoader worker of ``stride``, a grain worker) asks for its
 own only: the stride is set by the adapter, or read from the batches it is asked for. Ranks ask for their own
-batches (``split="batches"``) or their own rows (``split="rows"``), so each host fetches only what it reads.
+batches (``split="batches"``) or their own rows (``split="rows"``); a host's fetcher joins them across gaps
+shorter than a request costs (the rows between, other hosts', come too; ``BABELFEED_FETCH_SPARSE_GAP``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from babelfeed.errors import UsageError
 from babelfeed.storage.remote import limits, pieces, ranges, server, wire
 from babelfeed.storage.remote.pieces import Piece, Pieces
 
@@ -303,7 +304,8 @@ def test_a_requests_files_travel_flat_and_come_back_per_file():
         files.append(f)
     x, y = socket.socketpair()
     try:
-        t = threading.Thread(target=wire.send, args=(x, {"files": ranges.flat_files(files, dues=True)}))
+        t = threading.Thread(target=wire.send, args=(x, {"files": ranges.flat_files(
+            files, dues=True, inode=lambda p: int(p[4:-4]) + 7)}))
         t.start()
         got = ranges.split_files(wire.receive(y)["files"])
         t.join()
@@ -311,12 +313,18 @@ def test_a_requests_files_travel_flat_and_come_back_per_file():
         x.close()
         y.close()
     assert len(got) == len(files)
-    for f, (p, a, b, d) in zip(files, got):
-        assert p == f[0] and np.array_equal(a, f[1]) and np.array_equal(b, f[2])
+    for f, (p, a, b, d, ino) in zip(files, got):
+        assert p == f[0] and np.array_equal(a, f[1]) and np.array_equal(b, f[2]) and ino == int(p[4:-4]) + 7
         assert np.array_equal(d, f[3]) if len(f) > 3 else (len(d) == len(f[1]) and np.isnan(d).all())
     assert ranges.split_files(ranges.flat_files([])) == []
     plain = ranges.flat_files(files[:2])
-    assert "dues" not in plain and [x[3] for x in ranges.split_files(plain)] == [None, None]
+    assert "dues" not in plain and [x[3:] for x in ranges.split_files(plain)] == [[None, 0], [None, 0]]
+    odd = ranges.split_files(ranges.flat_files([["/a", np.array([[1, 2]]), np.array([[2, 3]])], ["/b", 5, 7]]))
+    assert [(p, a.tolist(), b.tolist()) for p, a, b, *_ in odd] == [("/a", [1, 2], [2, 3]), ("/b", [5], [7])]
+    with pytest.raises(UsageError, match="/a: 2 range starts, 1 ends"):
+        ranges.flat_files([["/a", [1, 2], [3]]])
+    with pytest.raises(UsageError, match="3 dues"):
+        ranges.flat_files([["/a", [1, 2], [3, 4], [0.0, 1.0, 2.0]]], dues=True)
 
 
 def test_a_block_request_spans_short_held_runs_and_splits_at_long_ones(paused, monkeypatch):

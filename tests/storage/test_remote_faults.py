@@ -271,6 +271,37 @@ def test_an_object_replaced_in_the_store_is_refused_at_the_next_epoch_though_cac
         list(it)  # (epoch 2)
 
 
+@pytest.mark.parametrize("when", ["mid-epoch", "next epoch"])
+def test_an_object_replaced_and_opened_by_another_job_is_refused_to_the_running_one(tmp_path, s3_env, monkeypatch,
+                                                                                    when):
+    """A job reads; the store's .bin is replaced (same size); another job on the host opens the folder (its
+    mirror makes the new version's shadow file). The running job's reads named the path alone and were served
+    into the new file while it read the old one: rows of zeros ('damaged'). Its requests now carry the file it
+    reads, and it gets DataChangedError naming the object, mid-epoch or at its next epoch."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("BABELFEED_FETCH_GAP", "128")  # neighbouring rows only: the rest is fetched as batches ask
+    monkeypatch.setenv("BABELFEED_FETCH_DENSE", "2")  # (never whole blocks)
+    monkeypatch.setenv("BABELFEED_FETCH_AHEAD_MB", "0.002")  # (a few batches ahead)
+    local = tmp_path / "data_bin"
+    make_data_bin(local, directions={"aaa-bbb": [6000], "aaa-ccc": [100]}, valid=False)
+    url = s3_env.upload(str(local), "bkt", f"other-{when[0]}/data_bin")
+    it = babelfeed.build_train_iterator(config_for(url, data__shards="all"))
+    if when == "mid-epoch":
+        next(it)
+    else:
+        list(it)
+    victim = next(p for p in sorted(local.rglob("*.bin")) if "aaa-bbb" in p.name)
+    key = f"other-{when[0]}/data_bin/{victim.relative_to(local).as_posix()}"
+    s3_env.client().put_object(Bucket="bkt", Key=key, Body=victim.read_bytes()[::-1])  # same size, new ETag
+    subprocess.run([sys.executable, "-c", "import sys; from babelfeed.storage.remote import client; "
+                    "client.local_folder(sys.argv[1])", url], check=True, timeout=120)  # (another job opens it)
+    with pytest.raises(babelfeed.DataChangedError, match=rf"s3://bkt/{key}: (replaced in the store .*since the job "
+                                                         rf"opened it|changed in the store while the job reads it)"):
+        list(it)
+
+
 def test_the_counters_survive_a_fetcher_restart_and_the_log_is_rotated(tmp_path, s3_env, monkeypatch):
     """Telemetry went back to zero when a fetcher was replaced (killed, idle exit): its counters are saved as they
     change and the next fetcher adds to them (fetcher_starts counts the fetchers). fetcher.log grew for ever: a

@@ -325,7 +325,27 @@ def local_folder(url: str, options: dict | None = None) -> str:
         warnings.warn(notice, StoreNotice, stacklevel=2)
     with _lock:
         _folders[url] = got["path"]
+        inside = os.path.join(got["path"], "")
+        for path in [p for p in _inodes if p.startswith(inside)]:  # (a job opening it again reads what is there now)
+            del _inodes[path]
     return got["path"]
+
+
+_inodes: dict[str, int] = {}  # shadow .bin -> the file this process reads there (its inode at the first request)
+
+
+def _inode(path: str) -> int:
+    """The inode of the shadow file ``path`` this process reads: the file there at its first request for it (0:
+    none). Each request carries it, so the fetcher refuses to serve a process whose object was replaced in the
+    store since it began reading it (when another job on the host opened the new version, the path names a new
+    file: its bytes would land where this process does not look)."""
+    got = _inodes.get(path)
+    if got is None:
+        try:
+            got = _inodes[path] = os.stat(path).st_ino
+        except OSError:
+            got = 0
+    return got
 
 
 def resolve(path, options: dict | None = None) -> str:
@@ -384,7 +404,7 @@ def ensure_many(files: list, group: bool = False, due: float | None = None) -> d
     if not group and covered and _within(files, covered):
         return {"waited": False}
     t0 = time.perf_counter()
-    got = request({"op": "ensure", "files": flat_files(files), "clock": due,
+    got = request({"op": "ensure", "files": flat_files(files, inode=_inode), "clock": due,
                    "keep": bool(covered) and not group})
     _waited["seconds"] += time.perf_counter() - t0
     _waited["calls"] += 1
@@ -413,7 +433,7 @@ def hint(files: list, due: float | None = None) -> None:
     read them, so that they are fetched in that order, and the cache keeps them and evicts what is needed later,
     or never again."""
     if files:
-        request({"op": "hint", "files": flat_files(files, dues=True), "due": due})
+        request({"op": "hint", "files": flat_files(files, dues=True, inode=_inode), "due": due})
 
 
 def upload(folder: str, url: str, options: dict | None = None, log=print) -> int:
@@ -468,13 +488,15 @@ def plan(shares: dict, hosts: int = 1, rank: int | None = None, epoch: int | Non
     """Tell the host's fetcher what share of each shadow ``.bin``'s rows this process's epoch reads (``{path:
     share}``, or ``{path: (share, rows in the file)}``), with ``hosts`` reading the data: files whose reads,
     joined across short gaps, bring nearly all of them are fetched in large blocks, the others range by range (on
-    several hosts, this host's rows only). ``rank``: this process's, of ``hosts`` ranks: the fetcher adds up the
-    shares of the ranks on its host (eight ranks of a host read as one host of eight)."""
+    several hosts, gaps of ``SPARSE_GAP`` bridged: by default as on one host). ``rank``: this process's, of
+    ``hosts`` ranks: the fetcher adds up the shares of the ranks on its host (eight ranks of a host read as one
+    host of eight)."""
     if not shares:
         return {}
     files = {os.path.abspath(p): [float(v), 0] if np.ndim(v) == 0 else [float(v[0]), int(v[1])]
              for p, v in shares.items()}
-    return request({"op": "plan", "files": files, "hosts": int(hosts), "rank": rank, "epoch": epoch})
+    return request({"op": "plan", "files": files, "hosts": int(hosts), "rank": rank, "epoch": epoch,
+                    "inodes": {p: _inode(p) for p in files}})
 
 
 _waited = {"seconds": 0.0, "calls": 0}  # this process's time blocked on the fetcher (a gather waiting for bytes)

@@ -143,10 +143,11 @@ class RemoteFile:
         # the host reads (nearly) every byte of it this epoch and the cache can keep them: hinted ranges are
         # fetched as whole aligned blocks of LARGEST_REQUEST (few large requests; no byte wasted)
         self.dense = False
-        self.shared = False  # other hosts read rows of it this epoch: only this host's own rows are fetched
+        self.shared = False  # other hosts read rows of it this epoch (fetched with BABELFEED_FETCH_SPARSE_GAP)
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)  # notified as requests land
         self.fd = os.open(path, os.O_WRONLY)
+        self.ino = os.fstat(self.fd).st_ino  # (a process reading another file at this path reads a replaced object)
 
     @property
     def pending_bytes(self) -> int:

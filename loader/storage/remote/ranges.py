@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from babelfeed.errors import UsageError
 from babelfeed.storage.remote import limits
 
 
@@ -21,32 +22,44 @@ def unpack(value, dtype="<i8") -> np.ndarray:
     return np.asarray(value, dtype=np.dtype(dtype).newbyteorder("="))
 
 
-def flat_files(files: list, dues: bool = False) -> dict:
+def flat_files(files: list, dues: bool = False, inode=None) -> dict:
     """``[[path, starts, ends(, dues)], ...]`` as one message part: the paths, each file's count of ranges, and
     the ranges of all of them in three arrays (a hint at 1,000 directions names ~2,000 files: as four arrays each,
     its encoding took 30-100 ms of the thread making batches). A file without dues gets NaN (the message's own
-    ``due``). :func:`split_files` is its inverse."""
-    counts = [len(f[1]) for f in files]
-    out = {"paths": [os.path.abspath(f[0]) for f in files], "counts": pack(counts),
-           "starts": pack(np.concatenate([np.asarray(f[1], np.int64).ravel() for f in files]) if files else []),
-           "ends": pack(np.concatenate([np.asarray(f[2], np.int64).ravel() for f in files]) if files else [])}
+    ``due``). ``inode(path)``: the file each path names for the asking process (sent along). :func:`split_files`
+    is its inverse."""
+    starts = [np.asarray(f[1], np.int64).ravel() for f in files]
+    ends = [np.asarray(f[2], np.int64).ravel() for f in files]
+    counts = [len(a) for a in starts]
+    paths = [os.path.abspath(f[0]) for f in files]
+    for p, a, b, f in zip(paths, starts, ends, files):
+        if len(b) != len(a) or (dues and len(f) > 3 and f[3] is not None and np.size(f[3]) != len(a)):
+            raise UsageError(f"{p}: {len(a):,} range starts, {len(b):,} ends"
+                             f"{f', {np.size(f[3]):,} dues' if dues and len(f) > 3 and f[3] is not None else ''}: "
+                             f"give as many of each")
+    out = {"paths": paths, "counts": pack(counts),
+           "starts": pack(np.concatenate(starts) if files else []),
+           "ends": pack(np.concatenate(ends) if files else [])}
     if dues:
         out["dues"] = pack(np.concatenate([np.asarray(f[3], np.float64).ravel() if len(f) > 3 and f[3] is not None
                                            else np.full(n, np.nan) for f, n in zip(files, counts)])
                            if files else [], "<f8")
+    if inode is not None:
+        out["inodes"] = pack([inode(p) for p in paths])
     return out
 
 
 def split_files(files) -> list:
-    """:func:`flat_files`'s inverse: ``[[path, starts, ends, dues or None], ...]`` (views of the message's
-    arrays); a list of files is taken as it is."""
+    """:func:`flat_files`'s inverse: ``[[path, starts, ends, dues or None, inode or 0], ...]`` (views of the
+    message's arrays); a list of files is taken as it is."""
     if not isinstance(files, dict):
         return files
     cuts = np.cumsum(unpack(files["counts"]))[:-1]
     starts = np.split(unpack(files["starts"]), cuts)
     ends = np.split(unpack(files["ends"]), cuts)
     dues = np.split(unpack(files["dues"], "<f8"), cuts) if "dues" in files else [None] * len(starts)
-    return [[p, a, b, d] for p, a, b, d in zip(files["paths"], starts, ends, dues)]
+    inodes = unpack(files["inodes"]).tolist() if "inodes" in files else [0] * len(starts)
+    return [[p, a, b, d, i] for p, a, b, d, i in zip(files["paths"], starts, ends, dues, inodes)]
 
 
 def merged(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -38,7 +38,7 @@ import time
 
 import numpy as np
 
-from babelfeed.errors import InternalError, redact
+from babelfeed.errors import DataChangedError, InternalError, redact
 from babelfeed.storage.remote import limits
 from babelfeed.storage.remote.folders import Folders
 from babelfeed.storage.remote.limits import cache_limit
@@ -110,10 +110,18 @@ class Fetcher:
         except OSError:
             pass  # (a full disk: counters are not worth an error)
 
-    def _remote(self, path: str) -> RemoteFile:
+    def _remote(self, path: str, ino: int = 0) -> RemoteFile:
+        """The record of shadow ``path``; ``ino``: the file the asking process reads there (0: not said), refused
+        when it is no longer the shadow's (its object was replaced in the store, and another job opened the new
+        version)."""
         remote = self.remotes.get(path)
         if remote is None:
             raise FileNotFoundError(2, "not a remote file of this fetcher (mirror its folder first)", path)
+        if ino and ino != remote.ino:
+            raise DataChangedError(remote.store.url(remote.key),
+                                   f"replaced in the store since the job opened it (another job on this host opened "
+                                   f"the new version, ETag {remote.etag}): the rest of the run would mix two versions "
+                                   f"of the data. Restart from the last saved state")
         return remote
 
     def _ask(self, remote: RemoteFile, a: np.ndarray, b: np.ndarray, dues: np.ndarray) -> None:
@@ -420,6 +428,8 @@ class Fetcher:
         ``keep`` (a batch outside the group its last request pinned: both stay pinned until its next one)."""
         if client is not None and not keep:
             self.release(client)
+        for f in files:
+            self._remote(f[0], int(f[4]) if len(f) > 4 else 0)  # (a replaced object refused before anything is asked)
         for f in files[1:]:  # (the others first asked for, then each waited for in turn)
             remote = self._remote(f[0])
             a, b = unpack(f[1]), np.minimum(unpack(f[2]), remote.size)
@@ -439,8 +449,8 @@ class Fetcher:
         cache told which held pieces are needed when."""
         for f in files:
             remote = self.remotes.get(f[0])
-            if remote is None:
-                continue
+            if remote is None or (len(f) > 4 and f[4] and f[4] != remote.ino):  # (a replaced object: its gather
+                continue  # raises it)
             a = unpack(f[1])
             b = np.minimum(unpack(f[2]), remote.size)
             default = np.inf if due is None else float(due)
@@ -473,7 +483,7 @@ class Fetcher:
         this epoch (from the plan), and the rows it holds, with ``hosts`` reading the data. Files of which
         fetching the rows read, joined across gaps under ``GAP``, brings ``DENSE`` or more are fetched in whole
         blocks, as long as the cache can keep all of them (the largest first); the others range by range (on
-        several hosts: this host's rows only, the rows between are other hosts').
+        several hosts: joined across ``SPARSE_GAP``, by default the gap; the rows between are other hosts').
 
         ``rank`` (of ``hosts`` ranks), from ``client``: the shares are one rank's, and the ranks of this host
         (its connected clients') are added up: eight ranks of 64 on one host read an eighth of the data, as
@@ -588,6 +598,9 @@ def serve(sock_path: str, cache: str) -> None:
                         elif op == "upload":
                             reply = fetcher.folders.upload(msg["url"], msg["path"], msg.get("options"), msg.get("env"))
                         elif op == "plan":
+                            for path, ino in (msg.get("inodes") or {}).items():  # (each epoch: a replaced
+                                if path in fetcher.remotes:  # object refused, whether or not its bytes are cached)
+                                    fetcher._remote(path, int(ino))
                             reply = fetcher.plan(msg["files"], int(msg.get("hosts", 1)), msg.get("rank"), client,
                                                  msg.get("epoch"))
                         elif op == "stats":
