@@ -368,3 +368,43 @@ def test_a_bad_cache_size_setting_is_named_before_a_fetcher_starts(tmp_path, s3_
     monkeypatch.setenv("BABELFEED_FETCH_CACHE_MB", "abc")
     with pytest.raises(babelfeed.UsageError, match=r"BABELFEED_FETCH_CACHE_MB='abc': give the cache's size in MiB"):
         _remote().local_folder("s3://bkt/anything")
+
+
+def test_one_fetcher_serves_a_cache_folder_whatever_the_socket_path_a_process_works_out(tmp_path, monkeypatch):
+    """Two processes of one cache folder whose environments put the socket elsewhere (``XDG_RUNTIME_DIR``: an ssh
+    session has one, a cron or SLURM job may not) started a fetcher each, which punched holes in each other's
+    files. The running fetcher writes its socket in ``objects/``, a process finds it there, and a second fetcher
+    of the folder refuses to start."""
+    import subprocess
+    import sys
+
+    remote = _remote()
+    cache = tmp_path / "cache"
+    import shutil
+    import tempfile
+
+    xdg_a, xdg_b = (tempfile.mkdtemp(prefix="bf-xdg-", dir="/tmp") for _ in range(2))  # (short: a socket's path
+    # must stay under ~100 bytes)
+    for d in (xdg_a, xdg_b):
+        os.chmod(d, 0o700)
+    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(cache))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg_a))
+    remote._local.conn = None
+    try:
+        pid = remote.request({"op": "ping"})["pid"]
+        code = ("import json; from babelfeed.storage.remote import client as r; "
+                "print(json.dumps([r.request({'op': 'ping'})['pid'], r.socket_path(), r._local.path]))")
+        out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "XDG_RUNTIME_DIR": str(xdg_b)},
+                             capture_output=True, text=True, timeout=120, check=True).stdout
+        theirs, worked_out, used = __import__("json").loads(out.strip().splitlines()[-1])
+        assert worked_out.startswith(str(xdg_b)) and used.startswith(str(xdg_a)), (worked_out, used)
+        assert theirs == pid  # (one fetcher)
+        second = subprocess.run([sys.executable, "-m", "babelfeed.storage.remote.server", str(tmp_path / "x.sock"),
+                                 str(cache)], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 3 and "another fetcher serves the cache folder" in second.stdout, second
+    finally:
+        from s3server import stop_fetcher
+
+        stop_fetcher(str(cache))
+        for d in (xdg_a, xdg_b):
+            shutil.rmtree(d, ignore_errors=True)

@@ -110,15 +110,34 @@ def _peer(s: socket.socket) -> tuple[int, int] | None:
     return pid, uid
 
 
-def _start(cache: str, path: str) -> socket.socket:
-    """Connect to the host's fetcher, starting it first when none answers (one starter at a time: a lock file)."""
+def _start(cache: str, path: str) -> tuple[socket.socket, str]:
+    """Connect to the host's fetcher, starting it first when none answers (one starter at a time: a lock file).
+    Returns the connection and the fetcher's socket: ``path``, or the one the running fetcher of this cache
+    folder wrote in ``objects/fetcher.socket`` (a process of another environment works ``path`` out elsewhere:
+    ``XDG_RUNTIME_DIR``, ``TMPDIR``; two fetchers of one cache punched holes in each other's files)."""
     objects = _objects(cache)
     cache_limit(cache)  # (a bad setting said here, not in the fetcher's log)
     with open_private(os.path.join(objects, "fetcher.lock")) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         s = _connect(path)
         if s is not None:
-            return s
+            return s, path
+        try:
+            with open(os.path.join(objects, "fetcher.socket")) as f:
+                other = f.read().strip()
+        except OSError:
+            other = ""
+        if other and other != path:
+            s = _connect(other)
+            if s is not None:
+                if other.endswith(f"-p{PROTOCOL}.sock"):
+                    return s, other
+                pid = (_peer(s) or ("?",))[0]
+                s.close()
+                raise StoreError(f"the cache folder {cache} is served by the fetcher of another babelfeed version "
+                                 f"(pid {pid}, socket {other}): wait for it to exit (idle for "
+                                 f"BABELFEED_FETCHER_IDLE seconds), stop it (kill {pid}), or set BABELFEED_CACHE_DIR "
+                                 f"to another folder")
         try:
             os.unlink(path)  # a socket left by a fetcher that died
         except OSError:
@@ -140,7 +159,7 @@ def _start(cache: str, path: str) -> socket.socket:
         while time.monotonic() < deadline:
             s = _connect(path)
             if s is not None:
-                return s
+                return s, path
             if proc.poll() is not None:
                 break
             time.sleep(0.05)
@@ -233,7 +252,7 @@ def _client() -> socket.socket:
         return conn
     cache = _cache()
     path = socket_path(cache)
-    conn = _start(cache, path)
+    conn, path = _start(cache, path)
     _local.conn, _local.pid, _local.path = conn, os.getpid(), path
     _local.fetcher = (_peer(conn) or (None,))[0]
     return conn

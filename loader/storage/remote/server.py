@@ -27,6 +27,7 @@ survive ``fork``), on a Unix socket only this user can open; it exits after ``ID
 from __future__ import annotations
 
 import errno
+import fcntl
 import heapq
 import json
 import os
@@ -39,6 +40,7 @@ import time
 import numpy as np
 
 from babelfeed.errors import DataChangedError, InternalError, redact
+from babelfeed.fileio import open_private
 from babelfeed.storage.remote import limits
 from babelfeed.storage.remote.folders import Folders
 from babelfeed.storage.remote.limits import cache_limit
@@ -562,6 +564,22 @@ class _Redacted:
 
 def serve(sock_path: str, cache: str) -> None:
     sys.stdout, sys.stderr = _Redacted(sys.stdout), _Redacted(sys.stderr)
+    objects = os.path.join(cache, "objects")
+    running = open_private(os.path.join(objects, "fetcher.running"))  # held while this fetcher lives: one a cache
+    try:
+        fcntl.flock(running, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            with open(os.path.join(objects, "fetcher.socket")) as f:
+                other = f.read().strip()
+        except OSError:
+            other = "?"
+        print(f"another fetcher serves the cache folder {cache} (its socket: {other}): not started", flush=True)
+        sys.exit(3)
+    tmp = os.path.join(objects, f"fetcher.socket.{os.getpid()}.partial")
+    with open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
+        f.write(sock_path.encode())
+    os.replace(tmp, os.path.join(objects, "fetcher.socket"))  # (found by a process that works out another path)
     fetcher = Fetcher(cache)
     state = {"clients": 0, "last": time.monotonic()}
     guard = threading.Lock()
