@@ -408,3 +408,49 @@ def test_one_fetcher_serves_a_cache_folder_whatever_the_socket_path_a_process_wo
         stop_fetcher(str(cache))
         for d in (xdg_a, xdg_b):
             shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_cache_folder_reached_through_a_link_is_one_folder(tmp_path, s3_env, monkeypatch):
+    """One job names the cache folder by its path, another through a symlink: one fetcher, and both read the
+    local copy's batches. Under two names, the second took the fetcher's shadows for local files and read their
+    holes: zeros."""
+    import subprocess
+    import sys
+
+    remote = _remote()
+    local = tmp_path / "data_bin"
+    make_data_bin(local, directions={"aaa-bbb": [300], "aaa-ccc": [40]}, valid=False)
+    url = s3_env.upload(str(local), "bkt", "link/data_bin")
+    real = os.environ["BABELFEED_CACHE_DIR"]
+    link = tmp_path / "cache-link"
+    link.symlink_to(real)
+    subprocess.run([sys.executable, "-c", "import sys; from babelfeed.storage.remote import client; "
+                    "client.local_folder(sys.argv[1])", url], check=True, timeout=120)  # (the fetcher, by its path)
+    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(link))
+    remote._folders.clear()
+    remote._local.conn = None
+    assert remote.socket_path() == remote.socket_path(real)
+    same_batches(list(babelfeed.build_train_iterator(config_for(local, **KW))),
+                 list(babelfeed.build_train_iterator(config_for(url, **KW))))
+
+
+def test_a_fetcher_of_another_version_on_the_cache_folder_is_refused_by_name(tmp_path, monkeypatch):
+    """A fetcher of an older protocol (it writes no fetcher.socket) listening beside this version's socket for the
+    same cache folder: the process refuses to start a second fetcher there, naming the other one."""
+    import socket
+
+    remote = _remote()
+    monkeypatch.setenv("BABELFEED_CACHE_DIR", str(tmp_path / "cache"))
+    remote._local.conn = None
+    path = remote.socket_path()
+    old = path.replace(f"-p{remote.PROTOCOL}.sock", "-p2.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(old)
+    s.listen(8)
+    try:
+        with pytest.raises(StoreError, match=r"served by the fetcher of another babelfeed version .*-p2\.sock"):
+            remote.request({"op": "ping"})
+    finally:
+        s.close()
+        os.unlink(old)
+        remote._local.conn = None

@@ -42,7 +42,10 @@ LOG_BYTES = 4 << 20  # fetcher.log is rotated (to fetcher.log.1) past this size 
 
 
 def _cache() -> str:
-    return os.path.abspath(cache_dir())
+    """The cache folder, resolved: a folder reached through a link (or ``$HOME`` and its real path) is one folder,
+    with one fetcher and one set of shadow paths (under two names, a job took the fetcher's shadows for local
+    files and read their holes as zeros)."""
+    return os.path.realpath(cache_dir())
 
 
 def _objects(cache: str) -> str:
@@ -56,7 +59,7 @@ def socket_path(cache: str | None = None) -> str:
     (``$XDG_RUNTIME_DIR/babelfeed``, else ``babelfeed-UID`` in the temporary folder, else in ``/tmp``), so no
     other user can take its name first; where someone else holds those folders (or their paths are too long: a
     Unix socket's must stay under ~100 bytes), in the cache's private ``objects/``."""
-    cache = cache or _cache()
+    cache = os.path.realpath(cache) if cache else _cache()
     key = hashlib.blake2b(cache.encode(), digest_size=8).hexdigest()
     name = f"fetcher-{key}-p{PROTOCOL}.sock"
     uid = os.getuid() if hasattr(os, "getuid") else 0
@@ -127,17 +130,18 @@ def _start(cache: str, path: str) -> tuple[socket.socket, str]:
                 other = f.read().strip()
         except OSError:
             other = ""
-        if other and other != path:
-            s = _connect(other)
-            if s is not None:
-                if other.endswith(f"-p{PROTOCOL}.sock"):
-                    return s, other
-                pid = (_peer(s) or ("?",))[0]
-                s.close()
-                raise StoreError(f"the cache folder {cache} is served by the fetcher of another babelfeed version "
-                                 f"(pid {pid}, socket {other}): wait for it to exit (idle for "
-                                 f"BABELFEED_FETCHER_IDLE seconds), stop it (kill {pid}), or set BABELFEED_CACHE_DIR "
-                                 f"to another folder")
+        # (and beside ours, a fetcher of another version from before fetcher.socket, which writes none)
+        for other in dict.fromkeys([other] + _other_protocols(path)):
+            s = _connect(other) if other and other != path else None
+            if s is None:
+                continue
+            if other.endswith(f"-p{PROTOCOL}.sock"):
+                return s, other
+            pid = (_peer(s) or ("?",))[0]
+            s.close()
+            raise StoreError(f"the cache folder {cache} is served by the fetcher of another babelfeed version "
+                             f"(pid {pid}, socket {other}): wait for it to exit (idle for BABELFEED_FETCHER_IDLE "
+                             f"seconds), stop it (kill {pid}), or set BABELFEED_CACHE_DIR to another folder")
         try:
             os.unlink(path)  # a socket left by a fetcher that died
         except OSError:
@@ -171,6 +175,17 @@ def _start(cache: str, path: str) -> tuple[socket.socket, str]:
             pass
         raise BabelfeedError(f"the object-store fetcher did not start (its log, {log_path}, ends: "
                              f"{redact(tail.strip()[-600:]) or 'nothing'})")
+
+
+def _other_protocols(path: str) -> list[str]:
+    """The sockets beside ``path`` of this cache folder's fetchers of other protocols (another babelfeed version)."""
+    folder, name = os.path.split(path)
+    stem = name.rsplit("-p", 1)[0]
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in names if n.startswith(stem + "-p") and n.endswith(".sock") and n != name]
 
 
 class _Hung(Exception):
