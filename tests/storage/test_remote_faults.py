@@ -21,6 +21,16 @@ from test_remote import lm_config, same_batches
 KW = dict(data__shards="all", batching__max_tokens=256)
 
 
+def _open_in_another_process(url: str) -> None:
+    """Another job on the host opens remote folder ``url`` (mirrors it through the host's fetcher), with this
+    process's environment."""
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", "import sys; from babelfeed.storage.remote import client; "
+                    "client.local_folder(sys.argv[1])", url], check=True, timeout=120)
+
+
 def _remote():
     from babelfeed.storage.remote import client as remote
     return remote
@@ -278,9 +288,6 @@ def test_an_object_replaced_and_opened_by_another_job_is_refused_to_the_running_
     mirror makes the new version's shadow file). The running job's reads named the path alone and were served
     into the new file while it read the old one: rows of zeros ('damaged'). Its requests now carry the file it
     reads, and it gets DataChangedError naming the object, mid-epoch or at its next epoch."""
-    import subprocess
-    import sys
-
     monkeypatch.setenv("BABELFEED_FETCH_GAP", "128")  # neighbouring rows only: the rest is fetched as batches ask
     monkeypatch.setenv("BABELFEED_FETCH_DENSE", "2")  # (never whole blocks)
     monkeypatch.setenv("BABELFEED_FETCH_AHEAD_MB", "0.002")  # (a few batches ahead)
@@ -295,8 +302,7 @@ def test_an_object_replaced_and_opened_by_another_job_is_refused_to_the_running_
     victim = next(p for p in sorted(local.rglob("*.bin")) if "aaa-bbb" in p.name)
     key = f"other-{when[0]}/data_bin/{victim.relative_to(local).as_posix()}"
     s3_env.client().put_object(Bucket="bkt", Key=key, Body=victim.read_bytes()[::-1])  # same size, new ETag
-    subprocess.run([sys.executable, "-c", "import sys; from babelfeed.storage.remote import client; "
-                    "client.local_folder(sys.argv[1])", url], check=True, timeout=120)  # (another job opens it)
+    _open_in_another_process(url)
     with pytest.raises(babelfeed.DataChangedError, match=rf"s3://bkt/{key}: (replaced in the store .*since the job "
                                                          rf"opened it|changed in the store while the job reads it)"):
         list(it)
@@ -414,9 +420,6 @@ def test_a_cache_folder_reached_through_a_link_is_one_folder(tmp_path, s3_env, m
     """One job names the cache folder by its path, another through a symlink: one fetcher, and both read the
     local copy's batches. Under two names, the second took the fetcher's shadows for local files and read their
     holes: zeros."""
-    import subprocess
-    import sys
-
     remote = _remote()
     local = tmp_path / "data_bin"
     make_data_bin(local, directions={"aaa-bbb": [300], "aaa-ccc": [40]}, valid=False)
@@ -424,8 +427,7 @@ def test_a_cache_folder_reached_through_a_link_is_one_folder(tmp_path, s3_env, m
     real = os.environ["BABELFEED_CACHE_DIR"]
     link = tmp_path / "cache-link"
     link.symlink_to(real)
-    subprocess.run([sys.executable, "-c", "import sys; from babelfeed.storage.remote import client; "
-                    "client.local_folder(sys.argv[1])", url], check=True, timeout=120)  # (the fetcher, by its path)
+    _open_in_another_process(url)  # (the fetcher, by the cache's own path)
     monkeypatch.setenv("BABELFEED_CACHE_DIR", str(link))
     remote._folders.clear()
     remote._local.conn = None

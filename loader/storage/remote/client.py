@@ -27,7 +27,7 @@ import numpy as np
 
 from babelfeed.errors import BabelfeedError, DataChangedError, StoreNotice, redact
 from babelfeed.fileio import cache_dir, open_private, private_folder, private_folders
-from babelfeed.storage.remote.limits import cache_limit
+from babelfeed.storage.remote.limits import cache_limit, running_socket
 from babelfeed.storage.remote.objects import StoreError, is_remote, store_env  # noqa: F401  (this
 from babelfeed.storage.remote.ranges import flat_files, merged, within
 from babelfeed.storage.remote.wire import PROTOCOL, receive, send
@@ -125,11 +125,7 @@ def _start(cache: str, path: str) -> tuple[socket.socket, str]:
         s = _connect(path)
         if s is not None:
             return s, path
-        try:
-            with open(os.path.join(objects, "fetcher.socket")) as f:
-                other = f.read().strip()
-        except OSError:
-            other = ""
+        other = running_socket(cache)
         # (and beside ours, a fetcher of another version from before fetcher.socket, which writes none)
         for other in dict.fromkeys([other] + _other_protocols(path)):
             s = _connect(other) if other and other != path else None
@@ -419,8 +415,6 @@ def resolve_prefix(prefix) -> str:
 def ensure(path: str, starts, ends) -> dict:
     """Fetch the byte ranges ``[starts, ends)`` of shadow file ``path`` that it does not hold yet."""
     return ensure_many([[path, starts, ends]])
-
-
 
 
 def ensure_many(files: list, group: bool = False, due: float | None = None) -> dict:

@@ -85,6 +85,16 @@ def shadow_root(cache: str, url: str, endpoint: str = "") -> str:
     return os.path.join(cache, "objects", hashlib.blake2b(name.encode(), digest_size=10).hexdigest())
 
 
+def running_socket(cache: str) -> str:
+    """The socket of the fetcher serving cache folder ``cache``, as it wrote it in ``objects/fetcher.socket`` when
+    it started ('' when none did)."""
+    try:
+        with open(os.path.join(cache, "objects", "fetcher.socket")) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def _endpoint(options: dict | None, env: dict | None) -> str:
     env = os.environ if env is None else env
     return str((options or {}).get("endpoint") or env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")

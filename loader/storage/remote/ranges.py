@@ -30,19 +30,18 @@ def flat_files(files: list, dues: bool = False, inode=None) -> dict:
     is its inverse."""
     starts = [np.asarray(f[1], np.int64).ravel() for f in files]
     ends = [np.asarray(f[2], np.int64).ravel() for f in files]
-    counts = [len(a) for a in starts]
+    own = [np.asarray(f[3], np.float64).ravel() if dues and len(f) > 3 and f[3] is not None else None
+           for f in files]  # (each file's dues, where it has them)
     paths = [os.path.abspath(f[0]) for f in files]
-    for p, a, b, f in zip(paths, starts, ends, files):
-        if len(b) != len(a) or (dues and len(f) > 3 and f[3] is not None and np.size(f[3]) != len(a)):
+    for p, a, b, d in zip(paths, starts, ends, own):
+        if len(b) != len(a) or (d is not None and len(d) != len(a)):
             raise UsageError(f"{p}: {len(a):,} range starts, {len(b):,} ends"
-                             f"{f', {np.size(f[3]):,} dues' if dues and len(f) > 3 and f[3] is not None else ''}: "
-                             f"give as many of each")
-    out = {"paths": paths, "counts": pack(counts),
+                             f"{'' if d is None else f', {len(d):,} dues'}: give as many of each")
+    out = {"paths": paths, "counts": pack([len(a) for a in starts]),
            "starts": pack(np.concatenate(starts) if files else []),
            "ends": pack(np.concatenate(ends) if files else [])}
     if dues:
-        out["dues"] = pack(np.concatenate([np.asarray(f[3], np.float64).ravel() if len(f) > 3 and f[3] is not None
-                                           else np.full(n, np.nan) for f, n in zip(files, counts)])
+        out["dues"] = pack(np.concatenate([np.full(len(a), np.nan) if d is None else d for a, d in zip(starts, own)])
                            if files else [], "<f8")
     if inode is not None:
         out["inodes"] = pack([inode(p) for p in paths])

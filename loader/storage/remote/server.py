@@ -43,7 +43,7 @@ from babelfeed.errors import DataChangedError, InternalError, redact
 from babelfeed.fileio import open_private
 from babelfeed.storage.remote import limits
 from babelfeed.storage.remote.folders import Folders
-from babelfeed.storage.remote.limits import cache_limit
+from babelfeed.storage.remote.limits import cache_limit, running_socket
 from babelfeed.storage.remote.objects import StoreError
 from babelfeed.storage.remote.network import Job, Network
 from babelfeed.storage.remote.pieces import Piece, RemoteFile
@@ -450,9 +450,10 @@ class Fetcher:
         batch clock ``due``, or each range at its own): fetched in that order, joined into few requests, and the
         cache told which held pieces are needed when."""
         for f in files:
-            remote = self.remotes.get(f[0])
-            if remote is None or (len(f) > 4 and f[4] and f[4] != remote.ino):  # (a replaced object: its gather
-                continue  # raises it)
+            try:
+                remote = self._remote(f[0], int(f[4]) if len(f) > 4 else 0)
+            except (FileNotFoundError, DataChangedError):  # (not mirrored, or replaced: the gather raises it)
+                continue
             a = unpack(f[1])
             b = np.minimum(unpack(f[2]), remote.size)
             default = np.inf if due is None else float(due)
@@ -480,7 +481,7 @@ class Fetcher:
         self.network.wake()
 
     def plan(self, files: dict, hosts: int = 1, rank: int | None = None, client: Client | None = None,
-             epoch=None) -> dict:
+             epoch=None, inodes: dict | None = None) -> dict:
         """``{path: share}`` or ``{path: [share, rows]}``: the share of each file's rows the host's gathers read
         this epoch (from the plan), and the rows it holds, with ``hosts`` reading the data. Files of which
         fetching the rows read, joined across gaps under ``GAP``, brings ``DENSE`` or more are fetched in whole
@@ -489,7 +490,13 @@ class Fetcher:
 
         ``rank`` (of ``hosts`` ranks), from ``client``: the shares are one rank's, and the ranks of this host
         (its connected clients') are added up: eight ranks of 64 on one host read an eighth of the data, as
-        one host of eight."""
+        one host of eight.
+
+        ``inodes`` (``{path: inode}``): the files the process reads; one no longer the shadow's is refused
+        (:meth:`_remote`), each epoch, whether or not its bytes are cached."""
+        for path, ino in (inodes or {}).items():
+            if path in self.remotes:
+                self._remote(path, int(ino))
         if rank is not None and hosts > 1 and client is not None:
             with self.lock:
                 client.plan = (hosts, int(rank), files)
@@ -569,12 +576,8 @@ def serve(sock_path: str, cache: str) -> None:
     try:
         fcntl.flock(running, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
-        try:
-            with open(os.path.join(objects, "fetcher.socket")) as f:
-                other = f.read().strip()
-        except OSError:
-            other = "?"
-        print(f"another fetcher serves the cache folder {cache} (its socket: {other}): not started", flush=True)
+        print(f"another fetcher serves the cache folder {cache} (its socket: {running_socket(cache) or '?'}): not "
+              f"started", flush=True)
         sys.exit(3)
     tmp = os.path.join(objects, f"fetcher.socket.{os.getpid()}.partial")
     with open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
@@ -616,11 +619,8 @@ def serve(sock_path: str, cache: str) -> None:
                         elif op == "upload":
                             reply = fetcher.folders.upload(msg["url"], msg["path"], msg.get("options"), msg.get("env"))
                         elif op == "plan":
-                            for path, ino in (msg.get("inodes") or {}).items():  # (each epoch: a replaced
-                                if path in fetcher.remotes:  # object refused, whether or not its bytes are cached)
-                                    fetcher._remote(path, int(ino))
                             reply = fetcher.plan(msg["files"], int(msg.get("hosts", 1)), msg.get("rank"), client,
-                                                 msg.get("epoch"))
+                                                 msg.get("epoch"), msg.get("inodes"))
                         elif op == "stats":
                             reply = fetcher.stats()
                         elif op == "ping":
