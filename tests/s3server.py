@@ -143,6 +143,8 @@ def stop_fetcher(cache: str) -> None:
     send(conn, {"op": "ping"})
     pid = receive(conn)["pid"]
     conn.close()
+    if getattr(remote._local, "conn", None) is not None:
+        remote._local.conn.close()
     remote._local.conn = None
     try:
         os.kill(pid, signal.SIGTERM)

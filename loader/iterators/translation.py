@@ -175,9 +175,9 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
         return float(self.epoch * 2**40 + g)
 
     def _fetch_shares(self) -> tuple[dict, int, int]:
-        """``{path: (share, rows)}``: the share of each remote ``.bin``'s rows this rank reads this epoch (a
-        direction's passes, capped at one, over the ranks: each reads its own batches or rows) and the rows the
-        file holds; the ranks, and this one."""
+        """``{path: (share, rows, inode)}``: the share of each remote ``.bin``'s rows this rank reads this epoch (a
+        direction's passes, capped at one, over the ranks: each reads its own batches or rows), the rows the
+        file holds and the file the dataset opened; the ranks, and this one."""
         setup = self.planner.setup(self.epoch)
         counts = setup.counts if setup.counts.sum() else setup.expected
         out: dict = {}
@@ -188,7 +188,7 @@ class BatchIterator(TranslationState, PlanLedger, TranslationSkips, Reports, Loa
             for c in direction.components:
                 for ds in (c.src, c.tgt):
                     if ds is not None:
-                        out[ds.data_file] = (max(out.get(ds.data_file, (0.0,))[0], share), len(ds))
+                        out[ds.data_file] = (max(out.get(ds.data_file, (0.0,))[0], share), len(ds), ds.bin_inode)
         return out, self.world_size, self.rank
 
     def _fetch_rows(self, ks: range, base: int) -> tuple[list, int]:

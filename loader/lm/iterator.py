@@ -307,15 +307,16 @@ class LMIterator(LMRun, LoaderIterator):
         return files, got
 
     def _fetch_shares(self) -> tuple[dict, int, int]:
-        """``{path: (share, rows)}``: the share of each remote ``.bin``'s documents the run reads on this rank
-        (its samples' tokens over the file's, capped at one) and the documents it holds; the ranks, and this one."""
+        """``{path: (share, rows, inode)}``: the share of each remote ``.bin``'s documents the run reads on this rank
+        (its samples' tokens over the file's, capped at one), the documents it holds and the file the dataset
+        opened; the ranks, and this one."""
         if getattr(self, "_shares", None) is None:
             drawn = np.bincount(self.dataset_index[self.dataset_index >= 0], minlength=len(self.sources))
             out = {}
             for d, src in enumerate(self.sources):
                 tokens = max(int(np.asarray(src.ds.sizes).sum()), 1)
                 out[src.ds.data_file] = (min(1.0, float(drawn[d]) * (self.seq_len + 1) / tokens) / self.world_size,
-                                         len(src.ds))
+                                         len(src.ds), src.ds.bin_inode)
             self._shares = out
         return self._shares, self.world_size, self.rank
 

@@ -21,7 +21,7 @@ import os
 
 import numpy as np
 
-from ..errors import BadMagicError, CallOrderError, OutOfRange, TruncatedFileError, UsageError
+from ..errors import BadMagicError, CallOrderError, DataChangedError, OutOfRange, TruncatedFileError, UsageError
 from . import stamps
 from .index_format import (FAIRSEQ_HEADER,  # noqa: F401  (the magics are part of this module's interface)
                            LEGACY_HEADER, MEGATRON_HEADER, MMIDIDX_MAGIC, TNTIDX_MAGIC, _Index, _parse_mmidx,
@@ -141,7 +141,7 @@ class IndexedDataset(IndexChecks):
         if self._bin_map is None:
             if self._index is None:
                 raise CallOrderError(f"{self.prefix}: the dataset is closed")
-            self._bin_map = map_file(self.data_file) if self._bin_size else b""
+            self._bin_map = map_file(self.data_file, inode=self.bin_inode) if self._bin_size else b""
             if len(self._bin_map) < self._bin_size:
                 raise TruncatedFileError(self.data_file, f".bin is {len(self._bin_map)} bytes, {self._bin_size} when "
                                                          f"the index was opened: the file changed under the reader")
@@ -151,6 +151,12 @@ class IndexedDataset(IndexChecks):
     def bin_size(self) -> int:
         """Size of the ``.bin`` in bytes when the dataset was opened."""
         return self._bin_size
+
+    @property
+    def bin_inode(self) -> int:
+        """The ``.bin``'s inode when the dataset was opened: the file its index describes. Its mapping refuses
+        another file at the path, and the fetcher another version of a remote one (each request names it)."""
+        return self._ids[1][1]
 
     # ----------------------------------------------------------------------------------------- access
     def __len__(self) -> int:
@@ -264,7 +270,7 @@ class IndexedDataset(IndexChecks):
             self._remote = is_shadow(self.data_file)
         if self._remote and length:  # a remote .bin's shadow: its bytes are fetched before they are read
             a = ptr + offset * self._itemsize
-            ensure(self.data_file, [a], [a + length * self._itemsize])
+            ensure(self.data_file, [a], [a + length * self._itemsize], inode=self.bin_inode)
         out = np.frombuffer(self._bin, dtype=self.dtype, count=length, offset=ptr + offset * self._itemsize)
         if self._index.token_shift:
             out = out - np.asarray(self._index.token_shift, dtype=self.dtype)
@@ -288,14 +294,20 @@ class IndexedDataset(IndexChecks):
 
     def __getstate__(self):
         # Picklable for worker processes: reopened from the path. The parent's check carries over only to the
-        # very files it checked (same identity); a file replaced since is checked again.
+        # very files it checked (same identity); a file replaced since is refused (the parent planned from the
+        # old one).
         checked = self._verify == "full" and not self._recompute
         return {"prefix": self.prefix, "recompute_pointers": self._recompute, "verify": self._verify,
-                "checked": self._ids if checked else None}
+                "checked": self._ids if checked else None, "opened": self._ids}
 
     def __setstate__(self, state):
         self.__init__(state["prefix"], verify=state.get("verify", "full"),
                       recompute_pointers=state["recompute_pointers"], _checked=state.get("checked"))
+        for path, was, now in zip((self.index_file, self.data_file), state.get("opened") or (), self._ids):
+            if was[0] == now[0] and was[1] != now[1]:  # (same device, another file: replaced by a rename)
+                raise DataChangedError(path, "replaced since the process that sent this dataset opened it: that "
+                                             "process planned from the old file, and reading the new one here would "
+                                             "mix two versions of the data. Restart from the last saved state")
 
     def __repr__(self) -> str:
         return (

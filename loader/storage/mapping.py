@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from ..errors import StoreError, TruncatedFileError, UsageTypeError
+from ..errors import DataChangedError, StoreError, TruncatedFileError, UsageTypeError
 
 PAGE = mmap.PAGESIZE
 _MAP_FIXED = 0x10  # the same value on Linux, macOS and the BSDs
@@ -121,30 +121,46 @@ def _array(region: _Region, offset: int, dtype, count: int) -> np.ndarray:
     return out
 
 
-def map_file(path: str, size: int | None = None) -> np.ndarray:
+def map_file(path: str, size: int | None = None, inode: int = 0) -> np.ndarray:
     """The whole file as a read-only uint8 array, mapped without keeping a file descriptor open (its first
-    ``size`` bytes when the caller stat'ed it already)."""
+    ``size`` bytes when the caller stat'ed it already). ``inode``: the file the caller opened at ``path`` (0: any);
+    another file there now (the data was replaced since) is refused (:func:`same_file`)."""
     if size is None:
         size = os.stat(path).st_size
     if size == 0:
         return np.zeros(0, dtype=np.uint8)
     if _LIBC is None:
         with open(path, "rb") as f:
+            same_file(f.fileno(), path, inode)
             m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         return np.frombuffer(m, dtype=np.uint8)
     fd = os.open(path, os.O_RDONLY)
     try:
+        same_file(fd, path, inode)
         addr = _mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, path)
     finally:
         os.close(fd)
     return _array(_Region(addr, size), 0, np.uint8, size)
 
 
+def same_file(fd: int, path: str, inode: int = 0) -> os.stat_result:
+    """``fstat`` of ``fd``, opened at ``path``; refused when ``inode`` (non-zero) is not its inode: the reader
+    planned from another file at that path (data replaced by a rename since it was opened, or an object
+    replaced in the store and mirrored again by a job of this host). Its index would not describe these bytes."""
+    st = os.fstat(fd)
+    if inode and st.st_ino != inode:
+        raise DataChangedError(path, "replaced since the job opened it (another file is there now): its index "
+                                     "describes the old one, and the rest of the run would mix two versions of the "
+                                     "data. Restart from the last saved state")
+    return st
+
+
 class FlatSpace:
     """Files of one dtype mapped back to back into one array of tokens.
 
     ``files``: paths; ``sizes``: their sizes in bytes (as stat'ed when the layout was planned: a file that grew
-    since is mapped at its planned size; one that shrank is refused). File i's first token is
+    since is mapped at its planned size; one that shrank is refused); ``inodes``: the files planned from (one per
+    path, 0: any), another file at a path now refused (:func:`same_file`). File i's first token is
     ``tokens[base[i]]``. ``pad_tokens`` zero tokens lie before the first file and after the last, so a reader may
     run up to that far past either end of the space; between files, a reader running past a file's end reads the
     next file. The layout (``base``) is a pure function of the sizes: :func:`flat_layout` gives it without mapping.
@@ -155,7 +171,7 @@ class FlatSpace:
     ``TokenSpaces.read_fault``.) Files up to ``POPULATE_BELOW`` bytes are mapped with their page tables filled.
     """
 
-    def __init__(self, files, sizes, dtype, pad_tokens: int = 1 << 20):
+    def __init__(self, files, sizes, dtype, pad_tokens: int = 1 << 20, inodes=None):
         if _LIBC is None:
             raise MappingError(errno.ENOSYS, "flat spaces need POSIX mmap through ctypes")
         self.dtype = np.dtype(dtype)
@@ -165,13 +181,13 @@ class FlatSpace:
         addr = _mmap(None, total, mmap.PROT_READ, flags, -1, f"a {total}-byte address range")
         self._region = _Region(addr, total)
         item = self.dtype.itemsize
-        for path, size, base in zip(self.files, sizes, self.base.tolist()):
+        for i, (path, size, base) in enumerate(zip(self.files, sizes, self.base.tolist())):
             size = int(size)
             if not size:
                 continue
             fd = os.open(path, os.O_RDONLY)
             try:
-                actual = os.fstat(fd).st_size
+                actual = same_file(fd, path, inodes[i] if inodes is not None else 0).st_size
                 if actual < size:
                     raise TruncatedFileError(path, f"{actual} bytes, {size} when the loader opened it: the file "
                                                    f"changed under the loader (replace data files, do not rewrite "

@@ -68,9 +68,9 @@ class TokenSpaces:
         return self._remote
 
     def ranges(self, space, start, length, dues=None) -> list:
-        """``[[path, byte starts, byte ends], ...]``: the bytes of remote files that tokens ``[start, start +
-        length)`` of space ``space`` (one id, or one per row; negative ids are skipped) lie in. With ``dues``
-        (one per row), each range's is appended: ``[path, starts, ends, dues]``."""
+        """``[[path, byte starts, byte ends, dues, inode], ...]``: the bytes of remote files that tokens ``[start,
+        start + length)`` of space ``space`` (one id, or one per row; negative ids are skipped) lie in, each range's
+        due (of ``dues``, one per row; None without them), and the file the dataset opened there."""
         start = np.asarray(start, dtype=np.int64)
         length = np.asarray(length, dtype=np.int64)
         if dues is not None:
@@ -106,7 +106,8 @@ class TokenSpaces:
                 ds = members[k]
                 if k >= 0 and self._shadow(ds):
                     a = (st[c0:c1] - bases[k]) * item
-                    out.append([ds.data_file, a, a + ln[c0:c1] * item] + ([] if du is None else [du[c0:c1]]))
+                    out.append([ds.data_file, a, a + ln[c0:c1] * item, None if du is None else du[c0:c1],
+                                ds.bin_inode])
         return out
 
     def fetch(self, space, start, length, due: float | None = None) -> None:
@@ -195,7 +196,7 @@ class TokenSpaces:
             if self.flat:
                 try:
                     space["mapping"] = FlatSpace([d.data_file for d in members], [d.bin_size for d in members],
-                                                 space["dtype"], MARGIN)
+                                                 space["dtype"], MARGIN, [d.bin_inode for d in members])
                 except MappingError as e:
                     raise MappingError(e.errno, f"mapping the {len(members)} .bin files of {space['dtype'].name} "
                                                 f"tokens into one space failed: {e.strerror}") from None

@@ -56,7 +56,7 @@ def _fetched_whole(ds) -> None:
         if size > stats()["cache_limit"] // 2:
             raise BabelfeedError(f"{ds.data_file}: checking every token of a {size / 1e9:.1f} GB object needs a "
                                  f"fetcher cache twice its size (BABELFEED_FETCH_CACHE_MB), or a local copy")
-        ensure(ds.data_file, [0], [size])
+        ensure(ds.data_file, [0], [size], inode=ds.bin_inode)
 
 
 def corpus_stats(root, verify: str = "full", check_tokens: bool = False, histograms: bool = False) -> list[dict]:

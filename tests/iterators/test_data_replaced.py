@@ -59,3 +59,17 @@ def torch_loader_stops_at_the_next_epoch(tmp_path: str, workers: int, context) -
     with pytest.raises(babelfeed.DataChangedError, match="changed while it ran .*data of stream"):
         for _ in loader:
             pass
+
+
+def test_a_bin_replaced_before_the_first_batch_is_refused_by_the_gather(tmp_path):
+    """The iterator plans from the files it opened and maps them at the first gather: a .bin renamed over between
+    the two (same size, other tokens) was mapped and read with the old index. Mapping now refuses it by name."""
+    root = tmp_path / "bin"
+    make_data_bin(root)
+    it = babelfeed.build_train_iterator(config_for(root))
+    victim = sorted(root.rglob("*.bin"))[0]
+    data = victim.read_bytes()
+    (tmp_path / "other.bin").write_bytes(data[len(data) // 2:] + data[:len(data) // 2])
+    os.replace(tmp_path / "other.bin", victim)
+    with pytest.raises(babelfeed.DataChangedError, match=rf"{victim}: replaced since the job opened it"):
+        next(it)

@@ -323,3 +323,36 @@ def test_a_write_into_a_missing_folder_names_the_file_asked_for(tmp_path):
         with atomic_open(target) as f:
             f.write(b"x")
     assert e.value.filename == str(target) and "cannot write into" in str(e.value) and ".partial" not in str(e.value)
+
+
+def _renamed_over(path) -> None:
+    """``path`` replaced by another file of the same bytes, renamed into place (a new inode, as ``binarize
+    --overwrite`` or a new mirror of a replaced object makes)."""
+    shutil.copy(path, f"{path}.new")
+    os.replace(f"{path}.new", path)
+
+
+def test_a_bin_replaced_between_open_and_first_read_is_refused(fs):
+    """The .bin is mapped on first read, from its path: a file renamed over it after the index was opened was
+    mapped and read with the old file's index (garbage, or zeros for a shadow of an object replaced in the store
+    and mirrored again by the same process). The mapping now refuses a file other than the one opened."""
+    ds = IndexedDataset(fs)
+    _renamed_over(f"{fs}.bin")
+    with pytest.raises(babelfeed.DataChangedError, match=rf"{fs}\.bin: replaced since the job opened it"):
+        ds.get(0)
+    fresh = IndexedDataset(fs)  # (opened after: reads the file there now)
+    assert fresh.bin_inode == os.stat(f"{fs}.bin").st_ino and len(fresh.get(0)) == fresh.sizes[0]
+
+
+def test_a_dataset_sent_to_a_worker_after_its_files_were_replaced_is_refused(fs):
+    """A worker reopens a pickled dataset from its path: a file renamed over it since the sending process opened
+    it was read with the sender's plan (two versions of the data). Both the .idx and the .bin are checked."""
+    import pickle
+
+    for ext in ("idx", "bin"):
+        ds = IndexedDataset(fs)
+        sent = pickle.dumps(ds)
+        assert len(pickle.loads(sent)) == len(ds)  # (unchanged: reopened)
+        _renamed_over(f"{fs}.{ext}")
+        with pytest.raises(babelfeed.DataChangedError, match=rf"{fs}\.{ext}: replaced since the process that sent"):
+            pickle.loads(sent)

@@ -308,10 +308,62 @@ def test_an_object_replaced_and_opened_by_another_job_is_refused_to_the_running_
         list(it)
 
 
+def test_an_object_replaced_and_opened_again_by_the_same_process_is_refused_to_the_older_iterator(tmp_path, s3_env,
+                                                                                                   monkeypatch):
+    """A notebook reads iterator A; it uploads a new version of the folder and opens it again (iterator B, same
+    process). The check of the file each request serves was kept per process and path, and the new mirror reset
+    it: A's reads were served into B's file while A read its own, and A read zeros ('damaged'). Each reader now
+    names the file it opened: A gets DataChangedError naming the object, and B reads the new version exactly."""
+    monkeypatch.setenv("BABELFEED_FETCH_GAP", "128")  # neighbouring rows only: the rest is fetched as batches ask
+    monkeypatch.setenv("BABELFEED_FETCH_DENSE", "2")  # (never whole blocks)
+    monkeypatch.setenv("BABELFEED_FETCH_AHEAD_MB", "0.002")  # (a few batches ahead)
+    remote = _remote()
+    local = tmp_path / "data_bin"
+    make_data_bin(local, directions={"aaa-bbb": [6000], "aaa-ccc": [100]}, valid=False)
+    url = s3_env.upload(str(local), "bkt", "again/data_bin")
+    a = babelfeed.build_train_iterator(config_for(url, data__shards="all"))
+    next(a)
+    new = tmp_path / "new_version"
+    make_data_bin(new, seed=5, directions={"aaa-bbb": [6000], "aaa-ccc": [100]}, valid=False)
+    remote.upload(str(new), url, log=None)
+    b = babelfeed.build_train_iterator(config_for(url, data__shards="all"))
+    with pytest.raises(babelfeed.DataChangedError, match=r"s3://bkt/again/data_bin/\S*aaa-bbb\S*\.bin: replaced in the "
+                                                         r"store since the job opened it \(the folder was opened again"):
+        list(a)
+    same_batches(list(babelfeed.build_train_iterator(config_for(new, data__shards="all"))), list(b))
+
+
+def test_an_lm_dataset_replaced_and_opened_again_by_the_same_process_is_refused_to_the_older_iterator(
+        tmp_path, s3_env, monkeypatch):
+    """The LM side of the test above: iterator A of the blended datasets reads two batches, books.bin is replaced
+    in the store, and the same process opens the folder again (iterator B). A is refused by name (it read zeros,
+    with nothing said), and B equals the new version's local copy, every leaf."""
+    import shutil
+
+    monkeypatch.setenv("BABELFEED_FETCH_GAP", "16")
+    monkeypatch.setenv("BABELFEED_FETCH_DENSE", "2")
+    monkeypatch.setenv("BABELFEED_FETCH_AHEAD_MB", "0.0005")
+    remote = _remote()
+    root = tmp_path / "local"
+    golden.make_lm_data(root)
+    url = s3_env.upload(str(root / "lm"), "bkt", "lm-again")
+    a = babelfeed.build_iterator(lm_config(url, tmp_path, 20))
+    next(a)
+    next(a)
+    new = tmp_path / "new_version"
+    shutil.copytree(root / "lm", new)
+    (new / "books.bin").write_bytes((new / "books.bin").read_bytes()[::-1])  # (same size, other tokens)
+    remote.upload(str(new), url, log=None)
+    b = babelfeed.build_iterator(lm_config(url, tmp_path, 20))
+    with pytest.raises(babelfeed.DataChangedError, match=r"s3://bkt/lm-again/books\.bin: replaced in the store since"):
+        list(a)
+    same_batches(list(babelfeed.build_iterator(lm_config(new, tmp_path, 20))), list(b))
+
+
 def test_the_counters_survive_a_fetcher_restart_and_the_log_is_rotated(tmp_path, s3_env, monkeypatch):
     """Telemetry went back to zero when a fetcher was replaced (killed, idle exit): its counters are saved as they
-    change and the next fetcher adds to them (fetcher_starts counts the fetchers). fetcher.log grew for ever: a
-    new fetcher rotates a long one to fetcher.log.1."""
+    change and the next fetcher adds to them (fetcher_starts counts the fetchers, one killed within a second of
+    its start included). fetcher.log grew for ever: a new fetcher rotates a long one to fetcher.log.1."""
     remote = _remote()
     monkeypatch.setattr(remote, "LOG_BYTES", 10)
     local = tmp_path / "data_bin"
@@ -329,6 +381,9 @@ def test_the_counters_survive_a_fetcher_restart_and_the_log_is_rotated(tmp_path,
     after = remote.stats()  # (a new fetcher)
     assert after["fetcher_starts"] == 2 and after["requests"] >= before["requests"], (before, after)
     assert "an earlier fetcher's lines" in (log.parent / "fetcher.log.1").read_text()
+    os.kill(remote.request({"op": "ping"})["pid"], signal.SIGKILL)  # (within its first second: counted at start)
+    time.sleep(0.2)
+    assert remote.stats()["fetcher_starts"] == 3
 
 
 def test_a_direction_deleted_from_the_store_is_gone_for_a_new_job_though_cached(tmp_path, s3_env):

@@ -155,6 +155,8 @@ def _start(cache: str, path: str) -> tuple[socket.socket, str]:
         proc = subprocess.Popen([sys.executable, "-m", "babelfeed.storage.remote.server", path, cache],
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True, env=env)
         log.close()
+        _started[:] = [p for p in _started if p.poll() is None] + [proc]  # (kept while it runs, reaped once it
+        # exits: a fetcher outlives the request that started it)
         deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             s = _connect(path)
@@ -171,6 +173,9 @@ def _start(cache: str, path: str) -> tuple[socket.socket, str]:
             pass
         raise BabelfeedError(f"the object-store fetcher did not start (its log, {log_path}, ends: "
                              f"{redact(tail.strip()[-600:]) or 'nothing'})")
+
+
+_started: list = []  # the fetchers this process started (subprocess.Popen), until they exit
 
 
 def _other_protocols(path: str) -> list[str]:
@@ -285,6 +290,7 @@ def request(msg: dict) -> dict:
             break
         _local.conn = None  # the fetcher went away (idle exit between two requests, killed): start it again
         _local.covered = None  # (its pins went with it)
+        conn.close()
         if attempt == 2:
             raise BabelfeedError("the object-store fetcher closed the connection (see fetcher.log in the cache "
                                  "folder)")
@@ -355,27 +361,7 @@ def local_folder(url: str, options: dict | None = None) -> str:
         warnings.warn(notice, StoreNotice, stacklevel=2)
     with _lock:
         _folders[url] = got["path"]
-        inside = os.path.join(got["path"], "")
-        for path in [p for p in _inodes if p.startswith(inside)]:  # (a job opening it again reads what is there now)
-            del _inodes[path]
     return got["path"]
-
-
-_inodes: dict[str, int] = {}  # shadow .bin -> the file this process reads there (its inode at the first request)
-
-
-def _inode(path: str) -> int:
-    """The inode of the shadow file ``path`` this process reads: the file there at its first request for it (0:
-    none). Each request carries it, so the fetcher refuses to serve a process whose object was replaced in the
-    store since it began reading it (when another job on the host opened the new version, the path names a new
-    file: its bytes would land where this process does not look)."""
-    got = _inodes.get(path)
-    if got is None:
-        try:
-            got = _inodes[path] = os.stat(path).st_ino
-        except OSError:
-            got = 0
-    return got
 
 
 def resolve(path, options: dict | None = None) -> str:
@@ -412,15 +398,18 @@ def resolve_prefix(prefix) -> str:
     return os.path.join(local_folder(folder), name)
 
 
-def ensure(path: str, starts, ends) -> dict:
-    """Fetch the byte ranges ``[starts, ends)`` of shadow file ``path`` that it does not hold yet."""
-    return ensure_many([[path, starts, ends]])
+def ensure(path: str, starts, ends, inode: int = 0) -> dict:
+    """Fetch the byte ranges ``[starts, ends)`` of shadow file ``path`` that it does not hold yet. ``inode``: the
+    file the reader opened there (``IndexedDataset.bin_inode``; 0: not said): when its object was replaced in the
+    store and mirrored again since (by this process or another job on the host), the path names another file, and
+    the fetcher refuses rather than fill a file the reader does not read (it would read zeros)."""
+    return ensure_many([[path, starts, ends, None, inode]])
 
 
 def ensure_many(files: list, group: bool = False, due: float | None = None) -> dict:
-    """:func:`ensure` for ``[[path, starts, ends], ...]``, in one request; returns when every range is held, and
-    pinned (not evicted) until this thread's next request. ``due``: the clock of the batch that reads them (on
-    :func:`hint`'s scale: hints due by then are spent).
+    """:func:`ensure` for ``[[path, starts, ends(, None, inode)], ...]`` (``TokenSpaces.ranges``), in one request;
+    returns when every range is held, and pinned (not evicted) until this thread's next request. ``due``: the
+    clock of the batch that reads them (on :func:`hint`'s scale: hints due by then are spent).
 
     ``group``: the rows of this thread's next batches (the prefetcher's request): the ranges stay pinned until
     the next group, and a later call whose ranges all lie in them returns at once, without a round trip."""
@@ -432,7 +421,7 @@ def ensure_many(files: list, group: bool = False, due: float | None = None) -> d
     if not group and covered and _within(files, covered):
         return {"waited": False}
     t0 = time.perf_counter()
-    got = request({"op": "ensure", "files": flat_files(files, inode=_inode), "clock": due,
+    got = request({"op": "ensure", "files": flat_files(files), "clock": due,
                    "keep": bool(covered) and not group})
     _waited["seconds"] += time.perf_counter() - t0
     _waited["calls"] += 1
@@ -456,12 +445,12 @@ def _within(files: list, covered: dict) -> bool:
 
 
 def hint(files: list, due: float | None = None) -> None:
-    """Ask for ``[[path, starts, ends(, dues)], ...]`` ahead of need: the fetcher starts on them and replies at
+    """Ask for ``[[path, starts, ends(, dues(, inode))], ...]`` ahead of need: the fetcher starts on them and replies at
     once. ``due`` (or each range's own, the fourth item): the clock (``ensure_many``'s ``due``) of the batch that will
     read them, so that they are fetched in that order, and the cache keeps them and evicts what is needed later,
     or never again."""
     if files:
-        request({"op": "hint", "files": flat_files(files, dues=True, inode=_inode), "due": due})
+        request({"op": "hint", "files": flat_files(files, dues=True), "due": due})
 
 
 def upload(folder: str, url: str, options: dict | None = None, log=print) -> int:
@@ -514,7 +503,7 @@ def staging(url: str) -> str:
 
 def plan(shares: dict, hosts: int = 1, rank: int | None = None, epoch: int | None = None) -> dict:
     """Tell the host's fetcher what share of each shadow ``.bin``'s rows this process's epoch reads (``{path:
-    share}``, or ``{path: (share, rows in the file)}``), with ``hosts`` reading the data: files whose reads,
+    share}``, or ``{path: (share, rows in the file(, inode))}``: the file the reader opened there), with ``hosts`` reading the data: files whose reads,
     joined across short gaps, bring nearly all of them are fetched in large blocks, the others range by range (on
     several hosts, gaps of ``SPARSE_GAP`` bridged: by default as on one host). ``rank``: this process's, of
     ``hosts`` ranks: the fetcher adds up the shares of the ranks on its host (eight ranks of a host read as one
@@ -523,8 +512,9 @@ def plan(shares: dict, hosts: int = 1, rank: int | None = None, epoch: int | Non
         return {}
     files = {os.path.abspath(p): [float(v), 0] if np.ndim(v) == 0 else [float(v[0]), int(v[1])]
              for p, v in shares.items()}
+    inodes = {os.path.abspath(p): int(v[2]) for p, v in shares.items() if np.ndim(v) and len(v) > 2 and v[2]}
     return request({"op": "plan", "files": files, "hosts": int(hosts), "rank": rank, "epoch": epoch,
-                    "inodes": {p: _inode(p) for p in files}})
+                    "inodes": inodes})
 
 
 _waited = {"seconds": 0.0, "calls": 0}  # this process's time blocked on the fetcher (a gather waiting for bytes)

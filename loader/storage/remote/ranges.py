@@ -22,12 +22,12 @@ def unpack(value, dtype="<i8") -> np.ndarray:
     return np.asarray(value, dtype=np.dtype(dtype).newbyteorder("="))
 
 
-def flat_files(files: list, dues: bool = False, inode=None) -> dict:
-    """``[[path, starts, ends(, dues)], ...]`` as one message part: the paths, each file's count of ranges, and
-    the ranges of all of them in three arrays (a hint at 1,000 directions names ~2,000 files: as four arrays each,
-    its encoding took 30-100 ms of the thread making batches). A file without dues gets NaN (the message's own
-    ``due``). ``inode(path)``: the file each path names for the asking process (sent along). :func:`split_files`
-    is its inverse."""
+def flat_files(files: list, dues: bool = False) -> dict:
+    """``[[path, starts, ends(, dues(, inode))], ...]`` as one message part: the paths, each file's count of
+    ranges, and the ranges of all of them in three arrays (a hint at 1,000 directions names ~2,000 files: as four
+    arrays each, its encoding took 30-100 ms of the thread making batches). A file without dues (None) gets NaN
+    (the message's own ``due``); ``inode``: the file the asking reader opened at the path (0 or absent: not said).
+    :func:`split_files` is its inverse."""
     starts = [np.asarray(f[1], np.int64).ravel() for f in files]
     ends = [np.asarray(f[2], np.int64).ravel() for f in files]
     own = [np.asarray(f[3], np.float64).ravel() if dues and len(f) > 3 and f[3] is not None else None
@@ -43,8 +43,9 @@ def flat_files(files: list, dues: bool = False, inode=None) -> dict:
     if dues:
         out["dues"] = pack(np.concatenate([np.full(len(a), np.nan) if d is None else d for a, d in zip(starts, own)])
                            if files else [], "<f8")
-    if inode is not None:
-        out["inodes"] = pack([inode(p) for p in paths])
+    inodes = [int(f[4]) if len(f) > 4 else 0 for f in files]
+    if any(inodes):
+        out["inodes"] = pack(inodes)
     return out
 
 

@@ -121,9 +121,10 @@ class Fetcher:
             raise FileNotFoundError(2, "not a remote file of this fetcher (mirror its folder first)", path)
         if ino and ino != remote.ino:
             raise DataChangedError(remote.store.url(remote.key),
-                                   f"replaced in the store since the job opened it (another job on this host opened "
-                                   f"the new version, ETag {remote.etag}): the rest of the run would mix two versions "
-                                   f"of the data. Restart from the last saved state")
+                                   f"replaced in the store since the job opened it (the folder was opened again on "
+                                   f"this host, by this job or another, and mirrored the new version, ETag "
+                                   f"{remote.etag}): the rest of the run would mix two versions of the data. Restart "
+                                   f"from the last saved state")
         return remote
 
     def _ask(self, remote: RemoteFile, a: np.ndarray, b: np.ndarray, dues: np.ndarray) -> None:
@@ -584,6 +585,7 @@ def serve(sock_path: str, cache: str) -> None:
         f.write(sock_path.encode())
     os.replace(tmp, os.path.join(objects, "fetcher.socket"))  # (found by a process that works out another path)
     fetcher = Fetcher(cache)
+    fetcher.save_counters()  # (this start counted at once: a fetcher killed within a second was not)
     state = {"clients": 0, "last": time.monotonic()}
     guard = threading.Lock()
 
