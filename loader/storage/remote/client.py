@@ -44,8 +44,18 @@ LOG_BYTES = 4 << 20  # fetcher.log is rotated (to fetcher.log.1) past this size 
 def _cache() -> str:
     """The cache folder, resolved: a folder reached through a link (or ``$HOME`` and its real path) is one folder,
     with one fetcher and one set of shadow paths (under two names, a job took the fetcher's shadows for local
-    files and read their holes as zeros)."""
-    return os.path.realpath(cache_dir())
+    files and read their holes as zeros). Resolved once per process and setting, once the folder exists (every
+    index open asks whether its ``.bin`` is a shadow: resolving each time was a third of a first open)."""
+    named = cache_dir()
+    got = _resolved.get(named)
+    if got is None:
+        got = os.path.realpath(named)
+        if os.path.isdir(got):
+            _resolved[named] = got
+    return got
+
+
+_resolved: dict[str, str] = {}  # cache_dir() -> its real path
 
 
 def _objects(cache: str) -> str:
@@ -372,7 +382,10 @@ def resolve(path, options: dict | None = None) -> str:
 def is_shadow(path: str) -> bool:
     """Whether ``path`` lies in a shadow folder of this host's cache (its bytes are fetched on demand). Decided
     from the path alone, so a worker process that never mirrored anything knows it too."""
-    return os.path.abspath(path).startswith(os.path.join(_cache(), "objects", ""))
+    path = os.path.abspath(path)
+    if f"{os.sep}objects{os.sep}" not in path:  # (no shadow: the cache folder is not resolved for local data)
+        return False
+    return path.startswith(os.path.join(_cache(), "objects", ""))
 
 
 def remote_names(text: str) -> str:
