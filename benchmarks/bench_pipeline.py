@@ -95,10 +95,10 @@ def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) 
     from babelfeed.plan.planner import EpochPlanner, PlanOptions
     from babelfeed.sources.sources import SourceSet
 
-    prefix = os.path.abspath(os.path.join(workdir, f"idx{n}"))
+    prefix = os.path.abspath(os.path.join(workdir, f"sentences{n}"))  # (records end with </s>: the planner checks)
     if not os.path.exists(prefix + ".idx"):
         build_index(prefix, n)
-    root = os.path.join(workdir, f"plan_bin{n}")
+    root = os.path.join(workdir, f"plan_data{n}")
     shard = os.path.join(root, "shard000")
     os.makedirs(shard, exist_ok=True)
     for lang in ("xx", "yy"):

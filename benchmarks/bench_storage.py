@@ -79,7 +79,9 @@ def build_index(prefix: str, n: int, seed: int = 0) -> float:
     step = 1 << 22
     for s in range(0, n, step):
         part = lengths[s : s + step]
-        b.add_items(np.zeros(int(part.sum()), np.uint16), part)
+        tokens = np.full(int(part.sum()), 4, np.uint16)
+        tokens[np.cumsum(part) - 1] = 2  # (each record a sentence ending with </s>, as a data_bin's are)
+        b.add_items(tokens, part)
     b.finalize()
     return time.perf_counter() - t
 
