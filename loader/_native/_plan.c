@@ -345,6 +345,7 @@ static PyMethodDef methods[] = {
     {"length_order", plan_length_order, METH_VARARGS, "Order by (max(src, tgt), src, random key, index)."},
     {"batch_ends", plan_batch_ends, METH_VARARGS, "Greedy token-budget batch ends over non-decreasing costs."},
     {"deferred_cut", plan_deferred_cut, METH_VARARGS, "Token-budget batches in which no row is twice."},
+    {"stream_totals", plan_stream_totals, METH_VARARGS, "Samples and tokens per stream of planned samples."},
     {NULL, NULL, 0, NULL},
 };
 

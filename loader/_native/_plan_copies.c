@@ -121,3 +121,52 @@ PyObject *plan_deferred_cut(PyObject *self, PyObject *args) {
     RELEASE_ALL;
     return PyLong_FromLongLong(ok ? nb : -1);
 }
+
+/* stream_totals(direction, src, tgt, streams, out) -> bool
+ *
+ * out (contiguous int64 [3, streams], zeroed here) = per stream of ``direction``: samples, source tokens and target
+ * tokens (plan/totals.py's window_totals, which numpy does in three bincounts over float copies: a tenth of a
+ * window's planning). The three columns are int32 or int64 of any stride (the planner's sample rows, read in
+ * place). False (numpy answers) for a stream outside [0, streams) or columns it does not read. */
+PyObject *plan_stream_totals(PyObject *self, PyObject *args) {
+    PyObject *d_obj, *s_obj, *t_obj, *o_obj;
+    long long streams;
+    if (!PyArg_ParseTuple(args, "OOOLO", &d_obj, &s_obj, &t_obj, &streams, &o_obj))
+        return NULL;
+    Py_buffer d = {0}, s = {0}, t = {0}, o = {0};
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(d_obj, &d, PyBUF_RECORDS_RO) < 0 || PyObject_GetBuffer(s_obj, &s, PyBUF_RECORDS_RO) < 0 ||
+        PyObject_GetBuffer(t_obj, &t, PyBUF_RECORDS_RO) < 0 ||
+        PyObject_GetBuffer(o_obj, &o, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+        goto done;
+    column_t dc, sc, tc;
+    int ok = column_of(&d, &dc) && column_of(&s, &sc) && column_of(&t, &tc) && streams >= 0 &&
+             s.shape[0] == d.shape[0] && t.shape[0] == d.shape[0] && o.len == 3 * 8 * streams;
+    if (ok) {
+        int64_t n = d.shape[0], *out = o.buf;
+        Py_BEGIN_ALLOW_THREADS
+        memset(out, 0, (size_t)o.len);
+        for (int64_t i = 0; i < n; i++) {
+            int64_t k = column_get(&dc, i);
+            if (k < 0 || k >= streams) {
+                ok = 0;
+                break;
+            }
+            out[k]++;
+            out[streams + k] += column_get(&sc, i);
+            out[2 * streams + k] += column_get(&tc, i);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    result = Py_NewRef(ok ? Py_True : Py_False);
+done:
+    if (d.obj)
+        PyBuffer_Release(&d);
+    if (s.obj)
+        PyBuffer_Release(&s);
+    if (t.obj)
+        PyBuffer_Release(&t);
+    if (o.obj)
+        PyBuffer_Release(&o);
+    return result;
+}

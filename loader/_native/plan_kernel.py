@@ -213,3 +213,17 @@ def sorted_rows(lens: np.ndarray, has_t: bool, keep, rkey: np.ndarray, rows: np.
                             np.ascontiguousarray(span_pairs, dtype=np.int64), out,
                             max(1, min(threads(), len(rkey) // PARALLEL_MIN)))
     return out if ok else None
+
+
+def stream_totals(direction, src_len, tgt_len, streams: int) -> np.ndarray | None:
+    """``totals.window_totals`` in one pass (int32 or int64 columns of any stride, read in place); None where
+    numpy must answer."""
+    kernel = KERNEL
+    if kernel is None:
+        return None
+    out = np.empty((3, int(streams)), np.int64)
+    try:
+        ok = kernel.stream_totals(direction, src_len, tgt_len, int(streams), out)
+    except (TypeError, ValueError, BufferError):  # (an array the buffer protocol does not give as is)
+        return None
+    return out if ok else None

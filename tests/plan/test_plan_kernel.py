@@ -336,3 +336,25 @@ def test_split_does_the_parts_itself_when_no_thread_can_start(monkeypatch):
     monkeypatch.setenv("BABELFEED_PLAN_THREADS", "²")
     with pytest.raises(ConfigError, match="BABELFEED_PLAN_THREADS"):
         plan_kernel.threads()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 3000), st.integers(1, 40), st.sampled_from(["rows", "int64"]), st.integers(0, 2**32))
+def test_stream_totals(n, streams, layout, seed):
+    """A window's samples and tokens per stream, read in place from the planner's int32 sample rows (strided) or
+    from int64 arrays: the same as numpy's three bincounts."""
+    from babelfeed.plan import totals
+
+    rng = np.random.default_rng(seed)
+    d, s, t = rng.integers(0, streams, n), rng.integers(0, 1 << 20, n), rng.integers(0, 1 << 20, n)
+    if layout == "rows":  # (the planner's [n, 3] int64 rows: direction, component, src, tgt as int32 in the first two)
+        m = np.zeros((n, 3), np.int64)
+        q = m[:, :2].view(np.int32)
+        q[:, 0], q[:, 2], q[:, 3] = d, s, t
+        d, s, t = q[:, 0], q[:, 2], q[:, 3]
+    compiled, plain = both(totals.window_totals, d, s, t, streams)
+    assert compiled.dtype == plain.dtype == np.int64 and np.array_equal(compiled, plain)
+    if n:  # a stream out of range: the kernel declines and numpy answers (its error)
+        bad = np.array(d)
+        bad[-1] = streams
+        assert plan_kernel.stream_totals(bad, s, t, streams) is None
