@@ -94,12 +94,17 @@ class Folders:
                             f.truncate(size)  # sparse: blocks are written as ranges are fetched
                         os.replace(tmp, path)  # a new inode: a reader of the old object's file keeps its own
                     with self.fetcher.lock:
-                        current = self.fetcher.remotes.get(path)
+                        current = old = self.fetcher.remotes.get(path)
                         if new or current is None or current.etag != etag or current.size != size:  # (a new
                             # shadow file is a new RemoteFile whatever its ETag: the old one's fd is the replaced
                             # file's, and after a mirror that failed part way, bytes fetched there were lost)
                             self.fetcher.remotes[path] = RemoteFile(store, key, size, etag, path)
+                        else:
+                            old = None
                         self.fetcher.remotes[path].folder = (store, prefix, local)
+                    if old is not None:  # (its descriptor and bytes given back: outside the fetcher's lock, which
+                        # comes after a file's)
+                        self.fetcher.retire(old)
             except BaseException:
                 try:  # (the fetches end before the error here is raised, theirs unsaid)
                     fetching.result()

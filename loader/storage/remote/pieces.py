@@ -148,6 +148,13 @@ class RemoteFile:
         self.cond = threading.Condition(self.lock)  # notified as requests land
         self.fd = os.open(path, os.O_WRONLY)
         self.ino = os.fstat(self.fd).st_ino  # (a process reading another file at this path reads a replaced object)
+        self.retired = False  # replaced by a new mirror of the object (``Fetcher.retire``)
+
+    def close(self) -> None:
+        """Close the shadow file (a record retired, once no request writes into it); lock held."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     @property
     def pending_bytes(self) -> int:

@@ -46,7 +46,7 @@ from babelfeed.storage.remote.folders import Folders
 from babelfeed.storage.remote.limits import cache_limit, running_socket
 from babelfeed.storage.remote.objects import StoreError
 from babelfeed.storage.remote.network import Job, Network
-from babelfeed.storage.remote.pieces import Piece, RemoteFile
+from babelfeed.storage.remote.pieces import Piece, Pieces, RemoteFile
 from babelfeed.storage.remote.ranges import joined_share, merged_dues, overlap_pairs, split_files, subtract, unpack
 from babelfeed.storage.remote.wire import receive, send
 
@@ -127,9 +127,33 @@ class Fetcher:
                                    f"from the last saved state")
         return remote
 
+    def retire(self, old: RemoteFile) -> None:
+        """Forget the record ``old``, replaced by a new mirror of its object (``Folders.mirror``): nothing more is
+        fetched for it, its bytes no longer count against the cache (a reader still mapping the replaced file keeps
+        it until it lets go), a gather waiting on it is refused, and its file is closed once no request writes into
+        it. Kept, its descriptor and its bytes stayed for the fetcher's life: a notebook uploading six versions
+        held six copies against the limit, and evicted the current data to make room."""
+        with old.cond:
+            old.retired = True
+            old.pend_a = old.pend_b = np.zeros(0, np.int64)
+            old.pend_d = np.zeros(0, np.float64)
+            freed = len(old.blocks) * limits.BLOCK
+            for piece in old.held.items:
+                piece.alive = False  # (an eviction under way passes them by)
+            old.held, old.blocks = Pieces(), {}
+            old.evictions += 1
+            idle = not old.flying.items
+            if idle:
+                old.close()
+            old.cond.notify_all()
+        with self.lock:
+            self.held_bytes -= freed
+
     def _ask(self, remote: RemoteFile, a: np.ndarray, b: np.ndarray, dues: np.ndarray) -> None:
         """Add ranges ``[a, b)`` (each needed first at batch clock ``dues``; -inf: now) to what is pending, less
-        what is held or in flight (lock held)."""
+        what is held or in flight (lock held). Nothing for a record retired by a new mirror."""
+        if remote.retired:
+            return
         ma, mb = subtract(a, b, *remote.held.arrays())
         if len(ma) and remote.flying.items:
             ma, mb = subtract(ma, mb, *remote.flying.arrays())
@@ -273,6 +297,10 @@ class Fetcher:
             # neighbouring piece never zeroes bytes written but not yet held)
             for piece in [p for p in remote.flying.items if p.job is job]:
                 remote.flying.remove(piece)
+            if remote.retired:  # (replaced by a new mirror while in flight: nothing kept, closed when idle)
+                data = error = None
+                if not remote.flying.items:
+                    remote.close()
             if data is not None:
                 try:
                     for x, y in job.parts:
@@ -287,7 +315,7 @@ class Fetcher:
                     piece.used = now
                     piece.fresh = job.urgent  # (a gather waits for it: not evicted before it pins it)
                     new += remote.take(piece)
-            else:
+            elif error is not None:
                 remote.failed = [f for f in remote.failed if now - f[3] < 600][-100:] + [(job.a, job.b, error, now)]
             remote.cond.notify_all()
         with self.lock:
@@ -314,11 +342,13 @@ class Fetcher:
                           f"{self.limit / (1 << 20):,.0f} MB now), or set BABELFEED_CACHE_DIR to a folder on a "
                           f"larger disk")
 
-    def ensure(self, path: str, starts, ends, client: Client | None = None, clock: float | None = None) -> dict:
+    def ensure(self, path: str, starts, ends, client: Client | None = None, clock: float | None = None,
+               remote: RemoteFile | None = None) -> dict:
         """Fetch what the shadow ``path`` lacks of byte ranges ``[starts, ends)``, and return when it is all held;
         returns what it cost. ``client``: the asking connection, which pins what it covers (nothing it may be
-        reading is evicted); ``clock``: the batch it gathers (hints due by then are spent)."""
-        remote = self._remote(path)
+        reading is evicted); ``clock``: the batch it gathers (hints due by then are spent); ``remote``: the
+        record the request was checked against (else the path's now)."""
+        remote = remote or self._remote(path)
         a = unpack(starts)
         b = np.minimum(unpack(ends), remote.size)
         asked = int(np.maximum(b - a, 0).sum())
@@ -340,6 +370,11 @@ class Fetcher:
                 for x, y, error, when in remote.failed:
                     if when >= since and ((ma < y) & (mb > x)).any():
                         raise error
+                if remote.retired:
+                    raise DataChangedError(remote.store.url(remote.key), "replaced in the store while the job read "
+                                           "it (the folder was mirrored again on this host, by this job or another): "
+                                           "the rest of the run would mix two versions of the data. Restart from "
+                                           "the last saved state")
                 if not waited or remote.evictions != seen:  # (asked again after an eviction: idempotent)
                     self._ask(remote, ma, mb, np.full(len(ma), -np.inf))
                     self.network.wake()
@@ -431,10 +466,10 @@ class Fetcher:
         ``keep`` (a batch outside the group its last request pinned: both stay pinned until its next one)."""
         if client is not None and not keep:
             self.release(client)
-        for f in files:
-            self._remote(f[0], int(f[4]) if len(f) > 4 else 0)  # (a replaced object refused before anything is asked)
-        for f in files[1:]:  # (the others first asked for, then each waited for in turn)
-            remote = self._remote(f[0])
+        # each file's record looked up once: a replaced object refused before anything is asked, and a mirror
+        # meanwhile (another job) never has the rest served into the new version's file
+        remotes = [self._remote(f[0], int(f[4]) if len(f) > 4 else 0) for f in files]
+        for f, remote in zip(files[1:], remotes[1:]):  # (the others first asked for, then each waited for in turn)
             a, b = unpack(f[1]), np.minimum(unpack(f[2]), remote.size)
             with remote.lock:
                 if not remote.held.covers(a, b):
@@ -442,8 +477,8 @@ class Fetcher:
         if len(files) > 1:
             self.network.wake()
         waited = False
-        for f in files:
-            waited |= self.ensure(*f[:3], client=client, clock=clock)["waited"]
+        for f, remote in zip(files, remotes):
+            waited |= self.ensure(*f[:3], client=client, clock=clock, remote=remote)["waited"]
         return {"waited": waited}
 
     def hint(self, files: list, due=None) -> None:
