@@ -30,6 +30,14 @@ def resumed_iterator(config, rank: int, world_size: int, split, epoch: int, resu
         raise DataChangedError(None, f"the data this job reads changed while it ran ({what}): a process opening it "
                                      f"anew found other files than the job started with (a data folder renamed into "
                                      f"place, binarize --overwrite?). Restart from the last saved state")
+    if expect is not None and expect.get("files"):
+        for path, (dev, ino) in _files(it).items():
+            was = expect["files"].get(path)
+            if was is not None and was[0] == dev and was[1] != ino:
+                raise DataChangedError(path, "replaced since the job started (a data folder renamed into place, "
+                                             "binarize --overwrite?): a process opening it anew found another file "
+                                             "there, and would read other data than the job's plan, though its "
+                                             "sizes match. Restart from the last saved state")
     if resume is None:
         return it
     it.set_state(resume)
@@ -39,8 +47,20 @@ def resumed_iterator(config, rank: int, world_size: int, split, epoch: int, resu
 
 
 def pinned(it) -> dict:
-    """What a loader's worker processes must find when they open the data (``resumed_iterator``'s expect)."""
-    return {"fingerprint": it.fingerprint(), "identity": it.identity()}
+    """What a loader's worker processes must find when they open the data (``resumed_iterator``'s expect): its
+    fingerprint (from the indexes: the same data anywhere) and, on this host, the very files (a file renamed over
+    another with the same sizes, binarized again with another dictionary, has the fingerprint of the old one)."""
+    return {"fingerprint": it.fingerprint(), "identity": it.identity(), "files": _files(it)}
+
+
+def _files(it) -> dict:
+    """``{path: [device, inode]}`` of the ``.idx`` and ``.bin`` files the iterator ``it`` opened."""
+    out = {}
+    for ds in it.datasets():
+        ids = getattr(ds, "_ids", None)
+        if ids is not None:
+            out[ds.index_file], out[ds.data_file] = ids[0][:2], ids[1][:2]
+    return out
 
 
 class Position:

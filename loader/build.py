@@ -25,7 +25,7 @@ from babelfeed.plan.shapes import ShapePlan, plan_shapes, shapes_from_widths, sh
 from babelfeed.run.edits import snapshot
 from babelfeed.sources.corpus import ShardedCorpus
 from babelfeed.sources.sources import SourceSet, StreamSpec
-from babelfeed.storage.remote.client import configure, resolve
+from babelfeed.storage.remote.client import configure, opening_folders, resolve
 
 
 def _keys(corpus: ShardedCorpus, split: str, directions, monolingual) -> list[str]:
@@ -207,6 +207,7 @@ def check_config_object(config) -> None:
                              f"{type(config).__name__}{hint}")
 
 
+@opening_folders
 def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, split: str | None = None):
     """The training iterator of any config: :class:`~babelfeed.lm.iterator.LMIterator` for a language-model config, else
     :func:`build_train_iterator`. ``split=None`` takes the iterator's own default: ``"batches"`` for translation
@@ -227,6 +228,7 @@ def build_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1, s
     return build_train_iterator(config, rank=rank, world_size=world_size, epoch=epoch, split=split or "batches")
 
 
+@opening_folders
 def train_sources(config, world_size: int = 1, split: str = "batches") -> tuple[SourceSet, object, PlanOptions]:
     """The training data and plan options of ``config`` (a config or its Settings), with every check a training
     run makes before planning (the ``plan`` command goes through here too, so it refuses what training refuses)."""
@@ -244,6 +246,7 @@ def _train_sources(s: Settings, world_size: int, split: str) -> tuple[SourceSet,
     return sources, dictionary, train_plan_options(s, sources.tasks, world_size, split)
 
 
+@opening_folders
 def build_train_iterator(config, rank: int = 0, world_size: int = 1, epoch: int = 1,
                          split: str = "batches") -> BatchIterator:
     """The training iterator of ``config`` for one rank (raises ConfigError on invalid settings).
@@ -333,6 +336,7 @@ def shape_plan(config, planner: EpochPlanner, stats: bool = True) -> ShapePlan |
                        weights=weights, windows=windows)
 
 
+@opening_folders
 def build_valid_iterator(config, rank: int = 0, world_size: int = 1, split: str | None = None) -> BatchIterator:
     """Every sample of the validation split once, in a fixed order, nothing dropped; one epoch."""
     check_config_object(config)
@@ -365,6 +369,7 @@ def _lm_settings(config) -> Settings:
     return s
 
 
+@opening_folders
 def build_lm_iterator(config, rank: int = 0, world_size: int = 1) -> LMIterator:
     """The LM iterator of a config like configs/lm_packing.py for one rank, its config checked first (every key
     known: a typo is refused with a suggestion; every value of its type and range; its storage section)."""

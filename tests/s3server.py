@@ -60,6 +60,7 @@ def on_fresh_fetcher(server, tmp_path, monkeypatch):
 
     remote._folders.clear()
     remote._local.conn = None
+    monkeypatch.setattr(remote, "_options", {})  # (a config's storage section, set by an earlier test's build)
     yield server
     stop_fetcher(str(cache))
     remote._folders.clear()

@@ -50,7 +50,7 @@ from babelfeed.lm.run import LMRun
 from babelfeed.plan.options import SEED
 from babelfeed.plan.packing import ragged_arange, segments
 from babelfeed.run.weights import Weights
-from babelfeed.storage.remote.client import resolve_prefix
+from babelfeed.storage.remote.client import opening_folders, resolve_prefix
 from babelfeed.stages import STAGES, timed
 
 
@@ -105,6 +105,7 @@ class LMIterator(LMRun, LoaderIterator):
         self._plans: dict = {}
 
     @classmethod
+    @opening_folders
     def build(cls, data_path, seq_len: int, global_batch: int, num_samples: int, split: str = "969,30,1",
               split_name: str = "train", mode: str = "concat", seed: int = 1, cache_dir=None, rank: int = 0,
               world_size: int = 1, verify: str = "full", vocab_size: int = 0, blend: str = "weights",

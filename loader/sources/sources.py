@@ -26,6 +26,7 @@ from babelfeed.sources.rows import LengthCache, RowTable, check_records, distinc
 from babelfeed.sources.subword import SampledText, SubwordSampler
 from babelfeed.storage import stamps
 from babelfeed.storage.indexed import IndexedDataset
+from babelfeed.storage.remote.client import is_shadow, remote_names
 from babelfeed.storage.spaces import TokenSpaces
 
 
@@ -326,8 +327,10 @@ class SourceSet:
     def check_unchanged(self) -> None:
         """Refuse to go on when the data of a file this source set opened was replaced since (a data folder
         renamed into place under a running job, as ``binarize --overwrite`` does): the processes that open files
-        anew (DataLoader and grain workers) would read the new data and this one the old. A file only touched
-        (same content digest, the fingerprint's) is fine. Two ``stat`` calls per file."""
+        anew (DataLoader and grain workers) would read the new data and this one the old. Another file at the path
+        is refused even with the same sizes (data binarized again with another dictionary: the content digest
+        reads the index alone); a file only touched (same file, same content digest) is fine. Two ``stat`` calls
+        per file."""
         seen: set = set()
         known = self.__dict__.setdefault("_identities", {})  # index path -> identity last found to hold the data
         for c in self.components:
@@ -340,19 +343,23 @@ class SourceSet:
                     now = [stamps.identity(ds.index_file), stamps.identity(ds.data_file)]
                 except OSError:
                     now = None
-                if now == known.get(ds.index_file, ids):
+                was = known.get(ds.index_file, ids)
+                if now == was:
                     continue
                 try:
-                    same = now is not None and \
+                    same = now is not None and [i[:2] for i in now] == [i[:2] for i in was] and \
                         IndexedDataset(ds.prefix, verify="quick").content_digest == ds.content_digest
                 except (OSError, ValueError):
                     same = False
                 if not same:
-                    raise DataChangedError(ds.index_file, "replaced or changed while the job ran (a data folder "
-                                                          "renamed into place, binarize --overwrite?): the rest of "
-                                                          "the run would read other data than its plan. Restart from "
-                                                          "the last saved state: with the same data it resumes "
-                                                          "exactly; with new data its fingerprint names what changed")
+                    path = ds.data_file if now is not None and now[0] == was[0] else ds.index_file
+                    how = "a data folder renamed into place, binarize --overwrite?"
+                    if is_shadow(path):  # (named as the object)
+                        path, how = remote_names(path), "replaced in the store, and the folder opened again"
+                    raise DataChangedError(path, f"replaced or changed while the job ran ({how}): the rest of the run "
+                                                 f"would read other data than its plan. Restart from the last saved "
+                                                 f"state: with the same data it resumes exactly; with new data its "
+                                                 f"fingerprint names what changed")
                 known[ds.index_file] = now
 
     def row_table(self) -> "RowTable | None":

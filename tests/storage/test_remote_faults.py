@@ -304,7 +304,9 @@ def test_an_object_replaced_and_opened_by_another_job_is_refused_to_the_running_
     s3_env.client().put_object(Bucket="bkt", Key=key, Body=victim.read_bytes()[::-1])  # same size, new ETag
     _open_in_another_process(url)
     with pytest.raises(babelfeed.DataChangedError, match=rf"s3://bkt/{key}: (replaced in the store .*since the job "
-                                                         rf"opened it|changed in the store while the job reads it)"):
+                                                         rf"opened it|changed in the store while the job reads it|"
+                                                         rf"replaced or changed while the job ran \(replaced in the "
+                                                         rf"store)"):
         list(it)
 
 
@@ -358,6 +360,53 @@ def test_an_lm_dataset_replaced_and_opened_again_by_the_same_process_is_refused_
     with pytest.raises(babelfeed.DataChangedError, match=r"s3://bkt/lm-again/books\.bin: replaced in the store since"):
         list(a)
     same_batches(list(babelfeed.build_iterator(lm_config(new, tmp_path, 20))), list(b))
+
+
+@pytest.mark.parametrize("kind", ["translation", "lm"])
+def test_a_folder_replaced_in_the_store_by_another_client_is_read_anew_by_a_later_iterator(tmp_path, s3_env, kind):
+    """A new version put into the store by another client (boto3, aws s3 cp, another host: not babelfeed's
+    upload) while iterator A reads; iterator B built after it in the same process. The folder was remembered
+    once per process: B read the old version for the whole epoch, silently. Each build checks the store now: B
+    equals the new version's local copy, every leaf; A never mixes the two (refused by name, or the old version
+    whole). The fetcher gives back the replaced shadows' descriptors and bytes: what it holds after B is one
+    version's, not two."""
+    import shutil
+
+    remote = _remote()
+    old, new = tmp_path / "old", tmp_path / "new"
+    if kind == "lm":
+        golden.make_lm_data(tmp_path / "lmdata")
+        shutil.copytree(tmp_path / "lmdata" / "lm", old)
+        shutil.copytree(old, new)
+        (new / "books.bin").write_bytes((new / "books.bin").read_bytes()[::-1])  # (same size, other tokens)
+
+        def build(where):
+            return babelfeed.build_iterator(lm_config(where, tmp_path, 20))
+    else:
+        make_data_bin(old, directions={"aaa-bbb": [400], "aaa-ccc": [60]}, valid=False)
+        make_data_bin(new, seed=5, directions={"aaa-bbb": [400], "aaa-ccc": [60]}, valid=False)
+
+        def build(where):
+            return babelfeed.build_train_iterator(config_for(where, **KW))
+    url = s3_env.upload(str(old), "bkt", f"swap-{kind}/data")
+    a = build(url)
+    first = [next(a)]
+    held_one = remote.stats()["bytes_held"]
+    for p in sorted(new.rglob("*")):
+        if p.is_file():
+            s3_env.client().put_object(Bucket="bkt", Key=f"swap-{kind}/data/{p.relative_to(new).as_posix()}",
+                                       Body=p.read_bytes())
+    b = list(build(url))
+    same_batches(list(build(new)), b)
+    try:
+        same_batches(list(build(old)), first + list(a))
+    except babelfeed.DataChangedError as e:
+        assert f"s3://bkt/swap-{kind}/data/" in str(e)
+    pid = remote.request({"op": "ping"})["pid"]
+    deleted = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    assert not [f for f in deleted if "(deleted)" in f and "objects" in f], deleted
+    bins = [p.stat().st_size for p in new.rglob("*.bin")]
+    assert held_one > 0 and remote.stats()["bytes_held"] <= sum(bins) + 2 * 4096 * len(bins)  # (one version)
 
 
 def test_the_counters_survive_a_fetcher_restart_and_the_log_is_rotated(tmp_path, s3_env, monkeypatch):

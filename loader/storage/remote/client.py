@@ -6,7 +6,9 @@ them loads an object-store client itself, so forked DataLoader workers are safe.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -360,10 +362,11 @@ def _store_args(options: dict | None = None) -> dict:
 
 def local_folder(url: str, options: dict | None = None) -> str:
     """The local shadow folder of remote folder ``url``, mirrored now (small files fetched, ``.bin`` files
-    sparse)."""
+    sparse): each call checks the store (one listing) and brings the shadow up to date, except within one
+    :func:`opening` (a job being built names its folder several times)."""
     url = str(url).rstrip("/")
     with _lock:
-        known = _folders.get(url)
+        known = _opened.get(url) if _opened is not None else None
     if known is not None:
         return known
     got = request({"op": "mirror", "url": url, **_store_args(options)})
@@ -371,7 +374,43 @@ def local_folder(url: str, options: dict | None = None) -> str:
         warnings.warn(notice, StoreNotice, stacklevel=2)
     with _lock:
         _folders[url] = got["path"]
+        if _opened is not None:
+            _opened[url] = got["path"]
     return got["path"]
+
+
+_opened: dict | None = None  # within opening(): the folders mirrored in it (URL -> shadow)
+_depth = [0]
+
+
+@contextlib.contextmanager
+def opening():
+    """Build a job: the remote folders it names are mirrored once, however often it names them. A job built
+    later (a second iterator of the same folder in a notebook, a worker process building its own) checks the
+    store again, so it reads what the store holds then: remembered per process, a folder replaced in the store
+    since (by ``aws s3 cp``, another host) was read as the old version for the whole epoch, and refused as
+    'changed in the store while the job reads it' where rows were fetched as batches asked."""
+    global _opened
+    with _lock:
+        if not _depth[0]:
+            _opened = {}
+        _depth[0] += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth[0] -= 1
+            if not _depth[0]:
+                _opened = None
+
+
+def opening_folders(fn):
+    """``fn`` (a builder) run within :func:`opening`."""
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with opening():
+            return fn(*args, **kwargs)
+    return wrapped
 
 
 def resolve(path, options: dict | None = None) -> str:
