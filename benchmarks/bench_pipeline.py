@@ -98,6 +98,8 @@ def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) 
     prefix = os.path.abspath(os.path.join(workdir, f"sentences{n}"))  # (records end with </s>: the planner checks)
     if not os.path.exists(prefix + ".idx"):
         build_index(prefix, n)
+        time.sleep(2.1)  # (a file modified in the last two seconds is checked but not stamped: every timed run
+        # would check the index again)
     root = os.path.join(workdir, f"plan_data{n}")
     shard = os.path.join(root, "shard000")
     os.makedirs(shard, exist_ok=True)
@@ -242,7 +244,7 @@ def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300
     from babelfeed.gather.collate import CollateOptions, Collater
     from babelfeed.sources.sources import SourceSet
 
-    root = os.path.join(workdir, "collate_bin")
+    root = os.path.join(workdir, "collate_data")  # (collate_bin, of an older version, had no </s>)
     if not os.path.exists(os.path.join(root, "dict.txt")):
         os.makedirs(os.path.join(root, "shard000"), exist_ok=True)
         d = babelfeed.Dictionary()
@@ -256,7 +258,9 @@ def bench_collate(workdir: str, n_sentences: int = 400_000, n_batches: int = 300
             for lang, lens in zip(key.split("-"), (src_len, tgt_len)):
                 b = babelfeed.IndexedDatasetBuilder(os.path.join(root, "shard000", f"train.{key}.{lang}"), np.uint16,
                                                  format="fairseq")
-                b.add_items(rng.integers(4, 32000, int(lens.sum()), dtype=np.uint16), lens)
+                tokens = rng.integers(4, 32000, int(lens.sum()), dtype=np.uint16)
+                tokens[np.cumsum(lens) - 1] = d.eos()  # (sentences end with </s>: the loader checks)
+                b.add_items(tokens, lens)
                 b.finalize()
     corpus = babelfeed.ShardedCorpus(root)
     dictionary = corpus.dictionary()

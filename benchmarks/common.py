@@ -52,7 +52,7 @@ def collate_bin_config(workdir: str, max_tokens: int = 16384):
     """configs/nllb_like.py pointed at the collate benchmark's data_bin (built on first use)."""
     import babelfeed
 
-    root = os.path.join(workdir, "collate_bin")
+    root = os.path.join(workdir, "collate_data")
     if not os.path.exists(os.path.join(root, "dict.txt")):
         import bench_pipeline
 
