@@ -62,7 +62,7 @@ t_epoch2 = time.perf_counter() - t0
 out = {"directions": len(it.planner.keys), "first_s": t_first, "anon_mb": anon1 - anon0, "file_mb": file1 - file0,
        "end_anon_mb": rss_mb("RssAnon") - anon0, "batches": n, "tokens": tokens, "epoch_s": t_epoch,
        "tokens2": tokens2, "epoch2_s": t_epoch2, "written": written, "open_files": len(os.listdir("/proc/self/fd")),
-       "kernel": __import__("babelfeed.gather").gather.KERNEL is not None}
+       "kernel": __import__("babelfeed.gather.engine").gather.engine.KERNEL is not None}
 
 if baseline:  # the same rows, one sample at a time, as a plain numpy loop would gather them
     planner, collater = it.planner, it.collater
