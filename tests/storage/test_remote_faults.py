@@ -321,12 +321,12 @@ def test_an_object_replaced_and_opened_again_by_the_same_process_is_refused_to_t
     monkeypatch.setenv("BABELFEED_FETCH_AHEAD_MB", "0.002")  # (a few batches ahead)
     remote = _remote()
     local = tmp_path / "data_bin"
-    make_data_bin(local, directions={"aaa-bbb": [6000], "aaa-ccc": [100]}, valid=False)
+    make_data_bin(local, directions={"aaa-bbb": [1500], "aaa-ccc": [100]}, valid=False)
     url = s3_env.upload(str(local), "bkt", "again/data_bin")
     a = babelfeed.build_train_iterator(config_for(url, data__shards="all"))
     next(a)
     new = tmp_path / "new_version"
-    make_data_bin(new, seed=5, directions={"aaa-bbb": [6000], "aaa-ccc": [100]}, valid=False)
+    make_data_bin(new, seed=5, directions={"aaa-bbb": [1500], "aaa-ccc": [100]}, valid=False)
     remote.upload(str(new), url, log=None)
     b = babelfeed.build_train_iterator(config_for(url, data__shards="all"))
     with pytest.raises(babelfeed.DataChangedError, match=r"s3://bkt/again/data_bin/\S*aaa-bbb\S*\.bin: replaced in the "
