@@ -292,7 +292,7 @@ def test_an_object_replaced_and_opened_by_another_job_is_refused_to_the_running_
     monkeypatch.setenv("BABELFEED_FETCH_DENSE", "2")  # (never whole blocks)
     monkeypatch.setenv("BABELFEED_FETCH_AHEAD_MB", "0.002")  # (a few batches ahead)
     local = tmp_path / "data_bin"
-    make_data_bin(local, directions={"aaa-bbb": [6000], "aaa-ccc": [100]}, valid=False)
+    make_data_bin(local, directions={"aaa-bbb": [1500], "aaa-ccc": [100]}, valid=False)
     url = s3_env.upload(str(local), "bkt", f"other-{when[0]}/data_bin")
     it = babelfeed.build_train_iterator(config_for(url, data__shards="all"))
     if when == "mid-epoch":
