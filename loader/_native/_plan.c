@@ -273,8 +273,7 @@ done:
     PyBuffer_Release(&okeys);
     PyBuffer_Release(&ekeys);
     PyBuffer_Release(&out);
-    if (which.obj)
-        PyBuffer_Release(&which);
+    release_if(&which);
     return result;
 }
 

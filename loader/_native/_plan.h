@@ -49,6 +49,12 @@ static inline int64_t column_get(const column_t *c, int64_t i) {
     return c->item == 4 ? (int64_t) * (const int32_t *)q : *(const int64_t *)q;
 }
 
+/* Release a buffer that may not have been taken (its obj still NULL: an optional argument, or a failure before it) */
+static inline void release_if(Py_buffer *b) {
+    if (b->obj)
+        PyBuffer_Release(b);
+}
+
 #define LENGTH_BITS 18 /* (cost, src) bits up to which the length order sorts by bucket (_plan_order.c) */
 #define AHEAD 16        /* how many samples ahead random reads are prefetched */
 

@@ -160,13 +160,9 @@ PyObject *plan_stream_totals(PyObject *self, PyObject *args) {
     }
     result = Py_NewRef(ok ? Py_True : Py_False);
 done:
-    if (d.obj)
-        PyBuffer_Release(&d);
-    if (s.obj)
-        PyBuffer_Release(&s);
-    if (t.obj)
-        PyBuffer_Release(&t);
-    if (o.obj)
-        PyBuffer_Release(&o);
+    release_if(&d);
+    release_if(&s);
+    release_if(&t);
+    release_if(&o);
     return result;
 }

@@ -412,7 +412,6 @@ done:
     PyBuffer_Release(&ends);
     PyBuffer_Release(&pairs);
     PyBuffer_Release(&out);
-    if (keep.obj)
-        PyBuffer_Release(&keep);
+    release_if(&keep);
     return result;
 }

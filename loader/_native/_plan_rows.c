@@ -129,12 +129,10 @@ done:
     free(b);
     free(hist);
     free(sc);
-    if (src.obj)
-        PyBuffer_Release(&src);
+    release_if(&src);
     PyBuffer_Release(&rkey);
     PyBuffer_Release(&out);
-    if (tgt.obj)
-        PyBuffer_Release(&tgt);
+    release_if(&tgt);
     return result;
 }
 
@@ -211,14 +209,10 @@ PyObject *plan_take_lengths(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     result = Py_NewRef(ok ? Py_True : Py_False);
 done:
-    if (sz.obj)
-        PyBuffer_Release(&sz);
-    if (tz.obj)
-        PyBuffer_Release(&tz);
-    if (rows.obj)
-        PyBuffer_Release(&rows);
-    if (pairs.obj)
-        PyBuffer_Release(&pairs);
+    release_if(&sz);
+    release_if(&tz);
+    release_if(&rows);
+    release_if(&pairs);
     return result;
 }
 
@@ -280,8 +274,7 @@ PyObject *plan_batch_ends(PyObject *self, PyObject *args) {
     column_t ca, cb;
     if (PyObject_GetBuffer(cost_obj, &cost, PyBUF_RECORDS_RO) < 0 ||
         (other_obj != Py_None && PyObject_GetBuffer(other_obj, &other, PyBUF_RECORDS_RO) < 0)) {
-        if (cost.obj)
-            PyBuffer_Release(&cost);
+        release_if(&cost);
         PyBuffer_Release(&out);
         return NULL;
     }
@@ -289,8 +282,7 @@ PyObject *plan_batch_ends(PyObject *self, PyObject *args) {
     if (!column_of(&cost, &ca) || (other.obj && (!column_of(&other, &cb) || other.shape[0] != n)) ||
         out.len < n * 8 || multiple < 1 || cap < 1) {
         PyBuffer_Release(&cost);
-        if (other.obj)
-            PyBuffer_Release(&other);
+        release_if(&other);
         PyBuffer_Release(&out);
         PyErr_SetString(PyExc_ValueError, "batch_ends: bad arguments");
         return NULL;
@@ -299,8 +291,7 @@ PyObject *plan_batch_ends(PyObject *self, PyObject *args) {
 #define COST(i) (column_get(&ca, i) > column_get(cob, i) ? column_get(&ca, i) : column_get(cob, i))
     if (n > 0 && COST(0) < 1) { /* the first cost is the smallest (checked below): none may be 0 */
         PyBuffer_Release(&cost);
-        if (other.obj)
-            PyBuffer_Release(&other);
+        release_if(&other);
         PyBuffer_Release(&out);
         PyErr_SetString(PyExc_ValueError, "batch_ends: costs must be >= 1");
         return NULL;
@@ -333,8 +324,7 @@ PyObject *plan_batch_ends(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
 #undef COST
     PyBuffer_Release(&cost);
-    if (other.obj)
-        PyBuffer_Release(&other);
+    release_if(&other);
     PyBuffer_Release(&out);
     return PyLong_FromLongLong(nb);
 }
