@@ -15,6 +15,7 @@ from babelfeed.build import build_iterator
 from babelfeed.iterators.protocol import identity_changes
 from babelfeed.iterators.state import (_int, check_position, find_state,  # noqa: F401  (part of this module's face)
                                        is_iterator_state)
+from babelfeed.storage.stamps import replaced
 
 
 def resumed_iterator(config, rank: int, world_size: int, split, epoch: int, resume: dict | None = None,
@@ -31,9 +32,9 @@ def resumed_iterator(config, rank: int, world_size: int, split, epoch: int, resu
                                      f"anew found other files than the job started with (a data folder renamed into "
                                      f"place, binarize --overwrite?). Restart from the last saved state")
     if expect is not None and expect.get("files"):
-        for path, (dev, ino) in _files(it).items():
+        for path, now in _files(it).items():
             was = expect["files"].get(path)
-            if was is not None and was[0] == dev and was[1] != ino:
+            if was is not None and replaced(was, now):
                 raise DataChangedError(path, "replaced since the job started (a data folder renamed into place, "
                                              "binarize --overwrite?): a process opening it anew found another file "
                                              "there, and would read other data than the job's plan, though its "

@@ -304,7 +304,7 @@ class IndexedDataset(IndexChecks):
         self.__init__(state["prefix"], verify=state.get("verify", "full"),
                       recompute_pointers=state["recompute_pointers"], _checked=state.get("checked"))
         for path, was, now in zip((self.index_file, self.data_file), state.get("opened") or (), self._ids):
-            if was[0] == now[0] and was[1] != now[1]:  # (same device, another file: replaced by a rename)
+            if stamps.replaced(was, now):
                 raise DataChangedError(path, "replaced since the process that sent this dataset opened it: that "
                                              "process planned from the old file, and reading the new one here would "
                                              "mix two versions of the data. Restart from the last saved state")

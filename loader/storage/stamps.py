@@ -54,6 +54,13 @@ def identity_of(st: os.stat_result, path: str | None = None) -> list[int]:
     return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
+def replaced(was, now) -> bool:
+    """Whether the file identity ``now`` (``identity_of``; device and inode first) is another file than ``was``
+    at the same path: the same device, another inode (a file renamed over it). Across devices nothing can be
+    told."""
+    return was[0] == now[0] and was[1] != now[1]
+
+
 def _stamp_path(idx_path: str) -> str:
     # Keyed by the absolute path as spelled (no realpath: resolving every component costs a syscall each, and
     # far more on network file systems). The key only decides where the stamp is looked for; whether it holds
