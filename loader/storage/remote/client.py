@@ -380,7 +380,7 @@ def local_folder(url: str, options: dict | None = None) -> str:
 
 
 _opened: dict | None = None  # within opening(): the folders mirrored in it (URL -> shadow)
-_depth = [0]
+_depth = 0  # openings under way (nested, or in several threads): _opened lives while one is
 
 
 @contextlib.contextmanager
@@ -390,17 +390,17 @@ def opening():
     store again, so it reads what the store holds then: remembered per process, a folder replaced in the store
     since (by ``aws s3 cp``, another host) was read as the old version for the whole epoch, and refused as
     'changed in the store while the job reads it' where rows were fetched as batches asked."""
-    global _opened
+    global _opened, _depth
     with _lock:
-        if not _depth[0]:
+        if not _depth:
             _opened = {}
-        _depth[0] += 1
+        _depth += 1
     try:
         yield
     finally:
         with _lock:
-            _depth[0] -= 1
-            if not _depth[0]:
+            _depth -= 1
+            if not _depth:
                 _opened = None
 
 
