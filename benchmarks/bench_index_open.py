@@ -16,12 +16,11 @@ import os
 import shutil
 import sys
 import tempfile
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import run_child, table  # noqa: E402
+from common import age_for_stamps, run_child, table  # noqa: E402
 
 CHILD = r"""
 import json, sys, time
@@ -57,7 +56,7 @@ def main(argv=None) -> str:
         for q in prefixes[1:]:
             for ext in (".idx", ".bin"):
                 shutil.copyfile(prefixes[0] + ext, q + ext)
-        time.sleep(2.1)  # (a file modified in the last two seconds is checked but not stamped)
+        age_for_stamps()
         for q in prefixes:
             babelfeed.IndexedDataset(q)  # verified once: the stamps the fresh processes read
         runs = [run_child(CHILD, *prefixes) for _ in range(a.repeat)]

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import RSS_SNIPPET, run_child, table  # noqa: E402
+from common import RSS_SNIPPET, age_for_stamps, run_child, table  # noqa: E402
 
 
 def lengths(n: int, seed: int = 0):
@@ -98,8 +98,7 @@ def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) 
     prefix = os.path.abspath(os.path.join(workdir, f"sentences{n}"))  # (records end with </s>: the planner checks)
     if not os.path.exists(prefix + ".idx"):
         build_index(prefix, n)
-        time.sleep(2.1)  # (a file modified in the last two seconds is checked but not stamped: every timed run
-        # would check the index again)
+        age_for_stamps()
     root = os.path.join(workdir, f"plan_data{n}")
     shard = os.path.join(root, "shard000")
     os.makedirs(shard, exist_ok=True)

@@ -48,6 +48,15 @@ def table(title: str, rows: list[list], heads: list[str]) -> str:
     return "\n".join([f"\n## {title}", line(heads), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
 
+def age_for_stamps() -> None:
+    """Wait until files written a moment ago can be stamped (``stamps.RACY_SECONDS``): a file modified more
+    recently is checked in full at every open and never stamped, so a benchmark that times opens right after
+    writing its data timed the checks."""
+    from babelfeed.storage.stamps import RACY_SECONDS
+
+    time.sleep(RACY_SECONDS + 0.1)
+
+
 def collate_bin_config(workdir: str, max_tokens: int = 16384):
     """configs/nllb_like.py pointed at the collate benchmark's data_bin (built on first use)."""
     import babelfeed
