@@ -146,15 +146,31 @@ PyObject *plan_stream_totals(PyObject *self, PyObject *args) {
         int64_t n = d.shape[0], *out = o.buf;
         Py_BEGIN_ALLOW_THREADS
         memset(out, 0, (size_t)o.len);
+        /* a run of one stream is summed in registers and added once (a window of one direction, or of a few,
+           would otherwise wait on the same three counters every sample) */
+        int64_t run = 0, k = -1, ss = 0, ts = 0;
         for (int64_t i = 0; i < n; i++) {
-            int64_t k = column_get(&dc, i);
-            if (k < 0 || k >= streams) {
-                ok = 0;
-                break;
+            const int64_t ki = column_get(&dc, i);
+            if (ki != k) {
+                if (ki < 0 || ki >= streams) {
+                    ok = 0;
+                    break;
+                }
+                if (k >= 0) {
+                    out[k] += run;
+                    out[streams + k] += ss;
+                    out[2 * streams + k] += ts;
+                }
+                k = ki, run = ss = ts = 0;
             }
-            out[k]++;
-            out[streams + k] += column_get(&sc, i);
-            out[2 * streams + k] += column_get(&tc, i);
+            run++;
+            ss += column_get(&sc, i);
+            ts += column_get(&tc, i);
+        }
+        if (ok && k >= 0) {
+            out[k] += run;
+            out[streams + k] += ss;
+            out[2 * streams + k] += ts;
         }
         Py_END_ALLOW_THREADS
     }

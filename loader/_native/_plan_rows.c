@@ -258,18 +258,22 @@ PyObject *plan_take_rows(PyObject *self, PyObject *args) {
 }
 
 /* ------------------------------------------------------------------------------------------- batches */
-/* batch_ends(cost, other, max_tokens, cap, multiple, out) -> number of batches, or -1 where cost decreases somewhere
+/* batch_ends(cost, other, max_tokens, cap, multiple, out, ordered=False) -> number of batches, or -1 where cost
+ * decreases somewhere
  *
  * batching.batch_sorted's greedy cut over non-decreasing costs in [1, max_tokens] (the caller checks the ends):
  * each batch takes the largest k <= cap with k * cost[i + k - 1] <= max_tokens, cut to a multiple of
  * ``multiple`` when k >= multiple. cost[i] is max(cost[i], other[i]) where ``other`` is given (the planner's
  * int32 source and target columns, read in place: 1-D int32 or int64, any stride). ``out`` has room for one end
- * per sample. */
+ * per sample. ``ordered``: the caller ordered the costs itself (the planner's length order), so the pass that
+ * checks every pair is left out and only the costs the cut reads are compared (each batch's first and last
+ * against the batch before): a cut that reads a few thousand costs instead of every one. */
 PyObject *plan_batch_ends(PyObject *self, PyObject *args) {
     PyObject *cost_obj, *other_obj;
     Py_buffer cost = {0}, other = {0}, out;
     long long max_tokens, cap, multiple;
-    if (!PyArg_ParseTuple(args, "OOLLLw*", &cost_obj, &other_obj, &max_tokens, &cap, &multiple, &out))
+    int ordered = 0;
+    if (!PyArg_ParseTuple(args, "OOLLLw*|p", &cost_obj, &other_obj, &max_tokens, &cap, &multiple, &out, &ordered))
         return NULL;
     column_t ca, cb;
     if (PyObject_GetBuffer(cost_obj, &cost, PyBUF_RECORDS_RO) < 0 ||
@@ -297,13 +301,13 @@ PyObject *plan_batch_ends(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    for (int64_t i = 1; i < n; i++) {
+    for (int64_t i = 1; !ordered && i < n; i++) {
         if (COST(i) < COST(i - 1)) {
             nb = -1;
             break;
         }
     }
-    for (int64_t i = 0; nb >= 0 && i < n;) {
+    for (int64_t i = 0, last = 0; nb >= 0 && i < n;) {
         int64_t lo = 1, hi = n - i;
         if (cap < hi)
             hi = cap;
@@ -318,6 +322,14 @@ PyObject *plan_batch_ends(PyObject *self, PyObject *args) {
         }
         if (lo >= multiple)
             lo -= lo % multiple;
+        if (ordered) { /* the costs this batch was cut by, against the batch before */
+            const int64_t first = COST(i), end = COST(i + lo - 1);
+            if (first < last || end < first) {
+                nb = -1;
+                break;
+            }
+            last = end;
+        }
         i += lo;
         o[nb++] = i;
     }

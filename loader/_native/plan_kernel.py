@@ -148,17 +148,19 @@ def _lengths(x) -> np.ndarray:
     return x if x.ndim == 1 and x.dtype in (np.int32, np.int64) else np.ascontiguousarray(x, dtype=np.int64)
 
 
-def batch_ends(cost, max_tokens: int, cap: int, multiple: int, other=None) -> np.ndarray | None:
+def batch_ends(cost, max_tokens: int, cap: int, multiple: int, other=None, ordered: bool = False
+               ) -> np.ndarray | None:
     """``batching.batch_sorted`` over costs already checked to lie in [1, max_tokens] at both ends; None where
     they decrease somewhere (the numpy path raises). ``other``: the costs are ``max(cost, other)`` (the planner's
-    source and target columns, read in place)."""
+    source and target columns, read in place). ``ordered``: the caller put the costs in order itself, so only the
+    costs the cut reads are compared, not every pair."""
     kernel = KERNEL
     if kernel is None or cap < 1 or multiple < 1:
         return None
     cost = _lengths(cost)
     other = None if other is None else _lengths(other)
     out = np.empty(len(cost), dtype=np.int64)
-    nb = kernel.batch_ends(cost, other, int(max_tokens), int(cap), int(multiple), out)
+    nb = kernel.batch_ends(cost, other, int(max_tokens), int(cap), int(multiple), out, bool(ordered))
     return None if nb < 0 else out[:nb].copy()
 
 
@@ -221,9 +223,14 @@ def stream_totals(direction, src_len, tgt_len, streams: int) -> np.ndarray | Non
     kernel = KERNEL
     if kernel is None:
         return None
-    out = np.empty((3, int(streams)), np.int64)
-    try:
-        ok = kernel.stream_totals(direction, src_len, tgt_len, int(streams), out)
-    except (TypeError, ValueError, BufferError):  # (an array the buffer protocol does not give as is)
-        return None
-    return out if ok else None
+
+    def part(a: int, b: int) -> np.ndarray | None:
+        out = np.empty((3, int(streams)), np.int64)
+        try:
+            ok = kernel.stream_totals(direction[a:b], src_len[a:b], tgt_len[a:b], int(streams), out)
+        except (TypeError, ValueError, BufferError):  # (an array the buffer protocol does not give as is)
+            return None
+        return out if ok else None
+
+    parts = split(len(direction), part)  # sums of parts: the same integers whatever the thread count
+    return None if any(p is None for p in parts) else parts[0] if len(parts) == 1 else sum(parts)

@@ -35,17 +35,28 @@ class Cut:
     unfit: np.ndarray | None = None
 
 
+def _candidates(o, s, may_repeat):
+    """The samples that may be copies of another, for ``spread_copies``: None (every one), a bool per sample, or
+    False where none may (spreading off, or no direction drawn beyond its rows: nothing to spread, and no
+    per-sample pass over the window)."""
+    if not o.spread_copies or (may_repeat is not None and not may_repeat.any()):
+        return False
+    return None if may_repeat is None else may_repeat[s.direction]
+
+
 class DynamicCutter:
     name = "dynamic"
     orders = True  # cuts the samples the planner filtered and ordered by length
     wide = False  # lengths as the int32 columns they are read from
 
-    def cut(self, planner, s, src_len, tgt_len, rng, candidates=None) -> Cut:
-        """``s``: the window's samples in length order; ``candidates``: the ones that may be copies of another
-        (their corpus is drawn more often than it has rows), for ``batching.spread_copies``."""
+    def cut(self, planner, s, src_len, tgt_len, rng, may_repeat=None) -> Cut:
+        """``s``: the window's samples in length order; ``may_repeat``: per direction, whether its samples may be
+        copies of another (it is drawn more often than it has rows; None: every one may), for
+        ``batching.spread_copies``."""
         o = planner.opts
-        ends = cutting.dynamic(src_len, tgt_len, o.max_tokens, o.max_sentences, o.multiple)
-        if not o.spread_copies:
+        ends = cutting.dynamic(src_len, tgt_len, o.max_tokens, o.max_sentences, o.multiple, ordered=True)
+        candidates = _candidates(o, s, may_repeat)
+        if candidates is False:
             return Cut(None, ends)
         got = copies.spread(copies.identities(s.comp, s.local), src_len, tgt_len, ends, o.max_tokens,
                             o.max_sentences, o.multiple, candidates, o.max_repeats)
@@ -56,11 +67,12 @@ class StaticCutter(DynamicCutter):
     name = "static"
     wide = True
 
-    def cut(self, planner, s, src_len, tgt_len, rng, candidates=None) -> Cut:
+    def cut(self, planner, s, src_len, tgt_len, rng, may_repeat=None) -> Cut:
         o = planner.opts
         sub, ends, shape, masked, unfit = cutting.static(src_len, tgt_len, o.shapes, planner.sources.with_target,
                                                          o.on_too_long)
-        if o.spread_copies and len(sub):
+        candidates = _candidates(o, s, may_repeat)
+        if candidates is not False and len(sub):
             order = copies.deal(copies.identities(s.comp[sub], s.local[sub]), ends, shape,
                                 None if candidates is None else candidates[sub])
             if order is not None:
@@ -72,7 +84,7 @@ class PackedCutter(DynamicCutter):
     name = "packed"
     wide = True
 
-    def cut(self, planner, s, src_len, tgt_len, rng, candidates=None) -> Cut:
+    def cut(self, planner, s, src_len, tgt_len, rng, may_repeat=None) -> Cut:
         o = planner.opts
         sub, ends, masked, packed = cutting.packed(src_len, tgt_len, o.pack_shape, planner.rows_per_packed_batch(),
                                                    rng if o.shuffle else None)

@@ -22,11 +22,13 @@ from babelfeed.plan.shapes import assign
 from babelfeed.errors import DataError
 
 
-def dynamic(src_len, tgt_len, max_tokens: int, max_sentences: int, multiple: int) -> np.ndarray:
-    """Batch ends over samples ordered by cost: batch b = ``[ends[b-1], ends[b])``."""
+def dynamic(src_len, tgt_len, max_tokens: int, max_sentences: int, multiple: int, ordered: bool = False
+            ) -> np.ndarray:
+    """Batch ends over samples ordered by cost: batch b = ``[ends[b-1], ends[b])``. ``ordered``: the caller ordered
+    them (the planner's length order): the compiled cut compares only the costs it reads, not every pair."""
     n = len(src_len)
     if n and 1 <= max(int(src_len[0]), int(tgt_len[0])) and max(int(src_len[-1]), int(tgt_len[-1])) <= max_tokens:
-        compiled = plan_kernel.batch_ends(src_len, max_tokens, max_sentences or n, multiple, tgt_len)
+        compiled = plan_kernel.batch_ends(src_len, max_tokens, max_sentences or n, multiple, tgt_len, ordered)
         if compiled is not None:  # the kernel reads both columns in place for the costs
             return compiled
     return batch_sorted(np.maximum(src_len, tgt_len), max_tokens, max_sentences or None, multiple)

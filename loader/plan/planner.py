@@ -339,7 +339,7 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         s, filtered = self._ordered(setup, dirs, rows, spans, rng)
         src_len, tgt_len = (s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)) if self.cutter.wide \
             else (s.src_len, s.tgt_len)  # dynamic batches read the int32 columns as they are
-        cut = self.cutter.cut(self, s, src_len, tgt_len, rng, self._may_repeat(setup)[s.direction])
+        cut = self.cutter.cut(self, s, src_len, tgt_len, rng, self._may_repeat(setup))
         if cut.unfit is not None:
             filtered = filtered + np.bincount(s.direction[cut.unfit], minlength=len(setup.directions))
         served = cutting.block_shuffle(len(cut.ends), o.balance_block, rng) if o.shuffle else np.arange(len(cut.ends))

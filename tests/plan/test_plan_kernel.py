@@ -12,7 +12,7 @@ from hypothesis import example, given, settings, strategies as st
 from babelfeed import permute
 from babelfeed._native import plan_kernel
 from babelfeed.plan import batching, mixing
-from babelfeed.errors import BabelfeedError, ConfigError, DataError
+from babelfeed.errors import BabelfeedError, ConfigError, DataError, UsageError
 
 pytestmark = pytest.mark.skipif(plan_kernel.KERNEL is None, reason="the planning kernel is not built")
 
@@ -281,6 +281,23 @@ def test_dynamic_cut_reads_both_columns(costs, max_tokens, max_sentences, multip
     pairs[:, 3] = np.where(side, (cost * rng.random(len(cost))).astype(np.int64), cost)
     got, want = both(cutting.dynamic, pairs[:, 2], pairs[:, 3], max_tokens, max_sentences, multiple)
     np.testing.assert_array_equal(got, want)
+    trusted = cutting.dynamic(pairs[:, 2], pairs[:, 3], max_tokens, max_sentences, multiple, ordered=True)
+    np.testing.assert_array_equal(trusted, want)  # the planner's order: only the costs the cut reads compared
+
+
+def test_an_ordered_cut_still_refuses_costs_that_fall_where_it_reads():
+    """``ordered=True`` leaves out the pass over every pair, not the comparison of the costs each batch is cut by:
+    a cost that falls below the batch before at a batch's first or last sample is caught, and numpy raises."""
+    from babelfeed.plan import cutting
+
+    cost = np.repeat(np.arange(1, 41, dtype=np.int64), 50)  # 2,000 costs, batches of a few dozen
+    ends = plan_kernel.batch_ends(cost, 1000, len(cost), 1, ordered=True)
+    np.testing.assert_array_equal(ends, batching.batch_sorted(cost, 1000))
+    bad = cost.copy()
+    bad[ends[5]] = 1  # the first sample of batch 6 costs less than the batch before it
+    assert plan_kernel.batch_ends(bad, 1000, len(bad), 1, ordered=True) is None
+    with pytest.raises(UsageError, match="non-decreasing"):
+        cutting.dynamic(bad, bad, 1000, 0, 1, ordered=True)
 
 
 def test_sorted_rows_declines_rows_it_cannot_carry():
@@ -352,9 +369,27 @@ def test_stream_totals(n, streams, layout, seed):
         q = m[:, :2].view(np.int32)
         q[:, 0], q[:, 2], q[:, 3] = d, s, t
         d, s, t = q[:, 0], q[:, 2], q[:, 3]
+    if seed % 2:  # runs of one stream (a window of few directions, summed a run at a time)
+        d = np.sort(d)
     compiled, plain = both(totals.window_totals, d, s, t, streams)
     assert compiled.dtype == plain.dtype == np.int64 and np.array_equal(compiled, plain)
     if n:  # a stream out of range: the kernel declines and numpy answers (its error)
         bad = np.array(d)
         bad[-1] = streams
         assert plan_kernel.stream_totals(bad, s, t, streams) is None
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_stream_totals_of_a_big_window_in_threads(threads):
+    """Over a window big enough to be summed in parts (one per thread): the same integers as numpy."""
+    from babelfeed.plan import totals
+
+    rng = np.random.default_rng(threads)
+    n = 3 * plan_kernel.PARALLEL_MIN + 17
+    m = np.zeros((n, 3), np.int64)
+    q = m[:, :2].view(np.int32)
+    q[:, 0] = np.sort(rng.integers(0, 5, n)) if threads == 2 else rng.integers(0, 5, n)
+    q[:, 2], q[:, 3] = rng.integers(0, 1 << 16, (2, n))
+    with plan_threads(threads):
+        compiled, plain = both(totals.window_totals, q[:, 0], q[:, 2], q[:, 3], 5)
+    np.testing.assert_array_equal(compiled, plain)
