@@ -1,6 +1,6 @@
 /* babelfeed's optional planning kernel: the integer loops of planning a window, compiled.
  *
- * Eight functions (length_order, batch_ends, take_lengths and take_rows in _plan_rows.c, sorted_rows in
+ * Nine functions (length_order, batch_ends, take_lengths, pair_sizes and take_rows in _plan_rows.c, sorted_rows in
  * _plan_order.c, deferred_cut in _plan_copies.c), each the same integers as its numpy path (plan_kernel.py
  * says which):
  *   stratified(pos, which, table, okeys, ekeys, out)  rows of stratified draws (mixing.StratifiedDraw.rows,
@@ -16,6 +16,8 @@
  *   batch_ends(cost, other, max_tokens, cap, mult, out) batching.batch_sorted's greedy token-budget cut
  *   take_lengths(src, tgt, rows, plens, pairs)        sources.Component.lengths, both sides in one prefetched
  *                                                     pass
+ *   pair_sizes(src, tgt, out)                         sources.RowCache.copy_pair: both sides' sizes as
+ *                                                     interleaved uint16 in one pass
  *   take_rows(src, idx, out)                          np.take(src, idx, axis=0), prefetched
  *   sorted_rows(lens, has_t, keep, rkey, rows, ...,   length_order, then the window's rows taken in that order,
  *               threads)                              rebuilt from the sort key, the spans and the row numbers;
@@ -338,6 +340,7 @@ done:
 static PyMethodDef methods[] = {
     {"take_rows", plan_take_rows, METH_VARARGS, "Rows of a 2-D array at indices, prefetched."},
     {"take_lengths", plan_take_lengths, METH_VARARGS, "Sample lengths of rows into the planner's int32 pairs."},
+    {"pair_sizes", plan_pair_sizes, METH_VARARGS, "Both sides' sizes interleaved as uint16 pairs."},
     {"stratified", stratified, METH_VARARGS, "Rows of stratified draws (keyed Feistel permutations)."},
     {"stratified_spans", stratified_spans, METH_VARARGS, "Rows of stratified draws over runs of positions."},
     {"sorted_rows", plan_sorted_rows, METH_VARARGS, "A window's planner rows written in length order."},

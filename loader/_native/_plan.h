@@ -65,6 +65,7 @@ PyObject *plan_deferred_cut(PyObject *self, PyObject *args);
 PyObject *plan_length_order(PyObject *self, PyObject *args);
 PyObject *plan_take_lengths(PyObject *self, PyObject *args);
 PyObject *plan_take_rows(PyObject *self, PyObject *args);
+PyObject *plan_pair_sizes(PyObject *self, PyObject *args);
 PyObject *plan_stream_totals(PyObject *self, PyObject *args);
 
 #endif

@@ -140,11 +140,11 @@ int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t
  * receives per sample in that order the planner's row: (direction, component), (src, tgt), row.
  *
  * Each sample travels as one 16-byte entry carrying its lengths, key and row: one stable scatter by cost (a few
- * hundred streams, in cache) into the output's memory, then per cost, in cache, a stable counting pass by src and
- * the rkey sort of each (cost, src) group, in place (costs split between ``threads`` threads: they are
- * independent), and last the rows written out from the highest cost down. Nothing is read at random. False, with
- * nothing written, where this does not apply (a length outside [0, 65535], (cost, src) over LENGTH_BITS bits, a window over 2^32
- * samples or a row over 2^48): the caller orders them its other way. */
+ * hundred streams, in cache) into the output's memory, then per cost, in cache, three stable counting passes by
+ * rkey and src (costs split between ``threads`` threads: they are independent), and last the rows written out
+ * from the highest cost down. Nothing is read at random. False (the output's bytes then unspecified) where this
+ * does not apply (a length outside [0, 65535], (cost, src) over LENGTH_BITS bits, a window over 2^32 samples or a
+ * row over 2^48): the caller orders them its other way. */
 
 /* fn(jobs + t * size) for t < k: job 0 in the calling thread, the others in their own threads where they can
  * be started (else here, one after another). */
@@ -169,66 +169,97 @@ static void run_jobs(void *(*fn)(void *), char *jobs, size_t size, int k) {
 }
 
 /* The entries of costs [c_lo, c_hi) (bucket c at [at[c-1], at[c]) of v, at[-1] = 0), each sorted in place by
- * (src, rkey, sample): a stable counting pass by src into tmp, the rkey sort of each src group there, copied back. */
+ * (src, rkey, sample): samples already ascend in a bucket, so three stable counting passes do it, least
+ * significant digit first (rkey's low byte, its high byte, src), their three histograms made in one pass; the
+ * src pass is left out where one src holds the whole bucket. A few entries: an insertion sort by (src, rkey).
+ * ``tmp`` (room for ``big`` entries) is given, or allocated here. */
 typedef struct {
-    entry_t *v;
+    entry_t *v, *tmp;
     const int64_t *at;
     int64_t c_lo, c_hi, ns, big;
     int has_t, failed;
 } sort_job_t;
 
+#define SRC_RKEY(e) ((((e).rs >> 48) << 16) | (((e).key >> 32) & 0xFFFFU))
+
+static void sort_bucket_by_src(entry_t *v, int64_t m, int64_t ns, entry_t *tmp, int64_t *hs) {
+    if (m <= 32) {
+        for (int64_t i = 1; i < m; i++) {
+            const entry_t x = v[i];
+            const uint64_t xk = SRC_RKEY(x);
+            int64_t j = i;
+            for (; j > 0 && SRC_RKEY(v[j - 1]) > xk; j--)
+                v[j] = v[j - 1];
+            v[j] = x;
+        }
+        return;
+    }
+    int64_t h[2][256];
+    memset(h, 0, sizeof(h));
+    memset(hs, 0, (size_t)ns * sizeof(int64_t));
+    for (int64_t k = 0; k < m; k++) {
+        h[0][(v[k].key >> 32) & 255]++;
+        h[1][(v[k].key >> 40) & 255]++;
+        hs[v[k].rs >> 48]++;
+    }
+    starts(h);
+    int one_src = 0;
+    for (int64_t k = 0, sum = 0; k < ns; k++) {
+        const int64_t x = hs[k];
+        one_src |= x == m;
+        hs[k] = sum;
+        sum += x;
+    }
+    for (int64_t k = 0; k < m; k++)
+        tmp[h[0][(v[k].key >> 32) & 255]++] = v[k];
+    for (int64_t k = 0; k < m; k++)
+        v[h[1][(tmp[k].key >> 40) & 255]++] = tmp[k];
+    if (one_src)
+        return;
+    for (int64_t k = 0; k < m; k++)
+        tmp[hs[v[k].rs >> 48]++] = v[k];
+    memcpy(v, tmp, (size_t)m * sizeof(entry_t));
+}
+
 static void *sort_costs(void *arg) {
     sort_job_t *job = arg;
-    entry_t *tmp = malloc((size_t)(job->big ? job->big : 1) * sizeof(entry_t));
-    entry_t *tmp2 = malloc((size_t)(job->big ? job->big : 1) * sizeof(entry_t));
-    int64_t *sh = malloc((size_t)job->ns * sizeof(int64_t));
-    if (!tmp || !tmp2 || !sh) {
+    entry_t *tmp = job->tmp ? job->tmp : malloc((size_t)(job->big ? job->big : 1) * sizeof(entry_t));
+    int64_t *hs = malloc((size_t)job->ns * sizeof(int64_t));
+    if (!tmp || !hs) {
         job->failed = 1;
         goto out;
     }
     for (int64_t c = job->c_lo; c < job->c_hi; c++) {
         const int64_t lo = c ? job->at[c - 1] : 0, m = job->at[c] - lo;
-        entry_t *v = job->v + lo;
         if (m < 2)
             continue;
-        if (!job->has_t) {
-            sort_entries(v, m, tmp2);
-            continue;
-        }
-        memset(sh, 0, (size_t)job->ns * sizeof(int64_t));
-        for (int64_t k = 0; k < m; k++)
-            sh[v[k].rs >> 48]++;
-        for (int64_t k = 0, sum = 0; k < job->ns; k++) {
-            int64_t x = sh[k];
-            sh[k] = sum;
-            sum += x;
-        }
-        for (int64_t k = 0; k < m; k++)
-            tmp[sh[v[k].rs >> 48]++] = v[k];
-        for (int64_t k = 0, g = 0; k < job->ns && g < m; g = sh[k++])
-            sort_entries(tmp + g, sh[k] - g, tmp2);
-        memcpy(v, tmp, (size_t)m * sizeof(entry_t));
+        if (job->has_t)
+            sort_bucket_by_src(job->v + lo, m, job->ns, tmp, hs);
+        else
+            sort_entries(job->v + lo, m, tmp);
     }
 out:
-    free(tmp);
-    free(tmp2);
-    free(sh);
+    if (!job->tmp)
+        free(tmp);
+    free(hs);
     return NULL;
 }
 
 /* sort_costs over ``threads`` threads (at most 16), each a run of costs holding about as many entries; 0, or
  * -1: no memory, and nothing reliable sorted. */
-static int sort_all_costs(entry_t *v, const int64_t *at, int64_t nc, int64_t ns, int64_t big, int has_t, int threads) {
+static int sort_all_costs(entry_t *v, const int64_t *at, int64_t nc, int64_t ns, int64_t big, int has_t, int threads,
+                          entry_t *spare, int64_t room) {
     sort_job_t jobs[16];
     const int64_t n = at[nc - 1];
     threads = threads < 1 ? 1 : threads > 16 ? 16 : threads;
+    const int in_spare = (int64_t)threads * (big ? big : 1) <= room; /* each thread's tmp in the spare room */
     int64_t c = 0;
     for (int t = 0; t < threads; t++) {
         const int64_t goal = n * (t + 1) / threads;
         int64_t e = c;
         while (e < nc && (t == threads - 1 || at[e] <= goal))
             e++;
-        jobs[t] = (sort_job_t){v, at, c, e, ns, big, has_t, 0};
+        jobs[t] = (sort_job_t){v, in_spare ? spare + t * (big ? big : 1) : NULL, at, c, e, ns, big, has_t, 0};
         c = e;
     }
     run_jobs(sort_costs, (char *)jobs, sizeof(sort_job_t), threads);
@@ -238,16 +269,52 @@ static int sort_all_costs(entry_t *v, const int64_t *at, int64_t nc, int64_t ns,
     return 0;
 }
 
-/* The stable scatter by cost of samples [lo, hi) into entries: sample j goes to v[off[cost[j]]++], off being this
- * part's first slot of every cost (after the slots of the parts before it: the same order as one pass). */
+#define ROW_MASK ((1ULL << 48) - 1)
+
+/* A selected sample's cost: max(src, tgt), src without a target */
+static inline uint32_t cost_of(const int32_t *ln, int64_t i, int has_t) {
+    const int32_t s = ln[2 * i], t = ln[2 * i + 1];
+    return (uint32_t)(has_t && t > s ? t : s);
+}
+
+/* One part [lo, hi) of the selection, three passes by as many threads: ``check`` (every length in [0, 65535] and
+ * row under 2^48; the bits the costs and sources take), ``count`` (this part's count of every cost, into off) and
+ * ``scatter`` (the stable scatter by cost into entries: sample j goes to v[off[cost]++], off being by then this
+ * part's first slot of every cost, after the slots of the parts before it: the same order as one pass). */
 typedef struct {
     entry_t *v;
     int64_t *off;
-    const uint16_t *cost, *rk;
+    const uint16_t *rk;
     const int64_t *kp, *rw;
     const int32_t *ln;
     int64_t lo, hi;
+    int has_t, ok;
+    uint32_t orc, ors;
 } scatter_job_t;
+
+static void *check_part(void *arg) {
+    scatter_job_t *job = arg;
+    uint32_t orc = 0, ors = 0, bad = 0;
+    for (int64_t j = job->lo; j < job->hi; j++) {
+        const int64_t i = job->kp ? job->kp[j] : j;
+        const int32_t s = job->ln[2 * i], t = job->ln[2 * i + 1];
+        bad |= (uint32_t)s | (uint32_t)t;                    /* a negative length sets the top bits */
+        bad |= (uint32_t)((uint64_t)job->rw[i] >> 48) << 16; /* as does a row over 2^48 (or negative) */
+        orc |= cost_of(job->ln, i, job->has_t);
+        ors |= (uint32_t)s;
+    }
+    job->ok = (bad >> 16) == 0;
+    job->orc = orc;
+    job->ors = ors;
+    return NULL;
+}
+
+static void *count_part(void *arg) {
+    const scatter_job_t *job = arg;
+    for (int64_t j = job->lo; j < job->hi; j++)
+        job->off[cost_of(job->ln, job->kp ? job->kp[j] : j, job->has_t)]++;
+    return NULL;
+}
 
 static void *scatter_costs(void *arg) {
     const scatter_job_t *job = arg;
@@ -255,12 +322,11 @@ static void *scatter_costs(void *arg) {
         const int64_t i = job->kp ? job->kp[j] : j;
         const uint64_t s = (uint32_t)job->ln[2 * i], t = (uint32_t)job->ln[2 * i + 1];
         const entry_t e = {(t << 48) | ((uint64_t)job->rk[j] << 32) | (uint64_t)i, (s << 48) | (uint64_t)job->rw[i]};
-        job->v[job->off[job->cost[j]]++] = e;
+        job->v[job->off[job->has_t && t > s ? t : s]++] = e;
     }
     return NULL;
 }
 
-#define ROW_MASK ((1ULL << 48) - 1)
 /* Entries [lo, hi) written out as the planner's rows (three uint64 each, over the same memory), from the last:
  * row g covers the bytes of entries g and above only. */
 typedef struct {
@@ -317,7 +383,6 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
                           &threads))
         return NULL;
     PyObject *result = NULL;
-    uint16_t *cost = NULL;
     int64_t *at = NULL, *offs = NULL;
     if (keep_obj != Py_None && PyObject_GetBuffer(keep_obj, &keep, PyBUF_SIMPLE) < 0)
         goto done;
@@ -340,19 +405,30 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
         result = Py_NewRef(Py_True);
         goto done;
     }
-    if (!(cost = malloc((size_t)n * sizeof(uint16_t)))) {
-        PyErr_NoMemory();
+    /* The output (24 bytes a sample) holds the entries (16 bytes a sample) until the rows are written out; its
+     * top third may hold the lengths (the planner reads them there: no buffer of their own), and is each thread's
+     * sort space once they are scattered: memory written anyway instead of fresh allocations, whose first touch
+     * costs more than the passes here on a VM that takes idle memory back. */
+    const char *ob = out.buf, *lb = lens.buf, *rb = rows.buf;
+    if ((lb < ob + 16 * n && lb + lens.len > ob) || (rb < ob + 24 * n && rb + rows.len > ob)) {
+        PyErr_SetString(PyExc_ValueError, "sorted_rows: the lengths may lie in the output's top third only, the "
+                                          "rows not in it at all");
         goto done;
     }
+    const int parts = threads < 1 ? 1 : threads > 16 ? 16 : threads;
+    scatter_job_t jobs[16];
+    for (int p = 0; p < parts; p++)
+        jobs[p] = (scatter_job_t){(entry_t *)out.buf, NULL, rk, kp, rw, ln, n * p / parts, n * (p + 1) / parts,
+                                  has_t, 1, 0, 0};
+    Py_BEGIN_ALLOW_THREADS
+    run_jobs(check_part, (char *)jobs, sizeof(scatter_job_t), parts);
+    Py_END_ALLOW_THREADS
     uint32_t orc = 0, ors = 0;
     int ok = N <= ((int64_t)1 << 32);
-    for (int64_t j = 0; ok && j < n; j++) {
-        int64_t i = kp ? kp[j] : j;
-        int32_t s = ln[2 * i], t = ln[2 * i + 1], c = has_t && t > s ? t : s;
-        ok = s >= 0 && t >= 0 && s <= 65535 && t <= 65535 && (uint64_t)rw[i] <= ROW_MASK;
-        orc |= (uint32_t)c;
-        ors |= (uint32_t)s;
-        cost[j] = (uint16_t)c;
+    for (int p = 0; p < parts; p++) {
+        ok &= jobs[p].ok;
+        orc |= jobs[p].orc;
+        ors |= jobs[p].ors;
     }
     const int cb = bit_length(orc), sb = has_t ? bit_length(ors) : 0;
     if (!ok || cb + sb > LENGTH_BITS) {
@@ -360,20 +436,17 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
         goto done;
     }
     const int64_t nc = (int64_t)1 << cb, ns = (int64_t)1 << sb;
-    const int parts = threads < 1 ? 1 : threads > 16 ? 16 : threads;
     at = calloc((size_t)nc + 1, sizeof(int64_t));
     offs = calloc((size_t)(parts * nc), sizeof(int64_t));
     if (!at || !offs) {
         PyErr_NoMemory();
         goto done;
     }
-    scatter_job_t jobs[16];
-    for (int p = 0; p < parts; p++) { /* each part's count of every cost */
-        int64_t *h = offs + p * nc;
-        jobs[p] = (scatter_job_t){(entry_t *)out.buf, h, cost, rk, kp, rw, ln, n * p / parts, n * (p + 1) / parts};
-        for (int64_t j = jobs[p].lo; j < jobs[p].hi; j++)
-            h[cost[j]]++;
-    }
+    for (int p = 0; p < parts; p++) /* each part's count of every cost */
+        jobs[p].off = offs + p * nc;
+    Py_BEGIN_ALLOW_THREADS
+    run_jobs(count_part, (char *)jobs, sizeof(scatter_job_t), parts);
+    Py_END_ALLOW_THREADS
     int64_t big = 0;
     for (int64_t c = 0, run = 0; c < nc; c++) { /* each part's first slot of cost c; at[c]: the end of cost c */
         const int64_t first = run;
@@ -393,7 +466,7 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
     int sorted;
     Py_BEGIN_ALLOW_THREADS
     run_jobs(scatter_costs, (char *)jobs, sizeof(scatter_job_t), parts);
-    sorted = sort_all_costs(v, at, nc, ns, big, has_t, threads); /* at[c] is now the end of cost c */
+    sorted = sort_all_costs(v, at, nc, ns, big, has_t, threads, v + n, n / 2); /* at[c]: the end of cost c */
     if (sorted == 0)
         expand_all(o, v, se, sp, S, n, threads);
     Py_END_ALLOW_THREADS
@@ -403,7 +476,6 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
     }
     result = Py_NewRef(Py_True);
 done:
-    free(cost);
     free(at);
     free(offs);
     PyBuffer_Release(&lens);

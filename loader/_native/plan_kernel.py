@@ -188,6 +188,20 @@ def take_lengths(src_sizes, tgt_sizes, rows, src_plen: int, tgt_plen: int, pairs
                                                                  int(tgt_plen), pairs[a:b])))
 
 
+def pair_sizes(src_sizes, tgt_sizes) -> np.ndarray | None:
+    """Both sides' sizes interleaved, uint16 [n, 2], in one pass; None where the kernel is not built, a size lies
+    outside [0, 65535] or the arrays are ones it does not read (numpy answers)."""
+    kernel = KERNEL
+    if kernel is None:
+        return None
+    out = np.empty((len(src_sizes), 2), np.uint16)
+    try:
+        ok = kernel.pair_sizes(src_sizes, tgt_sizes, out)
+    except (TypeError, ValueError, BufferError):  # (an array the buffer protocol does not give as is)
+        return None
+    return out if ok else None
+
+
 def take_rows(m: np.ndarray, idx) -> np.ndarray | None:
     """``np.take(m, idx, axis=0)`` for a C-contiguous 2-D ``m``; None where numpy must answer."""
     kernel = KERNEL
@@ -198,16 +212,27 @@ def take_rows(m: np.ndarray, idx) -> np.ndarray | None:
     return out if kernel.take_rows(m, np.ascontiguousarray(idx), out) else None
 
 
+def rows_with_lengths(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(out, lens)``: a window's sample rows to come (int64 [n, 3], for ``sorted_rows``) and, in their top third,
+    room for its lengths (int32 [n, 2]), which ``sorted_rows`` reads there before it writes over them: the window
+    touches no fresh memory for its lengths."""
+    out = np.empty((n, 3), dtype=np.int64)
+    return out, out.reshape(-1)[2 * n:].view(np.int32).reshape(n, 2)
+
+
 def sorted_rows(lens: np.ndarray, has_t: bool, keep, rkey: np.ndarray, rows: np.ndarray, span_ends: np.ndarray,
-                span_pairs: np.ndarray) -> np.ndarray | None:
+                span_pairs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
     """The planner's sample rows [n, 3] of a window in ``batching.length_order``'s order given its random key:
     sample j is window sample ``keep[j]`` (every one when ``keep`` is None), with lengths ``lens`` (int32 [N, 2]),
     row ``rows`` (int64 [N]) and the (direction, component) int32 pair ``span_pairs`` (int64 view) of the span
-    (``span_ends``, cumulative) it lies in. None where the caller must order and gather them itself."""
+    (``span_ends``, cumulative) it lies in. None where the caller must order and gather them itself (``lens``
+    then as they were). ``out``: where the rows go (int64 [n, 3]; ``rows_with_lengths``, whose lengths are then
+    overwritten), else a new array."""
     kernel = KERNEL
     if kernel is None:
         return None
-    out = np.empty((len(rkey), 3), dtype=np.int64)
+    if out is None or out.shape != (len(rkey), 3) or out.dtype != np.int64 or not out.flags.c_contiguous:
+        out = np.empty((len(rkey), 3), dtype=np.int64)
     keep = None if keep is None else np.ascontiguousarray(keep, dtype=np.int64)
     ok = kernel.sorted_rows(np.ascontiguousarray(lens, dtype=np.int32), bool(has_t), keep,
                             np.ascontiguousarray(rkey, dtype=np.uint16), np.ascontiguousarray(rows, dtype=np.int64),

@@ -357,7 +357,7 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         Compiled, where each span is one component: the lengths into a [n, 2] table, then the rows written
         straight in order (``plan_kernel.sorted_rows``) instead of built, sorted and moved at random."""
         o = self.opts
-        lens = self._window_lengths(setup, rows, spans) if o.shuffle else None
+        table, lens = self._window_lengths(setup, rows, spans) if o.shuffle else (None, None)
         s = self._describe(setup, dirs, rows, spans) if lens is None else None
         src_len, tgt_len = (s.src_len, s.tgt_len) if lens is None else (lens[:, 0], lens[:, 1])  # int32, in place
         filtered = np.zeros(len(setup.directions), np.int64)
@@ -384,7 +384,7 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             rkey = random_key(rng, len(src_len))
             if lens is not None:
                 ends, pairs = np.array([b for _, _, b in spans], np.int64), self._span_pairs(setup, spans)
-                m = plan_kernel.sorted_rows(lens, tgt is not None, keep, rkey, rows, ends, pairs)
+                m = plan_kernel.sorted_rows(lens, tgt is not None, keep, rkey, rows, ends, pairs, table)
                 if m is not None:
                     return Samples(m), filtered
                 s = Samples.empty(len(rows))  # lengths or keys the kernel does not take: built, ordered, moved
@@ -394,20 +394,21 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             order = length_order(src_len, tgt, rng, rkey)
         return s[order if keep is None else keep[order]], filtered  # one reorder of the per-sample rows
 
-    def _window_lengths(self, setup: EpochSetup, rows, spans) -> np.ndarray | None:
-        """The window's (src, tgt) lengths, int32 [n, 2], where the kernel is built, no row table is kept and each
-        span is one component; else None."""
+    def _window_lengths(self, setup: EpochSetup, rows, spans) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The window's rows to come and its (src, tgt) lengths, int32 [n, 2], in their top third
+        (``plan_kernel.rows_with_lengths``), where the kernel is built, no row table is kept and each span is one
+        component; else (None, None)."""
         dl = setup.directions
         if plan_kernel.KERNEL is None or not spans or self.sources.row_table() is not None or \
                 any(len(dl[d].components) != 1 for d, _, _ in spans):
-            return None
-        lens = np.empty((len(rows), 2), np.int32)
+            return None, None
+        table, lens = plan_kernel.rows_with_lengths(len(rows))
         for d, a, b in spans:
             comp = dl[d].components[0]
             if comp.tgt is None:
                 lens[a:b, 1] = 0
             comp.lengths(rows[a:b], lens[a:b])
-        return lens
+        return table, lens
 
     @staticmethod
     def _directions(dirs, spans) -> np.ndarray:

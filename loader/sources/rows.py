@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from babelfeed._native import plan_kernel
 from babelfeed.errors import InconsistentIndexError
 from babelfeed.storage.indexed import IndexedDataset
 
@@ -44,6 +45,10 @@ class LengthCache:
         arrays and budget as ``copy`` of each where both fit with one dtype; None (nothing spent) otherwise."""
         if len(src) != len(tgt) or not len(src) or self.used + 4 * len(src) > self.budget:
             return None
+        pair = plan_kernel.pair_sizes(src, tgt)  # uint16 (the usual case): one compiled pass
+        if pair is not None:
+            self.used += pair.nbytes
+            return pair
         lo = min(int(src.min()), int(tgt.min()))
         dtypes = {np.uint16 if int(x.max()) <= np.iinfo(np.uint16).max else np.int32 for x in (src, tgt)}
         dtype = dtypes.pop()

@@ -393,3 +393,47 @@ def test_stream_totals_of_a_big_window_in_threads(threads):
     with plan_threads(threads):
         compiled, plain = both(totals.window_totals, q[:, 0], q[:, 2], q[:, 3], 5)
     np.testing.assert_array_equal(compiled, plain)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sorted_rows_reads_lengths_from_its_own_top_third(threads):
+    """The planner's lengths written into the top third of the rows to come (``rows_with_lengths``): the same rows
+    as from lengths of their own; lengths anywhere else in the output, or rows in it, are refused."""
+    rng = np.random.default_rng(threads)
+    n = 2 * plan_kernel.PARALLEL_MIN + 5 if threads == 2 else 5_000
+    lens = rng.integers(1, 300, (n, 2)).astype(np.int32)
+    rows = rng.integers(0, 2**40, n)
+    ends, pairs = np.array([n // 3, n], np.int64), rng.integers(0, 2**31, (2, 2)).astype(np.int32).view(np.int64).ravel()
+    rkey = batching.random_key(np.random.default_rng(3), n)
+    with plan_threads(threads):
+        want = plan_kernel.sorted_rows(lens, True, None, rkey, rows, ends, pairs)
+        table, inside = plan_kernel.rows_with_lengths(n)
+        inside[:] = lens
+        got = plan_kernel.sorted_rows(inside, True, None, rkey, rows, ends, pairs, table)
+    assert got is table
+    np.testing.assert_array_equal(got, want)
+    table = np.empty((n, 3), np.int64)
+    low = table.reshape(-1)[:n].view(np.int32).reshape(n, 2)  # where the sort entries go
+    low[:] = lens
+    with pytest.raises(ValueError, match="top third"):
+        plan_kernel.KERNEL.sorted_rows(low, True, None, rkey, rows, ends, pairs, table, 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 3000), st.sampled_from([np.int32, np.uint16, np.int64, np.int16]), st.booleans(),
+       st.sampled_from([0, 1, 65_535, 65_536, -1]), st.integers(0, 2**32))
+def test_pair_sizes(n, dtype, strided, extreme, seed):
+    """Both sides' sizes interleaved as uint16 in one pass = numpy's copies; a size outside [0, 65535] (or one
+    the dtype cannot hold) is declined, for numpy to answer."""
+    rng = np.random.default_rng(seed)
+    both_sides = rng.integers(0, 2000, (n, 2)).astype(dtype)
+    if n and np.can_cast(np.min_scalar_type(extreme), dtype):
+        both_sides[rng.integers(0, n), rng.integers(0, 2)] = extreme
+    src, tgt = (both_sides[:, 0], both_sides[:, 1]) if strided else (both_sides[:, 0].copy(), both_sides[:, 1].copy())
+    got = plan_kernel.pair_sizes(src, tgt)
+    fits = not n or (int(both_sides.min()) >= 0 and int(both_sides.max()) <= 65_535)
+    if not fits:
+        assert got is None
+        return
+    assert got is not None and got.dtype == np.uint16
+    np.testing.assert_array_equal(got.astype(np.int64), both_sides.astype(np.int64))
