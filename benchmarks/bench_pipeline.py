@@ -33,8 +33,11 @@ def lengths(n: int, seed: int = 0):
 
 # ------------------------------------------------------------------------------------------------- 1. plan
 def bench_plan(n: int, max_tokens: int = 16384, mult: int = 8, window: int = 1_000_000, workdir: str | None = None,
-               rounds: int = 3) -> str:
-    """Every planner once per round, rounds interleaved (this machine's speed drifts), medians printed."""
+               rounds: int | None = None) -> str:
+    """Every planner once per round, rounds interleaved (this machine's speed drifts), medians printed. Rounds: 7
+    up to 2M sentences (a round takes well under a second, and a tenth-of-a-second planner's median needs more
+    than three draws of this VM's noise to settle), 3 above."""
+    rounds = rounds or (7 if n <= 2_000_000 else 3)
     from babelfeed.plan.batching import batch_sorted, fairseq_batch_by_size, fairseq_ordered_indices, length_order
 
     src, tgt = lengths(n)
@@ -88,12 +91,10 @@ def bench_plan(n: int, max_tokens: int = 16384, mult: int = 8, window: int = 1_0
                  ["planner", "time", "vs fairseq ordering"])
 
 
-def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) -> int:
-    """The real planner over a data_bin whose one direction is the storage benchmark's n-sentence index."""
+def plan_data(workdir: str, n: int) -> str:
+    """A data_bin whose one direction is the storage benchmark's n-sentence index (built once, untimed)."""
     import babelfeed
     from bench_storage import build_index
-    from babelfeed.plan.planner import EpochPlanner, PlanOptions
-    from babelfeed.sources.sources import SourceSet
 
     prefix = os.path.abspath(os.path.join(workdir, f"sentences{n}"))  # (records end with </s>: the planner checks)
     if not os.path.exists(prefix + ".idx"):
@@ -107,9 +108,21 @@ def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) 
             link = os.path.join(shard, f"train.xx-yy.{lang}{ext}")
             if not os.path.exists(link):
                 os.symlink(prefix + ext, link)
-    d = babelfeed.Dictionary()
-    d.add_language_tokens(["xx", "yy"])
-    d.save(os.path.join(root, "dict.txt"))
+    if not os.path.exists(os.path.join(root, "dict.txt")):
+        d = babelfeed.Dictionary()
+        d.add_language_tokens(["xx", "yy"])
+        d.save(os.path.join(root, "dict.txt"))
+    return root
+
+
+def full_planner(workdir: str, n: int, max_tokens: int, mult: int, window: int) -> int:
+    """The real planner over ``plan_data``'s data_bin: its dictionary and corpus opened, one epoch planned."""
+    import babelfeed
+    from babelfeed.plan.planner import EpochPlanner, PlanOptions
+    from babelfeed.sources.sources import SourceSet
+
+    root = plan_data(workdir, n)
+    d = babelfeed.Dictionary.load(os.path.join(root, "dict.txt"))
     corpus = babelfeed.ShardedCorpus(root)
     sources = SourceSet(corpus, d, "train", ["xx-yy"])
     planner = EpochPlanner(sources, PlanOptions(max_tokens=max_tokens, multiple=mult, window=window,
