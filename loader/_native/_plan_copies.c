@@ -151,7 +151,7 @@ PyObject *plan_stream_totals(PyObject *self, PyObject *args) {
         int64_t run = 0, k = -1, ss = 0, ts = 0;
         for (int64_t i = 0; i < n; i++) {
             const int64_t ki = column_get(&dc, i);
-            if (ki != k) {
+            if (ki != k || i == 0) { /* (the first sample checked too: k's start value could be a bad one) */
                 if (ki < 0 || ki >= streams) {
                     ok = 0;
                     break;

@@ -130,19 +130,22 @@ int plan_bucket_order(const uint32_t *sc, int has_t, const uint16_t *rk, int64_t
     return rc;
 }
 
-/* sorted_rows(lens, has_t, keep, rkey, rows, span_ends, span_pairs, out, threads=1) -> bool
+/* sorted_rows(lens, has_t, keep, rkey, rows, span_ends, span_pairs, out, threads=1, span_sums=None) -> bool
  *
  * The planner's window rows in length order, written in place of sorting them and moving 24-byte rows at random.
  * Sample j of the selection is window sample i = keep[j] (keep None: i = j; keep ascends), lengths lens[i] (int32
  * [N, 2]: src, tgt), row rows[i] (int64 [N]), in the span s with span_ends[s-1] <= i < span_ends[s] whose
  * (direction, component) int32 pair is span_pairs[s] (as int64). The selection is ordered as
  * batching.length_order orders it (by cost = max(src, tgt) (src when not has_t), src, rkey[j], j), and out [n, 3]
- * receives per sample in that order the planner's row: (direction, component), (src, tgt), row.
+ * receives per sample in that order the planner's row: (direction, component), (src, tgt), row. ``span_sums``
+ * (optional, int64 [S, 3]) receives per span its selected samples, source tokens and target tokens (the window's
+ * totals, from the pass that checks the lengths, instead of a pass over the rows).
  *
  * Each sample travels as one 16-byte entry carrying its lengths, key and row: one stable scatter by cost (a few
  * hundred streams, in cache) into the output's memory, then per cost, in cache, three stable counting passes by
  * rkey and src (costs split between ``threads`` threads: they are independent), and last the rows written out
- * from the highest cost down. Nothing is read at random. False (the output's bytes then unspecified) where this
+ * from the highest cost down. Nothing is read at random. False, with nothing written (every check comes before
+ * the first write: lengths in the output's top third are still there for the caller's other way), where this
  * does not apply (a length outside [0, 65535], (cost, src) over LENGTH_BITS bits, a window over 2^32 samples or a
  * row over 2^48): the caller orders them its other way. */
 
@@ -290,11 +293,26 @@ typedef struct {
     int64_t lo, hi;
     int has_t, ok;
     uint32_t orc, ors;
+    int64_t *acc;       /* check: this part's (samples, source tokens, target tokens) per span, or NULL */
+    const int64_t *se;  /* the spans' cumulative ends, S of them */
+    int64_t S;
 } scatter_job_t;
 
 static void *check_part(void *arg) {
     scatter_job_t *job = arg;
     uint32_t orc = 0, ors = 0, bad = 0;
+    int64_t a = 0; /* the span of the part's first sample (samples ascend: later ones lie in it or after) */
+    if (job->acc && job->lo < job->hi) {
+        const int64_t first = job->kp ? job->kp[job->lo] : job->lo;
+        for (int64_t z = job->S - 1; a < z;) {
+            const int64_t h = (a + z) >> 1;
+            if (job->se[h] > first)
+                z = h;
+            else
+                a = h + 1;
+        }
+    }
+    int64_t count = 0, ssum = 0, tsum = 0, end = job->acc ? job->se[a] : INT64_MAX; /* span a's, in registers */
     for (int64_t j = job->lo; j < job->hi; j++) {
         const int64_t i = job->kp ? job->kp[j] : j;
         const int32_t s = job->ln[2 * i], t = job->ln[2 * i + 1];
@@ -302,7 +320,19 @@ static void *check_part(void *arg) {
         bad |= (uint32_t)((uint64_t)job->rw[i] >> 48) << 16; /* as does a row over 2^48 (or negative) */
         orc |= cost_of(job->ln, i, job->has_t);
         ors |= (uint32_t)s;
+        if (i >= end) { /* a later span: this one's sums out, once */
+            job->acc[3 * a] += count, job->acc[3 * a + 1] += ssum, job->acc[3 * a + 2] += tsum;
+            count = ssum = tsum = 0;
+            while (i >= job->se[a])
+                a++;
+            end = job->se[a];
+        }
+        count++;
+        ssum += s;
+        tsum += t;
     }
+    if (job->acc && count)
+        job->acc[3 * a] += count, job->acc[3 * a + 1] += ssum, job->acc[3 * a + 2] += tsum;
     job->ok = (bad >> 16) == 0;
     job->orc = orc;
     job->ors = ors;
@@ -376,19 +406,21 @@ static void expand_all(uint64_t *o, const entry_t *v, const int64_t *se, const i
 }
 
 PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
-    Py_buffer lens, keep = {0}, rkey, rows, ends, pairs, out;
-    PyObject *keep_obj;
+    Py_buffer lens, keep = {0}, rkey, rows, ends, pairs, out, sums = {0};
+    PyObject *keep_obj, *sums_obj = Py_None;
     int has_t, threads = 1;
-    if (!PyArg_ParseTuple(args, "y*pOy*y*y*y*w*|i", &lens, &has_t, &keep_obj, &rkey, &rows, &ends, &pairs, &out,
-                          &threads))
+    if (!PyArg_ParseTuple(args, "y*pOy*y*y*y*w*|iO", &lens, &has_t, &keep_obj, &rkey, &rows, &ends, &pairs, &out,
+                          &threads, &sums_obj))
         return NULL;
     PyObject *result = NULL;
-    int64_t *at = NULL, *offs = NULL;
+    int64_t *at = NULL, *offs = NULL, *acc = NULL;
     if (keep_obj != Py_None && PyObject_GetBuffer(keep_obj, &keep, PyBUF_SIMPLE) < 0)
+        goto done;
+    if (sums_obj != Py_None && PyObject_GetBuffer(sums_obj, &sums, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
         goto done;
     const int64_t N = rows.len / 8, n = rkey.len / 2, S = ends.len / 8;
     if (lens.len != N * 8 || (keep.obj ? keep.len != n * 8 : n != N) || out.len != n * 24 || pairs.len != S * 8 ||
-        S < 1 || ((const int64_t *)ends.buf)[S - 1] != N) {
+        S < 1 || ((const int64_t *)ends.buf)[S - 1] != N || (sums.obj && sums.len != S * 24)) {
         PyErr_SetString(PyExc_ValueError, "sorted_rows: mismatched argument lengths");
         goto done;
     }
@@ -402,6 +434,8 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
         }
     }
     if (n == 0) {
+        if (sums.obj)
+            memset(sums.buf, 0, (size_t)sums.len);
         result = Py_NewRef(Py_True);
         goto done;
     }
@@ -409,17 +443,24 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
      * top third may hold the lengths (the planner reads them there: no buffer of their own), and is each thread's
      * sort space once they are scattered: memory written anyway instead of fresh allocations, whose first touch
      * costs more than the passes here on a VM that takes idle memory back. */
-    const char *ob = out.buf, *lb = lens.buf, *rb = rows.buf;
-    if ((lb < ob + 16 * n && lb + lens.len > ob) || (rb < ob + 24 * n && rb + rows.len > ob)) {
-        PyErr_SetString(PyExc_ValueError, "sorted_rows: the lengths may lie in the output's top third only, the "
-                                          "rows not in it at all");
+    const char *ob = out.buf, *lb = lens.buf;
+#define OVERLAPS(b) ((b).obj && (const char *)(b).buf < ob + 24 * n && (const char *)(b).buf + (b).len > ob)
+    if ((lb < ob + 16 * n && lb + lens.len > ob) || OVERLAPS(rows) || OVERLAPS(rkey) || OVERLAPS(keep) ||
+        OVERLAPS(ends) || OVERLAPS(pairs) || OVERLAPS(sums)) {
+        PyErr_SetString(PyExc_ValueError, "sorted_rows: the lengths may lie in the output's top third only, no "
+                                          "other argument in it at all");
         goto done;
     }
+#undef OVERLAPS
     const int parts = threads < 1 ? 1 : threads > 16 ? 16 : threads;
+    if (sums.obj && !(acc = calloc((size_t)(parts * S * 3), sizeof(int64_t)))) {
+        PyErr_NoMemory();
+        goto done;
+    }
     scatter_job_t jobs[16];
     for (int p = 0; p < parts; p++)
         jobs[p] = (scatter_job_t){(entry_t *)out.buf, NULL, rk, kp, rw, ln, n * p / parts, n * (p + 1) / parts,
-                                  has_t, 1, 0, 0};
+                                  has_t, 1, 0, 0, acc ? acc + p * S * 3 : NULL, se, S};
     Py_BEGIN_ALLOW_THREADS
     run_jobs(check_part, (char *)jobs, sizeof(scatter_job_t), parts);
     Py_END_ALLOW_THREADS
@@ -429,6 +470,13 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
         ok &= jobs[p].ok;
         orc |= jobs[p].orc;
         ors |= jobs[p].ors;
+    }
+    if (ok && acc) { /* every part's span sums, added up: the same integers whatever the thread count */
+        int64_t *st = sums.buf;
+        memset(st, 0, (size_t)sums.len);
+        for (int p = 0; p < parts; p++)
+            for (int64_t k = 0; k < 3 * S; k++)
+                st[k] += acc[p * S * 3 + k];
     }
     const int cb = bit_length(orc), sb = has_t ? bit_length(ors) : 0;
     if (!ok || cb + sb > LENGTH_BITS) {
@@ -478,6 +526,8 @@ PyObject *plan_sorted_rows(PyObject *self, PyObject *args) {
 done:
     free(at);
     free(offs);
+    free(acc);
+    release_if(&sums);
     PyBuffer_Release(&lens);
     PyBuffer_Release(&rkey);
     PyBuffer_Release(&rows);

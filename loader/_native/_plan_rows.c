@@ -241,9 +241,11 @@ PyObject *plan_pair_sizes(PyObject *self, PyObject *args) {
     uint16_t *o = out.buf;
     int64_t bad = 0;
     Py_BEGIN_ALLOW_THREADS
-    if (sc == 'i' && tc == 'i') { /* the common index: int32 sizes */
+    if (sc == 'i' && tc == 'i') { /* the common index: int32 sizes (at byte 34 of a fairseq .idx: unaligned) */
         for (int64_t i = 0; i < n; i++) {
-            const int32_t a = *(const int32_t *)(sb + i * sst), b = *(const int32_t *)(tb + i * tst);
+            int32_t a, b;
+            memcpy(&a, sb + i * sst, sizeof(a));
+            memcpy(&b, tb + i * tst, sizeof(b));
             bad |= (int64_t)((uint32_t)a | (uint32_t)b) >> 16;
             o[2 * i] = (uint16_t)a;
             o[2 * i + 1] = (uint16_t)b;
@@ -362,6 +364,10 @@ PyObject *plan_batch_ends(PyObject *self, PyObject *args) {
         int64_t lo = 1, hi = n - i;
         if (cap < hi)
             hi = cap;
+        if (COST(i) < 1) { /* (ordered: the pass that saw every cost >= the first, checked >= 1, is left out) */
+            nb = -1;
+            break;
+        }
         if (max_tokens / COST(i) < hi)
             hi = max_tokens / COST(i);
         while (lo < hi) {

@@ -221,13 +221,15 @@ def rows_with_lengths(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def sorted_rows(lens: np.ndarray, has_t: bool, keep, rkey: np.ndarray, rows: np.ndarray, span_ends: np.ndarray,
-                span_pairs: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+                span_pairs: np.ndarray, out: np.ndarray | None = None, span_sums: np.ndarray | None = None
+                ) -> np.ndarray | None:
     """The planner's sample rows [n, 3] of a window in ``batching.length_order``'s order given its random key:
     sample j is window sample ``keep[j]`` (every one when ``keep`` is None), with lengths ``lens`` (int32 [N, 2]),
     row ``rows`` (int64 [N]) and the (direction, component) int32 pair ``span_pairs`` (int64 view) of the span
     (``span_ends``, cumulative) it lies in. None where the caller must order and gather them itself (``lens``
     then as they were). ``out``: where the rows go (int64 [n, 3]; ``rows_with_lengths``, whose lengths are then
-    overwritten), else a new array."""
+    overwritten), else a new array. ``span_sums`` (int64 [S, 3], C-contiguous): receives per span its selected
+    samples, source tokens and target tokens (a window's totals without a pass over its rows)."""
     kernel = KERNEL
     if kernel is None:
         return None
@@ -238,7 +240,7 @@ def sorted_rows(lens: np.ndarray, has_t: bool, keep, rkey: np.ndarray, rows: np.
                             np.ascontiguousarray(rkey, dtype=np.uint16), np.ascontiguousarray(rows, dtype=np.int64),
                             np.ascontiguousarray(span_ends, dtype=np.int64),
                             np.ascontiguousarray(span_pairs, dtype=np.int64), out,
-                            max(1, min(threads(), len(rkey) // PARALLEL_MIN)))
+                            max(1, min(threads(), len(rkey) // PARALLEL_MIN)), span_sums)
     return out if ok else None
 
 

@@ -336,14 +336,15 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             return self.cutter.window(self, setup, epoch, w, dirs, rows, spans)
         first = self.first_batch(epoch)  # (a part after an edit: its own shuffles)
         rng = np.random.default_rng([o.seed, epoch, w, 7] + ([first] if first else []))
-        s, filtered = self._ordered(setup, dirs, rows, spans, rng)
+        s, filtered, totals = self._ordered(setup, dirs, rows, spans, rng)
         src_len, tgt_len = (s.src_len.astype(np.int64), s.tgt_len.astype(np.int64)) if self.cutter.wide \
             else (s.src_len, s.tgt_len)  # dynamic batches read the int32 columns as they are
         cut = self.cutter.cut(self, s, src_len, tgt_len, rng, self._may_repeat(setup))
         if cut.unfit is not None:
             filtered = filtered + np.bincount(s.direction[cut.unfit], minlength=len(setup.directions))
         served = cutting.block_shuffle(len(cut.ends), o.balance_block, rng) if o.shuffle else np.arange(len(cut.ends))
-        return self._finish(setup, epoch, w, s, cut.sub, cut.ends, served, filtered, cut.shape, cut.masked, cut.packed)
+        return self._finish(setup, epoch, w, s, cut.sub, cut.ends, served, filtered, cut.shape, cut.masked, cut.packed,
+                            totals if cut.sub is None else None)  # (a cut that selects: its own totals)
 
     @staticmethod
     def _may_repeat(setup: EpochSetup) -> np.ndarray:
@@ -352,8 +353,9 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         draws = setup.expected if setup.expected is not None else setup.counts
         return np.asarray(draws, np.int64) > np.array([d.size for d in setup.directions], np.int64)
 
-    def _ordered(self, setup: EpochSetup, dirs, rows, spans, rng) -> tuple[Samples, np.ndarray]:
-        """The window's samples without the too-long ones, in length order, and the too-long count per direction.
+    def _ordered(self, setup: EpochSetup, dirs, rows, spans, rng) -> tuple[Samples, np.ndarray, np.ndarray | None]:
+        """The window's samples without the too-long ones, in length order, the too-long count per direction, and
+        (from the kernel) their ``window_totals``, else None.
         Compiled, where each span is one component: the lengths into a [n, 2] table, then the rows written
         straight in order (``plan_kernel.sorted_rows``) instead of built, sorted and moved at random."""
         o = self.opts
@@ -384,15 +386,18 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             rkey = random_key(rng, len(src_len))
             if lens is not None:
                 ends, pairs = np.array([b for _, _, b in spans], np.int64), self._span_pairs(setup, spans)
-                m = plan_kernel.sorted_rows(lens, tgt is not None, keep, rkey, rows, ends, pairs, table)
+                sums = np.empty((len(spans), 3), np.int64)
+                m = plan_kernel.sorted_rows(lens, tgt is not None, keep, rkey, rows, ends, pairs, table, sums)
                 if m is not None:
-                    return Samples(m), filtered
+                    totals = np.zeros((len(setup.directions), 3), np.int64)
+                    np.add.at(totals, [d for d, _, _ in spans], sums)
+                    return Samples(m), filtered, np.ascontiguousarray(totals.T)
                 s = Samples.empty(len(rows))  # lengths or keys the kernel does not take: built, ordered, moved
                 s.m[:, 2] = rows
                 s.m[:, :2].view(np.int32)[:, 2:] = lens
                 s.m[:, 0] = np.repeat(pairs, np.diff(ends, prepend=0))
             order = length_order(src_len, tgt, rng, rkey)
-        return s[order if keep is None else keep[order]], filtered  # one reorder of the per-sample rows
+        return s[order if keep is None else keep[order]], filtered, None  # one reorder of the per-sample rows
 
     def _window_lengths(self, setup: EpochSetup, rows, spans) -> tuple[np.ndarray | None, np.ndarray | None]:
         """The window's rows to come and its (src, tgt) lengths, int32 [n, 2], in their top third
@@ -424,13 +429,14 @@ class EpochPlanner(StreamPlanning, PartPlanning):
         return pairs.view(np.int64).reshape(-1)
 
     def _finish(self, setup, epoch, w, s, select, ends, served, filtered, shape=None, masked=None,
-                packed=None) -> Window:
-        """Reorder the per-sample rows once into batch order (``select=None``: they are) and record the window."""
+                packed=None, totals=None) -> Window:
+        """Reorder the per-sample rows once into batch order (``select=None``: they are) and record the window
+        (``totals``: its ``window_totals`` where already summed)."""
         win = Window(epoch, w, s if select is None else s[select], ends=ends, order=served, shape=shape,
                      masked=masked, packed=packed)
         self._filtered.setdefault(win.epoch, {})[win.index] = filtered
         if win.index not in self._totals.get(win.epoch, {}):
-            self._totals.setdefault(win.epoch, {})[win.index] = window_totals(
+            self._totals.setdefault(win.epoch, {})[win.index] = totals if totals is not None else window_totals(
                 win.samples.direction, win.samples.src_len, win.samples.tgt_len, len(setup.directions))
         if win.masked is not None:
             self._masked.setdefault(win.epoch, {})[win.index] = int(win.masked.sum())  # rows (packing: of pairs)

@@ -207,8 +207,9 @@ def test_sorted_rows(n, top, with_tgt, spans, filtered, seed, threads):
     keep = np.flatnonzero(rng.random(n) < 0.8) if filtered else None
     sel = np.arange(n) if keep is None else keep
     rkey = batching.random_key(np.random.default_rng([seed, 7]), len(sel))
+    sums = np.full((spans, 3), -1, np.int64)
     with plan_threads(threads):  # scatter and per-cost sorts in parallel: the same rows
-        got = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs)
+        got = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs, span_sums=sums)
     m = np.zeros((n, 3), np.int64)
     m[:, 0] = np.repeat(pairs, np.diff(ends, prepend=0))
     m[:, :2].view(np.int32)[:, 2:] = lens
@@ -228,6 +229,10 @@ def test_sorted_rows(n, top, with_tgt, spans, filtered, seed, threads):
         return
     assert got is not None and order is not None
     np.testing.assert_array_equal(got, m[sel[order]])
+    span = np.searchsorted(ends, sel, side="right")  # per selected sample: its span (the window's totals by span)
+    want = np.stack([np.bincount(span, minlength=spans), np.bincount(span, lens[sel, 0], spans),
+                     np.bincount(span, lens[sel, 1], spans)], axis=1).astype(np.int64)
+    np.testing.assert_array_equal(sums, want)
 
 
 def test_take_lengths_into_two_columns():
@@ -323,12 +328,15 @@ def test_sorted_rows_in_threads_equal_one_thread(threads):
     for with_tgt in (True, False):
         for keep in (None, np.flatnonzero(rng.random(n) < 0.7)):
             rkey = batching.random_key(np.random.default_rng(5), n if keep is None else len(keep))
+            s1, sk = np.zeros((3, 3), np.int64), np.zeros((3, 3), np.int64)
             with plan_threads(1):
-                one = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs)
+                one = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs, span_sums=s1)
             with plan_threads(threads):
-                many = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs)
+                many = plan_kernel.sorted_rows(lens, with_tgt, keep, rkey, rows, ends, pairs, span_sums=sk)
             assert one is not None and one.shape == many.shape
             np.testing.assert_array_equal(many, one)
+            np.testing.assert_array_equal(sk, s1)  # parts' span sums added up: the same whatever the threads
+            assert s1[:, 0].sum() == len(one) and s1[:, 1].sum() == (one[:, 1] & 0xFFFFFFFF).sum()  # (src: low half)
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
@@ -415,7 +423,7 @@ def test_sorted_rows_reads_lengths_from_its_own_top_third(threads):
     table = np.empty((n, 3), np.int64)
     low = table.reshape(-1)[:n].view(np.int32).reshape(n, 2)  # where the sort entries go
     low[:] = lens
-    with pytest.raises(ValueError, match="top third"):
+    with pytest.raises(ValueError, match="top third"):  # not babelfeed's: the raw kernel's own argument check
         plan_kernel.KERNEL.sorted_rows(low, True, None, rkey, rows, ends, pairs, table, 1)
 
 
@@ -437,3 +445,33 @@ def test_pair_sizes(n, dtype, strided, extreme, seed):
         return
     assert got is not None and got.dtype == np.uint16
     np.testing.assert_array_equal(got.astype(np.int64), both_sides.astype(np.int64))
+
+
+def test_kernel_edges_found_in_review():
+    """A run of bad streams at the start (or at a thread's part) is declined, not dropped; an ordered cut over a 0
+    cost is declined, not a crash; unaligned int32 sizes (a fairseq .idx holds them at byte 34) read right; an
+    argument inside the output sorted_rows writes is refused."""
+    from babelfeed.plan import totals
+
+    d, s, t = np.array([-1, -1, 0, 1]), np.array([1, 1, 1, 2]), np.array([3, 3, 3, 4])
+    assert plan_kernel.stream_totals(d, s, t, 2) is None
+    n = 2 * plan_kernel.PARALLEL_MIN
+    d = np.zeros(n, np.int64)
+    d[n // 2:n // 2 + 10] = -1  # at the start of the second thread's part
+    with plan_threads(2):
+        assert plan_kernel.stream_totals(d, np.ones(n, np.int64), np.ones(n, np.int64), 1) is None
+    with pytest.raises(ValueError):  # not babelfeed's: numpy's bincount answers a negative stream
+        totals.window_totals(d, np.ones(n, np.int64), np.ones(n, np.int64), 1)
+    assert plan_kernel.batch_ends(np.array([3, 3, 3, 0, 0, 5]), 9, 3, 1, ordered=True) is None
+    raw = np.zeros(4 * 1000 + 2, np.uint8)  # int32 sizes at an odd address
+    sizes = raw[2:].view(np.int32)
+    assert not sizes.flags.aligned
+    sizes[:] = np.arange(1000)
+    got = plan_kernel.pair_sizes(sizes, sizes[::-1])
+    np.testing.assert_array_equal(got, np.stack([np.arange(1000), np.arange(1000)[::-1]], axis=1))
+    m = 64
+    table, lens = plan_kernel.rows_with_lengths(m)
+    lens[:] = 5
+    rkey = table.reshape(-1)[:m // 4].view(np.uint16)  # the random keys where the sort entries go
+    with pytest.raises(ValueError, match="no other argument"):  # not babelfeed's: the raw kernel's argument check
+        plan_kernel.KERNEL.sorted_rows(lens, True, None, rkey, np.arange(m), np.array([m]), np.array([0]), table, 1)
