@@ -228,7 +228,8 @@ PyObject *plan_pair_sizes(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOw*", &src_obj, &tgt_obj, &out))
         return NULL;
     PyObject *result = NULL;
-    if (PyObject_GetBuffer(src_obj, &sz, PyBUF_RECORDS_RO) < 0 || PyObject_GetBuffer(tgt_obj, &tz, PyBUF_RECORDS_RO) < 0)
+    if (PyObject_GetBuffer(src_obj, &sz, PyBUF_RECORDS_RO) < 0 ||
+        PyObject_GetBuffer(tgt_obj, &tz, PyBUF_RECORDS_RO) < 0)
         goto done;
     const char sc = code_of(&sz), tc = code_of(&tz);
     const int64_t n = sz.ndim == 1 ? sz.shape[0] : -1;

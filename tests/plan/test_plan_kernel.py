@@ -411,7 +411,8 @@ def test_sorted_rows_reads_lengths_from_its_own_top_third(threads):
     n = 2 * plan_kernel.PARALLEL_MIN + 5 if threads == 2 else 5_000
     lens = rng.integers(1, 300, (n, 2)).astype(np.int32)
     rows = rng.integers(0, 2**40, n)
-    ends, pairs = np.array([n // 3, n], np.int64), rng.integers(0, 2**31, (2, 2)).astype(np.int32).view(np.int64).ravel()
+    ends = np.array([n // 3, n], np.int64)
+    pairs = rng.integers(0, 2**31, (2, 2)).astype(np.int32).view(np.int64).ravel()
     rkey = batching.random_key(np.random.default_rng(3), n)
     with plan_threads(threads):
         want = plan_kernel.sorted_rows(lens, True, None, rkey, rows, ends, pairs)
