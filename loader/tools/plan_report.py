@@ -110,7 +110,16 @@ def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[
         lines[:0] = ["this config batches dynamically (batching.num_shapes = 0): its epoch is the last line, "
                      f"'epoch 1 with dynamic batches'. The {plan.num_shapes} shapes below are what "
                      f"batching.num_shapes = 8 (or --shapes K) would give, for XLA.", ""]
-    lengths, weights, _ = mixture_lengths(dynamic)
+    all_lengths, all_weights, _ = mixture_lengths(dynamic)
+    limits = (config.filter.max_source_positions, config.filter.max_target_positions)
+    kept = (all_lengths[:, 0] <= limits[0]) & (all_lengths[:, 1] <= limits[1])  # what the filter lets through,
+    lengths, weights = all_lengths[kept], all_weights[kept]  # as the shapes above are priced (shape_plan)
+    if not kept.all():
+        fate = "training skips them" if config.filter.on_too_long == "skip" else \
+            "training stops at the first one drawn (filter.on_too_long = 'raise')"
+        lines += [f"filter.max_source_positions / max_target_positions = {limits[0]} / {limits[1]} leave out "
+                  f"{all_weights[~kept].sum() / max(all_weights.sum(), 1e-12):.2%} of the mixture's samples "
+                  f"({fate}): every line below is without them", ""]
     cost = lengths.max(axis=1)
     k = plan.num_shapes
     reps = _weighted_copies(cost, weights)
@@ -179,8 +188,7 @@ def _plan(config, num_shapes: int | None, with_data: bool = True) -> tuple[list[
         (f"dynamic batches ({len(d_shapes):,} shapes)", d_eff, "2-D")]
     data["alternatives"] = [{"name": name, "efficiency": float(v), "this_plan": name.startswith("this plan"),
                              "measure": measure} for name, v, measure in compared]
-    data["lengths"] = plots.length_cells(lengths, weights, (config.filter.max_source_positions,
-                                                            config.filter.max_target_positions))
+    data["lengths"] = plots.length_cells(all_lengths, all_weights, limits)  # (the filtered ones drawn beyond)
     data["mixing"] = mixing
     return lines, data
 

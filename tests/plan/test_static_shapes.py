@@ -163,3 +163,22 @@ def test_the_plan_report_shows_epoch_1s_mixture_as_its_json_gives_it(tmp_path):
             assert rows[d["key"]][4] == f"{d['served'] / d['size']:.1f}x", d  # its epochs: served over its data
         for t in mix["tiers"]:
             assert rows[t["tier"]][0] == f"{t['directions']:,}" and rows[t["tier"]][3] == f"{t['probability']:.1%}"
+
+
+def test_the_plan_report_prices_what_the_filter_lets_through(tmp_path):
+    """A data_bin holding sentences longer than max_tokens (fairseq-preprocess does not filter by length) that the
+    length filter leaves out: the report plans as training does (it once priced every sample and stopped with 'a
+    sample of N tokens does not fit max_tokens'), and says how much the filter leaves out."""
+    from babelfeed.tools.plan_report import plan_report
+
+    make_data_bin(tmp_path, long_every=40)  # every 40th sentence 201 tokens
+    config = config_for(tmp_path)
+    config.batching.max_tokens = 160  # under the long ones; max_source/target_positions 128 filter them
+    text = plan_report(config, 3)
+    assert "leave out" in text and "training skips them" in text, text
+    epoch = int(text.split("epoch 1 with these shapes: ")[1].split(" batches")[0].replace(",", ""))
+    assert epoch > 0
+    config.batching.max_tokens = 512  # now the long ones fit a batch, the filter still leaves them out
+    assert "leave out" in plan_report(config, 3)
+    config.filter.max_source_positions = config.filter.max_target_positions = 256  # let through: no such line
+    assert "leave out" not in plan_report(config, 3)
