@@ -373,10 +373,13 @@ class EpochPlanner(StreamPlanning, PartPlanning):
             if o.on_too_long == "raise":
                 i = int(np.flatnonzero(too_long)[0])
                 d = setup.directions[int(dirs[i])]
+                comp, local = locate_many(setup.directions, dirs[i:i + 1], np.asarray(rows[i:i + 1]))
+                c = self.sources.components[int(comp[0])]  # the record in its own file (shards joined: not the row)
                 raise DataError(
-                    f"{d.key} row {int(rows[i])}: {int(src_len[i])} source / {int(tgt_len[i])} target tokens, over "
-                    f"max_source_positions={o.max_source_positions} / max_target_positions={o.max_target_positions} "
-                    f"({o.too_long_key}='raise'; 'skip' drops and counts such samples)")
+                    f"{d.key} shard {c.shard} record {int(local[0])} ({c.src.index_file}): {int(src_len[i])} source / "
+                    f"{int(tgt_len[i])} target tokens, over max_source_positions={o.max_source_positions} / "
+                    f"max_target_positions={o.max_target_positions} ({o.too_long_key}='raise'; 'skip' drops and "
+                    f"counts such samples)")
             keep = np.flatnonzero(~too_long)
             src_len, tgt_len = src_len[keep], tgt_len[keep]
         tgt = tgt_len if self.sources.with_target else None

@@ -1,6 +1,7 @@
 """The multilingual training pipeline end to end on a synthetic data_bin."""
 
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -236,6 +237,14 @@ def test_too_long_samples_are_counted_or_raise(tmp_path):
         list(babelfeed.build_train_iterator(config_for(tmp_path, filter__on_too_long="raise", batching__max_tokens=1024,
                                                     filter__max_source_positions=150,
                                                     filter__max_target_positions=150)))
+    # every shard joined: the error names the shard, the record in its own file and the file, not a joined row
+    with pytest.raises(DataError) as got:
+        list(babelfeed.build_train_iterator(config_for(tmp_path, filter__on_too_long="raise", data__shards="all",
+                                                    batching__max_tokens=1024, filter__max_source_positions=150,
+                                                    filter__max_target_positions=150)))
+    key, shard, record, index = re.match(r"(\S+) shard (\d+) record (\d+) \((\S+\.idx)\)", str(got.value)).groups()
+    assert f"shard{int(shard):03d}" in index and f".{key}." in index
+    assert int(record) % 10 == 9 and int(record) < DIRECTIONS[key][int(shard)]  # every tenth record of its file
 
 
 def test_prefix_overrides(data):
