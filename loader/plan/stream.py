@@ -77,14 +77,16 @@ class StreamPlanning:
     def _refuse_empty(directions, ratios, epoch: int, where: str = "") -> None:
         """Directions the mixture samples in ``epoch`` that have no sentences there (e.g. an empty cycled shard)."""
         empty = [d.key for d, r in zip(directions, ratios) if r > 0 and not d.size]
-        cycled = [d for d, r in zip(directions, ratios) if r > 0 and not d.size and len(d.shard_sizes or ()) > 1]
+        cycled = [d for d, r in zip(directions, ratios)  # (a shard of one that has sentences in others)
+                  if r > 0 and not d.size and len(d.shard_sizes or ()) > 1 and sum(d.shard_sizes) > 0]
         if cycled:
             d = cycled[0]
             raise ConfigError(f"{where}epoch {epoch} reads shard {(epoch - 1) % len(d.shard_sizes)} of each direction "
                               f"(data.shards='cycle'), and that shard of {[c.key for c in cycled][:5]} has no "
                               f"sentences but is sampled: remove the empty shard (or fill it), or set data.shards='all'")
         if empty:
-            raise ConfigError(f"{where}{empty[:5]} have no sentences in epoch {epoch} but are sampled")
+            raise ConfigError(f"{where}{empty[:5]} have no sentences in epoch {epoch} but are sampled: leave them out "
+                              f"of data.directions or give them weight 0 (their files are empty in every shard read)")
 
     def _stream_setup(self, epoch: int, directions, sizes: np.ndarray):
 

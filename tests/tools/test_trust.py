@@ -526,6 +526,13 @@ def test_an_empty_direction_that_is_sampled_is_refused_at_build_by_every_sampler
         with pytest.raises(ConfigError, match=r"\['aaa-ccc'\] have no sentences in epoch 1 but are sampled"):
             babelfeed.build_train_iterator(config_for(root, data__shards="all", mixing__sampler=sampler,
                                                    mixing__method="uniform"))
+    # empty in every shard: no advice to read every shard (it is read), whichever way shards are read
+    root = tmp_path / "bin2"
+    make_data_bin(root, directions={"aaa-bbb": [50, 40], "aaa-ccc": [0, 0]}, valid=False)
+    for shards in ("all", "cycle"):
+        with pytest.raises(ConfigError, match=r"\['aaa-ccc'\] have no sentences in epoch 1") as got:
+            babelfeed.build_train_iterator(config_for(root, data__shards=shards, mixing__method="uniform"))
+        assert "data.shards='all'" not in str(got.value) and "data.directions" in str(got.value)
 
 
 def test_an_empty_cycled_shard_is_refused_at_build_naming_its_direction_and_shard(tmp_path):
