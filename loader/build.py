@@ -14,7 +14,8 @@ import numpy as np
 from babelfeed.checks import check_rank
 from babelfeed.config.files import translation_section
 from babelfeed.config.spec import Settings, directions, parse
-from babelfeed.errors import ConfigError, DataError, UpsamplingNotice, UsageTypeError, user_frame
+from babelfeed.errors import (ConfigError, DataError, InconsistentIndexError, UpsamplingNotice, UsageTypeError,
+                              user_frame)
 from babelfeed.gather.collate import CollateOptions, Collater
 from babelfeed.gather.transforms import parse_steps
 from babelfeed.iterators.translation import BatchIterator
@@ -300,6 +301,11 @@ def mixture_lengths(planner: EpochPlanner) -> tuple[np.ndarray, np.ndarray, bool
             rows = np.arange(0, len(comp), stride)
             src = comp.src_lengths(rows)
             tgt = comp.tgt_lengths(rows) if comp.tgt is not None else src
+            for ds, got, plen in ((comp.src, src, len(comp.src_prefix)), (comp.tgt, tgt, len(comp.tgt_prefix))):
+                if ds is not None and len(got) and int(got.min()) < plen:  # a negative size (data.verify='quick')
+                    i = int(np.argmin(got))
+                    raise InconsistentIndexError(ds.index_file, f"record {int(rows[i])} has a negative size "
+                                                                f"({int(got[i]) - plen})")
             lengths.append(np.stack([src, tgt], axis=1))
             weights.append(np.full(len(rows), rate * stride))
     return np.concatenate(lengths), np.concatenate(weights), stride > 1

@@ -67,6 +67,15 @@ def test_inspect_names_the_file_of_a_negative_size(data):
         corpus_stats(data)
 
 
+def test_static_shapes_under_a_quick_check_name_the_file_of_a_negative_size(data):
+    """data.verify='quick' leaves sizes to be checked where they are read: the shape plan's length histogram (it
+    said only 'lengths must be >= 1', a usage error naming nothing) names the file and record, as dynamic batches
+    do."""
+    _patch_record(data / PREFIX, 8, size_delta=-10_000)  # (not one of the quick check's evenly spaced records)
+    with pytest.raises(InconsistentIndexError, match=r"train\.aaa-bbb\.aaa\.idx: record 8 has a negative size"):
+        _epoch(config_for(data, data__verify="quick", batching__num_shapes=4))
+
+
 def test_a_passed_full_check_is_remembered_until_the_file_changes(data, monkeypatch):
     monkeypatch.setattr(stamps, "RACY_SECONDS", 0.0)
     stamps.forget()
