@@ -216,8 +216,11 @@ def summarise(plan: ShapePlan, src, tgt, count, real: float) -> ShapePlan:
     k = assign(plan.widths, src, tgt)
     if (k < 0).any():
         longest = np.maximum(src, tgt) if tgt is not None else src
-        raise DataError(f"{int(np.count_nonzero(k < 0))} lengths fit none of the shapes "
-                        f"(longest {int(np.max(longest))})")
+        widest = plan.widths.max(axis=0).tolist() if plan.pairs else [int(plan.widths.max())]
+        raise DataError(f"{int(np.count_nonzero(k < 0))} lengths fit none of the shapes (longest "
+                        f"{int(np.max(longest))}; the shapes reach {' x '.join(map(str, widest))}): widen "
+                        f"batching.shapes, or lower filter.max_source_positions / max_target_positions to leave "
+                        f"such samples out")
     n = np.bincount(k, weights=count, minlength=plan.num_shapes)
     per_sample = plan.widths.sum(axis=1) if plan.pairs else plan.widths
     plan.real = float(real)

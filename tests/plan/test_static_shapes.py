@@ -71,8 +71,9 @@ def test_explicit_shapes_holding_the_limits_read_no_lengths_at_build(root, monke
 
 
 def test_shapes_too_small_are_reported(root):
-    with pytest.raises(DataError, match="fit none of the shapes"):
+    with pytest.raises(DataError, match="fit none of the shapes") as got:
         babelfeed.build_train_iterator(config_for(root, batching__shapes="8x8"))
+    assert "batching.shapes" in str(got.value) and "max_source_positions" in str(got.value)  # what to change
 
 
 def test_jit_compiles_once_per_shape(root):
