@@ -80,34 +80,6 @@ typedef struct {
     uint64_t key, rs;
 } entry_t;
 
-/* sort_bucket over entries: by the rkey bits (32..47) of the key, stably (the samples below are in order). */
-static void sort_entries(entry_t *v, int64_t n, entry_t *tmp) {
-    if (n < 2)
-        return;
-    if (n <= 32) {
-        for (int64_t i = 1; i < n; i++) {
-            entry_t x = v[i];
-            uint64_t xk = (x.key >> 32) & 0xFFFFU;
-            int64_t j = i;
-            for (; j > 0 && ((v[j - 1].key >> 32) & 0xFFFFU) > xk; j--)
-                v[j] = v[j - 1];
-            v[j] = x;
-        }
-        return;
-    }
-    int64_t h[2][256];
-    memset(h, 0, sizeof(h));
-    for (int64_t i = 0; i < n; i++) {
-        h[0][(v[i].key >> 32) & 255]++;
-        h[1][(v[i].key >> 40) & 255]++;
-    }
-    starts(h);
-    for (int64_t i = 0; i < n; i++)
-        tmp[h[0][(v[i].key >> 32) & 255]++] = v[i];
-    for (int64_t i = 0; i < n; i++)
-        v[h[1][(tmp[i].key >> 40) & 255]++] = tmp[i];
-}
-
 /* length_order's order for lengths of at most LENGTH_BITS bits of (cost, src) together (sc[i] = cost << 16 | src,
  * sb the bits of src, 0 without a target): the same order as its LSD passes, with one pass over memory at random
  * instead of three. -1: no memory. */
@@ -174,8 +146,9 @@ static void run_jobs(void *(*fn)(void *), char *jobs, size_t size, int k) {
 /* The entries of costs [c_lo, c_hi) (bucket c at [at[c-1], at[c]) of v, at[-1] = 0), each sorted in place by
  * (src, rkey, sample): samples already ascend in a bucket, so three stable counting passes do it, least
  * significant digit first (rkey's low byte, its high byte, src), their three histograms made in one pass; the
- * src pass is left out where one src holds the whole bucket. A few entries: an insertion sort by (src, rkey).
- * ``tmp`` (room for ``big`` entries) is given, or allocated here. */
+ * src pass is left out where one src holds the whole bucket, as it always does without a target (cost = src:
+ * ``hs`` NULL, no src histogram). A few entries: an insertion sort by (src, rkey). ``tmp`` (room for ``big``
+ * entries) is given, or allocated here. */
 typedef struct {
     entry_t *v, *tmp;
     const int64_t *at;
@@ -199,15 +172,17 @@ static void sort_bucket_by_src(entry_t *v, int64_t m, int64_t ns, entry_t *tmp, 
     }
     int64_t h[2][256];
     memset(h, 0, sizeof(h));
-    memset(hs, 0, (size_t)ns * sizeof(int64_t));
+    if (hs)
+        memset(hs, 0, (size_t)ns * sizeof(int64_t));
     for (int64_t k = 0; k < m; k++) {
         h[0][(v[k].key >> 32) & 255]++;
         h[1][(v[k].key >> 40) & 255]++;
-        hs[v[k].rs >> 48]++;
+        if (hs)
+            hs[v[k].rs >> 48]++;
     }
     starts(h);
-    int one_src = 0;
-    for (int64_t k = 0, sum = 0; k < ns; k++) {
+    int one_src = !hs;
+    for (int64_t k = 0, sum = 0; hs && k < ns; k++) {
         const int64_t x = hs[k];
         one_src |= x == m;
         hs[k] = sum;
@@ -227,8 +202,8 @@ static void sort_bucket_by_src(entry_t *v, int64_t m, int64_t ns, entry_t *tmp, 
 static void *sort_costs(void *arg) {
     sort_job_t *job = arg;
     entry_t *tmp = job->tmp ? job->tmp : malloc((size_t)(job->big ? job->big : 1) * sizeof(entry_t));
-    int64_t *hs = malloc((size_t)job->ns * sizeof(int64_t));
-    if (!tmp || !hs) {
+    int64_t *hs = job->has_t ? malloc((size_t)job->ns * sizeof(int64_t)) : NULL;
+    if (!tmp || (job->has_t && !hs)) {
         job->failed = 1;
         goto out;
     }
@@ -236,10 +211,7 @@ static void *sort_costs(void *arg) {
         const int64_t lo = c ? job->at[c - 1] : 0, m = job->at[c] - lo;
         if (m < 2)
             continue;
-        if (job->has_t)
-            sort_bucket_by_src(job->v + lo, m, job->ns, tmp, hs);
-        else
-            sort_entries(job->v + lo, m, tmp);
+        sort_bucket_by_src(job->v + lo, m, job->ns, tmp, hs);
     }
 out:
     if (!job->tmp)
